@@ -1,0 +1,3 @@
+from tracemerge.cli import main
+
+main()

@@ -1,0 +1,40 @@
+"""Errors that end a command with a one-line message and a documented exit code."""
+
+# Exit codes (documented in README.md). click itself exits 2 on a usage error.
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INPUT = 3      # an input file is missing, unreadable or malformed
+EXIT_CONFLICT = 4   # inputs disagree: duplicate or unknown ranks, files of different jobs
+EXIT_OUTPUT = 5     # the output cannot be written: exists without --force, equals an input
+
+
+class TracemergeError(Exception):
+    """Base of every error the CLI turns into a message and an exit code."""
+
+    exit_code = EXIT_INPUT
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+class TraceError(TracemergeError):
+    """A problem with one input file, optionally at one event."""
+
+    def __init__(self, path, problem, index=None):
+        where = f"{path}: event {index}: " if index is not None else f"{path}: "
+        super().__init__(where + problem)
+        self.path = str(path)
+        self.problem = problem
+        self.index = index
+
+
+class RankConflict(TracemergeError):
+    exit_code = EXIT_CONFLICT
+
+
+class OutputError(TracemergeError):
+    exit_code = EXIT_OUTPUT

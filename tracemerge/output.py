@@ -1,0 +1,62 @@
+"""Output files that appear whole or not at all: a temporary file beside the target, renamed
+into place only when everything was written."""
+
+import contextlib
+import gzip
+import os
+import sys
+import tempfile
+
+from tracemerge.errors import OutputError
+
+
+def check_output(path, inputs, force):
+    """Refuse an output that would overwrite an input, or an existing file without ``force``."""
+    if path == "-":
+        return
+    target = os.path.realpath(path)
+    for p in inputs:
+        if os.path.realpath(p) == target:
+            raise OutputError(f"{path}: the output is also an input; choose another -o")
+    if os.path.exists(path) and not force:
+        raise OutputError(f"{path}: exists; pass --force to overwrite it")
+    if os.path.isdir(path):
+        raise OutputError(f"{path}: is a directory")
+
+
+@contextlib.contextmanager
+def atomic_output(path, gzip_level=1):
+    """A binary stream for ``path`` ("-" is stdout); ``.gz`` names are gzip-compressed.
+
+    The data goes to a temporary file in the target's directory and is renamed over the
+    target on success, so readers never see a half-written trace; on any error the
+    temporary file is removed and the target is left as it was.
+    """
+    if path == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if path.endswith(".gz"):
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=gzip_level, mtime=0) as gz:
+                    yield gz
+            else:
+                yield raw
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
