@@ -1,0 +1,108 @@
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from tracemerge.errors import TraceError
+from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.read import read_trace
+from tracefiles import BASE, kineto, rank_file, write, x
+
+EVENTS = [
+    {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
+    x("aten::add", 1000.5, 20.25),
+    x("span", 1001.0, 5.0, pid="Spans", tid=""),
+    {"ph": "i", "name": "mark", "pid": 100, "tid": 1, "ts": 1010.001, "s": "t"},
+]
+
+
+def check_columns(t, base):
+    assert len(t) == 4
+    assert t.ts[0] == NO_TS  # metadata without ts keeps none
+    assert t.ts[1:].tolist() == [base + 1_000_500, base + 1_001_000, base + 1_010_001]
+    assert t.dur.tolist() == [NO_DUR, 20_250, 5_000, NO_DUR]
+    assert [t.names[c] for c in t.name] == ["process_name", "aten::add", "span", "mark"]
+    assert [t.pids[c] for c in t.pid] == [100, 100, "Spans", 100]
+    assert [t.tids[c] for c in t.tid] == [0, 1, "", 1]
+    assert t.args[1] == {}
+    assert t.extra[3] == {"s": "t"} and t.extra[1] is None
+
+
+def test_plain_kineto_object(tmp_path):
+    t = read_trace(write(tmp_path / "a.json", kineto(EVENTS)))
+    check_columns(t, BASE)
+    assert t.base_ns == BASE and t.tracemerge is None
+    assert t.meta["displayTimeUnit"] == "ms"
+
+
+def test_gzip_recognised_by_content_not_name(tmp_path):
+    t = read_trace(write(tmp_path / "a.trace", kineto(EVENTS), gz=True))
+    check_columns(t, BASE)
+    t = read_trace(write(tmp_path / "b.json.gz", kineto(EVENTS)))
+    check_columns(t, BASE)
+
+
+def test_bare_event_array_has_no_base(tmp_path):
+    t = read_trace(write(tmp_path / "a.json", EVENTS))
+    check_columns(t, 0)
+    assert t.base_ns is None and t.meta == {}
+
+
+def test_rank_file_block_is_read(tmp_path):
+    doc = rank_file(EVENTS, rank=3, rpcs=[{"rpc_id": "3:1", "role": "caller"}])
+    t = read_trace(write(tmp_path / "r.json.gz", doc))
+    check_columns(t, BASE)
+    assert t.tracemerge["rank"] == 3 and t.tracemerge["rpcs"][0]["rpc_id"] == "3:1"
+    assert "tracemerge" not in t.meta
+
+
+def test_microsecond_decimals_become_exact_ns(tmp_path):
+    # floats such as 0.1 µs must not become 99 ns
+    events = [x("a", ts, 0.1) for ts in (0.001, 0.3, 123456789.123, 4464888733311.333)]
+    t = read_trace(write(tmp_path / "a.json", kineto(events, base=0)))
+    assert t.ts.tolist() == [1, 300, 123456789123, 4464888733311333]
+    assert t.dur.tolist() == [100] * 4
+
+
+def test_bases_differ_per_file(tmp_path):
+    a = read_trace(write(tmp_path / "a.json", kineto([x("a", 5.0, 1)], base=BASE)))
+    b = read_trace(write(tmp_path / "b.json", kineto([x("a", 5.0, 1)], base=BASE + 7_889_238 * 10**9)))
+    assert int(b.ts[0] - a.ts[0]) == 7_889_238 * 10**9
+
+
+@pytest.mark.parametrize("doc, problem", [
+    ({"foo": 1}, "no 'traceEvents'"),
+    ({"traceEvents": {}}, "not a list"),
+    (17, "expected a JSON object or array"),
+    ([{"ph": "X", "name": "a", "ts": 1, "dur": -1}], "event 0: negative 'dur'"),
+    ([{"name": "a", "ts": 1}], "event 0: missing 'ph'"),
+    ([{"ph": "X", "name": "a", "ts": 1}, {"ph": "X", "name": "b"}], "event 1: missing 'ts'"),
+    ([{"ph": "X", "ts": 1}], "event 0: missing 'name'"),
+    ([{"ph": "X", "name": "a", "ts": "soon"}], "event 0: 'ts' is not a number"),
+    ([{"ph": "X", "name": "a", "ts": 1, "pid": [1]}], "event 0: 'pid' must be a string or number"),
+])
+def test_malformed_documents_name_file_and_event(tmp_path, doc, problem):
+    path = write(tmp_path / "bad.json", doc)
+    with pytest.raises(TraceError) as e:
+        read_trace(path)
+    assert str(e.value).startswith(path + ": ")
+    assert problem in str(e.value)
+
+
+def test_unreadable_inputs(tmp_path):
+    with pytest.raises(TraceError, match="missing.json: cannot read"):
+        read_trace(tmp_path / "missing.json")
+    (tmp_path / "empty.json").write_bytes(b"")
+    with pytest.raises(TraceError, match="empty file"):
+        read_trace(tmp_path / "empty.json")
+    (tmp_path / "junk.json").write_bytes(b"not json at all")
+    with pytest.raises(TraceError, match="not valid JSON"):
+        read_trace(tmp_path / "junk.json")
+
+
+def test_metadata_keeps_the_last_thread_name(tmp_path):
+    events = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "first"}},
+              {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "second"}}]
+    t = read_trace(write(tmp_path / "a.json", events))
+    assert list(t.metadata("thread_name").values()) == ["second"]
