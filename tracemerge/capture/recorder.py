@@ -1,0 +1,84 @@
+"""The process-wide recorder that instrumentation appends to while a capture is active.
+
+It is process-global, not per context object, because the callee side of an RPC runs in
+a server thread that knows nothing of the caller's ``profile`` block: the served wrapper
+just asks whether this process is capturing.
+"""
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Span:
+    """A profiler span this process opened whose trace event must carry ``args``.
+
+    ``mark_ns`` is a ``time.time_ns()`` taken just after the span opened on thread
+    ``tid``; the writer finds the event by (tid, name) and start time.
+    """
+
+    name: str
+    tid: int
+    mark_ns: int
+    args: dict
+
+
+@dataclass
+class Recorder:
+    rank: int
+    worker_name: str
+    rpcs: list = field(default_factory=list)
+    collectives: list = field(default_factory=list)
+    spans: list = field(default_factory=list)
+    _seq: itertools.count = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, kind, item):
+        """Append to ``rpcs``, ``collectives`` or ``spans`` (from any thread)."""
+        with self._lock:
+            getattr(self, kind).append(item)
+
+    def next_rpc_id(self):
+        # next() on itertools.count is atomic under the GIL: ids stay unique across threads
+        return f"{self.rank}:{next(self._seq)}"
+
+    def take(self, start_ns, stop_ns):
+        """Records and spans that began in [start_ns, stop_ns]; drops everything begun
+        before stop_ns, which no later window can contain."""
+        out = {}
+        with self._lock:
+            for name, when in (("rpcs", _rpc_start), ("collectives", _start), ("spans", _mark)):
+                items = getattr(self, name)
+                out[name] = [x for x in items if start_ns <= when(x) <= stop_ns]
+                setattr(self, name, [x for x in items if when(x) > stop_ns])
+        return out
+
+
+def _rpc_start(record):
+    return record["send_ns"] if record["role"] == "caller" else record["start_ns"]
+
+
+def _start(record):
+    return record["start_ns"]
+
+
+def _mark(span):
+    return span.mark_ns
+
+
+_lock = threading.Lock()
+current = None  # the active Recorder, or None
+
+
+def activate(recorder):
+    global current
+    with _lock:
+        if current is not None:
+            raise RuntimeError("a tracemerge capture is already active in this process")
+        current = recorder
+
+
+def deactivate():
+    global current
+    current = None

@@ -1,0 +1,162 @@
+"""RPC records: a span and a record on each side of every RPC issued or served.
+
+The Kineto profiler records nothing for RPCs, so while a capture is active the caller
+sends ``_serve(header, func, args, kwargs)`` instead of ``func``. On the callee that
+wrapper opens the ``...#remote`` span around ``func`` (the ops it runs nest under it)
+and, if the callee process is capturing too, records when ``func`` started and ended.
+The result, exception and timeout of the RPC are those of ``func``: ``_serve`` returns
+its value unchanged, so ``rpc.remote`` RRefs hold the real value.
+"""
+
+import functools
+import threading
+import time
+
+import torch
+from torch.autograd.profiler import record_function
+from torch.distributed import rpc
+from torch.distributed.rpc import api, rref_proxy
+from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
+
+from tracemerge.capture import recorder
+from tracemerge.capture.patching import swapped
+
+# What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
+_PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
+
+
+def instrumented():
+    """A context manager under which rpc_sync, rpc_async and remote are traced."""
+    return swapped({
+        rpc.rpc_sync: functools.partial(_traced_api, "rpc_sync"),
+        rpc.rpc_async: functools.partial(_traced_api, "rpc_async"),
+        rpc.remote: functools.partial(_traced_api, "remote"),
+    })
+
+
+def _traced_api(kind, original):
+    def traced(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
+        rec = recorder.current
+        if rec is None or _is_script(func):
+            # TorchScript functions cannot be wrapped by a Python function without
+            # changing how the callee runs them, so they go out untraced.
+            return original(to, func, args, kwargs, timeout)
+        return _issue(rec, kind, original, to, func, args or (), kwargs or {}, timeout)
+
+    return traced
+
+
+def _is_script(func):
+    return isinstance(getattr(func, "_wrapped_async_rpc_function", func), torch.jit.ScriptFunction)
+
+
+def _issue(rec, kind, original, to, func, args, kwargs, timeout):
+    me = rpc.get_worker_info()
+    dst = api._to_worker_info(to)
+    func_name = _func_name(func, args)
+    record = {
+        "rpc_id": rec.next_rpc_id(), "role": "caller", "kind": kind, "func": func_name,
+        "name": f"{kind}#{func_name}({me.name} -> {dst.name})",
+        "caller": me.id, "callee": dst.id, "caller_name": me.name, "callee_name": dst.name,
+        "status": "pending",
+    }
+    serve = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
+    header = {k: record[k] for k in _HEADER_KEYS}
+    with record_function(record["name"]) as rf:
+        record["send_ns"] = time.time_ns()
+        _note_span(rec, record)
+        try:
+            result = original(dst, serve, (header, func, args, kwargs), None, timeout)
+        except BaseException:
+            _complete(record, ok=False)
+            raise
+        if kind == "rpc_sync":
+            _complete(record, ok=True)
+            return result
+        fut = result._get_future() if kind == "remote" else result
+        fut.add_done_callback(functools.partial(_on_done, record))
+        # The span ends when the future completes, as the legacy RPC profiler did.
+        ended = rf._call_end_callbacks_on_future(fut)
+    return result if kind == "remote" else ended
+
+
+_HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+
+
+def _func_name(func, args):
+    builtin = torch.jit._builtins._find_builtin(func)
+    if builtin is not None:
+        return builtin
+    if func in _PROXY_INVOKERS:
+        rref, method = args[0], args[1]
+        return f"{_rref_type(rref).__qualname__}.{method}"
+    return getattr(func, "__qualname__", type(func).__qualname__)
+
+
+def _rref_type(rref):
+    # The proxy fetched the type before sending, so this is the PyRRef's cached answer:
+    # a future when the proxy asked without blocking, else the type itself.
+    found = rref._get_type(blocking=False)
+    return found.value() if isinstance(found, torch._C.Future) else found
+
+
+def _on_done(record, fut):
+    try:
+        fut.value()
+    except BaseException:
+        _complete(record, ok=False)
+    else:
+        _complete(record, ok=True)
+
+
+def _complete(record, ok):
+    record["complete_ns" if record["role"] == "caller" else "end_ns"] = time.time_ns()
+    record["status"] = "ok" if ok else "error"
+
+
+def _note_span(rec, record):
+    rec.add("rpcs", record)
+    rec.add("spans", recorder.Span(
+        name=record["name"] if record["role"] == "caller" else record["name"] + "#remote",
+        tid=threading.get_native_id(),
+        mark_ns=record["send_ns" if record["role"] == "caller" else "start_ns"],
+        args={"rpc_id": record["rpc_id"], "role": record["role"]},
+    ))
+
+
+def _serve(header, func, args, kwargs):
+    """Runs on the callee in place of ``func``."""
+    rec = recorder.current
+    if rec is None:
+        return func(*args, **kwargs)
+    record = dict(header, role="callee", status="pending")
+    with record_function(header["name"] + "#remote"):
+        record["start_ns"] = time.time_ns()
+        _note_span(rec, record)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException:
+            _complete(record, ok=False)
+            raise
+        _complete(record, ok=True)
+    return result
+
+
+@rpc.functions.async_execution
+def _serve_async(header, func, args, kwargs):
+    """``_serve`` for ``async_execution`` functions: the span and record end when the
+    returned future completes, not when ``func`` returns it."""
+    rec = recorder.current
+    if rec is None:
+        return func(*args, **kwargs)
+    record = dict(header, role="callee", status="pending")
+    with record_function(header["name"] + "#remote") as rf:
+        record["start_ns"] = time.time_ns()
+        _note_span(rec, record)
+        try:
+            fut = func(*args, **kwargs)
+        except BaseException:
+            _complete(record, ok=False)
+            raise
+        fut.add_done_callback(functools.partial(_on_done, record))
+        return rf._call_end_callbacks_on_future(fut)

@@ -1,0 +1,59 @@
+"""Writing a rank file: the exported Kineto trace plus the ``"tracemerge"`` object first.
+
+See docs/rank-file-format.md. The trace is kept as Kineto wrote it except that the
+spans the instrumentation opened get its ``args`` (rpc_id, role): ``record_function``
+cannot attach arguments that Kineto exports, so they are added here.
+"""
+
+import bisect
+import gzip
+import os
+from collections import defaultdict
+
+import orjson
+
+FORMAT_VERSION = 1
+
+# How far a trace event may start after the time.time_ns() taken just inside its span:
+# the two clocks agree to ±2 µs, while two spans of one name on one thread start
+# further apart than this (each one sends an RPC in between).
+_MATCH_SLACK_NS = 10_000
+
+
+def write(path, kineto_json_path, meta, taken):
+    """Write ``path`` from the Kineto export and the recorder's ``taken`` records.
+
+    ``meta`` holds the other fields, in file order; ``taken`` is
+    ``Recorder.take(...)``'s output. The Kineto export is removed.
+    """
+    with open(kineto_json_path, "rb") as f:
+        trace = orjson.loads(f.read())
+    os.unlink(kineto_json_path)
+    _annotate(trace, taken["spans"])
+    block = {"version": FORMAT_VERSION, **meta,
+             "rpcs": taken["rpcs"], "collectives": taken["collectives"]}
+    # "tracemerge" first, so readers can stop parsing after it.
+    data = orjson.dumps({"tracemerge": block, **trace})
+    tmp = f"{path}.tmp"
+    with gzip.open(tmp, "wb", compresslevel=6) as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _annotate(trace, spans):
+    """Add each span's args to the trace event it opened."""
+    base = trace.get("baseTimeNanoseconds", 0)
+    wanted = {(s.tid, s.name) for s in spans}
+    starts = defaultdict(list)  # (tid, name) -> [(start ns, event)]
+    for e in trace.get("traceEvents", ()):
+        if e.get("ph") == "X" and (e.get("tid"), e.get("name")) in wanted:
+            starts[(e["tid"], e["name"])].append((base + round(e["ts"] * 1000), e))
+    for found in starts.values():
+        found.sort(key=lambda pair: pair[0])
+    for span in spans:
+        found = starts.get((span.tid, span.name))
+        if not found:
+            continue  # e.g. the span closed after the profiler stopped
+        i = bisect.bisect_right(found, span.mark_ns + _MATCH_SLACK_NS, key=lambda pair: pair[0])
+        if i:
+            found[i - 1][1].setdefault("args", {}).update(span.args)
