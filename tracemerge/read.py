@@ -6,6 +6,7 @@ on the file's own clock: ``baseTimeNanoseconds + ts*1000`` when the file has a b
 """
 
 import gzip
+import json
 import os
 import zlib
 
@@ -14,34 +15,93 @@ import orjson
 
 from tracemerge.errors import TraceError
 from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, RankTrace
+from tracemerge.salvage import Unsalvageable, is_unclosed, salvage
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+# a crash can leave the end of a file zero-filled; such padding is not part of the trace
+PADDING = b"\0 \t\r\n"
+# how close to the end a JSON error must be for the file to count as cut off, not corrupt
+END_SLACK = 64
+
+
 def read_bytes(path):
-    """The decompressed bytes of ``path`` (gzip is recognised by its magic, not its name)."""
+    """(decompressed bytes, cut) of ``path``; ``cut`` when a gzip stream ends early.
+
+    gzip is recognised by its magic, not its name; a truncated stream yields what it
+    decompresses to, a corrupt one is an error.
+    """
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    cut = False
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except EOFError:
-            raise TraceError(path, "truncated gzip (the compressed stream ends early)") from None
+            data, cut = _gunzip_prefix(path, data), True
         except (OSError, zlib.error) as e:
             raise TraceError(path, f"corrupt gzip: {e}") from None
-    if not data.strip():
-        raise TraceError(path, "empty file")
-    return data
+    if not data.strip(PADDING):
+        raise TraceError(path, "empty file" if not cut else "truncated gzip with no data before the cut")
+    return data, cut
 
 
-def parse_json(path, data):
+def _gunzip_prefix(path, data):
+    """Everything a truncated gzip stream decompresses to, member after member."""
+    out = []
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out.append(d.decompress(data))
+        except zlib.error as e:
+            raise TraceError(path, f"corrupt gzip: {e}") from None
+        data = d.unused_data if d.eof else b""
+    return b"".join(out)
+
+
+def parse_json(path, data, cut=False):
+    """(document, warning or None): the parsed trace, salvaged when the data ends early."""
+    if not cut:
+        try:
+            return orjson.loads(data), None
+        except orjson.JSONDecodeError as e:
+            error = e
+    body = data.rstrip(PADDING)
+    if cut or (error.pos >= len(body) - END_SLACK and is_unclosed(body)):
+        return _salvaged(path, body, data, cut)
+    if len(body) < len(data):
+        try:
+            return orjson.loads(body), f"ignored {len(data) - len(body)} trailing zero/blank bytes"
+        except orjson.JSONDecodeError:
+            pass
+    return _lenient(path, data, error), None
+
+
+def _lenient(path, data, error):
+    """The stdlib's reading of JSON orjson refused: it accepts NaN and Infinity, which the
+    event checks then report with the event's index; anything else is not JSON."""
     try:
-        return orjson.loads(data)
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise TraceError(path, f"not valid JSON: {error}") from None
+
+
+def _salvaged(path, body, data, cut):
+    how = "the gzip stream ends early" if cut else "the JSON ends early"
+    try:
+        kept = salvage(body)
+    except Unsalvageable as e:
+        raise TraceError(path, f"truncated ({how}) and nothing could be recovered: {e}") from None
+    try:
+        doc = orjson.loads(kept.text)
     except orjson.JSONDecodeError as e:
-        raise TraceError(path, f"not valid JSON: {e}") from None
+        doc = _lenient(path, kept.text, e)
+    return doc, (f"truncated file ({how}): recovered {kept.events} complete events from the first "
+                 f"{kept.kept_bytes} of {len(data)} bytes; whatever followed is lost")
 
 
 def split_document(path, doc):
@@ -65,8 +125,13 @@ def split_document(path, doc):
 def read_trace(path):
     """Read one trace file into a :class:`RankTrace`."""
     path = os.fspath(path)
-    events, meta, block = split_document(path, parse_json(path, read_bytes(path)))
-    return build(path, events, meta, block)
+    data, cut = read_bytes(path)
+    doc, warning = parse_json(path, data, cut)
+    events, meta, block = split_document(path, doc)
+    trace = build(path, events, meta, block, truncated=warning is not None and warning.startswith("truncated"))
+    if warning:
+        trace.warnings.append(warning)
+    return trace
 
 
 def _intern(values, path, what):
@@ -88,28 +153,35 @@ def _hashable(v):
     return True
 
 
+NUMBER_TYPES = frozenset((int, float, type(None)))
+MAX_US = 7e15  # µs (year 2191) whose ns still fit int64 after adding a Kineto base
+
+
 def _numbers(values, path, what, required):
-    """float64 column of ``values``; None becomes NaN; non-numbers are an error."""
+    """float64 column of ``values`` and its mask of absent (None) values.
+
+    Strings, booleans, NaN and infinities are errors naming the event; so is an absent
+    value where ``required`` says one is needed.
+    """
+    if not set(map(type, values)) <= NUMBER_TYPES:
+        bad = next(i for i, v in enumerate(values) if type(v) not in NUMBER_TYPES)
+        raise TraceError(path, f"'{what}' is not a number: {values[bad]!r}", bad)
     try:
         col = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        bad = next(i for i, v in enumerate(values) if not _is_number(v))
-        raise TraceError(path, f"'{what}' is not a number: {values[bad]!r}", bad) from None
-    if len(col) != len(values) or col.ndim != 1:
-        bad = next(i for i, v in enumerate(values) if not _is_number(v))
-        raise TraceError(path, f"'{what}' is not a number: {values[bad]!r}", bad)
-    missing = np.isnan(col)
-    if required is not None:
+    except OverflowError:
+        bad = next(i for i, v in enumerate(values) if isinstance(v, int) and abs(v) > MAX_US)
+        raise TraceError(path, f"'{what}' is out of range: {values[bad]!r}", bad) from None
+    nan = np.isnan(col)
+    absent = values.count(None)
+    if absent != int(nan.sum()) or np.isinf(col).any():
+        bad = next(i for i, v in enumerate(values) if v is not None and not np.isfinite(v))
+        raise TraceError(path, f"'{what}' is not a finite number: {values[bad]!r}", bad)
+    missing = nan
+    if required is not None and absent:
         bad = np.flatnonzero(missing & required)
         if len(bad):
-            i = int(bad[0])
-            problem = f"missing '{what}'" if values[i] is None else f"'{what}' is not a number: {values[i]!r}"
-            raise TraceError(path, problem, i)
+            raise TraceError(path, f"missing '{what}'", int(bad[0]))
     return col, missing
-
-
-def _is_number(v):
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 def build(path, events, meta, block, truncated=False):
@@ -151,6 +223,11 @@ def build(path, events, meta, block, truncated=False):
     if len(negative):
         i = int(negative[0])
         raise TraceError(path, f"negative 'dur' {dur_f[i]!r}", i)
+    for what, col in (("ts", ts_f), ("dur", dur_f)):
+        huge = np.flatnonzero(np.abs(col) > MAX_US)
+        if len(huge):
+            i = int(huge[0])
+            raise TraceError(path, f"'{what}' {float(col[i]):g} µs is out of range (beyond year 2191)", i)
 
     base = meta.get("baseTimeNanoseconds")
     if base is not None and not isinstance(base, int):
