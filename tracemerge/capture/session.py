@@ -71,6 +71,10 @@ class profile:
                 self._write(f"rank{self.rank}.json.gz", stop_ns, self.profiler)
         return False
 
+    def step(self):
+        """``self.profiler.step()``: marks a step for ``schedule``."""
+        self.profiler.step()
+
     def _watch(self, schedule):
         """Wrap ``schedule`` to note when each recording cycle begins."""
         last = ProfilerAction.NONE
