@@ -1,0 +1,97 @@
+"""The numpy nesting equals torch's own EventList on generated events, nested or not."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracemerge.keyavg import _parents_nested, _parents_stack_walk, group_rows, key_averages, op_tree
+from tracemerge.read import build
+
+profiler_util = pytest.importorskip("torch.autograd.profiler_util")
+
+NAMES = ["a", "b", "ProfilerStep#1", "ProfilerStep#2", "aten::is_leaf"]
+
+
+def nested_events(draw, t0, t1, depth):
+    """Properly nested spans inside [t0, t1], with touching and zero-length ones."""
+    out = []
+    t = t0
+    while t < t1 and draw(st.booleans()) and len(out) < 4:
+        s = draw(st.integers(t, t1))
+        e = draw(st.integers(s, t1))
+        out.append((s, e))
+        if depth < 3 and e > s:
+            out += nested_events(draw, s, e, depth + 1)
+        t = e
+    return out
+
+
+@st.composite
+def traces(draw, proper):
+    if proper:
+        spans = [(tid, s, e) for tid in (1, 2) for s, e in nested_events(draw, 0, 60, 0)]
+    else:
+        spans = draw(st.lists(st.tuples(st.sampled_from([1, 2]), st.integers(0, 40), st.integers(0, 20))
+                              .map(lambda x: (x[0], x[1], x[1] + x[2])), max_size=30))
+    names = [draw(st.sampled_from(NAMES)) for _ in spans]
+    return [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 7, "tid": tid, "ts": s, "dur": e - s}
+            for (tid, s, e), n in zip(spans, names)]
+
+
+def torch_rows(events):
+    evs = profiler_util.EventList([
+        profiler_util.FunctionEvent(
+            id=i, name=profiler_util._rewrite_name(e["name"], with_wildcard=True), thread=e["tid"],
+            start_us=e["ts"], end_us=e["ts"] + e["dur"], stack=[])
+        for i, e in enumerate(events) if not profiler_util._filter_name(e["name"])])
+    evs._build_tree()
+    return {a.key: (a.count, a.cpu_time_total, a.self_cpu_time_total) for a in evs.key_averages()}
+
+
+def ours(events):
+    trace = build("gen.json", events, {}, None)
+    rows = group_rows(key_averages(trace, np.zeros(len(trace.pids), dtype=np.int64)), by_rank=False)
+    return {r.key: (r.count, r.cpu_time_total, r.self_cpu_time_total) for r in rows}
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(proper=True))
+def test_nested_events_match_torch(events):
+    assert ours(events) == torch_rows(events)
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(proper=False))
+def test_overlapping_events_match_torch(events):
+    assert ours(events) == torch_rows(events)
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(proper=True))
+def test_vectorised_nesting_is_the_stack_walk(events):
+    trace = build("gen.json", events, {}, None)
+    tree = op_tree(trace)
+    for tid in set(trace.tid[tree.index].tolist()):
+        sel = trace.tid[tree.index] == tid
+        s, e = tree.start[sel], tree.end[sel]
+        fast = _parents_nested(s, e)
+        assert fast is not None
+        assert fast.tolist() == _parents_stack_walk(s, e).tolist()
+
+
+def test_partial_overlap_is_detected():
+    s = np.array([0, 5], dtype=np.int64)
+    e = np.array([10, 15], dtype=np.int64)
+    assert _parents_nested(s, e) is None
+    assert _parents_stack_walk(s, e).tolist() == [-1, -1]
+
+
+def test_dropped_names_and_profiler_span_are_not_counted():
+    events = [
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "x", "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 10},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::output_nr", "pid": 1, "tid": 1, "ts": 2, "dur": 1},
+        {"ph": "i", "name": "Iteration Start", "pid": 1, "tid": 1, "ts": 0},
+    ]
+    assert ours(events) == {"aten::add": (1, 10.0, 10.0)}

@@ -1,0 +1,279 @@
+"""Key averages from a trace, computed the way torch's ``EventList.key_averages()`` does.
+
+torch (``torch/autograd/profiler_util.py``) nests the events of each thread by a stack
+walk over events sorted by (start, -end): an event is a child of the stack top unless it
+starts at or after the top's end or ends after it. Self time is an event's duration minus
+its direct children's; ``_remove_dup_nodes`` drops an only child that has its parent's
+name (lifting its children to the parent); ``ProfilerStep#N`` is counted as
+``ProfilerStep*``; a few utility ops are dropped. The result is grouped by (name, node,
+user annotation or not).
+
+Here the same is done over the columns of a :class:`~tracemerge.model.RankTrace` with
+numpy: a thread whose events nest properly (the normal case) gets its tree from depths
+and a search per depth, checked against the nesting rules; a thread with partially
+overlapping events falls back to torch's stack walk itself, so the result is torch's
+either way.
+"""
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from tracemerge.model import NO_DUR, NO_TS
+
+# torch's _filter_name: utility ops that never reach key_averages()
+DROPPED_NAMES = frozenset((
+    "[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
+    "profiler::_record_function_enter_new", "profiler::_record_function_exit",
+    "aten::is_leaf", "aten::output_nr", "aten::_version"))
+# Kineto categories that are profiler bookkeeping or device activity, not host events
+NOT_HOST_OPS = frozenset((
+    "Trace", "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "fwdbwd",
+    "overhead", "cuda_profiler_range"))
+USER_ANNOTATION = "user_annotation"
+STEP_PREFIX = "ProfilerStep#"
+STEP_KEY = "ProfilerStep*"
+REMOTE_SPAN_SUFFIX = "#remote"
+REMOTE_OP = "#remote_op: "
+NO_NODE = -1   # torch's node_id when a row has no single node
+
+
+@dataclass
+class KeyAverage:
+    """One row: torch's ``FunctionEventAvg`` fields, times in µs."""
+
+    key: str
+    count: int
+    node_id: int
+    cpu_time_total: float
+    self_cpu_time_total: float
+    is_user_annotation: bool = False
+
+    @property
+    def cpu_time(self):
+        return self.cpu_time_total / self.count if self.count else 0.0
+
+    def as_dict(self):
+        d = asdict(self)
+        d["cpu_time"] = self.cpu_time
+        return d
+
+
+@dataclass
+class OpTree:
+    """The host events of one trace as torch nests them, in (thread, start, -end) order."""
+
+    index: np.ndarray    # event index in the trace
+    start: np.ndarray    # ns
+    end: np.ndarray      # ns
+    parent: np.ndarray   # position of the direct parent in these arrays, -1 at top level
+    kept: np.ndarray     # False for only children merged into a same-named parent
+    self_ns: np.ndarray  # duration minus direct children (after merging), 0 where not kept
+    name: np.ndarray     # key codes into ``keys``
+    keys: list           # key strings (ProfilerStep#N already made ProfilerStep*)
+
+
+def _codes_in(table, wanted):
+    return np.array([i for i, s in enumerate(table) if s in wanted], dtype=np.int32)
+
+
+def host_ops(trace):
+    """Indices of the events torch's key_averages() would count."""
+    mask = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
+    mask &= ~np.isin(trace.name, _codes_in(trace.names, DROPPED_NAMES))
+    mask &= ~np.isin(trace.cat, _codes_in(trace.names, NOT_HOST_OPS))
+    return np.flatnonzero(mask)
+
+
+def _key_table(names):
+    """(key of each name code, key strings): ProfilerStep#N names share one key."""
+    keys, seen, code_of = [], {}, np.empty(len(names), dtype=np.int32)
+    for i, n in enumerate(names):
+        k = STEP_KEY if isinstance(n, str) and n.startswith(STEP_PREFIX) else n
+        code_of[i] = seen.setdefault(k, len(keys))
+        if code_of[i] == len(keys):
+            keys.append(k)
+    return code_of, keys
+
+
+def _parents_nested(s, e):
+    """Parents of one thread's events (sorted by start, -end), or None if they do not nest.
+
+    Depth of i = earlier events still open at its start (end > start_i); its parent is the
+    last earlier event one level up. The result is accepted only if every parent contains
+    its child and every previous sibling ended before it starts: then the events form a
+    proper tree and torch's stack walk finds exactly this one.
+    """
+    n = len(s)
+    pos = np.arange(n, dtype=np.int64)
+    ended = np.searchsorted(np.sort(e), s, side="right")          # events with end <= start_i
+    first = np.searchsorted(s, s, side="left")
+    past = np.searchsorted(s, s, side="right")
+    zero = e == s
+    zeros = np.concatenate(([0], np.cumsum(zero)))
+    # zero-length events at start_i sort last in its start group; those at/after i are not "earlier"
+    later_ended = np.where(zero, past - pos, zeros[past] - zeros[first])
+    depth = pos - (ended - later_ended)
+    stride = n + 1
+    order_key = np.sort(depth * stride + pos)
+
+    def last_before(level):
+        k = np.searchsorted(order_key, level * stride + pos) - 1
+        found = k >= 0
+        hit = order_key[np.maximum(k, 0)]
+        found &= hit // stride == level
+        return np.where(found, hit % stride, -1)
+
+    parent = np.where(depth > 0, last_before(depth - 1), -1)
+    if np.any((depth > 0) & (parent < 0)):
+        return None
+    has = parent >= 0
+    p = parent[has]
+    if np.any(s[has] >= e[p]) or np.any(e[has] > e[p]):
+        return None
+    sib = last_before(depth)
+    check = (sib >= 0) & (sib > parent)
+    if np.any(e[sib[check]] > s[check]):
+        return None
+    return parent
+
+
+def _parents_stack_walk(s, e):
+    """torch's own walk (``EventList._populate_cpu_children``), for threads that do not nest."""
+    parent = np.full(len(s), -1, dtype=np.int64)
+    stack = []
+    for i, (start, end) in enumerate(zip(s.tolist(), e.tolist())):
+        while stack:
+            top = stack[-1]
+            if start >= e[top] or end > e[top]:
+                stack.pop()
+            else:
+                parent[i] = top
+                break
+        stack.append(i)
+    return parent
+
+
+def op_tree(trace):
+    """The :class:`OpTree` of ``trace``."""
+    idx = host_ops(trace)
+    thread = trace.pid[idx].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[idx]
+    start = trace.ts[idx]
+    end = start + trace.dur[idx]
+    order = np.lexsort((-end, start, thread))   # stable: ties keep file order, as torch keeps its own
+    idx, thread, start, end = idx[order], thread[order], start[order], end[order]
+    parent = np.full(len(idx), -1, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(thread)) + 1
+    for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(idx)]))):
+        s, e = start[lo:hi], end[lo:hi]
+        local = _parents_nested(s, e)
+        if local is None:
+            local = _parents_stack_walk(s, e)
+        parent[lo:hi] = np.where(local >= 0, local + lo, -1)
+
+    code_of, keys = _key_table(trace.names)
+    name = code_of[trace.name[idx]]
+    has = parent >= 0
+    children = np.bincount(parent[has], minlength=len(idx))
+    # _remove_dup_nodes: decided on the original tree, since merging never changes whether
+    # another child qualifies (a merged parent inherits its child's children and name)
+    dup = np.zeros(len(idx), dtype=bool)
+    dup[has] = (name[parent[has]] == name[has]) & (children[parent[has]] == 1)
+    eff = parent.copy()
+    while True:
+        up = (eff >= 0) & dup[np.maximum(eff, 0)]
+        if not up.any():
+            break
+        eff[up] = parent[eff[up]]
+    kept = ~dup
+    dur = end - start
+    counted = kept & (eff >= 0)
+    child_ns = np.zeros(len(idx), dtype=np.int64)
+    np.add.at(child_ns, eff[counted], dur[counted])
+    self_ns = np.where(kept, dur - child_ns, 0)
+    return OpTree(index=idx, start=start, end=end, parent=eff, kept=kept, self_ns=self_ns,
+                  name=name, keys=keys)
+
+
+def remote_op_names(tree):
+    """Key codes with ops under a callee span ``<rpc>#remote`` renamed ``<rpc>#remote_op: <op>``.
+
+    As the legacy RPC profiler named them: the RPC key, then the op without ``aten::``.
+    Returns (codes, keys); the span itself keeps its name.
+    """
+    keys = list(tree.keys)
+    is_span = np.array([isinstance(k, str) and k.endswith(REMOTE_SPAN_SUFFIX) for k in keys], dtype=bool)
+    if not is_span.any():
+        return tree.name, keys
+    n = len(tree.name)
+    owner = np.where(is_span[tree.name], np.arange(n), -1)
+    parent = tree.parent
+    while True:
+        inherit = (owner < 0) & (parent >= 0)
+        inherit &= owner[np.maximum(parent, 0)] >= 0
+        if not inherit.any():
+            break
+        owner[inherit] = owner[parent[inherit]]
+    renamed = (owner >= 0) & ~is_span[tree.name]
+    codes = tree.name.copy()
+    made = {}
+    for i in np.flatnonzero(renamed):
+        pair = (int(tree.name[owner[i]]), int(tree.name[i]))
+        code = made.get(pair)
+        if code is None:
+            rpc = keys[pair[0]][:-len(REMOTE_SPAN_SUFFIX)]
+            op = keys[pair[1]]
+            code = made[pair] = len(keys)
+            keys.append(f"{rpc}{REMOTE_OP}{op.removeprefix('aten::')}")
+        codes[i] = code
+    return codes, keys
+
+
+def key_averages(trace, node_of_pid, remote_ops=False):
+    """[KeyAverage] of one trace, one row per (key, node, user annotation), in first-seen order.
+
+    ``node_of_pid`` maps the trace's pid codes to node ids (ranks): an int array, so a
+    merged trace's processes map back to the ranks they came from.
+    """
+    tree = op_tree(trace)
+    codes, keys = remote_op_names(tree) if remote_ops else (tree.name, tree.keys)
+    keep = tree.kept
+    idx = tree.index[keep]
+    order = np.argsort(idx, kind="stable")   # rows appear in the order of their first event
+    idx = idx[order]
+    node = np.asarray(node_of_pid, dtype=np.int64)[trace.pid[idx]]
+    ua_code = trace.code_of(USER_ANNOTATION)
+    ua = trace.cat[idx] == (ua_code if ua_code is not None else -2)
+    group = (codes[keep][order].astype(np.int64) << 32) | ((node + 1) << 1) | ua
+    uniq, first, inv = np.unique(group, return_index=True, return_inverse=True)
+    dur = (tree.end - tree.start)[keep][order]
+    count = np.bincount(inv, minlength=len(uniq))
+    total = np.bincount(inv, weights=dur, minlength=len(uniq))
+    self_ = np.bincount(inv, weights=tree.self_ns[keep][order], minlength=len(uniq))
+    rows = []
+    for g in np.argsort(first, kind="stable"):
+        key = int(uniq[g])
+        rows.append(KeyAverage(key=keys[key >> 32], count=int(count[g]), node_id=((key >> 1) & 0x7FFFFFFF) - 1,
+                               cpu_time_total=total[g] / 1000.0, self_cpu_time_total=self_[g] / 1000.0,
+                               is_user_annotation=bool(key & 1)))
+    return rows
+
+
+def group_rows(rows, by_rank):
+    """Rows merged by (key, user annotation), and also by node when ``by_rank``.
+
+    A row merged over several nodes gets node_id -1, torch's "no node".
+    """
+    out = {}
+    for r in rows:
+        k = (r.key, r.is_user_annotation, r.node_id if by_rank else None)
+        acc = out.get(k)
+        if acc is None:
+            out[k] = KeyAverage(**asdict(r))
+            continue
+        acc.count += r.count
+        acc.cpu_time_total += r.cpu_time_total
+        acc.self_cpu_time_total += r.self_cpu_time_total
+        if acc.node_id != r.node_id:
+            acc.node_id = NO_NODE
+    return list(out.values())
