@@ -1,6 +1,29 @@
-"""Chrome trace JSON writer: streamed rank by rank, so only one rank's events are in memory."""
+"""Chrome trace JSON writer: streamed rank by rank, so only one rank's events are in memory.
+
+The document is made of pieces that can be produced apart: :func:`open_document`, one
+:func:`encode_events` body per rank (worker processes write these as shard files),
+:data:`SEPARATOR` between non-empty bodies, and :func:`close_document`.
+"""
 
 import orjson
+
+SEPARATOR = b","
+
+
+def open_document(header):
+    """``{...header, "traceEvents":[`` as bytes."""
+    head = orjson.dumps(header)
+    return head[:-1] + (b',"traceEvents":[' if len(head) > 2 else b'"traceEvents":[')
+
+
+def encode_events(events):
+    """One rank's events as the comma-joined body of the traceEvents array (b"" when none)."""
+    return orjson.dumps(events)[1:-1] if events else b""
+
+
+def close_document(footer):
+    """``],"tracemerge":footer}`` as bytes."""
+    return b'],"tracemerge":' + orjson.dumps(footer) + b"}"
 
 
 def write_chrome(stream, header, shards, footer):
@@ -9,14 +32,13 @@ def write_chrome(stream, header, shards, footer):
     ``shards`` yields lists of event dicts; ``footer`` is called after the last shard, so
     it can report what the shards counted.
     """
-    head = orjson.dumps(header)
-    stream.write(head[:-1] + (b',"traceEvents":[' if len(head) > 2 else b'"traceEvents":['))
+    stream.write(open_document(header))
     first = True
     for events in shards:
         if not events:
             continue
         if not first:
-            stream.write(b",")
-        stream.write(orjson.dumps(events)[1:-1])
+            stream.write(SEPARATOR)
+        stream.write(encode_events(events))
         first = False
-    stream.write(b'],"tracemerge":' + orjson.dumps(footer()) + b"}")
+    stream.write(close_document(footer()))

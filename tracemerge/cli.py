@@ -7,6 +7,7 @@ import click
 import tracemerge
 from tracemerge.align import METHODS
 from tracemerge.combine import combine as combine_session
+from tracemerge.engine import make_engine
 from tracemerge.errors import EXIT_INPUT, TracemergeError
 from tracemerge.session import Session
 
@@ -45,6 +46,16 @@ rank_from_option = click.option(
          "order: number the files 0, 1, … in the order given.")
 
 
+def engine_options(fn):
+    fn = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                      help="Dask scheduler to run on (with --engine dask; default: a LocalCluster).")(fn)
+    fn = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
+                      help="Worker processes for per-rank work (default: all cores).")(fn)
+    fn = click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+                      help="Where per-rank work runs: local processes, or Dask workers.")(fn)
+    return fn
+
+
 def align_options(fn):
     fn = click.option("--offset", "offsets", multiple=True, callback=parse_offsets, metavar="RANK=NS",
                       help="Force a known clock offset for a rank (its clock minus the reference's, ns). Repeatable.")(fn)
@@ -75,7 +86,8 @@ def main():
 @align_options
 @rank_from_option
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
-def combine(files, output, method, reference, offsets, rank_from, force):
+@engine_options
+def combine(files, output, method, reference, offsets, rank_from, force, engine, jobs, scheduler):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz) into one Chrome trace.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -86,9 +98,13 @@ def combine(files, output, method, reference, offsets, rank_from, force):
       tracemerge combine rank*.json.gz -o trace.json
       tracemerge combine w0.json w1.json --rank-from order --align start -o - | gzip > t.json.gz
     """
-    session = Session.open(files, rank_from)
-    alignment = session.align(method, reference, offsets)
-    summary = combine_session(session, alignment, output, force)
+    runner = make_engine(engine, jobs, scheduler)
+    try:
+        session = Session.open(files, rank_from, engine=runner)
+        alignment = session.align(method, reference, offsets)
+        summary = combine_session(session, alignment, output, force)
+    finally:
+        runner.close()
     ev = summary["events"]
     click.echo(f"tracemerge: {len(session.infos)} ranks, {ev['in']} events in, {ev['out']} out "
                f"({ev['added']} added, {ev['filtered']} filtered, {ev['dropped']} dropped), "

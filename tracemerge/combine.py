@@ -1,8 +1,8 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
 import tracemerge
-from tracemerge.chrome import write_chrome
-from tracemerge.output import atomic_output, check_output
+from tracemerge.engine import LocalEngine, write_sharded
+from tracemerge.output import check_output
 from tracemerge.transform import Placement, rank_label, transform
 
 SECOND_NS = 1_000_000_000
@@ -26,23 +26,21 @@ def combine(session, alignment, output, force=False):
     places = placements(session, alignment)
     counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
 
-    def shards():
-        for info in session.infos:
-            trace = session.trace(info.rank)
-            events, added = transform(trace, places[info.rank])
-            counts["in"] += len(trace)
-            counts["added"] += added
-            counts["out"] += len(events)
-            yield events
-
     def summary():
         return build_summary(session, alignment, places, counts)
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
-    with atomic_output(output) as stream:
-        write_chrome(stream, header, shards(), summary)
+    # each rank is transformed and encoded by the session's engine into its own shard
+    jobs = [(session.source(i.rank), places[i.rank]) for i in session.infos]
+    write_sharded(session.engine or LocalEngine(1), rank_events, "chrome", jobs, output, header, summary, counts)
     return summary()
+
+
+def rank_events(trace, place):
+    """(events, counts) of one rank in the merged trace; runs in the engine's workers."""
+    events, added = transform(trace, place)
+    return events, {"in": len(trace), "added": added, "out": len(events)}
 
 
 def build_summary(session, alignment, places, counts):

@@ -31,6 +31,10 @@ class TraceError(TracemergeError):
         self.problem = problem
         self.index = index
 
+    def __reduce__(self):
+        # rebuilt from its parts when it crosses from a worker process to the parent
+        return type(self), (self.path, self.problem, self.index)
+
 
 class RankConflict(TracemergeError):
     exit_code = EXIT_CONFLICT

@@ -25,8 +25,9 @@ def check_output(path, inputs, force):
 
 
 @contextlib.contextmanager
-def atomic_output(path, gzip_level=1):
-    """A binary stream for ``path`` ("-" is stdout); ``.gz`` names are gzip-compressed.
+def atomic_output(path, gzip_level=1, compress=True):
+    """A binary stream for ``path`` ("-" is stdout); ``.gz`` names are gzip-compressed
+    (unless ``compress`` is false: the caller writes gzip members itself).
 
     The data goes to a temporary file in the target's directory and is renamed over the
     target on success, so readers never see a half-written trace; on any error the
@@ -43,7 +44,7 @@ def atomic_output(path, gzip_level=1):
         raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as raw:
-            if path.endswith(".gz"):
+            if compress and path.endswith(".gz"):
                 with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=gzip_level, mtime=0) as gz:
                     yield gz
             else:

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from tracemerge.align import align
+from tracemerge.engine import scan
 from tracemerge.rankinfo import assign_ranks, describe
 from tracemerge.read import read_trace
 
@@ -24,13 +25,19 @@ class Alignment:
 
 
 class Session:
-    def __init__(self, infos, traces):
+    def __init__(self, infos, traces, engine=None):
         self.infos = sorted(infos, key=lambda i: i.rank)
         self._traces = traces  # {rank: RankTrace} kept in memory
+        self.engine = engine   # runs per-rank work (tracemerge.engine); None: inline
 
     @classmethod
-    def open(cls, paths, rank_from="auto"):
+    def open(cls, paths, rank_from="auto", engine=None):
+        """With an ``engine``, files are described by its workers and events are never kept."""
         paths = [os.fspath(p) for p in paths]
+        if engine is not None:
+            infos = engine.map(scan, paths)
+            assign_ranks(infos, rank_from)
+            return cls(infos, {}, engine)
         keep = sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
         infos, traces = [], []
         for path in paths:
@@ -55,6 +62,11 @@ class Session:
         """The events of ``rank``, from memory or read again."""
         trace = self._traces.get(rank)
         return trace if trace is not None else read_trace(self.info(rank).path)
+
+    def source(self, rank):
+        """What a worker reads ``rank`` from: the events already in memory, else the path."""
+        trace = self._traces.get(rank)
+        return trace if trace is not None else self.info(rank).path
 
     def align(self, method="wall", reference=None, offsets=None):
         reference, clocks = align(self.infos, method, reference, offsets)
