@@ -6,7 +6,10 @@ plugs in by registering itself here.
 """
 
 from tracemerge.clock import ClockModel
+from tracemerge.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError
+from tracemerge.graph import solve
+from tracemerge.ntp import collective_constraints, merge, rpc_constraints
 
 METHODS = {}
 
@@ -39,6 +42,39 @@ def align_start(infos, reference):
             for r, info in infos.items()}
 
 
+def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None):
+    """Clocks from the causal constraints of the exchanges in ``kinds`` (see ntp, graph).
+
+    ``drift``: None fits it when the data pin it down, True/False force it on/off.
+    """
+    found = list(infos.values())
+    sets = []
+    if "rpc" in kinds:
+        sets.append(rpc_constraints(match_rpcs(found).calls))
+    if "collective" in kinds:
+        sets.append(collective_constraints(match_collectives(found)))
+    models, _ = solve(infos, reference, merge(*sets), drift)
+    return models
+
+
+@method("rpc")
+def align_rpc(infos, reference):
+    """NTP quadruples of matched RPCs (caller send/complete, callee start/end), drift fitted."""
+    return exchange_clocks(infos, reference, ("rpc",))
+
+
+@method("collective")
+def align_collective(infos, reference):
+    """Synchronising collectives matched by (group, seq): nobody leaves before all arrived."""
+    return exchange_clocks(infos, reference, ("collective",))
+
+
+@method("auto")
+def align_auto(infos, reference):
+    """Every exchange the data has (RPCs and collectives), per rank; ranks with none keep their wall clock."""
+    return exchange_clocks(infos, reference)
+
+
 def align(infos, method="wall", reference=None, offsets=None):
     """{rank: ClockModel} for ``infos`` (a list of RankInfo with ranks assigned).
 
@@ -55,5 +91,5 @@ def align(infos, method="wall", reference=None, offsets=None):
     for rank, offset in (offsets or {}).items():
         if rank not in by_rank:
             raise TracemergeError(f"--offset {rank}={offset}: no input has rank {rank}")
-        models[rank] = ClockModel(rank=rank, method="forced", offset_ns=int(offset), error_bound_ns=0)
+        models[rank] = ClockModel(rank=rank, method="forced", offset_ns=int(offset), error_bound_ns=None)
     return reference, models

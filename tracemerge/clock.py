@@ -4,6 +4,10 @@
 ``offset_ns`` more than the reference's at ``anchor_ns`` and gains ``drift_ppm``
 microseconds per second after it. Mapping to the reference is exact integer arithmetic
 when there is no drift and a single float multiply per event otherwise.
+
+``corrections`` are what ``--enforce-causality`` adds on top: knots ``[ref_ns, shift_ns]``
+of a piecewise-linear, monotone shift of the aligned time (zero at both ends), so a rank
+is moved only around the exchanges that needed it, as a controlled logical clock does.
 """
 
 from dataclasses import asdict, dataclass, field
@@ -22,20 +26,36 @@ class ClockModel:
     error_bound_ns: Optional[int] = None  # |true - estimate| never exceeds it; None = unknown
     samples: int = 0
     peers: list = field(default_factory=list)
+    note: str = ""                        # why the estimate is weaker than asked (fallbacks, conflicts)
+    corrections: list = field(default_factory=list)
 
     def to_reference(self, local_ns):
         """Reference-clock ns of local ns (int or int64 array)."""
         if not self.drift_ppm:
-            return local_ns - self.offset_ns
-        scale = 1.0 + self.drift_ppm * 1e-6
-        delta = np.asarray(local_ns, dtype=np.int64) - (self.offset_ns + self.anchor_ns)
-        out = self.anchor_ns + np.rint(delta / scale).astype(np.int64)
-        return out if np.ndim(local_ns) else int(out)
+            out = local_ns - self.offset_ns
+        else:
+            scale = 1.0 + self.drift_ppm * 1e-6
+            delta = np.asarray(local_ns, dtype=np.int64) - (self.offset_ns + self.anchor_ns)
+            out = self.anchor_ns + np.rint(delta / scale).astype(np.int64)
+            out = out if np.ndim(local_ns) else int(out)
+        return out + self._shift(out, inverse=False) if self.corrections else out
 
     def to_local(self, ref_ns):
         """Local ns of reference-clock ns: the model itself."""
+        if self.corrections:
+            ref_ns = ref_ns - self._shift(ref_ns, inverse=True)
         delta = np.asarray(ref_ns, dtype=np.int64) - self.anchor_ns
         out = np.asarray(ref_ns, dtype=np.int64) + self.offset_ns + np.rint(delta * (self.drift_ppm * 1e-6)).astype(np.int64)
+        return out if np.ndim(ref_ns) else int(out)
+
+    def _shift(self, ref_ns, inverse):
+        """The correction at aligned ns (``inverse``: at corrected ns); float math relative to
+        the first knot, since epoch ns do not fit a double."""
+        knots = np.asarray(self.corrections, dtype=np.int64)
+        base = knots[0, 0]
+        xs = knots[:, 0] - base + (knots[:, 1] if inverse else 0)
+        at = (np.asarray(ref_ns, dtype=np.int64) - base).astype(np.float64)
+        out = np.rint(np.interp(at, xs.astype(np.float64), knots[:, 1].astype(np.float64))).astype(np.int64)
         return out if np.ndim(ref_ns) else int(out)
 
     def as_dict(self):

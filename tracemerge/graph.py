@@ -40,11 +40,11 @@ def components(ranks, edges):
 
 
 def solve(infos, reference, constraints, drift=None):
-    """({rank: ClockModel}, {(a, b): PairFit}, [warning]) for ``infos`` {rank: RankInfo}."""
+    """({rank: ClockModel}, {(a, b): PairFit}) for ``infos`` {rank: RankInfo}; fallbacks and
+    unusable links are explained in the models' ``note``."""
     ranks = sorted(infos)
     models = {r: ClockModel(rank=r, method="wall") for r in ranks}
     bounds = {r: (0.0, 0.0) for r in ranks}
-    warnings = []
     for _ in range(ROUNDS):
         t0 = min(models[r].to_reference(infos[r].first_ns) for r in ranks)
         t1 = max(models[r].to_reference(infos[r].last_ns) for r in ranks)
@@ -57,22 +57,23 @@ def solve(infos, reference, constraints, drift=None):
                 fits[(a, b)] = fit
             else:
                 conflicts.append((a, b))
-        models, bounds, notes = _solve_graph(ranks, reference, fits, models, bounds, (t0, t1))
+        models, bounds = _solve_graph(ranks, reference, fits, models, bounds, (t0, t1))
     for a, b in conflicts:
-        warnings.append(f"ranks {a} and {b}: their exchanges admit no linear clock (clock stepped, or "
-                        "records mismatched); that link is not used")
-    return models, fits, warnings + notes
+        for r in (a, b):
+            models[r].note = " ".join(filter(None, (models[r].note, (
+                f"the exchanges of ranks {a} and {b} admit no linear clock (a clock stepped, or records "
+                "are mismatched); that link is not used."))))
+    return models, fits
 
 
 def _solve_graph(ranks, reference, fits, models, bounds, span):
     t0, t1 = span
-    out, out_bounds, notes = {}, {}, []
+    out, out_bounds = {}, {}
     for group in components(ranks, fits):
         root = reference if reference in group else group[0]
-        if root != reference:
-            notes.append(f"rank{'s' if len(group) > 1 else ''} {', '.join(map(str, group))}: no exchange links "
-                         f"{'them' if len(group) > 1 else 'it'} to reference rank {reference}; "
-                         f"rank {root}'s wall clock is trusted")
+        note = "" if root == reference else (
+            f"no exchange links rank{'s' if len(group) > 1 else ''} {', '.join(map(str, group))} to reference "
+            f"rank {reference}; rank {root}'s wall clock is trusted.")
         unknown = [r for r in group if r != root]
         col = {r: i for i, r in enumerate(unknown)}
         members = set(group)
@@ -86,7 +87,7 @@ def _solve_graph(ranks, reference, fits, models, bounds, span):
             ends.append((y, err))
         weight = 1.0 / np.maximum(np.maximum(ends[0][1], ends[1][1]), 1.0) ** 2
         root_clock = ClockModel(rank=root, method="reference" if root == reference else "wall",
-                                error_bound_ns=0 if root == reference else None)
+                                error_bound_ns=0 if root == reference else None, note=note)
         out[root], out_bounds[root] = root_clock, (0.0, 0.0)
         if not unknown:
             continue
@@ -110,9 +111,9 @@ def _solve_graph(ranks, reference, fits, models, bounds, span):
                 rank=r, method="+".join(kinds), offset_ns=int(round(o0)),
                 drift_ppm=(o1 - o0) / (t1 - t0) * 1e6 if t1 > t0 else 0.0, anchor_ns=int(t0),
                 error_bound_ns=math.ceil(max(b0, b1)) if root == reference else None,
-                samples=int(sum(f.samples for f in used)), peers=peers)
+                samples=int(sum(f.samples for f in used)), peers=peers, note=note)
             out_bounds[r] = (b0, b1)
-    return out, out_bounds, notes
+    return out, out_bounds
 
 
 def _bound_at(bounds, rank, t, t0):
