@@ -9,6 +9,8 @@ from tracemerge.align import METHODS
 from tracemerge.combine import combine as combine_session
 from tracemerge.engine import make_engine
 from tracemerge.errors import EXIT_INPUT, TracemergeError
+from tracemerge.select import Selection, parse_ranks, parse_window, size_warning
+from tracemerge.serve import DEFAULT_PORT, serve
 from tracemerge.session import Session
 
 
@@ -44,6 +46,30 @@ rank_from_option = click.option(
     "--rank-from", type=click.Choice(["auto", "order"]), default="auto", show_default=True,
     help="auto: the rank file's metadata, Kineto distributedInfo.rank, then the file name; "
          "order: number the files 0, 1, … in the order given.")
+
+
+def _parsed(parse):
+    def callback(ctx, param, value):
+        try:
+            return None if value is None else parse(value)
+        except TracemergeError as e:
+            raise click.BadParameter(str(e)) from None
+    return callback
+
+
+def selection_options(fn):
+    fn = click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
+                      help="Leave out events of this category (e.g. python_function). Repeatable.")(fn)
+    fn = click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
+                      help="Leave out complete events shorter than US microseconds.")(fn)
+    fn = click.option("--window", callback=_parsed(parse_window), default=None, metavar="START:END",
+                      help="Keep events overlapping START..END ms after the first aligned event "
+                           "(either side may be empty).")(fn)
+    fn = click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
+                      help="Keep only these ranks, e.g. 0-3,7.")(fn)
+    fn = click.option("--format", "fmt", type=click.Choice(["json", "perfetto"]), default=None,
+                      help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")(fn)
+    return fn
 
 
 def engine_options(fn):
@@ -82,27 +108,34 @@ def main():
 @main.command()
 @files_argument
 @click.option("-o", "--output", required=True, metavar="PATH",
-              help="Merged trace: .json, .json.gz (gzip), or - for stdout.")
+              help="Merged trace: .json, .json.gz (gzip), .pftrace (Perfetto protobuf), or - for stdout.")
 @align_options
 @rank_from_option
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
+@selection_options
 @engine_options
-def combine(files, output, method, reference, offsets, rank_from, force, engine, jobs, scheduler):
-    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz) into one Chrome trace.
+def combine(files, output, method, reference, offsets, rank_from, force, fmt, ranks, window, min_duration,
+            drop_categories, engine, jobs, scheduler):
+    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
-    flow and correlation ids made unique per rank. Every input event is kept exactly once.
+    flow and correlation ids made unique per rank. Every input event is kept exactly once
+    unless --ranks/--window/--min-duration/--drop-category leave it out (counted in the
+    summary); RPC spans get flow arrows caller -> callee -> caller.
 
     \b
     Examples:
       tracemerge combine rank*.json.gz -o trace.json
       tracemerge combine w0.json w1.json --rank-from order --align start -o - | gzip > t.json.gz
+      tracemerge combine rank*.json.gz -o trace.pftrace --window 100:350 --drop-category python_function
     """
     runner = make_engine(engine, jobs, scheduler)
     try:
         session = Session.open(files, rank_from, engine=runner)
         alignment = session.align(method, reference, offsets)
-        summary = combine_session(session, alignment, output, force)
+        selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
+                              drop_categories=frozenset(drop_categories))
+        summary = combine_session(session, alignment, output, force, fmt, selection)
     finally:
         runner.close()
     ev = summary["events"]
@@ -112,6 +145,26 @@ def combine(files, output, method, reference, offsets, rank_from, force, engine,
     for info in session.infos:
         for w in info.warnings:
             click.echo(f"tracemerge: warning: {info.path}: {w}", err=True)
+    for w in size_warning(output, summary):
+        click.echo(f"tracemerge: warning: {w}", err=True)
+
+
+@main.command("open")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="Port on 127.0.0.1 (the Perfetto UI only fetches from 9001; 0 picks a free one).")
+@click.option("--browser", is_flag=True, help="Open the link in the default web browser.")
+def open_trace(trace, port, browser):
+    """Serve TRACE once to ui.perfetto.dev and print the link that opens it.
+
+    Exits after the UI fetched the file, or on Ctrl-C.
+    """
+    def ready(link):
+        click.echo(link)
+        sys.stdout.flush()
+
+    fetched = serve(trace, port, browser, on_ready=ready, log=lambda line: click.echo(f"tracemerge: {line}", err=True))
+    click.echo(f"tracemerge: {'sent' if fetched else 'stopped before sending'} {trace}", err=True)
 
 
 @main.command()

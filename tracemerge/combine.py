@@ -1,17 +1,27 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
+import functools
+
 import tracemerge
+from tracemerge import select
 from tracemerge.engine import LocalEngine, write_sharded
+from tracemerge.flows import RpcFlows
 from tracemerge.output import check_output
-from tracemerge.transform import Placement, rank_label, transform
+from tracemerge.perfetto import output_format, rank_packets
+from tracemerge.transform import Placement, aligned_ns, rank_label, transform
 
 SECOND_NS = 1_000_000_000
+
+
+def aligned_start(session, alignment):
+    """The first event of the job on the reference clock."""
+    return min(alignment.clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
 
 
 def placements(session, alignment):
     """{rank: Placement}: pid blocks ordered by rank, ts 0 at the whole second before the first event."""
     stride = 1000 * (1 + max(len(i.pids) for i in session.infos) // 1000)
-    first = min(alignment.clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
+    first = aligned_start(session, alignment)
     out_base = first - first % SECOND_NS
     return {
         info.rank: Placement(rank=info.rank, label=rank_label(info.rank, info.worker_name, info.hostname),
@@ -20,27 +30,58 @@ def placements(session, alignment):
     }
 
 
-def combine(session, alignment, output, force=False):
-    """Write the merged Chrome trace to ``output`` ("-" for stdout); returns its summary."""
+def combine(session, alignment, output, force=False, fmt=None, selection=None):
+    """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
+
+    ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``
+    (:class:`~tracemerge.select.Selection`) keeps some ranks, a window, longer events.
+    """
     check_output(output, session.paths, force)
+    fmt = output_format(output, fmt)
+    selection = selection or select.Selection()
+    select.check_ranks(selection, session.ranks)
     places = placements(session, alignment)
     counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
+    kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
+    for info in session.infos:
+        if info not in kept:
+            counts["in"] += info.events
+            counts["filtered"] += info.events
+            counts["filtered:ranks"] = counts.get("filtered:ranks", 0) + info.events
+    start = aligned_start(session, alignment) - next(iter(places.values())).out_base_ns
+    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start),
+                                rpc=RpcFlows.plan(session.infos, {i.rank for i in kept}))
 
     def summary():
-        return build_summary(session, alignment, places, counts)
+        return {**build_summary(session, alignment, places, counts), "format": fmt,
+                "selection": select.describe(selection)}
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine into its own shard
-    jobs = [(session.source(i.rank), places[i.rank]) for i in session.infos]
-    write_sharded(session.engine or LocalEngine(1), rank_events, "chrome", jobs, output, header, summary, counts)
+    jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
+    write_sharded(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
+                  jobs, output, header, summary, counts)
     return summary()
 
 
-def rank_events(trace, place):
-    """(events, counts) of one rank in the merged trace; runs in the engine's workers."""
+def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None):
+    """(events or protobuf bytes, counts) of one rank; runs in the engine's workers."""
+    n_in = len(trace)
+    trace, counts = select.apply(trace, place, selection, window)
+    found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
+    counts.update(flow_counts, **{"in": n_in})
+    if fmt == "perfetto":
+        data, proto = rank_packets(trace, place, rpc.proto_flows(found) if rpc else None)
+        return data, {**counts, **proto}
     events, added = transform(trace, place)
-    return events, {"in": len(trace), "added": added, "out": len(events)}
+    if found:
+        start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
+        flow_events = rpc.json_events(found, trace, place, start, dur)
+        events += flow_events
+        added += len(flow_events)
+        counts["rpc_flow_events"] = len(flow_events)
+    return events, {**counts, "added": added, "out": len(events)}
 
 
 def build_summary(session, alignment, places, counts):
@@ -56,5 +97,23 @@ def build_summary(session, alignment, places, counts):
         "reference": alignment.reference,
         "align": alignment.method,
         "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
-        "events": dict(counts),
+        "events": {**{k: v for k, v in counts.items() if ":" not in k and not k.startswith(DETAIL)},
+                   **reasons(counts)},
+        **{group: detail for group, prefix in DETAIL_GROUPS.items()
+           if (detail := {k[len(prefix):]: v for k, v in counts.items() if k.startswith(prefix)})},
     }
+
+
+# per-rank counts beyond in/out/added/filtered/dropped, reported in their own summary groups
+DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_"}
+DETAIL = tuple(DETAIL_GROUPS.values())
+
+
+def reasons(counts):
+    """{"filtered_by": {reason: n}, "dropped_by": {reason: n}} from "filtered:<reason>" keys."""
+    out = {"filtered_by": {}, "dropped_by": {}}
+    for key, n in counts.items():
+        group, sep, reason = key.partition(":")
+        if sep:
+            out[f"{group}_by"][reason] = n
+    return out

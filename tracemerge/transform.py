@@ -63,17 +63,26 @@ def _namespace_args(rank, args):
     return out
 
 
-def aligned_times(trace, clock, out_base_ns):
-    """(ts µs floats or None, dur µs floats or None) lists on the reference clock."""
+def aligned_ns(trace, clock, out_base_ns):
+    """(ts, dur) int64 ns arrays on the reference clock, ts relative to ``out_base_ns``;
+    0 where an event has no ts, NO_DUR where it has no dur."""
     timed = trace.ts != NO_TS
     start = np.where(timed, clock.to_reference(np.where(timed, trace.ts, 0)), 0)
     has_dur = timed & (trace.dur != NO_DUR)
-    if clock.drift_ppm:
+    if clock.drift_ppm or clock.corrections:  # both stretch time, so durations change too
         end = clock.to_reference(np.where(has_dur, trace.ts + trace.dur, 0))
         dur = np.where(has_dur, end - start, NO_DUR)
     else:
-        dur = trace.dur
-    ts_us = ((start - out_base_ns) / 1000.0).tolist()
+        dur = np.where(has_dur, trace.dur, NO_DUR)
+    return np.where(timed, start - out_base_ns, 0), dur
+
+
+def aligned_times(trace, clock, out_base_ns):
+    """(ts µs floats or None, dur µs floats or None) lists on the reference clock."""
+    timed = trace.ts != NO_TS
+    has_dur = timed & (trace.dur != NO_DUR)
+    start, dur = aligned_ns(trace, clock, out_base_ns)
+    ts_us = (start / 1000.0).tolist()
     dur_us = (dur / 1000.0).tolist()
     if not timed.all():
         ts_us = [t if ok else None for t, ok in zip(ts_us, timed.tolist())]

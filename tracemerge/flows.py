@@ -1,0 +1,115 @@
+"""RPC flow arrows: caller span -> callee span -> back to the caller.
+
+The arrows come from :func:`~tracemerge.correlate.match_rpcs` (which calls have both sides
+in the inputs) and the spans that carry ``args.rpc_id`` / ``args.role`` in the events. A
+span only counts on the rank its record names (caller spans on ``call.caller``, callee
+spans on ``call.callee``), so an arrow never joins two ranks by accident. Each call gets
+two flow ids, one per direction, from its position in the match, so every rank's shard is
+written without the other side's events.
+
+JSON gets v1 flow events (``s`` then ``f`` with ``bp: "e"``, both binding to the slice that
+encloses them); protobuf gets ``flow_ids`` / ``terminating_flow_ids`` on the slices.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracemerge.correlate import match_rpcs
+from tracemerge.model import NO_DUR, NO_TS
+
+FLOW_CAT = "rpc"
+# RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
+# (``(rank + 1) << 32 | id``) and below 2**53, where JSON readers lose integer precision.
+FLOW_ID_BASE = 1 << 52
+
+
+@dataclass
+class RpcFlows:
+    """The flow plan of one combine: which calls get arrows, and their ids.
+
+    Small and picklable: each rank's worker finds its own spans and writes its own half
+    of every arrow (the caller's ``s``/``f`` around its span, the callee's ``f``/``s``), so
+    no rank waits for another; the halves meet in the output by flow id.
+    """
+
+    calls: dict        # {rpc_id: (index, caller rank, callee rank)}
+
+    @classmethod
+    def plan(cls, infos, ranks):
+        """Calls with both records whose two ranks are both in the output."""
+        match = match_rpcs(infos)
+        return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
+                    if c.send_ns is not None and c.start_ns is not None
+                    and c.caller in ranks and c.callee in ranks})
+
+    def ids(self, rpc_id):
+        """(request flow id, response flow id) of a call."""
+        n = self.calls[rpc_id][0]
+        return FLOW_ID_BASE + 2 * n, FLOW_ID_BASE + 2 * n + 1
+
+    def find(self, trace, rank):
+        """({event index: (rpc_id, role)} of the rank's RPC spans, counts).
+
+        A span counts only on the rank its role names, and only once per (rpc_id, role).
+        """
+        found, seen, duplicates = {}, set(), 0
+        if self.calls:
+            spans = np.flatnonzero((trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR))
+            for i in spans.tolist():
+                a = trace.args[i]
+                if not isinstance(a, dict) or "rpc_id" not in a:
+                    continue
+                rpc_id, role = a["rpc_id"], a.get("role")
+                call = self.calls.get(rpc_id)
+                if call is None or role not in ROLES or rank != call[ROLES[role]]:
+                    continue
+                if (rpc_id, role) in seen:
+                    duplicates += 1
+                    continue
+                seen.add((rpc_id, role))
+                found[i] = (rpc_id, role)
+        roles = [r for _, r in found.values()]
+        return found, {"rpc_caller_spans": roles.count("caller"), "rpc_callee_spans": roles.count("callee"),
+                       "rpc_duplicate_spans": duplicates}
+
+    def proto_flows(self, found):
+        """{event index: (begin flow_ids, begin terminating, end flow_ids, end terminating)}."""
+        out = {}
+        for i, (rpc_id, role) in found.items():
+            req, resp = self.ids(rpc_id)
+            out[i] = ((req,), (), (), (resp,)) if role == "caller" else ((), (req,), (resp,), ())
+        return out
+
+    def json_events(self, found, trace, place, start, dur):
+        """This rank's v1 flow events: 2 per span, just inside its start and its end.
+
+        ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
+        """
+        events = []
+        for i, (rpc_id, role) in found.items():
+            req, resp = self.ids(rpc_id)
+            s, e = int(start[i]), int(start[i] + dur[i])
+            pid, tid = place.pid_base + int(trace.pid[i]), trace.tids[trace.tid[i]]
+            first, last = ("s", "f") if role == "caller" else ("f", "s")
+            events.append(_flow(first, req, rpc_id, pid, tid, _inside(s, e, at_end=False)))
+            events.append(_flow(last, resp, rpc_id, pid, tid, _inside(s, e, at_end=True)))
+        return events
+
+
+ROLES = {"caller": 1, "callee": 2}  # role -> position of its rank in a planned call
+
+
+def _inside(start, end, at_end):
+    """A point just inside a span (up to 1 µs, at most a quarter of it in), so the flow
+    binds to this span and not to its neighbour, even after µs float rounding."""
+    margin = min(1000, (end - start) // 4)
+    return end - margin if at_end else start + margin
+
+
+def _flow(ph, flow_id, rpc_id, pid, tid, ts_ns):
+    e = {"ph": ph, "cat": FLOW_CAT, "name": "rpc", "id": flow_id, "pid": pid, "tid": tid,
+         "ts": ts_ns / 1000.0, "args": {"rpc_id": rpc_id}}
+    if ph == "f":
+        e["bp"] = "e"
+    return e

@@ -1,0 +1,157 @@
+"""Size controls: which ranks, which time window, which events make it into the output.
+
+A :class:`Selection` turns into a boolean mask over one rank's events before the
+transform, so ``transform()`` stays pure and every event left out is counted under the
+first reason that excluded it (``ranks``, ``category``, ``min_duration``, ``window``).
+Metadata (``M``) and untimed events are always kept: they name processes and threads.
+"""
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from tracemerge.errors import TracemergeError
+from tracemerge.model import NO_DUR
+from tracemerge.transform import aligned_ns
+
+REASONS = ("ranks", "category", "min_duration", "window")
+
+# Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
+JSON_WARN_BYTES = 400 << 20
+JSON_BYTES_PER_EVENT = 300    # Kineto events are ~257 B, ~437 B with record_shapes
+
+
+@dataclass
+class Selection:
+    ranks: Optional[frozenset] = None            # None: every rank
+    window_ms: Optional[tuple] = None            # (start, end) ms from the aligned start; None = open
+    min_duration_us: Optional[float] = None      # complete events shorter than this are dropped
+    drop_categories: frozenset = field(default_factory=frozenset)
+
+    @property
+    def active(self):
+        return bool(self.ranks is not None or self.window_ms or self.min_duration_us or self.drop_categories)
+
+    def keeps_rank(self, rank):
+        return self.ranks is None or rank in self.ranks
+
+    def window_ns(self, start_ns):
+        """(lo, hi) ns bounds of the window on the clock ``start_ns`` is on (None: unbounded)."""
+        if not self.window_ms:
+            return None, None
+        lo, hi = self.window_ms
+        return (None if lo is None else start_ns + round(lo * 1e6),
+                None if hi is None else start_ns + round(hi * 1e6))
+
+
+def parse_ranks(text):
+    """``0-3,7`` -> frozenset({0, 1, 2, 3, 7})."""
+    ranks = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise TracemergeError(f"--ranks {text!r}: {part!r} is not a rank or a range like 0-3") from None
+        if first < 0 or last < first:
+            raise TracemergeError(f"--ranks {text!r}: {part!r} is not a rank or a range like 0-3")
+        ranks.update(range(first, last + 1))
+    return frozenset(ranks)
+
+
+def parse_window(text):
+    """``START:END`` in ms (either side may be empty) -> (start or None, end or None)."""
+    lo, sep, hi = text.partition(":")
+    try:
+        bounds = tuple(float(v) if v.strip() else None for v in (lo, hi))
+    except ValueError:
+        bounds = None
+    if not sep or bounds is None or bounds == (None, None) or (None not in bounds and bounds[1] <= bounds[0]):
+        raise TracemergeError(f"--window {text!r}: expected START:END in ms with START < END (e.g. 100:250)")
+    return bounds
+
+
+def check_ranks(selection, ranks):
+    """Refuse a --ranks that matches no input: an empty trace is never what was meant."""
+    if selection.ranks is not None and not selection.ranks & set(ranks):
+        raise TracemergeError(f"--ranks: no input has any of the ranks {sorted(selection.ranks)} "
+                              f"(ranks: {sorted(ranks)})")
+
+
+def event_mask(trace, place, selection, window):
+    """(keep mask, {reason: dropped count}) of one rank; ``window`` is (lo, hi) output ns."""
+    keep = np.ones(len(trace), dtype=bool)
+    dropped = {}
+    always = (trace.ph == ord("M")) | ~trace.timed
+
+    def drop(reason, mask):
+        mask = mask & keep & ~always
+        n = int(mask.sum())
+        if n:
+            dropped[reason] = n
+            keep[mask] = False
+
+    if selection.drop_categories:
+        codes = [c for c, name in enumerate(trace.names)
+                 if isinstance(name, str) and selection.drop_categories & {p.strip() for p in name.split(",")}]
+        drop("category", np.isin(trace.cat, codes))
+    if selection.min_duration_us:
+        short = (trace.ph == ord("X")) & (trace.dur != NO_DUR) & (trace.dur < selection.min_duration_us * 1000)
+        drop("min_duration", short)
+    lo, hi = window
+    if lo is not None or hi is not None:
+        start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
+        end = start + np.maximum(dur, 0)
+        outside = np.zeros(len(trace), dtype=bool)
+        if lo is not None:
+            outside |= end < lo
+        if hi is not None:
+            outside |= start > hi
+        drop("window", outside)
+    return keep, dropped
+
+
+def subset(trace, keep):
+    """The trace restricted to ``keep``; string and pid/tid tables are shared, so codes hold."""
+    if keep.all():
+        return trace
+    idx = np.flatnonzero(keep)
+    args, extra = trace.args, trace.extra
+    return dataclasses.replace(
+        trace, ph=trace.ph[idx], name=trace.name[idx], cat=trace.cat[idx], pid=trace.pid[idx],
+        tid=trace.tid[idx], ts=trace.ts[idx], dur=trace.dur[idx],
+        args=[args[i] for i in idx.tolist()], extra=[extra[i] for i in idx.tolist()])
+
+
+def apply(trace, place, selection, window):
+    """(selected trace, {"filtered": n, "filtered:<reason>": n}) of one rank."""
+    if selection is None or not (selection.drop_categories or selection.min_duration_us or selection.window_ms):
+        return trace, {}
+    keep, dropped = event_mask(trace, place, selection, window)
+    counts = {f"filtered:{reason}": n for reason, n in dropped.items()}
+    counts["filtered"] = sum(dropped.values())
+    return subset(trace, keep), counts
+
+
+def size_warning(output, summary):
+    """Warnings for a JSON output the Perfetto UI may fail to load (it holds about 2 GB)."""
+    if summary.get("format") == "perfetto":
+        return []
+    if output != "-" and not output.endswith(".gz"):
+        size = os.path.getsize(output)
+    else:  # compressed or piped: estimate from the event count
+        size = summary["events"]["out"] * JSON_BYTES_PER_EVENT
+    if size <= JSON_WARN_BYTES:
+        return []
+    return [f"the JSON trace is about {size / 2**20:.0f} MB; the Perfetto UI may run out of memory loading "
+            "it: write a .pftrace (-o trace.pftrace) or narrow it with --window/--ranks/--min-duration"]
+
+
+def describe(selection):
+    """The selection as plain JSON data for the summary."""
+    return {"ranks": sorted(selection.ranks) if selection.ranks is not None else None,
+            "window_ms": list(selection.window_ms) if selection.window_ms else None,
+            "min_duration_us": selection.min_duration_us, "drop_categories": sorted(selection.drop_categories)}
