@@ -11,6 +11,7 @@ from typing import Optional
 
 import numpy as np
 
+from tracemerge.checks import clock_jumps, job_facts
 from tracemerge.errors import RankConflict
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
@@ -40,6 +41,7 @@ class RankInfo:
     warnings: list = field(default_factory=list)
     truncated: bool = False
     has_block: bool = False         # the file carries a 'tracemerge' block
+    job: dict = field(default_factory=dict)  # job_id / world_size / backend the file states (checks.job_facts)
 
 
 def rank_from_name(path):
@@ -89,8 +91,8 @@ def describe(trace):
         job_id=block.get("job_id"), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
         rpcs=list(block.get("rpcs") or []), collectives=list(block.get("collectives") or []),
-        warnings=list(trace.warnings), truncated=trace.truncated,
-        has_block=trace.tracemerge is not None)
+        warnings=list(trace.warnings) + clock_jumps(trace, PROFILER_SPAN), truncated=trace.truncated,
+        has_block=trace.tracemerge is not None, job=job_facts(trace))
 
 
 def assign_ranks(infos, rank_from="auto"):

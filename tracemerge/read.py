@@ -27,6 +27,15 @@ END_SLACK = 64
 
 
 def read_bytes(path):
+    """The complete decompressed bytes of ``path``; a cut gzip stream is an error here
+    (:func:`read_trace` salvages it)."""
+    data, cut = read_data(path)
+    if cut:
+        raise TraceError(path, "truncated gzip (the compressed stream ends early)")
+    return data
+
+
+def read_data(path):
     """(decompressed bytes, cut) of ``path``; ``cut`` when a gzip stream ends early.
 
     gzip is recognised by its magic, not its name; a truncated stream yields what it
@@ -95,7 +104,7 @@ def _salvaged(path, body, data, cut):
     try:
         kept = salvage(body)
     except Unsalvageable as e:
-        raise TraceError(path, f"truncated ({how}) and nothing could be recovered: {e}") from None
+        raise TraceError(path, f"not valid JSON: truncated ({how}); nothing to recover: {e}") from None
     try:
         doc = orjson.loads(kept.text)
     except orjson.JSONDecodeError as e:
@@ -125,7 +134,7 @@ def split_document(path, doc):
 def read_trace(path):
     """Read one trace file into a :class:`RankTrace`."""
     path = os.fspath(path)
-    data, cut = read_bytes(path)
+    data, cut = read_data(path)
     doc, warning = parse_json(path, data, cut)
     events, meta, block = split_document(path, doc)
     trace = build(path, events, meta, block, truncated=warning is not None and warning.startswith("truncated"))

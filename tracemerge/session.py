@@ -10,7 +10,9 @@ import os
 from dataclasses import dataclass
 
 from tracemerge.align import align
+from tracemerge.checks import check_job, rpc_peers
 from tracemerge.engine import scan
+from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.rankinfo import assign_ranks, describe
 from tracemerge.read import read_trace
 
@@ -25,27 +27,40 @@ class Alignment:
 
 
 class Session:
-    def __init__(self, infos, traces, engine=None):
+    def __init__(self, infos, traces, engine=None, inputs=None, skipped=(), warnings=()):
         self.infos = sorted(infos, key=lambda i: i.rank)
         self._traces = traces  # {rank: RankTrace} kept in memory
         self.engine = engine   # runs per-rank work (tracemerge.engine); None: inline
+        self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
+        self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
+        self.warnings = list(warnings)  # job-wide warnings (tracemerge.checks)
 
     @classmethod
-    def open(cls, paths, rank_from="auto", engine=None):
-        """With an ``engine``, files are described by its workers and events are never kept."""
+    def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False):
+        """With an ``engine``, files are described by its workers and events are never kept.
+
+        ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
+        of failing; ``strict`` refuses files of different jobs instead of warning.
+        """
         paths = [os.fspath(p) for p in paths]
         if engine is not None:
-            infos = engine.map(scan, paths)
-            assign_ranks(infos, rank_from)
-            return cls(infos, {}, engine)
-        keep = sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
-        infos, traces = [], []
-        for path in paths:
-            trace = read_trace(path)
-            infos.append(describe(trace))
-            traces.append(trace if keep else None)
+            found = engine.map(_attempt, [scan] * len(paths), paths, [skip_bad] * len(paths))
+            kept = {}
+        else:
+            keep = sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
+            found, kept = [], {}
+            for path in paths:
+                trace, problem = _attempt(read_trace, path, skip_bad)
+                found.append((None if trace is None else describe(trace), problem))
+                if keep and trace is not None:
+                    kept[path] = trace
+        infos = [info for info, _ in found if info is not None]
+        skipped = [(path, problem) for path, (_, problem) in zip(paths, found) if problem is not None]
+        if not infos:
+            raise TracemergeError(f"no readable input: all {len(paths)} files were skipped as bad")
         assign_ranks(infos, rank_from)
-        return cls(infos, {i.rank: t for i, t in zip(infos, traces) if t is not None})
+        warnings = check_job(infos, strict) + rpc_peers(infos)
+        return cls(infos, {i.rank: kept[i.path] for i in infos if i.path in kept}, engine, paths, skipped, warnings)
 
     @property
     def ranks(self):
@@ -71,6 +86,16 @@ class Session:
     def align(self, method="wall", reference=None, offsets=None):
         reference, clocks = align(self.infos, method, reference, offsets)
         return Alignment(method=method, reference=reference, clocks=clocks)
+
+
+def _attempt(read, path, skip_bad):
+    """(read(path), None); with ``skip_bad``, (None, problem) when the file is bad."""
+    try:
+        return read(path), None
+    except TraceError as e:
+        if not skip_bad:
+            raise
+        return None, e.problem if e.index is None else f"event {e.index}: {e.problem}"
 
 
 def _size(path):

@@ -1,0 +1,144 @@
+"""Sanity checks over what was read, as warnings (or, with ``strict``, refusals).
+
+- :func:`clock_jumps`: one rank's trace whose clock stepped while it was recorded.
+- :func:`job_facts` / :func:`check_job`: files of different jobs mixed together.
+- :func:`rpc_peers`: RPC records naming a rank that has no input file.
+
+Checks never change data; they say what looks wrong so a merged timeline is not trusted
+blindly.
+"""
+
+import numpy as np
+
+from tracemerge.correlate import match_rpcs
+from tracemerge.errors import RankConflict
+
+# A clock jump must be larger than this to be reported: smaller steps are within what
+# NTP slews and what a writer's own ordering can look like.
+JUMP_TOLERANCE_NS = 1_000_000_000
+# A silence between event starts is a jump only when it is this long and this many times
+# longer than all the trace's other time together.
+GAP_MIN_NS = 10_000_000_000
+GAP_FACTOR = 10
+
+
+def _seconds(ns):
+    return f"{ns / 1e9:.3f} s"
+
+
+def _window(trace, span_name):
+    """(start, stop) ns of the profiling window the file declares, or None."""
+    block = trace.tracemerge or {}
+    start, stop = block.get("profile_start_ns"), block.get("profile_stop_ns")
+    if isinstance(start, int) and isinstance(stop, int) and start <= stop:
+        return start, stop
+    code = trace.code_of(span_name)
+    if code is not None:
+        hits = np.flatnonzero((trace.name == code) & trace.timed & (trace.dur >= 0))
+        if len(hits):
+            i = int(hits[0])
+            return int(trace.ts[i]), int(trace.ts[i] + trace.dur[i])
+    return None
+
+
+def clock_jumps(trace, span_name):
+    """Warnings about clock steps inside one trace, each naming an event index.
+
+    Three signs, all vectorised: events stamped far outside the profiling window the file
+    declares (its rank-file window, else the span named ``span_name``); an event that ends before the event written before it on the same thread
+    began (time went backwards); and a long silence between two clusters of events
+    (time leapt forward).
+    """
+    idx = np.flatnonzero(trace.timed & (trace.ph != ord("M")))
+    if len(idx) < 2:
+        return []
+    ts = trace.ts[idx]
+    end = ts + np.maximum(trace.dur[idx], 0)
+    out = []
+
+    window = _window(trace, span_name)
+    if window is not None:
+        before = window[0] - JUMP_TOLERANCE_NS - ts
+        after = ts - window[1] - JUMP_TOLERANCE_NS
+        outside = np.flatnonzero((before > 0) | (after > 0))
+        if len(outside):
+            worst = int(np.maximum(before, after)[outside].max()) + JUMP_TOLERANCE_NS
+            out.append(f"possible clock jump: {len(outside)} events start outside the profiling window "
+                       f"by up to {_seconds(worst)} (first: event {int(idx[outside[0]])})")
+
+    order = np.lexsort((idx, trace.tid[idx], trace.pid[idx]))  # per thread, in file order
+    same_thread = (trace.pid[idx][order][1:] == trace.pid[idx][order][:-1]) & \
+                  (trace.tid[idx][order][1:] == trace.tid[idx][order][:-1])
+    step = ts[order][:-1] - end[order][1:]
+    back = np.flatnonzero(same_thread & (step > JUMP_TOLERANCE_NS))
+    if len(back):
+        i = int(back[np.argmax(step[back])])
+        out.append(f"possible clock jump: time goes backwards on a thread {len(back)} times, by up to "
+                   f"{_seconds(int(step[i]))} (event {int(idx[order[i + 1]])} ends before event "
+                   f"{int(idx[order[i]])}, written before it on the same thread, begins)")
+
+    by_time = np.argsort(ts, kind="stable")
+    gaps = np.diff(ts[by_time])
+    g = int(np.argmax(gaps))
+    gap = int(gaps[g])
+    rest = int(max(end.max(), ts.max()) - ts.min()) - gap
+    if gap > GAP_MIN_NS and gap > GAP_FACTOR * max(rest, 0):
+        out.append(f"possible clock jump: no event starts for {_seconds(gap)} between event "
+                   f"{int(idx[by_time[g]])} and event {int(idx[by_time[g + 1]])}, while all the rest of the "
+                   f"trace spans {_seconds(max(rest, 0))}")
+    return out
+
+
+JOB_KEYS = ("job_id", "world_size", "backend")
+
+
+def job_facts(trace):
+    """What a file says about its job: {job_id, world_size, backend}, None where silent."""
+    block = trace.tracemerge or {}
+    dist = trace.meta.get("distributedInfo")
+    dist = dist if isinstance(dist, dict) else {}
+    return {"job_id": block.get("job_id"),
+            "world_size": block.get("world_size", dist.get("world_size")),
+            "backend": dist.get("backend")}
+
+
+def check_job(infos, strict=False):
+    """Warnings when the files look like they come from different jobs, or ranks are missing.
+
+    Disagreeing job_id, world_size or backend (``RankInfo.job``) is refused with
+    ``strict`` (:class:`RankConflict`).
+    """
+    conflicts = []
+    for key in JOB_KEYS:
+        seen = {}
+        for info in infos:
+            if info.job.get(key) is not None:
+                seen.setdefault(info.job[key], []).append(info.path)
+        if len(seen) > 1:
+            parts = "; ".join(f"{value!r} in {', '.join(paths)}" for value, paths in seen.items())
+            conflicts.append(f"the files come from different jobs: {key} differs ({parts})")
+    if conflicts and strict:
+        raise RankConflict(conflicts[0] + " (refused by --strict)")
+    sizes = {i.job.get("world_size") for i in infos if isinstance(i.job.get("world_size"), int)}
+    if len(sizes) == 1:
+        size = sizes.pop()
+        have = {info.rank for info in infos}
+        absent = sorted(set(range(size)) - have)
+        if absent:
+            conflicts.append(f"world_size is {size} but ranks {_ranks(absent)} have no input file")
+        beyond = sorted(r for r in have if r >= size)
+        if beyond:
+            conflicts.append(f"ranks {_ranks(beyond)} are not below world_size {size}")
+    return conflicts
+
+
+def _ranks(ranks):
+    return ", ".join(map(str, ranks[:20])) + (f" … ({len(ranks)} in all)" if len(ranks) > 20 else "")
+
+
+def rpc_peers(infos):
+    """Warnings for RPC records whose peer rank has no input file, with counts per rank."""
+    missing = match_rpcs(infos).missing_peer
+    return [f"{n} RPC records name rank {rank} as their peer, but no input file has rank {rank}"
+            for rank, n in sorted(missing.items())]
+
