@@ -9,6 +9,9 @@ from tracemerge.align import METHODS
 from tracemerge.combine import combine as combine_session
 from tracemerge.engine import make_engine
 from tracemerge.errors import EXIT_INPUT, TracemergeError
+from tracemerge.html import render_html
+from tracemerge import report as reports
+from tracemerge.report import write_combine_report
 from tracemerge.select import Selection, parse_ranks, parse_window, size_warning
 from tracemerge.serve import DEFAULT_PORT, serve
 from tracemerge.session import Session
@@ -114,8 +117,11 @@ def main():
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
 @selection_options
 @engine_options
+@click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
+              help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
+                   "output as <output>.report.txt; .json/.csv/.md pick the format.")
 def combine(files, output, method, reference, offsets, rank_from, force, fmt, ranks, window, min_duration,
-            drop_categories, engine, jobs, scheduler):
+            drop_categories, engine, jobs, scheduler, report_path):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -136,12 +142,15 @@ def combine(files, output, method, reference, offsets, rank_from, force, fmt, ra
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))
         summary = combine_session(session, alignment, output, force, fmt, selection)
+        if report_path is not None:
+            report_path = write_combine_report(session, alignment, output, report_path, files)
     finally:
         runner.close()
     ev = summary["events"]
     click.echo(f"tracemerge: {len(session.infos)} ranks, {ev['in']} events in, {ev['out']} out "
                f"({ev['added']} added, {ev['filtered']} filtered, {ev['dropped']} dropped), "
-               f"aligned by {alignment.method} to rank {alignment.reference} -> {output}", err=True)
+               f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
+               + (f", report -> {report_path}" if report_path is not None else ""), err=True)
     for info in session.infos:
         for w in info.warnings:
             click.echo(f"tracemerge: warning: {info.path}: {w}", err=True)
@@ -188,3 +197,38 @@ def info(files, rank_from):
         for w in i.warnings:
             click.echo(f"  warning: {w}")
     sys.stdout.flush()
+
+
+@main.command()
+@files_argument
+@click.option("--group-by", type=click.Choice(reports.GROUP_BY), default="name", show_default=True,
+              help="name: one row per op name over all ranks (Node ID -1 when several); name,rank: one row per rank.")
+@click.option("--sort-by", type=click.Choice(reports.SORT_KEYS), default="cpu_time_total", show_default=True,
+              help="Key-averages order: times and counts descending, key ascending.")
+@click.option("--row-limit", type=int, default=100, show_default=True, help="Key-average rows shown; 0 for all.")
+@click.option("--format", "fmt", type=click.Choice(reports.FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", default="-", metavar="PATH", help="Write the report here (default: stdout).")
+@click.option("--remote-ops", is_flag=True,
+              help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
+@click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page with plots.")
+@align_options
+@rank_from_option
+def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, method, reference, offsets,
+           rank_from):
+    """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives.
+
+    FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`.
+
+    \b
+    Examples:
+      tracemerge report rank*.json.gz --group-by name,rank --sort-by self_cpu_time_total
+      tracemerge report rank*.json.gz --format json -o report.json --html report.html
+    """
+    rep = reports.build_report(list(files), lambda paths: Session.open(paths, rank_from),
+                               (method, reference, offsets), group_by, remote_ops)
+    reports.write_text(output, reports.render(rep, fmt, sort_by, row_limit), files)
+    if html_path:
+        reports.write_text(html_path, render_html(rep, sort_by, row_limit), files)
+    for note in rep.notes:
+        if "thread-limited" in note:
+            click.echo(f"tracemerge: hint: {note}", err=True)

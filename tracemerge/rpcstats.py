@@ -1,0 +1,155 @@
+"""RPC latency breakdown and callee thread-pool saturation, from matched RPC records.
+
+Per RPC key (kind, function, caller -> callee), from each call's NTP quadruple
+(t1 send, t2 start, t3 end, t4 complete): end-to-end latency t4 - t1 (caller clock only),
+callee execution t3 - t2 (callee clock only), the overhead δ = (t4 - t1) - (t3 - t2)
+(transport plus framework, both directions) and queueing on the callee. Queueing needs
+the two clocks together: t1 and t2 are put on the reference clock with the alignment's
+models, and the smallest t2 - t1 seen between the two ranks is taken as the delivery time
+of a call that did not wait, so queueing = (t2 - t1) - that minimum. Subtracting the
+minimum also cancels any constant offset the alignment left, so queueing is accurate to
+the drift and the jitter of delivery, not to the offset error.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PERCENTILES = (50, 95, 99)
+# A callee is called thread-limited when its observed server threads were all busy for at
+# least this share of the time calls were in flight, and calls waited at least this
+# fraction of their execution time before starting.
+SATURATED_SHARE = 0.5
+QUEUE_TO_EXEC = 0.25
+
+
+def summary_us(values_ns):
+    """{mean, p50, p95, p99, max} in µs of ns values (empty dict for none)."""
+    if not len(values_ns):
+        return {}
+    v = np.asarray(values_ns, dtype=np.float64) / 1000.0
+    out = {"mean": float(v.mean())}
+    out.update({f"p{p}": float(np.percentile(v, p)) for p in PERCENTILES})
+    out["max"] = float(v.max())
+    return out
+
+
+@dataclass
+class RpcKeyStats:
+    name: str              # torch's legacy key, rpc_async#func(worker0 -> worker1)
+    kind: str
+    func: str
+    caller: int
+    callee: int
+    count: int             # calls seen from either side
+    complete: int          # calls with both sides, which the times below are over
+    errors: int
+    e2e_us: dict
+    exec_us: dict
+    overhead_us: dict
+    queue_us: dict
+
+
+@dataclass
+class CalleeLoad:
+    callee: int
+    name: str              # worker name of the callee
+    calls: int
+    threads: int           # server threads seen running calls (max concurrency if unknown)
+    max_concurrent: int
+    all_busy_share: float  # of the time calls were in flight on the callee
+    queue_mean_us: float
+    exec_mean_us: float
+    hint: str = ""         # one line when the callee looks thread-limited
+
+
+@dataclass
+class RpcReport:
+    keys: list = field(default_factory=list)     # [RpcKeyStats]
+    callees: list = field(default_factory=list)  # [CalleeLoad]
+    caller_only: int = 0
+    callee_only: int = 0
+
+
+def _callee_name(call):
+    inner = call.name.rpartition("(")[2].rstrip(")")
+    return inner.partition(" -> ")[2] or f"rank {call.callee}"
+
+
+def server_threads(trace):
+    """Number of distinct threads that ran callee spans (``...#remote``) in one rank's trace."""
+    codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.endswith("#remote")]
+    hits = np.isin(trace.name, codes) & (trace.ph == ord("X"))
+    return len(np.unique(trace.tid[hits]))
+
+
+def _covered_ns(starts, ends, level):
+    """Total time at least ``level`` of the intervals [starts, ends) overlap."""
+    if not len(starts):
+        return 0
+    t = np.concatenate((ends, starts))
+    d = np.concatenate((np.full(len(ends), -1), np.full(len(starts), 1)))
+    order = np.lexsort((d, t))            # at equal times, ends before starts
+    t, running = t[order], np.cumsum(d[order])
+    seg = np.diff(t)
+    return int(seg[running[:-1] >= level].sum())
+
+
+def _max_concurrent(starts, ends):
+    if not len(starts):
+        return 0
+    t = np.concatenate((ends, starts))
+    d = np.concatenate((np.full(len(ends), -1), np.full(len(starts), 1)))
+    return int(np.cumsum(d[np.lexsort((d, t))]).max())
+
+
+def rpc_report(match, clocks, threads_by_rank=None):
+    """The :class:`RpcReport` of an :class:`~tracemerge.correlate.RpcMatch`.
+
+    ``clocks`` is {rank: ClockModel}; ``threads_by_rank`` {rank: observed server threads}.
+    """
+    threads_by_rank = threads_by_rank or {}
+    full = [c for c in match.calls if c.complete and c.caller in clocks and c.callee in clocks]
+    transit = {}
+    for c in full:
+        t = clocks[c.callee].to_reference(c.start_ns) - clocks[c.caller].to_reference(c.send_ns)
+        transit[c.rpc_id] = t
+    floor = {}
+    for c in full:
+        pair = (c.caller, c.callee)
+        floor[pair] = min(floor.get(pair, transit[c.rpc_id]), transit[c.rpc_id])
+    queue = {c.rpc_id: transit[c.rpc_id] - floor[(c.caller, c.callee)] for c in full}
+
+    report = RpcReport(caller_only=match.caller_only, callee_only=match.callee_only)
+    groups = {}
+    for c in match.calls:
+        groups.setdefault((c.kind, c.func, c.caller, c.callee), []).append(c)
+    for (kind, func, caller, callee), calls in groups.items():
+        done = [c for c in calls if c.rpc_id in queue]
+        e2e = np.array([c.complete_ns - c.send_ns for c in done], dtype=np.int64)
+        exe = np.array([c.end_ns - c.start_ns for c in done], dtype=np.int64)
+        report.keys.append(RpcKeyStats(
+            name=calls[0].name, kind=kind, func=func, caller=caller, callee=callee, count=len(calls),
+            complete=len(done), errors=sum(c.status != "ok" for c in calls), e2e_us=summary_us(e2e),
+            exec_us=summary_us(exe), overhead_us=summary_us(e2e - exe),
+            queue_us=summary_us([queue[c.rpc_id] for c in done])))
+
+    for callee in sorted({c.callee for c in full}):
+        calls = [c for c in full if c.callee == callee]
+        starts = np.array([c.start_ns for c in calls], dtype=np.int64)
+        ends = np.array([c.end_ns for c in calls], dtype=np.int64)
+        waits = np.array([queue[c.rpc_id] for c in calls], dtype=np.int64)
+        peak = _max_concurrent(starts, ends)
+        threads = threads_by_rank.get(callee) or peak
+        in_flight = _covered_ns(starts - waits, ends, 1)
+        share = _covered_ns(starts, ends, threads) / in_flight if in_flight else 0.0
+        load = CalleeLoad(callee=callee, name=_callee_name(calls[0]), calls=len(calls), threads=threads,
+                          max_concurrent=peak, all_busy_share=share,
+                          queue_mean_us=float(waits.mean()) / 1000.0, exec_mean_us=float((ends - starts).mean()) / 1000.0)
+        if share >= SATURATED_SHARE and load.queue_mean_us >= QUEUE_TO_EXEC * load.exec_mean_us > 0:
+            load.hint = (f"{load.name} (rank {callee}) is thread-limited: its {threads} server thread"
+                         f"{'s were' if threads != 1 else ' was'} all busy {share:.0%} of the time calls were in "
+                         f"flight and calls queued {load.queue_mean_us / 1000:.2f} ms on average before a "
+                         f"{load.exec_mean_us / 1000:.2f} ms execution; raise num_worker_threads")
+        report.callees.append(load)
+    return report
