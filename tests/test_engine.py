@@ -1,0 +1,141 @@
+"""The parallel engine: the same bytes whatever runs the per-rank work, light scan equal to the
+full reader, errors from workers reported like any other."""
+
+import gzip
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from tracemerge.engine import LocalEngine, scan
+from tracemerge.rankinfo import describe
+from tracemerge.read import read_trace
+from tracemerge.session import Session
+from tracemerge.combine import combine
+
+from tracefiles import kineto, write, x
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import gen_kineto  # noqa: E402  (by name, so its functions pickle into worker processes)
+
+
+def cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "tracemerge", *map(str, args)], capture_output=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def rank_files(tmp_path_factory):
+    return gen_kineto.generate(str(tmp_path_factory.mktemp("ranks")), 3, 0.4, seed=7, rank_files=True, gz=True, jobs=1)
+
+
+@pytest.fixture(scope="module")
+def kineto_files(tmp_path_factory):
+    return gen_kineto.generate(str(tmp_path_factory.mktemp("kineto")), 3, 0.4, seed=3, jobs=1)
+
+
+def test_generator_is_deterministic(tmp_path, kineto_files):
+    again = gen_kineto.generate(str(tmp_path), 3, 0.4, seed=3, jobs=2)
+    for a, b in zip(kineto_files, again):
+        assert open(a, "rb").read() == open(b, "rb").read()
+    doc = orjson.loads(open(again[1], "rb").read())
+    cats = {e.get("cat") for e in doc["traceEvents"]}
+    assert {"cpu_op", "kernel", "cuda_runtime", "ac2g", "fwdbwd", "user_annotation"} <= cats
+    assert doc["distributedInfo"]["rank"] == 1
+
+
+@pytest.mark.parametrize("which", ["rank_files", "kineto_files"])
+def test_scan_equals_full_describe(which, request):
+    for path in request.getfixturevalue(which):
+        assert scan(path) == describe(read_trace(path))
+
+
+def test_scan_falls_back_to_the_reader(tmp_path):
+    bare = write(tmp_path / "rank0.json", [x("a", 1.5, 2.0), x("b", 4.0, 1.0, tid="t")])
+    assert scan(bare) == describe(read_trace(bare))
+    odd = write(tmp_path / "rank1.json", kineto([x("a", 1.0, 2.0)], rank=1))
+    assert scan(odd) == describe(read_trace(odd))
+    bad = write(tmp_path / "rank2.json", kineto([x("a", 1.0, 2.0), {"ph": "X", "name": "b", "ts": "late"}]))
+    with pytest.raises(Exception) as raised:
+        scan(bad)
+    assert str(raised.value).startswith(f"{bad}: event 1: ")
+
+
+@pytest.mark.parametrize("which", ["rank_files", "kineto_files"])
+def test_jobs_give_the_same_bytes(which, request, tmp_path):
+    files = request.getfixturevalue(which)
+    outs = []
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"j{jobs}.json"
+        r = cli("combine", *files, "-o", out, "--jobs", jobs)
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]
+    # the library: events kept in memory and run inline, or scanned and run by 2 workers
+    for name, engine in (("inline.json", None), ("engine.json", LocalEngine(2))):
+        session = Session.open(files, engine=engine)
+        combine(session, session.align("wall"), str(tmp_path / name))
+    assert (tmp_path / "inline.json").read_bytes() == (tmp_path / "engine.json").read_bytes()
+    doc = orjson.loads(outs[0])
+    assert doc["tracemerge"]["events"]["in"] == sum(len(read_trace(f)) for f in files)
+    assert len(doc["traceEvents"]) == doc["tracemerge"]["events"]["out"]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]  # no shard dirs or temp files left
+
+
+def test_gzip_output_is_one_stream_of_members(rank_files, tmp_path):
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    assert cli("combine", *rank_files, "-o", plain, "-j", 2).returncode == 0
+    assert cli("combine", *rank_files, "-o", packed, "-j", 2).returncode == 0
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    assert packed.stat().st_size < plain.stat().st_size / 5
+
+
+def test_worker_error_is_one_line_and_leaves_nothing(rank_files, tmp_path):
+    bad = tmp_path / "rank9.json"
+    doc = kineto([x("a", 1.0, 2.0)] * 3 + [{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5.0, "dur": -1.0}])
+    write(bad, doc)
+    out = tmp_path / "out.json"
+    r = cli("combine", *rank_files, bad, "-o", out, "-j", 2)
+    assert r.returncode == 3
+    lines = r.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tracemerge: error: {bad}: event 3: negative 'dur' ")
+    assert os.listdir(tmp_path) == ["rank9.json"]
+
+
+def test_local_engine_maps_in_order():
+    assert LocalEngine(2).map(pow, [2, 3, 4], [3, 2, 1]) == [8, 9, 4]
+    assert LocalEngine(1).map(pow, [2, 3], [3, 2]) == [8, 9]
+
+
+distributed = pytest.importorskip("distributed")
+
+
+def test_dask_engine_equals_local(rank_files, tmp_path):
+    local, dask_auto, dask_addr = tmp_path / "local.json", tmp_path / "dask.json", tmp_path / "dask_addr.json"
+    assert cli("combine", *rank_files, "-o", local, "-j", 2).returncode == 0
+    r = cli("combine", *rank_files, "-o", dask_auto, "--engine", "dask", "-j", 2, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert dask_auto.read_bytes() == local.read_bytes()
+    # a cluster started apart, reached by its tcp:// address on loopback
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  scheduler_port=0, dashboard_address=None) as cluster:
+        r = cli("combine", *rank_files, "-o", dask_addr, "--engine", "dask", "--scheduler",
+                cluster.scheduler_address, timeout=180)
+        assert r.returncode == 0, r.stderr
+    assert dask_addr.read_bytes() == local.read_bytes()
+
+
+def test_dask_worker_error_is_one_line(tmp_path, rank_files):
+    bad = write(tmp_path / "rank5.json", kineto([{"ph": "X", "name": "b", "pid": 1, "tid": 1, "dur": 1.0}]))
+    r = cli("combine", *rank_files, bad, "-o", tmp_path / "o.json", "--engine", "dask", "-j", 1, timeout=180)
+    assert r.returncode == 3
+    assert r.stderr.decode().strip().splitlines()[-1] == f"tracemerge: error: {bad}: event 0: missing 'ts'"
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_scheduler_needs_dask_engine(rank_files, tmp_path):
+    r = cli("combine", *rank_files, "-o", tmp_path / "o.json", "--scheduler", "tcp://127.0.0.1:1")
+    assert r.returncode != 0 and b"--scheduler needs --engine dask" in r.stderr
