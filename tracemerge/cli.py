@@ -1,5 +1,6 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
+import os
 import sys
 
 import click
@@ -8,7 +9,7 @@ import tracemerge
 from tracemerge.align import METHODS
 from tracemerge.combine import combine as combine_session
 from tracemerge.engine import make_engine
-from tracemerge.errors import EXIT_INPUT, TracemergeError
+from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, TracemergeError
 from tracemerge.html import render_html
 from tracemerge import report as reports
 from tracemerge.report import write_combine_report
@@ -18,17 +19,55 @@ from tracemerge.session import Session
 
 
 class Group(click.Group):
-    """Turns library errors into one line on stderr and their documented exit code."""
+    """Turns every failure into one line on stderr and its documented exit code (docs/errors.md);
+    TRACEMERGE_DEBUG=1 adds the traceback of an internal error."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
         except TracemergeError as e:
-            click.echo(f"tracemerge: error: {e}", err=True)
-            ctx.exit(e.exit_code)
+            fail(ctx, str(e), e.exit_code)
         except MemoryError:
-            click.echo("tracemerge: error: out of memory", err=True)
-            ctx.exit(EXIT_INPUT)
+            fail(ctx, "out of memory", EXIT_INPUT)
+        except KeyboardInterrupt:
+            fail(ctx, "interrupted; no output was written", EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # the reader of stdout went away: nothing more can be written there
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            fail(ctx, "the output pipe was closed before everything was written", EXIT_OUTPUT)
+        except OSError as e:
+            # reading inputs raises TraceError, so a bare OSError comes from writing
+            fail(ctx, f"{e.filename + ': ' if e.filename else ''}cannot write: {e.strerror or e}", EXIT_OUTPUT)
+        except Exception as e:
+            if os.environ.get("TRACEMERGE_DEBUG"):
+                raise
+            fail(ctx, f"internal error ({type(e).__name__}: {e}); this is a bug, please report it with "
+                      "TRACEMERGE_DEBUG=1 set", EXIT_INTERNAL)
+
+
+def fail(ctx, message, code):
+    click.echo(f"tracemerge: error: {message}", err=True)
+    ctx.exit(code)
+
+
+def input_options(fn):
+    fn = click.option("--strict", is_flag=True,
+                      help="Refuse files of different jobs (job_id, world_size or backend differ) instead of warning.")(fn)
+    fn = click.option("--skip-bad", is_flag=True,
+                      help="Leave out files that cannot be read and go on with the rest (each is named, with why).")(fn)
+    return fn
+
+
+def open_inputs(files, rank_from, skip_bad, strict, **kw):
+    """Session.open, then say on stderr which files were skipped and what looks wrong."""
+    session = Session.open(files, rank_from, skip_bad=skip_bad, strict=strict, **kw)
+    for path, problem in session.skipped:
+        click.echo(f"tracemerge: warning: skipped {path}: {problem}", err=True)
+    for w in session.warnings:
+        click.echo(f"tracemerge: warning: {w}", err=True)
+    return session
 
 
 def parse_offsets(ctx, param, values):
@@ -115,13 +154,14 @@ def main():
 @align_options
 @rank_from_option
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
+@input_options
 @selection_options
 @engine_options
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
               help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
 def combine(files, output, method, reference, offsets, rank_from, force, fmt, ranks, window, min_duration,
-            drop_categories, engine, jobs, scheduler, report_path):
+            drop_categories, engine, jobs, scheduler, report_path, skip_bad, strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -137,7 +177,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, fmt, ra
     """
     runner = make_engine(engine, jobs, scheduler)
     try:
-        session = Session.open(files, rank_from, engine=runner)
+        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner)
         alignment = session.align(method, reference, offsets)
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))
@@ -148,14 +188,23 @@ def combine(files, output, method, reference, offsets, rank_from, force, fmt, ra
         runner.close()
     ev = summary["events"]
     click.echo(f"tracemerge: {len(session.infos)} ranks, {ev['in']} events in, {ev['out']} out "
-               f"({ev['added']} added, {ev['filtered']} filtered, {ev['dropped']} dropped), "
+               f"({ev['added']} added, {ev['filtered']} filtered{_by(ev.get('filtered_by'))}, "
+               f"{ev['dropped']} dropped{_by(ev.get('dropped_by'))}), "
                f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
                + (f", report -> {report_path}" if report_path is not None else ""), err=True)
     for info in session.infos:
         for w in info.warnings:
             click.echo(f"tracemerge: warning: {info.path}: {w}", err=True)
+    unaccounted = ev["in"] + ev["added"] - ev["out"] - ev["filtered"] - ev["dropped"]
+    if unaccounted:
+        click.echo(f"tracemerge: warning: {unaccounted} events are not accounted for (in + added != out + "
+                   "filtered + dropped); this is a bug, please report it", err=True)
     for w in size_warning(output, summary):
         click.echo(f"tracemerge: warning: {w}", err=True)
+
+
+def _by(reasons):
+    return f" ({', '.join(f'{k}: {v}' for k, v in reasons.items())})" if reasons else ""
 
 
 @main.command("open")
@@ -179,9 +228,10 @@ def open_trace(trace, port, browser):
 @main.command()
 @files_argument
 @rank_from_option
-def info(files, rank_from):
+@input_options
+def info(files, rank_from, skip_bad, strict):
     """Describe each trace file: rank, worker, events, time span, threads, metadata, warnings."""
-    session = Session.open(files, rank_from)
+    session = open_inputs(files, rank_from, skip_bad, strict)
     for i in session.infos:
         span_ms = (i.last_ns - i.first_ns) / 1e6
         meta = []
@@ -213,8 +263,9 @@ def info(files, rank_from):
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page with plots.")
 @align_options
 @rank_from_option
+@input_options
 def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, method, reference, offsets,
-           rank_from):
+           rank_from, skip_bad, strict):
     """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives.
 
     FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`.
@@ -224,7 +275,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
       tracemerge report rank*.json.gz --group-by name,rank --sort-by self_cpu_time_total
       tracemerge report rank*.json.gz --format json -o report.json --html report.html
     """
-    rep = reports.build_report(list(files), lambda paths: Session.open(paths, rank_from),
+    rep = reports.build_report(list(files), lambda paths: open_inputs(paths, rank_from, skip_bad, strict),
                                (method, reference, offsets), group_by, remote_ops)
     reports.write_text(output, reports.render(rep, fmt, sort_by, row_limit), files)
     if html_path:

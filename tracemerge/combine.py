@@ -36,7 +36,7 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
     ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``
     (:class:`~tracemerge.select.Selection`) keeps some ranks, a window, longer events.
     """
-    check_output(output, session.paths, force)
+    check_output(output, session.inputs, force)
     fmt = output_format(output, fmt)
     selection = selection or select.Selection()
     select.check_ranks(selection, session.ranks)
@@ -92,11 +92,14 @@ def build_summary(session, alignment, places, counts):
              "hostname": i.hostname, "events": i.events, "truncated": i.truncated, "warnings": i.warnings}
             for i in session.infos
         ],
+        "skipped": [{"path": path, "problem": problem} for path, problem in session.skipped],
+        "warnings": session.warnings,
         "pids": {str(i.rank): {str(p): places[i.rank].pid_base + code for code, p in enumerate(i.pids)}
                  for i in session.infos},
         "reference": alignment.reference,
         "align": alignment.method,
         "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
+        "causality": alignment.causality,
         "events": {**{k: v for k, v in counts.items() if ":" not in k and not k.startswith(DETAIL)},
                    **reasons(counts)},
         **{group: detail for group, prefix in DETAIL_GROUPS.items()

@@ -2,10 +2,12 @@
 
 # Exit codes (documented in README.md). click itself exits 2 on a usage error.
 EXIT_OK = 0
+EXIT_INTERNAL = 1   # a bug: an unexpected exception (TRACEMERGE_DEBUG=1 shows its traceback)
 EXIT_USAGE = 2
 EXIT_INPUT = 3      # an input file is missing, unreadable or malformed
 EXIT_CONFLICT = 4   # inputs disagree: duplicate or unknown ranks, files of different jobs
-EXIT_OUTPUT = 5     # the output cannot be written: exists without --force, equals an input
+EXIT_OUTPUT = 5     # the output cannot be written: exists without --force, equals an input, disk full, pipe closed
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
 class TracemergeError(Exception):
