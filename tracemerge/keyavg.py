@@ -254,7 +254,7 @@ def key_averages(trace, node_of_pid, remote_ops=False):
     for g in np.argsort(first, kind="stable"):
         key = int(uniq[g])
         rows.append(KeyAverage(key=keys[key >> 32], count=int(count[g]), node_id=((key >> 1) & 0x7FFFFFFF) - 1,
-                               cpu_time_total=total[g] / 1000.0, self_cpu_time_total=self_[g] / 1000.0,
+                               cpu_time_total=float(total[g]) / 1000.0, self_cpu_time_total=float(self_[g]) / 1000.0,
                                is_user_annotation=bool(key & 1)))
     return rows
 

@@ -238,7 +238,7 @@ def report_dict(report, sort_by="cpu_time_total", row_limit=0):
 
 def render_json(report, sort_by, row_limit):
     return orjson.dumps(report_dict(report, sort_by, row_limit),
-                        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+                        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
 
 
 def _md_table(head, body):
