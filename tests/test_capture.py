@@ -379,20 +379,38 @@ def test_file_written_when_block_raises(tmp_path):
     assert _patched() == []
 
 
-def test_schedule_cycles_write_cycle_files(tmp_path):
+@pytest.fixture
+def solo_rpc(monkeypatch):
+    """RPC with one worker in this process, which can call itself."""
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    rpc.init_rpc("solo", rank=0, world_size=1)
+    yield
+    rpc.shutdown()
+
+
+def test_schedule_cycles_write_cycle_files_with_their_rpcs(tmp_path, solo_rpc):
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
-    with profile(tmp_path, rank=5, schedule=schedule) as p:
+    with profile(tmp_path, schedule=schedule) as p:
         assert isinstance(p.profiler, torch.profiler.profile)
-        for _ in range(10):
-            torch.add(torch.ones(2), 1)
+        for step in range(10):
+            rpc.rpc_sync("solo", torch.add, args=(torch.ones(2), step))
             p.step()
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["rank5.cycle0.json.gz", "rank5.cycle1.json.gz"]
-    windows = []
-    for n in range(2):
-        tm = _load(tmp_path / f"rank5.cycle{n}.json.gz")["tracemerge"]
-        assert (tm["rank"], tm["cycle"]) == (5, n)
-        windows.append((tm["profile_start_ns"], tm["profile_stop_ns"]))
-    assert windows[0][1] <= windows[1][0]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["rank0.cycle0.json.gz", "rank0.cycle1.json.gz"]
+    last_stop = 0
+    # Steps 2-3 and 6-7 are recorded; RPC n is issued at step n.
+    for cycle, steps in ((0, (2, 3)), (1, (6, 7))):
+        trace = _load(tmp_path / f"rank0.cycle{cycle}.json.gz")
+        tm = trace["tracemerge"]
+        assert (tm["rank"], tm["worker_name"], tm["cycle"]) == (0, "solo", cycle)
+        assert last_stop <= tm["profile_start_ns"] < tm["profile_stop_ns"]
+        last_stop = tm["profile_stop_ns"]
+        expected = {f"0:{n}" for n in steps}
+        for role in ("caller", "callee"):
+            assert {r["rpc_id"] for r in tm["rpcs"] if r["role"] == role} == expected
+        tagged = [(e["args"]["rpc_id"], e["args"]["role"]) for e in trace["traceEvents"]
+                  if "rpc_id" in e.get("args", {})]
+        assert sorted(tagged) == sorted((i, role) for i in expected for role in ("caller", "callee"))
 
 
 def test_on_trace_ready_is_refused(tmp_path):
