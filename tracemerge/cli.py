@@ -7,6 +7,7 @@ import click
 
 import tracemerge
 from tracemerge.align import METHODS
+from tracemerge.offsets import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.combine import combine as combine_session
 from tracemerge.engine import make_engine
 from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, TracemergeError
@@ -129,9 +130,11 @@ def align_options(fn):
                       help="Force a known clock offset for a rank (its clock minus the reference's, ns). Repeatable.")(fn)
     fn = click.option("--reference", type=int, default=None, metavar="RANK",
                       help="Rank whose clock the others are aligned to (default: the lowest).")(fn)
-    fn = click.option("--align", "method", type=click.Choice(list(METHODS)), default="wall", show_default=True,
+    fn = click.option("--align", "method", type=click.Choice(list(METHODS)), default="auto", show_default=True,
                       help="Clock alignment: none = timestamps as written; wall = each file's wall clock; "
-                           "start = profiler starts coincide.")(fn)
+                           "start = profiler starts coincide; rpc = NTP-style offsets and drift from matched "
+                           "RPCs; collective = from matched collectives; auto = every exchange the data has, "
+                           "per rank, wall clock for ranks with none (see docs/alignment.md).")(fn)
     return fn
 
 
@@ -155,13 +158,16 @@ def main():
 @rank_from_option
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
 @input_options
+@click.option("--enforce-causality", is_flag=True,
+              help="Remove the causality violations left after alignment with the smallest local clock "
+                   "correction (controlled logical clock) and report the time moved.")
 @selection_options
 @engine_options
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
               help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
-def combine(files, output, method, reference, offsets, rank_from, force, fmt, ranks, window, min_duration,
-            drop_categories, engine, jobs, scheduler, report_path, skip_bad, strict):
+def combine(files, output, method, reference, offsets, rank_from, force, enforce_causality, fmt, ranks, window,
+            min_duration, drop_categories, engine, jobs, scheduler, report_path, skip_bad, strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -178,7 +184,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, fmt, ra
     runner = make_engine(engine, jobs, scheduler)
     try:
         session = open_inputs(files, rank_from, skip_bad, strict, engine=runner)
-        alignment = session.align(method, reference, offsets)
+        alignment = session.align(method, reference, offsets, enforce_causality)
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))
         summary = combine_session(session, alignment, output, force, fmt, selection)
@@ -192,6 +198,9 @@ def combine(files, output, method, reference, offsets, rank_from, force, fmt, ra
                f"{ev['dropped']} dropped{_by(ev.get('dropped_by'))}), "
                f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
                + (f", report -> {report_path}" if report_path is not None else ""), err=True)
+    click.echo(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    for line in clock_notes(alignment):
+        click.echo(f"tracemerge: warning: {line}", err=True)
     for info in session.infos:
         for w in info.warnings:
             click.echo(f"tracemerge: warning: {info.path}: {w}", err=True)
@@ -201,6 +210,33 @@ def combine(files, output, method, reference, offsets, rank_from, force, fmt, ra
                    "filtered + dropped); this is a bug, please report it", err=True)
     for w in size_warning(output, summary):
         click.echo(f"tracemerge: warning: {w}", err=True)
+
+
+@main.command()
+@files_argument
+@align_options
+@rank_from_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help='table for reading; json: {"reference": R, "ranks": [{rank, method, offset_ns, drift_ppm, '
+                   'anchor_ns, error_bound_ns, samples, peers}, ...]}.')
+def offsets(files, method, reference, offsets, rank_from, fmt):
+    """Estimate each rank's clock against the reference rank, with error bounds.
+
+    Per rank: the method that produced it, offset_ns (its clock minus the reference's at
+    anchor_ns), drift_ppm, error_bound_ns (the true error never exceeds it; "-" when
+    unknown), samples, and the ranks it was measured against (peers).
+
+    \b
+    Examples:
+      tracemerge offsets samples/rpc_profiling/rank*.json.gz
+      tracemerge offsets rank*.json.gz --align rpc --reference 1 --format json
+    """
+    session = Session.open(files, rank_from)
+    alignment = session.align(method, reference, offsets)
+    click.echo(offsets_json(alignment) if fmt == "json" else offsets_table(alignment))
+    for line in clock_notes(alignment):
+        click.echo(f"tracemerge: warning: {line}", err=True)
+    click.echo(f"tracemerge: {causality_line(alignment.causality)}", err=True)
 
 
 def _by(reasons):

@@ -109,7 +109,7 @@ def _solve_graph(ranks, reference, fits, models, bounds, span):
             peers = sorted({p for (a, b), _ in edges if r in (a, b) for p in (a, b) if p != r})
             out[r] = ClockModel(
                 rank=r, method="+".join(kinds), offset_ns=int(round(o0)),
-                drift_ppm=(o1 - o0) / (t1 - t0) * 1e6 if t1 > t0 else 0.0, anchor_ns=int(t0),
+                drift_ppm=float((o1 - o0) / (t1 - t0) * 1e6) if t1 > t0 else 0.0, anchor_ns=int(t0),
                 error_bound_ns=math.ceil(max(b0, b1)) if root == reference else None,
                 samples=int(sum(f.samples for f in used)), peers=peers, note=note)
             out_bounds[r] = (b0, b1)

@@ -13,6 +13,7 @@ import numpy as np
 
 from tracemerge.checks import clock_jumps, job_facts
 from tracemerge.errors import RankConflict
+from tracemerge.kineto_collectives import collectives as kineto_collectives
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
 
@@ -90,7 +91,8 @@ def describe(trace):
         path=trace.path, rank=rank, rank_source=source, worker_name=str(worker), hostname=str(host),
         job_id=block.get("job_id"), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
-        rpcs=list(block.get("rpcs") or []), collectives=list(block.get("collectives") or []),
+        rpcs=list(block.get("rpcs") or []),
+        collectives=list(block.get("collectives") or []) if "collectives" in block else kineto_collectives(trace),
         warnings=list(trace.warnings) + clock_jumps(trace, PROFILER_SPAN), truncated=trace.truncated,
         has_block=trace.tracemerge is not None, job=job_facts(trace))
 

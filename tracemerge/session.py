@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from tracemerge.align import align
+from tracemerge.causality import review
 from tracemerge.checks import check_job, rpc_peers
 from tracemerge.engine import scan
 from tracemerge.errors import TraceError, TracemergeError
@@ -24,6 +25,7 @@ class Alignment:
     method: str          # what was asked for
     reference: int
     clocks: dict         # {rank: ClockModel}
+    causality: dict = None  # violations before/after, time moved (tracemerge.causality.review)
 
 
 class Session:
@@ -83,9 +85,10 @@ class Session:
         trace = self._traces.get(rank)
         return trace if trace is not None else self.info(rank).path
 
-    def align(self, method="wall", reference=None, offsets=None):
+    def align(self, method="auto", reference=None, offsets=None, enforce_causality=False):
         reference, clocks = align(self.infos, method, reference, offsets)
-        return Alignment(method=method, reference=reference, clocks=clocks)
+        clocks, causality = review(self.infos, clocks, enforce_causality)
+        return Alignment(method=method, reference=reference, clocks=clocks, causality=causality)
 
 
 def _attempt(read, path, skip_bad):
