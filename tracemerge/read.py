@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import zlib
+from itertools import repeat
 
 import numpy as np
 import orjson
@@ -145,13 +146,13 @@ def read_trace(path):
 
 def _intern(values, path, what):
     """Codes for ``values`` and the table of distinct values, in first-seen order."""
-    table = {}
     try:
-        codes = [table.setdefault(v, len(table)) for v in values]
+        table = dict.fromkeys(values)  # first-seen order; C loops only, no per-value bytecode
     except TypeError:
         bad = next(i for i, v in enumerate(values) if not _hashable(v))
         raise TraceError(path, f"'{what}' must be a string or number, got {values[bad]!r}", bad) from None
-    return np.array(codes, dtype=np.int32), list(table)
+    code = {v: i for i, v in enumerate(table)}
+    return np.fromiter(map(code.__getitem__, values), np.int32, len(values)), list(table)
 
 
 def _hashable(v):
@@ -193,6 +194,11 @@ def _numbers(values, path, what, required):
     return col, missing
 
 
+def _column(events, key, default=None):
+    """``[e.get(key, default) for e in events]`` without a bytecode loop (3-4× faster)."""
+    return list(map(dict.get, events, repeat(key), repeat(default)))
+
+
 def build(path, events, meta, block, truncated=False):
     """Columns from a list of event dicts, validated: a bad event is an error naming it."""
     n = len(events)
@@ -200,9 +206,9 @@ def build(path, events, meta, block, truncated=False):
         if not isinstance(e, dict):
             raise TraceError(path, f"event is a {type(e).__name__}, not an object", i)
 
-    ph_raw = [e.get("ph") for e in events]
+    ph_raw = _column(events, "ph")
     try:
-        ph = np.array([ord(p) for p in ph_raw], dtype=np.uint8) if n else np.zeros(0, np.uint8)
+        ph = np.fromiter(map(ord, ph_raw), np.uint8, n)
     except TypeError:
         bad = next(i for i, p in enumerate(ph_raw) if not (isinstance(p, str) and len(p) == 1))
         problem = "missing 'ph'" if ph_raw[bad] is None else f"bad 'ph' {ph_raw[bad]!r}"
@@ -210,7 +216,7 @@ def build(path, events, meta, block, truncated=False):
     is_meta = ph == ord("M")
     needs_name = ~(is_meta | (ph == ord("E")))
 
-    names_raw = [e.get("name") for e in events]
+    names_raw = _column(events, "name")
     for i in np.flatnonzero(needs_name):
         if not isinstance(names_raw[i], str):
             break
@@ -219,15 +225,15 @@ def build(path, events, meta, block, truncated=False):
     if i is not None:
         problem = "missing 'name'" if names_raw[i] is None else f"'name' is not a string: {names_raw[i]!r}"
         raise TraceError(path, problem, int(i))
-    cats_raw = [e.get("cat") for e in events]
+    cats_raw = _column(events, "cat")
     name_codes, names = _intern(names_raw + cats_raw, path, "name/cat")
     name, cat = name_codes[:n], name_codes[n:]
     if None in names:
         none_code = names.index(None)
         cat = np.where(cat == none_code, -1, cat).astype(np.int32)
 
-    ts_f, ts_missing = _numbers([e.get("ts") for e in events], path, "ts", required=~is_meta)
-    dur_f, dur_missing = _numbers([e.get("dur") for e in events], path, "dur", required=None)
+    ts_f, ts_missing = _numbers(_column(events, "ts"), path, "ts", required=~is_meta)
+    dur_f, dur_missing = _numbers(_column(events, "dur"), path, "dur", required=None)
     negative = np.flatnonzero(~dur_missing & (dur_f < 0))
     if len(negative):
         i = int(negative[0])
@@ -245,9 +251,9 @@ def build(path, events, meta, block, truncated=False):
     ts[ts_missing] = NO_TS
     dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
 
-    pid, pids = _intern([e.get("pid", 0) for e in events], path, "pid")
-    tid, tids = _intern([e.get("tid", 0) for e in events], path, "tid")
-    args = [e.get("args") for e in events]
+    pid, pids = _intern(_column(events, "pid", 0), path, "pid")
+    tid, tids = _intern(_column(events, "tid", 0), path, "tid")
+    args = _column(events, "args")
     extra = [None if e.keys() <= COLUMN_KEYS else {k: v for k, v in e.items() if k not in COLUMN_KEYS}
              for e in events]
     return RankTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=pids,
