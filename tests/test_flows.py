@@ -1,0 +1,114 @@
+"""RPC flow arrows: caller span -> callee span -> caller, in JSON and in protobuf."""
+
+import glob
+import os
+
+import pytest
+
+from tracemerge.combine import combine
+from tracemerge.correlate import match_rpcs
+from tracemerge.select import Selection
+from tracemerge.session import Session
+from tracefiles import BASE, load_output, rank_file, write, x
+from test_perfetto import SAMPLES, read_pftrace, thread_of
+
+
+def rpc_pair(caller_ts=100.0, callee_ts=130.0, wrong_rank_span=False):
+    """Rank 0 calls rank 1 once ("0:0"); rank 1 also writes a stray span claiming to be the caller."""
+    name = "rpc_async#f(worker0 -> worker1)"
+    rec = {"rpc_id": "0:0", "kind": "rpc_async", "func": "f", "name": name, "caller": 0, "callee": 1}
+    r0 = rank_file([x(name, caller_ts, 100.0, pid=7, tid=1, cat="user_annotation", rpc_id="0:0", role="caller"),
+                    x("inner", caller_ts + 10, 5.0, pid=7, tid=1)],
+                   rank=0, rpcs=[{**rec, "role": "caller", "send_ns": BASE + 100_000, "complete_ns": BASE + 200_000}])
+    callee = [x(name + "#remote", callee_ts, 40.0, pid=8, tid=3, cat="user_annotation", rpc_id="0:0", role="callee")]
+    if wrong_rank_span:
+        callee.append(x(name, callee_ts + 50, 5.0, pid=8, tid=3, rpc_id="0:0", role="caller"))
+    r1 = rank_file(callee, rank=1, rpcs=[{**rec, "role": "callee", "start_ns": BASE + 130_000, "end_ns": BASE + 170_000}])
+    return r0, r1
+
+
+def merge(tmp_path, docs, out, **kw):
+    paths = [write(tmp_path / f"rank{r}.json", d) for r, d in enumerate(docs)]
+    session = Session.open(paths)
+    summary = combine(session, session.align("wall"), str(tmp_path / out), force=True, **kw)
+    return str(tmp_path / out), summary
+
+
+def enclosing(events, flow):
+    """The innermost X event on the flow's pid/tid that contains its ts."""
+    hits = [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (flow["pid"], flow["tid"])
+            and e["ts"] <= flow["ts"] <= e["ts"] + e["dur"]]
+    return min(hits, key=lambda e: e["dur"])["name"]
+
+
+def check_json_flows(events):
+    """Every flow id has one s and one f (bp e) and each binds inside a span; returns {id: (from, to)}."""
+    flows = [e for e in events if e["ph"] in "sf" and e.get("cat") == "rpc"]
+    arrows = {}
+    for e in flows:
+        assert isinstance(e["id"], int) and e["id"] < 2 ** 53 and e["name"] == "rpc"
+        arrows.setdefault(e["id"], {})[e["ph"]] = e
+    for fid, ends in arrows.items():
+        assert set(ends) == {"s", "f"}, f"flow {fid} is missing an end"
+        assert ends["f"]["bp"] == "e"
+        assert ends["s"]["ts"] <= ends["f"]["ts"]
+    return {fid: (enclosing(events, ends["s"]), enclosing(events, ends["f"])) for fid, ends in arrows.items()}
+
+
+def test_json_flows_join_caller_callee_caller(tmp_path):
+    out, summary = merge(tmp_path, rpc_pair(wrong_rank_span=True), "t.json")
+    events = load_output(out)["traceEvents"]
+    arrows = check_json_flows(events)
+    name = "rpc_async#f(worker0 -> worker1)"
+    assert sorted(arrows.values()) == sorted([(name, name + "#remote"), (name + "#remote", name)])
+    # the caller's spans are on rank 0's pid, the callee's on rank 1's: nothing else joined
+    pids = {e["pid"] for e in events if e["ph"] in "sf"}
+    assert pids == {summary["pids"]["0"]["7"], summary["pids"]["1"]["8"]}
+    assert summary["rpc_flows"] == {"caller_spans": 1, "callee_spans": 1, "duplicate_spans": 0, "flow_events": 4}
+    ev = summary["events"]
+    assert ev["added"] >= 4 and ev["out"] == ev["in"] + ev["added"]
+
+
+def test_protobuf_flows_join_the_right_slices(tmp_path):
+    out, summary = merge(tmp_path, rpc_pair(wrong_rank_span=True), "t.pftrace")
+    got = read_pftrace(out)
+    by_name = {}
+    for s in got["slices"]:
+        by_name.setdefault(s["name"], []).append(s)
+    name = "rpc_async#f(worker0 -> worker1)"
+    caller = next(s for s in by_name[name] if thread_of(got["tracks"], s["track"])[0] == summary["pids"]["0"]["7"])
+    stray = next(s for s in by_name[name] if s is not caller)
+    (callee,) = by_name[name + "#remote"]
+    req, resp = caller["flows"][0], caller["end_terminating"][0]
+    assert caller["flows"] == [req] and callee["terminating"] == [req]        # caller -> callee
+    assert callee["end_flows"] == [resp] and caller["end_terminating"] == [resp]  # callee -> caller
+    assert req != resp
+    assert not (stray["flows"] or stray["terminating"] or stray["end_flows"] or stray["end_terminating"])
+    assert not by_name["inner"][0]["flows"]
+
+
+def test_no_flows_when_the_peer_rank_is_left_out(tmp_path):
+    out, summary = merge(tmp_path, rpc_pair(), "t.json", selection=Selection(ranks=frozenset({0})))
+    assert not [e for e in load_output(out)["traceEvents"] if e["ph"] in "sf"]
+    assert "rpc_flows" not in summary or summary["rpc_flows"].get("flow_events", 0) == 0
+
+
+def test_real_rpc_sample_has_flows_for_every_call(tmp_path):
+    paths = sorted(glob.glob(os.path.join(SAMPLES, "rpc_profiling", "rank*.json.gz")))
+    if not paths:
+        pytest.skip("no rpc_profiling samples")
+    session = Session.open(paths)
+    calls = [c for c in match_rpcs(session.infos).calls if c.send_ns is not None and c.start_ns is not None]
+    assert calls
+    out = str(tmp_path / "t.json")
+    combine(session, session.align("wall"), out)
+    events = load_output(out)["traceEvents"]
+    arrows = check_json_flows(events)
+    assert len(arrows) == 2 * len(calls)
+    want = [(c.name, c.name + "#remote") for c in calls] + [(c.name + "#remote", c.name) for c in calls]
+    assert sorted(arrows.values()) == sorted(want)
+    combine(session, session.align("wall"), str(tmp_path / "t.pftrace"))
+    got = read_pftrace(str(tmp_path / "t.pftrace"))
+    starts = [f for s in got["slices"] for f in s["flows"] + s["end_flows"]]
+    ends = [f for s in got["slices"] for f in s["terminating"] + s["end_terminating"]]
+    assert sorted(starts) == sorted(ends) and len(starts) == 2 * len(calls)
