@@ -15,6 +15,7 @@ from tracemerge.model import NO_DUR, NO_TS
 # rank so no arrow ever joins two ranks by accident.
 ID_KEYS = ("id", "bind_id")
 ARG_ID_KEYS = ("External id", "correlation", "Correlation ID", "External ID")
+EXTRA_ID_KEYS = frozenset(ID_KEYS + ("id2",))
 NAMESPACE_BITS = 32
 
 
@@ -41,7 +42,7 @@ def namespace_id(rank, value):
 
 
 def _namespace_extra(rank, extra):
-    if extra is None or not any(k in extra for k in ID_KEYS + ("id2",)):
+    if extra is None or extra.keys().isdisjoint(EXTRA_ID_KEYS):
         return extra
     out = dict(extra)
     for k in ID_KEYS:
@@ -54,7 +55,7 @@ def _namespace_extra(rank, extra):
 
 
 def _namespace_args(rank, args):
-    if not isinstance(args, dict) or not any(k in args for k in ARG_ID_KEYS):
+    if not isinstance(args, dict) or args.keys().isdisjoint(ARG_ID_KEYS):
         return args
     out = dict(args)
     for k in ARG_ID_KEYS:
@@ -117,11 +118,18 @@ def transform(trace, place):
     ts_us, dur_us = aligned_times(trace, place.clock, place.out_base_ns)
     ph = [chr(c) for c in range(256)]
     out_pids = [place.pid_base + code for code in range(len(trace.pids))]
-    args = [_namespace_args(rank, a) for a in trace.args]
-    extra = [_namespace_extra(rank, x) for x in trace.extra]
+    args = [a if a is None else _namespace_args(rank, a) for a in trace.args]
+    extra = [x if x is None else _namespace_extra(rank, x) for x in trace.extra]
     args = _rewrite_process_metadata(trace, place, args)
+    tids = trace.tids
+    no_name = names.index(None) if None in names else -1
+    # a dict literal for the common event that has every column and no extra keys (the
+    # same keys in the same order as _event); a call per event would cost twice as much
     events = [
-        _event(ph[p], names[c] if c >= 0 else None, names[n], out_pids[pi], trace.tids[ti], t, d, a, x)
+        {"ph": ph[p], "cat": names[c], "name": names[n], "pid": out_pids[pi], "tid": tids[ti], "ts": t, "dur": d,
+         "args": a}
+        if x is None and a is not None and d is not None and t is not None and c >= 0 and n != no_name else
+        _event(ph[p], names[c] if c >= 0 else None, names[n], out_pids[pi], tids[ti], t, d, a, x)
         for p, c, n, pi, ti, t, d, a, x in zip(
             trace.ph.tolist(), trace.cat.tolist(), trace.name.tolist(), trace.pid.tolist(),
             trace.tid.tolist(), ts_us, dur_us, args, extra)
