@@ -87,22 +87,42 @@ class RpcFlows:
         ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
         """
         events = []
+        spans = (trace.ph == ord("X")) & (dur >= 0)
+        ends = start + np.maximum(dur, 0)
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
-            s, e = int(start[i]), int(start[i] + dur[i])
+            s, e = int(start[i]), int(ends[i])
+            # spans of the thread that cover part of this one (children, or partial overlaps
+            # Perfetto would move away), but not those enclosing it
+            inner = (spans & (trace.pid == trace.pid[i]) & (trace.tid == trace.tid[i]) & (start < e) & (ends > s)
+                     & ~((start <= s) & (ends >= e)))
+            gaps = _gaps(s, e, sorted(zip(start[inner].tolist(), ends[inner].tolist())))
             pid, tid = place.pid_base + int(trace.pid[i]), trace.tids[trace.tid[i]]
             first, last = ("s", "f") if role == "caller" else ("f", "s")
-            events.append(_flow(first, req, rpc_id, pid, tid, _inside(s, e, at_end=False)))
-            events.append(_flow(last, resp, rpc_id, pid, tid, _inside(s, e, at_end=True)))
+            events.append(_flow(first, req, rpc_id, pid, tid, _inside(*gaps[0], at_end=False)))
+            events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
         return events
 
 
 ROLES = {"caller": 1, "callee": 2}  # role -> position of its rank in a planned call
 
 
+def _gaps(start, end, children):
+    """The stretches of [start, end] no other span covers (the whole span when they tile
+    it), so a flow point placed there binds to the span itself, not to a child."""
+    gaps, at = [], start
+    for cs, ce in children:
+        if cs > at:
+            gaps.append((at, cs))
+        at = max(at, ce)
+    if end > at:
+        gaps.append((at, end))
+    return gaps or [(start, end)]
+
+
 def _inside(start, end, at_end):
-    """A point just inside a span (up to 1 µs, at most a quarter of it in), so the flow
-    binds to this span and not to its neighbour, even after µs float rounding."""
+    """A point just inside a stretch (up to 1 µs, at most a quarter of it in), clear of its
+    edges even after µs float rounding."""
     margin = min(1000, (end - start) // 4)
     return end - margin if at_end else start + margin
 
