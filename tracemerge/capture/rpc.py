@@ -24,6 +24,9 @@ from tracemerge.capture.patching import swapped
 # What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
 _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
 
+# The record fields the callee needs to write its own record.
+_HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+
 
 def instrumented():
     """A context manager under which rpc_sync, rpc_async and remote are traced."""
@@ -64,7 +67,7 @@ def _issue(rec, kind, original, to, func, args, kwargs, timeout):
     header = {k: record[k] for k in _HEADER_KEYS}
     with record_function(record["name"]) as rf:
         record["send_ns"] = time.time_ns()
-        _note_span(rec, record)
+        _register(rec, record)
         try:
             result = original(dst, serve, (header, func, args, kwargs), None, timeout)
         except BaseException:
@@ -78,9 +81,6 @@ def _issue(rec, kind, original, to, func, args, kwargs, timeout):
         # The span ends when the future completes, as the legacy RPC profiler did.
         ended = rf._call_end_callbacks_on_future(fut)
     return result if kind == "remote" else ended
-
-
-_HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
 
 
 def _func_name(func, args):
@@ -103,10 +103,10 @@ def _rref_type(rref):
 def _on_done(record, fut):
     try:
         fut.value()
+        ok = True
     except BaseException:
-        _complete(record, ok=False)
-    else:
-        _complete(record, ok=True)
+        ok = False
+    _complete(record, ok)
 
 
 def _complete(record, ok):
@@ -114,7 +114,8 @@ def _complete(record, ok):
     record["status"] = "ok" if ok else "error"
 
 
-def _note_span(rec, record):
+def _register(rec, record):
+    """Keep the record, and its span for the writer to attach rpc_id and role to."""
     rec.add("rpcs", record)
     rec.add("spans", recorder.Span(
         name=record["name"] if record["role"] == "caller" else record["name"] + "#remote",
@@ -126,37 +127,31 @@ def _note_span(rec, record):
 
 def _serve(header, func, args, kwargs):
     """Runs on the callee in place of ``func``."""
-    rec = recorder.current
-    if rec is None:
-        return func(*args, **kwargs)
-    record = dict(header, role="callee", status="pending")
-    with record_function(header["name"] + "#remote"):
-        record["start_ns"] = time.time_ns()
-        _note_span(rec, record)
-        try:
-            result = func(*args, **kwargs)
-        except BaseException:
-            _complete(record, ok=False)
-            raise
-        _complete(record, ok=True)
-    return result
+    return _run_served(header, func, args, kwargs, is_async=False)
 
 
 @rpc.functions.async_execution
 def _serve_async(header, func, args, kwargs):
     """``_serve`` for ``async_execution`` functions: the span and record end when the
     returned future completes, not when ``func`` returns it."""
+    return _run_served(header, func, args, kwargs, is_async=True)
+
+
+def _run_served(header, func, args, kwargs, is_async):
     rec = recorder.current
     if rec is None:
         return func(*args, **kwargs)
     record = dict(header, role="callee", status="pending")
     with record_function(header["name"] + "#remote") as rf:
         record["start_ns"] = time.time_ns()
-        _note_span(rec, record)
+        _register(rec, record)
         try:
-            fut = func(*args, **kwargs)
+            result = func(*args, **kwargs)
         except BaseException:
             _complete(record, ok=False)
             raise
-        fut.add_done_callback(functools.partial(_on_done, record))
-        return rf._call_end_callbacks_on_future(fut)
+        if not is_async:
+            _complete(record, ok=True)
+            return result
+        result.add_done_callback(functools.partial(_on_done, record))
+        return rf._call_end_callbacks_on_future(result)
