@@ -160,13 +160,15 @@ def skew(doc, offset_ns, drift_ppm=0.0, anchor_ns=None):
     and gained ``drift_ppm``: every event ``ts`` (and ``dur``) and every ``*_ns`` field.
 
     ``baseTimeNanoseconds`` is kept, so event times move inside ``ts``, computed in ns.
+    ``anchor_ns`` defaults to the first event (the floored base is months earlier, where
+    drift would have added up to minutes).
     """
     base = doc.get("baseTimeNanoseconds") or 0
+    events = doc["traceEvents"]
     if anchor_ns is None:
-        anchor_ns = base
+        anchor_ns = base + min((round(e["ts"] * 1000) for e in events if isinstance(e.get("ts"), (int, float))), default=0)
     clock = ClockModel(rank=-1, method="skew", offset_ns=int(offset_ns), drift_ppm=float(drift_ppm),
                        anchor_ns=int(anchor_ns))
-    events = doc["traceEvents"]
     out = dict(doc)
     out["traceEvents"] = [dict(e) for e in events]
     timed = [e for e in out["traceEvents"] if isinstance(e.get("ts"), (int, float))]
@@ -194,8 +196,8 @@ def _skew_ns(value, clock):
 
 def skew_file(src, dst, offset_ns, drift_ppm=0.0, anchor_ns=None):
     """Write the skewed copy of rank file ``src`` to ``dst`` (gzip when ``dst`` ends in .gz)."""
-    from tracemerge.read import parse_json, read_bytes
-    doc = parse_json(src, read_bytes(src))
+    from tracemerge.read import read_bytes
+    doc = orjson.loads(read_bytes(src))
     data = orjson.dumps(skew(doc, offset_ns, drift_ppm, anchor_ns))
     with open(dst, "wb") as f:
         f.write(gzip.compress(data, compresslevel=1, mtime=0) if dst.endswith(".gz") else data)

@@ -1,0 +1,185 @@
+"""Alignment against known truth: synthetic jobs and skewed real captures."""
+
+import gzip
+import glob
+import os
+
+import numpy as np
+import orjson
+import pytest
+
+from tracemerge import synth
+from tracemerge.align import align, exchange_clocks
+from tracemerge.causality import count
+from tracemerge.clock import ClockModel
+from tracemerge.correlate import match_rpcs
+from tracemerge.graph import solve
+from tracemerge.ntp import rpc_constraints
+from tracemerge.session import Session
+
+SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")
+
+
+def infos_of(job, tmp_path, kineto=False):
+    return Session.open(job.write(str(tmp_path), kineto=kineto)).infos
+
+
+def min_half_delta(infos, rank, peer):
+    """Theoretical bound of a direct pair: half the smallest round-trip excess δ."""
+    cons = rpc_constraints(match_rpcs(infos).calls)
+    return cons[tuple(sorted((rank, peer)))].widths.min() / 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rpc_drift_recovers_every_rank_within_bound_and_theory(tmp_path, seed):
+    job = synth.generate(ranks=4, pairs="star", duration_s=120, calls=150, seed=seed)
+    infos = infos_of(job, tmp_path)
+    _, clocks = align(infos, "rpc", 0)
+    err = synth.true_error(clocks, job.truth, 0, job.span_true)
+    for r in (1, 2, 3):
+        c = clocks[r]
+        assert c.method == "rpc" and c.samples == 150 and c.peers == [0]
+        assert err[r] <= c.error_bound_ns, (r, err[r], c.error_bound_ns)
+        assert err[r] <= min_half_delta(infos, r, 0), (r, err[r])
+        truth = synth.true_relative(job.truth, r, 0, job.span_true)
+        assert abs(c.drift_ppm - truth.drift_ppm) < 1.0
+    assert count(infos, clocks)["total"] == 0
+
+
+def test_drift_matters_over_a_long_run(tmp_path):
+    job = synth.generate(ranks=2, pairs="star", duration_s=300, calls=100, seed=11, drifts=[0.0, 150.0])
+    infos = infos_of(job, tmp_path)
+    by_rank = {i.rank: i for i in infos}
+    flat = exchange_clocks(by_rank, 0, ("rpc",), drift=False)
+    fitted = exchange_clocks(by_rank, 0, ("rpc",), drift=True)
+    e_flat = synth.true_error(flat, job.truth, 0, job.span_true)[1]
+    e_fit = synth.true_error(fitted, job.truth, 0, job.span_true)[1]
+    assert e_flat > 10_000_000          # 150 ppm over 300 s: ~22 ms at the ends
+    assert e_fit < 100_000
+    # both bounds stay honest: the drift-free one covers the drift it cannot see
+    assert e_flat <= flat[1].error_bound_ns and e_fit <= fitted[1].error_bound_ns
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bound_never_below_true_error_in_any_topology(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    pairs = [(int(a), int(b)) for a, b in rng.integers(0, 5, (6, 2)) if a != b]
+    pairs += [(0, 1)]
+    job = synth.generate(ranks=5, pairs=pairs, duration_s=60, calls=40, collectives=20 * (seed % 2), seed=seed)
+    infos = infos_of(job, tmp_path)
+    _, clocks = align(infos, "auto", 0)
+    err = synth.true_error(clocks, job.truth, 0, job.span_true)
+    for r, c in clocks.items():
+        if c.error_bound_ns is not None:
+            assert err[r] <= c.error_bound_ns, (r, err[r], c.error_bound_ns)
+        else:
+            assert c.method == "wall" or "wall clock is trusted" in c.note
+    assert count(infos, clocks)["total"] == 0
+
+
+def test_ranks_without_direct_link_are_aligned_through_others(tmp_path):
+    job = synth.generate(ranks=4, pairs="chain", duration_s=60, calls=100, seed=3)
+    infos = infos_of(job, tmp_path)
+    _, clocks = align(infos, "auto", 0)
+    err = synth.true_error(clocks, job.truth, 0, job.span_true)
+    assert clocks[3].peers == [2] and clocks[3].method == "rpc"
+    assert err[3] <= clocks[3].error_bound_ns < 1_000_000
+    # a chain's bound grows along the path
+    assert clocks[1].error_bound_ns < clocks[2].error_bound_ns < clocks[3].error_bound_ns
+
+
+def test_unlinked_ranks_fall_back_to_wall_and_say_so(tmp_path):
+    job = synth.generate(ranks=4, pairs=[(0, 1), (2, 3)], duration_s=20, calls=30, seed=4)
+    infos = infos_of(job, tmp_path)
+    _, clocks = align(infos, "auto", 0)
+    assert clocks[2].method == "wall" and clocks[2].error_bound_ns is None
+    assert "no exchange links ranks 2, 3 to reference rank 0" in clocks[2].note
+    assert clocks[3].method == "rpc" and clocks[3].error_bound_ns is None and clocks[3].peers == [2]
+    # within the group the pair is still aligned: 3 relative to 2 matches the truth
+    rel = synth.true_relative(job.truth, 3, 2, job.span_true)
+    assert abs((clocks[3].offset_ns - clocks[2].offset_ns) - rel.to_local(clocks[3].anchor_ns - clocks[2].offset_ns)
+               + (clocks[3].anchor_ns - clocks[2].offset_ns)) < 1_000_000
+
+
+def test_collectives_from_plain_kineto_traces_align(tmp_path):
+    job = synth.generate(ranks=3, pairs="none", duration_s=30, collectives=50, seed=6)
+    infos = infos_of(job, tmp_path, kineto=True)
+    assert all(not i.has_block and len(i.collectives) == 50 for i in infos)
+    _, clocks = align(infos, "auto", 0)
+    err = synth.true_error(clocks, job.truth, 0, job.span_true)
+    for r in (1, 2):
+        assert clocks[r].method == "collective"
+        assert err[r] <= clocks[r].error_bound_ns < 5_000_000
+    assert count(infos, clocks)["collective"] == 0
+    _, wall = align(infos, "wall", 0)
+    assert count(infos, wall)["collective"] > 0
+
+
+def test_inconsistent_link_is_not_used(tmp_path):
+    job = synth.generate(ranks=2, pairs="star", duration_s=10, calls=20, seed=8)
+    rec = job.docs[1]["tracemerge"]["rpcs"][0]
+    rec["start_ns"] -= 3_000_000_000  # a callee record from another clock: no line fits
+    rec["end_ns"] -= 3_000_000_000
+    infos = infos_of(job, tmp_path)
+    by_rank = {i.rank: i for i in infos}
+    models, fits = solve(by_rank, 0, rpc_constraints(match_rpcs(infos).calls))
+    assert not fits and models[1].method == "wall"
+    assert "admit no linear clock" in models[1].note
+
+
+def _skewed_sample(name, tmp_path, skews):
+    paths = sorted(glob.glob(os.path.join(SAMPLES, name, "rank*.json.gz")))
+    if not paths:
+        pytest.skip(f"samples/{name} not captured yet")
+    out = []
+    for p in paths:
+        dst = str(tmp_path / os.path.basename(p))
+        rank = int(os.path.basename(p)[4:].split(".")[0])
+        if rank in skews:
+            synth.skew_file(p, dst, *skews[rank], anchor_ns=_doc(p)["tracemerge"]["profile_start_ns"])
+        else:
+            dst = p
+        out.append(dst)
+    return out
+
+
+@pytest.mark.parametrize("name", ["rpc_profiling", "parameter_server"])
+def test_skewed_real_capture_is_recovered(tmp_path, name):
+    skews = {1: (3_200_000_000, 150.0), 2: (-7_500_000_000, -120.0)}
+    paths = _skewed_sample(name, tmp_path, skews)
+    session = Session.open(paths)
+    alignment = session.align("auto")
+    assert alignment.causality["violations_before"]["total"] == 0
+    for info in session.infos:
+        if info.rank not in skews:
+            continue
+        original = os.path.join(SAMPLES, name, os.path.basename(info.path))
+        base = _doc(original)["tracemerge"]["profile_start_ns"]  # the anchor passed to skew_file
+        skew = ClockModel(rank=info.rank, method="skew", offset_ns=skews[info.rank][0],
+                          drift_ppm=skews[info.rank][1], anchor_ns=base)
+        # the unskewed ranks share one host clock, so the truth is the skew itself
+        t = np.linspace(skew.to_reference(info.first_ns), skew.to_reference(info.last_ns), 101).astype(np.int64)
+        err = np.abs(alignment.clocks[info.rank].to_reference(skew.to_local(t)) - t).max()
+        assert err <= alignment.clocks[info.rank].error_bound_ns, (info.rank, err)
+        assert err < 500_000  # loopback RTTs are ~1 ms: far below the seconds of skew
+    wall = session.align("wall")
+    assert wall.causality["violations_before"]["rpc"] > 0
+
+
+def _doc(path):
+    return orjson.loads(gzip.decompress(open(path, "rb").read()))
+
+
+def test_skew_moves_every_ts_and_ns_field():
+    job = synth.generate(ranks=2, pairs="star", duration_s=2, calls=3, seed=9)
+    doc = job.docs[1]
+    out = synth.skew(doc, 1_000_000_000, 100.0)
+    base = doc["baseTimeNanoseconds"]
+    before = [round(e["ts"] * 1000) + base for e in doc["traceEvents"] if "ts" in e]
+    after = [round(e["ts"] * 1000) + base for e in out["traceEvents"] if "ts" in e]
+    moved = np.array(after) - np.array(before)
+    assert moved.min() >= 1_000_000_000 and moved.max() < 1_000_000_000 + 100e-6 * 3e9
+    blk, new = doc["tracemerge"], out["tracemerge"]
+    assert new["profile_start_ns"] - blk["profile_start_ns"] == moved[0]
+    assert all(n["start_ns"] > o["start_ns"] + 999_000_000 for o, n in zip(blk["rpcs"], new["rpcs"]) if "start_ns" in o)
+    assert new["rank"] == blk["rank"] and new["rpcs"][0]["rpc_id"] == blk["rpcs"][0]["rpc_id"]
