@@ -1,0 +1,89 @@
+"""Size controls keep and drop what they say, and count what they drop."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tracemerge.combine import combine
+from tracemerge.errors import TracemergeError
+from tracemerge.select import Selection, parse_ranks, parse_window
+from tracemerge.session import Session
+from tracefiles import kineto, load_output, write, x
+
+
+def ranks(tmp_path, n=3):
+    paths = []
+    for r in range(n):
+        events = [x("long", 1000.0, 500.0), x("short", 1100.0, 2.0), x("py", 1200.0, 50.0, cat="python_function"),
+                  x("late", 9000.0, 100.0), {"ph": "i", "name": "mark", "pid": 100, "tid": 1, "ts": 9500.0},
+                  {"ph": "M", "name": "thread_name", "pid": 100, "tid": 1, "args": {"name": "main"}}]
+        paths.append(write(tmp_path / f"rank{r}.json", kineto(events, rank=r, world_size=n)))
+    return paths
+
+
+def run(tmp_path, out="t.json", **sel):
+    session = Session.open(ranks(tmp_path))
+    summary = combine(session, session.align("wall"), str(tmp_path / out), force=True, selection=Selection(**sel))
+    return [e for e in load_output(tmp_path / out)["traceEvents"] if e.get("cat") != "rpc"], summary
+
+
+def names(events, pid=None):
+    return sorted(e["name"] for e in events if e["ph"] != "M" and (pid is None or e["pid"] == pid))
+
+
+def test_parse():
+    assert parse_ranks("0-3,7") == {0, 1, 2, 3, 7}
+    assert parse_window("100:250") == (100.0, 250.0) and parse_window(":5") == (None, 5.0)
+    for bad in ("3-1", "a", "-1"):
+        with pytest.raises(TracemergeError):
+            parse_ranks(bad)
+    for bad in ("5", "5:1", ":", "a:b"):
+        with pytest.raises(TracemergeError):
+            parse_window(bad)
+
+
+def test_ranks(tmp_path):
+    events, summary = run(tmp_path, ranks=frozenset({0, 2}))
+    assert {e["pid"] for e in events} == {summary["pids"]["0"]["100"], summary["pids"]["2"]["100"]}
+    ev = summary["events"]
+    assert ev["filtered"] == ev["filtered_by"]["ranks"] == 6
+    assert ev["in"] == 18 and ev["out"] - ev["added"] == 12
+
+
+def test_window_min_duration_and_category(tmp_path):
+    # the aligned start is 1000 µs: the window 0..1 ms keeps what overlaps 1000..2000 µs
+    events, summary = run(tmp_path, window_ms=(0.0, 1.0), min_duration_us=10.0,
+                          drop_categories=frozenset({"python_function"}))
+    assert names(events) == ["long"] * 3
+    assert sum(e["name"] == "thread_name" for e in events) == 3        # metadata always kept
+    ev = summary["events"]
+    assert ev["filtered_by"] == {"category": 3, "min_duration": 3, "window": 6}
+    assert ev["in"] == ev["out"] - ev["added"] + ev["filtered"] + ev["dropped"]
+    events, summary = run(tmp_path, window_ms=(8.0, None))
+    assert names(events) == ["late"] * 3 + ["mark"] * 3
+    assert summary["selection"]["window_ms"] == [8.0, None]
+
+
+def test_selection_applies_to_protobuf(tmp_path):
+    session = Session.open(ranks(tmp_path))
+    summary = combine(session, session.align("wall"), str(tmp_path / "t.pftrace"),
+                      selection=Selection(min_duration_us=10.0))
+    ev = summary["events"]
+    assert ev["filtered_by"] == {"min_duration": 3} and ev["out"] == 15
+
+
+def test_cli_options_and_errors(tmp_path):
+    paths = ranks(tmp_path)
+    out = str(tmp_path / "c.json")
+    r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", out, "--ranks", "1",
+                        "--drop-category", "python_function", "--min-duration", "10"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "14 filtered (ranks: 12, category: 1, min_duration: 1)" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", out, "--window", "5:1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--window" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", out, "--force", "--ranks", "9"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no input has any of the ranks [9]" in r.stderr
