@@ -43,7 +43,7 @@ def instrumented():
 def _traced(op, signature, original):
     def traced(*args, **kwargs):
         rec = recorder.current
-        if rec is None:
+        if rec is None or not dist.is_initialized():
             return original(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         group = bound.arguments.get("group")
