@@ -69,7 +69,7 @@ def _latency(keys, width=720):
         parts.append(f'<text x="{at + 4:.1f}" y="{y + 30}">mean: queue / exec / overhead</text>')
     legend = "".join(f'<tspan fill="{c}">■ {n} </tspan>' for n, c in COLORS.items())
     parts.append(f'<text x="{left}" y="{row * len(keys) + 12}">{legend} (box: p50–p99, tick: p95, line: max)</text>')
-    return f'<svg width="{width + 260}" height="{row * len(keys) + 20}">{"".join(parts)}</svg>'
+    return f'<svg width="{width + 420}" height="{row * len(keys) + 20}">{"".join(parts)}</svg>'
 
 
 def _timeline(timeline, ranks, width=840):
