@@ -125,15 +125,17 @@ def check_job(infos, strict=False):
         have = {info.rank for info in infos}
         absent = sorted(set(range(size)) - have)
         if absent:
-            conflicts.append(f"world_size is {size} but ranks {_ranks(absent)} have no input file")
+            conflicts.append(f"world_size is {size} but {_ranks(absent)} {'has' if len(absent) == 1 else 'have'} "
+                             "no input file")
         beyond = sorted(r for r in have if r >= size)
         if beyond:
-            conflicts.append(f"ranks {_ranks(beyond)} are not below world_size {size}")
+            conflicts.append(f"{_ranks(beyond)} {'is' if len(beyond) == 1 else 'are'} not below world_size {size}")
     return conflicts
 
 
 def _ranks(ranks):
-    return ", ".join(map(str, ranks[:20])) + (f" … ({len(ranks)} in all)" if len(ranks) > 20 else "")
+    listed = ", ".join(map(str, ranks[:20])) + (f" … ({len(ranks)} in all)" if len(ranks) > 20 else "")
+    return f"rank {listed}" if len(ranks) == 1 else f"ranks {listed}"
 
 
 def rpc_peers(infos):

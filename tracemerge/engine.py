@@ -96,9 +96,13 @@ def _light_trace(path, doc):
     names_raw = [e.name for e in events]
     if not all(isinstance(x, str) for x in names_raw if x is not None):
         raise ValueError("non-string name")
+    if not all(isinstance(e.ph, str) and len(e.ph) == 1 and (e.name is not None or e.ph in "ME") for e in events):
+        raise ValueError("bad ph or missing name: the full reader names the event")
     names = {}
     name = np.fromiter((names.setdefault(x, len(names)) for x in names_raw), np.int32, n)
     ts_f, ts_missing = _numbers([e.ts for e in events], path, "ts", required=None)
+    if ts_missing.any():
+        raise ValueError("events without ts: the full reader decides which may lack one")
     dur_f, dur_missing = _numbers([e.dur for e in events], path, "dur", required=None)
     base = doc.baseTimeNanoseconds
     ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)

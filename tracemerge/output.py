@@ -51,9 +51,12 @@ def atomic_output(path, gzip_level=1, compress=True):
                 yield raw
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, BrokenPipeError):
+            # disk full, quota, a vanished directory: name the output, not the temporary file
+            raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
         raise
 
 
