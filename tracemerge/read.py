@@ -202,9 +202,9 @@ def _column(events, key, default=None):
 def build(path, events, meta, block, truncated=False):
     """Columns from a list of event dicts, validated: a bad event is an error naming it."""
     n = len(events)
-    for i, e in enumerate(events):
-        if not isinstance(e, dict):
-            raise TraceError(path, f"event is a {type(e).__name__}, not an object", i)
+    if not set(map(type, events)) <= {dict}:
+        i, e = next((i, e) for i, e in enumerate(events) if not isinstance(e, dict))
+        raise TraceError(path, f"event is a {type(e).__name__}, not an object", i)
 
     ph_raw = _column(events, "ph")
     try:
@@ -217,7 +217,7 @@ def build(path, events, meta, block, truncated=False):
     needs_name = ~(is_meta | (ph == ord("E")))
 
     names_raw = _column(events, "name")
-    for i in np.flatnonzero(needs_name):
+    for i in np.flatnonzero(needs_name) if not set(map(type, names_raw)) <= {str} else ():
         if not isinstance(names_raw[i], str):
             break
     else:
@@ -237,7 +237,7 @@ def build(path, events, meta, block, truncated=False):
     negative = np.flatnonzero(~dur_missing & (dur_f < 0))
     if len(negative):
         i = int(negative[0])
-        raise TraceError(path, f"negative 'dur' {dur_f[i]!r}", i)
+        raise TraceError(path, f"negative 'dur' {dur_f[i]:g}", i)
     for what, col in (("ts", ts_f), ("dur", dur_f)):
         huge = np.flatnonzero(np.abs(col) > MAX_US)
         if len(huge):
