@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
+from operator import attrgetter
 from typing import Any, Optional
 
 import msgspec
@@ -93,28 +94,32 @@ def scan(path):
 def _light_trace(path, doc):
     events = doc.traceEvents
     n = len(events)
-    names_raw = [e.name for e in events]
-    if not all(isinstance(x, str) for x in names_raw if x is not None):
+    names_raw = _column(events, "name")
+    ph = np.fromiter(map(ord, _column(events, "ph")), np.uint32, n)  # TypeError unless one character
+    if not set(map(type, names_raw)) <= {str, type(None)}:
         raise ValueError("non-string name")
-    if not all(isinstance(e.ph, str) and len(e.ph) == 1 and (e.name is not None or e.ph in "ME") for e in events):
+    if names_raw.count(None) and not np.isin(ph[[x is None for x in names_raw]], [ord("M"), ord("E")]).all():
         raise ValueError("bad ph or missing name: the full reader names the event")
-    names = {}
-    name = np.fromiter((names.setdefault(x, len(names)) for x in names_raw), np.int32, n)
-    ts_f, ts_missing = _numbers([e.ts for e in events], path, "ts", required=None)
+    name, names = _intern(names_raw, path, "name")
+    ts_f, ts_missing = _numbers(_column(events, "ts"), path, "ts", required=None)
     if ts_missing.any():
         raise ValueError("events without ts: the full reader decides which may lack one")
-    dur_f, dur_missing = _numbers([e.dur for e in events], path, "dur", required=None)
+    dur_f, dur_missing = _numbers(_column(events, "dur"), path, "dur", required=None)
     base = doc.baseTimeNanoseconds
     ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
     ts[ts_missing] = NO_TS
     dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
-    pid, pids = _intern([e.pid for e in events], path, "pid")
-    tid, tids = _intern([e.tid for e in events], path, "tid")
+    pid, pids = _intern(_column(events, "pid"), path, "pid")
+    tid, tids = _intern(_column(events, "tid"), path, "tid")
     meta = {k: v for k in ("distributedInfo", "host_name", "hostname") if (v := getattr(doc, k)) is not None}
     none = [None] * n
-    return RankTrace(path=path, meta=meta, tracemerge=doc.tracemerge, base_ns=base, names=list(names),
+    return RankTrace(path=path, meta=meta, tracemerge=doc.tracemerge, base_ns=base, names=names,
                      pids=pids, tids=tids, ph=np.zeros(n, np.uint8), name=name, cat=np.full(n, -1, np.int32),
                      pid=pid, tid=tid, ts=ts, dur=dur, args=none, extra=none)
+
+
+def _column(structs, field):
+    return list(map(attrgetter(field), structs))
 
 
 # ---- pass 2: transform and encode ------------------------------------------------------

@@ -8,6 +8,7 @@ on the file's own clock: ``baseTimeNanoseconds + ts*1000`` when the file has a b
 import gzip
 import json
 import os
+import re
 import zlib
 from itertools import repeat
 
@@ -16,13 +17,14 @@ import orjson
 
 from tracemerge.errors import TraceError
 from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, RankTrace
-from tracemerge.salvage import Unsalvageable, is_unclosed, salvage
+from tracemerge.salvage import NotCut, Unsalvageable, salvage
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
 PADDING = b"\0 \t\r\n"
+_CONTENT = re.compile(rb"[^\0 \t\r\n]")
 # how close to the end a JSON error must be for the file to count as cut off, not corrupt
 END_SLACK = 64
 
@@ -55,7 +57,7 @@ def read_data(path):
             data, cut = _gunzip_prefix(path, data), True
         except (OSError, zlib.error) as e:
             raise TraceError(path, f"corrupt gzip: {e}") from None
-    if not data.strip(PADDING):
+    if not _CONTENT.search(data):  # data.strip() would copy the whole file when it ends in a newline
         raise TraceError(path, "empty file" if not cut else "truncated gzip with no data before the cut")
     return data, cut
 
@@ -74,21 +76,36 @@ def _gunzip_prefix(path, data):
 
 
 def parse_json(path, data, cut=False):
-    """(document, warning or None): the parsed trace, salvaged when the data ends early."""
-    if not cut:
+    """(document, warning or None): the parsed trace, salvaged when the data ends early.
+
+    A document that does not end in ``}`` or ``]`` cannot be whole, so it goes straight
+    to the salvage scan instead of through a parse that is bound to fail at its end.
+    """
+    body = _without_padding(data)
+    error = None
+    if not cut and body[-1:] in (b"}", b"]"):
         try:
             return orjson.loads(data), None
         except orjson.JSONDecodeError as e:
             error = e
-    body = data.rstrip(PADDING)
-    if cut or (error.pos >= len(body) - END_SLACK and is_unclosed(body)):
-        return _salvaged(path, body, data, cut)
-    if len(body) < len(data):
+    if cut or (error is None and body.lstrip()[:1] in (b"{", b"[")) or \
+            (error is not None and error.pos >= len(body) - END_SLACK):
         try:
-            return orjson.loads(body), f"ignored {len(data) - len(body)} trailing zero/blank bytes"
-        except orjson.JSONDecodeError:
+            return _salvaged(path, body, data, cut)
+        except NotCut:
             pass
-    return _lenient(path, data, error), None
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        return _lenient(path, data, error or e), None
+    return doc, f"ignored {len(data) - len(body)} trailing zero/blank bytes"
+
+
+def _without_padding(data):
+    end = len(data)
+    while end and data[end - 1] in PADDING:  # a short walk: padding is a few blocks at most
+        end -= 1
+    return data if end == len(data) else data[:end]
 
 
 def _lenient(path, data, error):
