@@ -81,13 +81,14 @@ def parse_json(path, data, cut=False):
     A document that does not end in ``}`` or ``]`` cannot be whole, so it goes straight
     to the salvage scan instead of through a parse that is bound to fail at its end.
     """
-    body = _without_padding(data)
+    end = _content_end(data)
     error = None
-    if not cut and body[-1:] in (b"}", b"]"):
+    if not cut and data[end - 1:end] in (b"}", b"]"):
         try:
             return orjson.loads(data), None
         except orjson.JSONDecodeError as e:
             error = e
+    body = data[:end]
     if cut or (error is None and body.lstrip()[:1] in (b"{", b"[")) or \
             (error is not None and error.pos >= len(body) - END_SLACK):
         try:
@@ -101,11 +102,12 @@ def parse_json(path, data, cut=False):
     return doc, f"ignored {len(data) - len(body)} trailing zero/blank bytes"
 
 
-def _without_padding(data):
+def _content_end(data):
+    """Length of ``data`` without its trailing padding (a short walk: a few blocks at most)."""
     end = len(data)
-    while end and data[end - 1] in PADDING:  # a short walk: padding is a few blocks at most
+    while end and data[end - 1] in PADDING:
         end -= 1
-    return data if end == len(data) else data[:end]
+    return end
 
 
 def _lenient(path, data, error):

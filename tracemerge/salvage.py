@@ -26,6 +26,10 @@ class Unsalvageable(ValueError):
     """The input ends before anything worth keeping; the message says where."""
 
 
+class NotCut(ValueError):
+    """The input closes every bracket it opens: whatever is wrong with it, it is not cut off."""
+
+
 def _brackets(data):
     """(positions, +1/-1 deltas) of the brackets of ``data`` that are outside strings."""
     arr = np.frombuffer(data.translate(_TABLE), dtype=np.uint8)
@@ -47,12 +51,6 @@ def _brackets(data):
     return bpos, bch, delta
 
 
-def is_unclosed(data):
-    """True when ``data`` opens more brackets than it closes: it was cut off."""
-    _, _, delta = _brackets(data)
-    return int(delta.sum()) > 0
-
-
 def salvage(data):
     """The :class:`Cut` of ``data`` (bytes of a trace that ends early).
 
@@ -63,6 +61,8 @@ def salvage(data):
     depth = np.cumsum(delta)  # depth after each bracket
     if not len(bpos):
         raise Unsalvageable("no JSON structure before the end of the data")
+    if depth[-1] <= 0:
+        raise NotCut("every bracket is closed")
     if bch[0] == ord("["):
         start, level, closer = 0, 1, b"]"
     else:
