@@ -1,0 +1,85 @@
+"""Failures of the command as a process: output refusal and atomicity, write errors,
+broken pipes, Ctrl-C. Each ends in one line, a documented exit code, and no output file."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tracefiles import kineto, load_output, write, x
+
+CMD = [sys.executable, "-m", "tracemerge"]
+
+
+def run(*args, **kw):
+    return subprocess.run(CMD + [str(a) for a in args], capture_output=True, timeout=120, **kw)
+
+
+def big_trace(tmp_path, n=60_000):
+    return write(tmp_path / "rank0.json", kineto([x(f"op{i % 50}", i * 2.0, 1.0, tid=i % 4) for i in range(n)]))
+
+
+def error_lines(stderr):
+    lines = stderr.decode().splitlines()
+    assert not any("Traceback" in line for line in lines), stderr
+    return [line for line in lines if line.startswith("tracemerge: error: ")]
+
+
+def test_output_rules(tmp_path):
+    good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
+    out = tmp_path / "o.json"
+    r = run("combine", good, "-o", good, "--force")
+    assert r.returncode == 5 and error_lines(r.stderr) == [f"tracemerge: error: {good}: the output is also an input; choose another -o"]
+    out.write_text("keep me")
+    r = run("combine", good, "-o", out)
+    assert r.returncode == 5 and "exists; pass --force" in error_lines(r.stderr)[0] and out.read_text() == "keep me"
+    assert run("combine", good, "-o", out, "--force").returncode == 0
+    assert load_output(out)["tracemerge"]["events"]["in"] == 1
+    r = run("combine", good, "-o", tmp_path / "no" / "such" / "dir.json")
+    assert r.returncode == 5 and "cannot write" in error_lines(r.stderr)[0]
+
+
+def test_failed_run_leaves_no_output_or_temporary_file(tmp_path):
+    good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
+    bad = tmp_path / "rank1.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": "late"}]}')
+    before = sorted(os.listdir(tmp_path))
+    r = run("combine", good, bad, "-o", tmp_path / "o.json")
+    assert r.returncode == 3 and error_lines(r.stderr) == [f"tracemerge: error: {bad}: event 0: 'ts' is not a number: 'late'"]
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_disk_full_on_stdout(tmp_path):
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run(CMD + ["combine", big_trace(tmp_path, 2000), "-o", "-"], stdout=full,
+                           stderr=subprocess.PIPE, timeout=120)
+    assert r.returncode == 5 and "No space left on device" in error_lines(r.stderr)[0]
+
+
+def test_broken_pipe_is_one_line(tmp_path):
+    trace = big_trace(tmp_path, 20_000)
+    proc = subprocess.Popen(CMD + ["combine", trace, "-o", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(100)
+    proc.stdout.close()  # the reader goes away, as `| head -c 100` does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 5
+    assert error_lines(err) == ["tracemerge: error: the output pipe was closed before everything was written"]
+
+
+def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
+    trace = big_trace(tmp_path, 400_000)
+    out = tmp_path / "out" / "o.json"
+    out.parent.mkdir()
+    proc = subprocess.Popen(CMD + ["combine", trace, "-o", out, "-j", "1"], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not os.listdir(out.parent) and proc.poll() is None:
+        time.sleep(0.01)  # interrupt once writing has begun: shards or the temporary output exist
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert error_lines(err) == ["tracemerge: error: interrupted; no output was written"]
+    assert os.listdir(out.parent) == []
