@@ -17,6 +17,7 @@ ID_KEYS = ("id", "bind_id")
 ARG_ID_KEYS = ("External id", "correlation", "Correlation ID", "External ID")
 EXTRA_ID_KEYS = frozenset(ID_KEYS + ("id2",))
 NAMESPACE_BITS = 32
+ID_LIMIT = 1 << NAMESPACE_BITS
 
 
 @dataclass
@@ -36,7 +37,7 @@ def rank_label(rank, worker_name, hostname):
 
 def namespace_id(rank, value):
     """A rank-unique form of a flow/correlation id: ints stay ints below 2**53."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < (1 << NAMESPACE_BITS):
+    if value.__class__ is int and 0 <= value < ID_LIMIT:  # exact int: a bool is not an id
         return ((rank + 1) << NAMESPACE_BITS) | value
     return f"r{rank}:{value}"
 
