@@ -128,7 +128,6 @@ def generate_rank(rank, world_size, target_bytes, seed, rank_file):
     for stream in STREAMS:
         w.meta("thread_name", 0, stream, "name", f"stream {stream}")
         w.meta("thread_sort_index", 0, stream, "sort_index", stream)
-    w.x("Trace", "PyTorch Profiler (0)", '"Spans"', '"PyTorch Profiler"', T0_NS - 145_000, 1_000_000, '"Op count": 0')
     rpcs, collectives = [], []
     step, t = 0, T0_NS
     while w.size < target_bytes - 2_000:
@@ -169,6 +168,9 @@ def generate_rank(rank, world_size, target_bytes, seed, rank_file):
         w.ext += 1
         w.ev_idx += 1
         step += 1
+    # the profiler span covers the whole window, as Kineto writes it once profiling stops
+    w.x("Trace", "PyTorch Profiler (0)", '"Spans"', '"PyTorch Profiler"', T0_NS - 145_000, t - T0_NS + 145_000,
+        '"Op count": 0')
     w.add(f'  {{\n    "ph": "i", "s": "t", "name": "Record Window End",\n    "pid": "", "tid": "",\n'
           f'    "ts": {w.ts(t + 1_000_000)}\n  }}\n')
     head = [
