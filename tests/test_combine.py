@@ -150,3 +150,30 @@ def test_output_keeps_epoch_recoverable(tmp_path):
     op = next(e for e in doc["traceEvents"] if e["name"] == "op")
     assert base + round(op["ts"] * 1000) == BASE + 1_000_000
     assert base % 10**9 == 0
+
+
+@pytest.mark.parametrize("block, problem", [
+    ({"rpcs": {"a": 1}}, "'tracemerge.rpcs' is a dict, not a list"),
+    ({"rpcs": [17]}, "tracemerge.rpcs[0] is a int, not an object"),
+    ({"rpcs": [{"rpc_id": "0:1", "role": "caller", "caller": 0}]}, "tracemerge.rpcs[0]: missing or bad 'callee' (None)"),
+    ({"rpcs": [{"rpc_id": "0:1", "role": "caller", "caller": 0, "callee": 1, "send_ns": 1.5}]},
+     "tracemerge.rpcs[0]: 'send_ns' is not integer ns (1.5)"),
+    ({"collectives": [{"group": "0", "seq": "3", "start_ns": 1}]}, "tracemerge.collectives[0]: missing or bad 'seq' ('3')"),
+])
+def test_malformed_records_are_named(tmp_path, block, problem):
+    from tracemerge.errors import TraceError
+    doc = rank_file([x("a", 1, 1)], rank=0)
+    doc["tracemerge"].update(block)
+    path = write(tmp_path / "rank0.json", doc)
+    with pytest.raises(TraceError) as e:
+        Session.open([path])
+    assert str(e.value) == f"{path}: {problem}"
+
+
+def test_unfinished_collective_is_kept_without_end(tmp_path):
+    from tracemerge.correlate import match_collectives
+    coll = {"op": "all_reduce", "group": "0", "group_ranks": [0, 1], "seq": 1, "bytes": 4}
+    a = write(tmp_path / "rank0.json", rank_file([x("a", 1, 1)], rank=0, collectives=[{**coll, "start_ns": BASE, "end_ns": BASE + 5}]))
+    b = write(tmp_path / "rank1.json", rank_file([x("a", 1, 1)], rank=1, collectives=[{**coll, "start_ns": BASE}]))
+    (m,) = match_collectives(Session.open([a, b]).infos)
+    assert m.start_ns == {0: BASE, 1: BASE} and m.end_ns == {0: BASE + 5} and not m.complete

@@ -99,6 +99,7 @@ def match_collectives(infos):
                 m = found[key] = CollectiveMatch(group=key[0], seq=key[1], op=rec.get("op", ""),
                                                  group_ranks=list(rec.get("group_ranks") or []))
             m.start_ns[info.rank] = int(rec["start_ns"])
-            m.end_ns[info.rank] = int(rec["end_ns"])
+            if rec.get("end_ns") is not None:  # absent when the file was written mid-collective
+                m.end_ns[info.rank] = int(rec["end_ns"])
             m.bytes[info.rank] = int(rec.get("bytes", 0))
     return list(found.values())

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from tracemerge.checks import clock_jumps, job_facts
-from tracemerge.errors import RankConflict
+from tracemerge.errors import RankConflict, TraceError
 from tracemerge.kineto_collectives import collectives as kineto_collectives
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
@@ -77,6 +77,32 @@ def _profiler_start(trace, first_ns):
     return first_ns, "first event"
 
 
+# What every record must carry to be matched across ranks (docs/rank-file-format.md); the
+# other fields are optional, and a side that had not finished leaves its end time out.
+RECORD_FIELDS = {
+    "rpcs": {"rpc_id": str, "role": str, "caller": int, "callee": int},
+    "collectives": {"group": (str, int), "seq": int, "start_ns": int},
+}
+
+
+def records(path, block, key):
+    """The ``key`` records of a rank file's block, checked so a bad one is named, not a crash later."""
+    found = block.get(key) or []
+    if not isinstance(found, list):
+        raise TraceError(path, f"'tracemerge.{key}' is a {type(found).__name__}, not a list")
+    for i, rec in enumerate(found):
+        if not isinstance(rec, dict):
+            raise TraceError(path, f"tracemerge.{key}[{i}] is a {type(rec).__name__}, not an object")
+        for name, kind in RECORD_FIELDS[key].items():
+            value = rec.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise TraceError(path, f"tracemerge.{key}[{i}]: missing or bad '{name}' ({value!r})")
+        for name, value in rec.items():
+            if name.endswith("_ns") and value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise TraceError(path, f"tracemerge.{key}[{i}]: '{name}' is not integer ns ({value!r})")
+    return list(found)
+
+
 def describe(trace):
     """The :class:`RankInfo` of one read trace."""
     rank, source = _rank_candidates(trace)
@@ -91,8 +117,8 @@ def describe(trace):
         path=trace.path, rank=rank, rank_source=source, worker_name=str(worker), hostname=str(host),
         job_id=block.get("job_id"), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
-        rpcs=list(block.get("rpcs") or []),
-        collectives=list(block.get("collectives") or []) if "collectives" in block else kineto_collectives(trace),
+        rpcs=records(trace.path, block, "rpcs"),
+        collectives=records(trace.path, block, "collectives") if "collectives" in block else kineto_collectives(trace),
         warnings=list(trace.warnings) + clock_jumps(trace, PROFILER_SPAN), truncated=trace.truncated,
         has_block=trace.tracemerge is not None, job=job_facts(trace))
 
