@@ -177,3 +177,11 @@ def test_unfinished_collective_is_kept_without_end(tmp_path):
     b = write(tmp_path / "rank1.json", rank_file([x("a", 1, 1)], rank=1, collectives=[{**coll, "start_ns": BASE}]))
     (m,) = match_collectives(Session.open([a, b]).infos)
     assert m.start_ns == {0: BASE, 1: BASE} and m.end_ns == {0: BASE + 5} and not m.complete
+
+
+def test_file_without_events_warns_and_does_not_move_time_zero(tmp_path):
+    empty = write(tmp_path / "rank1.json", kineto([], rank=1))
+    doc = run([two_ranks(tmp_path)[0], empty], tmp_path)
+    assert "no timestamped events" in " ".join(doc["tracemerge"]["inputs"][1]["warnings"])
+    op = next(e for e in doc["traceEvents"] if e["name"] == "op")
+    assert op["ts"] < 10**7  # still relative to the job's first second, not to the epoch

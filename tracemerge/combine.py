@@ -15,7 +15,8 @@ SECOND_NS = 1_000_000_000
 
 def aligned_start(session, alignment):
     """The first event of the job on the reference clock."""
-    return min(alignment.clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
+    timed = [i for i in session.infos if i.timed] or session.infos
+    return min(alignment.clocks[i.rank].to_reference(i.first_ns) for i in timed)
 
 
 def placements(session, alignment):

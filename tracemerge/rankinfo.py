@@ -41,6 +41,7 @@ class RankInfo:
     collectives: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     truncated: bool = False
+    timed: bool = True              # the file has at least one timestamped event
     has_block: bool = False         # the file carries a 'tracemerge' block
     job: dict = field(default_factory=dict)  # job_id / world_size / backend the file states (checks.job_facts)
 
@@ -107,7 +108,9 @@ def describe(trace):
     """The :class:`RankInfo` of one read trace."""
     rank, source = _rank_candidates(trace)
     block = trace.tracemerge or {}
-    span = trace.time_span() or (0, 0)
+    span = trace.time_span()
+    empty = [] if span else ["no timestamped events: the file adds no time span to the merged trace"]
+    span = span or (0, 0)
     start, start_source = _profiler_start(trace, span[0])
     stem = os.path.basename(trace.path).split(".")[0]
     worker = block.get("worker_name") or stem
@@ -119,7 +122,7 @@ def describe(trace):
         first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
         rpcs=records(trace.path, block, "rpcs"),
         collectives=records(trace.path, block, "collectives") if "collectives" in block else kineto_collectives(trace),
-        warnings=list(trace.warnings) + clock_jumps(trace, PROFILER_SPAN), truncated=trace.truncated,
+        warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=not empty, truncated=trace.truncated,
         has_block=trace.tracemerge is not None, job=job_facts(trace))
 
 
