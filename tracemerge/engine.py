@@ -274,6 +274,11 @@ class DaskEngine:
         self.scheduler = scheduler
 
     def map(self, fn, *columns):
+        # an argument shared by every call (the per-rank function with its RPC plan) is
+        # sent to the workers once, not pickled into each of the ranks' tasks
+        columns = [[self.client.scatter(c[0], broadcast=True, hash=False)] * len(c)
+                   if len(c) > 1 and all(x is c[0] for x in c) and not isinstance(c[0], (str, int)) else c
+                   for c in map(list, columns)]
         futures = self.client.map(fn, *columns, pure=False)
         return self.client.gather(futures)
 
