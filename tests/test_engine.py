@@ -140,3 +140,10 @@ def test_dask_worker_error_is_one_line(tmp_path, rank_files):
 def test_scheduler_needs_dask_engine(rank_files, tmp_path):
     r = cli("combine", *rank_files, "-o", tmp_path / "o.json", "--scheduler", "tcp://127.0.0.1:1")
     assert r.returncode != 0 and b"--scheduler needs --engine dask" in r.stderr
+
+
+def test_stdout_gets_the_same_bytes(rank_files, tmp_path):
+    out = tmp_path / "t.json"
+    assert cli("combine", *rank_files, "-o", out, "-j", 2).returncode == 0
+    piped = cli("combine", *rank_files, "-o", "-", "-j", 2)
+    assert piped.returncode == 0 and piped.stdout == out.read_bytes()
