@@ -203,10 +203,11 @@ def _rpc_records(w, rank, k, world_size, tid, out):
                "callee_name": f"worker{callee}", "status": "ok"}
         if caller == rank:
             rec.update(role="caller", send_ns=BASE_NS + t1 + w.off, complete_ns=BASE_NS + t4 + w.off)
-            w.x("user_annotation", name, HOST_PID, tid, t1, t4 - t1, f'"rpc_id": "{caller}:{k}"')
+            w.x("user_annotation", name, HOST_PID, tid, t1, t4 - t1, f'"rpc_id": "{caller}:{k}", "role": "caller"')
         else:
             rec.update(role="callee", start_ns=BASE_NS + t2 + w.off, end_ns=BASE_NS + t3 + w.off)
-            w.x("user_annotation", name + "#remote", HOST_PID, HOST_PID + 40, t2, t3 - t2, f'"rpc_id": "{caller}:{k}"')
+            w.x("user_annotation", name + "#remote", HOST_PID, HOST_PID + 40, t2, t3 - t2,
+                f'"rpc_id": "{caller}:{k}", "role": "callee"')
         out.append(rec)
 
 
