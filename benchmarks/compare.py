@@ -2,8 +2,9 @@
 
     python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers]
 
-Generates ``ranks`` Kineto-like traces of ``mb`` MB each with gen_kineto.py (kept in DIR
-between runs), then runs every contender as its own process, one after the other, and
+Generates ``ranks`` Kineto-like rank files of ``mb`` MB each with gen_kineto.py (Kineto
+traces plus the "tracemerge" block with RPC and collective records, so tracemerge aligns
+by RPCs and draws RPC flows; kept in DIR between runs), then runs every contender as its own process, one after the other, and
 prints wall time, input MB/s, the peak RSS of the contender's whole process tree (sampled
 every 20 ms with psutil) and the ratios to the floor and to ``viztracer --combine``:
 
@@ -146,11 +147,11 @@ def main(argv=None):
     a = p.parse_args(argv)
 
     indir = a.dir or tempfile.mkdtemp(prefix=f"tracemerge-bench-{a.ranks}x{a.mb:g}-")
-    indir = os.path.join(indir, f"{a.ranks}x{a.mb:g}MB")
+    indir = os.path.join(indir, f"{a.ranks}x{a.mb:g}MB-rank-files")
     paths = sorted(os.path.join(indir, f) for f in os.listdir(indir)) if os.path.isdir(indir) else []
     if len(paths) != a.ranks:
         shutil.rmtree(indir, ignore_errors=True)
-        paths = gen_kineto.generate(indir, a.ranks, a.mb)
+        paths = gen_kineto.generate(indir, a.ranks, a.mb, rank_files=True)
     total_mb = sum(os.path.getsize(x) for x in paths) / 1e6
     outdir = tempfile.mkdtemp(prefix="tracemerge-bench-out-")
     out = os.path.join(outdir, "")
