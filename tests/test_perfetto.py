@@ -59,6 +59,19 @@ def read_pftrace(path):
             timed.append((p.timestamp, n, p.track_event, dict(interned)))
     timed.sort(key=lambda t: (t[0], t[1]))
     stacks, slices, instants, counters = {}, [], [], []
+    active, arcs, unmatched = {}, [], []     # flows replayed as Perfetto's importer does
+
+    def flows(item, ev):
+        for f in ev.flow_ids:
+            if f in active:
+                arcs.append((f, active[f], item))
+            active[f] = item
+        for f in ev.terminating_flow_ids:
+            if f in active:
+                arcs.append((f, active.pop(f), item))
+            else:
+                unmatched.append(f)
+
     for ts, _, ev, interned in timed:
         assert ev.track_uuid in tracks, "event on an undeclared track"
         stack = stacks.setdefault(ev.track_uuid, [])
@@ -66,6 +79,8 @@ def read_pftrace(path):
             assert stack, f"END without BEGIN on track {ev.track_uuid}"
             s = stack.pop()
             s.update(end=ts, end_flows=list(ev.flow_ids), end_terminating=list(ev.terminating_flow_ids))
+            s["args"].update({_name(a, interned["anns"]): _value(a, interned["anns"]) for a in ev.debug_annotations})
+            flows(s, ev)
             continue
         if ev.type == TE.TYPE_COUNTER:
             value = ev.counter_value if ev.HasField("counter_value") else ev.double_counter_value
@@ -75,6 +90,7 @@ def read_pftrace(path):
                 "cat": [interned["cats"][c] for c in ev.category_iids],
                 "args": {_name(a, interned["anns"]): _value(a, interned["anns"]) for a in ev.debug_annotations},
                 "flows": list(ev.flow_ids), "terminating": list(ev.terminating_flow_ids)}
+        flows(item, ev)
         if ev.type == TE.TYPE_SLICE_BEGIN:
             if stack:
                 item["parent"] = stack[-1]
@@ -87,7 +103,8 @@ def read_pftrace(path):
     for s in slices:   # a child lies within its parent
         if "parent" in s:
             assert s["parent"]["ts"] <= s["ts"] and s["end"] <= s["parent"]["end"]
-    return {"tracks": tracks, "slices": slices, "instants": instants, "counters": counters}
+    return {"tracks": tracks, "slices": slices, "instants": instants, "counters": counters, "arcs": arcs,
+            "unmatched_flow_ends": unmatched}
 
 
 def thread_of(tracks, uuid):
@@ -127,8 +144,8 @@ def test_every_slice_instant_and_counter_is_there_with_name_track_and_args(tmp_p
     slices = {(s["name"], thread_of(got["tracks"], s["track"])[0]): s for s in got["slices"]}
     assert len(got["slices"]) == 6
     outer = slices["outer", pids["0"]["7"]]
-    # orjson reads integers beyond 64 bits as floats; empty lists and null travel as JSON text
-    assert outer["args"] == {**args, "big": float(2 ** 70)}
+    # integers beyond 64 bits travel as their decimal text; empty lists and null as JSON text
+    assert outer["args"] == {**args, "big": str(2 ** 70)}
     assert outer["cat"] == ["cpu_op"]
     assert outer["end"] - outer["ts"] == 50_000
     assert slices["inner", pids["0"]["7"]]["parent"] is outer
@@ -164,24 +181,13 @@ def test_overlapping_spans_go_to_an_overlap_track_and_are_counted(tmp_path):
     assert by_name["c"]["parent"] is by_name["a"]    # the thread track is tried first
     assert by_name["d"]["track"] not in (main, by_name["b"]["track"])
     assert got["tracks"][by_name["b"]["track"]].name == "thread 1 (overlap 1)"
-    assert summary["perfetto"] == {"overlapping_slices": 2, "overlap_tracks": 2}
+    assert summary["perfetto"] == {"overlapping_slices": 2, "overlap_tracks": 2, "flow_events": 0}
     assert summary["events"]["out"] == summary["events"]["in"] == 5
 
 
 def test_nest_lanes():
     assert nest([0, 1, 2, 10], [10, 5, 3, 11]) == [0, 0, 0, 0]
     assert nest([0, 5, 6, 12], [10, 15, 7, 14]) == [0, 1, 0, 0]
-
-
-def test_unsupported_phases_are_counted_as_dropped(tmp_path):
-    r0 = kineto([x("a", 100.0, 5.0),
-                 {"ph": "b", "cat": "c", "name": "async", "id": 1, "pid": 100, "tid": 1, "ts": 100.0},
-                 {"ph": "e", "cat": "c", "name": "async", "id": 1, "pid": 100, "tid": 1, "ts": 104.0}], rank=0)
-    out, summary = merge(tmp_path, [r0])
-    assert len(read_pftrace(out)["slices"]) == 1
-    ev = summary["events"]
-    assert ev["dropped"] == 2 and ev["in"] == ev["out"] + ev["dropped"]
-    assert ev["dropped_by"] == {"phase 'b' has no TrackEvent form": 1, "phase 'e' has no TrackEvent form": 1}
 
 
 def test_format_option_and_name(tmp_path):
@@ -218,3 +224,112 @@ def test_real_traces_keep_every_slice_with_its_time_process_and_args(tmp_path, s
     # only v1 flow events (autograd fwdbwd) have no TrackEvent form yet, and they are counted
     assert set(ev["dropped_by"]) <= {"phase 's' has no TrackEvent form", "phase 'f' has no TrackEvent form"}
     assert ev["out"] + ev["dropped"] == ev["in"]
+
+
+def _ev(ph, name, ts, pid=100, tid=1, cat="c", **kw):
+    return {"ph": ph, "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, **kw}
+
+
+def test_begin_end_pairs_become_nested_slices_with_both_args(tmp_path):
+    r0 = kineto([_ev("B", "outer", 100.0, args={"a": 1}), _ev("B", "inner", 110.0),
+                 _ev("E", None, 120.0, args={"b": 2}), _ev("E", None, 150.0, args={"c": 3}),
+                 x("x_inside", 130.0, 5.0),
+                 x("crossing", 140.0, 20.0),             # crosses outer: overlap track
+                 _ev("E", None, 170.0),                  # nothing open: dropped, counted
+                 _ev("B", "never_ends", 180.0)], rank=0)  # dropped, counted
+    out, summary = merge(tmp_path, [r0])
+    got = read_pftrace(out)
+    by_name = {s["name"]: s for s in got["slices"]}
+    assert sorted(by_name) == ["crossing", "inner", "outer", "x_inside"]
+    base = by_name["outer"]["ts"] - 100_000
+    assert [(by_name[n]["ts"] - base, by_name[n]["end"] - base) for n in ("outer", "inner", "crossing")] == \
+        [(100_000, 150_000), (110_000, 120_000), (140_000, 160_000)]
+    assert by_name["inner"]["parent"] is by_name["outer"] and by_name["x_inside"]["parent"] is by_name["outer"]
+    assert by_name["inner"]["args"] == {"b": 2} and by_name["outer"]["args"] == {"a": 1, "c": 3}
+    assert by_name["crossing"]["track"] != by_name["outer"]["track"]
+    ev = summary["events"]
+    assert ev["dropped_by"] == {"B/E end without a begin": 1, "B/E begin without an end": 1}
+    assert ev["in"] == ev["out"] + ev["dropped"] == 8
+
+
+def test_async_events_go_to_async_tracks_per_pid_cat_id(tmp_path):
+    r0 = kineto([_ev("b", "req", 100.0, id=1, args={"k": "v"}), _ev("n", "mark", 105.0, id=1),
+                 _ev("e", "req", 120.0, id=1, args={"status": 200}),
+                 _ev("b", "req", 110.0, id=2), _ev("e", "req", 130.0, id=2),                  # another id
+                 _ev("b", "req", 101.0, id=1, cat="other"), _ev("e", "req", 102.0, id=1, cat="other"),
+                 _ev("b", "req", 100.0, id2={"local": "0x5"}), _ev("e", "req", 101.0, id2={"local": "0x5"}),
+                 _ev("S", "legacy", 100.0, id="a"), _ev("F", "legacy", 140.0, id="a"),
+                 _ev("b", "outer", 103.0, id=1), _ev("e", "outer", 125.0, id=1),   # crosses req on id 1
+                 _ev("b", "no_id", 100.0), x("work", 100.0, 10.0)], rank=0)
+    out, summary = merge(tmp_path, [r0])
+    got = read_pftrace(out)
+    tracks = got["tracks"]
+    async_slices = [s for s in got["slices"] if not tracks[s["track"]].HasField("thread")]
+    pid = summary["pids"]["0"]["100"]
+    assert all(thread_of(tracks, s["track"])[0] == pid for s in async_slices)
+    by = Counter((s["name"], tuple(s["cat"])) for s in async_slices)
+    assert by == {("req", ("c",)): 3, ("req", ("other",)): 1, ("legacy", ("c",)): 1, ("outer", ("c",)): 1}
+    req1 = next(s for s in async_slices if s["name"] == "req" and s["args"].get("k") == "v")
+    assert req1["args"] == {"k": "v", "status": 200} and req1["end"] - req1["ts"] == 20_000
+    assert tracks[req1["track"]].name == "req"
+    # (pid, cat, id) keys: ids 1 and 2, cat "other", the local id2 and the legacy id each get a track
+    assert len({s["track"] for s in async_slices if s["name"] != "outer"}) == 5
+    outer = next(s for s in async_slices if s["name"] == "outer")
+    assert tracks[outer["track"]].name == "req (overlap 1)"
+    (mark,) = got["instants"]
+    assert mark["name"] == "mark" and mark["track"] == req1["track"]
+    ev = summary["events"]
+    assert ev["dropped_by"] == {"async event without an id": 1}
+    assert ev["in"] == ev["out"] + ev["dropped"] == 15
+
+
+def test_input_flows_join_the_slices_perfetto_binds_them_to(tmp_path):
+    gpu = dict(pid=0, tid=7)
+    r0 = kineto([
+        x("aten::linear", 100.0, 20.0, tid=1), x("aten::t", 105.0, 2.0, tid=1),
+        x("cudaLaunchKernel", 110.0, 5.0, tid=1, cat="cuda_runtime"),
+        x("sgemm", 130.0, 10.0, cat="kernel", **gpu),
+        x("LinearBackward0", 300.0, 30.0, tid=2), x("bwd_child", 310.0, 5.0, tid=2),
+        # fwdbwd: s at the forward op's start, f (bp e) at the backward op's start
+        _ev("s", "fwdbwd", 100.0, tid=1, cat="fwdbwd", id=5),
+        _ev("f", "fwdbwd", 300.0, tid=2, cat="fwdbwd", id=5, bp="e"),
+        # ac2g with the same id 5: told apart by (cat, name), as Perfetto does
+        _ev("s", "ac2g", 111.0, tid=1, cat="ac2g", id=5),
+        _ev("f", "ac2g", 130.0, cat="ac2g", id=5, bp="e", **gpu),
+        # a step and an f without bp (binds to the next slice beginning on its thread)
+        _ev("s", "chain", 106.0, tid=1, id=9), _ev("t", "chain", 135.0, cat="c", id=9, **gpu),
+        _ev("f", "chain", 305.0, tid=2, id=9),
+        # v2 on the X events themselves
+        x("producer", 200.0, 5.0, tid=3), x("consumer", 250.0, 5.0, tid=4),
+        # nothing to bind to: dropped and counted
+        _ev("s", "lost", 1000.0, tid=1, id=11), _ev("f", "lost", 1001.0, tid=1, id=11, bp="e"),
+    ], rank=1)
+    r0["traceEvents"][-4].update(bind_id=77, flow_out=True)      # producer
+    r0["traceEvents"][-3].update(bind_id=77, flow_in=True)       # consumer
+    out, summary = merge(tmp_path, [kineto([x("r0", 100.0, 1.0)], rank=0), r0])
+    got = read_pftrace(out)
+    arcs = Counter((a["name"], b["name"]) for _, a, b in got["arcs"])
+    assert arcs == {("aten::linear", "LinearBackward0"): 1, ("cudaLaunchKernel", "sgemm"): 1,
+                    ("aten::t", "sgemm"): 1, ("sgemm", "bwd_child"): 1, ("producer", "consumer"): 1}
+    ids = {(a["name"], b["name"]): f for f, a, b in got["arcs"]}
+    # ids are the JSON output's namespaced ids; the second flow kind sits above bit 56
+    from tracemerge.transform import namespace_id
+    assert {ids["aten::linear", "LinearBackward0"] & ((1 << 56) - 1), ids["cudaLaunchKernel", "sgemm"] & ((1 << 56) - 1)} \
+        == {namespace_id(1, 5)}
+    assert ids["aten::linear", "LinearBackward0"] != ids["cudaLaunchKernel", "sgemm"]
+    assert not got["unmatched_flow_ends"]
+    ev = summary["events"]
+    assert ev["dropped_by"] == {"flow 's' with no slice on its thread at its time": 1,
+                                "flow 'f' with no slice on its thread at its time": 1}
+    assert summary["perfetto"]["flow_events"] == 7
+    assert ev["in"] == ev["out"] + ev["dropped"]
+
+
+def test_flow_end_on_a_slice_that_began_before_the_source_goes_on_its_end(tmp_path):
+    r0 = kineto([x("long", 100.0, 100.0, tid=2), x("src", 120.0, 10.0, tid=1),
+                 _ev("s", "f", 125.0, tid=1, id=1), _ev("f", "f", 150.0, tid=2, id=1, bp="e")], rank=0)
+    out, summary = merge(tmp_path, [r0])
+    got = read_pftrace(out)
+    ((_, a, b),) = got["arcs"]
+    assert (a["name"], b["name"]) == ("src", "long") and b["end_terminating"] == [_]
+    assert summary["events"]["dropped"] == 0

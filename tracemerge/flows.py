@@ -11,12 +11,14 @@ JSON gets v1 flow events (``s`` then ``f`` with ``bp: "e"``, both binding to the
 encloses them); protobuf gets ``flow_ids`` / ``terminating_flow_ids`` on the slices.
 """
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from tracemerge.correlate import match_rpcs
 from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.transform import namespace_id
 
 FLOW_CAT = "rpc"
 # RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
@@ -133,3 +135,172 @@ def _flow(ph, flow_id, rpc_id, pid, tid, ts_ns):
     if ph == "f":
         e["bp"] = "e"
     return e
+
+
+# ---- input flows in protobuf ---------------------------------------------------------------
+
+OUT, STEP, IN = "out", "step", "in"
+V1_ROLES = {ord("s"): OUT, ord("t"): STEP, ord("f"): IN}
+KIND_SHIFT = 56       # flow kinds beyond the first are told apart above the namespaced id
+
+
+def merge_flows(a, b):
+    """{event index: 4 tuples of flow ids} of two flow maps together."""
+    out = dict(a)
+    for i, ids in b.items():
+        out[i] = tuple(x + y for x, y in zip(out[i], ids)) if i in out else ids
+    return out
+
+
+def bind_input_flows(trace, rank, start, slices, ranges):
+    """Bind the rank's input flows to its slices, for protobuf output.
+
+    v1 events (``s``/``t``/``f``, keyed like Perfetto by (id, cat, name)) bind to the
+    innermost slice of their thread containing their ts (an ``f`` without ``bp: "e"`` to the
+    next slice beginning at or after it); v2 ``bind_id`` + ``flow_out``/``flow_in`` on an
+    ``X``/``B``/``b`` binds to that event's slice (on an ``n``/``i``, to the instant).
+    ``slices`` is :class:`~tracemerge.perfetto.Slices`, ``ranges`` its rows per track.
+
+    Perfetto reads packets in time order, so each point after a flow's first is put on its
+    slice's begin when that begins after the previous point, else on its end.
+    Returns ({event index: (begin flow_ids, begin terminating, end flow_ids, end
+    terminating)}, {"converted": v1 events bound, reason: v1 events dropped}).
+    """
+    ph = trace.ph
+    n_tids = max(len(trace.tids), 1)
+    v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
+    v2 = [i for i in np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"])).tolist()
+          if trace.extra[i] and "bind_id" in trace.extra[i]]
+    drops = {}
+
+    def drop(reason):
+        drops[reason] = drops.get(reason, 0) + 1
+
+    row_of = {}                     # slice begin event -> row
+    if v2:
+        row_of = dict(zip(slices.begin.tolist(), range(len(slices.begin))))
+    enclosing = _Enclosing(slices)
+    points = []                     # (flow key, ts, event index, role, anchor)
+    for i in v1.tolist():
+        extra = trace.extra[i] or {}
+        value = extra.get("id")
+        if value is None and isinstance(extra.get("id2"), dict):
+            value = extra["id2"].get("global", extra["id2"].get("local"))
+        if value is None:
+            drop("flow event without an id")
+            continue
+        role, ts = V1_ROLES[int(ph[i])], int(start[i])
+        lo_hi = ranges.get(int(trace.pid[i]) * n_tids + int(trace.tid[i]))
+        if role == IN and extra.get("bp") != "e":
+            row = enclosing.next_begin(lo_hi, ts)
+        else:
+            row = enclosing.at(lo_hi, ts)
+        if row is None:
+            drop(f"flow '{chr(ph[i])}' with no slice on its thread at its time")
+            continue
+        points.append(((int(trace.cat[i]), int(trace.name[i])), value, ts, i, role, _anchor(slices, row)))
+    for i in v2:
+        extra = trace.extra[i]
+        out, inn = bool(extra.get("flow_out")), bool(extra.get("flow_in"))
+        if not (out or inn):
+            continue    # Perfetto ignores a bind_id without a direction too
+        row = row_of.get(i)
+        anchor = _anchor(slices, row) if row is not None else (i, int(start[i]), None)
+        if row is None and ph[i] in (ord("X"), ord("B"), ord("b")):
+            continue    # its slice was not written (unpaired begin): counted there
+        points.append(("v2", extra["bind_id"], int(start[i]), i, STEP if out and inn else OUT if out else IN,
+                       anchor))
+
+    kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
+    by_id = {}
+    for p in points:
+        by_id.setdefault(proto_flow_id(rank, kinds[p[0]], p[1]), []).append(p)
+    bound, converted = {}, 0
+    for fid, chain in by_id.items():
+        chain.sort(key=lambda p: (p[2], p[3]))
+        last = None              # when Perfetto sees the previous point of the chain; None: not in flight
+        for _, _, _, i, role, (event, begin_ns, end_ns) in chain:
+            if role == OUT:
+                if last is not None:
+                    _drop_v1(trace, i, drop, "flow start while the same id is in flight")
+                    continue
+                at, slot = begin_ns, 0
+            elif last is None:
+                _drop_v1(trace, i, drop, f"flow {'step' if role == STEP else 'end'} without a start")
+                continue
+            elif begin_ns > last:
+                at, slot = begin_ns, 0
+            elif end_ns is not None and end_ns > last:
+                at, slot = end_ns, 2
+            else:
+                _drop_v1(trace, i, drop, "flow point on a slice that ends before its flow starts")
+                continue
+            ids = bound.setdefault(event, ((), (), (), ()))
+            slot += role == IN
+            bound[event] = tuple(x + (fid,) if n == slot else x for n, x in enumerate(ids))
+            last = None if role == IN else at
+            converted += chr(trace.ph[i]) in "stf"
+    return bound, {"converted": converted, **drops}
+
+
+def _drop_v1(trace, i, drop, reason):
+    """Count a v1 flow event as dropped; a v2 point rides on an event that is kept."""
+    if chr(trace.ph[i]) in "stf":
+        drop(reason)
+
+
+def _anchor(slices, row):
+    """(begin event, start ns, end ns) of a slice row."""
+    return int(slices.begin[row]), int(slices.start[row]), int(slices.end[row])
+
+
+def proto_flow_id(rank, kind, value):
+    """The uint64 flow id of an input flow: ``transform.namespace_id`` (as in the JSON output),
+    plus ``kind << 56`` for the rank's second and later flow kinds ((cat, name) of v1 events,
+    or v2), which may reuse each other's ids; a string id becomes a 64-bit hash."""
+    ns = namespace_id(rank, value)
+    if isinstance(ns, int) and kind < 1 << (64 - KIND_SHIFT) and ns < 1 << KIND_SHIFT:
+        return ns | kind << KIND_SHIFT
+    digest = hashlib.blake2b(f"{kind}:{ns}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") | 1 << 63
+
+
+class _Enclosing:
+    """Slice lookups on one thread's rows of the sorted slices (all its lanes)."""
+
+    def __init__(self, slices):
+        self.start, self.end = slices.start, slices.end
+        self.prev_longer = {}    # per thread range: row -> nearest earlier row ending later
+
+    def at(self, lo_hi, ts):
+        """The innermost slice containing ts: the latest start whose end is at or after ts,
+        found by walking back over earlier slices that end later."""
+        if lo_hi is None:
+            return None
+        lo, hi = lo_hi
+        row = lo + int(np.searchsorted(self.start[lo:hi], ts, side="right")) - 1
+        jump = self._jumps(lo_hi)
+        while row >= lo and self.end[row] < ts:
+            row = jump[row - lo]
+        return row if row >= lo else None
+
+    def next_begin(self, lo_hi, ts):
+        if lo_hi is None:
+            return None
+        lo, hi = lo_hi
+        row = lo + int(np.searchsorted(self.start[lo:hi], ts, side="left"))
+        return row if row < hi else None
+
+    def _jumps(self, lo_hi):
+        """Previous-greater-end row of every row of a thread (``lo - 1`` when none)."""
+        jump = self.prev_longer.get(lo_hi)
+        if jump is None:
+            lo, hi = lo_hi
+            jump, stack = [], []
+            for row, e in enumerate(self.end[lo:hi].tolist(), lo):
+                while stack and self.end[stack[-1]] <= e:
+                    stack.pop()
+                jump.append(stack[-1] if stack else lo - 1)
+                stack.append(row)
+            self.prev_longer[lo_hi] = jump
+        return jump

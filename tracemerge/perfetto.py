@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from tracemerge.engine import FORMATS, Format
+from tracemerge.flows import bind_input_flows, merge_flows
 from tracemerge.transform import _namespace_args, aligned_ns
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
@@ -86,6 +87,7 @@ class ProtoCounts:
     instants: int = 0
     counters: int = 0
     metadata: int = 0
+    flows: int = 0                   # input flow events bound to slices
     overlapping: int = 0             # slices moved to an overlap track
     overlap_tracks: int = 0
     dropped: dict = field(default_factory=dict)   # {reason: count}
@@ -169,65 +171,193 @@ def _slice_order(start, end):
     return records
 
 
+@dataclass
+class Slices:
+    """Every slice of one rank (``X``, paired ``B``/``E``, paired async ``b``/``e``/``S``/``F``),
+    sorted by (track, start, -end).
+
+    ``track`` is ``pid code * len(tids) + tid code`` for a thread track and ``-(k + 1)`` for
+    async track k (``async_keys[k]`` = (pid code, cat code, id)). ``begin`` is the event
+    that names the slice, ``close`` the event that ended it (-1 for ``X``).
+    """
+
+    track: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    begin: np.ndarray
+    close: np.ndarray
+    async_keys: list
+    async_names: list     # name code of each async track's first event
+
+    def ranges(self):
+        """{track: (first row, end row)} of the sorted slices."""
+        cuts = np.flatnonzero(np.diff(self.track)) + 1
+        firsts = np.concatenate(([0], cuts)).tolist()
+        ends = np.concatenate((cuts, [len(self.track)])).tolist()
+        return {int(self.track[a]): (a, b) for a, b in zip(firsts, ends) if b > a}
+
+
+def _pair_begin_end(trace, mask, key_of, counts, what):
+    """(begin indices, end indices, keys) of the begin/end events under ``mask`` paired per
+    key in time order: an end closes the innermost open begin of its name (any name when
+    it has none), as Perfetto's JSON importer does. Unpaired events are counted as dropped."""
+    idx = np.flatnonzero(mask)
+    idx = idx[np.lexsort((idx, trace.ts[idx]))]
+    opening = {ord("B"), ord("b"), ord("S")}
+    names = trace.names
+    stacks, begins, ends, keys, unmatched_end = {}, [], [], [], 0
+    for i in idx.tolist():
+        key = key_of(i)
+        if key is None:
+            continue
+        stack = stacks.setdefault(key, [])
+        if int(trace.ph[i]) in opening:
+            stack.append(i)
+            continue
+        name = names[trace.name[i]]
+        k = len(stack) - 1
+        while k >= 0 and name is not None and names[trace.name[stack[k]]] != name:
+            k -= 1
+        if k < 0:
+            unmatched_end += 1
+            continue
+        begins.append(stack.pop(k))
+        ends.append(i)
+        keys.append(key)
+    if unmatched_end:
+        counts.drop(f"{what} end without a begin", unmatched_end)
+    open_begins = sum(map(len, stacks.values()))
+    if open_begins:
+        counts.drop(f"{what} begin without an end", open_begins)
+    return begins, ends, keys
+
+
+def _async_id(extra):
+    """The id of an async event (``id``, else ``id2.global`` / ``id2.local``), or None."""
+    extra = extra or {}
+    value = extra.get("id")
+    if value is None and isinstance(extra.get("id2"), dict):
+        value = extra["id2"].get("global", extra["id2"].get("local"))
+    return value if value is None or isinstance(value, (int, str)) else orjson.dumps(value).decode()
+
+
+def collect_slices(trace, start, dur, counts):
+    """(Slices, async instants [(event index, async track)]) of one rank; unpaired begin/end
+    events and async events without an id are counted as dropped."""
+    ph = trace.ph
+    n_tids = max(len(trace.tids), 1)
+    thread = trace.pid.astype(np.int64) * n_tids + trace.tid
+
+    is_be = np.isin(ph, [ord("B"), ord("E")])
+    be_begin, be_end, _ = _pair_begin_end(trace, is_be, lambda i: int(thread[i]), counts, "B/E")
+
+    async_codes, async_keys, async_names, no_id = {}, [], [], 0
+
+    def async_track(i):
+        nonlocal no_id
+        value = _async_id(trace.extra[i])
+        if value is None:
+            no_id += 1
+            return None
+        key = (int(trace.pid[i]), int(trace.cat[i]), value)
+        code = async_codes.get(key)
+        if code is None:
+            code = async_codes[key] = -(len(async_keys) + 1)
+            async_keys.append(key)
+            async_names.append(int(trace.name[i]))
+        return code
+
+    is_async = np.isin(ph, [ord(c) for c in "beSF"])
+    as_begin, as_end, as_track = _pair_begin_end(trace, is_async, async_track, counts, "async")
+    instants = []
+    for i in np.flatnonzero(ph == ord("n")).tolist():
+        code = async_track(i)
+        if code is not None:
+            instants.append((i, code))
+    if no_id:
+        counts.drop("async event without an id", no_id)
+
+    xs = np.flatnonzero(ph == ord("X"))
+    begin = np.concatenate((xs, np.array(be_begin + as_begin, dtype=np.int64))).astype(np.int64)
+    close = np.concatenate((np.full(len(xs), -1), np.array(be_end + as_end, dtype=np.int64))).astype(np.int64)
+    track = np.concatenate((thread[begin[:len(xs) + len(be_begin)]], np.array(as_track, dtype=np.int64)))
+    s = start[begin]
+    e = np.where(close >= 0, start[np.maximum(close, 0)], s + np.maximum(dur[begin], 0))
+    order = np.lexsort((-e, s, track))
+    slices = Slices(track[order], s[order], e[order], begin[order], close[order], async_keys, async_names)
+    counts.slices = len(begin)
+    counts.out += len(xs) + 2 * (len(be_begin) + len(as_begin)) + len(instants)
+    counts.instants += len(instants)
+    return slices, instants
+
+
 def encode_rank(trace, place, flows=None):
     """(bytes, ProtoCounts) of one rank: a self-contained run of packets of its sequence.
 
-    ``flows`` maps an event index to (begin flow_ids, begin terminating_flow_ids,
-    end flow_ids, end terminating_flow_ids).
+    ``flows`` maps an event index to (begin flow_ids, begin terminating_flow_ids, end
+    flow_ids, end terminating_flow_ids) for the RPC arrows; input flow events are bound
+    here (:func:`~tracemerge.flows.bind_input_flows`).
     """
-    flows = flows or {}
     counts = ProtoCounts()
     seq = _uint(10, place.rank + 1)
     start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
     ph = trace.ph
-    names, tids = trace.names, trace.tids
+    names = trace.names
+    n_tids = max(len(trace.tids), 1)
     args_of = [_namespace_args(place.rank, a) if isinstance(a, dict) else None for a in trace.args]
     packets = []
     tracks = _Tracks(trace, place, seq, packets)
 
     is_meta = ph == ord("M")
     counts.metadata = int(is_meta.sum())
-    is_slice = ph == ord("X")
     is_instant = np.isin(ph, [ord("i"), ord("I"), ord("R")])
     is_counter = ph == ord("C")
-    for code in np.unique(ph[~(is_meta | is_slice | is_instant | is_counter)]).tolist():
+    handled = is_meta | is_instant | is_counter | np.isin(ph, [ord(c) for c in "XBEbenSFstf"])
+    for code in np.unique(ph[~handled]).tolist():
         counts.drop(f"phase '{chr(code)}' has no TrackEvent form", int((ph == code).sum()))
 
-    events = []  # (ts, order, packet body without timestamp)
+    slices, async_instants = collect_slices(trace, start, dur, counts)
+    ranges = slices.ranges()
+    bound, flow_counts = bind_input_flows(trace, place.rank, start, slices, ranges)
+    counts.flows = flow_counts.pop("converted")
+    counts.out += counts.flows
+    for reason, n in flow_counts.items():
+        counts.drop(reason, n)
+    flows = merge_flows(flows or {}, bound)
+
+    events = []  # (ts, packet body without timestamp)
     anns = _Annotations()
 
-    # Slices: per thread, sorted by (start, -end), split into nested lanes.
-    idx = np.flatnonzero(is_slice)
-    d = np.maximum(dur[idx], 0)
-    order = np.lexsort((-(start[idx] + d), start[idx], trace.tid[idx], trace.pid[idx]))
-    idx = idx[order]
-    s_all, e_all = start[idx], start[idx] + np.maximum(dur[idx], 0)
-    thread = trace.pid[idx].astype(np.int64) * max(len(tids), 1) + trace.tid[idx]
-    bounds = np.flatnonzero(np.diff(thread)) + 1
-    for group in np.split(np.arange(len(idx)), bounds):
-        if not len(group):
-            continue
-        gi, gs, ge = idx[group], s_all[group].tolist(), e_all[group].tolist()
+    def track_uuid(track, lane):
+        if track >= 0:
+            return tracks.thread(track // n_tids, track % n_tids, lane)
+        k = -track - 1
+        return tracks.async_(k, slices.async_keys[k][0], names[slices.async_names[k]], lane)
+
+    # Per track, slices sorted by (start, -end) are split into nested lanes.
+    for track, (lo, hi) in ranges.items():
+        gs, ge = slices.start[lo:hi].tolist(), slices.end[lo:hi].tolist()
         lanes = np.array(nest(gs, ge))
-        pid_code, tid_code = int(trace.pid[gi[0]]), int(trace.tid[gi[0]])
         for lane in np.unique(lanes).tolist():
             sel = np.flatnonzero(lanes == lane)
             if lane:
                 counts.overlapping += len(sel)
-            uuid = tracks.thread(pid_code, tid_code, lane)
-            lane_idx = gi[sel].tolist()
+            uuid = track_uuid(track, lane)
+            begin, close = slices.begin[lo:hi][sel].tolist(), slices.close[lo:hi][sel].tolist()
             for ts, kind, n in _slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]):
-                i = lane_idx[n]
-                events.append((ts, _slice_event(kind, uuid, i, trace, args_of, anns, flows.get(i))))
-    counts.slices = len(idx)
+                i = begin[n]
+                events.append((ts, _slice_event(kind, uuid, i, trace, args_of, anns, flows.get(i), close[n])))
     counts.overlap_tracks = tracks.overlap_tracks
 
     for i in np.flatnonzero(is_instant).tolist():
         scope = (trace.extra[i] or {}).get("s", "t")
         pid_code, tid_code = int(trace.pid[i]), int(trace.tid[i])
         uuid = tracks.process(pid_code) if scope in ("p", "g") else tracks.thread(pid_code, tid_code, 0)
-        events.append((int(start[i]), _slice_event(INSTANT, uuid, i, trace, args_of, anns, None)))
+        events.append((int(start[i]), _slice_event(INSTANT, uuid, i, trace, args_of, anns, flows.get(i))))
         counts.instants += 1
+    for i, track in async_instants:
+        events.append((int(start[i]), _slice_event(INSTANT, track_uuid(track, 0), i, trace, args_of, anns,
+                                                   flows.get(i))))
 
     for i in np.flatnonzero(is_counter).tolist():
         values = trace.args[i] if isinstance(trace.args[i], dict) else {}
@@ -242,8 +372,12 @@ def encode_rank(trace, place, flows=None):
         counts.counters += 1
 
     # Interned names and categories up front; the sequence starts from a clean state.
-    used_names = np.unique(trace.name[is_slice | is_instant]).tolist()
-    used_cats = np.unique(trace.cat[(is_slice | is_instant) & (trace.cat >= 0)]).tolist()
+    named = np.zeros(len(trace), dtype=bool)
+    named[slices.begin] = True
+    named[[i for i, _ in async_instants]] = True
+    named |= is_instant
+    used_names = np.unique(trace.name[named]).tolist()
+    used_cats = np.unique(trace.cat[named & (trace.cat >= 0)]).tolist()
     interned = b"".join(_bytes(2, _uint(1, c + 1) + _str(2, names[c])) for c in used_names)
     interned += b"".join(_bytes(1, _uint(1, c + 1) + _str(2, names[c])) for c in used_cats)
 
@@ -256,11 +390,13 @@ def encode_rank(trace, place, flows=None):
         body.append(_packet(_uint(8, t + base) + flags + _bytes(11, event)))
     # Argument names were interned while encoding; all of them go in the first packet.
     head = _packet(seq + _uint(13, SEQ_INCREMENTAL_STATE_CLEARED) + _bytes(12, interned + anns.take_interned()))
-    counts.out = counts.slices + counts.instants + counts.counters + counts.metadata
+    counts.out += counts.instants - len(async_instants) + counts.counters + counts.metadata
     return b"".join([head] + packets + body), counts
 
 
-def _slice_event(kind, uuid, i, trace, args_of, anns, flow):
+def _slice_event(kind, uuid, i, trace, args_of, anns, flow, close=-1):
+    """A TrackEvent body; a SLICE_END carries the args of the event that closed the slice
+    (``close``, an ``E``/``e``), which Perfetto merges into the slice's args."""
     body = _uint(9, kind) + _uint(11, uuid)
     if kind != SLICE_END:
         body += _uint(10, int(trace.name[i]) + 1)
@@ -269,6 +405,8 @@ def _slice_event(kind, uuid, i, trace, args_of, anns, flow):
             body += _uint(3, cat + 1)
         if args_of[i]:
             body += anns.encode(args_of[i])
+    elif close >= 0 and args_of[close]:
+        body += anns.encode(args_of[close])
     if flow:
         out, term = (flow[0], flow[1]) if kind != SLICE_END else (flow[2], flow[3])
         body += b"".join(_fixed64(47, f) for f in out) + b"".join(_fixed64(48, f) for f in term)
@@ -311,6 +449,14 @@ class _Tracks:
             thread += _str(5, name)
         return self._emit(("thread", pid_code, tid_code, 0), lambda pid: _uint(5, parent) + _bytes(4, thread))
 
+    def async_(self, k, pid_code, name, lane):
+        """Async track k (one per (pid, cat, id), named after its first event) under the process."""
+        parent = self.process(pid_code)
+        if lane:
+            self.overlap_tracks += ("async", pid_code, k, lane) not in self.uuids
+        label = name if not lane else f"{name} (overlap {lane})"
+        return self._emit(("async", pid_code, k, lane), lambda pid: _uint(5, parent) + _str(2, str(label)))
+
     def counter(self, pid_code, name, key):
         parent = self.process(pid_code)
         return self._emit(("counter", pid_code, name, key),
@@ -347,7 +493,8 @@ def rank_packets(trace, place, flows=None):
     """(bytes, counts) of one rank for combine: counts keyed like its summary."""
     data, c = encode_rank(trace, place, flows)
     counts = {"out": c.out, "added": 0, "dropped": sum(c.dropped.values()),
-              "perfetto_overlapping_slices": c.overlapping, "perfetto_overlap_tracks": c.overlap_tracks}
+              "perfetto_overlapping_slices": c.overlapping, "perfetto_overlap_tracks": c.overlap_tracks,
+              "perfetto_flow_events": c.flows}
     counts.update({f"dropped:{reason}": n for reason, n in c.dropped.items()})
     return data, counts
 
