@@ -3,6 +3,8 @@
 import glob
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -199,7 +201,8 @@ def test_format_option_and_name(tmp_path):
 
 
 @pytest.mark.parametrize("sample", ["kineto_rpc/worker*.json.gz", "rpc_profiling/rank*.json.gz",
-                                    "parameter_server/rank*.json.gz", "threads_8/rank*.json.gz"])
+                                    "parameter_server/rank*.json.gz", "threads_8/rank*.json.gz",
+                                    "rl_agent/rank*.json.gz", "threads_1/rank*.json.gz"])
 def test_real_traces_keep_every_slice_with_its_time_process_and_args(tmp_path, sample):
     paths = sorted(glob.glob(os.path.join(SAMPLES, sample)))
     if not paths:
@@ -221,9 +224,47 @@ def test_real_traces_keep_every_slice_with_its_time_process_and_args(tmp_path, s
                     json.dumps(s["args"], sort_keys=True)) for s in got["slices"])
     assert have == want and len(want) > 10
     ev = summary["events"]
-    # only v1 flow events (autograd fwdbwd) have no TrackEvent form yet, and they are counted
-    assert set(ev["dropped_by"]) <= {"phase 's' has no TrackEvent form", "phase 'f' has no TrackEvent form"}
-    assert ev["out"] + ev["dropped"] == ev["in"]
+    assert ev["dropped"] == 0 and ev["out"] == ev["in"]
+    check_input_flows(session, alignment, got)
+
+
+def check_input_flows(session, alignment, got):
+    """Every input s/f pair is an arc between the slices enclosing its two points (innermost
+    X of the thread containing the ts, recomputed here from the input)."""
+    want = Counter()
+    for rank, place in placements(session, alignment).items():
+        trace = session.trace(rank)
+        start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
+        xs = np.flatnonzero(trace.ph == ord("X"))
+        ends = {}
+        for i in np.flatnonzero(np.isin(trace.ph, [ord("s"), ord("f")])).tolist():
+            hits = [j for j in xs.tolist() if (trace.pid[j], trace.tid[j]) == (trace.pid[i], trace.tid[i])
+                    and start[j] <= start[i] <= start[j] + dur[j]]
+            j = max(hits, key=lambda j: (start[j], -dur[j]))
+            key = (trace.extra[i]["id"], trace.names[trace.cat[i]])
+            ends.setdefault(key, {})[chr(trace.ph[i])] = (trace.names[trace.name[j]], int(start[j]) + place.out_base_ns)
+        for pair in ends.values():
+            want[pair["s"], pair["f"]] += 1
+    have = Counter(((a["name"], a["ts"]), (b["name"], b["ts"])) for _, a, b in got["arcs"])
+    assert not want - have      # (RPC arrows are arcs too)
+    assert not got["unmatched_flow_ends"]
+
+
+def test_generated_kineto_trace_keeps_every_event_and_flow(tmp_path):
+    gen = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gen_kineto.py")
+    subprocess.run([sys.executable, gen, str(tmp_path), "--ranks", "2", "--mb", "1", "--jobs", "1"],
+                   check=True, timeout=120)
+    session = Session.open(sorted(glob.glob(str(tmp_path / "*.json"))))
+    alignment = session.align("wall")
+    out = str(tmp_path / "t.pftrace")
+    summary = combine(session, alignment, out)
+    got = read_pftrace(out)      # nesting checked on every track
+    ev = summary["events"]
+    assert ev["dropped"] == 0 and ev["out"] == ev["in"]
+    n_flow_events = sum(int(np.isin(session.trace(r).ph, [ord("s"), ord("f")]).sum()) for r in session.ranks)
+    assert n_flow_events > 100 and summary["perfetto"]["flow_events"] == n_flow_events
+    assert len(got["arcs"]) == n_flow_events // 2
+    check_input_flows(session, alignment, got)
 
 
 def _ev(ph, name, ts, pid=100, tid=1, cat="c", **kw):
