@@ -2,6 +2,7 @@
 
 import glob
 import os
+from collections import Counter
 
 import pytest
 
@@ -34,11 +35,25 @@ def merge(tmp_path, docs, out, **kw):
     return str(tmp_path / out), summary
 
 
+def kept_spans(events, pid, tid):
+    """The X events of a thread that Perfetto's JSON import keeps on the thread's slice stack
+    (as (ts, end, name)): spans in (ts, -dur) order, one partly overlapping the open span is
+    dropped from the track."""
+    spans = sorted((e["ts"], -e["dur"], e["name"]) for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (pid, tid))
+    kept, stack = [], []
+    for ts, neg_dur, name in spans:
+        while stack and stack[-1][1] <= ts:
+            stack.pop()
+        if not stack or ts - neg_dur <= stack[-1][1]:
+            stack.append((ts, ts - neg_dur, name))
+            kept.append(stack[-1])
+    return kept
+
+
 def enclosing(events, flow):
-    """The innermost X event on the flow's pid/tid that contains its ts."""
-    hits = [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (flow["pid"], flow["tid"])
-            and e["ts"] <= flow["ts"] <= e["ts"] + e["dur"]]
-    return min(hits, key=lambda e: e["dur"])["name"]
+    """The innermost kept X event on the flow's thread containing its ts (None when none)."""
+    hits = [k for k in kept_spans(events, flow["pid"], flow["tid"]) if k[0] <= flow["ts"] <= k[1]]
+    return max(hits, key=lambda k: (k[0], -k[1]))[2] if hits else None
 
 
 def check_json_flows(events, ordered=True):
@@ -103,12 +118,21 @@ def test_real_rpc_sample_has_flows_for_every_call(tmp_path):
     out = str(tmp_path / "t.json")
     combine(session, session.align("wall"), out)
     events = load_output(out)["traceEvents"]
-    # one caller span here is partly overlapped by a later RPC span on its thread, which
-    # pushes its return point before the callee's end: known JSON limitation (docs/perfetto.md)
-    arrows = check_json_flows(events, ordered=False)
+    # one caller span here is partly overlapped by a later RPC span on its thread; its return
+    # point still comes after the callee's end
+    arrows = check_json_flows(events)
     assert len(arrows) == 2 * len(calls)
-    want = [(c.name, c.name + "#remote") for c in calls] + [(c.name + "#remote", c.name) for c in calls]
-    assert sorted(arrows.values()) == sorted(want)
+    # a span that partly overlaps an earlier one on its thread is not on the thread's track in
+    # Perfetto's JSON import, so its points cannot bind to it (the .pftrace moves it instead)
+    on_track = {k[2] for e in events if e["ph"] == "X" for k in kept_spans(events, e["pid"], e["tid"])}
+    rpc_spans = {e["name"] for e in events if e["ph"] == "X" and "rpc_id" in (e.get("args") or {})}
+    crossing = rpc_spans - on_track
+    assert len(crossing) <= 1
+
+    clean = [c for c in calls if c.name not in crossing]
+    want = Counter([(c.name, c.name + "#remote") for c in clean] + [(c.name + "#remote", c.name) for c in clean])
+    have = Counter(arrows.values())
+    assert not want - have and sum((have - want).values()) == 2 * (len(calls) - len(clean))
     combine(session, session.align("wall"), str(tmp_path / "t.pftrace"))
     got = read_pftrace(str(tmp_path / "t.pftrace"))
     starts = [f for s in got["slices"] for f in s["flows"] + s["end_flows"]]

@@ -94,10 +94,11 @@ class RpcFlows:
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
             s, e = int(start[i]), int(ends[i])
-            # spans of the thread that cover part of this one (children, or partial overlaps
-            # Perfetto would move away), but not those enclosing it
-            inner = (spans & (trace.pid == trace.pid[i]) & (trace.tid == trace.tid[i]) & (start < e) & (ends > s)
-                     & ~((start <= s) & (ends >= e)))
+            # spans of the thread nested in this one; a span that only partly overlaps it is
+            # not on the thread's slice stack in Perfetto (dropped or moved), so it cannot
+            # take the point, and counting it would push the return point before the callee's end
+            inner = (spans & (trace.pid == trace.pid[i]) & (trace.tid == trace.tid[i]) & (start >= s) & (ends <= e)
+                     & ~((start == s) & (ends == e)))
             gaps = _gaps(s, e, sorted(zip(start[inner].tolist(), ends[inner].tolist())))
             pid, tid = place.pid_base + int(trace.pid[i]), trace.tids[trace.tid[i]]
             first, last = ("s", "f") if role == "caller" else ("f", "s")
