@@ -8,7 +8,12 @@ two flow ids, one per direction, from its position in the match, so every rank's
 written without the other side's events.
 
 JSON gets v1 flow events (``s`` then ``f`` with ``bp: "e"``, both binding to the slice that
-encloses them); protobuf gets ``flow_ids`` / ``terminating_flow_ids`` on the slices.
+encloses them); protobuf gets ``flow_ids`` / ``terminating_flow_ids`` on the slices. v2
+``bind_id`` on the X events cannot carry the return arrow: Perfetto's JSON importer reads
+an X's ``flow_in`` at the X's start, before the callee has begun the response flow.
+
+The input's own flows (Kineto ``fwdbwd``, ``ac2g``, v2 ``bind_id``) are bound to slices for
+the protobuf output by :func:`bind_input_flows`; JSON passes them through.
 """
 
 import hashlib

@@ -4,13 +4,16 @@ A rank becomes one trusted packet sequence (id ``rank + 1``) whose first packet 
 the incremental state and interns every event name and category the rank uses; argument
 keys are interned as they first appear. Each input pid is a process track (output pid,
 ``rank N · worker · host``), each (pid, tid) a thread track named as in the JSON output.
-Complete events become SLICE_BEGIN/SLICE_END pairs with their args as debug annotations,
-instants stay instants, counters become counter tracks (``<name> <series>``).
+Complete events and paired ``B``/``E`` become SLICE_BEGIN/SLICE_END pairs with their args
+as debug annotations; async ``b``/``e`` (and legacy ``S``/``F``) become slices, ``n``
+instants, on an async track per (pid, cat, id) under the process; instants stay instants,
+counters become counter tracks (``<name> <series>``); input flows become ``flow_ids`` /
+``terminating_flow_ids`` on the slices they bind to (:func:`~tracemerge.flows.bind_input_flows`).
 
-Perfetto requires slices on one thread track to nest; a span that partially overlaps
-another on its thread moves to an extra track ``<thread> (overlap k)`` under the same
-process and is counted. Events with no TrackEvent counterpart (async, object, sample and
-v1 flow events) are counted as dropped with their phase as the reason.
+Perfetto requires slices on one track to nest; a slice that partially overlaps another on
+its track moves to an extra track ``<track> (overlap k)`` under the same process and is
+counted. Events with no TrackEvent counterpart (object, sample events) and unpaired
+begin/end events are counted as dropped with the reason.
 
 The encoder writes protobuf wire format directly (the message classes cost more per
 event than the bytes themselves); tests parse the output with ``perfetto_trace_pb2``.
