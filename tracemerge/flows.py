@@ -94,22 +94,37 @@ class RpcFlows:
         ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
         """
         events = []
-        spans = (trace.ph == ord("X")) & (dur >= 0)
         ends = start + np.maximum(dur, 0)
+        threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found})
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
             s, e = int(start[i]), int(ends[i])
             # spans of the thread nested in this one; a span that only partly overlaps it is
             # not on the thread's slice stack in Perfetto (dropped or moved), so it cannot
             # take the point, and counting it would push the return point before the callee's end
-            inner = (spans & (trace.pid == trace.pid[i]) & (trace.tid == trace.tid[i]) & (start >= s) & (ends <= e)
-                     & ~((start == s) & (ends == e)))
-            gaps = _gaps(s, e, sorted(zip(start[inner].tolist(), ends[inner].tolist())))
+            t_start, t_end = threads[int(trace.pid[i]), int(trace.tid[i])]
+            lo, hi = np.searchsorted(t_start, s, "left"), np.searchsorted(t_start, e, "right")
+            c_start, c_end = t_start[lo:hi], t_end[lo:hi]
+            inner = (c_end <= e) & ~((c_start == s) & (c_end == e))
+            gaps = _gaps(s, e, list(zip(c_start[inner].tolist(), c_end[inner].tolist())))
             pid, tid = place.pid_base + int(trace.pid[i]), trace.tids[trace.tid[i]]
             first, last = ("s", "f") if role == "caller" else ("f", "s")
             events.append(_flow(first, req, rpc_id, pid, tid, _inside(*gaps[0], at_end=False)))
             events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
         return events
+
+
+def _thread_spans(trace, start, ends, dur, wanted):
+    """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread, sorted by
+    (start, end): one sort per thread, then a binary search per call instead of a pass over
+    every event of the rank per call."""
+    spans = np.flatnonzero((trace.ph == ord("X")) & (dur >= 0))
+    out = {}
+    for pid, tid in wanted:
+        idx = spans[(trace.pid[spans] == pid) & (trace.tid[spans] == tid)]
+        idx = idx[np.lexsort((ends[idx], start[idx]))]
+        out[pid, tid] = start[idx], ends[idx]
+    return out
 
 
 ROLES = {"caller": 1, "callee": 2}  # role -> position of its rank in a planned call
