@@ -5,8 +5,8 @@
 Generates ``ranks`` Kineto-like rank files of ``mb`` MB each with gen_kineto.py (Kineto
 traces plus the "tracemerge" block with RPC and collective records, so tracemerge aligns
 by RPCs and draws RPC flows; kept in DIR between runs), then runs every contender as its own process, one after the other, and
-prints wall time, input MB/s, the peak RSS of the contender's whole process tree (sampled
-every 20 ms with psutil) and the ratios to the floor and to ``viztracer --combine``:
+prints wall time, input MB/s, the peak memory of the contender's whole process tree (the
+sum of the processes' PSS, sampled every 20 ms with psutil) and the ratios to the floor and to ``viztracer --combine``:
 
 - floor, 1 process: read + typed parse (msgspec structs, ``args`` kept raw) + shift ts and
   pids in integer ns + dump, one rank at a time: the least any merge must do;
@@ -34,7 +34,10 @@ import gen_kineto  # noqa: E402
 
 
 def run_measured(cmd, cwd=None):
-    """(wall s, peak RSS bytes of the process tree, returncode, stderr tail) of ``cmd``."""
+    """(wall s, peak memory bytes of the process tree, returncode, stderr tail) of ``cmd``.
+
+    Memory is the sum of each process's PSS (proportional set size): forked workers share
+    the parent's pages, and summing RSS would count those pages once per worker."""
     import psutil
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -46,7 +49,7 @@ def run_measured(cmd, cwd=None):
             rss = 0
             for p in tree:
                 try:
-                    rss += p.memory_info().rss
+                    rss += p.memory_full_info().pss
                 except psutil.Error:
                     pass
             peak = max(peak, rss)
@@ -174,7 +177,7 @@ def main(argv=None):
     floor = next((r[1] for r in rows if r[0] == "floor, 1 process"), None)
     viz = next((r[1] for r in rows if r[0] == "viztracer --combine" and not r[3]), None)
     print(f"\nload after {os.getloadavg()[0]:.2f}\n")
-    print("| what | wall s | MB/s | peak RSS MB | × floor (1 proc) | viztracer ÷ this |")
+    print("| what | wall s | MB/s | peak PSS MB (tree) | × floor (1 proc) | viztracer ÷ this |")
     print("|---|---|---|---|---|---|")
     for name, wall, peak, rc, err in rows:
         ratio_floor = f"{wall / floor:.2f}" if floor else "-"
