@@ -111,9 +111,14 @@ def test_local_engine_maps_in_order():
     assert LocalEngine(1).map(pow, [2, 3], [3, 2]) == [8, 9]
 
 
-distributed = pytest.importorskip("distributed")
+try:
+    import distributed
+except ImportError:  # the test extra installs it; without it only the Dask tests are skipped
+    distributed = None
+needs_dask = pytest.mark.skipif(distributed is None, reason="dask.distributed is not installed")
 
 
+@needs_dask
 def test_dask_engine_equals_local(rank_files, tmp_path):
     local, dask_auto, dask_addr = tmp_path / "local.json", tmp_path / "dask.json", tmp_path / "dask_addr.json"
     assert cli("combine", *rank_files, "-o", local, "-j", 2).returncode == 0
@@ -129,6 +134,7 @@ def test_dask_engine_equals_local(rank_files, tmp_path):
     assert dask_addr.read_bytes() == local.read_bytes()
 
 
+@needs_dask
 def test_dask_worker_error_is_one_line(tmp_path, rank_files):
     bad = write(tmp_path / "rank5.json", kineto([{"ph": "X", "name": "b", "pid": 1, "tid": 1, "dur": 1.0}]))
     r = cli("combine", *rank_files, bad, "-o", tmp_path / "o.json", "--engine", "dask", "-j", 1, timeout=180)
@@ -147,3 +153,13 @@ def test_stdout_gets_the_same_bytes(rank_files, tmp_path):
     assert cli("combine", *rank_files, "-o", out, "-j", 2).returncode == 0
     piped = cli("combine", *rank_files, "-o", "-", "-j", 2)
     assert piped.returncode == 0 and piped.stdout == out.read_bytes()
+
+
+def _die(code):
+    os._exit(code)
+
+
+def test_a_dead_worker_is_an_error_not_a_traceback():
+    from tracemerge.engine import WorkerDied
+    with pytest.raises(WorkerDied, match="worker process died"):
+        LocalEngine(2).map(_die, [1, 2])

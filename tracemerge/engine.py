@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from operator import attrgetter
 from typing import Any, Optional
 
@@ -235,6 +236,10 @@ def _gc_paused():
 
 # ---- engines ---------------------------------------------------------------------------
 
+class WorkerDied(TracemergeError):
+    """A worker process ended without a result (the OOM killer, a signal)."""
+
+
 class LocalEngine:
     """Per-rank tasks in up to ``jobs`` processes on this machine (inline with one job)."""
 
@@ -249,8 +254,12 @@ class LocalEngine:
             return [fn(*c) for c in calls]
         # fork: workers start in milliseconds and share the parent's imports
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(min(self.jobs, len(calls)), mp_context=ctx) as pool:
-            return list(pool.map(fn, *columns))
+        try:
+            with ProcessPoolExecutor(min(self.jobs, len(calls)), mp_context=ctx) as pool:
+                return list(pool.map(fn, *columns))
+        except BrokenProcessPool:
+            raise WorkerDied(f"a worker process died (killed, or out of memory) with --jobs {self.jobs}; "
+                             "each needs ~5x its largest rank's JSON size: try fewer --jobs") from None
 
     def close(self):
         pass
@@ -274,6 +283,8 @@ class DaskEngine:
             from distributed import Client, LocalCluster
         except ImportError:
             raise TracemergeError("--engine dask needs dask.distributed: pip install 'tracemerge[dask]'") from None
+        from distributed.scheduler import KilledWorker
+        self._killed = KilledWorker
         self.cluster = None
         try:
             if scheduler:
@@ -294,7 +305,10 @@ class DaskEngine:
                    if len(c) > 1 and all(x is c[0] for x in c) and not isinstance(c[0], (str, int)) else c
                    for c in map(list, columns)]
         futures = self.client.map(fn, *columns, pure=False)
-        return self.client.gather(futures)
+        try:
+            return self.client.gather(futures)
+        except self._killed as e:
+            raise WorkerDied(f"a Dask worker died running a rank (killed, or out of memory): {e}") from None
 
     def close(self):
         for thing in (getattr(self, "client", None), self.cluster):
