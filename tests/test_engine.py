@@ -163,3 +163,13 @@ def test_a_dead_worker_is_an_error_not_a_traceback():
     from tracemerge.engine import WorkerDied
     with pytest.raises(WorkerDied, match="worker process died"):
         LocalEngine(2).map(_die, [1, 2])
+
+
+def test_perfetto_shards_are_the_same_bytes(rank_files, tmp_path):
+    outs = []
+    for jobs in (1, 2):
+        out = tmp_path / f"j{jobs}.pftrace"
+        r = cli("combine", *rank_files, "-o", out, "-j", jobs)
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] and len(outs[0]) > 100_000
