@@ -98,6 +98,8 @@ def _light_trace(path, doc):
     n = len(events)
     names_raw = _column(events, "name")
     ph = np.fromiter(map(ord, _column(events, "ph")), np.uint32, n)  # TypeError unless one character
+    if n and ph.max() > 255:
+        raise ValueError("ph beyond Latin-1: the full reader decides")
     if not set(map(type, names_raw)) <= {str, type(None)}:
         raise ValueError("non-string name")
     if names_raw.count(None) and not np.isin(ph[[x is None for x in names_raw]], [ord("M"), ord("E")]).all():
@@ -116,7 +118,7 @@ def _light_trace(path, doc):
     meta = {k: v for k in ("distributedInfo", "host_name", "hostname") if (v := getattr(doc, k)) is not None}
     none = [None] * n
     return RankTrace(path=path, meta=meta, tracemerge=doc.tracemerge, base_ns=base, names=names,
-                     pids=pids, tids=tids, ph=np.zeros(n, np.uint8), name=name, cat=np.full(n, -1, np.int32),
+                     pids=pids, tids=tids, ph=ph.astype(np.uint8), name=name, cat=np.full(n, -1, np.int32),
                      pid=pid, tid=tid, ts=ts, dur=dur, args=none, extra=none)
 
 
