@@ -9,7 +9,7 @@ import tracemerge
 from tracemerge.align import METHODS
 from tracemerge.offsets import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.combine import combine as combine_session
-from tracemerge.engine import make_engine
+from tracemerge.engine import LocalEngine, make_engine
 from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, TracemergeError
 from tracemerge.html import render_html
 from tracemerge import report as reports
@@ -231,7 +231,8 @@ def offsets(files, method, reference, offsets, rank_from, fmt):
       tracemerge offsets samples/rpc_profiling/rank*.json.gz
       tracemerge offsets rank*.json.gz --align rpc --reference 1 --format json
     """
-    session = Session.open(files, rank_from)
+    # only RankInfos are needed: light scans, in parallel
+    session = Session.open(files, rank_from, engine=LocalEngine())
     alignment = session.align(method, reference, offsets)
     click.echo(offsets_json(alignment) if fmt == "json" else offsets_table(alignment))
     for line in clock_notes(alignment):
@@ -267,7 +268,7 @@ def open_trace(trace, port, browser):
 @input_options
 def info(files, rank_from, skip_bad, strict):
     """Describe each trace file: rank, worker, events, time span, threads, metadata, warnings."""
-    session = open_inputs(files, rank_from, skip_bad, strict)
+    session = open_inputs(files, rank_from, skip_bad, strict, engine=LocalEngine())  # light scans, in parallel
     for i in session.infos:
         span_ms = (i.last_ns - i.first_ns) / 1e6
         meta = []
