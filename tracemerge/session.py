@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tracemerge.align import align
 from tracemerge.causality import review
 from tracemerge.checks import check_job, rpc_peers
-from tracemerge.engine import scan
+from tracemerge.engine import LocalEngine, scan
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.rankinfo import assign_ranks, describe
 from tracemerge.read import read_trace
@@ -45,11 +45,12 @@ class Session:
         of failing; ``strict`` refuses files of different jobs instead of warning.
         """
         paths = [os.fspath(p) for p in paths]
-        if engine is not None:
-            found = engine.map(_attempt, [scan] * len(paths), paths, [skip_bad] * len(paths))
+        keep = engine is None and sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
+        if not keep:
+            # events will be read again when needed: a light scan describes each file
+            found = (engine or LocalEngine(1)).map(_attempt, [scan] * len(paths), paths, [skip_bad] * len(paths))
             kept = {}
         else:
-            keep = sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
             found, kept = [], {}
             for path in paths:
                 trace, problem = _attempt(read_trace, path, skip_bad)
