@@ -131,7 +131,14 @@ def test_dask_engine_equals_local(rank_files, tmp_path):
         r = cli("combine", *rank_files, "-o", dask_addr, "--engine", "dask", "--scheduler",
                 cluster.scheduler_address, timeout=180)
         assert r.returncode == 0, r.stderr
+        # relative names, given in another directory than the workers': made absolute for them
+        where = os.path.dirname(rank_files[0])
+        r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *map(os.path.basename, rank_files),
+                            "-o", str(tmp_path / "rel.json"), "--engine", "dask", "--scheduler",
+                            cluster.scheduler_address], capture_output=True, timeout=180, cwd=where)
+        assert r.returncode == 0, r.stderr
     assert dask_addr.read_bytes() == local.read_bytes()
+    assert orjson.loads((tmp_path / "rel.json").read_bytes())["traceEvents"] == orjson.loads(local.read_bytes())["traceEvents"]
 
 
 @needs_dask
