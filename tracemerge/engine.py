@@ -245,8 +245,6 @@ class WorkerDied(TracemergeError):
 class LocalEngine:
     """Per-rank tasks in up to ``jobs`` processes on this machine (inline with one job)."""
 
-    name = "local"
-
     def __init__(self, jobs=None):
         self.jobs = max(1, jobs or os.cpu_count() or 1)
 
@@ -266,9 +264,6 @@ class LocalEngine:
     def close(self):
         pass
 
-    def describe(self):
-        return f"local, {self.jobs} job{'s' if self.jobs > 1 else ''}"
-
 
 class DaskEngine:
     """Per-rank tasks on a Dask cluster: ``scheduler`` is its address (``tcp://HOST:PORT``);
@@ -277,8 +272,6 @@ class DaskEngine:
     Workers read the inputs and write the shards by path, so on a real cluster inputs and
     output must be on a filesystem every worker and the client share.
     """
-
-    name = "dask"
 
     def __init__(self, scheduler=None, jobs=None):
         try:
@@ -297,8 +290,8 @@ class DaskEngine:
                 self.client = Client(self.cluster)
         except OSError as e:
             self.close()
-            raise TracemergeError(f"--scheduler {scheduler}: cannot connect: {e}") from None
-        self.scheduler = scheduler
+            where = f"--scheduler {scheduler}: cannot connect" if scheduler else "cannot start a Dask LocalCluster"
+            raise TracemergeError(f"{where}: {e}") from None
 
     def map(self, fn, *columns):
         # an argument shared by every call (the per-rank function with its RPC plan) is
@@ -316,9 +309,6 @@ class DaskEngine:
         for thing in (getattr(self, "client", None), self.cluster):
             if thing is not None:
                 thing.close()
-
-    def describe(self):
-        return f"dask, {self.scheduler or 'LocalCluster'}"
 
 
 def make_engine(engine="local", jobs=None, scheduler=None):
