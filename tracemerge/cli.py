@@ -181,6 +181,8 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
       tracemerge combine w0.json w1.json --rank-from order --align start -o - | gzip > t.json.gz
       tracemerge combine rank*.json.gz -o trace.pftrace --window 100:350 --drop-category python_function
     """
+    if report_path is not None:
+        report_path = reports.combine_report_path(output, report_path, files, force)
     if scheduler:
         # workers on other machines resolve relative paths against their own directory
         files = [os.path.abspath(f) for f in files]

@@ -7,6 +7,7 @@
 
 import csv
 import io
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -15,7 +16,7 @@ import orjson
 
 from tracemerge.collstats import collective_report
 from tracemerge.correlate import match_collectives, match_rpcs
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import OutputError, TracemergeError
 from tracemerge.keyavg import group_rows, key_averages, op_tree
 from tracemerge.output import atomic_output, check_output
 from tracemerge.read import read_trace
@@ -295,6 +296,16 @@ def report_path_for(output):
     stem = output[:-3] if output.endswith(".gz") else output
     stem = stem[:-5] if stem.endswith(".json") else stem
     return stem + ".report.txt"
+
+
+def combine_report_path(output, path, inputs, force):
+    """Where ``combine --report [PATH]`` writes, refused before the merge runs when it is
+    the merged trace itself, an input, or an existing file without ``force``."""
+    path = path or report_path_for(output)
+    if "-" not in (path, output) and os.path.realpath(path) == os.path.realpath(output):
+        raise OutputError(f"{path}: the report would replace the merged trace; choose another --report PATH")
+    check_output(path, inputs, force)
+    return path
 
 
 def write_combine_report(session, alignment, output, path, inputs=()):
