@@ -245,6 +245,25 @@ def test_html_is_self_contained_and_well_formed(two_ranks, tmp_path):
     assert text.count("<svg") >= 4 and "rpc_sync#sleepy(worker0 -&gt; worker1)" in text
 
 
+def test_html_latency_bar_adds_up_to_the_mean_and_labels_clear_the_error_bars(tmp_path):
+    """Queueing is part of the overhead δ: the stacked mean must not count it twice."""
+    files = sorted(glob.glob(f"{SAMPLES}/threads_1/rank*.json.gz"))
+    page = tmp_path / "r.html"
+    assert run("report", *files, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
+    key = next(k for k in as_json(*files)["rpc"]["keys"] if k["func"] == "heavy_udf")
+    assert key["queue_us"]["mean"] > 0.2 * key["overhead_us"]["mean"]  # enough queueing to matter
+    svg = page.read_text()
+    num = r'"([-\d.]+)"'
+    box_w = float(re.search(rf'<rect x={num} y={num} width={num} height="12" fill="#cfe0fc"', svg).group(3))
+    us_per_px = (key["e2e_us"]["p99"] - key["e2e_us"]["p50"]) / box_w
+    split = [float(w) for w in re.findall(rf'<rect x={num} y="20" width={num} height="10"', svg) for w in [w[1]]]
+    assert len(split) == 3
+    assert sum(split) * us_per_px == pytest.approx(key["e2e_us"]["mean"], rel=0.02)
+    # rank 1's offset value is written right of its error bar, not across it
+    line_end, label_x = re.search(rf'<line x1={num} y1="33" x2={num}[^>]*/><text x={num} y="37"', svg).group(2, 3)
+    assert float(label_x) > float(line_end)
+
+
 def test_bad_input_is_one_line_error(tmp_path):
     bad = tmp_path / "rank0.json"
     bad.write_text("{not json")

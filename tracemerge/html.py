@@ -2,7 +2,7 @@
 
 No scripts, fonts or images are fetched: the page opens offline. Plots: each rank's clock
 offset (with its error bound) and drift, each RPC key's latency distribution (p50, p95,
-p99, max and the mean split into queueing, execution and overhead), and each rank's busy
+p99, max and the mean split into queueing, execution and the rest of the overhead), and each rank's busy
 threads over the run.
 """
 
@@ -14,7 +14,7 @@ STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{bord
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
 th{background:#f3f3f3}.hint{background:#fff3cd;padding:8px;border:1px solid #e0c060}svg{display:block;margin:6px 0 20px}
 text{font:11px system-ui,sans-serif}"""
-COLORS = {"queue": "#e4572e", "exec": "#4c8bf5", "overhead": "#a0a0a0"}
+COLORS = {"queue": "#e4572e", "exec": "#4c8bf5", "other overhead": "#a0a0a0"}
 
 
 def _table(head, body):
@@ -40,20 +40,23 @@ def _bars(labels, values, unit, width=720, errors=None):
             e = errors[i] * scale
             parts.append(f'<line x1="{mid + v * scale - e:.1f}" y1="{y + 11}" x2="{mid + v * scale + e:.1f}" '
                          f'y2="{y + 11}" stroke="#222" stroke-width="2"/>')
+            x1 = max(x1, mid + v * scale + e)  # the value goes right of the error bar, not across it
         parts.append(f'<text x="{x1 + 4:.1f}" y="{y + 15}">{v:.3f} {unit}</text>')
     return f'<svg width="{width + 120}" height="{row * len(labels) + 4}">{"".join(parts)}</svg>'
 
 
 def _latency(keys, width=720):
-    """Per RPC key: a p50-p99 box, max whisker, and the mean split queue/exec/overhead below it."""
+    """Per RPC key: a p50-p99 box, max whisker, and the mean end-to-end latency split below it
+    into queueing, execution and the rest of the overhead (queueing is part of the overhead δ)."""
+    keys = [k for k in keys if k.e2e_us]  # calls seen from one side only have no times
+    if not keys:
+        return ""
     row, left = 44, 260
     top = max([k.e2e_us.get("max", 0) for k in keys] + [1e-9])
     x = lambda us: left + us / top * (width - left)  # noqa: E731
     parts = []
     for i, k in enumerate(keys):
         y, e = i * row, k.e2e_us
-        if not e:
-            continue
         parts.append(f'<text x="4" y="{y + 14}">{escape(k.name[:40])}</text>')
         parts.append(f'<line x1="{x(e["p50"]):.1f}" y1="{y + 9}" x2="{x(e["max"]):.1f}" y2="{y + 9}" stroke="#222"/>')
         parts.append(f'<rect x="{x(e["p50"]):.1f}" y="{y + 3}" width="{max(x(e["p99"]) - x(e["p50"]), 1):.1f}" '
@@ -62,11 +65,13 @@ def _latency(keys, width=720):
         parts.append(f'<text x="{x(e["max"]) + 4:.1f}" y="{y + 13}">p50 {e["p50"] / 1000:.2f} · p99 '
                      f'{e["p99"] / 1000:.2f} · max {e["max"] / 1000:.2f} ms</text>')
         at = left
-        for part, stats in (("queue", k.queue_us), ("exec", k.exec_us), ("overhead", k.overhead_us)):
-            w = max(stats.get("mean", 0), 0) / top * (width - left)
+        queue = max(k.queue_us.get("mean", 0), 0)
+        split = (("queue", queue), ("exec", k.exec_us["mean"]), ("other overhead", k.overhead_us["mean"] - queue))
+        for part, mean in split:
+            w = max(mean, 0) / top * (width - left)
             parts.append(f'<rect x="{at:.1f}" y="{y + 20}" width="{w:.1f}" height="10" fill="{COLORS[part]}"/>')
             at += w
-        parts.append(f'<text x="{at + 4:.1f}" y="{y + 30}">mean: queue / exec / overhead</text>')
+        parts.append(f'<text x="{at + 4:.1f}" y="{y + 30}">mean {e["mean"] / 1000:.2f} ms: queue / exec / other</text>')
     legend = "".join(f'<tspan fill="{c}">■ {n} </tspan>' for n, c in COLORS.items())
     parts.append(f'<text x="{left}" y="{row * len(keys) + 12}">{legend} (box: p50–p99, tick: p95, line: max)</text>')
     return f'<svg width="{width + 420}" height="{row * len(keys) + 20}">{"".join(parts)}</svg>'
