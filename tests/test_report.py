@@ -256,7 +256,7 @@ def test_html_latency_bar_adds_up_to_the_mean_and_labels_clear_the_error_bars(tm
     num = r'"([-\d.]+)"'
     box_w = float(re.search(rf'<rect x={num} y={num} width={num} height="12" fill="#cfe0fc"', svg).group(3))
     us_per_px = (key["e2e_us"]["p99"] - key["e2e_us"]["p50"]) / box_w
-    split = [float(w) for w in re.findall(rf'<rect x={num} y="20" width={num} height="10"', svg) for w in [w[1]]]
+    split = [float(m[1]) for m in re.findall(rf'<rect x={num} y="20" width={num} height="10"', svg)]
     assert len(split) == 3
     assert sum(split) * us_per_px == pytest.approx(key["e2e_us"]["mean"], rel=0.02)
     # rank 1's offset value is written right of its error bar, not across it
