@@ -7,7 +7,7 @@ plugs in by registering itself here.
 
 from tracemerge.clock import ClockModel
 from tracemerge.correlate import match_collectives, match_rpcs
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import TracemergeError, UsageError
 from tracemerge.graph import solve
 from tracemerge.ntp import collective_constraints, merge, rpc_constraints
 
@@ -84,12 +84,12 @@ def align(infos, method="wall", reference=None, offsets=None):
     if reference is None:
         reference = min(by_rank)
     if reference not in by_rank:
-        raise TracemergeError(f"--reference {reference}: no input has that rank (ranks: {sorted(by_rank)})")
+        raise UsageError(f"--reference {reference}: no input has that rank (ranks: {sorted(by_rank)})")
     if method not in METHODS:
         raise TracemergeError(f"unknown alignment method {method!r} (choose from {', '.join(METHODS)})")
     models = METHODS[method](by_rank, reference)
     for rank, offset in (offsets or {}).items():
         if rank not in by_rank:
-            raise TracemergeError(f"--offset {rank}={offset}: no input has rank {rank}")
+            raise UsageError(f"--offset {rank}={offset}: no input has rank {rank}")
         models[rank] = ClockModel(rank=rank, method="forced", offset_ns=int(offset), error_bound_ns=None)
     return reference, models

@@ -10,7 +10,7 @@ from tracemerge.align import METHODS
 from tracemerge.offsets import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.combine import combine as combine_session
 from tracemerge.engine import LocalEngine, make_engine
-from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, TracemergeError
+from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
 from tracemerge.html import render_html
 from tracemerge import report as reports
 from tracemerge.report import write_combine_report
@@ -26,6 +26,10 @@ class Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            # one line like every other failure (click's own takes three), still exit 2
+            where = (e.ctx or ctx).command_path
+            fail(ctx, f"{e.format_message()} (see '{where} --help')", EXIT_USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except TracemergeError as e:

@@ -38,6 +38,12 @@ class TraceError(TracemergeError):
         return type(self), (self.path, self.problem, self.index)
 
 
+class UsageError(TracemergeError):
+    """An option's value does not fit the inputs (a rank no file has, ...)."""
+
+    exit_code = EXIT_USAGE
+
+
 class RankConflict(TracemergeError):
     exit_code = EXIT_CONFLICT
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import TracemergeError, UsageError
 from tracemerge.model import NO_DUR
 from tracemerge.transform import aligned_ns
 
@@ -77,7 +77,7 @@ def parse_window(text):
 def check_ranks(selection, ranks):
     """Refuse a --ranks that matches no input: an empty trace is never what was meant."""
     if selection.ranks is not None and not selection.ranks & set(ranks):
-        raise TracemergeError(f"--ranks: no input has any of the ranks {sorted(selection.ranks)} "
+        raise UsageError(f"--ranks: no input has any of the ranks {sorted(selection.ranks)} "
                               f"(ranks: {sorted(ranks)})")
 
 
@@ -123,7 +123,7 @@ def subset(trace, keep):
     return dataclasses.replace(
         trace, ph=trace.ph[idx], name=trace.name[idx], cat=trace.cat[idx], pid=trace.pid[idx],
         tid=trace.tid[idx], ts=trace.ts[idx], dur=trace.dur[idx],
-        args=[args[i] for i in idx.tolist()], extra=[extra[i] for i in idx.tolist()])
+        args=args.take(idx.tolist()), extra=[extra[i] for i in idx.tolist()])
 
 
 def apply(trace, place, selection, window):
