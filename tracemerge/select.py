@@ -31,10 +31,6 @@ class Selection:
     min_duration_us: Optional[float] = None      # complete events shorter than this are dropped
     drop_categories: frozenset = field(default_factory=frozenset)
 
-    @property
-    def active(self):
-        return bool(self.ranks is not None or self.window_ms or self.min_duration_us or self.drop_categories)
-
     def keeps_rank(self, rank):
         return self.ranks is None or rank in self.ranks
 

@@ -69,10 +69,6 @@ class Session:
     def ranks(self):
         return [i.rank for i in self.infos]
 
-    @property
-    def paths(self):
-        return [i.path for i in self.infos]
-
     def info(self, rank):
         return next(i for i in self.infos if i.rank == rank)
 
