@@ -42,6 +42,13 @@ def test_output_rules(tmp_path):
     assert r.returncode == 5 and "cannot write" in error_lines(r.stderr)[0]
 
 
+def test_directory_output_says_so_without_asking_for_force(tmp_path):
+    good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
+    (tmp_path / "d").mkdir()
+    r = run("combine", good, "-o", tmp_path / "d")
+    assert r.returncode == 5 and error_lines(r.stderr) == [f"tracemerge: error: {tmp_path / 'd'}: is a directory"]
+
+
 def test_failed_run_leaves_no_output_or_temporary_file(tmp_path):
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
     bad = tmp_path / "rank1.json"

@@ -18,10 +18,10 @@ def check_output(path, inputs, force):
     for p in inputs:
         if os.path.realpath(p) == target:
             raise OutputError(f"{path}: the output is also an input; choose another -o")
+    if os.path.isdir(path):  # before "exists": --force would not help
+        raise OutputError(f"{path}: is a directory")
     if os.path.exists(path) and not force:
         raise OutputError(f"{path}: exists; pass --force to overwrite it")
-    if os.path.isdir(path):
-        raise OutputError(f"{path}: is a directory")
 
 
 @contextlib.contextmanager
