@@ -264,6 +264,11 @@ def test_html_latency_bar_adds_up_to_the_mean_and_labels_clear_the_error_bars(tm
     assert float(label_x) > float(line_end)
 
 
+def test_negative_row_limit_is_a_usage_error(two_ranks):
+    r = run("report", *two_ranks, "--row-limit", "-1")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--row-limit" in r.stderr
+
+
 def test_bad_input_is_one_line_error(tmp_path):
     bad = tmp_path / "rank0.json"
     bad.write_text("{not json")

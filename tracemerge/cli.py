@@ -301,7 +301,7 @@ def info(files, rank_from, skip_bad, strict):
               help="name: one row per op name over all ranks (Node ID -1 when several); name,rank: one row per rank.")
 @click.option("--sort-by", type=click.Choice(reports.SORT_KEYS), default="cpu_time_total", show_default=True,
               help="Key-averages order: times and counts descending, key ascending.")
-@click.option("--row-limit", type=int, default=100, show_default=True, help="Key-average rows shown; 0 for all.")
+@click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True, help="Key-average rows shown; 0 for all.")
 @click.option("--format", "fmt", type=click.Choice(reports.FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the report here (default: stdout).")
 @click.option("--remote-ops", is_flag=True,
