@@ -33,19 +33,28 @@ SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
+UINT64_MASK = (1 << 64) - 1
 SYNTHETIC_TID = 1 << 30
 PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")   # base of the tids given to threads whose input tid is a string
 
 
+# varints of 0..2**14 - 1, and the same 14 bits as two bytes that both continue
+_SMALL = [bytes((n,)) if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7)) for n in range(1 << 14)]
+_CONTINUED = [bytes((n & 0x7F | 0x80, n >> 7 | 0x80)) for n in range(1 << 14)]
+
+
 def _varint(n):
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    """Base-128 varint of a non-negative int, 14 bits per table lookup."""
+    if n < 0x4000:
+        if n < 0:
+            raise ValueError(f"varint of a negative number {n}")
+        return _SMALL[n]
+    out = []
+    while n >= 0x4000:
+        out.append(_CONTINUED[n & 0x3FFF])
+        n >>= 14
+    out.append(_SMALL[n])
+    return b"".join(out)
 
 
 def _tag(number, wire):
@@ -57,15 +66,11 @@ def _uint(number, n):
 
 
 def _int(number, n):
-    return _tag(number, 0) + _varint(n & 0xFFFFFFFFFFFFFFFF)
+    return _tag(number, 0) + _varint(n & UINT64_MASK)
 
 
 def _double(number, x):
     return _tag(number, 1) + struct.pack("<d", x)
-
-
-def _fixed64(number, n):
-    return _tag(number, 1) + struct.pack("<Q", n)
 
 
 def _bytes(number, payload):
@@ -100,18 +105,25 @@ class ProtoCounts:
 
 
 class _Annotations:
-    """Debug annotations with interned names, valid within one packet sequence."""
+    """Debug annotations with interned names, valid within one packet sequence.
+
+    Args repeat heavily (Kineto's ``Record function id: 0``, ``device: 0``, kernel grids), so
+    the encoded bytes of each (name, value) pair are kept and reused; ints of 14 bits and
+    more (ids, counters, mostly unique) are encoded directly.
+    """
 
     def __init__(self):
-        self.iids = {}
+        self.iids = {}       # key -> DebugAnnotation.name_iid field bytes
         self.new = []
+        self.pairs = {}      # (key, value class, value or its repr) -> TrackEvent.debug_annotations field
 
     def name(self, key):
-        iid = self.iids.get(key)
-        if iid is None:
-            iid = self.iids[key] = len(self.iids) + 1
-            self.new.append(_bytes(3, _uint(1, iid) + _str(2, key)))
-        return _uint(1, iid)
+        field = self.iids.get(key)
+        if field is None:
+            iid = len(self.iids) + 1
+            field = self.iids[key] = _uint(1, iid)
+            self.new.append(_bytes(3, field + _str(2, key)))
+        return field
 
     def value(self, v):
         if isinstance(v, str):
@@ -129,7 +141,25 @@ class _Annotations:
         return _str(9, orjson.dumps(v).decode())
 
     def encode(self, args):
-        return b"".join(_bytes(4, self.name(str(k)) + self.value(v)) for k, v in args.items())
+        pairs, iids = self.pairs, self.iids
+        out = []
+        for k, v in args.items():
+            cls = v.__class__
+            if cls is int and not 0 <= v < 0x4000 and -INT64_MAX - 1 <= v <= INT64_MAX:
+                inner = (iids.get(k) or self.name(str(k))) + b"\x20" + _varint(v & UINT64_MASK)
+                out.append(b"\x22" + _SMALL[len(inner)] + inner)
+            else:
+                # repr tells 1, 1.0 and True apart inside lists and dicts, as the class does outside
+                key = (k, cls, repr(v)) if cls is list or cls is dict else (k, cls, v)
+                out.append(pairs.get(key) or self._cached_pair(key, k, v))
+        return b"".join(out)
+
+    def _cached_pair(self, key, k, v):
+        field = _bytes(4, self.name(str(k)) + self.value(v))
+        # 0.0 == -0.0 and nan != nan as keys; long strings are rarely repeated
+        if not ((key[1] is float and (v == 0 or v != v)) or (key[1] is str and len(v) > 256)):
+            self.pairs[key] = field
+        return field
 
     def take_interned(self):
         """InternedData bytes for the names first used since the last call."""
@@ -328,8 +358,7 @@ def encode_rank(trace, place, flows=None):
         counts.drop(reason, n)
     flows = merge_flows(flows or {}, bound)
 
-    events = []  # (ts, packet body without timestamp)
-    anns = _Annotations()
+    bodies = _Bodies(trace, args_of, flows)
 
     def track_uuid(track, lane):
         if track >= 0:
@@ -347,20 +376,18 @@ def encode_rank(trace, place, flows=None):
                 counts.overlapping += len(sel)
             uuid = track_uuid(track, lane)
             begin, close = slices.begin[lo:hi][sel].tolist(), slices.close[lo:hi][sel].tolist()
-            for ts, kind, n in _slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]):
-                i = begin[n]
-                events.append((ts, _slice_event(kind, uuid, i, trace, args_of, anns, flows.get(i), close[n])))
+            bodies.lane(uuid, _slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
+                        begin, close)
     counts.overlap_tracks = tracks.overlap_tracks
 
     for i in np.flatnonzero(is_instant).tolist():
         scope = (trace.extra[i] or {}).get("s", "t")
         pid_code, tid_code = int(trace.pid[i]), int(trace.tid[i])
         uuid = tracks.process(pid_code) if scope in ("p", "g") else tracks.thread(pid_code, tid_code, 0)
-        events.append((int(start[i]), _slice_event(INSTANT, uuid, i, trace, args_of, anns, flows.get(i))))
+        bodies.instant(int(start[i]), uuid, i)
         counts.instants += 1
     for i, track in async_instants:
-        events.append((int(start[i]), _slice_event(INSTANT, track_uuid(track, 0), i, trace, args_of, anns,
-                                                   flows.get(i))))
+        bodies.instant(int(start[i]), track_uuid(track, 0), i)
 
     for i in np.flatnonzero(is_counter).tolist():
         values = trace.args[i] if isinstance(trace.args[i], dict) else {}
@@ -371,7 +398,7 @@ def encode_rank(trace, place, flows=None):
         for key, v in numeric.items():
             uuid = tracks.counter(int(trace.pid[i]), names[trace.name[i]], key)
             value = _int(30, v) if isinstance(v, int) and -INT64_MAX <= v <= INT64_MAX else _double(44, float(v))
-            events.append((int(start[i]), _uint(9, COUNTER) + _uint(11, uuid) + value))
+            bodies.add(int(start[i]), _uint(9, COUNTER) + _uint(11, uuid) + value)
         counts.counters += 1
 
     # Interned names and categories up front; the sequence starts from a clean state.
@@ -384,36 +411,122 @@ def encode_rank(trace, place, flows=None):
     interned = b"".join(_bytes(2, _uint(1, c + 1) + _str(2, names[c])) for c in used_names)
     interned += b"".join(_bytes(1, _uint(1, c + 1) + _str(2, names[c])) for c in used_cats)
 
-    ts = np.array([e[0] for e in events], dtype=np.int64)
-    flags = seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE)
-    body = []
-    base = place.out_base_ns
-    for k in np.argsort(ts, kind="stable").tolist():
-        t, event = events[k]
-        body.append(_packet(_uint(8, t + base) + flags + _bytes(11, event)))
+    body = bodies.packets(place.out_base_ns, seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE))
     # Argument names were interned while encoding; all of them go in the first packet.
-    head = _packet(seq + _uint(13, SEQ_INCREMENTAL_STATE_CLEARED) + _bytes(12, interned + anns.take_interned()))
+    head = _packet(seq + _uint(13, SEQ_INCREMENTAL_STATE_CLEARED)
+                   + _bytes(12, interned + bodies.anns.take_interned()))
     counts.out += counts.instants - len(async_instants) + counts.counters + counts.metadata
     return b"".join([head] + packets + body), counts
 
 
-def _slice_event(kind, uuid, i, trace, args_of, anns, flow, close=-1):
-    """A TrackEvent body; a SLICE_END carries the args of the event that closed the slice
-    (``close``, an ``E``/``e``), which Perfetto merges into the slice's args."""
-    body = _uint(9, kind) + _uint(11, uuid)
-    if kind != SLICE_END:
-        body += _uint(10, int(trace.name[i]) + 1)
-        cat = int(trace.cat[i])
-        if cat >= 0:
-            body += _uint(3, cat + 1)
-        if args_of[i]:
-            body += anns.encode(args_of[i])
-    elif close >= 0 and args_of[close]:
-        body += anns.encode(args_of[close])
-    if flow:
-        out, term = (flow[0], flow[1]) if kind != SLICE_END else (flow[2], flow[3])
-        body += b"".join(_fixed64(47, f) for f in out) + b"".join(_fixed64(48, f) for f in term)
-    return body
+FLOW_IDS, TERMINATING_FLOW_IDS = _tag(47, 1), _tag(48, 1)
+
+
+class _Bodies:
+    """The TrackEvent bodies of one rank with their timestamps, then framed as packets.
+
+    A slice's BEGIN (and an instant) carries its name, category, args and outgoing flows;
+    its END the args of the event that closed the slice (``close``, an ``E``/``e``), which
+    Perfetto merges into the slice's args. The fields every event has are looked up in
+    per-rank tables, not encoded per event: this runs once per event of the rank.
+    """
+
+    def __init__(self, trace, args_of, flows):
+        self.args_of, self.flows = args_of, flows
+        self.name_code, self.cat_code = trace.name.tolist(), trace.cat.tolist()
+        n = len(trace.names)
+        self.name_field = [_uint(10, c + 1) for c in range(n)]
+        self.cat_field = [_uint(3, c + 1) for c in range(n)] + [b""]    # [-1]: no category
+        self.anns = _Annotations()
+        self.ts, self.bodies = [], []
+
+    def add(self, ts, body):
+        self.ts.append(ts)
+        self.bodies.append(body)
+
+    def lane(self, uuid, records, begin, close):
+        """A lane's slices: ``records`` (ts, SLICE_BEGIN/SLICE_END, n) of its slices n, whose
+        named events are ``begin[n]`` and closing events ``close[n]`` (-1 for ``X``)."""
+        begin_head, end_head = _uint(9, SLICE_BEGIN) + _uint(11, uuid), _uint(9, SLICE_END) + _uint(11, uuid)
+        name, cat, name_field, cat_field = self.name_code, self.cat_code, self.name_field, self.cat_field
+        args_of, flows, encode = self.args_of, self.flows, self.anns.encode
+        ts_out, out = self.ts, self.bodies
+        for ts, kind, n in records:
+            i = begin[n]
+            if kind == SLICE_BEGIN:
+                body = begin_head + name_field[name[i]] + cat_field[cat[i]]
+                args = args_of[i]
+            else:
+                body = end_head
+                c = close[n]
+                args = args_of[c] if c >= 0 else None
+            if args:
+                body += encode(args)
+            flow = flows.get(i)
+            if flow:
+                body += _flows(*(flow[:2] if kind == SLICE_BEGIN else flow[2:]))
+            ts_out.append(ts)
+            out.append(body)
+
+    def instant(self, ts, uuid, i):
+        body = (_uint(9, INSTANT) + _uint(11, uuid) + self.name_field[self.name_code[i]]
+                + self.cat_field[self.cat_code[i]])
+        if self.args_of[i]:
+            body += self.anns.encode(self.args_of[i])
+        flow = self.flows.get(i)
+        if flow:
+            body += _flows(flow[0], flow[1])
+        self.add(ts, body)
+
+    def packets(self, base_ns, flags):
+        """The bodies as TracePackets (``timestamp`` = base_ns + ts, ``flags``, ``track_event``)
+        in time order, ties in the order added; every packet's framing is built at once."""
+        ts = np.array(self.ts, dtype=np.int64)
+        order = np.argsort(ts, kind="stable")
+        ts = ts[order] + base_ns
+        bodies = [self.bodies[k] for k in order.tolist()]
+        size = np.fromiter(map(len, bodies), np.int64, len(bodies))
+        # TracePacket: 0x0a len | timestamp 0x40 varint | flags | track_event 0x5a len | body
+        ts_bytes, ts_len = _varints(ts)
+        size_bytes, size_len = _varints(size)
+        packet_bytes, packet_len = _varints(1 + ts_len + len(flags) + 1 + size_len + size)
+        n = len(bodies)
+
+        def const(data):
+            return np.tile(np.frombuffer(data, np.uint8), (n, 1)), np.ones((n, len(data)), bool)
+
+        parts = [const(b"\x0a"), packet_bytes, const(b"\x40"), ts_bytes, const(flags + b"\x5a"), size_bytes]
+        framing = np.concatenate([p[0] for p in parts], axis=1)[np.concatenate([p[1] for p in parts], axis=1)]
+        framing = framing.tobytes()
+        ends = np.cumsum(1 + packet_len + 1 + ts_len + len(flags) + 1 + size_len).tolist()
+        out = [b""] * (2 * n)
+        out[0::2] = [framing[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        out[1::2] = bodies
+        return out
+
+
+def _varints(values):
+    """((bytes, valid), lengths) of the varints of non-negative int64 ``values``: ``bytes`` is
+    (n, width) uint8 with each varint at the start of its row, ``valid`` marks its bytes."""
+    if len(values) and values.min() < 0:
+        raise ValueError(f"varint of a negative number {values.min()}")
+    v = values.astype(np.uint64)
+    lengths = np.ones(len(v), np.int64)
+    for k in range(1, 10):
+        lengths += v >= np.uint64(1 << 7 * k)
+    width = int(lengths.max(initial=1))
+    columns = np.arange(width)
+    out = np.empty((len(v), width), np.uint8)
+    for k in range(width):
+        out[:, k] = (v >> np.uint64(7 * k)) & np.uint64(0x7F)
+    out[columns < lengths[:, None] - 1] |= 0x80
+    return (out, columns < lengths[:, None]), lengths
+
+
+def _flows(out, terminating):
+    """TrackEvent.flow_ids and terminating_flow_ids fields (fixed64)."""
+    return b"".join([FLOW_IDS + struct.pack("<Q", f) for f in out]
+                    + [TERMINATING_FLOW_IDS + struct.pack("<Q", f) for f in terminating])
 
 
 class _Tracks:
