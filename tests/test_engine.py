@@ -180,3 +180,30 @@ def test_perfetto_shards_are_the_same_bytes(rank_files, tmp_path):
         assert r.returncode == 0, r.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] and len(outs[0]) > 100_000
+
+
+def test_kineto_collectives_align_through_the_engine(tmp_path):
+    """Plain Kineto traces whose only exchange is NCCL collectives (record_param_comms args):
+    the CLI's engine scan must see their cat and args, or --align collective has nothing."""
+    from tracefiles import kineto, load_output, write, x
+    skew_us = 5_000.0  # rank 1's clock runs 5 ms ahead
+    paths = []
+    for rank in (0, 1):
+        events = []
+        for seq in range(6):
+            # every rank leaves the all_reduce at the same true time; rank r arrived r*300 µs later
+            arrive, leave = 1000.0 * seq + 300.0 * rank, 1000.0 * seq + 900.0
+            shift = skew_us * rank
+            events.append(x("record_param_comms", arrive + shift, leave - arrive, cat="cpu_op",
+                            **{"Process Group Name": "0", "Seq": seq, "Collective name": "allreduce",
+                               "In msg nelems": 1024, "dtype": "Float", "Process Group Ranks": "[0, 1]"}))
+        paths.append(write(tmp_path / f"rank{rank}.json", kineto(events, rank=rank)))
+    out = tmp_path / "out.json"
+    r = cli("combine", *paths, "-o", out, "--align", "collective", "--jobs", "2")
+    assert r.returncode == 0, r.stderr.decode()
+    doc = load_output(out)
+    offsets = {a["rank"]: a["offset_ns"] for a in doc["tracemerge"]["alignment"]}
+    # the ranks arrive 300 µs apart, which bounds the collective estimate; wall would say 0
+    assert abs(offsets[1] - offsets[0] - skew_us * 1000) < 300_000, offsets
+    assert {a["rank"]: a["method"] for a in doc["tracemerge"]["alignment"]}[1] == "collective"
+    assert len([e for e in doc["traceEvents"] if e.get("name") == "record_param_comms"]) == 12

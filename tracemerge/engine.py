@@ -3,11 +3,9 @@ worker that writes its own shard file; only small records travel back.
 
 Two passes over the inputs:
 
-1. :func:`scan` — a light decode of only the fields :func:`~tracemerge.rankinfo.describe`
-   needs (``ph``/``name``/``pid``/``tid``/``ts``/``dur`` and the file-level keys; ``args``
-   are skipped by the decoder, not built), returning a :class:`RankInfo`. Anything the
-   light decoder does not accept goes through the full reader, so errors, salvage and
-   warnings are the reader's own.
+1. :func:`scan` — the typed reader (``args`` kept as raw JSON, not built) without the
+   extra keys, returning a :class:`RankInfo`. Anything the typed reader does not accept
+   goes through the full reader, so errors, salvage and warnings are the reader's own.
 2. :func:`encode_rank` — the full read, the caller's per-rank function (transform and
    counts) and the format's encoder, written to a shard file beside the output; returns
    the counts and the shard's size.
@@ -28,18 +26,14 @@ import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from operator import attrgetter
-from typing import Any, Optional
 
-import msgspec
-import numpy as np
 
 from tracemerge import chrome
 from tracemerge.errors import OutputError, TracemergeError
-from tracemerge.model import NO_DUR, NO_TS, RankTrace
+from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
 from tracemerge.rankinfo import describe
-from tracemerge.read import _intern, _numbers, read_bytes, read_trace
+from tracemerge.read import read_data, read_trace, read_typed
 
 GZIP_LEVEL = 1  # gzip-1 costs ~1/3 of gzip-6 for ~3/4 of its ratio on trace JSON
 
@@ -60,70 +54,16 @@ FORMATS = {"chrome": Format(chrome.encode_events, chrome.open_document, chrome.S
 
 # ---- pass 1: describe ------------------------------------------------------------------
 
-class _Light(msgspec.Struct):
-    ph: Any = None
-    name: Any = None
-    pid: Any = 0
-    tid: Any = 0
-    ts: Any = None
-    dur: Any = None
-
-
-class _LightDoc(msgspec.Struct):
-    traceEvents: list[_Light]
-    tracemerge: Optional[dict] = None
-    baseTimeNanoseconds: Optional[int] = None
-    distributedInfo: Any = None
-    host_name: Any = None
-    hostname: Any = None
-
-
-_LIGHT = msgspec.json.Decoder(_LightDoc)
-
-
 def scan(path):
-    """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``."""
+    """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``: the typed
+    reader without the keys describe() does not use (flow ids, scopes); a file it does not
+    take goes through the full reader, which explains or salvages it."""
     with _gc_paused():
         path = os.fspath(path)
-        try:
-            trace = _light_trace(path, _LIGHT.decode(read_bytes(path)))
-        except (msgspec.DecodeError, TracemergeError, TypeError, ValueError):
-            # unusual or bad input: the full reader explains it, or salvages it
-            return describe(read_trace(path))
-        return describe(trace)
-
-
-def _light_trace(path, doc):
-    events = doc.traceEvents
-    n = len(events)
-    names_raw = _column(events, "name")
-    ph = np.fromiter(map(ord, _column(events, "ph")), np.uint32, n)  # TypeError unless one character
-    if n and ph.max() > 255:
-        raise ValueError("ph beyond Latin-1: the full reader decides")
-    if not set(map(type, names_raw)) <= {str, type(None)}:
-        raise ValueError("non-string name")
-    if names_raw.count(None) and not np.isin(ph[[x is None for x in names_raw]], [ord("M"), ord("E")]).all():
-        raise ValueError("bad ph or missing name: the full reader names the event")
-    name, names = _intern(names_raw, path, "name")
-    ts_f, ts_missing = _numbers(_column(events, "ts"), path, "ts", required=None)
-    if ts_missing.any():
-        raise ValueError("events without ts: the full reader decides which may lack one")
-    dur_f, dur_missing = _numbers(_column(events, "dur"), path, "dur", required=None)
-    base = doc.baseTimeNanoseconds
-    ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
-    ts[ts_missing] = NO_TS
-    dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
-    pid, pids = _intern(_column(events, "pid"), path, "pid")
-    tid, tids = _intern(_column(events, "tid"), path, "tid")
-    meta = {k: v for k in ("distributedInfo", "host_name", "hostname") if (v := getattr(doc, k)) is not None}
-    none = [None] * n
-    return RankTrace(path=path, meta=meta, tracemerge=doc.tracemerge, base_ns=base, names=names,
-                     pids=pids, tids=tids, ph=ph.astype(np.uint8), name=name, cat=np.full(n, -1, np.int32),
-                     pid=pid, tid=tid, ts=ts, dur=dur, args=none, extra=none)
-
-
-def _column(structs, field):
-    return list(map(attrgetter(field), structs))
+        data, cut = read_data(path)
+        trace = None if cut else read_typed(path, data, extra=False)
+        del data
+        return describe(trace if trace is not None else read_trace(path))
 
 
 # ---- pass 2: transform and encode ------------------------------------------------------

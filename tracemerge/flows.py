@@ -62,8 +62,10 @@ class RpcFlows:
         """
         found, seen, duplicates = {}, set(), 0
         if self.calls:
-            spans = np.flatnonzero((trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR))
-            for i in spans.tolist():
+            span = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
+            for i in trace.args.with_key("rpc_id"):  # args are decoded for these events only
+                if not span[i]:
+                    continue
                 a = trace.args[i]
                 if not isinstance(a, dict) or "rpc_id" not in a:
                     continue

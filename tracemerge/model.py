@@ -3,12 +3,17 @@
 Numeric columns are numpy arrays; strings (names, categories) and pids/tids are interned
 into small lists and referenced by int32 codes, so per-event work is vectorised and a
 rank costs a few dozen bytes per event plus its raw ``args``, which are kept untouched
-for passthrough.
+for passthrough: as undecoded JSON when the typed reader read the file (:class:`Args`).
 """
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_not
 from typing import Optional
 
+import msgspec
 import numpy as np
 
 NO_TS = np.iinfo(np.int64).min  # an event without "ts" (legal for "M" metadata)
@@ -16,6 +21,55 @@ NO_DUR = -1                     # an event without "dur"
 
 # The keys held in columns; every other key of an event is kept in ``extra``.
 COLUMN_KEYS = frozenset(("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
+
+
+class Args(Sequence):
+    """The ``args`` of each event: ``args[i]`` is a dict (or another JSON value, or None).
+
+    ``items`` holds what the reader made: dicts, or ``msgspec.Raw`` JSON that is decoded
+    only when an event's args are read (``raw``: every item is Raw or None), so a merge
+    that passes args through never builds them.
+    """
+
+    __slots__ = ("items", "raw")
+
+    def __init__(self, items, raw=False):
+        self.items, self.raw = items, raw
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return _decoded(self.items[i])
+
+    def __iter__(self):
+        return map(_decoded, self.items)
+
+    def __reduce__(self):
+        return Args, (self.items, self.raw)
+
+    def take(self, idx):
+        """The args of the events ``idx`` (a list of indices), still undecoded."""
+        return Args(list(map(self.items.__getitem__, idx)), self.raw)
+
+    def with_key(self, key):
+        """Sorted indices of the events whose args may have the top-level ``key``: a
+        superset (raw JSON is searched for the quoted key, which may be nested), so
+        callers check ``args[i]``."""
+        if not self.raw:
+            return [i for i, a in enumerate(self.items) if isinstance(a, dict) and key in a]
+        token = msgspec.json.encode(key)
+        joined = b"\0".join(filter(None, self.items))  # NUL cannot occur in JSON text
+        if token not in joined:
+            return []
+        present = np.flatnonzero(np.fromiter(map(is_not, self.items, repeat(None)), bool, len(self.items)))
+        starts = np.cumsum(np.fromiter(map(len, filter(None, self.items)), np.int64, len(present)) + 1) - 1
+        at = [m.start() for m in re.finditer(re.escape(token), joined)]
+        return np.unique(present[np.searchsorted(starts, at)]).tolist()
+
+
+def _decoded(a):
+    return msgspec.json.decode(a) if a.__class__ is msgspec.Raw else a
 
 
 @dataclass(eq=False)
@@ -36,10 +90,14 @@ class RankTrace:
     tid: np.ndarray                 # int32 code into tids
     ts: np.ndarray                  # int64 ns on the file's own clock, NO_TS when absent
     dur: np.ndarray                 # int64 ns, NO_DUR when absent
-    args: list                      # raw args dict (or None) per event
+    args: Args                      # args per event (a plain list is wrapped)
     extra: list                     # dict of the event's other keys (or None) per event
     warnings: list = field(default_factory=list)
     truncated: bool = False         # read up to the last complete event of a cut file
+
+    def __post_init__(self):
+        if not isinstance(self.args, Args):
+            self.args = Args(self.args)
 
     def __len__(self):
         return len(self.ph)

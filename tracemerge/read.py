@@ -11,13 +11,15 @@ import os
 import re
 import zlib
 from itertools import repeat
+from operator import attrgetter, is_not
+from typing import Any
 
 import msgspec
 import numpy as np
 import orjson
 
 from tracemerge.errors import TraceError
-from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, RankTrace
+from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, Args, RankTrace
 from tracemerge.salvage import NotCut, Unsalvageable, salvage
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -166,6 +168,9 @@ def read_trace(path):
     """Read one trace file into a :class:`RankTrace`."""
     path = os.fspath(path)
     data, cut = read_data(path)
+    trace = None if cut else read_typed(path, data)
+    if trace is not None:
+        return trace
     doc, warning = parse_json(path, data, cut)
     del data  # the bytes are no longer needed while the columns are built
     events, meta, block = split_document(path, doc)
@@ -232,22 +237,30 @@ def _column(events, key, default=None):
 
 def build(path, events, meta, block, truncated=False):
     """Columns from a list of event dicts, validated: a bad event is an error naming it."""
-    n = len(events)
     if not set(map(type, events)) <= {dict}:
         i, e = next((i, e) for i, e in enumerate(events) if not isinstance(e, dict))
         raise TraceError(path, f"event is a {type(e).__name__}, not an object", i)
+    columns = {k: _column(events, k, 0 if k in ("pid", "tid") else None) for k in COLUMN_KEYS}
+    extra = [None if e.keys() <= COLUMN_KEYS else {k: v for k, v in e.items() if k not in COLUMN_KEYS}
+             for e in events]
+    return from_columns(path, columns, Args(columns["args"]), extra, meta, block, truncated)
 
-    ph_raw = _column(events, "ph")
+
+def from_columns(path, col, args, extra, meta, block, truncated=False):
+    """The validated :class:`RankTrace` of per-event value lists ``col[key]`` (one per
+    COLUMN_KEYS key; pid/tid 0 where absent, others None): both readers end here."""
+    n = len(col["ph"])
+    ph_raw = col["ph"]
     try:
         ph = np.fromiter(map(ord, ph_raw), np.uint8, n)
-    except TypeError:
-        bad = next(i for i, p in enumerate(ph_raw) if not (isinstance(p, str) and len(p) == 1))
+    except (TypeError, ValueError, OverflowError):
+        bad = next(i for i, p in enumerate(ph_raw) if not (isinstance(p, str) and len(p) == 1 and ord(p) < 256))
         problem = "missing 'ph'" if ph_raw[bad] is None else f"bad 'ph' {ph_raw[bad]!r}"
         raise TraceError(path, problem, bad) from None
     is_meta = ph == ord("M")
     needs_name = ~(is_meta | (ph == ord("E")))
 
-    names_raw = _column(events, "name")
+    names_raw = col["name"]
     for i in np.flatnonzero(needs_name) if not set(map(type, names_raw)) <= {str} else ():
         if not isinstance(names_raw[i], str):
             break
@@ -256,15 +269,28 @@ def build(path, events, meta, block, truncated=False):
     if i is not None:
         problem = "missing 'name'" if names_raw[i] is None else f"'name' is not a string: {names_raw[i]!r}"
         raise TraceError(path, problem, int(i))
-    cats_raw = _column(events, "cat")
-    name_codes, names = _intern(names_raw + cats_raw, path, "name/cat")
+    name_codes, names = _intern(names_raw + col["cat"], path, "name/cat")
     name, cat = name_codes[:n], name_codes[n:]
     if None in names:
         none_code = names.index(None)
         cat = np.where(cat == none_code, -1, cat).astype(np.int32)
 
-    ts_f, ts_missing = _numbers(_column(events, "ts"), path, "ts", required=~is_meta)
-    dur_f, dur_missing = _numbers(_column(events, "dur"), path, "dur", required=None)
+    base = meta.get("baseTimeNanoseconds")
+    if base is not None and not isinstance(base, int):
+        raise TraceError(path, f"'baseTimeNanoseconds' is not an integer: {base!r}")
+    ts, dur = times_ns(path, col["ts"], col["dur"], base, required=~is_meta)
+    pid, pids = _intern(col["pid"], path, "pid")
+    tid, tids = _intern(col["tid"], path, "tid")
+    return RankTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=pids,
+                     tids=tids, ph=ph, name=name, cat=cat, pid=pid, tid=tid, ts=ts, dur=dur,
+                     args=args, extra=extra, truncated=truncated)
+
+
+def times_ns(path, ts_values, dur_values, base, required):
+    """(ts, dur) int64 ns columns of µs values: ts on the file's clock (``base`` + ts),
+    NO_TS / NO_DUR where absent; a bad or missing-where-``required`` value is an error."""
+    ts_f, ts_missing = _numbers(ts_values, path, "ts", required=required)
+    dur_f, dur_missing = _numbers(dur_values, path, "dur", required=None)
     negative = np.flatnonzero(~dur_missing & (dur_f < 0))
     if len(negative):
         i = int(negative[0])
@@ -274,19 +300,87 @@ def build(path, events, meta, block, truncated=False):
         if len(huge):
             i = int(huge[0])
             raise TraceError(path, f"'{what}' {float(col[i]):g} µs is out of range (beyond year 2191)", i)
-
-    base = meta.get("baseTimeNanoseconds")
-    if base is not None and not isinstance(base, int):
-        raise TraceError(path, f"'baseTimeNanoseconds' is not an integer: {base!r}")
     ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
     ts[ts_missing] = NO_TS
     dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
+    return ts, dur
 
-    pid, pids = _intern(_column(events, "pid", 0), path, "pid")
-    tid, tids = _intern(_column(events, "tid", 0), path, "tid")
-    args = _column(events, "args")
-    extra = [None if e.keys() <= COLUMN_KEYS else {k: v for k, v in e.items() if k not in COLUMN_KEYS}
-             for e in events]
-    return RankTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=pids,
-                     tids=tids, ph=ph, name=name, cat=cat, pid=pid, tid=tid, ts=ts, dur=dur,
-                     args=args, extra=extra, truncated=truncated)
+
+# ---- the typed reader ------------------------------------------------------------------
+# A decode straight into one Struct per event, ``args`` kept as raw JSON (msgspec.Raw, a
+# view of the input bytes): no dict is built for an event or its args (a 60 MB Kineto
+# rank: 0.16 s instead of ~0.45 s to dicts plus their columns). It takes the common
+# shape only — an object with a traceEvents list of events made of the Chrome keys below;
+# anything else (an unknown key, a bare array, a cut file, bad JSON) is read by the
+# generic reader above, so its errors, salvage and warnings stay the same.
+
+EXTRA_KEYS = ("id", "id2", "bp", "s", "bind_id", "flow_in", "flow_out", "tts", "tdur", "cname", "scope",
+              "sf", "stack", "esf", "estack")
+
+
+class _Event(msgspec.Struct, forbid_unknown_fields=True):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = 0
+    tid: Any = 0
+    ts: Any = None
+    dur: Any = None
+    args: msgspec.Raw = None
+    # absent (UNSET) and null (None) differ for the keys kept in ``extra``
+    id: Any = msgspec.UNSET
+    id2: Any = msgspec.UNSET
+    bp: Any = msgspec.UNSET
+    s: Any = msgspec.UNSET
+    bind_id: Any = msgspec.UNSET
+    flow_in: Any = msgspec.UNSET
+    flow_out: Any = msgspec.UNSET
+    tts: Any = msgspec.UNSET
+    tdur: Any = msgspec.UNSET
+    cname: Any = msgspec.UNSET
+    scope: Any = msgspec.UNSET
+    sf: Any = msgspec.UNSET
+    stack: Any = msgspec.UNSET
+    esf: Any = msgspec.UNSET
+    estack: Any = msgspec.UNSET
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_NULL = msgspec.Raw(b"null")
+
+
+def read_typed(path, data, extra=True):
+    """The RankTrace of ``data`` by the typed reader, or None when it does not take the file;
+    without ``extra`` the EXTRA_KEYS are left out (``extra`` is all None)."""
+    try:
+        top = _TOP.decode(data)
+        events = _EVENTS.decode(top.pop("traceEvents"))
+        block = msgspec.json.decode(top.pop("tracemerge")) if "tracemerge" in top else None
+        meta = {k: msgspec.json.decode(v) for k, v in top.items()}
+    except (msgspec.DecodeError, KeyError):
+        return None
+    if block is not None and not isinstance(block, dict):
+        return None
+    columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS}
+    args = columns["args"]
+    if _NULL in args:  # "args": null is no args, as in the generic reader
+        args = [None if a == _NULL else a for a in args]
+    return from_columns(path, columns, Args(args, raw=True), _extra(events) if extra else [None] * len(events),
+                        meta, block)
+
+
+def _extra(events):
+    """The dict of EXTRA_KEYS present (or None) per event; only events that have one cost a
+    dict, and the keys absent from the whole file cost one C pass each."""
+    n = len(events)
+    extra = [None] * n
+    for key in EXTRA_KEYS:
+        values = list(map(attrgetter(key), events))
+        if values.count(msgspec.UNSET) == n:
+            continue
+        for i in np.flatnonzero(np.fromiter(map(is_not, values, repeat(msgspec.UNSET)), bool, n)).tolist():
+            if extra[i] is None:
+                extra[i] = {}
+            extra[i][key] = values[i]
+    return extra
