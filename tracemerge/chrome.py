@@ -5,6 +5,7 @@ The document is made of pieces that can be produced apart: :func:`open_document`
 :data:`SEPARATOR` between non-empty bodies, and :func:`close_document`.
 """
 
+import msgspec
 import orjson
 
 SEPARATOR = b","
@@ -17,8 +18,11 @@ def open_document(header):
 
 
 def encode_events(events):
-    """One rank's events as the comma-joined body of the traceEvents array (b"" when none)."""
-    return orjson.dumps(events)[1:-1] if events else b""
+    """One rank's events as the comma-joined body of the traceEvents array (b"" when none).
+
+    msgspec writes dicts, ``transform.Event`` structs and raw JSON args (verbatim) alike.
+    """
+    return msgspec.json.encode(events)[1:-1] if events else b""
 
 
 def close_document(footer):

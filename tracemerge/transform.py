@@ -1,11 +1,16 @@
 """Per-rank transform into the merged trace: aligned times, rank-owned pids, namespaced ids.
 
-Pure: reads a RankTrace and a Placement, returns new event dicts; the trace is untouched,
+Pure: reads a RankTrace and a Placement, returns new events; the trace is untouched,
 so it can be transformed again (another output format, another alignment).
 """
 
+import re
 from dataclasses import dataclass
+from itertools import repeat
+from operator import is_not
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracemerge.clock import ClockModel
@@ -93,6 +98,20 @@ def aligned_times(trace, clock, out_base_ns):
     return ts_us, dur_us
 
 
+class Event(msgspec.Struct, omit_defaults=True):
+    """An output event without extra keys; None (absent) fields are left out. The keys come
+    in Kineto's order; ``args`` may be a dict or raw JSON bytes written verbatim."""
+
+    ph: str
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: Any = None
+
+
 def _event(ph, cat, name, pid, tid, ts, dur, args, extra):
     e = {"ph": ph}
     if cat is not None:
@@ -112,42 +131,93 @@ def _event(ph, cat, name, pid, tid, ts, dur, args, extra):
     return e
 
 
+PH = np.array([chr(c) for c in range(256)], dtype=object)
+
+
 def transform(trace, place):
-    """(events, added) of one rank in the merged trace; ``added`` counts events the tool made."""
+    """(events, added) of one rank in the merged trace; ``added`` counts events the tool made.
+
+    Events are :class:`Event` structs (dicts for the few with extra keys) built from the
+    columns with C-level maps, not a dict per event; raw args pass through undecoded.
+    """
     rank = place.rank
-    names = trace.names
     ts_us, dur_us = aligned_times(trace, place.clock, place.out_base_ns)
-    ph = [chr(c) for c in range(256)]
     out_pids = [place.pid_base + code for code in range(len(trace.pids))]
-    args = [a if a is None else _namespace_args(rank, a) for a in trace.args]
-    extra = [x if x is None else _namespace_extra(rank, x) for x in trace.extra]
-    args = _rewrite_process_metadata(trace, place, args)
-    tids = trace.tids
-    no_name = names.index(None) if None in names else -1
-    # a dict literal for the common event that has every column and no extra keys (the
-    # same keys in the same order as _event); a call per event would cost twice as much
-    events = [
-        {"ph": ph[p], "cat": names[c], "name": names[n], "pid": out_pids[pi], "tid": tids[ti], "ts": t, "dur": d,
-         "args": a}
-        if x is None and a is not None and d is not None and t is not None and c >= 0 and n != no_name else
-        _event(ph[p], names[c] if c >= 0 else None, names[n], out_pids[pi], tids[ti], t, d, a, x)
-        for p, c, n, pi, ti, t, d, a, x in zip(
-            trace.ph.tolist(), trace.cat.tolist(), trace.name.tolist(), trace.pid.tolist(),
-            trace.tid.tolist(), ts_us, dur_us, args, extra)
-    ]
+    table = np.array(trace.names + [None], dtype=object)  # code -1 (no cat) is the None at the end
+    args = _rewrite_process_metadata(trace, place, namespaced_args(rank, trace.args))
+    columns = (PH[trace.ph].tolist(), table[trace.cat].tolist(), table[trace.name].tolist(),
+               (trace.pid + place.pid_base).tolist(), _objects(trace.tids)[trace.tid].tolist(), ts_us, dur_us, args)
+    events = list(map(Event, *columns))
+    for i, x in enumerate(trace.extra):
+        if x is not None:
+            events[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
     added = _process_metadata(trace, place, out_pids)
     return events + added, len(added)
+
+
+def _objects(values):
+    out = np.empty(len(values), dtype=object)
+    out[:] = values  # element by element: a tuple/list value stays one object
+    return out
+
+
+# One id key token of a flat args object and, when its value is a plain non-negative
+# integer, the value's digits. A match preceded by a backslash is inside a string.
+_ARG_ID = re.compile(rb'("(?:' + b"|".join(re.escape(k.encode()) for k in ARG_ID_KEYS) +
+                     rb')"\s*:\s*)(\d{1,18}(?=\s*[,}]))?')
+
+
+def namespaced_args(rank, args):
+    """Each event's args (Args items) with ARG_ID_KEYS namespaced by ``namespace_id``.
+
+    Raw args are rewritten in their bytes, all of a rank's in one regex pass over their
+    concatenation, when that is exact: every args is a flat object (one "{" each) and every
+    id a plain integer; otherwise each is decoded and rewritten as a dict.
+    """
+    items = args.items
+    if not args.raw:
+        return [_namespace_args(rank, a) if a.__class__ is dict else a for a in items]
+    rewritten = _rewrite_raw_ids(rank, items)
+    if rewritten is not None:
+        return rewritten
+    return [a if a is None else _namespace_args(rank, msgspec.json.decode(a)) for a in items]
+
+
+def _rewrite_raw_ids(rank, items):
+    present = list(filter(None, items))
+    joined = b"\0".join(present)  # NUL cannot occur in JSON text
+    if (joined.count(b"{") != len(present) or joined.count(b"\0{") + joined.startswith(b"{") != len(present)
+            or b"\\u" in joined):  # a nested object, a non-object, or a key that may be spelled with escapes
+        return None
+    parts = _ARG_ID.split(joined)
+    if len(parts) == 1:
+        return list(items)
+    values = parts[2::3]
+    if None in values or any(map(bytes.endswith, parts[0:-1:3], repeat(b"\\"))):
+        return None
+    ids = np.array(values).astype(np.int64)
+    small = ids < ID_LIMIT
+    new = (ids | ((rank + 1) << NAMESPACE_BITS)).astype("S20").tolist()
+    for k in np.flatnonzero(~small).tolist():
+        new[k] = msgspec.json.encode(namespace_id(rank, int(ids[k])))
+    parts[2::3] = new
+    pieces = b"".join(parts).split(b"\0")
+    out = np.full(len(items), None, dtype=object)
+    out[np.fromiter(map(is_not, items, repeat(None)), bool, len(items))] = \
+        np.fromiter(map(msgspec.Raw, pieces), object, len(pieces))
+    return out.tolist()
 
 
 def _rewrite_process_metadata(trace, place, args):
     """Rename the rank's processes and sort them by rank, keeping the input events."""
     meta = np.flatnonzero(trace.ph == ord("M"))
-    if not len(meta):
-        return args
-    args = list(args)
     for i in meta:
         kind = trace.names[trace.name[i]]
-        a = args[i] if isinstance(args[i], dict) else {}
+        if kind not in ("process_name", "process_sort_index"):
+            continue
+        a = args[i]
+        a = msgspec.json.decode(a) if a.__class__ is msgspec.Raw else a
+        a = a if isinstance(a, dict) else {}
         if kind == "process_name":
             args[i] = {**a, "name": place.label, "original_name": a.get("name")}
         elif kind == "process_sort_index":
