@@ -39,7 +39,7 @@ def test_output_rules(tmp_path):
     assert run("combine", good, "-o", out, "--force").returncode == 0
     assert load_output(out)["tracemerge"]["events"]["in"] == 1
     r = run("combine", good, "-o", tmp_path / "no" / "such" / "dir.json")
-    assert r.returncode == 5 and "cannot write" in error_lines(r.stderr)[0]
+    assert r.returncode == 5 and "does not exist" in error_lines(r.stderr)[0]
 
 
 def test_directory_output_says_so_without_asking_for_force(tmp_path):
@@ -90,3 +90,13 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
     assert proc.returncode == 130, err
     assert error_lines(err) == ["tracemerge: error: interrupted; no output was written"]
     assert os.listdir(out.parent) == []
+
+
+def test_missing_output_directory_is_refused_before_any_work(tmp_path):
+    good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
+    missing = tmp_path / "nope"
+    for args in (["-o", missing / "t.json"], ["-o", tmp_path / "t.json", "--report", missing / "r.txt"]):
+        r = run("combine", good, *args)
+        assert r.returncode == 5, r.stderr
+        assert error_lines(r.stderr) == [f"tracemerge: error: {args[-1]}: the directory {missing} does not exist"]
+    assert sorted(os.listdir(tmp_path)) == ["rank0.json"]  # the trace was not written before the report failed

@@ -22,6 +22,12 @@ def check_output(path, inputs, force):
         raise OutputError(f"{path}: is a directory")
     if os.path.exists(path) and not force:
         raise OutputError(f"{path}: exists; pass --force to overwrite it")
+    # checked before any work, so a long merge never ends in "cannot write"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise OutputError(f"{path}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: the directory {directory} is not writable")
 
 
 @contextlib.contextmanager
