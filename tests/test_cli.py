@@ -97,3 +97,10 @@ def test_info(tmp_path):
     assert r.exit_code == 0
     assert "rank 0 (from filename)" in r.output and "rank 1 (from filename)" in r.output
     assert "profiler start from PyTorch Profiler (0)" in r.output
+
+
+def test_usage_errors_are_one_line_at_every_level():
+    for args in (["--bogus"], ["nosuch"], ["combine", "--bogus"]):
+        r = subprocess.run([sys.executable, "-m", "tracemerge", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("tracemerge: error: ")

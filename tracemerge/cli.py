@@ -23,13 +23,18 @@ class Group(click.Group):
     """Turns every failure into one line on stderr and its documented exit code (docs/errors.md);
     TRACEMERGE_DEBUG=1 adds the traceback of an internal error."""
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        # errors in the top-level options, before any subcommand runs
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            usage_error(e, info_name)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
-            # one line like every other failure (click's own takes three), still exit 2
-            where = (e.ctx or ctx).command_path
-            fail(ctx, f"{e.format_message()} (see '{where} --help')", EXIT_USAGE)
+            usage_error(e, ctx.command_path)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except TracemergeError as e:
@@ -50,6 +55,19 @@ class Group(click.Group):
                 raise
             fail(ctx, f"internal error ({type(e).__name__}: {e}); this is a bug, please report it with "
                       "TRACEMERGE_DEBUG=1 set", EXIT_INTERNAL)
+
+
+# click >= 8.2 signals "no arguments: show the help" as a usage error; older click has no such class
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def usage_error(e, where):
+    """One line like every other failure (click's own takes three), still exit 2."""
+    if isinstance(e, NO_ARGS_IS_HELP):  # bare `tracemerge`: click shows the help
+        raise e
+    where = e.ctx.command_path if e.ctx else where
+    click.echo(f"tracemerge: error: {e.format_message()} (see '{where} --help')", err=True)
+    raise click.exceptions.Exit(EXIT_USAGE)
 
 
 def fail(ctx, message, code):
