@@ -207,3 +207,22 @@ def test_kineto_collectives_align_through_the_engine(tmp_path):
     assert abs(offsets[1] - offsets[0] - skew_us * 1000) < 300_000, offsets
     assert {a["rank"]: a["method"] for a in doc["tracemerge"]["alignment"]}[1] == "collective"
     assert len([e for e in doc["traceEvents"] if e.get("name") == "record_param_comms"]) == 12
+
+
+# sha256 of the merged events (everything before the summary) as the round-2 code wrote them
+# (commit bbb7cf8): speed work must not change a byte of them
+ROUND2_EVENTS_SHA256 = {
+    "rank": "929821a729020fc9c69f435631a6946ec336acf277b5147f05a757e052ed186e",
+    "kineto": "f4a739e6019b6bf437f6667cae1394907d3bd99193b8f72511baed3b3fea2fea",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ROUND2_EVENTS_SHA256))
+def test_events_unchanged_since_round2(tmp_path, kind):
+    import hashlib
+    paths = gen_kineto.generate(str(tmp_path / kind), 2, 0.5, seed=11, jobs=1, rank_files=kind == "rank")
+    out = tmp_path / "out.json"
+    r = cli("combine", *paths, "-o", out, "--jobs", 1)
+    assert r.returncode == 0, r.stderr
+    data = out.read_bytes()
+    assert hashlib.sha256(data[:data.rindex(b'],"tracemerge":')]).hexdigest() == ROUND2_EVENTS_SHA256[kind]

@@ -72,6 +72,50 @@ def _decoded(a):
     return msgspec.json.decode(a) if a.__class__ is msgspec.Raw else a
 
 
+class Extra(Sequence):
+    """The keys of each event other than COLUMN_KEYS: ``extra[i]`` is a dict or None.
+
+    ``columns`` (from the typed reader) is ``{key: per-event values}``, ``msgspec.UNSET``
+    where an event lacks the key, in the reader's key order: the ~10% of Kineto events
+    with flow keys cost no dict each, and the transform namespaces ids on whole columns.
+    ``items`` (the generic reader) holds the dicts themselves.
+    """
+
+    __slots__ = ("columns", "items", "n")
+
+    def __init__(self, items=None, columns=None, n=None):
+        self.items, self.columns = items, columns
+        self.n = len(items) if items is not None else n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.items is not None:
+            return self.items[i]
+        out = {k: v[i] for k, v in self.columns.items() if v[i] is not msgspec.UNSET}
+        return out or None
+
+    def __iter__(self):
+        return iter(self.items) if self.items is not None else map(self.__getitem__, range(self.n))
+
+    def __reduce__(self):
+        return Extra, (self.items, self.columns, self.n)
+
+    def take(self, idx):
+        """The extra keys of the events ``idx`` (a list of indices)."""
+        if self.items is not None:
+            return Extra(list(map(self.items.__getitem__, idx)))
+        return Extra(columns={k: list(map(v.__getitem__, idx)) for k, v in self.columns.items()}, n=len(idx))
+
+    def rows(self):
+        """Indices of the events that have any extra key (columns only)."""
+        has = np.zeros(self.n, bool)
+        for v in self.columns.values():
+            has |= np.fromiter(map(is_not, v, repeat(msgspec.UNSET)), bool, self.n)
+        return np.flatnonzero(has)
+
+
 @dataclass(eq=False)
 class RankTrace:
     """One input file: its events as columns plus the file-level facts."""
@@ -91,13 +135,15 @@ class RankTrace:
     ts: np.ndarray                  # int64 ns on the file's own clock, NO_TS when absent
     dur: np.ndarray                 # int64 ns, NO_DUR when absent
     args: Args                      # args per event (a plain list is wrapped)
-    extra: list                     # dict of the event's other keys (or None) per event
+    extra: Extra                    # the event's other keys per event (a plain list is wrapped)
     warnings: list = field(default_factory=list)
     truncated: bool = False         # read up to the last complete event of a cut file
 
     def __post_init__(self):
         if not isinstance(self.args, Args):
             self.args = Args(self.args)
+        if not isinstance(self.extra, Extra):
+            self.extra = Extra(self.extra)
 
     def __len__(self):
         return len(self.ph)

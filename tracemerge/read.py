@@ -11,7 +11,7 @@ import os
 import re
 import zlib
 from itertools import repeat
-from operator import attrgetter, is_not
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from tracemerge.errors import TraceError
-from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, Args, RankTrace
+from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 from tracemerge.salvage import NotCut, Unsalvageable, salvage
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -366,21 +366,16 @@ def read_typed(path, data, extra=True):
     args = columns["args"]
     if _NULL in args:  # "args": null is no args, as in the generic reader
         args = [None if a == _NULL else a for a in args]
-    return from_columns(path, columns, Args(args, raw=True), _extra(events) if extra else [None] * len(events),
+    return from_columns(path, columns, Args(args, raw=True), _extra(events) if extra else Extra(columns={}, n=len(events)),
                         meta, block)
 
 
 def _extra(events):
-    """The dict of EXTRA_KEYS present (or None) per event; only events that have one cost a
-    dict, and the keys absent from the whole file cost one C pass each."""
-    n = len(events)
-    extra = [None] * n
+    """The EXTRA_KEYS the file uses, as columns (UNSET where an event lacks the key): no
+    dict per event, and a key absent from the whole file costs one C pass."""
+    columns = {}
     for key in EXTRA_KEYS:
         values = list(map(attrgetter(key), events))
-        if values.count(msgspec.UNSET) == n:
-            continue
-        for i in np.flatnonzero(np.fromiter(map(is_not, values, repeat(msgspec.UNSET)), bool, n)).tolist():
-            if extra[i] is None:
-                extra[i] = {}
-            extra[i][key] = values[i]
-    return extra
+        if values.count(msgspec.UNSET) != len(values):
+            columns[key] = values
+    return Extra(columns=columns, n=len(events))

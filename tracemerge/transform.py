@@ -15,6 +15,7 @@ import numpy as np
 
 from tracemerge.clock import ClockModel
 from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.read import EXTRA_KEYS
 
 # Keys that join events into flows or correlate CPU ops with device work; namespaced per
 # rank so no arrow ever joins two ranks by accident.
@@ -57,6 +58,26 @@ def _namespace_extra(rank, extra):
     id2 = out.get("id2")
     if isinstance(id2, dict) and "global" in id2:
         out["id2"] = {**id2, "global": namespace_id(rank, id2["global"])}
+    return out
+
+
+def _namespace_column(rank, key, values):
+    """``values`` of one extra key (UNSET where absent) with flow ids namespaced; plain
+    in-range integer ids (the Kineto case) with numpy, anything else by namespace_id."""
+    if key == "id2":
+        return [{**v, "global": namespace_id(rank, v["global"])} if isinstance(v, dict) and "global" in v else v
+                for v in values]
+    if key not in ID_KEYS:
+        return values
+    at = np.flatnonzero(np.fromiter(map(is_not, values, repeat(msgspec.UNSET)), bool, len(values))).tolist()
+    ids = list(map(values.__getitem__, at))
+    if set(map(type, ids)) == {int} and 0 <= min(ids) and max(ids) < ID_LIMIT:
+        ids = (np.fromiter(ids, np.int64, len(ids)) | ((rank + 1) << NAMESPACE_BITS)).tolist()
+    else:
+        ids = [namespace_id(rank, v) for v in ids]
+    out = list(values)
+    for i, v in zip(at, ids):
+        out[i] = v
     return out
 
 
@@ -131,14 +152,20 @@ def _event(ph, cat, name, pid, tid, ts, dur, args, extra):
     return e
 
 
+# An output event with extra keys (Kineto flows: id, bp, s …), each written only when the
+# input event has it (UNSET otherwise), after the Event keys in EXTRA_KEYS order.
+ExtraEvent = msgspec.defstruct("ExtraEvent", [(k, Any, msgspec.UNSET) for k in EXTRA_KEYS], bases=(Event,),
+                               omit_defaults=True)
+
 PH = np.array([chr(c) for c in range(256)], dtype=object)
 
 
 def transform(trace, place):
     """(events, added) of one rank in the merged trace; ``added`` counts events the tool made.
 
-    Events are :class:`Event` structs (dicts for the few with extra keys) built from the
-    columns with C-level maps, not a dict per event; raw args pass through undecoded.
+    Events are :class:`Event` structs (:data:`ExtraEvent` for those with extra keys; dicts
+    when the generic reader kept them as dicts) built from the columns with C-level maps,
+    not a dict per event; raw args pass through undecoded.
     """
     rank = place.rank
     ts_us, dur_us = aligned_times(trace, place.clock, place.out_base_ns)
@@ -148,9 +175,18 @@ def transform(trace, place):
     columns = (PH[trace.ph].tolist(), table[trace.cat].tolist(), table[trace.name].tolist(),
                (trace.pid + place.pid_base).tolist(), _objects(trace.tids)[trace.tid].tolist(), ts_us, dur_us, args)
     events = list(map(Event, *columns))
-    for i, x in enumerate(trace.extra):
-        if x is not None:
-            events[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
+    extra = trace.extra
+    if extra.items is not None:
+        for i, x in enumerate(extra.items):
+            if x is not None:
+                events[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
+    elif extra.columns:
+        rows = extra.rows().tolist()
+        picked = [list(map(c.__getitem__, rows)) for c in columns]
+        keys = [_namespace_column(rank, k, list(map(extra.columns[k].__getitem__, rows)))
+                if k in extra.columns else repeat(msgspec.UNSET) for k in EXTRA_KEYS]
+        for i, e in zip(rows, map(ExtraEvent, *picked, *keys)):
+            events[i] = e
     added = _process_metadata(trace, place, out_pids)
     return events + added, len(added)
 
