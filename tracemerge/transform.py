@@ -24,6 +24,7 @@ ARG_ID_KEYS = ("External id", "correlation", "Correlation ID", "External ID")
 EXTRA_ID_KEYS = frozenset(ID_KEYS + ("id2",))
 NAMESPACE_BITS = 32
 ID_LIMIT = 1 << NAMESPACE_BITS
+CHUNK = 50_000
 
 
 @dataclass
@@ -105,18 +106,12 @@ def aligned_ns(trace, clock, out_base_ns):
     return np.where(timed, start - out_base_ns, 0), dur
 
 
-def aligned_times(trace, clock, out_base_ns):
-    """(ts µs floats or None, dur µs floats or None) lists on the reference clock."""
-    timed = trace.ts != NO_TS
-    has_dur = timed & (trace.dur != NO_DUR)
-    start, dur = aligned_ns(trace, clock, out_base_ns)
-    ts_us = (start / 1000.0).tolist()
-    dur_us = (dur / 1000.0).tolist()
-    if not timed.all():
-        ts_us = [t if ok else None for t, ok in zip(ts_us, timed.tolist())]
-    if not has_dur.all():
-        dur_us = [d if ok else None for d, ok in zip(dur_us, has_dur.tolist())]
-    return ts_us, dur_us
+def _us(ns, present):
+    """µs floats of ``ns`` as a list, None where not ``present``."""
+    out = (ns / 1000.0).tolist()
+    if not present.all():
+        out = [v if ok else None for v, ok in zip(out, present.tolist())]
+    return out
 
 
 class Event(msgspec.Struct, omit_defaults=True):
@@ -168,25 +163,41 @@ def transform(trace, place):
     not a dict per event; raw args pass through undecoded.
     """
     rank = place.rank
-    ts_us, dur_us = aligned_times(trace, place.clock, place.out_base_ns)
+    start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
+    timed = trace.ts != NO_TS
+    has_dur = timed & (trace.dur != NO_DUR)
     out_pids = [place.pid_base + code for code in range(len(trace.pids))]
     table = np.array(trace.names + [None], dtype=object)  # code -1 (no cat) is the None at the end
+    tids = _objects(trace.tids)
     args = _rewrite_process_metadata(trace, place, namespaced_args(rank, trace.args))
-    columns = (PH[trace.ph].tolist(), table[trace.cat].tolist(), table[trace.name].tolist(),
-               (trace.pid + place.pid_base).tolist(), _objects(trace.tids)[trace.tid].tolist(), ts_us, dur_us, args)
-    events = list(map(Event, *columns))
     extra = trace.extra
-    if extra.items is not None:
-        for i, x in enumerate(extra.items):
-            if x is not None:
-                events[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
-    elif extra.columns:
-        rows = extra.rows().tolist()
-        picked = [list(map(c.__getitem__, rows)) for c in columns]
-        keys = [_namespace_column(rank, k, list(map(extra.columns[k].__getitem__, rows)))
-                if k in extra.columns else repeat(msgspec.UNSET) for k in EXTRA_KEYS]
-        for i, e in zip(rows, map(ExtraEvent, *picked, *keys)):
-            events[i] = e
+    rows, keys = None, None
+    if extra.items is None and extra.columns:
+        rows = extra.rows()
+        at = rows.tolist()
+        keys = [_namespace_column(rank, k, list(map(extra.columns[k].__getitem__, at)))
+                if k in extra.columns else None for k in EXTRA_KEYS]
+    events = []
+    # CHUNK events at a time: the per-key value lists exist for one chunk only (peak memory)
+    for lo in range(0, len(trace), CHUNK):
+        hi = lo + CHUNK
+        columns = (PH[trace.ph[lo:hi]].tolist(), table[trace.cat[lo:hi]].tolist(), table[trace.name[lo:hi]].tolist(),
+                   (trace.pid[lo:hi] + place.pid_base).tolist(), tids[trace.tid[lo:hi]].tolist(),
+                   _us(start[lo:hi], timed[lo:hi]), _us(dur[lo:hi], has_dur[lo:hi]), args[lo:hi])
+        chunk = list(map(Event, *columns))
+        if extra.items is not None:
+            for i, x in enumerate(extra.items[lo:hi]):
+                if x is not None:
+                    chunk[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
+        elif rows is not None:
+            a, b = np.searchsorted(rows, (lo, hi)).tolist()
+            local = (rows[a:b] - lo).tolist()
+            picked = [list(map(c.__getitem__, local)) for c in columns]
+            made = map(ExtraEvent, *picked, *(repeat(msgspec.UNSET) if k is None else k[a:b] for k in keys))
+            for i, e in zip(local, made):
+                chunk[i] = e
+        events += chunk
+        del columns, chunk
     added = _process_metadata(trace, place, out_pids)
     return events + added, len(added)
 
@@ -213,8 +224,13 @@ def namespaced_args(rank, args):
     items = args.items
     if not args.raw:
         return [_namespace_args(rank, a) if a.__class__ is dict else a for a in items]
-    rewritten = _rewrite_raw_ids(rank, items)
-    if rewritten is not None:
+    rewritten = []
+    for lo in range(0, len(items), CHUNK):  # by chunks: the joined copies of a rank's args never coexist
+        part = _rewrite_raw_ids(rank, items[lo:lo + CHUNK])
+        if part is None:
+            break
+        rewritten += part
+    else:
         return rewritten
     return [a if a is None else _namespace_args(rank, msgspec.json.decode(a)) for a in items]
 
