@@ -3,8 +3,8 @@ worker that writes its own shard file; only small records travel back.
 
 Two passes over the inputs:
 
-1. :func:`scan` — the typed reader (``args`` kept as raw JSON, not built) without the
-   extra keys, returning a :class:`RankInfo`. Anything the typed reader does not accept
+1. :func:`scan` — the typed reader without the extra keys (and without ``args`` when the
+   rank file's block lists its collectives), returning a :class:`RankInfo`. Anything the typed reader does not accept
    goes through the full reader, so errors, salvage and warnings are the reader's own.
 2. :func:`encode_rank` — the full read, the caller's per-rank function (transform and
    counts) and the format's encoder, written to a shard file beside the output; returns
@@ -63,7 +63,7 @@ def scan(path):
     with _gc_paused():
         path = os.fspath(path)
         data, cut = read_data(path)
-        trace = None if cut else read_typed(path, data, extra=False)
+        trace = None if cut else read_typed(path, data, extra=False, describing=True)
         del data
         return describe(trace if trace is not None else read_trace(path))
 

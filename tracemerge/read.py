@@ -345,23 +345,44 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True):
     estack: Any = msgspec.UNSET
 
 
+class _Timing(msgspec.Struct):
+    """The keys :func:`rankinfo.describe` reads (other keys are skipped by the decoder)."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = 0
+    tid: Any = 0
+    ts: Any = None
+    dur: Any = None
+
+
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
+_TIMING = msgspec.json.Decoder(list[_Timing])
 _NULL = msgspec.Raw(b"null")
 
 
-def read_typed(path, data, extra=True):
+def read_typed(path, data, extra=True, describing=False):
     """The RankTrace of ``data`` by the typed reader, or None when it does not take the file;
-    without ``extra`` the EXTRA_KEYS are left out (``extra`` is all None)."""
+    without ``extra`` the EXTRA_KEYS are left out (``extra`` is all None). ``describing``:
+    only for :func:`rankinfo.describe` — when the rank-file block lists its collectives,
+    describe reads no args, so neither args nor the extra keys are built (all None)."""
     try:
         top = _TOP.decode(data)
-        events = _EVENTS.decode(top.pop("traceEvents"))
         block = msgspec.json.decode(top.pop("tracemerge")) if "tracemerge" in top else None
+        timing = describing and isinstance(block, dict) and "collectives" in block
+        events = (_TIMING if timing else _EVENTS).decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items()}
     except (msgspec.DecodeError, KeyError):
         return None
     if block is not None and not isinstance(block, dict):
         return None
+    if timing:
+        columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS if k != "args"}
+        n = len(events)
+        del events
+        return from_columns(path, columns, Args([None] * n), Extra(columns={}, n=n), meta, block)
     columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS}
     args = columns["args"]
     if _NULL in args:  # "args": null is no args, as in the generic reader
