@@ -1,6 +1,7 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
 import functools
+import itertools
 
 import tracemerge
 from tracemerge import select
@@ -8,7 +9,7 @@ from tracemerge.engine import LocalEngine, write_sharded
 from tracemerge.flows import RpcFlows
 from tracemerge.output import check_output
 from tracemerge.perfetto import output_format, rank_packets
-from tracemerge.transform import Placement, aligned_ns, rank_label, transform
+from tracemerge.transform import Placement, aligned_ns, rank_label, transform_chunks
 
 SECOND_NS = 1_000_000_000
 
@@ -67,7 +68,8 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
 
 
 def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None):
-    """(events or protobuf bytes, counts) of one rank; runs in the engine's workers."""
+    """(an iterable of event lists, or protobuf bytes; counts) of one rank; runs in the
+    engine's workers."""
     n_in = len(trace)
     trace, counts = select.apply(trace, place, selection, window)
     found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
@@ -75,14 +77,14 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     if fmt == "perfetto":
         data, proto = rank_packets(trace, place, rpc.proto_flows(found) if rpc else None)
         return data, {**counts, **proto}
-    events, added = transform(trace, place)
+    # lists of events, made lazily: the worker encodes and frees one list at a time
+    chunks, made = transform_chunks(trace, place)
     if found:
         start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
         flow_events = rpc.json_events(found, trace, place, start, dur)
-        events += flow_events
-        added += len(flow_events)
         counts["rpc_flow_events"] = len(flow_events)
-    return events, {**counts, "added": added, "out": len(events)}
+        made += flow_events
+    return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
 
 
 def build_summary(session, alignment, places, counts):

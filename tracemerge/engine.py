@@ -26,7 +26,6 @@ import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from itertools import repeat
 
 
 from tracemerge import chrome
@@ -37,7 +36,6 @@ from tracemerge.rankinfo import describe
 from tracemerge.read import read_data, read_trace, read_typed
 
 GZIP_LEVEL = 1  # gzip-1 costs ~1/3 of gzip-6 for ~3/4 of its ratio on trace JSON
-CHUNK = 50_000  # events encoded at a time: ~3 MB of JSON
 
 
 class Format:
@@ -74,7 +72,7 @@ def encode_rank(rank_fn, fmt, source, place, shard_path, gzip_level):
     """Write one rank's shard to ``shard_path``; its counts plus ``bytes`` (the shard's size).
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place)`` returns
-    (events, counts); the shard is a gzip member when ``gzip_level`` is set, so shards
+    (an iterable of event lists or encoded bytes, counts); the shard is a gzip member when ``gzip_level`` is set, so shards
     concatenate into one gzip stream.
     """
     with _gc_paused():
@@ -91,19 +89,19 @@ def encode_rank(rank_fn, fmt, source, place, shard_path, gzip_level):
 
 
 def _write_chunked(form, events, out):
-    """Encode a list of ``events`` CHUNK at a time, each chunk's events freed once written,
-    so the whole encoded shard and all the events are never in memory together (anything
-    else, e.g. protobuf bytes, is encoded in one piece). Whether anything was written."""
-    if not isinstance(events, list):
-        body = form.encode(events)
-        out.write(body)
-        return bool(body)
-    sep = b""
-    for lo in range(0, len(events), CHUNK):
-        out.write(sep + form.encode(events[lo:lo + CHUNK]))
-        events[lo:lo + CHUNK] = repeat(None, min(CHUNK, len(events) - lo))
-        sep = form.separator
-    return bool(events)
+    """Write ``events`` — an iterable of event lists, each encoded, written and dropped
+    before the next is made, so a rank's events and its encoding are never in memory
+    whole; or an already encoded body (protobuf bytes). Whether anything was written."""
+    if isinstance(events, (bytes, bytearray)):
+        out.write(events)
+        return bool(events)
+    sep, written = b"", False
+    for chunk in events:
+        if chunk:
+            out.write(sep + form.encode(chunk))
+            sep, written = form.separator, True
+        del chunk
+    return written
 
 
 def write_sharded(engine, rank_fn, fmt, jobs, output, header, footer, counts):

@@ -318,7 +318,9 @@ EXTRA_KEYS = ("id", "id2", "bp", "s", "bind_id", "flow_in", "flow_out", "tts", "
               "sf", "stack", "esf", "estack")
 
 
-class _Event(msgspec.Struct, forbid_unknown_fields=True):
+# gc=False: decoded JSON holds no reference cycles, so the structs need no collector
+# header (16 B each) nor tracking
+class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -345,7 +347,7 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True):
     estack: Any = msgspec.UNSET
 
 
-class _Timing(msgspec.Struct):
+class _Timing(msgspec.Struct, gc=False):
     """The keys :func:`rankinfo.describe` reads (other keys are skipped by the decoder)."""
 
     ph: Any = None

@@ -6,7 +6,7 @@ so it can be transformed again (another output format, another alignment).
 
 import re
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from operator import is_not
 from typing import Any
 
@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 
 from tracemerge.clock import ClockModel
-from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.model import NO_DUR, NO_TS, Args
 from tracemerge.read import EXTRA_KEYS
 
 # Keys that join events into flows or correlate CPU ops with device work; namespaced per
@@ -114,7 +114,7 @@ def _us(ns, present):
     return out
 
 
-class Event(msgspec.Struct, omit_defaults=True):
+class Event(msgspec.Struct, omit_defaults=True, gc=False):
     """An output event without extra keys; None (absent) fields are left out. The keys come
     in Kineto's order; ``args`` may be a dict or raw JSON bytes written verbatim."""
 
@@ -150,7 +150,7 @@ def _event(ph, cat, name, pid, tid, ts, dur, args, extra):
 # An output event with extra keys (Kineto flows: id, bp, s …), each written only when the
 # input event has it (UNSET otherwise), after the Event keys in EXTRA_KEYS order.
 ExtraEvent = msgspec.defstruct("ExtraEvent", [(k, Any, msgspec.UNSET) for k in EXTRA_KEYS], bases=(Event,),
-                               omit_defaults=True)
+                               omit_defaults=True, gc=False)
 
 PH = np.array([chr(c) for c in range(256)], dtype=object)
 
@@ -162,14 +162,23 @@ def transform(trace, place):
     when the generic reader kept them as dicts) built from the columns with C-level maps,
     not a dict per event; raw args pass through undecoded.
     """
+    chunks, added = transform_chunks(trace, place)
+    return list(chain.from_iterable(chunks)) + added, len(added)
+
+
+def transform_chunks(trace, place):
+    """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
+    to CHUNK input events, and the process metadata events the tool adds after them.
+
+    A consumer that encodes each chunk and drops it never holds more than one chunk's
+    events (nor their rewritten args) next to the trace.
+    """
     rank = place.rank
     start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
     timed = trace.ts != NO_TS
     has_dur = timed & (trace.dur != NO_DUR)
-    out_pids = [place.pid_base + code for code in range(len(trace.pids))]
     table = np.array(trace.names + [None], dtype=object)  # code -1 (no cat) is the None at the end
     tids = _objects(trace.tids)
-    args = _rewrite_process_metadata(trace, place, namespaced_args(rank, trace.args))
     extra = trace.extra
     rows, keys = None, None
     if extra.items is None and extra.columns:
@@ -177,29 +186,34 @@ def transform(trace, place):
         at = rows.tolist()
         keys = [_namespace_column(rank, k, list(map(extra.columns[k].__getitem__, at)))
                 if k in extra.columns else None for k in EXTRA_KEYS]
-    events = []
-    # CHUNK events at a time: the per-key value lists exist for one chunk only (peak memory)
-    for lo in range(0, len(trace), CHUNK):
-        hi = lo + CHUNK
-        columns = (PH[trace.ph[lo:hi]].tolist(), table[trace.cat[lo:hi]].tolist(), table[trace.name[lo:hi]].tolist(),
-                   (trace.pid[lo:hi] + place.pid_base).tolist(), tids[trace.tid[lo:hi]].tolist(),
-                   _us(start[lo:hi], timed[lo:hi]), _us(dur[lo:hi], has_dur[lo:hi]), args[lo:hi])
-        chunk = list(map(Event, *columns))
-        if extra.items is not None:
-            for i, x in enumerate(extra.items[lo:hi]):
-                if x is not None:
-                    chunk[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
-        elif rows is not None:
-            a, b = np.searchsorted(rows, (lo, hi)).tolist()
-            local = (rows[a:b] - lo).tolist()
-            picked = [list(map(c.__getitem__, local)) for c in columns]
-            made = map(ExtraEvent, *picked, *(repeat(msgspec.UNSET) if k is None else k[a:b] for k in keys))
-            for i, e in zip(local, made):
-                chunk[i] = e
-        events += chunk
-        del columns, chunk
-    added = _process_metadata(trace, place, out_pids)
-    return events + added, len(added)
+    meta = np.flatnonzero(trace.ph == ord("M"))
+
+    def chunks():
+        for lo in range(0, len(trace), CHUNK):
+            hi = lo + CHUNK
+            args = namespaced_args(rank, Args(trace.args.items[lo:hi], trace.args.raw))
+            m = meta[np.searchsorted(meta, lo):np.searchsorted(meta, hi)]
+            _rewrite_process_metadata(trace, place, args, m, lo)
+            columns = (PH[trace.ph[lo:hi]].tolist(), table[trace.cat[lo:hi]].tolist(),
+                       table[trace.name[lo:hi]].tolist(), (trace.pid[lo:hi] + place.pid_base).tolist(),
+                       tids[trace.tid[lo:hi]].tolist(), _us(start[lo:hi], timed[lo:hi]),
+                       _us(dur[lo:hi], has_dur[lo:hi]), args)
+            chunk = list(map(Event, *columns))
+            if extra.items is not None:
+                for i, x in enumerate(extra.items[lo:hi]):
+                    if x is not None:
+                        chunk[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
+            elif rows is not None:
+                a, b = np.searchsorted(rows, (lo, hi)).tolist()
+                local = (rows[a:b] - lo).tolist()
+                picked = [list(map(c.__getitem__, local)) for c in columns]
+                made = map(ExtraEvent, *picked, *(repeat(msgspec.UNSET) if k is None else k[a:b] for k in keys))
+                for i, e in zip(local, made):
+                    chunk[i] = e
+            del columns, args
+            yield chunk
+
+    return chunks(), _process_metadata(trace, place, [place.pid_base + code for code in range(len(trace.pids))])
 
 
 def _objects(values):
@@ -260,21 +274,21 @@ def _rewrite_raw_ids(rank, items):
     return out.tolist()
 
 
-def _rewrite_process_metadata(trace, place, args):
-    """Rename the rank's processes and sort them by rank, keeping the input events."""
-    meta = np.flatnonzero(trace.ph == ord("M"))
+def _rewrite_process_metadata(trace, place, args, meta, lo):
+    """Rename the rank's processes and sort them by rank, keeping the input events: the
+    metadata events ``meta`` (trace indices) in ``args``, the args of the events from ``lo``."""
     for i in meta:
         kind = trace.names[trace.name[i]]
         if kind not in ("process_name", "process_sort_index"):
             continue
-        a = args[i]
+        a = args[i - lo]
         a = msgspec.json.decode(a) if a.__class__ is msgspec.Raw else a
         a = a if isinstance(a, dict) else {}
         if kind == "process_name":
-            args[i] = {**a, "name": place.label, "original_name": a.get("name")}
+            args[i - lo] = {**a, "name": place.label, "original_name": a.get("name")}
         elif kind == "process_sort_index":
             # the output pid itself orders processes by rank
-            args[i] = {**a, "sort_index": place.pid_base + int(trace.pid[i])}
+            args[i - lo] = {**a, "sort_index": place.pid_base + int(trace.pid[i])}
     return args
 
 
