@@ -29,20 +29,3 @@ def close_document(footer):
     """``],"tracemerge":footer}`` as bytes."""
     return b'],"tracemerge":' + orjson.dumps(footer) + b"}"
 
-
-def write_chrome(stream, header, shards, footer):
-    """Write ``{**header, "traceEvents": [...shards], "tracemerge": footer()}`` to ``stream``.
-
-    ``shards`` yields lists of event dicts; ``footer`` is called after the last shard, so
-    it can report what the shards counted.
-    """
-    stream.write(open_document(header))
-    first = True
-    for events in shards:
-        if not events:
-            continue
-        if not first:
-            stream.write(SEPARATOR)
-        stream.write(encode_events(events))
-        first = False
-    stream.write(close_document(footer()))
