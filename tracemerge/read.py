@@ -320,7 +320,9 @@ EXTRA_KEYS = ("id", "id2", "bp", "s", "bind_id", "flow_in", "flow_out", "tts", "
 
 # gc=False: decoded JSON holds no reference cycles, so the structs need no collector
 # header (16 B each) nor tracking
-class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _Timing(msgspec.Struct, gc=False):
+    """The keys :func:`rankinfo.describe` reads (other keys are skipped by the decoder)."""
+
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -328,6 +330,11 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     tid: Any = 0
     ts: Any = None
     dur: Any = None
+
+
+class _Event(_Timing, forbid_unknown_fields=True, gc=False):
+    """A whole event: the timing keys, raw args, and the keys kept in ``extra``."""
+
     args: msgspec.Raw = None
     # absent (UNSET) and null (None) differ for the keys kept in ``extra``
     id: Any = msgspec.UNSET
@@ -345,18 +352,6 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     stack: Any = msgspec.UNSET
     esf: Any = msgspec.UNSET
     estack: Any = msgspec.UNSET
-
-
-class _Timing(msgspec.Struct, gc=False):
-    """The keys :func:`rankinfo.describe` reads (other keys are skipped by the decoder)."""
-
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = 0
-    tid: Any = 0
-    ts: Any = None
-    dur: Any = None
 
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
