@@ -78,10 +78,10 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
         data, proto = rank_packets(trace, place, rpc.proto_flows(found) if rpc else None)
         return data, {**counts, **proto}
     # lists of events, made lazily: the worker encodes and frees one list at a time
-    chunks, made = transform_chunks(trace, place)
+    times = aligned_ns(trace, place.clock, place.out_base_ns)
+    chunks, made = transform_chunks(trace, place, times)
     if found:
-        start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
-        flow_events = rpc.json_events(found, trace, place, start, dur)
+        flow_events = rpc.json_events(found, trace, place, *times)
         counts["rpc_flow_events"] = len(flow_events)
         made += flow_events
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}

@@ -166,15 +166,16 @@ def transform(trace, place):
     return list(chain.from_iterable(chunks)) + added, len(added)
 
 
-def transform_chunks(trace, place):
+def transform_chunks(trace, place, times=None):
     """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
     to CHUNK input events, and the process metadata events the tool adds after them.
 
     A consumer that encodes each chunk and drops it never holds more than one chunk's
-    events (nor their rewritten args) next to the trace.
+    events (nor their rewritten args) next to the trace. ``times`` is the
+    :func:`aligned_ns` of the trace when the caller has it already.
     """
     rank = place.rank
-    start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
+    start, dur = times if times is not None else aligned_ns(trace, place.clock, place.out_base_ns)
     timed = trace.ts != NO_TS
     has_dur = timed & (trace.dur != NO_DUR)
     table = np.array(trace.names + [None], dtype=object)  # code -1 (no cat) is the None at the end
@@ -275,8 +276,9 @@ def _rewrite_raw_ids(rank, items):
 
 
 def _rewrite_process_metadata(trace, place, args, meta, lo):
-    """Rename the rank's processes and sort them by rank, keeping the input events: the
-    metadata events ``meta`` (trace indices) in ``args``, the args of the events from ``lo``."""
+    """Rename the rank's processes and sort them by rank, keeping the input events: rewrites,
+    in place, the metadata events ``meta`` (trace indices) in ``args``, the args of the events
+    from ``lo``."""
     for i in meta:
         kind = trace.names[trace.name[i]]
         if kind not in ("process_name", "process_sort_index"):
@@ -289,7 +291,6 @@ def _rewrite_process_metadata(trace, place, args, meta, lo):
         elif kind == "process_sort_index":
             # the output pid itself orders processes by rank
             args[i - lo] = {**a, "sort_index": place.pid_base + int(trace.pid[i])}
-    return args
 
 
 def _process_metadata(trace, place, out_pids):
