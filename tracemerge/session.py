@@ -55,7 +55,7 @@ class Session:
             for path in paths:
                 trace, problem = _attempt(read_trace, path, skip_bad)
                 found.append((None if trace is None else describe(trace), problem))
-                if keep and trace is not None:
+                if trace is not None:
                     kept[path] = trace
         infos = [info for info, _ in found if info is not None]
         skipped = [(path, problem) for path, (_, problem) in zip(paths, found) if problem is not None]
