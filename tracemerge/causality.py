@@ -100,7 +100,7 @@ def enforce(infos, clocks, p=None):
     for ranks, s, e in p.coll:
         for rank, t in zip(ranks.tolist() * 2, np.concatenate([_to_ref(base, ranks, s), _to_ref(base, ranks, e)]).tolist()):
             knots[rank].add(t)
-    span = {i.rank: (base[i.rank].to_reference(i.first_ns), base[i.rank].to_reference(i.last_ns)) for i in infos}
+    span = {i.rank: (base[i.rank].to_reference(i.start_ns), base[i.rank].to_reference(i.stop_ns)) for i in infos}
     xs = {rank: np.array(sorted(ts | {min(ts | {span[rank][0]}) - 1, max(ts | {span[rank][1]}) + 1}), np.int64)
           for rank, ts in knots.items() if ts}
     shift = {rank: np.zeros(len(x), np.int64) for rank, x in xs.items()}

@@ -46,8 +46,8 @@ def solve(infos, reference, constraints, drift=None):
     models = {r: ClockModel(rank=r, method="wall") for r in ranks}
     bounds = {r: (0.0, 0.0) for r in ranks}
     for _ in range(ROUNDS):
-        t0 = min(models[r].to_reference(infos[r].first_ns) for r in ranks)
-        t1 = max(models[r].to_reference(infos[r].last_ns) for r in ranks)
+        t0 = min(models[r].to_reference(infos[r].start_ns) for r in ranks)
+        t1 = max(models[r].to_reference(infos[r].stop_ns) for r in ranks)
         fits, conflicts = {}, []
         for (a, b), c in constraints.items():
             if a not in infos or b not in infos:

@@ -32,6 +32,7 @@ class RankInfo:
     base_ns: Optional[int]
     start_ns: int                   # profiler start on the file's clock
     start_source: str               # which anchor gave start_ns
+    stop_ns: int                    # profiler stop on the file's clock (the block's, the profiler span's end, the last event's end)
     first_ns: int                   # earliest event time (file's clock)
     last_ns: int                    # latest event end (file's clock)
     events: int
@@ -78,6 +79,21 @@ def _profiler_start(trace, first_ns):
     return first_ns, "first event"
 
 
+def _profiler_stop(trace, last_ns):
+    """Where profiling stopped: the block's profile_stop_ns, else the end of the profiler's
+    span, else the last event's end. With the start, the span the clock model is fitted
+    for: a rank file's block alone gives both, so alignment needs no events."""
+    block = trace.tracemerge or {}
+    if isinstance(block.get("profile_stop_ns"), int):
+        return block["profile_stop_ns"]
+    code = trace.code_of(PROFILER_SPAN)
+    if code is not None:
+        hits = np.flatnonzero((trace.name == code) & trace.timed & (trace.dur >= 0))
+        if len(hits):
+            return int((trace.ts[hits] + trace.dur[hits]).max())
+    return last_ns
+
+
 # What every record must carry to be matched across ranks (docs/rank-file-format.md); the
 # other fields are optional, and a side that had not finished leaves its end time out.
 RECORD_FIELDS = {
@@ -119,6 +135,7 @@ def describe(trace):
     return RankInfo(
         path=trace.path, rank=rank, rank_source=source, worker_name=str(worker), hostname=str(host),
         job_id=block.get("job_id"), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
+        stop_ns=max(start, _profiler_stop(trace, span[1])),
         first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
         rpcs=records(trace.path, block, "rpcs"),
         collectives=records(trace.path, block, "collectives") if "collectives" in block else kineto_collectives(trace),
