@@ -92,10 +92,10 @@ def clock_jumps(trace, span_name):
 JOB_KEYS = ("job_id", "world_size", "backend")
 
 
-def job_facts(trace):
-    """What a file says about its job: {job_id, world_size, backend}, None where silent."""
-    block = trace.tracemerge or {}
-    dist = trace.meta.get("distributedInfo")
+def job_facts(block, meta):
+    """What a file says about its job (its rank-file block and top-level keys):
+    {job_id, world_size, backend}, None where silent."""
+    dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
     return {"job_id": block.get("job_id"),
             "world_size": block.get("world_size", dist.get("world_size")),

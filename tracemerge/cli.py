@@ -210,7 +210,8 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
         files = [os.path.abspath(f) for f in files]
     runner = make_engine(engine, jobs, scheduler)
     try:
-        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner)
+        # the merge reads every rank anyway: rank files are described from their heads
+        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner, head=True)
         alignment = session.align(method, reference, offsets, enforce_causality)
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))

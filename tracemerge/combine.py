@@ -5,9 +5,10 @@ import itertools
 
 import tracemerge
 from tracemerge import select
-from tracemerge.engine import LocalEngine, write_sharded
+from tracemerge.engine import LocalEngine, write_merged
 from tracemerge.flows import RpcFlows
 from tracemerge.output import check_output
+from tracemerge.rankinfo import learn
 from tracemerge.perfetto import output_format, rank_packets
 from tracemerge.transform import Placement, aligned_ns, rank_label, transform_chunks
 
@@ -37,22 +38,53 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
 
     ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``
     (:class:`~tracemerge.select.Selection`) keeps some ranks, a window, longer events.
+
+    Ranks described from their heads alone (``RankInfo.partial``) are placed by their
+    profiling windows; their workers report the facts of their events, and in the rare
+    case that those move the placement (events before the profiler's second, a thousand
+    pids in a rank) the ranks are written again, so the output never depends on how the
+    inputs were described.
     """
     check_output(output, session.inputs, force)
     fmt = output_format(output, fmt)
     selection = selection or select.Selection()
     select.check_ranks(selection, session.ranks)
+    kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
+    # a window is measured from the job's first event, and left-out ranks are counted
+    session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept])
+    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept})
+    while True:
+        try:
+            return _write(session, alignment, output, fmt, selection, kept, rpc)
+        except _Moved:
+            continue
+
+
+class _Moved(Exception):
+    """What the workers learned about their ranks' events changed the placement."""
+
+
+def _write(session, alignment, output, fmt, selection, kept, rpc):
     places = placements(session, alignment)
     counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
-    kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
     for info in session.infos:
         if info not in kept:
             counts["in"] += info.events
             counts["filtered"] += info.events
             counts["filtered:ranks"] = counts.get("filtered:ranks", 0) + info.events
     start = aligned_start(session, alignment) - next(iter(places.values())).out_base_ns
-    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start),
-                                rpc=RpcFlows.plan(session.infos, {i.rank for i in kept}))
+    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
+
+    def footer(results):
+        for info, r in zip(kept, results):
+            if r["facts"] is not None:
+                learn(info, r["facts"])
+        if placements(session, alignment) != places:
+            raise _Moved()
+        for r in results:
+            for k, v in r["counts"].items():
+                counts[k] = counts.get(k, 0) + v
+        return summary()
 
     def summary():
         return {**build_summary(session, alignment, places, counts), "format": fmt,
@@ -60,10 +92,10 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
-    # each rank is transformed and encoded by the session's engine into its own shard
+    # each rank is transformed and encoded by the session's engine, into its part of the output
     jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
-    write_sharded(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
-                  jobs, output, header, summary, counts)
+    write_merged(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
+                 jobs, output, header, footer, facts=any(i.partial for i in kept))
     return summary()
 
 

@@ -1,19 +1,22 @@
-"""Parallel per-rank execution: each rank is read, described, transformed and encoded by a
-worker that writes its own shard file; only small records travel back.
+"""Parallel per-rank execution: each rank is read, transformed and encoded by a worker that
+writes its own part of the output; only small records travel back.
 
 Two passes over the inputs:
 
-1. :func:`scan` — the typed reader without the extra keys (and without ``args`` when the
-   rank file's block lists its collectives), returning a :class:`RankInfo`. Anything the typed reader does not accept
-   goes through the full reader, so errors, salvage and warnings are the reader's own.
-2. :func:`encode_rank` — the full read, the caller's per-rank function (transform and
-   counts) and the format's encoder, written to a shard file beside the output; returns
-   the counts and the shard's size.
+1. :func:`scan` — what the clock model needs of a rank (a :class:`RankInfo`): a rank file's
+   head alone when it carries its block (``head=True``), else the typed reader without the
+   extra keys. Anything the typed reader does not accept goes through the full reader, so
+   errors, salvage and warnings are the reader's own.
+2. :func:`encode_rank` — the one full read of a rank, the caller's per-rank function
+   (transform and counts) and the format's encoder; returns the counts, the size written
+   and, for a rank described from its head, the facts only its events tell.
 
-The parent solves the clock model from the RankInfos between the passes and concatenates
-the shards into the atomic output. Engines only have to map a top-level function over
-argument lists: :class:`LocalEngine` (processes on this machine, or inline with one job)
-and :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler is given).
+The parent solves the clock model from the RankInfos between the passes. Local workers
+write each rank's body straight into the output file at its offset, taking turns in rank
+order (:class:`OutputSlot`); Dask workers and stdout outputs go through shard files that
+the parent concatenates (:class:`Shard`). Engines only have to map a top-level function
+over argument lists: :class:`LocalEngine` (processes on this machine, or inline with one
+job) and :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler is given).
 """
 
 import contextlib
@@ -32,7 +35,8 @@ from tracemerge import chrome
 from tracemerge.errors import OutputError, TracemergeError
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
-from tracemerge.rankinfo import describe
+from tracemerge.head import read_head
+from tracemerge.rankinfo import describe, describe_head, event_facts
 from tracemerge.read import read_data, read_trace, read_typed
 
 GZIP_LEVEL = 1  # gzip-1 costs ~1/3 of gzip-6 for ~3/4 of its ratio on trace JSON
@@ -54,12 +58,21 @@ FORMATS = {"chrome": Format(chrome.encode_events, chrome.open_document, chrome.S
 
 # ---- pass 1: describe ------------------------------------------------------------------
 
-def scan(path):
+def scan(path, head=False):
     """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``: the typed
     reader without the keys describe() does not use (flow ids, scopes); a file it does not
-    take goes through the full reader, which explains or salvages it."""
+    take goes through the full reader, which explains or salvages it.
+
+    ``head``: a rank file whose head carries its block is described from the head alone
+    (a partial RankInfo, :func:`rankinfo.describe_head`), without decoding its events.
+    """
+    path = os.fspath(path)
+    if head:
+        found = read_head(path)
+        info = describe_head(path, found) if found is not None else None
+        if info is not None:
+            return info
     with _gc_paused():
-        path = os.fspath(path)
         data, cut = read_data(path)
         trace = None if cut else read_typed(path, data, extra=False, describing=True)
         del data
@@ -68,67 +81,160 @@ def scan(path):
 
 # ---- pass 2: transform and encode ------------------------------------------------------
 
-def encode_rank(rank_fn, fmt, source, place, shard_path, gzip_level):
-    """Write one rank's shard to ``shard_path``; its counts plus ``bytes`` (the shard's size).
+def encode_rank(rank_fn, fmt, source, place, sink, gzip_level, facts=False):
+    """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
+    {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked}.
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place)`` returns
-    (an iterable of event lists or encoded bytes, counts); the shard is a gzip member when ``gzip_level`` is set, so shards
-    concatenate into one gzip stream.
+    (an iterable of event lists or encoded bytes, counts); with ``gzip_level`` the rank is
+    one gzip member, so the pieces concatenate into one gzip stream.
     """
-    with _gc_paused():
-        trace = source if isinstance(source, RankTrace) else read_trace(source)
-        events, counts = rank_fn(trace, place)
-        del trace
-        with open(shard_path, "wb") as f:
-            out = gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=gzip_level, mtime=0) \
-                if gzip_level else f
-            written = _write_chunked(FORMATS[fmt], events, out)
-            if gzip_level:
-                out.close()
-    return {**counts, "bytes": os.path.getsize(shard_path) if written else 0}
+    try:
+        with _gc_paused():
+            trace = source if isinstance(source, RankTrace) else read_trace(source)
+            known = event_facts(trace) if facts else None
+            events, counts = rank_fn(trace, place)
+            del trace
+            size = sink.write(_encoded(FORMATS[fmt], events, gzip_level))
+    except BaseException:
+        sink.abandon()
+        raise
+    return {"counts": counts, "bytes": size, "facts": known}
 
 
-def _write_chunked(form, events, out):
-    """Write ``events`` — an iterable of event lists, each encoded, written and dropped
-    before the next is made, so a rank's events and its encoding are never in memory
-    whole; or an already encoded body (protobuf bytes). Whether anything was written."""
+def _encoded(form, events, gzip_level):
+    """The pieces of one rank's body: each chunk of ``events`` (an iterable of event lists,
+    each encoded and dropped before the next is made, so a rank's events and its encoding
+    are never in memory whole) or an already encoded body (protobuf bytes)."""
     if isinstance(events, (bytes, bytearray)):
-        out.write(events)
-        return bool(events)
-    sep, written = b"", False
-    for chunk in events:
-        if chunk:
-            out.write(sep + form.encode(chunk))
-            sep, written = form.separator, True
-        del chunk
-    return written
+        pieces = [bytes(events)] if events else []
+    else:
+        pieces = []
+        for chunk in events:
+            if chunk:
+                pieces += [form.separator, form.encode(chunk)] if pieces else [form.encode(chunk)]
+            del chunk
+    if gzip_level and pieces:
+        member = io.BytesIO()
+        with gzip.GzipFile(filename="", fileobj=member, mode="wb", compresslevel=gzip_level, mtime=0) as gz:
+            for piece in pieces:
+                gz.write(piece)
+        pieces = [member.getvalue()]
+    return pieces
 
 
-def write_sharded(engine, rank_fn, fmt, jobs, output, header, footer, counts):
+class Shard:
+    """A rank's body in a file of its own, copied into the output by the parent (engines
+    whose workers cannot write into the output: other machines, stdout)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def write(self, pieces):
+        with open(self.path, "wb") as f:
+            f.writelines(pieces)
+        return sum(map(len, pieces))
+
+    def abandon(self):
+        pass
+
+
+class OutputSlot:
+    """A rank's place in the output file itself: the worker writes its body at its offset
+    once every rank before it has written (ranks take turns in order, so the output is the
+    same bytes for any number of workers). The output is written once, with no shard to copy."""
+
+    def __init__(self, fd, index, separator):
+        self.fd, self.index, self.separator = fd, index, separator
+
+    def write(self, pieces):
+        turns = _TURNS
+        with turns.cond:
+            turns.cond.wait_for(lambda: turns.next.value == self.index or turns.failed.value)
+            if turns.failed.value:
+                raise Abandoned()
+            if pieces and turns.written.value and self.separator:
+                pieces = [self.separator] + pieces
+            size = sum(map(len, pieces))
+            _pwrite_all(self.fd, pieces, turns.offset.value)
+            turns.offset.value += size
+            turns.written.value += bool(size)
+            turns.next.value += 1
+            turns.cond.notify_all()
+        return size
+
+    def abandon(self):
+        """Release the ranks waiting behind this one: the merge has failed."""
+        turns = _TURNS
+        with turns.cond:
+            turns.failed.value = 1
+            turns.cond.notify_all()
+
+
+class Abandoned(Exception):
+    """An earlier rank failed: this rank's body is not written (the earlier error is reported)."""
+
+
+class _Turns:
+    """Which rank writes next and where; shared with forked workers by inheritance."""
+
+    def __init__(self, offset):
+        ctx = multiprocessing.get_context("fork")
+        self.cond = ctx.Condition()
+        self.next, self.offset = ctx.RawValue("q", 0), ctx.RawValue("q", offset)
+        self.written, self.failed = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
+
+
+_TURNS = None
+
+
+def _pwrite_all(fd, pieces, offset):
+    iov_max = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+    views = [memoryview(p) for p in pieces if p]
+    while views:
+        done = os.pwritev(fd, views[:iov_max], offset)
+        offset += done
+        while views and done >= len(views[0]):
+            done -= len(views.pop(0))
+        if done:
+            views[0] = views[0][done:]
+
+
+def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False):
     """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
-    the assembled document to the atomic ``output``; per-rank counts are added to ``counts``
-    before ``footer()`` is called."""
+    the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
+    summary from the per-rank results (and may raise to abandon the output)."""
+    global _TURNS
     form = FORMATS[fmt]
     level = GZIP_LEVEL if output != "-" and output.endswith(".gz") else 0
-    with shard_dir(output) as tmp:
-        shards = [os.path.join(tmp, f"shard{n:06d}") for n in range(len(jobs))]
-        results = engine.map(encode_rank, [rank_fn] * len(jobs), [fmt] * len(jobs),
-                             [s for s, _ in jobs], [p for _, p in jobs], shards, [level] * len(jobs))
-        for r in results:
-            for k, v in r.items():
-                if k != "bytes":
-                    counts[k] = counts.get(k, 0) + v
-        with atomic_output_pieces(output, level) as out:
-            out.write(form.open(header))
-            first = True
-            for shard, r in zip(shards, results):
-                if not r["bytes"]:
-                    continue
-                if not first and form.separator:
-                    out.write(form.separator)
-                out.copy(shard)
-                first = False
-            out.write(form.close(footer()))
+    n = len(jobs)
+    common = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
+    with atomic_output_pieces(output, level) as out:
+        out.write(form.open(header))
+        # the output's temporary file, written at offsets (stdout may be a pipe, or append-only)
+        if isinstance(engine, LocalEngine) and output != "-":
+            out.raw.flush()
+            _TURNS = _Turns(out.raw.tell())
+            try:
+                separator = out.made(form.separator) if form.separator else b""
+                sinks = [OutputSlot(out.raw.fileno(), k, separator) for k in range(n)]
+                results = engine.map(encode_rank, *common, sinks, [level] * n, [facts] * n)
+                out.raw.seek(_TURNS.offset.value)
+            finally:
+                _TURNS = None
+        else:
+            with shard_dir(output) as tmp:
+                sinks = [Shard(os.path.join(tmp, f"shard{k:06d}")) for k in range(n)]
+                results = engine.map(encode_rank, *common, sinks, [level] * n, [facts] * n)
+                first = True
+                for sink, r in zip(sinks, results):
+                    if r["bytes"]:
+                        if not first and form.separator:
+                            out.write(form.separator)
+                        out.copy(sink.path)
+                        first = False
+        out.write(form.close(footer(results)))
+    return results
 
 
 class _Pieces:
@@ -138,8 +244,12 @@ class _Pieces:
     def __init__(self, raw, level):
         self.raw, self.level = raw, level
 
+    def made(self, data):
+        """``data`` as written by the parent (a gzip member of its own for gzip outputs)."""
+        return gzip.compress(data, self.level, mtime=0) if self.level else data
+
     def write(self, data):
-        self.raw.write(gzip.compress(data, self.level, mtime=0) if self.level else data)
+        self.raw.write(self.made(data))
 
     def copy(self, path):
         with open(path, "rb") as f:

@@ -6,6 +6,7 @@ while the events themselves are streamed one rank at a time.
 
 import os
 import re
+from itertools import repeat
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -44,6 +45,7 @@ class RankInfo:
     truncated: bool = False
     timed: bool = True              # the file has at least one timestamped event
     has_block: bool = False         # the file carries a 'tracemerge' block
+    partial: bool = False           # described from the file's head: the event facts are not known yet (learn)
     job: dict = field(default_factory=dict)  # job_id / world_size / backend the file states (checks.job_facts)
 
 
@@ -53,14 +55,13 @@ def rank_from_name(path):
     return int(found[-1]) if found else None
 
 
-def _rank_candidates(trace):
-    block = trace.tracemerge or {}
+def _rank_candidates(path, block, meta):
     if isinstance(block.get("rank"), int):
         return block["rank"], "tracemerge"
-    dist = trace.meta.get("distributedInfo")
+    dist = meta.get("distributedInfo")
     if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
         return dist["rank"], "distributedInfo"
-    rank = rank_from_name(trace.path)
+    rank = rank_from_name(path)
     if rank is not None:
         return rank, "filename"
     return None, "unknown"
@@ -107,6 +108,25 @@ def records(path, block, key):
     found = block.get(key) or []
     if not isinstance(found, list):
         raise TraceError(path, f"'tracemerge.{key}' is a {type(found).__name__}, not a list")
+    if not _records_ok(found, key):
+        _name_bad_record(path, found, key)
+    return list(found)
+
+
+def _records_ok(found, key):
+    """Whether every record is well formed, by one C-level pass per field (thousands of
+    records per rank: a loop per record costs ~0.1 s a rank)."""
+    if not set(map(type, found)) <= {dict}:
+        return False
+    for name, kind in RECORD_FIELDS[key].items():
+        if not set(map(type, map(dict.get, found, repeat(name)))) <= set(kind if isinstance(kind, tuple) else (kind,)):
+            return False
+    names = set().union(*map(dict.keys, found))
+    return all(set(map(type, map(dict.get, found, repeat(name)))) <= {int, type(None)}
+               for name in names if name.endswith("_ns"))
+
+
+def _name_bad_record(path, found, key):
     for i, rec in enumerate(found):
         if not isinstance(rec, dict):
             raise TraceError(path, f"tracemerge.{key}[{i}] is a {type(rec).__name__}, not an object")
@@ -117,30 +137,71 @@ def records(path, block, key):
         for name, value in rec.items():
             if name.endswith("_ns") and value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise TraceError(path, f"tracemerge.{key}[{i}]: '{name}' is not integer ns ({value!r})")
-    return list(found)
 
 
 def describe(trace):
     """The :class:`RankInfo` of one read trace."""
-    rank, source = _rank_candidates(trace)
+    facts = event_facts(trace)
+    span = (facts["first_ns"], facts["last_ns"])
+    start, start_source = _profiler_start(trace, span[0])
     block = trace.tracemerge or {}
+    return RankInfo(
+        **_identity(trace.path, block, trace.meta), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
+        stop_ns=max(start, _profiler_stop(trace, span[1])), **facts,
+        collectives=records(trace.path, block, "collectives") if "collectives" in block else kineto_collectives(trace),
+        has_block=trace.tracemerge is not None)
+
+
+def describe_head(path, head):
+    """The :class:`RankInfo` of a rank file from its head alone (:func:`tracemerge.head.read_head`),
+    or None when the head lacks what the clock model needs (profiling window, records) and
+    the events must be read. The facts about events are unknown (``partial``) until
+    :func:`learn` is given the :func:`event_facts` of the read trace."""
+    block = head.get("tracemerge")
+    base = head.get("baseTimeNanoseconds")
+    if (not isinstance(block, dict) or "collectives" not in block or (base is not None and not isinstance(base, int))
+            or not all(_is_int(block.get(k)) for k in ("profile_start_ns", "profile_stop_ns"))):
+        return None
+    meta = {k: v for k, v in head.items() if k != "tracemerge"}
+    start, stop = block["profile_start_ns"], block["profile_stop_ns"]
+    return RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
+                    stop_ns=max(start, stop), first_ns=start, last_ns=max(start, stop), events=0, threads=0, pids=[],
+                    collectives=records(path, block, "collectives"), has_block=True, partial=True)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _identity(path, block, meta):
+    """The fields of a RankInfo that the block and the top-level keys give."""
+    rank, source = _rank_candidates(path, block, meta)
+    stem = os.path.basename(path).split(".")[0]
+    host = block.get("hostname") or meta.get("host_name") or meta.get("hostname") or "unknown host"
+    return dict(path=path, rank=rank, rank_source=source, worker_name=str(block.get("worker_name") or stem),
+                hostname=str(host), job_id=block.get("job_id"), rpcs=records(path, block, "rpcs"),
+                job=job_facts(block, meta))
+
+
+EVENT_FACTS = ("first_ns", "last_ns", "events", "threads", "pids", "warnings", "timed", "truncated")
+
+
+def event_facts(trace):
+    """What only the events tell about a rank: the RankInfo fields named in EVENT_FACTS."""
     span = trace.time_span()
     empty = [] if span else ["no timestamped events: the file adds no time span to the merged trace"]
     span = span or (0, 0)
-    start, start_source = _profiler_start(trace, span[0])
-    stem = os.path.basename(trace.path).split(".")[0]
-    worker = block.get("worker_name") or stem
-    host = block.get("hostname") or trace.meta.get("host_name") or trace.meta.get("hostname") or "unknown host"
-    threads = len(set(zip(trace.pid.tolist(), trace.tid.tolist())))
-    return RankInfo(
-        path=trace.path, rank=rank, rank_source=source, worker_name=str(worker), hostname=str(host),
-        job_id=block.get("job_id"), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
-        stop_ns=max(start, _profiler_stop(trace, span[1])),
-        first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
-        rpcs=records(trace.path, block, "rpcs"),
-        collectives=records(trace.path, block, "collectives") if "collectives" in block else kineto_collectives(trace),
-        warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=not empty, truncated=trace.truncated,
-        has_block=trace.tracemerge is not None, job=job_facts(trace))
+    threads = len(np.unique(trace.pid.astype(np.int64) * max(1, len(trace.tids)) + trace.tid))
+    return dict(first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
+                warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=not empty,
+                truncated=trace.truncated)
+
+
+def learn(info, facts):
+    """Fill a partial ``info`` in with the :func:`event_facts` of its events."""
+    for key, value in facts.items():
+        setattr(info, key, list(info.warnings) + value if key == "warnings" else value)
+    info.partial = False
 
 
 def assign_ranks(infos, rank_from="auto"):

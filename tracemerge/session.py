@@ -6,6 +6,7 @@ small and are otherwise re-read rank by rank when a writer asks, so memory stays
 by the largest rank, not the job.
 """
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from tracemerge.causality import review
 from tracemerge.checks import check_job, rpc_peers
 from tracemerge.engine import LocalEngine, scan
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.rankinfo import assign_ranks, describe
+from tracemerge.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
 from tracemerge.read import read_trace
 
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
@@ -38,17 +39,21 @@ class Session:
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.checks)
 
     @classmethod
-    def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False):
+    def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False):
         """With an ``engine``, files are described by its workers and events are never kept.
 
         ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
         of failing; ``strict`` refuses files of different jobs instead of warning.
+        ``head``: rank files are described from their heads alone (``RankInfo.partial``),
+        for a caller that reads the events later anyway (combine); not with ``skip_bad``,
+        which must have found every bad event before the merge starts.
         """
         paths = [os.fspath(p) for p in paths]
         keep = engine is None and sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
         if not keep:
             # events will be read again when needed: a light scan describes each file
-            found = (engine or LocalEngine(1)).map(_attempt, [scan] * len(paths), paths, [skip_bad] * len(paths))
+            how = functools.partial(scan, head=head and not skip_bad)
+            found = (engine or LocalEngine(1)).map(_attempt, [how] * len(paths), paths, [skip_bad] * len(paths))
             kept = {}
         else:
             found, kept = [], {}
@@ -81,6 +86,13 @@ class Session:
         """What a worker reads ``rank`` from: the events already in memory, else the path."""
         trace = self._traces.get(rank)
         return trace if trace is not None else self.info(rank).path
+
+    def complete(self, ranks):
+        """Read the events of the partial infos of ``ranks`` for what only events tell."""
+        todo = [i for i in self.infos if i.partial and i.rank in ranks]
+        if todo:
+            for info, full in zip(todo, (self.engine or LocalEngine(1)).map(scan, [i.path for i in todo])):
+                learn(info, {key: getattr(full, key) for key in EVENT_FACTS})
 
     def align(self, method="auto", reference=None, offsets=None, enforce_causality=False):
         reference, clocks = align(self.infos, method, reference, offsets)
