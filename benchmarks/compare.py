@@ -1,12 +1,17 @@
 """Side-by-side benchmark: tracemerge against the parsing floor and its peers, on the same inputs.
 
-    python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers]
+    python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers] [--scale 16]
 
 Generates ``ranks`` Kineto-like rank files of ``mb`` MB each with gen_kineto.py (Kineto
 traces plus the "tracemerge" block with RPC and collective records, so tracemerge aligns
-by RPCs and draws RPC flows; kept in DIR between runs), then runs every contender as its own process, one after the other, and
-prints wall time, input MB/s, the peak memory of the contender's whole process tree (the
-sum of the processes' PSS, sampled every 20 ms with psutil) and the ratios to the floor and to ``viztracer --combine``:
+by RPCs and draws RPC flows; kept in DIR between runs), then runs every contender as its
+own process, one after the other, twice: once alone for its wall time, once under a
+sampler for the peak memory of its whole process tree (the sum of the processes' PSS,
+every 20 ms with psutil: reading a process's PSS costs the kernel a page-table walk, and
+the sampler would slow multi-process contenders more than single-process ones). It prints
+wall time, input MB/s, peak memory, the ratios to the floor and to ``viztracer --combine``,
+and whether the targets of the issue are met; ``--scale N`` also merges N ranks to compare
+time and memory with ``ranks``.
 
 - floor, 1 process: read + typed parse (msgspec structs, ``args`` kept raw) + shift ts and
   pids in integer ns + dump, one rank at a time: the least any merge must do;
@@ -33,14 +38,22 @@ sys.path.insert(0, HERE)
 import gen_kineto  # noqa: E402
 
 
-def run_measured(cmd, cwd=None):
-    """(wall s, peak memory bytes of the process tree, returncode, stderr tail) of ``cmd``.
+def run_timed(cmd):
+    """(wall s, returncode, stderr tail) of ``cmd`` run alone."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    err = proc.stderr.decode(errors="replace").strip().splitlines()
+    return wall, proc.returncode, (err[-1] if err else "")
+
+
+def run_sampled(cmd):
+    """Peak memory bytes of ``cmd``'s process tree.
 
     Memory is the sum of each process's PSS (proportional set size): forked workers share
     the parent's pages, and summing RSS would count those pages once per worker."""
     import psutil
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
@@ -56,9 +69,7 @@ def run_measured(cmd, cwd=None):
         except psutil.Error:
             pass
         time.sleep(0.02)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode(errors="replace").strip().splitlines()
-    return wall, peak, proc.returncode, (err[-1] if err else "")
+    return peak
 
 
 # ---- the floor -------------------------------------------------------------------------
@@ -122,11 +133,15 @@ main(int(sys.argv[1]), sys.argv[2], sys.argv[3:])
 '''
 
 
+MAIN = "tracemerge combine .json (--jobs {jobs})"  # the row the targets are about
+TARGET_MB = 600
+
+
 def contenders(paths, out, jobs):
     tm = [sys.executable, "-m", "tracemerge", "combine", *paths, "--force"]
     yield "floor, 1 process", [sys.executable, "-c", FLOOR, "1", out + "floor1.json", *paths]
     yield f"floor, {jobs} processes", [sys.executable, "-c", FLOOR, str(jobs), out + "floorN.json", *paths]
-    yield f"tracemerge combine .json (--jobs {jobs})", tm + ["-o", out + "tm.json"]
+    yield MAIN.format(jobs=jobs), tm + ["-o", out + "tm.json"]
     yield "tracemerge combine .json (--jobs 1)", tm + ["-o", out + "tm1.json", "--jobs", "1"]
     yield f"tracemerge combine .json.gz (--jobs {jobs})", tm + ["-o", out + "tm.json.gz"]
     if importlib.util.find_spec("tracemerge.perfetto"):
@@ -139,6 +154,47 @@ def contenders(paths, out, jobs):
         yield "HTA TraceAnalysis load", [sys.executable, "-c", code, os.path.dirname(paths[0])]
 
 
+def inputs(directory, ranks, mb):
+    """The paths of ``ranks`` generated rank files of ``mb`` MB in ``directory`` (made once)."""
+    indir = os.path.join(directory, f"{ranks}x{mb:g}MB-rank-files")
+    paths = sorted(os.path.join(indir, f) for f in os.listdir(indir)) if os.path.isdir(indir) else []
+    if len(paths) != ranks:
+        shutil.rmtree(indir, ignore_errors=True)
+        paths = gen_kineto.generate(indir, ranks, mb, rank_files=True)
+    return paths
+
+
+def measure(name, cmd, outdir):
+    """(name, wall s, peak bytes, returncode, stderr tail) of one contender."""
+    wall, rc, err = run_timed(cmd)
+    peak = run_sampled(cmd) if not rc else 0
+    for f in os.listdir(outdir):
+        os.unlink(os.path.join(outdir, f))
+    print(f"  {name}: {wall:.2f} s, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""), flush=True)
+    return name, wall, peak, rc, err
+
+
+def verdicts(rows, jobs, scaled):
+    """Lines saying whether each target of the issue is met by the main tracemerge row."""
+    by = {r[0]: r for r in rows if not r[3]}
+    main = by.get(MAIN.format(jobs=jobs))
+    if main is None:
+        return []
+    out = []
+    floor, viz = by.get("floor, 1 process"), by.get("viztracer --combine")
+    if floor:
+        out.append(f"wall <= single-process floor: {main[1]:.2f} <= {floor[1]:.2f} s: "
+                   f"{'met' if main[1] <= floor[1] else 'NOT met'}")
+    if viz:
+        out.append(f">= 6x faster than viztracer --combine: {viz[1] / main[1]:.1f}x: "
+                   f"{'met' if viz[1] / main[1] >= 6 else 'NOT met'}")
+    out.append(f"peak memory <= {TARGET_MB} MB: {main[2] / 1e6:.0f} MB: {'met' if main[2] <= TARGET_MB * 1e6 else 'NOT met'}")
+    if scaled:
+        n, wall, peak = scaled
+        out.append(f"{n} ranks: {wall / main[1]:.2f}x the time, {peak / main[2]:.2f}x the memory of the main row")
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", type=int, default=8)
@@ -147,31 +203,26 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=os.cpu_count())
     p.add_argument("--only", default=None, help="run only contenders whose name contains this")
     p.add_argument("--skip-peers", action="store_true", help="skip viztracer and HTA")
+    p.add_argument("--scale", type=int, default=None, metavar="N",
+                   help="also merge N ranks (main tracemerge row only) and compare with --ranks")
     a = p.parse_args(argv)
 
-    indir = a.dir or tempfile.mkdtemp(prefix=f"tracemerge-bench-{a.ranks}x{a.mb:g}-")
-    indir = os.path.join(indir, f"{a.ranks}x{a.mb:g}MB-rank-files")
-    paths = sorted(os.path.join(indir, f) for f in os.listdir(indir)) if os.path.isdir(indir) else []
-    if len(paths) != a.ranks:
-        shutil.rmtree(indir, ignore_errors=True)
-        paths = gen_kineto.generate(indir, a.ranks, a.mb, rank_files=True)
+    directory = a.dir or tempfile.mkdtemp(prefix="tracemerge-bench-")
+    paths = inputs(directory, a.ranks, a.mb)
     total_mb = sum(os.path.getsize(x) for x in paths) / 1e6
     outdir = tempfile.mkdtemp(prefix="tracemerge-bench-out-")
     out = os.path.join(outdir, "")
-    print(f"inputs: {a.ranks} ranks × {a.mb:g} MB = {total_mb:.0f} MB in {indir}; {os.cpu_count()} cores; "
-          f"load before {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"inputs: {a.ranks} ranks × {a.mb:g} MB = {total_mb:.0f} MB in {os.path.dirname(paths[0])}; "
+          f"{os.cpu_count()} cores; load before {os.getloadavg()[0]:.2f}", flush=True)
 
-    rows = []
-    for name, cmd in contenders(paths, out, a.jobs):
-        if a.only and a.only not in name:
-            continue
-        if a.skip_peers and ("viztracer" in name or "HTA" in name):
-            continue
-        wall, peak, rc, err = run_measured(cmd)
-        rows.append((name, wall, peak, rc, err))
-        print(f"  {name}: {wall:.2f} s, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""), flush=True)
-        for f in os.listdir(outdir):
-            os.unlink(os.path.join(outdir, f))
+    rows = [measure(name, cmd, outdir) for name, cmd in contenders(paths, out, a.jobs)
+            if (not a.only or a.only in name) and not (a.skip_peers and ("viztracer" in name or "HTA" in name))]
+    scaled = None
+    if a.scale:
+        more = inputs(directory, a.scale, a.mb)
+        name, cmd = next((n, c) for n, c in contenders(more, out, a.jobs) if n == MAIN.format(jobs=a.jobs))
+        _, wall, peak, rc, _ = measure(f"{name}, {a.scale} ranks", cmd, outdir)
+        scaled = (a.scale, wall, peak) if not rc else None
     shutil.rmtree(outdir, ignore_errors=True)
 
     floor = next((r[1] for r in rows if r[0] == "floor, 1 process"), None)
@@ -184,6 +235,8 @@ def main(argv=None):
         ratio_viz = f"{viz / wall:.1f}" if viz else "-"
         status = "" if not rc else f" (failed: {err})"
         print(f"| {name}{status} | {wall:.2f} | {total_mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_floor} | {ratio_viz} |")
+    for line in verdicts(rows, a.jobs, scaled):
+        print(f"target: {line}")
 
 
 if __name__ == "__main__":

@@ -259,8 +259,8 @@ def offsets(files, method, reference, offsets, rank_from, fmt):
       tracemerge offsets samples/rpc_profiling/rank*.json.gz
       tracemerge offsets rank*.json.gz --align rpc --reference 1 --format json
     """
-    # only RankInfos are needed: light scans, in parallel
-    session = Session.open(files, rank_from, engine=LocalEngine())
+    # only the clocks are needed: rank files' heads, other files' light scans, in parallel
+    session = Session.open(files, rank_from, engine=LocalEngine(), head=True)
     alignment = session.align(method, reference, offsets)
     click.echo(offsets_json(alignment) if fmt == "json" else offsets_table(alignment))
     for line in clock_notes(alignment):
