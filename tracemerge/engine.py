@@ -18,7 +18,6 @@ and :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler is giv
 
 import contextlib
 import gc
-import gzip
 import io
 import multiprocessing
 import os
@@ -29,14 +28,12 @@ from concurrent.futures.process import BrokenProcessPool
 
 
 from tracemerge import chrome
+from tracemerge.compress import codec_for, writer
 from tracemerge.errors import OutputError, TracemergeError
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
 from tracemerge.rankinfo import describe
 from tracemerge.read import read_data, read_trace, read_typed
-
-GZIP_LEVEL = 1  # gzip-1 costs ~1/3 of gzip-6 for ~3/4 of its ratio on trace JSON
-
 
 class Format:
     """How one output format is cut into independently encoded pieces.
@@ -68,23 +65,20 @@ def scan(path):
 
 # ---- pass 2: transform and encode ------------------------------------------------------
 
-def encode_rank(rank_fn, fmt, source, place, shard_path, gzip_level):
+def encode_rank(rank_fn, fmt, source, place, shard_path, output):
     """Write one rank's shard to ``shard_path``; its counts plus ``bytes`` (the shard's size).
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place)`` returns
-    (an iterable of event lists or encoded bytes, counts); the shard is a gzip member when ``gzip_level`` is set, so shards
-    concatenate into one gzip stream.
+    (an iterable of event lists or encoded bytes, counts); the shard is a gzip member or a
+    zstd frame when ``output``'s name asks for compression, so shards concatenate into one
+    stream.
     """
     with _gc_paused():
         trace = source if isinstance(source, RankTrace) else read_trace(source)
         events, counts = rank_fn(trace, place)
         del trace
-        with open(shard_path, "wb") as f:
-            out = gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=gzip_level, mtime=0) \
-                if gzip_level else f
+        with open(shard_path, "wb") as f, writer(codec_for(output), f) as out:
             written = _write_chunked(FORMATS[fmt], events, out)
-            if gzip_level:
-                out.close()
     return {**counts, "bytes": os.path.getsize(shard_path) if written else 0}
 
 
@@ -109,16 +103,15 @@ def write_sharded(engine, rank_fn, fmt, jobs, output, header, footer, counts):
     the assembled document to the atomic ``output``; per-rank counts are added to ``counts``
     before ``footer()`` is called."""
     form = FORMATS[fmt]
-    level = GZIP_LEVEL if output != "-" and output.endswith(".gz") else 0
     with shard_dir(output) as tmp:
         shards = [os.path.join(tmp, f"shard{n:06d}") for n in range(len(jobs))]
         results = engine.map(encode_rank, [rank_fn] * len(jobs), [fmt] * len(jobs),
-                             [s for s, _ in jobs], [p for _, p in jobs], shards, [level] * len(jobs))
+                             [s for s, _ in jobs], [p for _, p in jobs], shards, [output] * len(jobs))
         for r in results:
             for k, v in r.items():
                 if k != "bytes":
                     counts[k] = counts.get(k, 0) + v
-        with atomic_output_pieces(output, level) as out:
+        with atomic_output_pieces(output) as out:
             out.write(form.open(header))
             first = True
             for shard, r in zip(shards, results):
@@ -132,14 +125,14 @@ def write_sharded(engine, rank_fn, fmt, jobs, output, header, footer, counts):
 
 
 class _Pieces:
-    """The output stream: parent-made pieces are compressed as gzip members when the output
-    is gzip; shard files (already members) are copied as they are."""
+    """The output stream: parent-made pieces are compressed as members or frames of their
+    own when the output is compressed; shard files (already compressed) are copied as they are."""
 
-    def __init__(self, raw, level):
-        self.raw, self.level = raw, level
+    def __init__(self, raw, codec):
+        self.raw, self.codec = raw, codec
 
     def write(self, data):
-        self.raw.write(gzip.compress(data, self.level, mtime=0) if self.level else data)
+        self.raw.write(self.codec.compress(data) if self.codec else data)
 
     def copy(self, path):
         with open(path, "rb") as f:
@@ -160,9 +153,9 @@ class _Pieces:
 
 
 @contextlib.contextmanager
-def atomic_output_pieces(output, level):
+def atomic_output_pieces(output):
     with atomic_output(output, compress=False) as raw:
-        yield _Pieces(raw, level)
+        yield _Pieces(raw, codec_for(output))
 
 
 @contextlib.contextmanager
