@@ -40,8 +40,9 @@ class Zstd:
     dependency, checked by :func:`codec_for`).
 
     Level 1 rather than zstd's default 3: on a merged trace of two 60 MB bench ranks (99 MB
-    of JSON) level 1 took 0.26 s for ratio 16.3, level 3 0.61 s for 13.9 and level 6 3.0 s
-    for 16.2 (gzip-1: 1.0 s, 9.9); the real sample traces also compress better at level 1.
+    of JSON) level 1 took 0.13 s for ratio 16.3, level 3 0.29 s for 13.9 and level 6 1.6 s
+    for 16.2 (gzip-1: 0.59 s, 9.9); the merged sample traces also compress better at level 1
+    (docs/performance.md, "Compression").
     """
 
     name = "zstd"
