@@ -143,3 +143,11 @@ def test_gzip_and_stdout_outputs_match_the_file(rank_files, tmp_path):
     piped = cli("combine", *rank_files, "-o", "-", "-j", 2)
     assert piped.returncode == 0
     assert gzip.decompress(packed.read_bytes()) == plain.read_bytes() == piped.stdout
+
+
+def test_zstd_rank_file_is_described_from_its_head(rank_files, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    packed = tmp_path / "rank0.json.zst"
+    packed.write_bytes(zstandard.ZstdCompressor().compress(gzip.decompress(open(rank_files[0], "rb").read())))
+    quick = scan(str(packed), head=True)
+    assert quick.partial and quick.rpcs == scan(rank_files[0], head=True).rpcs

@@ -175,7 +175,8 @@ def main():
 @main.command()
 @files_argument
 @click.option("-o", "--output", required=True, metavar="PATH",
-              help="Merged trace: .json, .json.gz (gzip), .pftrace (Perfetto protobuf), or - for stdout.")
+              help="Merged trace: .json, .json.gz (gzip), .json.zst (zstd), .pftrace (Perfetto protobuf; "
+                   "also .gz, .zst), or - for stdout.")
 @align_options
 @rank_from_option
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
@@ -190,7 +191,7 @@ def main():
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
 def combine(files, output, method, reference, offsets, rank_from, force, enforce_causality, fmt, ranks, window,
             min_duration, drop_categories, engine, jobs, scheduler, report_path, skip_bad, strict):
-    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz) into one Chrome trace or Perfetto protobuf.
+    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
     flow and correlation ids made unique per rank. Every input event is kept exactly once

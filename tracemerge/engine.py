@@ -21,7 +21,6 @@ job) and :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler i
 
 import contextlib
 import gc
-import gzip
 import io
 import multiprocessing
 import os
@@ -32,15 +31,13 @@ from concurrent.futures.process import BrokenProcessPool
 
 
 from tracemerge import chrome
+from tracemerge.compress import codec_for
 from tracemerge.errors import OutputError, TracemergeError
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
 from tracemerge.head import read_head
 from tracemerge.rankinfo import describe, describe_head, event_facts
 from tracemerge.read import read_data, read_trace, read_typed
-
-GZIP_LEVEL = 1  # gzip-1 costs ~1/3 of gzip-6 for ~3/4 of its ratio on trace JSON
-
 
 class Format:
     """How one output format is cut into independently encoded pieces.
@@ -81,13 +78,14 @@ def scan(path, head=False):
 
 # ---- pass 2: transform and encode ------------------------------------------------------
 
-def encode_rank(rank_fn, fmt, source, place, sink, gzip_level, facts=False):
+def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
     {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked}.
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place)`` returns
-    (an iterable of event lists or encoded bytes, counts); with ``gzip_level`` the rank is
-    one gzip member, so the pieces concatenate into one gzip stream.
+    (an iterable of event lists or encoded bytes, counts); with a ``codec``
+    (:mod:`tracemerge.compress`) the rank is one gzip member or zstd frame, so the ranks
+    concatenate into one stream.
     """
     try:
         with _gc_paused():
@@ -95,14 +93,14 @@ def encode_rank(rank_fn, fmt, source, place, sink, gzip_level, facts=False):
             known = event_facts(trace) if facts else None
             events, counts = rank_fn(trace, place)
             del trace
-            size = sink.write(_encoded(FORMATS[fmt], events, gzip_level))
+            size = sink.write(_encoded(FORMATS[fmt], events, codec))
     except BaseException:
         sink.abandon()
         raise
     return {"counts": counts, "bytes": size, "facts": known}
 
 
-def _encoded(form, events, gzip_level):
+def _encoded(form, events, codec):
     """The pieces of one rank's body: each chunk of ``events`` (an iterable of event lists,
     each encoded and dropped before the next is made, so a rank's events and its encoding
     are never in memory whole) or an already encoded body (protobuf bytes)."""
@@ -114,11 +112,11 @@ def _encoded(form, events, gzip_level):
             if chunk:
                 pieces += [form.separator, form.encode(chunk)] if pieces else [form.encode(chunk)]
             del chunk
-    if gzip_level and pieces:
+    if codec and pieces:
         member = io.BytesIO()
-        with gzip.GzipFile(filename="", fileobj=member, mode="wb", compresslevel=gzip_level, mtime=0) as gz:
-            for piece in pieces:
-                gz.write(piece)
+        with codec.writer(member) as out:
+            for piece in pieces:  # zstandard's writer has no writelines
+                out.write(piece)
         pieces = [member.getvalue()]
     return pieces
 
@@ -206,10 +204,10 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
     summary from the per-rank results (and may raise to abandon the output)."""
     global _TURNS
     form = FORMATS[fmt]
-    level = GZIP_LEVEL if output != "-" and output.endswith(".gz") else 0
+    codec = codec_for(output)
     n = len(jobs)
     common = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
-    with atomic_output_pieces(output, level) as out:
+    with atomic_output_pieces(output, codec) as out:
         out.write(form.open(header))
         # the output's temporary file, written at offsets (stdout may be a pipe, or append-only)
         if isinstance(engine, LocalEngine) and output != "-":
@@ -218,14 +216,14 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
             try:
                 separator = out.made(form.separator) if form.separator else b""
                 sinks = [OutputSlot(out.raw.fileno(), k, separator) for k in range(n)]
-                results = engine.map(encode_rank, *common, sinks, [level] * n, [facts] * n)
+                results = engine.map(encode_rank, *common, sinks, [codec] * n, [facts] * n)
                 out.raw.seek(_TURNS.offset.value)
             finally:
                 _TURNS = None
         else:
             with shard_dir(output) as tmp:
                 sinks = [Shard(os.path.join(tmp, f"shard{k:06d}")) for k in range(n)]
-                results = engine.map(encode_rank, *common, sinks, [level] * n, [facts] * n)
+                results = engine.map(encode_rank, *common, sinks, [codec] * n, [facts] * n)
                 first = True
                 for sink, r in zip(sinks, results):
                     if r["bytes"]:
@@ -238,15 +236,15 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
 
 
 class _Pieces:
-    """The output stream: parent-made pieces are compressed as gzip members when the output
-    is gzip; shard files (already members) are copied as they are."""
+    """The output stream: parent-made pieces are compressed as members or frames of their
+    own when the output is compressed; shard files (already compressed) are copied as they are."""
 
-    def __init__(self, raw, level):
-        self.raw, self.level = raw, level
+    def __init__(self, raw, codec):
+        self.raw, self.codec = raw, codec
 
     def made(self, data):
-        """``data`` as written by the parent (a gzip member of its own for gzip outputs)."""
-        return gzip.compress(data, self.level, mtime=0) if self.level else data
+        """``data`` as the parent writes it: a member or frame of its own when compressed."""
+        return self.codec.compress(data) if self.codec else data
 
     def write(self, data):
         self.raw.write(self.made(data))
@@ -270,9 +268,9 @@ class _Pieces:
 
 
 @contextlib.contextmanager
-def atomic_output_pieces(output, level):
+def atomic_output_pieces(output, codec):
     with atomic_output(output, compress=False) as raw:
-        yield _Pieces(raw, level)
+        yield _Pieces(raw, codec)
 
 
 @contextlib.contextmanager

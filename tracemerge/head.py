@@ -7,12 +7,10 @@ Reading only that part lets ``combine`` solve the clocks before any worker decod
 and decode each rank once.
 """
 
-import zlib
-
 import msgspec
 
+from tracemerge.compress import decompressor
 from tracemerge.errors import TraceError
-from tracemerge.read import GZIP_MAGIC
 
 _KEY = b'"traceEvents"'
 _READ = 1 << 20
@@ -53,20 +51,21 @@ def _object_before(buf, at):
 
 
 def _prefixes(path):
-    """Ever longer decompressed prefixes of ``path`` (gzip by its magic, as the reader does)."""
+    """Ever longer decompressed prefixes of ``path`` (gzip or zstd by their magic, as the
+    reader does)."""
     try:
         f = open(path, "rb")
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     with f:
         data = f.read(_READ)
-        inflate = zlib.decompressobj(wbits=31) if data[:2] == GZIP_MAGIC else None
+        inflate = decompressor(path, data)
         buf = bytearray()  # grows in place: a long head is not copied once per read
         while data:
             if inflate is not None:
                 try:
                     data = inflate.decompress(data)
-                except zlib.error:
+                except TraceError:
                     return  # the full reader explains a corrupt stream
             buf += data
             yield buf

@@ -2,11 +2,11 @@
 into place only when everything was written."""
 
 import contextlib
-import gzip
 import os
 import sys
 import tempfile
 
+from tracemerge.compress import codec_for, writer
 from tracemerge.errors import OutputError
 
 
@@ -14,6 +14,7 @@ def check_output(path, inputs, force):
     """Refuse an output that would overwrite an input, or an existing file without ``force``."""
     if path == "-":
         return
+    codec_for(path)  # a .zst name without zstandard fails here, before any work
     target = os.path.realpath(path)
     for p in inputs:
         if os.path.realpath(p) == target:
@@ -31,9 +32,9 @@ def check_output(path, inputs, force):
 
 
 @contextlib.contextmanager
-def atomic_output(path, gzip_level=1, compress=True):
-    """A binary stream for ``path`` ("-" is stdout); ``.gz`` names are gzip-compressed
-    (unless ``compress`` is false: the caller writes gzip members itself).
+def atomic_output(path, compress=True):
+    """A binary stream for ``path`` ("-" is stdout); ``.gz`` and ``.zst`` names are
+    compressed (unless ``compress`` is false: the caller writes members or frames itself).
 
     The data goes to a temporary file in the target's directory and is renamed over the
     target on success, so readers never see a half-written trace; on any error the
@@ -49,12 +50,8 @@ def atomic_output(path, gzip_level=1, compress=True):
     except OSError as e:
         raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "wb") as raw:
-            if compress and path.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=gzip_level, mtime=0) as gz:
-                    yield gz
-            else:
-                yield raw
+        with os.fdopen(fd, "wb") as raw, writer(codec_for(path) if compress else None, raw) as out:
+            yield out
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException as e:

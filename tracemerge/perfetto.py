@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from tracemerge.compress import plain_name
 from tracemerge.engine import FORMATS, Format
 from tracemerge.flows import bind_input_flows, merge_flows
 from tracemerge.transform import _namespace_args, aligned_ns
@@ -601,8 +602,7 @@ def output_format(output, fmt=None):
     """"perfetto" or "json": ``fmt`` when given, else by the output's name."""
     if fmt:
         return fmt
-    name = output[:-3] if output.endswith(".gz") else output
-    return "perfetto" if name.endswith(PROTO_SUFFIXES) else "json"
+    return "perfetto" if plain_name(output).endswith(PROTO_SUFFIXES) else "json"
 
 
 def rank_packets(trace, place, flows=None):

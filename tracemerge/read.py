@@ -1,15 +1,13 @@
-"""Readers: Kineto / Chrome trace JSON (object or bare array), gzip, tracemerge rank files.
+"""Readers: Kineto / Chrome trace JSON (object or bare array), gzip or zstd, tracemerge rank files.
 
 Every reader ends in :class:`~tracemerge.model.RankTrace` with timestamps as integer ns
 on the file's own clock: ``baseTimeNanoseconds + ts*1000`` when the file has a base
 (Kineto's Unix-epoch clock), ``ts*1000`` otherwise.
 """
 
-import gzip
 import json
 import os
 import re
-import zlib
 from itertools import repeat
 from operator import attrgetter
 from typing import Any
@@ -18,12 +16,10 @@ import msgspec
 import numpy as np
 import orjson
 
+from tracemerge.compress import decompress
 from tracemerge.errors import TraceError
 from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 from tracemerge.salvage import NotCut, Unsalvageable, salvage
-
-GZIP_MAGIC = b"\x1f\x8b"
-
 
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
 PADDING = b"\0 \t\r\n"
@@ -33,49 +29,26 @@ END_SLACK = 64
 
 
 def read_bytes(path):
-    """The complete decompressed bytes of ``path``; a cut gzip stream is an error here
-    (:func:`read_trace` salvages it)."""
+    """The complete decompressed bytes of ``path``; a cut gzip or zstd stream is an error
+    here (:func:`read_trace` salvages it)."""
     data, cut = read_data(path)
     if cut:
-        raise TraceError(path, "truncated gzip (the compressed stream ends early)")
+        raise TraceError(path, f"truncated {cut} (the compressed stream ends early)")
     return data
 
 
 def read_data(path):
-    """(decompressed bytes, cut) of ``path``; ``cut`` when a gzip stream ends early.
-
-    gzip is recognised by its magic, not its name; a truncated stream yields what it
-    decompresses to, a corrupt one is an error.
-    """
+    """(decompressed bytes, cut) of ``path``; ``cut`` names the codec ("gzip", "zstd") when
+    its stream ends early, else it is "" (:func:`tracemerge.compress.decompress`)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    cut = False
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except EOFError:
-            data, cut = _gunzip_prefix(path, data), True
-        except (OSError, zlib.error) as e:
-            raise TraceError(path, f"corrupt gzip: {e}") from None
+    data, cut = decompress(path, data)
     if not _CONTENT.search(data):  # data.strip() would copy the whole file when it ends in a newline
-        raise TraceError(path, "empty file" if not cut else "truncated gzip with no data before the cut")
+        raise TraceError(path, "empty file" if not cut else f"truncated {cut} with no data before the cut")
     return data, cut
-
-
-def _gunzip_prefix(path, data):
-    """Everything a truncated gzip stream decompresses to, member after member."""
-    out = []
-    while data:
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out.append(d.decompress(data))
-        except zlib.error as e:
-            raise TraceError(path, f"corrupt gzip: {e}") from None
-        data = d.unused_data if d.eof else b""
-    return b"".join(out)
 
 
 def parse_json(path, data, cut=False):
@@ -133,7 +106,7 @@ def _lenient(path, data, error):
 
 
 def _salvaged(path, body, data, cut):
-    how = "the gzip stream ends early" if cut else "the JSON ends early"
+    how = f"the {cut} stream ends early" if cut else "the JSON ends early"
     try:
         kept = salvage(body)
     except Unsalvageable as e:

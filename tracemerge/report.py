@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from tracemerge.collstats import collective_report
+from tracemerge.compress import plain_name
 from tracemerge.correlate import match_collectives, match_rpcs
 from tracemerge.errors import OutputError, TracemergeError
 from tracemerge.keyavg import group_rows, key_averages, op_tree
@@ -293,7 +294,7 @@ def report_path_for(output):
     """Where ``combine --report`` without a PATH puts the report: beside the merged trace."""
     if output == "-":
         return "-"
-    stem = output[:-3] if output.endswith(".gz") else output
+    stem = plain_name(output)
     stem = stem[:-5] if stem.endswith(".json") else stem
     return stem + ".report.txt"
 

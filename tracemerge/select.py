@@ -13,6 +13,7 @@ from typing import Optional
 
 import numpy as np
 
+from tracemerge.compress import codec_for
 from tracemerge.errors import TracemergeError, UsageError
 from tracemerge.model import NO_DUR
 from tracemerge.transform import aligned_ns
@@ -136,7 +137,7 @@ def size_warning(output, summary):
     """Warnings for a JSON output the Perfetto UI may fail to load (it holds about 2 GB)."""
     if summary.get("format") == "perfetto":
         return []
-    if output != "-" and not output.endswith(".gz"):
+    if output != "-" and codec_for(output) is None:
         size = os.path.getsize(output)
     else:  # compressed or piped: estimate from the event count
         size = summary["events"]["out"] * JSON_BYTES_PER_EVENT

@@ -8,7 +8,6 @@ direction), so the minimum-Î´ sample is rare and midpoint estimates are biased â
 real networks.
 """
 
-import gzip
 import os
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ import numpy as np
 import orjson
 
 from tracemerge.clock import ClockModel
+from tracemerge.compress import codec_for
 
 T0_NS = 1_700_000_000_000_000_000  # true time at the job's start (Unix epoch ns)
 BASE_FLOOR_NS = 7_889_238_000_000_000  # Kineto floors baseTimeNanoseconds to this
@@ -39,7 +39,7 @@ class Job:
                 doc = {k: v for k, v in doc.items() if k != "tracemerge"}
             path = os.path.join(directory, f"rank{rank}.json.gz")
             with open(path, "wb") as f:
-                f.write(gzip.compress(orjson.dumps(doc), compresslevel=1, mtime=0))
+                f.write(codec_for(path).compress(orjson.dumps(doc)))
             paths.append(path)
         return paths
 
@@ -195,10 +195,12 @@ def _skew_ns(value, clock):
 
 
 def skew_file(src, dst, offset_ns, drift_ppm=0.0, anchor_ns=None):
-    """Write the skewed copy of rank file ``src`` to ``dst`` (gzip when ``dst`` ends in .gz)."""
+    """Write the skewed copy of rank file ``src`` to ``dst`` (compressed when its name ends in
+    .gz or .zst)."""
     from tracemerge.read import read_bytes
     doc = orjson.loads(read_bytes(src))
     data = orjson.dumps(skew(doc, offset_ns, drift_ppm, anchor_ns))
+    codec = codec_for(dst)
     with open(dst, "wb") as f:
-        f.write(gzip.compress(data, compresslevel=1, mtime=0) if dst.endswith(".gz") else data)
+        f.write(codec.compress(data) if codec else data)
     return dst
