@@ -157,20 +157,22 @@ def transform(trace, place):
     return list(chain.from_iterable(chunks)) + added, len(added)
 
 
-def transform_chunks(trace, place, times=None):
+def transform_chunks(trace, place, times=None, encoded=False):
     """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
     to CHUNK input events, and the process metadata events the tool adds after them.
 
     A consumer that encodes each chunk and drops it never holds more than one chunk's
-    events (nor their rewritten args) next to the trace. ``times`` is the
-    :func:`aligned_ns` of the trace when the caller has it already.
+    events (nor their rewritten args) next to the trace; with ``encoded`` (such a consumer)
+    the rewritten args of the trace's own structs are dropped too, once the next chunk is
+    asked for. ``times`` is the :func:`aligned_ns` of the trace when the caller has it already.
     """
     times = times if times is not None else aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks = (_patched_chunks if trace.events is not None else _built_chunks)(trace, place, *times)
+    chunks = _patched_chunks(trace, place, *times, encoded) if trace.events is not None else \
+        _built_chunks(trace, place, *times)
     return chunks, _process_metadata(trace, place, [place.pid_base + code for code in range(len(trace.pids))])
 
 
-def _patched_chunks(trace, place, start, dur):
+def _patched_chunks(trace, place, start, dur, encoded):
     """The trace's event structs as output events, chunk by chunk: each value the output
     changes is written into them with one C-level setattr pass per key over the events it
     changes (pid, ts, dur, namespaced ids and args, renamed processes), so no event is
@@ -200,6 +202,8 @@ def _patched_chunks(trace, place, start, dur):
             a, b = bisect_left(at, lo), bisect_left(at, hi)
             _set(events, key, values[a:b], at[a:b])
         yield chunk
+        if encoded:  # the trace's args are its Args column: a later transform writes them again
+            _set(chunk, "args", repeat(None))
 
 
 def _set(events, key, values, at=None):
