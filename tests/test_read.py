@@ -119,6 +119,7 @@ def test_typed_structs_become_the_generic_readers_output_events(tmp_path):
 
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}},
+        {"ph": "M", "name": "process_sort_index", "pid": 1, "tid": 0},
         {"ph": "M", "name": 7, "pid": 1, "tid": None, "ts": 5, "args": None},
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "dur": 3, "args": {"name": "t"}},
         {"ph": "X", "cat": None, "name": "a", "pid": 1, "tid": 2, "ts": 10, "dur": 1,

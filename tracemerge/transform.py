@@ -1,7 +1,9 @@
 """Per-rank transform into the merged trace: aligned times, rank-owned pids, namespaced ids.
 
-Pure: reads a RankTrace and a Placement, returns new events; the trace is untouched,
-so it can be transformed again (another output format, another alignment).
+Pure in what it reads: the output comes from a RankTrace's columns, args and extra keys and
+a Placement only, and those are untouched, so a trace can be transformed again (another
+output format, another alignment). The typed reader's event structs are the one thing it
+writes: they become the output events, every changed value written anew each time.
 """
 
 import re
@@ -189,21 +191,24 @@ def _patched_chunks(trace, place, start, dur, encoded):
     ids = [(k, *_namespaced_ids(rank, k, values)) for k in FLOW_ID_KEYS
            if (values := trace.extra.read(k)) is not None]
     meta = np.flatnonzero(trace.ph == ord("M"))
+    with_dur = trace.dur != NO_DUR  # an absent dur is None in its struct already
     for lo in range(0, len(trace), CHUNK):
         hi = lo + CHUNK
         chunk = events[lo:hi]
         args = namespaced_args(rank, Args(trace.args.items[lo:hi], trace.args.raw))
         _rewrite_process_metadata(trace, place, args, meta[np.searchsorted(meta, lo):np.searchsorted(meta, hi)], lo)
-        _set(chunk, "args", args)
+        at_args = np.flatnonzero(np.fromiter(map(is_not, args, repeat(None)), bool, len(args))).tolist()
+        _set(chunk, "args", map(args.__getitem__, at_args), at_args)
         _set(chunk, "pid", (trace.pid[lo:hi] + place.pid_base).tolist())
         _set(chunk, "ts", _us(start[lo:hi], timed[lo:hi]))  # None where the struct has none already
-        _set(chunk, "dur", _us(dur[lo:hi], has_dur[lo:hi]))  # None also where an untimed event had a dur
+        at_dur = np.flatnonzero(with_dur[lo:hi])
+        _set(chunk, "dur", _us(dur[lo:hi][at_dur], has_dur[lo:hi][at_dur]), at_dur.tolist())  # untimed: none
         for key, at, values in ids:
             a, b = bisect_left(at, lo), bisect_left(at, hi)
             _set(events, key, values[a:b], at[a:b])
         yield chunk
         if encoded:  # the trace's args are its Args column: a later transform writes them again
-            _set(chunk, "args", repeat(None))
+            _set(chunk, "args", repeat(None), at_args)
 
 
 def _set(events, key, values, at=None):
