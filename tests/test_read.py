@@ -106,3 +106,36 @@ def test_metadata_keeps_the_last_thread_name(tmp_path):
               {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "second"}}]
     t = read_trace(write(tmp_path / "a.json", events))
     assert list(t.metadata("thread_name").values()) == ["second"]
+
+
+def test_typed_structs_become_the_generic_readers_output_events(tmp_path):
+    """The transform patches the typed reader's structs into output events; they must encode
+    as the generic reader's events do, also for absent or null keys, and again when the same
+    trace is transformed a second time."""
+    from tracemerge.chrome import encode_events
+    from tracemerge.clock import ClockModel
+    from tracemerge.read import build
+    from tracemerge.transform import Placement, transform
+
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}},
+        {"ph": "M", "name": "process_sort_index", "pid": 1, "tid": 0},
+        {"ph": "M", "name": 7, "pid": 1, "tid": None, "ts": 5, "args": None},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "dur": 3, "args": {"name": "t"}},
+        {"ph": "X", "cat": None, "name": "a", "pid": 1, "tid": 2, "ts": 10, "dur": 1,
+         "args": {"External id": 5, "correlation": 6}},
+        {"ph": "X", "cat": "c", "name": "b", "pid": "P", "tid": "T", "ts": 11.5, "dur": 0.25,
+         "args": {"External id": 2**40, "n": {"correlation": 1}}},
+        {"ph": "s", "cat": "fwdbwd", "name": "f", "pid": 1, "tid": 2, "ts": 10, "id": 3, "bind_id": 9},
+        {"ph": "f", "cat": "fwdbwd", "name": "f", "pid": 1, "tid": 2, "ts": 12, "id": "x", "id2": {"global": 4},
+         "bp": "e"},
+    ]
+    path = write(tmp_path / "t.json", {"traceEvents": events, "baseTimeNanoseconds": BASE})
+    typed = read_trace(path)
+    assert typed.events is not None
+    generic = build(str(path), events, {"baseTimeNanoseconds": BASE}, None)
+    place = Placement(rank=1, label="r", pid_base=1000, out_base_ns=BASE,
+                      clock=ClockModel(rank=1, method="test", offset_ns=7, drift_ppm=3.0, anchor_ns=BASE))
+    expected = encode_events(transform(generic, place)[0])
+    assert encode_events(transform(typed, place)[0]) == expected
+    assert encode_events(transform(typed, place)[0]) == expected

@@ -111,7 +111,7 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
         return data, {**counts, **proto}
     # lists of events, made lazily: the worker encodes and frees one list at a time
     times = aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks, made = transform_chunks(trace, place, times)
+    chunks, made = transform_chunks(trace, place, times, encoded=True)
     if found:
         flow_events = rpc.json_events(found, trace, place, *times)
         counts["rpc_flow_events"] = len(flow_events)

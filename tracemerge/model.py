@@ -78,14 +78,26 @@ class Extra(Sequence):
     ``columns`` (from the typed reader) is ``{key: per-event values}``, ``msgspec.UNSET``
     where an event lacks the key, in the reader's key order: the ~10% of Kineto events
     with flow keys cost no dict each, and the transform namespaces ids on whole columns.
+    ``rest`` (the typed reader) returns all the columns, read on first use: a merge to JSON
+    reads only the columns it rewrites, given up front (:meth:`read`).
     ``items`` (the generic reader) holds the dicts themselves.
     """
 
-    __slots__ = ("columns", "items", "n")
+    __slots__ = ("items", "_columns", "_rest", "n")
 
-    def __init__(self, items=None, columns=None, n=None):
-        self.items, self.columns = items, columns
+    def __init__(self, items=None, columns=None, n=None, rest=None):
+        self.items, self._columns, self._rest = items, columns, rest
         self.n = len(items) if items is not None else n
+
+    @property
+    def columns(self):
+        if self._rest is not None:
+            self._columns, self._rest = self._rest(), None
+        return self._columns
+
+    def read(self, key):
+        """The column of ``key`` (None when no event has it) among those given up front."""
+        return self._columns.get(key)
 
     def __len__(self):
         return self.n
@@ -100,20 +112,13 @@ class Extra(Sequence):
         return iter(self.items) if self.items is not None else map(self.__getitem__, range(self.n))
 
     def __reduce__(self):
-        return Extra, (self.items, self.columns, self.n)
+        return Extra, (self.items, self.columns if self.items is None else None, self.n)
 
     def take(self, idx):
         """The extra keys of the events ``idx`` (a list of indices)."""
         if self.items is not None:
             return Extra(list(map(self.items.__getitem__, idx)))
         return Extra(columns={k: list(map(v.__getitem__, idx)) for k, v in self.columns.items()}, n=len(idx))
-
-    def rows(self):
-        """Indices of the events that have any extra key (columns only)."""
-        has = np.zeros(self.n, bool)
-        for v in self.columns.values():
-            has |= np.fromiter(map(is_not, v, repeat(msgspec.UNSET)), bool, self.n)
-        return np.flatnonzero(has)
 
 
 @dataclass(eq=False)
@@ -138,6 +143,9 @@ class RankTrace:
     extra: Extra                    # the event's other keys per event (a plain list is wrapped)
     warnings: list = field(default_factory=list)
     truncated: bool = False         # read up to the last complete event of a cut file
+    # the typed reader's event structs, which the transform patches into output events
+    # (``read._Event``); None for the generic reader
+    events: Optional[list] = None
 
     def __post_init__(self):
         if not isinstance(self.args, Args):

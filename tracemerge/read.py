@@ -8,9 +8,10 @@ on the file's own clock: ``baseTimeNanoseconds + ts*1000`` when the file has a b
 import json
 import os
 import re
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -219,9 +220,10 @@ def build(path, events, meta, block, truncated=False):
     return from_columns(path, columns, Args(columns["args"]), extra, meta, block, truncated)
 
 
-def from_columns(path, col, args, extra, meta, block, truncated=False):
+def from_columns(path, col, args, extra, meta, block, truncated=False, events=None):
     """The validated :class:`RankTrace` of per-event value lists ``col[key]`` (one per
-    COLUMN_KEYS key; pid/tid 0 where absent, others None): both readers end here."""
+    COLUMN_KEYS key; pid/tid 0 where absent, others None): both readers end here.
+    ``events``: the typed reader's structs, kept for the transform."""
     n = len(col["ph"])
     ph_raw = col["ph"]
     try:
@@ -256,7 +258,7 @@ def from_columns(path, col, args, extra, meta, block, truncated=False):
     tid, tids = _intern(col["tid"], path, "tid")
     return RankTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=pids,
                      tids=tids, ph=ph, name=name, cat=cat, pid=pid, tid=tid, ts=ts, dur=dur,
-                     args=args, extra=extra, truncated=truncated)
+                     args=args, extra=extra, truncated=truncated, events=events)
 
 
 def times_ns(path, ts_values, dur_values, base, required):
@@ -305,9 +307,18 @@ class _Timing(msgspec.Struct, gc=False):
     dur: Any = None
 
 
-class _Event(_Timing, forbid_unknown_fields=True, gc=False):
-    """A whole event: the timing keys, raw args, and the keys kept in ``extra``."""
+class _Event(_Timing, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """A whole event: the timing keys, raw args, and the keys kept in ``extra``.
 
+    The structs are also the merged trace's events: :func:`transform.transform_chunks`
+    patches the values that change in place and the JSON writer encodes them as they are,
+    so a key the output leaves out must encode as absent — None (absent or null alike in
+    the output) or UNSET (absent, unlike null) — with the Chrome keys in Kineto's order.
+    """
+
+    # absent is tid 0, which the output writes (set by read_typed); typed so that the value the
+    # output writes (the pid/tid table's, where 1, 1.0 and true are one) is the struct's own
+    tid: Union[int, str, None] = msgspec.UNSET
     args: msgspec.Raw = None
     # absent (UNSET) and null (None) differ for the keys kept in ``extra``
     id: Any = msgspec.UNSET
@@ -327,15 +338,19 @@ class _Event(_Timing, forbid_unknown_fields=True, gc=False):
     estack: Any = msgspec.UNSET
 
 
+# the extra keys the transform rewrites in the structs: read before it does, the others on first use
+FLOW_ID_KEYS = ("id", "id2", "bind_id")
+
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
-_TIMING = msgspec.json.Decoder(list[_Timing])
 _NULL = msgspec.Raw(b"null")
+_TIMING = msgspec.json.Decoder(list[_Timing])
 
 
 def read_typed(path, data, extra=True, describing=False):
     """The RankTrace of ``data`` by the typed reader, or None when it does not take the file;
-    without ``extra`` the EXTRA_KEYS are left out (``extra`` is all None). ``describing``:
+    with ``extra`` the trace keeps the event structs (``events``) for the transform, without
+    it the EXTRA_KEYS are left out (``extra`` is all None). ``describing``:
     only for :func:`rankinfo.describe` — when the rank-file block lists its collectives,
     describe reads no args, so neither args nor the extra keys are built (all None)."""
     try:
@@ -354,19 +369,40 @@ def read_typed(path, data, extra=True, describing=False):
         del events
         return from_columns(path, columns, Args([None] * n), Extra(columns={}, n=n), meta, block)
     columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS}
-    args = columns["args"]
-    if _NULL in args:  # "args": null is no args, as in the generic reader
-        args = [None if a == _NULL else a for a in args]
-    return from_columns(path, columns, Args(args, raw=True), _extra(events) if extra else Extra(columns={}, n=len(events)),
-                        meta, block)
+    _fill_absent(events, columns)
+    n = len(events)
+    if not extra:
+        return from_columns(path, columns, Args(columns["args"], raw=True), Extra(columns={}, n=n), meta, block)
+    read = _extra(events, FLOW_ID_KEYS)
+    return from_columns(path, columns, Args(columns["args"], raw=True),
+                        Extra(columns=read, n=n, rest=partial(_extra, events, EXTRA_KEYS, read)), meta, block,
+                        events=events)
 
 
-def _extra(events):
-    """The EXTRA_KEYS the file uses, as columns (UNSET where an event lacks the key): no
-    dict per event, and a key absent from the whole file costs one C pass."""
+def _fill_absent(events, columns):
+    """The columns and structs as the generic reader and the output see them: ``"args":
+    null`` is no args, an absent tid is 0, a null tid is none (left out of the output)."""
+    args, tids = columns["args"], columns["tid"]
+    if 4 in set(map(len, filter(None, args))):  # len(b"null"): a Raw compares far slower than its length
+        for i in [i for i, a in enumerate(args) if a == _NULL]:
+            args[i] = events[i].args = None
+    values = set(tids)
+    if msgspec.UNSET in values:
+        for i in [i for i, t in enumerate(tids) if t is msgspec.UNSET]:
+            tids[i] = events[i].tid = 0
+    if None in values:
+        for i in [i for i, t in enumerate(tids) if t is None]:
+            events[i].tid = msgspec.UNSET
+
+
+def _extra(events, keys, read=None):
+    """The ``keys`` the file uses (of EXTRA_KEYS, in that order) as columns, UNSET where an
+    event lacks the key: no dict per event, and a key absent from the whole file costs one C
+    pass. ``read``: the FLOW_ID_KEYS columns read before, taken from there (the structs'
+    values may have been rewritten since)."""
     columns = {}
-    for key in EXTRA_KEYS:
-        values = list(map(attrgetter(key), events))
-        if values.count(msgspec.UNSET) != len(values):
+    for key in keys:
+        values = read.get(key) if read is not None and key in FLOW_ID_KEYS else list(map(attrgetter(key), events))
+        if values is not None and values.count(msgspec.UNSET) != len(values):
             columns[key] = values
-    return Extra(columns=columns, n=len(events))
+    return columns

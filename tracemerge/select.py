@@ -120,7 +120,8 @@ def subset(trace, keep):
     return dataclasses.replace(
         trace, ph=trace.ph[idx], name=trace.name[idx], cat=trace.cat[idx], pid=trace.pid[idx],
         tid=trace.tid[idx], ts=trace.ts[idx], dur=trace.dur[idx],
-        args=args.take(idx.tolist()), extra=extra.take(idx.tolist()))
+        args=args.take(idx.tolist()), extra=extra.take(idx.tolist()),
+        events=None if trace.events is None else list(map(trace.events.__getitem__, idx.tolist())))
 
 
 def apply(trace, place, selection, window):

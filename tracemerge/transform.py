@@ -1,10 +1,14 @@
 """Per-rank transform into the merged trace: aligned times, rank-owned pids, namespaced ids.
 
-Pure: reads a RankTrace and a Placement, returns new events; the trace is untouched,
-so it can be transformed again (another output format, another alignment).
+Pure in what it reads: the output comes from a RankTrace's columns, args and extra keys and
+a Placement only, and those are untouched, so a trace can be transformed again (another
+output format, another alignment). The typed reader's event structs are the one thing it
+writes: they become the output events, every changed value written anew each time.
 """
 
 import re
+from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import is_not
@@ -15,13 +19,13 @@ import numpy as np
 
 from tracemerge.clock import ClockModel
 from tracemerge.model import NO_DUR, NO_TS, Args
-from tracemerge.read import EXTRA_KEYS
+from tracemerge.read import FLOW_ID_KEYS
 
 # Keys that join events into flows or correlate CPU ops with device work; namespaced per
 # rank so no arrow ever joins two ranks by accident.
 ID_KEYS = ("id", "bind_id")
 ARG_ID_KEYS = ("External id", "correlation", "Correlation ID", "External ID")
-EXTRA_ID_KEYS = frozenset(ID_KEYS + ("id2",))
+EXTRA_ID_KEYS = frozenset(FLOW_ID_KEYS)
 NAMESPACE_BITS = 32
 ID_LIMIT = 1 << NAMESPACE_BITS
 CHUNK = 50_000
@@ -62,24 +66,18 @@ def _namespace_extra(rank, extra):
     return out
 
 
-def _namespace_column(rank, key, values):
-    """``values`` of one extra key (UNSET where absent) with flow ids namespaced; plain
-    in-range integer ids (the Kineto case) with numpy, anything else by namespace_id."""
-    if key == "id2":
-        return [{**v, "global": namespace_id(rank, v["global"])} if isinstance(v, dict) and "global" in v else v
-                for v in values]
-    if key not in ID_KEYS:
-        return values
+def _namespaced_ids(rank, key, values):
+    """(indices, new values) of the events that have ``key`` (of EXTRA_ID_KEYS; ``values``
+    UNSET where absent), flow ids namespaced: plain in-range integer ids (the Kineto case)
+    with numpy, anything else by namespace_id."""
     at = np.flatnonzero(np.fromiter(map(is_not, values, repeat(msgspec.UNSET)), bool, len(values))).tolist()
     ids = list(map(values.__getitem__, at))
+    if key == "id2":
+        return at, [{**v, "global": namespace_id(rank, v["global"])} if isinstance(v, dict) and "global" in v else v
+                    for v in ids]
     if set(map(type, ids)) == {int} and 0 <= min(ids) and max(ids) < ID_LIMIT:
-        ids = (np.fromiter(ids, np.int64, len(ids)) | ((rank + 1) << NAMESPACE_BITS)).tolist()
-    else:
-        ids = [namespace_id(rank, v) for v in ids]
-    out = list(values)
-    for i, v in zip(at, ids):
-        out[i] = v
-    return out
+        return at, (np.fromiter(ids, np.int64, len(ids)) | ((rank + 1) << NAMESPACE_BITS)).tolist()
+    return at, [namespace_id(rank, v) for v in ids]
 
 
 def _namespace_args(rank, args):
@@ -147,74 +145,101 @@ def _event(ph, cat, name, pid, tid, ts, dur, args, extra):
     return e
 
 
-# An output event with extra keys (Kineto flows: id, bp, s …), each written only when the
-# input event has it (UNSET otherwise), after the Event keys in EXTRA_KEYS order.
-ExtraEvent = msgspec.defstruct("ExtraEvent", [(k, Any, msgspec.UNSET) for k in EXTRA_KEYS], bases=(Event,),
-                               omit_defaults=True, gc=False)
-
 PH = np.array([chr(c) for c in range(256)], dtype=object)
 
 
 def transform(trace, place):
     """(events, added) of one rank in the merged trace; ``added`` counts events the tool made.
 
-    Events are :class:`Event` structs (:data:`ExtraEvent` for those with extra keys; dicts
-    when the generic reader kept them as dicts) built from the columns with C-level maps,
-    not a dict per event; raw args pass through undecoded.
+    Events are the typed reader's structs patched in place (:func:`_patched_chunks`), or
+    for the generic reader :class:`Event` structs built from the columns with C-level maps
+    (dicts for events with extra keys); raw args pass through undecoded.
     """
     chunks, added = transform_chunks(trace, place)
     return list(chain.from_iterable(chunks)) + added, len(added)
 
 
-def transform_chunks(trace, place, times=None):
+def transform_chunks(trace, place, times=None, encoded=False):
     """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
     to CHUNK input events, and the process metadata events the tool adds after them.
 
     A consumer that encodes each chunk and drops it never holds more than one chunk's
-    events (nor their rewritten args) next to the trace. ``times`` is the
-    :func:`aligned_ns` of the trace when the caller has it already.
+    events (nor their rewritten args) next to the trace; with ``encoded`` (such a consumer)
+    the rewritten args of the trace's own structs are dropped too, once the next chunk is
+    asked for. ``times`` is the :func:`aligned_ns` of the trace when the caller has it already.
     """
+    times = times if times is not None else aligned_ns(trace, place.clock, place.out_base_ns)
+    chunks = _patched_chunks(trace, place, *times, encoded) if trace.events is not None else \
+        _built_chunks(trace, place, *times)
+    return chunks, _process_metadata(trace, place, [place.pid_base + code for code in range(len(trace.pids))])
+
+
+def _patched_chunks(trace, place, start, dur, encoded):
+    """The trace's event structs as output events, chunk by chunk: each value the output
+    changes is written into them with one C-level setattr pass per key over the events it
+    changes (pid, ts, dur, namespaced ids and args, renamed processes), so no event is
+    built. Every value written comes from the trace's columns (the flow ids from those
+    :class:`Extra` read before any rewrite), so a second transform of the same trace (or
+    of a selection sharing its structs) writes the same."""
+    rank, events = place.rank, trace.events
+    timed = trace.ts != NO_TS
+    has_dur = timed & (trace.dur != NO_DUR)
+    if not all(v is None or v.__class__ is str for v in trace.names):  # a non-string interned with an equal one
+        table = np.array(trace.names + [None], dtype=object)
+        _set(events, "name", table[trace.name].tolist())
+        _set(events, "cat", table[trace.cat].tolist())
+    ids = [(k, *_namespaced_ids(rank, k, values)) for k in FLOW_ID_KEYS
+           if (values := trace.extra.read(k)) is not None]
+    meta = np.flatnonzero(trace.ph == ord("M"))
+    with_dur = trace.dur != NO_DUR  # an absent dur is None in its struct already
+    for lo in range(0, len(trace), CHUNK):
+        hi = lo + CHUNK
+        chunk = events[lo:hi]
+        args = namespaced_args(rank, Args(trace.args.items[lo:hi], trace.args.raw))
+        _rewrite_process_metadata(trace, place, args, meta[np.searchsorted(meta, lo):np.searchsorted(meta, hi)], lo)
+        at_args = np.flatnonzero(np.fromiter(map(is_not, args, repeat(None)), bool, len(args))).tolist()
+        _set(chunk, "args", map(args.__getitem__, at_args), at_args)
+        _set(chunk, "pid", (trace.pid[lo:hi] + place.pid_base).tolist())
+        _set(chunk, "ts", _us(start[lo:hi], timed[lo:hi]))  # None where the struct has none already
+        at_dur = np.flatnonzero(with_dur[lo:hi])
+        _set(chunk, "dur", _us(dur[lo:hi][at_dur], has_dur[lo:hi][at_dur]), at_dur.tolist())  # untimed: none
+        for key, at, values in ids:
+            a, b = bisect_left(at, lo), bisect_left(at, hi)
+            _set(events, key, values[a:b], at[a:b])
+        yield chunk
+        if encoded:  # the trace's args are its Args column: a later transform writes them again
+            _set(chunk, "args", repeat(None), at_args)
+
+
+def _set(events, key, values, at=None):
+    """``events[i].key = values[n]`` for the n-th i of ``at`` (default: every event)."""
+    targets = events if at is None else map(events.__getitem__, at)
+    deque(map(setattr, targets, repeat(key), values), maxlen=0)  # consumed in C
+
+
+def _built_chunks(trace, place, start, dur):
+    """Output events built from the columns, chunk by chunk (the generic reader's traces)."""
     rank = place.rank
-    start, dur = times if times is not None else aligned_ns(trace, place.clock, place.out_base_ns)
     timed = trace.ts != NO_TS
     has_dur = timed & (trace.dur != NO_DUR)
     table = np.array(trace.names + [None], dtype=object)  # code -1 (no cat) is the None at the end
     tids = _objects(trace.tids)
-    extra = trace.extra
-    rows, keys = None, None
-    if extra.items is None and extra.columns:
-        rows = extra.rows()
-        at = rows.tolist()
-        keys = [_namespace_column(rank, k, list(map(extra.columns[k].__getitem__, at)))
-                if k in extra.columns else None for k in EXTRA_KEYS]
     meta = np.flatnonzero(trace.ph == ord("M"))
-
-    def chunks():
-        for lo in range(0, len(trace), CHUNK):
-            hi = lo + CHUNK
-            args = namespaced_args(rank, Args(trace.args.items[lo:hi], trace.args.raw))
-            m = meta[np.searchsorted(meta, lo):np.searchsorted(meta, hi)]
-            _rewrite_process_metadata(trace, place, args, m, lo)
-            columns = (PH[trace.ph[lo:hi]].tolist(), table[trace.cat[lo:hi]].tolist(),
-                       table[trace.name[lo:hi]].tolist(), (trace.pid[lo:hi] + place.pid_base).tolist(),
-                       tids[trace.tid[lo:hi]].tolist(), _us(start[lo:hi], timed[lo:hi]),
-                       _us(dur[lo:hi], has_dur[lo:hi]), args)
-            chunk = list(map(Event, *columns))
-            if extra.items is not None:
-                for i, x in enumerate(extra.items[lo:hi]):
-                    if x is not None:
-                        chunk[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
-            elif rows is not None:
-                a, b = np.searchsorted(rows, (lo, hi)).tolist()
-                local = (rows[a:b] - lo).tolist()
-                picked = [list(map(c.__getitem__, local)) for c in columns]
-                made = map(ExtraEvent, *picked, *(repeat(msgspec.UNSET) if k is None else k[a:b] for k in keys))
-                for i, e in zip(local, made):
-                    chunk[i] = e
-            del columns, args
-            yield chunk
-
-    return chunks(), _process_metadata(trace, place, [place.pid_base + code for code in range(len(trace.pids))])
+    extra = trace.extra.items or []  # [] for a typed read without its extra keys
+    for lo in range(0, len(trace), CHUNK):
+        hi = lo + CHUNK
+        args = namespaced_args(rank, Args(trace.args.items[lo:hi], trace.args.raw))
+        _rewrite_process_metadata(trace, place, args, meta[np.searchsorted(meta, lo):np.searchsorted(meta, hi)], lo)
+        columns = (PH[trace.ph[lo:hi]].tolist(), table[trace.cat[lo:hi]].tolist(),
+                   table[trace.name[lo:hi]].tolist(), (trace.pid[lo:hi] + place.pid_base).tolist(),
+                   tids[trace.tid[lo:hi]].tolist(), _us(start[lo:hi], timed[lo:hi]),
+                   _us(dur[lo:hi], has_dur[lo:hi]), args)
+        chunk = list(map(Event, *columns))
+        for i, x in enumerate(extra[lo:hi]):
+            if x is not None:
+                chunk[i] = _event(*(c[i] for c in columns), _namespace_extra(rank, x))
+        del columns, args
+        yield chunk
 
 
 def _objects(values):
@@ -227,6 +252,11 @@ def _objects(values):
 # integer, the value's digits. A match preceded by a backslash is inside a string.
 _ARG_ID = re.compile(rb'("(?:' + b"|".join(re.escape(k.encode()) for k in ARG_ID_KEYS) +
                      rb')"\s*:\s*)(\d{1,18}(?=\s*[,}]))?')
+_KEY_TOKENS = [b'"' + k.encode() + b'"' for k in ARG_ID_KEYS]
+# The same in Kineto's spelling ("key": digits) only: a pattern with no optional parts is
+# scanned about twice as fast; where it finds every key token it has found _ARG_ID's matches
+_KINETO_ID = re.compile(rb'("(?:' + b"|".join(re.escape(k.encode()) for k in ARG_ID_KEYS) +
+                        rb')": )(\d{1,18})(?=\s*[,}])')
 
 
 def namespaced_args(rank, args):
@@ -256,13 +286,19 @@ def _rewrite_raw_ids(rank, items):
     if (joined.count(b"{") != len(present) or joined.count(b"\0{") + joined.startswith(b"{") != len(present)
             or b"\\u" in joined):  # a nested object, a non-object, or a key that may be spelled with escapes
         return None
-    parts = _ARG_ID.split(joined)
-    if len(parts) == 1:
+    tokens = sum(map(joined.count, _KEY_TOKENS))
+    if not tokens:
         return list(items)
+    parts = _KINETO_ID.split(joined)
+    if len(parts) // 3 == tokens:
+        if any(b"\\" + t in joined for t in _KEY_TOKENS):
+            return None
+    else:
+        parts = _ARG_ID.split(joined)
+        if None in parts[2::3] or any(map(bytes.endswith, parts[0:-1:3], repeat(b"\\"))):
+            return None
     values = parts[2::3]
-    if None in values or any(map(bytes.endswith, parts[0:-1:3], repeat(b"\\"))):
-        return None
-    ids = np.array(values).astype(np.int64)
+    ids = np.fromiter(map(int, values), np.int64, len(values))
     small = ids < ID_LIMIT
     new = (ids | ((rank + 1) << NAMESPACE_BITS)).astype("S20").tolist()
     for k in np.flatnonzero(~small).tolist():
