@@ -99,9 +99,10 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
     return summary()
 
 
-def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None):
+def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None, consume=False):
     """(an iterable of event lists, or protobuf bytes; counts) of one rank; runs in the
-    engine's workers."""
+    engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
+    are freed as they are encoded."""
     n_in = len(trace)
     trace, counts = select.apply(trace, place, selection, window)
     found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
@@ -111,7 +112,7 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
         return data, {**counts, **proto}
     # lists of events, made lazily: the worker encodes and frees one list at a time
     times = aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks, made = transform_chunks(trace, place, times, encoded=True)
+    chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
     if found:
         flow_events = rpc.json_events(found, trace, place, *times)
         counts["rpc_flow_events"] = len(flow_events)

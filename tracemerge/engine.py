@@ -82,16 +82,18 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
     {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked}.
 
-    ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place)`` returns
-    (an iterable of event lists or encoded bytes, counts); with a ``codec``
+    ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
+    returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
+    read here (``consume``); with a ``codec``
     (:mod:`tracemerge.compress`) the rank is one gzip member or zstd frame, so the ranks
     concatenate into one stream.
     """
     try:
         with _gc_paused():
-            trace = source if isinstance(source, RankTrace) else read_trace(source)
+            owned = not isinstance(source, RankTrace)
+            trace = read_trace(source) if owned else source
             known = event_facts(trace) if facts else None
-            events, counts = rank_fn(trace, place)
+            events, counts = rank_fn(trace, place, consume=owned)
             del trace
             size = sink.write(_encoded(FORMATS[fmt], events, codec))
     except BaseException:

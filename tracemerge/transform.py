@@ -159,22 +159,25 @@ def transform(trace, place):
     return list(chain.from_iterable(chunks)) + added, len(added)
 
 
-def transform_chunks(trace, place, times=None, encoded=False):
+def transform_chunks(trace, place, times=None, release=None):
     """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
     to CHUNK input events, and the process metadata events the tool adds after them.
 
     A consumer that encodes each chunk and drops it never holds more than one chunk's
-    events (nor their rewritten args) next to the trace; with ``encoded`` (such a consumer)
-    the rewritten args of the trace's own structs are dropped too, once the next chunk is
-    asked for. ``times`` is the :func:`aligned_ns` of the trace when the caller has it already.
+    events (nor their rewritten args) next to the trace. Such a consumer may ``release``
+    what the trace's own structs hold once the next chunk is asked for: "args", their
+    rewritten args (the trace stays whole: its Args column is where a later transform
+    takes them from again), or "events", the structs themselves (the trace is used up: the
+    engine's workers read a rank to write it once). ``times`` is the :func:`aligned_ns` of
+    the trace when the caller has it already.
     """
     times = times if times is not None else aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks = _patched_chunks(trace, place, *times, encoded) if trace.events is not None else \
+    chunks = _patched_chunks(trace, place, *times, release) if trace.events is not None else \
         _built_chunks(trace, place, *times)
     return chunks, _process_metadata(trace, place, [place.pid_base + code for code in range(len(trace.pids))])
 
 
-def _patched_chunks(trace, place, start, dur, encoded):
+def _patched_chunks(trace, place, start, dur, release):
     """The trace's event structs as output events, chunk by chunk: each value the output
     changes is written into them with one C-level setattr pass per key over the events it
     changes (pid, ts, dur, namespaced ids and args, renamed processes), so no event is
@@ -207,7 +210,10 @@ def _patched_chunks(trace, place, start, dur, encoded):
             a, b = bisect_left(at, lo), bisect_left(at, hi)
             _set(events, key, values[a:b], at[a:b])
         yield chunk
-        if encoded:  # the trace's args are its Args column: a later transform writes them again
+        if release == "events":  # the rank's biggest part, freed while the rest is encoded
+            chunk = None
+            events[lo:hi] = repeat(None, hi - lo)
+        elif release == "args":
             _set(chunk, "args", repeat(None), at_args)
 
 
