@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tracemerge.combine import combine
-from tracemerge.engine import LocalEngine, scan
+from tracemerge.engine import LocalEngine, scan_head
 from tracemerge.head import read_head
 from tracemerge.rankinfo import EVENT_FACTS, describe
 from tracemerge.read import read_trace
@@ -71,20 +71,22 @@ def test_no_head_when_the_events_come_first(tmp_path):
     doc = {"traceEvents": [x("a", 1.0, 2.0)], "tracemerge": rank_file([], 0)["tracemerge"]}
     path = write(tmp_path / "rank0.json", doc)
     assert read_head(path) is None
-    assert not scan(path, head=True).partial  # described from its events instead
+    assert scan_head(path) is None  # described from its events instead
     bare = write(tmp_path / "rank1.json", [x("a", 1.0, 2.0)])
     assert read_head(bare) is None
 
 
 def test_head_scan_is_the_full_scan_without_the_event_facts(rank_files, tmp_path):
     for path in rank_files:
-        quick, full = scan(path, head=True), describe(read_trace(path))
+        quick, full = scan_head(path), describe(read_trace(path))
         assert quick.partial and not full.partial
         for field in ("rank", "rank_source", "worker_name", "hostname", "job_id", "base_ns", "start_ns", "stop_ns",
                       "start_source", "rpcs", "collectives", "has_block", "job"):
             assert getattr(quick, field) == getattr(full, field), field
     plain = write(tmp_path / "rank5.json", kineto([x("a", 1.0, 2.0)], rank=5))
-    assert scan(plain, head=True) == describe(read_trace(plain))  # no block: the events are read
+    assert scan_head(plain) is None  # no block: the events are read
+    session = Session.open([rank_files[0], plain], engine=LocalEngine(2), head=True)
+    assert [i.partial for i in session.infos] == [True, False]
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -149,5 +151,5 @@ def test_zstd_rank_file_is_described_from_its_head(rank_files, tmp_path):
     zstandard = pytest.importorskip("zstandard")
     packed = tmp_path / "rank0.json.zst"
     packed.write_bytes(zstandard.ZstdCompressor().compress(gzip.decompress(open(rank_files[0], "rb").read())))
-    quick = scan(str(packed), head=True)
-    assert quick.partial and quick.rpcs == scan(rank_files[0], head=True).rpcs
+    quick = scan_head(str(packed))
+    assert quick.partial and quick.rpcs == scan_head(rank_files[0]).rpcs

@@ -3,9 +3,9 @@ writes its own part of the output; only small records travel back.
 
 Two passes over the inputs:
 
-1. :func:`scan` — what the clock model needs of a rank (a :class:`RankInfo`): a rank file's
-   head alone when it carries its block (``head=True``), else the typed reader without the
-   extra keys. Anything the typed reader does not accept goes through the full reader, so
+1. :func:`scan_head` / :func:`scan` — what the clock model needs of a rank (a
+   :class:`RankInfo`): a rank file's head alone when it carries its block, else the typed
+   reader without the extra keys. Anything the typed reader does not accept goes through the full reader, so
    errors, salvage and warnings are the reader's own.
 2. :func:`encode_rank` — the one full read of a rank, the caller's per-rank function
    (transform and counts) and the format's encoder; returns the counts, the size written
@@ -55,20 +55,19 @@ FORMATS = {"chrome": Format(chrome.encode_events, chrome.open_document, chrome.S
 
 # ---- pass 1: describe ------------------------------------------------------------------
 
-def scan(path, head=False):
+def scan_head(path):
+    """The partial :class:`RankInfo` of a rank file whose head carries its block
+    (:func:`rankinfo.describe_head`), without decoding its events; None for other files."""
+    path = os.fspath(path)
+    found = read_head(path)
+    return describe_head(path, found) if found is not None else None
+
+
+def scan(path):
     """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``: the typed
     reader without the keys describe() does not use (flow ids, scopes); a file it does not
-    take goes through the full reader, which explains or salvages it.
-
-    ``head``: a rank file whose head carries its block is described from the head alone
-    (a partial RankInfo, :func:`rankinfo.describe_head`), without decoding its events.
-    """
+    take goes through the full reader, which explains or salvages it."""
     path = os.fspath(path)
-    if head:
-        found = read_head(path)
-        info = describe_head(path, found) if found is not None else None
-        if info is not None:
-            return info
     with _gc_paused():
         data, cut = read_data(path)
         trace = None if cut else read_typed(path, data, extra=False, describing=True)
@@ -314,6 +313,10 @@ class LocalEngine:
     def __init__(self, jobs=None):
         self.jobs = max(1, jobs or os.cpu_count() or 1)
 
+    def map_light(self, fn, *columns):
+        """``map`` for calls cheaper than sending their results between processes."""
+        return list(map(fn, *columns))
+
     def map(self, fn, *columns):
         calls = list(zip(*columns))
         if self.jobs == 1 or len(calls) <= 1:
@@ -358,6 +361,9 @@ class DaskEngine:
             self.close()
             where = f"--scheduler {scheduler}: cannot connect" if scheduler else "cannot start a Dask LocalCluster"
             raise TracemergeError(f"{where}: {e}") from None
+
+    def map_light(self, fn, *columns):
+        return self.map(fn, *columns)  # the files are on the workers' side of the network
 
     def map(self, fn, *columns):
         # an argument shared by every call (the per-rank function with its RPC plan) is

@@ -6,14 +6,13 @@ small and are otherwise re-read rank by rank when a writer asks, so memory stays
 by the largest rank, not the job.
 """
 
-import functools
 import os
 from dataclasses import dataclass
 
 from tracemerge.align import align
 from tracemerge.causality import review
 from tracemerge.checks import check_job, rpc_peers
-from tracemerge.engine import LocalEngine, scan
+from tracemerge.engine import LocalEngine, scan, scan_head
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
 from tracemerge.read import read_trace
@@ -51,9 +50,12 @@ class Session:
         paths = [os.fspath(p) for p in paths]
         keep = engine is None and sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
         if not keep:
-            # events will be read again when needed: a light scan describes each file
-            how = functools.partial(scan, head=head and not skip_bad)
-            found = (engine or LocalEngine(1)).map(_attempt, [how] * len(paths), paths, [skip_bad] * len(paths))
+            # events will be read again when needed: a head, else a light scan describes each file
+            runner = engine or LocalEngine(1)
+            heads = runner.map_light(scan_head, paths) if head and not skip_bad else [None] * len(paths)
+            rest = [p for p, info in zip(paths, heads) if info is None]
+            scanned = iter(runner.map(_attempt, [scan] * len(rest), rest, [skip_bad] * len(rest)))
+            found = [(info, None) if info is not None else next(scanned) for info in heads]
             kept = {}
         else:
             found, kept = [], {}
