@@ -71,41 +71,50 @@ class Constraints:
                            cat([self.widths, other.widths]), self.kinds | other.kinds)
 
 
-def _arrays(rows):
-    return [np.array(col, dtype=np.int64) for col in zip(*rows)] if rows else [np.zeros(0, np.int64)] * 4
-
-
 def rpc_constraints(calls):
-    """{(a, b): Constraints} with a < b from complete, successful RpcCalls."""
-    rows = {}
-    for c in calls:
-        if not c.complete or c.status != "ok" or c.caller == c.callee:
-            continue
-        t1, t2, t3, t4 = c.send_ns, c.start_ns, c.end_ns, c.complete_ns
-        if c.caller < c.callee:
-            rows.setdefault((c.caller, c.callee), []).append((t1, t2 - t1, t4, t3 - t4))
-        else:
-            rows.setdefault((c.callee, c.caller), []).append((t3, t4 - t3, t2, t1 - t2))
-    return {pair: _constraints(pair, r, "rpc") for pair, r in rows.items()}
+    """{(a, b): Constraints} with a < b from the complete, successful calls of an
+    :class:`~tracemerge.correlate.RpcCalls`, pairs in the order of their first call."""
+    use = calls.quadruples & (calls.caller != calls.callee)
+    caller, callee = calls.caller[use], calls.callee[use]
+    t1, t2, t3, t4 = calls.times[:, use]
+    out = caller < callee  # a called b; else b called a
+    a, b = np.where(out, caller, callee), np.where(out, callee, caller)
+    rows = np.stack([np.where(out, t1, t3), np.where(out, t2 - t1, t4 - t3), np.where(out, t4, t2),
+                     np.where(out, t3 - t4, t1 - t2)])
+    pairs, first, which = np.unique(np.stack([a, b], axis=1), axis=0, return_index=True, return_inverse=True)
+    return {(int(pairs[k, 0]), int(pairs[k, 1])): _constraints(pairs[k], rows[:, which.reshape(-1) == k], "rpc")
+            for k in np.argsort(first).tolist()}
 
 
-def collective_constraints(matches):
-    """{(a, b): Constraints} with a < b from collectives every member saw complete."""
-    rows = {}
-    for m in matches:
-        if not synchronising(m.op):
-            continue
-        ranks = sorted(m.end_ns)
-        for i, a in enumerate(ranks):
-            for b in ranks[i + 1:]:
-                rows.setdefault((a, b), []).append(
-                    (m.start_ns[a], m.end_ns[b] - m.start_ns[a], m.end_ns[a], m.start_ns[b] - m.end_ns[a]))
-    return {pair: _constraints(pair, r, "collective") for pair, r in rows.items()}
+def collective_constraints(collectives):
+    """{(a, b): Constraints} with a < b from the synchronising collectives of a
+    :class:`~tracemerge.correlate.Collectives` both ranks saw end, pairs in the order of
+    their first collective, then by rank."""
+    ranks, start, end, ended = synchronised(collectives)
+    found = []
+    for x in range(len(ranks)):
+        for y in range(x + 1, len(ranks)):
+            rows = np.flatnonzero(ended[:, x] & ended[:, y])
+            if len(rows):
+                sx, sy, ex, ey = start[rows, x], start[rows, y], end[rows, x], end[rows, y]
+                found.append((rows[0], (ranks[x], ranks[y]), np.stack([sx, ey - sx, ex, sy - ex])))
+    found.sort(key=lambda f: f[0])
+    return {pair: _constraints(pair, rows, "collective") for _, pair, rows in found}
+
+
+def synchronised(collectives):
+    """(ranks, start, end, ended) of a :class:`~tracemerge.correlate.Collectives`, columns
+    in rank order, with ``ended`` False for collectives that do not synchronise."""
+    cols = np.argsort(collectives.ranks, kind="stable")
+    sync = np.array([synchronising(rec.get("op", "")) for rec in collectives.first], dtype=bool)
+    return ([collectives.ranks[c] for c in cols.tolist()], collectives.start[:, cols], collectives.end[:, cols],
+            collectives.ended[:, cols] & sync[:, None])
 
 
 def _constraints(pair, rows, kind):
-    xu, u, xl, lo = _arrays(rows)
-    return Constraints(pair[0], pair[1], xu, u, xl, lo, u - lo, frozenset((kind,)))
+    """Constraints of ``rows`` (x_upper, upper, x_lower, lower) between the ranks of ``pair``."""
+    xu, u, xl, lo = rows
+    return Constraints(int(pair[0]), int(pair[1]), xu, u, xl, lo, u - lo, frozenset((kind,)))
 
 
 def merge(*sets):
