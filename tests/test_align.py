@@ -14,7 +14,7 @@ from tracemerge.causality import count
 from tracemerge.clock import ClockModel
 from tracemerge.correlate import match_rpcs
 from tracemerge.graph import solve
-from tracemerge.ntp import rpc_constraints
+from tracemerge.ntp import DRIFT_LIMIT_PPM, Constraints, _Lines, _lines, rpc_constraints, stack
 from tracemerge.session import Session
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")
@@ -113,6 +113,36 @@ def test_collectives_from_plain_kineto_traces_align(tmp_path):
     assert count(infos, clocks)["collective"] == 0
     _, wall = align(infos, "wall", 0)
     assert count(infos, wall)["collective"] > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_points_near_the_hulls_decide_every_extreme_bit_for_bit(seed):
+    """fit_pairs searches only the points next to each side's hull: at any slope within
+    the drift limit, at the anchor or at the span's ends, they give the very float all
+    the points give — also for a pair whose points are collinear up to rounding."""
+    rng = np.random.default_rng(seed)
+    n, cons = 3000, []
+    for b, noise in ((1, 5_000), (2, 0)):
+        t1 = 1_700_000_000_000_000_000 + np.sort(rng.integers(0, 60_000_000_000, n))
+        drift = (t1 - t1[0]) * 37 // 1_000_000  # 37 ppm, on the integer ns the records hold
+        there, back = (20_000 + noise * rng.pareto(1.5, (2, n))).astype(np.int64)
+        t2 = t1 + there + 3_000_000 + drift
+        t3 = t2 + rng.integers(0, 1_000_000, n)
+        t4 = t3 - 3_000_000 - drift + back
+        cons.append(Constraints(0, b, t1, t2 - t1, t4, t3 - t4, (t2 - t1) - (t3 - t4), frozenset({"rpc"})))
+    anchors = np.array([int(c.x_upper[n // 2]) for c in cons])
+    ends = np.array([[-40e9, 40e9]] * len(cons))
+    limit = DRIFT_LIMIT_PPM * 1e-6
+    raw = ((c.x_upper, c.upper) for c in cons), ((c.x_lower, c.lower) for c in cons)
+    for side, points in zip(stack(cons), raw):
+        x, y = (np.concatenate(v) for v in zip(*points))
+        pair = np.repeat(np.arange(len(cons)), n)
+        every = _Lines(y.astype(np.float64), -(x - anchors[pair]).astype(np.float64), pair, side.reduce)
+        near = _lines(side, anchors, ends, limit)
+        assert len(near.y) < len(every.y) / 2
+        for s in rng.uniform(-limit, limit, (200, len(cons))):
+            assert np.array_equal(near(s), every(s))
+            assert np.array_equal(near.at(ends)(np.tile(s, 2)), every.at(ends)(np.tile(s, 2)))
 
 
 def test_inconsistent_link_is_not_used(tmp_path):

@@ -10,12 +10,12 @@ knots are made monotone by weighted isotonic regression (pool adjacent violators
 pushes neighbours forward or back only as far as order requires.
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tracemerge.correlate import match_collectives, match_rpcs
-from tracemerge.ntp import synchronising
+from tracemerge.ntp import synchronised
 
 PASSES = 50          # each pass fixes every current violation; pushes may create a few new ones
 PINNED_WEIGHT = 1e9  # isotonic weight of a point that must land where it was moved to
@@ -23,23 +23,22 @@ PINNED_WEIGHT = 1e9  # isotonic weight of a point that must land where it was mo
 
 @dataclass
 class Points:
-    """Exchange points of all ranks: rpc (caller, callee, t1..t4) and collective spans."""
+    """Exchange points of all ranks: rpc (caller, callee, t1..t4) and collective members."""
 
-    rpc: np.ndarray                    # int64 rows: caller, callee, t1, t2, t3, t4 (own clocks)
-    coll: list = field(default_factory=list)  # [(ranks int64, start int64, end int64)] per collective
+    rpc: np.ndarray     # int64 rows: caller, callee, t1, t2, t3, t4 (own clocks)
+    coll: np.ndarray    # int64 rows: rank, start, end (own clock) of each member, by collective, ranks ascending
+    first: np.ndarray   # the row in ``coll`` where each collective's members start
 
 
 def points(infos):
-    rows = [(c.caller, c.callee, c.send_ns, c.start_ns, c.end_ns, c.complete_ns)
-            for c in match_rpcs(infos).calls if c.complete and c.status == "ok"]
-    rpc = np.array(rows, dtype=np.int64).reshape(-1, 6)
-    coll = []
-    for m in match_collectives(infos):
-        ranks = sorted(set(m.start_ns) & set(m.end_ns))
-        if synchronising(m.op) and len(ranks) > 1:
-            coll.append((np.array(ranks, np.int64), np.array([m.start_ns[r] for r in ranks], np.int64),
-                         np.array([m.end_ns[r] for r in ranks], np.int64)))
-    return Points(rpc, coll)
+    calls = match_rpcs(infos).calls
+    use = calls.quadruples
+    rpc = np.column_stack([calls.caller[use], calls.callee[use], *calls.times[:, use]]).reshape(-1, 6)
+    ranks, start, end, ended = synchronised(match_collectives(infos))
+    ended &= (ended.sum(axis=1) > 1)[:, None]
+    row, col = np.nonzero(ended)
+    coll = np.column_stack([np.array(ranks, np.int64)[col], start[row, col], end[row, col]]).reshape(-1, 3)
+    return Points(rpc, coll, np.flatnonzero(np.diff(row, prepend=-1)))
 
 
 def _to_ref(clocks, ranks, times):
@@ -51,25 +50,25 @@ def _to_ref(clocks, ranks, times):
 
 
 def _aligned(p, clocks):
-    """(t1, t2, t3, t4) on the reference clock and [(ranks, start, end)] likewise."""
-    r = p.rpc
+    """(t1, t2, t3, t4) on the reference clock, and (start, end) of the collective members likewise."""
+    r, c = p.rpc, p.coll
     rpc = (_to_ref(clocks, r[:, 0], r[:, 2]), _to_ref(clocks, r[:, 1], r[:, 3]),
            _to_ref(clocks, r[:, 1], r[:, 4]), _to_ref(clocks, r[:, 0], r[:, 5]))
-    coll = [(ranks, _to_ref(clocks, ranks, s), _to_ref(clocks, ranks, e)) for ranks, s, e in p.coll]
-    return rpc, coll
+    return rpc, (_to_ref(clocks, c[:, 0], c[:, 1]), _to_ref(clocks, c[:, 0], c[:, 2]))
 
 
-def _violations(rpc, coll):
+def _violations(p, rpc, coll):
     t1, t2, t3, t4 = rpc
     bad_rpc = (t2 < t1) | (t3 > t4)
-    bad_coll = np.array([s.max() > e.min() for _, s, e in coll], dtype=bool)
+    (s, e), first = coll, p.first
+    bad_coll = (np.maximum.reduceat(s, first) > np.minimum.reduceat(e, first)) if len(first) else np.zeros(0, bool)
     return bad_rpc, bad_coll
 
 
 def count(infos, clocks, p=None):
     """{"rpc": n, "collective": m, "total": n + m} violations under ``clocks``."""
     p = p or points(infos)
-    bad_rpc, bad_coll = _violations(*_aligned(p, clocks))
+    bad_rpc, bad_coll = _violations(p, *_aligned(p, clocks))
     n, m = int(bad_rpc.sum()), int(bad_coll.sum())
     return {"rpc": n, "collective": m, "total": n + m}
 
@@ -78,7 +77,7 @@ def review(infos, clocks, enforce_causality=False):
     """(clocks, report): violations under ``clocks`` and, when asked, the corrected clocks."""
     p = points(infos)
     before = count(infos, clocks, p)
-    report = {"checked": {"rpc": len(p.rpc), "collective": len(p.coll)}, "violations_before": before,
+    report = {"checked": {"rpc": len(p.rpc), "collective": len(p.first)}, "violations_before": before,
               "enforced": bool(enforce_causality)}
     if enforce_causality and before["total"]:
         clocks, moved = enforce(infos, clocks, p)
@@ -97,18 +96,20 @@ def enforce(infos, clocks, p=None):
     for col, time in ((0, 2), (1, 3), (1, 4), (0, 5)):
         for rank, t in zip(r[:, col].tolist(), _to_ref(base, r[:, col], r[:, time]).tolist()):
             knots[rank].add(t)
-    for ranks, s, e in p.coll:
-        for rank, t in zip(ranks.tolist() * 2, np.concatenate([_to_ref(base, ranks, s), _to_ref(base, ranks, e)]).tolist()):
+    members = p.coll
+    for time in (1, 2):
+        for rank, t in zip(members[:, 0].tolist(), _to_ref(base, members[:, 0], members[:, time]).tolist()):
             knots[rank].add(t)
     span = {i.rank: (base[i.rank].to_reference(i.start_ns), base[i.rank].to_reference(i.stop_ns)) for i in infos}
     xs = {rank: np.array(sorted(ts | {min(ts | {span[rank][0]}) - 1, max(ts | {span[rank][1]}) + 1}), np.int64)
           for rank, ts in knots.items() if ts}
     shift = {rank: np.zeros(len(x), np.int64) for rank, x in xs.items()}
     rpc_x, coll_x = _aligned(p, base)  # each point's knot
+    size = np.diff(np.append(p.first, len(members)))  # members of each collective
     current = dict(base)
     for _ in range(PASSES):
         rpc, coll = _aligned(p, current)
-        bad_rpc, bad_coll = _violations(rpc, coll)
+        bad_rpc, bad_coll = _violations(p, rpc, coll)
         if not bad_rpc.any() and not bad_coll.any():
             break
         wanted = {rank: {} for rank in xs}
@@ -121,12 +122,12 @@ def enforce(infos, clocks, p=None):
             else:                # longer than the window (timestamp noise): squeeze it in
                 moves = (a - b, d - c)
             wanted[callee][kb], wanted[callee][kc] = moves
-        for (ranks, s, e), (_, ks, ke), bad in zip(coll, coll_x, bad_coll.tolist()):
-            if bad:
-                last_start = int(s.max())
-                for rank, e0, k0, k1 in zip(ranks.tolist(), e.tolist(), ks.tolist(), ke.tolist()):
-                    if e0 < last_start:  # left before the last member arrived: move it later
-                        wanted[rank][k0] = wanted[rank][k1] = last_start - e0
+        starts, ends = coll
+        last_start = np.repeat(np.maximum.reduceat(starts, p.first), size) if len(starts) else starts
+        early = np.repeat(bad_coll, size) & (ends < last_start)  # left before the last member arrived
+        for rank, move, k0, k1 in zip(members[early, 0].tolist(), (last_start - ends)[early].tolist(),
+                                      coll_x[0][early].tolist(), coll_x[1][early].tolist()):
+            wanted[rank][k0] = wanted[rank][k1] = move
         for rank, moves in wanted.items():
             if moves:
                 shift[rank] = _isotonic_shift(xs[rank], shift[rank], moves)

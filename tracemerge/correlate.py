@@ -1,11 +1,17 @@
 """Cross-rank correlation: RPC records joined by ``rpc_id``, collectives by (group, seq).
 
 Inputs are the records of :class:`~tracemerge.rankinfo.RankInfo` (see
-docs/rank-file-format.md); every time stays on the clock of the rank that wrote it.
+docs/rank-file-format.md); every time stays on the clock of the rank that wrote it. Both
+joins give numpy columns, which alignment and the causality check read; reports read the
+same joins as :class:`RpcCall` and :class:`CollectiveMatch` objects.
 """
 
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import eq, is_not, ne
 from typing import Optional
+
+import numpy as np
 
 
 @dataclass
@@ -30,44 +36,94 @@ class RpcCall:
         return None not in (self.send_ns, self.start_ns, self.end_ns, self.complete_ns)
 
 
+TIMES = ("send_ns", "start_ns", "end_ns", "complete_ns")  # t1..t4, the rows of RpcCalls.times
+CALLER_FIELDS = ("send_ns", "complete_ns")
+CALLEE_FIELDS = ("start_ns", "end_ns")
+
+
+@dataclass
+class RpcCalls:
+    """Every RPC seen, one per ``rpc_id`` in the order of first sight, as columns; iterating
+    gives them as :class:`RpcCall`."""
+
+    first: list          # each call's first record (rpc_id, kind, func, name, caller, callee)
+    caller: np.ndarray   # int64
+    callee: np.ndarray
+    times: np.ndarray    # int64 (4, calls): t1..t4 as in TIMES, 0 where ``has`` is False
+    has: np.ndarray      # bool (4, calls): the time was recorded
+    status: list         # "ok", or the last other status any record of the call gave
+
+    def __len__(self):
+        return len(self.first)
+
+    def __iter__(self):
+        times = [[t if h else None for t, h in zip(*row)] for row in zip(self.times.tolist(), self.has.tolist())]
+        for rec, caller, callee, t1, t2, t3, t4, status in zip(
+                self.first, self.caller.tolist(), self.callee.tolist(), *times, self.status):
+            yield RpcCall(rpc_id=rec["rpc_id"], kind=rec.get("kind", ""), func=rec.get("func", ""),
+                          name=rec.get("name", ""), caller=caller, callee=callee, send_ns=t1, start_ns=t2,
+                          end_ns=t3, complete_ns=t4, status=status)
+
+    @property
+    def quadruples(self):
+        """Which calls are complete and succeeded: their four times bound the clocks."""
+        return self.has.all(axis=0) & np.array([s == "ok" for s in self.status], dtype=bool)
+
+
 @dataclass
 class RpcMatch:
-    calls: list                                   # [RpcCall], in rpc_id order of first sight
+    calls: RpcCalls
     caller_only: int = 0                          # the callee's record is missing
     callee_only: int = 0                          # the caller's record is missing
     missing_peer: dict = field(default_factory=dict)  # {rank: calls whose peer rank has no input}
 
 
-CALLER_FIELDS = ("send_ns", "complete_ns")
-CALLEE_FIELDS = ("start_ns", "end_ns")
-
-
 def match_rpcs(infos):
-    """Join the caller's and the callee's record of every RPC by ``rpc_id``."""
-    calls = {}
-    for info in infos:
-        for rec in info.rpcs:
-            call = calls.get(rec["rpc_id"])
-            if call is None:
-                call = calls[rec["rpc_id"]] = RpcCall(
-                    rpc_id=rec["rpc_id"], kind=rec.get("kind", ""), func=rec.get("func", ""),
-                    name=rec.get("name", ""), caller=rec["caller"], callee=rec["callee"])
-            for key in CALLER_FIELDS if rec.get("role") == "caller" else CALLEE_FIELDS:
-                if rec.get(key) is not None:
-                    setattr(call, key, int(rec[key]))
-            if rec.get("status", "ok") != "ok":
-                call.status = rec["status"]
+    """Join the caller's and the callee's record of every RPC by ``rpc_id``; when a side has
+    several records, the last time given for each field and the last non-ok status count."""
+    records = [rec for info in infos for rec in info.rpcs]
+    ids = [rec["rpc_id"] for rec in records]
+    index = {rpc_id: i for i, rpc_id in enumerate(dict.fromkeys(ids))}
+    row = np.fromiter(map(index.__getitem__, ids), np.int64, len(ids))
+    first = np.full(len(index), len(records))
+    np.minimum.at(first, row, np.arange(len(records)))
+    firsts = [records[i] for i in first.tolist()]
+    caller = np.array([rec["caller"] for rec in firsts], dtype=np.int64)
+    callee = np.array([rec["callee"] for rec in firsts], dtype=np.int64)
+    is_caller = np.fromiter(map(eq, map(dict.get, records, repeat("role")), repeat("caller")), bool, len(records))
+    times = np.zeros((len(TIMES), len(index)), dtype=np.int64)
+    has = np.zeros((len(TIMES), len(index)), dtype=bool)
+    for side, keys in ((np.flatnonzero(is_caller), CALLER_FIELDS), (np.flatnonzero(~is_caller), CALLEE_FIELDS)):
+        recs = [records[i] for i in side.tolist()]
+        for key in keys:
+            values = list(map(dict.get, recs, repeat(key)))
+            given = np.fromiter(map(is_not, values, repeat(None)), bool, len(values))
+            last = _last(row[side[given]], np.flatnonzero(given), len(index))
+            k = TIMES.index(key)
+            has[k] = last >= 0
+            times[k, has[k]] = [values[i] for i in last[has[k]].tolist()]
+    statuses = list(map(dict.get, records, repeat("status"), repeat("ok")))
+    failed = np.flatnonzero(np.fromiter(map(ne, statuses, repeat("ok")), bool, len(records)))
+    status = ["ok"] * len(index)
+    last_failed = _last(row[failed], failed, len(index))
+    for r in np.flatnonzero(last_failed >= 0).tolist():
+        status[r] = statuses[last_failed[r]]
+    calls = RpcCalls(firsts, caller, callee, times, has, status)
     present = {info.rank for info in infos}
-    match = RpcMatch(calls=list(calls.values()))
-    for call in match.calls:
-        for peer in (call.caller, call.callee):
-            if peer not in present:
-                match.missing_peer[peer] = match.missing_peer.get(peer, 0) + 1
-        has_caller = call.send_ns is not None
-        has_callee = call.start_ns is not None
-        match.caller_only += has_caller and not has_callee
-        match.callee_only += has_callee and not has_caller
-    return match
+    peers = np.stack([caller, callee], axis=1).reshape(-1)
+    missing = {}
+    for peer in peers[~np.isin(peers, list(present))].tolist():
+        missing[peer] = missing.get(peer, 0) + 1
+    sent, started = has[TIMES.index("send_ns")], has[TIMES.index("start_ns")]
+    return RpcMatch(calls=calls, caller_only=int((sent & ~started).sum()), callee_only=int((started & ~sent).sum()),
+                    missing_peer=missing)
+
+
+def _last(rows, positions, count):
+    """Per row (of ``count``), the last of ``positions`` given for it, -1 for none."""
+    last = np.full(count, -1)
+    np.maximum.at(last, rows, positions)
+    return last
 
 
 @dataclass
@@ -88,18 +144,57 @@ class CollectiveMatch:
         return set(self.group_ranks) <= set(self.end_ns)
 
 
+@dataclass
+class Collectives:
+    """Every collective seen, one per (group, seq) in the order of first sight, with a
+    column per rank (in the order of the infos); iterating gives them as
+    :class:`CollectiveMatch`."""
+
+    first: list          # each collective's first record (op, group_ranks)
+    keys: list           # (group, seq)
+    ranks: list          # the rank of each column
+    start: np.ndarray    # int64 (collectives, ranks), 0 where not ``seen``
+    seen: np.ndarray     # bool: the rank recorded the collective, so its start
+    end: np.ndarray      # int64, 0 where not ``ended``
+    ended: np.ndarray    # bool: the rank recorded its end
+    bytes: np.ndarray    # int64
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __iter__(self):
+        for (group, seq), rec, seen, start, ended, end, size in zip(
+                self.keys, self.first, self.seen.tolist(), self.start.tolist(), self.ended.tolist(),
+                self.end.tolist(), self.bytes.tolist()):
+            cols = [c for c, s in enumerate(seen) if s]
+            yield CollectiveMatch(group=group, seq=seq, op=rec.get("op", ""),
+                                  group_ranks=list(rec.get("group_ranks") or []),
+                                  start_ns={self.ranks[c]: start[c] for c in cols},
+                                  end_ns={self.ranks[c]: end[c] for c in cols if ended[c]},
+                                  bytes={self.ranks[c]: size[c] for c in cols})
+
+
 def match_collectives(infos):
-    """[CollectiveMatch] keyed by (group, seq), in the order of first sight."""
-    found = {}
-    for info in infos:
-        for rec in info.collectives:
-            key = (str(rec["group"]), int(rec["seq"]))
-            m = found.get(key)
-            if m is None:
-                m = found[key] = CollectiveMatch(group=key[0], seq=key[1], op=rec.get("op", ""),
-                                                 group_ranks=list(rec.get("group_ranks") or []))
-            m.start_ns[info.rank] = int(rec["start_ns"])
-            if rec.get("end_ns") is not None:  # absent when the file was written mid-collective
-                m.end_ns[info.rank] = int(rec["end_ns"])
-            m.bytes[info.rank] = int(rec.get("bytes", 0))
-    return list(found.values())
+    """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
+    its last start, bytes and end given count."""
+    records = [rec for info in infos for rec in info.collectives]
+    keys = [(str(rec["group"]), int(rec["seq"])) for rec in records]
+    index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+    row = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+    cell = row * len(infos) + np.repeat(np.arange(len(infos)), [len(info.collectives) for info in infos])
+    first = np.full(len(index), len(records))
+    np.minimum.at(first, row, np.arange(len(records)))
+    shape = (len(index), len(infos))
+    last = _last(cell, np.arange(len(records)), len(index) * len(infos)).reshape(shape)
+    seen = last >= 0
+    start, size = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
+    start[seen] = [records[i]["start_ns"] for i in last[seen].tolist()]
+    size[seen] = [int(records[i].get("bytes", 0)) for i in last[seen].tolist()]
+    ends = list(map(dict.get, records, repeat("end_ns")))  # absent when the file was written mid-collective
+    given = np.flatnonzero(np.fromiter(map(is_not, ends, repeat(None)), bool, len(ends)))
+    last_end = _last(cell[given], given, len(index) * len(infos)).reshape(shape)
+    ended = last_end >= 0
+    end = np.zeros(shape, np.int64)
+    end[ended] = [ends[i] for i in last_end[ended].tolist()]
+    return Collectives([records[i] for i in first.tolist()], list(index), [info.rank for info in infos],
+                       start, seen, end, ended, size)

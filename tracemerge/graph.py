@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from tracemerge.clock import ClockModel
-from tracemerge.ntp import DRIFT_LIMIT_PPM, fit_pair
+from tracemerge.ntp import DRIFT_LIMIT_PPM, fit_pairs, stack
 
 ROUNDS = 3  # re-fit with the time axes the previous round found (offsets up to seconds move them)
 
@@ -45,14 +45,14 @@ def solve(infos, reference, constraints, drift=None):
     ranks = sorted(infos)
     models = {r: ClockModel(rank=r, method="wall") for r in ranks}
     bounds = {r: (0.0, 0.0) for r in ranks}
+    links = [(pair, c) for pair, c in constraints.items() if pair[0] in infos and pair[1] in infos]
+    sides = stack([c for _, c in links]) if links else None
     for _ in range(ROUNDS):
         t0 = min(models[r].to_reference(infos[r].start_ns) for r in ranks)
         t1 = max(models[r].to_reference(infos[r].stop_ns) for r in ranks)
         fits, conflicts = {}, []
-        for (a, b), c in constraints.items():
-            if a not in infos or b not in infos:
-                continue
-            fit = fit_pair(c, (models[a].to_local(t0), models[a].to_local(t1)), drift)
+        spans = [(models[a].to_local(t0), models[a].to_local(t1)) for (a, _), _ in links]
+        for ((a, b), _), fit in zip(links, fit_pairs([c for _, c in links], sides, spans, drift)):
             if fit.feasible:
                 fits[(a, b)] = fit
             else:
@@ -79,11 +79,12 @@ def _solve_graph(ranks, reference, fits, models, bounds, span):
         members = set(group)
         edges = [(pair, f) for pair, f in fits.items() if pair[0] in members]
         ends = []
-        for t in (t0, t1):
+        for end, t in enumerate((t0, t1)):
             offset = {r: models[r].to_local(t) - t for r in group}
             y = np.array([f.at(t + offset[a]) for (a, b), f in edges])
             slope = max(DRIFT_LIMIT_PPM * 1e-6, *(abs(f.drift_ppm) * 1e-6 for _, f in edges)) if edges else 0
-            err = np.array([f.error_bound(t + offset[a]) + slope * _bound_at(bounds, a, t, t0) for (a, b), f in edges])
+            # each fit was made for the span (t0, t1) read on a's clock, so t + offset[a] is its end
+            err = np.array([f.bounds[end] + slope * _bound_at(bounds, a, t, t0) for (a, b), f in edges])
             ends.append((y, err))
         weight = 1.0 / np.maximum(np.maximum(ends[0][1], ends[1][1]), 1.0) ** 2
         root_clock = ClockModel(rank=root, method="reference" if root == reference else "wall",

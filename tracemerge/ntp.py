@@ -16,6 +16,11 @@ estimate is the line through the thickest part of that set, so it satisfies ever
 constraint (no causality violation); its error bound is the largest distance to any
 feasible line over the span it is used on, so it holds for the true clock whenever the
 clock is linear with ``|drift| <= DRIFT_LIMIT_PPM``.
+
+The band's top and bottom at a slope are a minimum and a maximum over one side's points,
+which only the points on or next to that side's convex hull can decide; :func:`fit_pairs`
+searches every pair at once over those points and gets, bit for bit, what a search of
+each pair over all of its points gets.
 """
 
 from dataclasses import dataclass
@@ -66,41 +71,50 @@ class Constraints:
                            cat([self.widths, other.widths]), self.kinds | other.kinds)
 
 
-def _arrays(rows):
-    return [np.array(col, dtype=np.int64) for col in zip(*rows)] if rows else [np.zeros(0, np.int64)] * 4
-
-
 def rpc_constraints(calls):
-    """{(a, b): Constraints} with a < b from complete, successful RpcCalls."""
-    rows = {}
-    for c in calls:
-        if not c.complete or c.status != "ok" or c.caller == c.callee:
-            continue
-        t1, t2, t3, t4 = c.send_ns, c.start_ns, c.end_ns, c.complete_ns
-        if c.caller < c.callee:
-            rows.setdefault((c.caller, c.callee), []).append((t1, t2 - t1, t4, t3 - t4))
-        else:
-            rows.setdefault((c.callee, c.caller), []).append((t3, t4 - t3, t2, t1 - t2))
-    return {pair: _constraints(pair, r, "rpc") for pair, r in rows.items()}
+    """{(a, b): Constraints} with a < b from the complete, successful calls of an
+    :class:`~tracemerge.correlate.RpcCalls`, pairs in the order of their first call."""
+    use = calls.quadruples & (calls.caller != calls.callee)
+    caller, callee = calls.caller[use], calls.callee[use]
+    t1, t2, t3, t4 = calls.times[:, use]
+    out = caller < callee  # a called b; else b called a
+    a, b = np.where(out, caller, callee), np.where(out, callee, caller)
+    rows = np.stack([np.where(out, t1, t3), np.where(out, t2 - t1, t4 - t3), np.where(out, t4, t2),
+                     np.where(out, t3 - t4, t1 - t2)])
+    pairs, first, which = np.unique(np.stack([a, b], axis=1), axis=0, return_index=True, return_inverse=True)
+    return {(int(pairs[k, 0]), int(pairs[k, 1])): _constraints(pairs[k], rows[:, which.reshape(-1) == k], "rpc")
+            for k in np.argsort(first).tolist()}
 
 
-def collective_constraints(matches):
-    """{(a, b): Constraints} with a < b from collectives every member saw complete."""
-    rows = {}
-    for m in matches:
-        if not synchronising(m.op):
-            continue
-        ranks = sorted(m.end_ns)
-        for i, a in enumerate(ranks):
-            for b in ranks[i + 1:]:
-                rows.setdefault((a, b), []).append(
-                    (m.start_ns[a], m.end_ns[b] - m.start_ns[a], m.end_ns[a], m.start_ns[b] - m.end_ns[a]))
-    return {pair: _constraints(pair, r, "collective") for pair, r in rows.items()}
+def collective_constraints(collectives):
+    """{(a, b): Constraints} with a < b from the synchronising collectives of a
+    :class:`~tracemerge.correlate.Collectives` both ranks saw end, pairs in the order of
+    their first collective, then by rank."""
+    ranks, start, end, ended = synchronised(collectives)
+    found = []
+    for x in range(len(ranks)):
+        for y in range(x + 1, len(ranks)):
+            rows = np.flatnonzero(ended[:, x] & ended[:, y])
+            if len(rows):
+                sx, sy, ex, ey = start[rows, x], start[rows, y], end[rows, x], end[rows, y]
+                found.append((rows[0], (ranks[x], ranks[y]), np.stack([sx, ey - sx, ex, sy - ex])))
+    found.sort(key=lambda f: f[0])
+    return {pair: _constraints(pair, rows, "collective") for _, pair, rows in found}
+
+
+def synchronised(collectives):
+    """(ranks, start, end, ended) of a :class:`~tracemerge.correlate.Collectives`, columns
+    in rank order, with ``ended`` False for collectives that do not synchronise."""
+    cols = np.argsort(collectives.ranks, kind="stable")
+    sync = np.array([synchronising(rec.get("op", "")) for rec in collectives.first], dtype=bool)
+    return ([collectives.ranks[c] for c in cols.tolist()], collectives.start[:, cols], collectives.end[:, cols],
+            collectives.ended[:, cols] & sync[:, None])
 
 
 def _constraints(pair, rows, kind):
-    xu, u, xl, lo = _arrays(rows)
-    return Constraints(pair[0], pair[1], xu, u, xl, lo, u - lo, frozenset((kind,)))
+    """Constraints of ``rows`` (x_upper, upper, x_lower, lower) between the ranks of ``pair``."""
+    xu, u, xl, lo = rows
+    return Constraints(int(pair[0]), int(pair[1]), xu, u, xl, lo, u - lo, frozenset((kind,)))
 
 
 def merge(*sets):
@@ -112,70 +126,148 @@ def merge(*sets):
     return out
 
 
-class Band:
-    """The feasible lines of one pair, in coordinates relative to ``anchor`` (float ns)."""
+def stack(constraints):
+    """(upper, lower): both sides of every Constraints in the list ``constraints``, for
+    :func:`fit_pairs`. Sorting and merging them once lets every round of the graph solve
+    reuse them."""
+    return (_side([c.x_upper for c in constraints], [c.upper for c in constraints], np.minimum),
+            _side([c.x_lower for c in constraints], [c.lower for c in constraints], np.maximum))
 
-    def __init__(self, c, anchor, limit_ppm=DRIFT_LIMIT_PPM):
-        self.anchor = int(anchor)
-        self.xu = (c.x_upper - self.anchor).astype(np.float64)
-        self.u = c.upper.astype(np.float64)
-        self.xl = (c.x_lower - self.anchor).astype(np.float64)
-        self.lo = c.lower.astype(np.float64)
-        self.limit = limit_ppm * 1e-6
 
-    def top(self, s):
-        """Largest feasible b0 at slope s."""
-        return float(np.min(self.u - s * self.xu))
+@dataclass
+class Side:
+    """One side of the constraints of many pairs, ``g(x) <= y`` (``reduce`` is minimum) or
+    ``g(x) >= y`` (maximum), sorted by pair then x. Only the tightest bound at each x is
+    kept: at a shared x the looser one is never the extreme, not even after rounding
+    (rounding is monotone)."""
 
-    def bottom(self, s):
-        return float(np.max(self.lo - s * self.xl))
+    pair: np.ndarray      # index of each point's pair
+    x: np.ndarray         # int64 ns on a's clock
+    y: np.ndarray         # int64 ns
+    gap: np.ndarray       # ns outside the pair's convex hull on the loose side (above the lower hull of a minimum)
+    reduce: np.ufunc
 
-    def width(self, s):
-        return self.top(s) - self.bottom(s)
 
-    def thickest(self):
-        """(slope, width) where the band of feasible b0 is widest (concave in slope)."""
-        s = _golden(lambda s: self.width(s), -self.limit, self.limit)
-        return s, self.width(s)
+def _side(xs, ys, reduce):
+    size = np.array([len(x) for x in xs])
+    # each pair's exchanges are nearly in time order already, which a stable sort exploits
+    order = np.concatenate([np.argsort(x, kind="stable") for x in xs]) + np.repeat(np.cumsum(size) - size, size)
+    pair, x, y = np.repeat(np.arange(len(xs)), size), np.concatenate(xs)[order], np.concatenate(ys)[order]
+    run = np.flatnonzero(np.concatenate([[True], (pair[1:] != pair[:-1]) | (x[1:] != x[:-1])]))
+    pair, x, y = pair[run], x[run], reduce.reduceat(y, run)
+    start = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]]))
+    local = (x - np.repeat(x[start], np.diff(np.append(start, len(x))))).astype(np.float64)
+    gap = _hull_gap(pair, local, y.astype(np.float64) if reduce is np.minimum else -y.astype(np.float64))
+    return Side(pair, x, y, gap, reduce)
 
-    def slopes(self, s_mid):
-        """[lo, hi] of the feasible slopes, bracketing outward (so the bound errs large)."""
-        def edge(inside, outside):
-            if self.width(outside) >= 0:
-                return outside
-            for _ in range(_ITERATIONS):
-                mid = (inside + outside) / 2
-                inside, outside = (mid, outside) if self.width(mid) >= 0 else (inside, mid)
-            return outside
-        return edge(s_mid, -self.limit), edge(s_mid, self.limit)
 
-    def extremes(self, x, slopes):
-        """(min, max) of g(x) over feasible lines; x relative to the anchor."""
-        s_hi = _golden(lambda s: float(np.min(self.u + s * (x - self.xu))), *slopes)
-        s_lo = _golden(lambda s: -float(np.max(self.lo + s * (x - self.xl))), *slopes)
-        return float(np.max(self.lo + s_lo * (x - self.xl))), float(np.min(self.u + s_hi * (x - self.xu)))
+def _hull_gap(group, x, y):
+    """Height of each point above the lower convex hull of its group (points sorted by
+    group, then strictly increasing x).
+
+    Quickhull on every group at once: each step splits every hull edge at the deepest point
+    below it; points above an edge cannot be vertices and leave. A vertex that rounding
+    hides only leaves its neighbours' heights near 0. Every edge joins two of the points,
+    so a point at height d lies above the set's lowest line ``y - s*x`` by at least d at
+    every slope s (the chord is above the hull).
+    """
+    edge = np.concatenate([[True], group[1:] != group[:-1]])
+    vertex = edge | np.concatenate([edge[1:], [True]])
+    alive = np.arange(len(x))
+    while True:
+        depth = _below_chords(x[alive], y[alive], vertex[alive])
+        deepest = np.maximum.reduceat(depth, np.flatnonzero(vertex[alive]))[np.cumsum(vertex[alive]) - 1]
+        split = (depth > 0) & (depth == deepest)
+        if not split.any():
+            return -_below_chords(x, y, vertex)
+        vertex[alive[split]] = True
+        alive = alive[depth >= 0]
+
+
+def _below_chords(x, y, vertex):
+    """How far each point lies below the chord of the nearest vertices at or before and at
+    or after it (0 at a vertex)."""
+    i = np.arange(len(x))
+    left = np.maximum.accumulate(np.where(vertex, i, 0))
+    right = np.minimum.accumulate(np.where(vertex, i, len(x) - 1)[::-1])[::-1]
+    dx = x[right] - x[left]
+    frac = np.divide(x - x[left], dx, out=np.zeros(len(x)), where=dx > 0)
+    return y[left] + (y[right] - y[left]) * frac - y
+
+
+class _Lines:
+    """Per search k, ``reduce`` over its points of ``y + s_k*m``: at ``m = -x`` the top
+    (minimum) or bottom (maximum) of the feasible intercepts at slope s_k."""
+
+    def __init__(self, y, m, search, reduce):
+        self.y, self.m, self.search, self.reduce = y, m, search, reduce
+        self.starts = np.flatnonzero(np.concatenate([[True], search[1:] != search[:-1]]))
+
+    def __call__(self, s):
+        return self.reduce.reduceat(self.y + s[self.search] * self.m, self.starts)
+
+    def __neg__(self):
+        """The negated values, bit for bit (rounding is symmetric), as the other extreme."""
+        return _Lines(-self.y, -self.m, self.search, np.maximum if self.reduce is np.minimum else np.minimum)
+
+    def join(self, other):
+        """One set of searches: ``other``'s follow ours (same extreme)."""
+        return _Lines(np.concatenate([self.y, other.y]), np.concatenate([self.m, other.m]),
+                      np.concatenate([self.search, other.search + len(self.starts)]), self.reduce)
+
+    def at(self, ends):
+        """The same lines read at a's times ``ends`` (pairs × 2, from the anchor) instead of
+        at the anchor: searches ``k`` and ``k + pairs`` are pair k at its two ends."""
+        pairs = len(ends)
+        return _Lines(np.tile(self.y, 2), np.concatenate([ends[self.search, i] + self.m for i in (0, 1)]),
+                      np.concatenate([self.search, self.search + pairs]), self.reduce)
+
+
+def _lines(side, anchors, ends, limit):
+    """The :class:`_Lines` of ``side`` relative to each pair's anchor, on the points that can
+    decide its extreme at a slope within ``limit``: the searches below give bit for bit
+    what they would on all points. The others lie outside the hull by more than twice
+    what evaluating ``y + s*m`` can round."""
+    x = (side.x - anchors[side.pair]).astype(np.float64)
+    y = side.y.astype(np.float64)
+    start = np.flatnonzero(np.concatenate([[True], side.pair[1:] != side.pair[:-1]]))
+    scale = (np.maximum.reduceat(np.abs(y), start)
+             + 2 * limit * (np.maximum.reduceat(np.abs(x), start) + np.abs(ends).max(axis=1)))
+    # evaluating rounds by at most 2^-52 * scale; 2^-40 also covers the rounding of the gaps
+    keep = side.gap <= (scale * 2.0 ** -40)[side.pair]
+    return _Lines(y[keep], -x[keep], side.pair[keep], side.reduce)
 
 
 def _golden(f, a, b):
-    """argmax of a unimodal f on [a, b]."""
+    """argmax of unimodal functions on [a, b], one per element: ``f`` maps an array of
+    points, one per search, to their values."""
     g = (np.sqrt(5) - 1) / 2
     c, d = b - g * (b - a), a + g * (b - a)
     fc, fd = f(c), f(d)
     for _ in range(_ITERATIONS):
-        if fc >= fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = f(d)
+        left = fc >= fd
+        a, b = np.where(left, a, c), np.where(left, d, b)
+        p = np.where(left, b - g * (b - a), a + g * (b - a))
+        fp = f(p)
+        c, d, fc, fd = np.where(left, p, d), np.where(left, c, p), np.where(left, fp, fd), np.where(left, fc, fp)
     return (a + b) / 2
+
+
+def _edge(width, inside, outside):
+    """The end of the feasible slopes between ``inside`` (feasible) and ``outside``,
+    bisected from outside so the bound errs large."""
+    open_end = width(outside) >= 0
+    start = outside
+    for _ in range(_ITERATIONS):
+        mid = (inside + outside) / 2
+        ok = width(mid) >= 0
+        inside, outside = np.where(ok, mid, inside), np.where(ok, outside, mid)
+    return np.where(open_end, start, outside)
 
 
 @dataclass
 class PairFit:
-    """``local_b = local_a + offset_ns + drift_ppm*1e-6*(local_a - anchor_ns)``, valid over ``span``."""
+    """``local_b = local_a + offset_ns + drift_ppm*1e-6*(local_a - anchor_ns)``, valid over the span fitted for."""
 
     a: int
     b: int
@@ -186,46 +278,70 @@ class PairFit:
     min_delta_ns: int           # the tightest single exchange (NTP's clock-filter sample)
     feasible: bool              # some line satisfies every constraint
     kinds: frozenset
-    band: Optional[Band] = None
-    slope_range: tuple = (0.0, 0.0)
+    bounds: Optional[tuple] = None  # largest |g_true - g| over feasible lines at the span's two ends; None when infeasible
 
     def at(self, x_ns):
         """g at a's local time(s) x (float ns)."""
         return self.offset_ns + self.drift_ppm * 1e-6 * (np.asarray(x_ns, dtype=np.float64) - self.anchor_ns) \
             if np.ndim(x_ns) else self.offset_ns + self.drift_ppm * 1e-6 * (x_ns - self.anchor_ns)
 
-    def error_bound(self, x_ns):
-        """Largest |g_true(x) - g(x)| over feasible lines; None when the constraints conflict."""
-        if not self.feasible:
-            return None
-        x = float(x_ns - self.band.anchor)
-        lo, hi = self.band.extremes(x, self.slope_range)
-        est = self.at(x_ns)
-        return max(hi - est, est - lo, 0.0) + ROUNDING_NS
 
+def fit_pairs(constraints, sides, spans, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
+    """[PairFit]: the offset line of ``c.b`` relative to ``c.a`` for each Constraints ``c``
+    in the list ``constraints`` (``sides`` = :func:`stack` of them), for use over its span
+    (a's clock) in ``spans``.
 
-def fit_pair(c, span, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
-    """Fit the offset line of ``c.b`` relative to ``c.a`` for use over ``span`` (a's clock).
-
-    ``drift``: True fits a slope, False holds it at 0, None fits it when that makes the
-    bound over ``span`` smaller (the samples span enough time to pin the slope down).
+    The feasible lines form a band whose width is concave in the slope; the estimate is
+    the line through its thickest part, and a pair's bound is the largest distance to any
+    feasible line at the span's ends. ``drift``: True fits a slope, False holds it at 0,
+    None fits it when that makes the bound over the span smaller (the samples span enough
+    time to pin the slope down). Every pair is searched at once, element by element.
     """
-    anchor = (int(span[0]) + int(span[1])) // 2
-    band = Band(c, anchor, limit_ppm)
-    s_mid, width = band.thickest()
-    feasible = width >= 0
-    slopes = band.slopes(s_mid) if feasible else (s_mid, s_mid)
-    min_delta = int(c.widths.min()) if len(c.widths) else 0
+    if not constraints:
+        return []
+    anchors = [(int(lo) + int(hi)) // 2 for lo, hi in spans]
+    ends = np.array([[float(x - anchor) for x in span] for span, anchor in zip(spans, anchors)])
+    limit = limit_ppm * 1e-6
+    top, bottom = (_lines(side, np.array(anchors, dtype=np.int64), ends, limit) for side in sides)
 
-    def candidate(s):
-        b0 = (band.top(s) + band.bottom(s)) / 2
-        return PairFit(c.a, c.b, b0, s * 1e6, anchor, c.samples, min_delta, feasible, c.kinds, band, slopes)
+    def width(s):
+        return top(s) - bottom(s)
 
-    if drift is True or (drift is None and not feasible):
-        return candidate(s_mid)
-    flat = candidate(0.0)
-    if drift is False or band.width(0.0) < 0:
-        return flat if drift is False else candidate(s_mid)
-    sloped = candidate(s_mid)
-    worst = [max(f.error_bound(x) for x in span) for f in (flat, sloped)]
-    return sloped if worst[1] < worst[0] else flat
+    n = len(constraints)
+    full = np.full(n, limit)
+    s_mid = _golden(width, -full, full)
+    feasible = width(s_mid) >= 0
+    # both ends of the feasible slopes in one bisection: searches k and k + n are pair k's
+    top2, bottom2 = top.at(np.zeros((n, 2))), bottom.at(np.zeros((n, 2)))
+    edges = _edge(lambda s: top2(s) - bottom2(s), np.tile(s_mid, 2), np.concatenate([-full, full]))
+    slopes = np.where(feasible, edges.reshape(2, n), s_mid)
+    # the highest and the lowest feasible g at each end, all as maxima of one search
+    extreme = top.at(ends).join(-bottom.at(ends))
+    g = extreme(_golden(extreme, np.tile(slopes[0], 4), np.tile(slopes[1], 4))).reshape(2, 2, n)
+    extremes = zip((-g[1]).T.tolist(), g[0].T.tolist())
+    zero = np.zeros(n)
+    b0_mid, b0_zero = (((top(s) + bottom(s)) / 2).tolist() for s in (s_mid, zero))
+    width_zero = width(zero).tolist()
+    fits = []
+    for k, c in enumerate(constraints):
+        ok = bool(feasible[k])
+        min_delta = int(c.widths.min()) if len(c.widths) else 0
+        lo, hi = next(extremes)
+
+        def candidate(b0, s):
+            fit = PairFit(c.a, c.b, b0, s * 1e6, anchors[k], c.samples, min_delta, ok, c.kinds)
+            if ok:
+                est = [fit.at(x) for x in spans[k]]
+                fit.bounds = tuple(max(h - e, e - l, 0.0) + ROUNDING_NS for l, h, e in zip(lo, hi, est))
+            return fit
+
+        sloped = candidate(b0_mid[k], float(s_mid[k]))
+        if drift is True or (drift is None and not ok):
+            fits.append(sloped)
+            continue
+        flat = candidate(b0_zero[k], 0.0)
+        if drift is False or width_zero[k] < 0:
+            fits.append(flat if drift is False else sloped)
+            continue
+        fits.append(sloped if max(sloped.bounds) < max(flat.bounds) else flat)
+    return fits
