@@ -106,7 +106,7 @@ def synchronised(collectives):
     """(ranks, start, end, ended) of a :class:`~tracemerge.correlate.Collectives`, columns
     in rank order, with ``ended`` False for collectives that do not synchronise."""
     cols = np.argsort(collectives.ranks, kind="stable")
-    sync = np.array([synchronising(rec.get("op", "")) for rec in collectives.first], dtype=bool)
+    sync = np.fromiter(map(synchronising, collectives.ops), bool, len(collectives))
     return ([collectives.ranks[c] for c in cols.tolist()], collectives.start[:, cols], collectives.end[:, cols],
             collectives.ended[:, cols] & sync[:, None])
 
