@@ -52,6 +52,7 @@ class RpcCalls:
     times: np.ndarray    # int64 (4, calls): t1..t4 as in TIMES, 0 where ``has`` is False
     has: np.ndarray      # bool (4, calls): the time was recorded
     status: list         # "ok", or the last other status any record of the call gave
+    ok: np.ndarray       # bool: status is "ok"
 
     def __len__(self):
         return len(self.first)
@@ -67,7 +68,7 @@ class RpcCalls:
     @property
     def quadruples(self):
         """Which calls are complete and succeeded: their four times bound the clocks."""
-        return self.has.all(axis=0) & np.array([s == "ok" for s in self.status], dtype=bool)
+        return self.has.all(axis=0) & self.ok
 
 
 @dataclass
@@ -106,7 +107,7 @@ def match_rpcs(infos):
     last_failed = _last(row[failed], failed, len(index))
     for r in np.flatnonzero(last_failed >= 0).tolist():
         status[r] = statuses[last_failed[r]]
-    calls = RpcCalls(firsts, caller, callee, times, has, status)
+    calls = RpcCalls(firsts, caller, callee, times, has, status, last_failed < 0)
     present = {info.rank for info in infos}
     peers = np.stack([caller, callee], axis=1).reshape(-1)
     missing = {}
@@ -192,7 +193,7 @@ def match_collectives(infos):
     """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
     its last start, bytes and end given count."""
     records = [rec for info in infos for rec in info.collectives]
-    keys = [(str(rec["group"]), int(rec["seq"])) for rec in records]
+    keys = list(zip(map(str, map(itemgetter("group"), records)), map(int, map(itemgetter("seq"), records))))
     index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     row = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
     cell = row * len(infos) + np.repeat(np.arange(len(infos)), [len(info.collectives) for info in infos])
