@@ -7,8 +7,8 @@ same joins as :class:`RpcCall` and :class:`CollectiveMatch` objects.
 """
 
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import eq, is_not, ne
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Optional
 
 import numpy as np
@@ -52,6 +52,7 @@ class RpcCalls:
     times: np.ndarray    # int64 (4, calls): t1..t4 as in TIMES, 0 where ``has`` is False
     has: np.ndarray      # bool (4, calls): the time was recorded
     status: list         # "ok", or the last other status any record of the call gave
+    ok: np.ndarray       # bool: status is "ok"
 
     def __len__(self):
         return len(self.first)
@@ -67,7 +68,7 @@ class RpcCalls:
     @property
     def quadruples(self):
         """Which calls are complete and succeeded: their four times bound the clocks."""
-        return self.has.all(axis=0) & np.array([s == "ok" for s in self.status], dtype=bool)
+        return self.has.all(axis=0) & self.ok
 
 
 @dataclass
@@ -82,33 +83,31 @@ def match_rpcs(infos):
     """Join the caller's and the callee's record of every RPC by ``rpc_id``; when a side has
     several records, the last time given for each field and the last non-ok status count."""
     records = [rec for info in infos for rec in info.rpcs]
-    ids = [rec["rpc_id"] for rec in records]
-    index = {rpc_id: i for i, rpc_id in enumerate(dict.fromkeys(ids))}
-    row = np.fromiter(map(index.__getitem__, ids), np.int64, len(ids))
+    index = {}
+    row = np.fromiter([index.setdefault(rec["rpc_id"], len(index)) for rec in records], np.int64, len(records))
     first = np.full(len(index), len(records))
     np.minimum.at(first, row, np.arange(len(records)))
     firsts = [records[i] for i in first.tolist()]
-    caller = np.array([rec["caller"] for rec in firsts], dtype=np.int64)
-    callee = np.array([rec["callee"] for rec in firsts], dtype=np.int64)
-    is_caller = np.fromiter(map(eq, map(dict.get, records, repeat("role")), repeat("caller")), bool, len(records))
+    caller = np.fromiter(map(itemgetter("caller"), firsts), np.int64, len(firsts))
+    callee = np.fromiter(map(itemgetter("callee"), firsts), np.int64, len(firsts))
+    is_caller = np.equal(np.fromiter(map(itemgetter("role"), records), object, len(records)), "caller")
     times = np.zeros((len(TIMES), len(index)), dtype=np.int64)
     has = np.zeros((len(TIMES), len(index)), dtype=bool)
-    for side, keys in ((np.flatnonzero(is_caller), CALLER_FIELDS), (np.flatnonzero(~is_caller), CALLEE_FIELDS)):
-        recs = [records[i] for i in side.tolist()]
+    for side, keys in ((is_caller, CALLER_FIELDS), (~is_caller, CALLEE_FIELDS)):
+        recs, side = list(compress(records, side.tolist())), np.flatnonzero(side)
         for key in keys:
-            values = list(map(dict.get, recs, repeat(key)))
-            given = np.fromiter(map(is_not, values, repeat(None)), bool, len(values))
-            last = _last(row[side[given]], np.flatnonzero(given), len(index))
+            given, values = _given(recs, key)
+            last = _last(row[side[given]], np.arange(len(given)), len(index))
             k = TIMES.index(key)
             has[k] = last >= 0
-            times[k, has[k]] = [values[i] for i in last[has[k]].tolist()]
-    statuses = list(map(dict.get, records, repeat("status"), repeat("ok")))
-    failed = np.flatnonzero(np.fromiter(map(ne, statuses, repeat("ok")), bool, len(records)))
+            times[k, has[k]] = values[last[has[k]]]
+    statuses = np.fromiter(map(dict.get, records, repeat("status"), repeat("ok")), object, len(records))
+    failed = np.flatnonzero(np.not_equal(statuses, "ok"))
     status = ["ok"] * len(index)
     last_failed = _last(row[failed], failed, len(index))
     for r in np.flatnonzero(last_failed >= 0).tolist():
         status[r] = statuses[last_failed[r]]
-    calls = RpcCalls(firsts, caller, callee, times, has, status)
+    calls = RpcCalls(firsts, caller, callee, times, has, status, last_failed < 0)
     present = {info.rank for info in infos}
     peers = np.stack([caller, callee], axis=1).reshape(-1)
     missing = {}
@@ -117,6 +116,16 @@ def match_rpcs(infos):
     sent, started = has[TIMES.index("send_ns")], has[TIMES.index("start_ns")]
     return RpcMatch(calls=calls, caller_only=int((sent & ~started).sum()), callee_only=int((started & ~sent).sum()),
                     missing_peer=missing)
+
+
+def _given(records, key):
+    """(positions, int64 values) of the ``records`` that give ``key`` (an int or None)."""
+    try:
+        return np.arange(len(records)), np.fromiter(map(dict.get, records, repeat(key)), np.int64, len(records))
+    except TypeError:  # some leave it out or give None
+        values = np.fromiter(map(dict.get, records, repeat(key)), object, len(records))
+        given = np.flatnonzero(np.not_equal(values, None))
+        return given, values[given].astype(np.int64)
 
 
 def _last(rows, positions, count):
@@ -150,35 +159,41 @@ class Collectives:
     column per rank (in the order of the infos); iterating gives them as
     :class:`CollectiveMatch`."""
 
-    first: list          # each collective's first record (op, group_ranks)
+    records: list        # every record, infos in order
     keys: list           # (group, seq)
+    first: np.ndarray    # each collective's first record (op, group_ranks)
     ranks: list          # the rank of each column
-    start: np.ndarray    # int64 (collectives, ranks), 0 where not ``seen``
-    seen: np.ndarray     # bool: the rank recorded the collective, so its start
+    last: np.ndarray     # (collectives, ranks): the rank's last record of it, -1 for none
+    start: np.ndarray    # int64 (collectives, ranks), from ``last``; 0 where it is -1
     end: np.ndarray      # int64, 0 where not ``ended``
-    ended: np.ndarray    # bool: the rank recorded its end
-    bytes: np.ndarray    # int64
+    ended: np.ndarray    # bool: the rank recorded its end (its last end given counts)
 
     def __len__(self):
         return len(self.keys)
 
     def __iter__(self):
-        for (group, seq), rec, seen, start, ended, end, size in zip(
-                self.keys, self.first, self.seen.tolist(), self.start.tolist(), self.ended.tolist(),
-                self.end.tolist(), self.bytes.tolist()):
-            cols = [c for c, s in enumerate(seen) if s]
+        for (group, seq), first, last, start, ended, end in zip(
+                self.keys, self.first.tolist(), self.last.tolist(), self.start.tolist(), self.ended.tolist(),
+                self.end.tolist()):
+            rec = self.records[first]
+            cols = [c for c, i in enumerate(last) if i >= 0]
             yield CollectiveMatch(group=group, seq=seq, op=rec.get("op", ""),
                                   group_ranks=list(rec.get("group_ranks") or []),
                                   start_ns={self.ranks[c]: start[c] for c in cols},
                                   end_ns={self.ranks[c]: end[c] for c in cols if ended[c]},
-                                  bytes={self.ranks[c]: size[c] for c in cols})
+                                  bytes={self.ranks[c]: int(self.records[last[c]].get("bytes", 0)) for c in cols})
+
+    @property
+    def ops(self):
+        """Each collective's op, as its first record names it."""
+        return [self.records[i].get("op", "") for i in self.first.tolist()]
 
 
 def match_collectives(infos):
     """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
     its last start, bytes and end given count."""
     records = [rec for info in infos for rec in info.collectives]
-    keys = [(str(rec["group"]), int(rec["seq"])) for rec in records]
+    keys = list(zip(map(str, map(itemgetter("group"), records)), map(int, map(itemgetter("seq"), records))))
     index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     row = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
     cell = row * len(infos) + np.repeat(np.arange(len(infos)), [len(info.collectives) for info in infos])
@@ -186,15 +201,11 @@ def match_collectives(infos):
     np.minimum.at(first, row, np.arange(len(records)))
     shape = (len(index), len(infos))
     last = _last(cell, np.arange(len(records)), len(index) * len(infos)).reshape(shape)
-    seen = last >= 0
-    start, size = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
-    start[seen] = [records[i]["start_ns"] for i in last[seen].tolist()]
-    size[seen] = [int(records[i].get("bytes", 0)) for i in last[seen].tolist()]
-    ends = list(map(dict.get, records, repeat("end_ns")))  # absent when the file was written mid-collective
-    given = np.flatnonzero(np.fromiter(map(is_not, ends, repeat(None)), bool, len(ends)))
-    last_end = _last(cell[given], given, len(index) * len(infos)).reshape(shape)
+    start = np.fromiter(map(itemgetter("start_ns"), records), np.int64, len(records))[last]
+    start[last < 0] = 0
+    given, ends = _given(records, "end_ns")  # absent when the file was written mid-collective
+    last_end = _last(cell[given], np.arange(len(given)), len(index) * len(infos)).reshape(shape)
     ended = last_end >= 0
     end = np.zeros(shape, np.int64)
-    end[ended] = [ends[i] for i in last_end[ended].tolist()]
-    return Collectives([records[i] for i in first.tolist()], list(index), [info.rank for info in infos],
-                       start, seen, end, ended, size)
+    end[ended] = ends[last_end[ended]]
+    return Collectives(records, list(index), first, [info.rank for info in infos], last, start, end, ended)

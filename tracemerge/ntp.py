@@ -81,9 +81,12 @@ def rpc_constraints(calls):
     a, b = np.where(out, caller, callee), np.where(out, callee, caller)
     rows = np.stack([np.where(out, t1, t3), np.where(out, t2 - t1, t4 - t3), np.where(out, t4, t2),
                      np.where(out, t3 - t4, t1 - t2)])
-    pairs, first, which = np.unique(np.stack([a, b], axis=1), axis=0, return_index=True, return_inverse=True)
-    return {(int(pairs[k, 0]), int(pairs[k, 1])): _constraints(pairs[k], rows[:, which.reshape(-1) == k], "rpc")
-            for k in np.argsort(first).tolist()}
+    order = np.lexsort((b, a))  # stable: a pair's calls stay in call order
+    a, b, rows = a[order], b[order], rows[:, order]
+    start = _runs(a, b)
+    groups = np.split(rows, start[1:], axis=1)
+    return {(int(a[i]), int(b[i])): _constraints((a[i], b[i]), groups[k], "rpc")
+            for k, i in sorted(enumerate(start.tolist()), key=lambda g: order[g[1]])}
 
 
 def collective_constraints(collectives):
@@ -102,11 +105,20 @@ def collective_constraints(collectives):
     return {pair: _constraints(pair, rows, "collective") for _, pair, rows in found}
 
 
+def _runs(*columns):
+    """Where each run of equal values (in all ``columns`` at once) starts."""
+    change = np.zeros(len(columns[0]), dtype=bool)
+    change[:1] = True
+    for c in columns:
+        change[1:] |= c[1:] != c[:-1]
+    return np.flatnonzero(change)
+
+
 def synchronised(collectives):
     """(ranks, start, end, ended) of a :class:`~tracemerge.correlate.Collectives`, columns
     in rank order, with ``ended`` False for collectives that do not synchronise."""
     cols = np.argsort(collectives.ranks, kind="stable")
-    sync = np.array([synchronising(rec.get("op", "")) for rec in collectives.first], dtype=bool)
+    sync = np.fromiter(map(synchronising, collectives.ops), bool, len(collectives))
     return ([collectives.ranks[c] for c in cols.tolist()], collectives.start[:, cols], collectives.end[:, cols],
             collectives.ended[:, cols] & sync[:, None])
 
@@ -153,10 +165,9 @@ def _side(xs, ys, reduce):
     # each pair's exchanges are nearly in time order already, which a stable sort exploits
     order = np.concatenate([np.argsort(x, kind="stable") for x in xs]) + np.repeat(np.cumsum(size) - size, size)
     pair, x, y = np.repeat(np.arange(len(xs)), size), np.concatenate(xs)[order], np.concatenate(ys)[order]
-    run = np.flatnonzero(np.concatenate([[True], (pair[1:] != pair[:-1]) | (x[1:] != x[:-1])]))
+    run = _runs(pair, x)
     pair, x, y = pair[run], x[run], reduce.reduceat(y, run)
-    start = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]]))
-    local = (x - np.repeat(x[start], np.diff(np.append(start, len(x))))).astype(np.float64)
+    local = (x - x[_runs(pair)][pair]).astype(np.float64)  # the hull is the same from any origin
     gap = _hull_gap(pair, local, y.astype(np.float64) if reduce is np.minimum else -y.astype(np.float64))
     return Side(pair, x, y, gap, reduce)
 
@@ -201,7 +212,7 @@ class _Lines:
 
     def __init__(self, y, m, search, reduce):
         self.y, self.m, self.search, self.reduce = y, m, search, reduce
-        self.starts = np.flatnonzero(np.concatenate([[True], search[1:] != search[:-1]]))
+        self.starts = _runs(search)
 
     def __call__(self, s):
         return self.reduce.reduceat(self.y + s[self.search] * self.m, self.starts)
@@ -230,12 +241,23 @@ def _lines(side, anchors, ends, limit):
     what evaluating ``y + s*m`` can round."""
     x = (side.x - anchors[side.pair]).astype(np.float64)
     y = side.y.astype(np.float64)
-    start = np.flatnonzero(np.concatenate([[True], side.pair[1:] != side.pair[:-1]]))
+    start = _runs(side.pair)
     scale = (np.maximum.reduceat(np.abs(y), start)
              + 2 * limit * (np.maximum.reduceat(np.abs(x), start) + np.abs(ends).max(axis=1)))
     # evaluating rounds by at most 2^-52 * scale; 2^-40 also covers the rounding of the gaps
     keep = side.gap <= (scale * 2.0 ** -40)[side.pair]
     return _Lines(y[keep], -x[keep], side.pair[keep], side.reduce)
+
+
+def _width(top, bottom):
+    """The band's width as a function of the slope per search: top - bottom, computed bit
+    for bit as top + (-bottom) in one reduction over both."""
+    band = top.join(-bottom)
+
+    def width(s):
+        both = band(np.concatenate([s, s]))
+        return both[:len(s)] + both[len(s):]
+    return width
 
 
 def _golden(f, a, b):
@@ -247,7 +269,8 @@ def _golden(f, a, b):
     for _ in range(_ITERATIONS):
         left = fc >= fd
         a, b = np.where(left, a, c), np.where(left, d, b)
-        p = np.where(left, b - g * (b - a), a + g * (b - a))
+        step = g * (b - a)
+        p = np.where(left, b - step, a + step)
         fp = f(p)
         c, d, fc, fd = np.where(left, p, d), np.where(left, c, p), np.where(left, fp, fd), np.where(left, fc, fp)
     return (a + b) / 2
@@ -303,17 +326,14 @@ def fit_pairs(constraints, sides, spans, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
     ends = np.array([[float(x - anchor) for x in span] for span, anchor in zip(spans, anchors)])
     limit = limit_ppm * 1e-6
     top, bottom = (_lines(side, np.array(anchors, dtype=np.int64), ends, limit) for side in sides)
-
-    def width(s):
-        return top(s) - bottom(s)
-
     n = len(constraints)
+    width = _width(top, bottom)
     full = np.full(n, limit)
     s_mid = _golden(width, -full, full)
     feasible = width(s_mid) >= 0
     # both ends of the feasible slopes in one bisection: searches k and k + n are pair k's
-    top2, bottom2 = top.at(np.zeros((n, 2))), bottom.at(np.zeros((n, 2)))
-    edges = _edge(lambda s: top2(s) - bottom2(s), np.tile(s_mid, 2), np.concatenate([-full, full]))
+    edges = _edge(_width(top.at(np.zeros((n, 2))), bottom.at(np.zeros((n, 2)))), np.tile(s_mid, 2),
+                  np.concatenate([-full, full]))
     slopes = np.where(feasible, edges.reshape(2, n), s_mid)
     # the highest and the lowest feasible g at each end, all as maxima of one search
     extreme = top.at(ends).join(-bottom.at(ends))
