@@ -182,8 +182,9 @@ def _hull_gap(group, x, y):
     so a point at height d lies above the set's lowest line ``y - s*x`` by at least d at
     every slope s (the chord is above the hull).
     """
-    edge = np.concatenate([[True], group[1:] != group[:-1]])
-    vertex = edge | np.concatenate([edge[1:], [True]])
+    first = _runs(group)
+    vertex = np.zeros(len(x), dtype=bool)
+    vertex[first] = vertex[np.append(first[1:], len(x)) - 1] = True  # each group's ends
     alive = np.arange(len(x))
     while True:
         depth = _below_chords(x[alive], y[alive], vertex[alive])

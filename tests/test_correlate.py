@@ -1,0 +1,58 @@
+"""Joining RPC and collective records across ranks: which record wins, what counts as complete."""
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from tracemerge.correlate import RpcCall, match_collectives, match_rpcs
+from tracemerge.ntp import collective_constraints, rpc_constraints
+
+
+def info(rank, rpcs=(), collectives=()):
+    return SimpleNamespace(rank=rank, rpcs=list(rpcs), collectives=list(collectives))
+
+
+def caller(rpc_id, a, b, t1, t4=None, **extra):
+    return {"rpc_id": rpc_id, "role": "caller", "caller": a, "callee": b, "send_ns": t1, "complete_ns": t4, **extra}
+
+
+def callee(rpc_id, a, b, t2, t3=None, **extra):
+    return {"rpc_id": rpc_id, "role": "callee", "caller": a, "callee": b, "start_ns": t2, "end_ns": t3, **extra}
+
+
+def test_rpc_sides_join_in_order_of_first_sight_and_the_last_time_given_counts():
+    infos = [info(0, [caller("0:1", 0, 1, 10, 50), caller("0:2", 0, 1, 60), caller("0:3", 0, 5, 70, 80)]),
+             info(1, [callee("1:9", 1, 0, 5, 6), callee("0:1", 0, 1, 20, 30), callee("0:1", 0, 1, 21, None),
+                      callee("0:2", 0, 1, 62, 64, status="error"), callee("0:2", 0, 1, 63, 65)])]
+    match = match_rpcs(infos)
+    calls = list(match.calls)
+    assert [c.rpc_id for c in calls] == ["0:1", "0:2", "0:3", "1:9"]
+    assert calls[0] == RpcCall("0:1", "", "", "", 0, 1, 10, 21, 30, 50)  # a later None keeps the end given before
+    assert calls[1] == RpcCall("0:2", "", "", "", 0, 1, 60, 63, 65, None, "error")  # a failure on any record counts
+    assert (match.caller_only, match.callee_only, match.missing_peer) == (1, 1, {5: 1})
+    assert match.calls.quadruples.tolist() == [True, False, False, False]
+
+
+def test_rpc_constraints_put_the_lower_rank_first_whoever_called():
+    infos = [info(0, [caller("0:1", 0, 1, 100, 400), callee("1:1", 1, 0, 1_000, 1_100)]),
+             info(1, [callee("0:1", 0, 1, 1_150, 1_250), caller("1:1", 1, 0, 900, 1_300)])]
+    (pair, c), = rpc_constraints(match_rpcs(infos).calls).items()
+    assert pair == (0, 1) and c.samples == 2
+    # 0 → 1: g(t1) <= t2 - t1, g(t4) >= t3 - t4; 1 → 0: g(t3) <= t4 - t3, g(t2) >= t1 - t2
+    assert c.x_upper.tolist() == [100, 1_100] and c.upper.tolist() == [1_050, 200]
+    assert c.x_lower.tolist() == [400, 1_000] and c.lower.tolist() == [850, -100]
+
+
+def test_collectives_keep_each_ranks_last_start_and_last_end_given():
+    rec = {"op": "all_reduce", "group": 0, "group_ranks": [0, 1, 2], "seq": 7}
+    infos = [info(2, collectives=[{**rec, "start_ns": 10, "end_ns": 40, "bytes": 4}]),
+             info(0, collectives=[{**rec, "start_ns": 5, "end_ns": 30, "bytes": 1},
+                                  {**rec, "start_ns": 6, "bytes": 2}]),
+             info(1, collectives=[{**rec, "op": "broadcast", "group": "0", "seq": 8, "start_ns": 1, "end_ns": 2}])]
+    first, second = match_collectives(infos)
+    assert (first.group, first.seq, first.op, second.op) == ("0", 7, "all_reduce", "broadcast")
+    assert list(first.start_ns.items()) == [(2, 10), (0, 6)] and first.end_ns == {2: 40, 0: 30}
+    assert first.bytes == {2: 4, 0: 2} and not first.complete
+    # only the synchronising one bounds the clocks, with the lower rank first
+    (pair, c), = collective_constraints(match_collectives(infos)).items()
+    assert pair == (0, 2) and np.array_equal(c.upper, [40 - 6]) and np.array_equal(c.lower, [10 - 30])
