@@ -119,12 +119,12 @@ def test_collectives_from_plain_kineto_traces_align(tmp_path):
 def test_points_near_the_hulls_decide_every_extreme_bit_for_bit(seed):
     """fit_pairs searches only the points next to each side's hull: at any slope within
     the drift limit, at the anchor or at the span's ends, they give the very float all
-    the points give — also for a pair whose points are collinear up to rounding."""
+    the points give — also for pairs whose points are collinear, up to rounding or exactly."""
     rng = np.random.default_rng(seed)
     n, cons = 3000, []
-    for b, noise in ((1, 5_000), (2, 0)):
+    for b, noise, ppm in ((1, 5_000, 37), (2, 0, 37), (3, 0, 0)):
         t1 = 1_700_000_000_000_000_000 + np.sort(rng.integers(0, 60_000_000_000, n))
-        drift = (t1 - t1[0]) * 37 // 1_000_000  # 37 ppm, on the integer ns the records hold
+        drift = (t1 - t1[0]) * ppm // 1_000_000  # on the integer ns the records hold
         there, back = (20_000 + noise * rng.pareto(1.5, (2, n))).astype(np.int64)
         t2 = t1 + there + 3_000_000 + drift
         t3 = t2 + rng.integers(0, 1_000_000, n)

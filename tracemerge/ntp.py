@@ -149,9 +149,9 @@ def stack(constraints):
 @dataclass
 class Side:
     """One side of the constraints of many pairs, ``g(x) <= y`` (``reduce`` is minimum) or
-    ``g(x) >= y`` (maximum), sorted by pair then x. Only the tightest bound at each x is
-    kept: at a shared x the looser one is never the extreme, not even after rounding
-    (rounding is monotone)."""
+    ``g(x) >= y`` (maximum), sorted by pair then x. Only points that can be the extreme are
+    kept: at a shared x the looser bound never is, not even after rounding (rounding is
+    monotone), and neither is a point between two neighbours of the same bound."""
 
     pair: np.ndarray      # index of each point's pair
     x: np.ndarray         # int64 ns on a's clock
@@ -167,6 +167,11 @@ def _side(xs, ys, reduce):
     pair, x, y = np.repeat(np.arange(len(xs)), size), np.concatenate(xs)[order], np.concatenate(ys)[order]
     run = _runs(pair, x)
     pair, x, y = pair[run], x[run], reduce.reduceat(y, run)
+    # between two points of one bound (exchanges of constant delay), y - s*x at any s, also
+    # rounded, lies between theirs: only the ends of such a run can be the extreme
+    run = _runs(pair, y)
+    ends = np.union1d(run, np.append(run[1:], len(y)) - 1)
+    pair, x, y = pair[ends], x[ends], y[ends]
     local = (x - x[_runs(pair)][pair]).astype(np.float64)  # the hull is the same from any origin
     gap = _hull_gap(pair, local, y.astype(np.float64) if reduce is np.minimum else -y.astype(np.float64))
     return Side(pair, x, y, gap, reduce)
