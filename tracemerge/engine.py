@@ -83,9 +83,8 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
-    read here (``consume``); with a ``codec``
-    (:mod:`tracemerge.compress`) the rank is one gzip member or zstd frame, so the ranks
-    concatenate into one stream.
+    read here (``consume``). With a ``codec`` (:mod:`tracemerge.compress`) the rank is one
+    gzip member or zstd frame, so the ranks concatenate into one stream.
     """
     try:
         with _gc_paused():
