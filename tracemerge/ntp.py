@@ -114,6 +114,14 @@ def _runs(*columns):
     return np.flatnonzero(change)
 
 
+def _ends(*columns):
+    """Which points are the first or the last of a run of equal values (in all ``columns``)."""
+    start = _runs(*columns)
+    end = np.zeros(len(columns[0]), dtype=bool)
+    end[start] = end[np.append(start[1:], len(end)) - 1] = True
+    return end
+
+
 def synchronised(collectives):
     """(ranks, start, end, ended) of a :class:`~tracemerge.correlate.Collectives`, columns
     in rank order, with ``ended`` False for collectives that do not synchronise."""
@@ -169,9 +177,8 @@ def _side(xs, ys, reduce):
     pair, x, y = pair[run], x[run], reduce.reduceat(y, run)
     # between two points of one bound (exchanges of constant delay), y - s*x at any s, also
     # rounded, lies between theirs: only the ends of such a run can be the extreme
-    run = _runs(pair, y)
-    ends = np.union1d(run, np.append(run[1:], len(y)) - 1)
-    pair, x, y = pair[ends], x[ends], y[ends]
+    end = _ends(pair, y)
+    pair, x, y = pair[end], x[end], y[end]
     local = (x - x[_runs(pair)][pair]).astype(np.float64)  # the hull is the same from any origin
     gap = _hull_gap(pair, local, y.astype(np.float64) if reduce is np.minimum else -y.astype(np.float64))
     return Side(pair, x, y, gap, reduce)
@@ -187,9 +194,7 @@ def _hull_gap(group, x, y):
     so a point at height d lies above the set's lowest line ``y - s*x`` by at least d at
     every slope s (the chord is above the hull).
     """
-    first = _runs(group)
-    vertex = np.zeros(len(x), dtype=bool)
-    vertex[first] = vertex[np.append(first[1:], len(x)) - 1] = True  # each group's ends
+    vertex = _ends(group)
     alive = np.arange(len(x))
     while True:
         depth = _below_chords(x[alive], y[alive], vertex[alive])
