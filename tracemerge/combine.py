@@ -84,9 +84,6 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
         for r in results:
             for k, v in r["counts"].items():
                 counts[k] = counts.get(k, 0) + v
-        return summary()
-
-    def summary():
         return {**build_summary(session, alignment, places, counts), "format": fmt,
                 "selection": select.describe(selection)}
 
@@ -94,9 +91,8 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine, into its part of the output
     jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
-    write_merged(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
-                 jobs, output, header, footer, facts=any(i.partial for i in kept))
-    return summary()
+    return write_merged(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
+                        jobs, output, header, footer, facts=any(i.partial for i in kept))
 
 
 def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None, consume=False):

@@ -5,8 +5,8 @@ Two passes over the inputs:
 
 1. :func:`scan_head` / :func:`scan` — what the clock model needs of a rank (a
    :class:`RankInfo`): a rank file's head alone when it carries its block, else the typed
-   reader without the extra keys. Anything the typed reader does not accept goes through the full reader, so
-   errors, salvage and warnings are the reader's own.
+   reader without the extra keys. Anything the typed reader does not accept goes through
+   the full reader, so errors, salvage and warnings are the reader's own.
 2. :func:`encode_rank` — the one full read of a rank, the caller's per-rank function
    (transform and counts) and the format's encoder; returns the counts, the size written
    and, for a rank described from its head, the facts only its events tell.
@@ -187,7 +187,7 @@ _TURNS = None
 
 
 def _pwrite_all(fd, pieces, offset):
-    iov_max = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+    iov_max = os.sysconf("SC_IOV_MAX")
     views = [memoryview(p) for p in pieces if p]
     while views:
         done = os.pwritev(fd, views[:iov_max], offset)
@@ -201,7 +201,8 @@ def _pwrite_all(fd, pieces, offset):
 def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False):
     """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
     the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
-    summary from the per-rank results (and may raise to abandon the output)."""
+    summary from the per-rank results (and may raise to abandon the output). Returns the
+    summary."""
     global _TURNS
     form = FORMATS[fmt]
     codec = codec_for(output)
@@ -231,8 +232,9 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
                             out.write(form.separator)
                         out.copy(sink.path)
                         first = False
-        out.write(form.close(footer(results)))
-    return results
+        summary = footer(results)
+        out.write(form.close(summary))
+    return summary
 
 
 class _Pieces:
