@@ -17,14 +17,16 @@ the protobuf output by :func:`bind_input_flows`; JSON passes them through.
 """
 
 import hashlib
+from itertools import repeat
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
+from msgspec import UNSET
 
 from tracemerge.correlate import match_rpcs
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.transform import namespace_id
+from tracemerge.transform import ID_LIMIT, NAMESPACE_BITS, namespace_id
 
 FLOW_CAT = "rpc"
 # RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
@@ -167,6 +169,9 @@ V1_ROLES = {ord("s"): OUT, ord("t"): STEP, ord("f"): IN}
 KIND_SHIFT = 56       # flow kinds beyond the first are told apart above the namespaced id
 
 
+NO_FLOWS = ((), (), (), ())
+
+
 def merge_flows(a, b):
     """{event index: 4 tuples of flow ids} of two flow maps together."""
     out = dict(a)
@@ -189,92 +194,86 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     Returns ({event index: (begin flow_ids, begin terminating, end flow_ids, end
     terminating)}, {"converted": v1 events bound, reason: v1 events dropped}).
     """
-    ph = trace.ph
-    n_tids = max(len(trace.tids), 1)
-    v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
-    v2 = [i for i in np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"])).tolist()
-          if trace.extra[i] and "bind_id" in trace.extra[i]]
+    ph, extra = trace.ph, trace.extra
     drops = {}
 
     def drop(reason):
         drops[reason] = drops.get(reason, 0) + 1
 
-    row_of = {}                     # slice begin event -> row
-    if v2:
-        row_of = dict(zip(slices.begin.tolist(), range(len(slices.begin))))
-    enclosing = _Enclosing(slices)
-    points = []                     # (flow key, ts, event index, role, anchor)
-    for i in v1.tolist():
-        extra = trace.extra[i] or {}
-        value = extra.get("id")
-        if value is None and isinstance(extra.get("id2"), dict):
-            value = extra["id2"].get("global", extra["id2"].get("local"))
+    # v1: the slices of all points found at once, per thread
+    v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
+    roles = list(map(V1_ROLES.__getitem__, ph[v1].tolist()))
+    values = [_id2_value(id2) if v is None or v is UNSET else v
+              for v, id2 in zip(extra.column("id", v1), extra.column("id2", v1))]
+    next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], bool)
+    thread = trace.pid[v1].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[v1]
+    rows = _Enclosing(slices, ranges).rows(thread, start[v1], next_begin).tolist()
+    points = []                     # (flow key, id, event index, role, slice row or None)
+    for i, key, value, role, row in zip(v1.tolist(), zip(trace.cat[v1].tolist(), trace.name[v1].tolist()),
+                                        values, roles, rows):
         if value is None:
             drop("flow event without an id")
-            continue
-        role, ts = V1_ROLES[int(ph[i])], int(start[i])
-        lo_hi = ranges.get(int(trace.pid[i]) * n_tids + int(trace.tid[i]))
-        if role == IN and extra.get("bp") != "e":
-            row = enclosing.next_begin(lo_hi, ts)
-        else:
-            row = enclosing.at(lo_hi, ts)
-        if row is None:
+        elif row < 0:
             drop(f"flow '{chr(ph[i])}' with no slice on its thread at its time")
-            continue
-        points.append(((int(trace.cat[i]), int(trace.name[i])), value, ts, i, role, _anchor(slices, row)))
-    for i in v2:
-        extra = trace.extra[i]
-        out, inn = bool(extra.get("flow_out")), bool(extra.get("flow_in"))
+        else:
+            points.append((key, value, i, role, row))
+
+    # v2: a bind_id on the event itself
+    hosts = np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"]))
+    hosts = [i for i, b in zip(hosts.tolist(), extra.column("bind_id", hosts)) if b is not UNSET]
+    row_of = dict(zip(slices.begin.tolist(), range(len(slices.begin)))) if hosts else {}
+    for i, bind_id, out, inn in zip(hosts, extra.column("bind_id", hosts), extra.column("flow_out", hosts),
+                                    extra.column("flow_in", hosts)):
+        out, inn = bool(out), bool(inn)  # UNSET (absent) is false
         if not (out or inn):
             continue    # Perfetto ignores a bind_id without a direction too
         row = row_of.get(i)
-        anchor = _anchor(slices, row) if row is not None else (i, int(start[i]), None)
         if row is None and ph[i] in (ord("X"), ord("B"), ord("b")):
             continue    # its slice was not written (unpaired begin): counted there
-        points.append(("v2", extra["bind_id"], int(start[i]), i, STEP if out and inn else OUT if out else IN,
-                       anchor))
+        points.append(("v2", bind_id, i, STEP if out and inn else OUT if out else IN, row))
 
     kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
+    s_begin, s_start, s_end = slices.begin.tolist(), slices.start.tolist(), slices.end.tolist()
+    at_ns = start[[p[2] for p in points]].tolist()
+    fids = proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points])
     by_id = {}
-    for p in points:
-        by_id.setdefault(proto_flow_id(rank, kinds[p[0]], p[1]), []).append(p)
+    for (key, value, i, role, row), ts, fid in zip(points, at_ns, fids):
+        anchor = (s_begin[row], s_start[row], s_end[row]) if row is not None else (i, ts, None)
+        by_id.setdefault(fid, []).append((ts, i, role, anchor, key != "v2"))
     bound, converted = {}, 0
     for fid, chain in by_id.items():
-        chain.sort(key=lambda p: (p[2], p[3]))
-        last = None              # when Perfetto sees the previous point of the chain; None: not in flight
-        for _, _, _, i, role, (event, begin_ns, end_ns) in chain:
+        chain.sort()        # by (ts, event index), which are unique
+        last = None         # when Perfetto sees the previous point of the chain; None: not in flight
+        for _, i, role, (event, begin_ns, end_ns), v1 in chain:
             if role == OUT:
                 if last is not None:
-                    _drop_v1(trace, i, drop, "flow start while the same id is in flight")
+                    if v1:  # a v2 point rides on an event that is kept
+                        drop("flow start while the same id is in flight")
                     continue
                 at, slot = begin_ns, 0
             elif last is None:
-                _drop_v1(trace, i, drop, f"flow {'step' if role == STEP else 'end'} without a start")
+                if v1:
+                    drop(f"flow {'step' if role == STEP else 'end'} without a start")
                 continue
             elif begin_ns > last:
                 at, slot = begin_ns, 0
             elif end_ns is not None and end_ns > last:
                 at, slot = end_ns, 2
             else:
-                _drop_v1(trace, i, drop, "flow point on a slice that ends before its flow starts")
+                if v1:
+                    drop("flow point on a slice that ends before its flow starts")
                 continue
-            ids = bound.setdefault(event, ((), (), (), ()))
-            slot += role == IN
-            bound[event] = tuple(x + (fid,) if n == slot else x for n, x in enumerate(ids))
+            ids = list(bound.get(event, NO_FLOWS))
+            ids[slot + (role == IN)] += (fid,)
+            bound[event] = tuple(ids)
             last = None if role == IN else at
-            converted += chr(trace.ph[i]) in "stf"
+            converted += v1
     return bound, {"converted": converted, **drops}
 
 
-def _drop_v1(trace, i, drop, reason):
-    """Count a v1 flow event as dropped; a v2 point rides on an event that is kept."""
-    if chr(trace.ph[i]) in "stf":
-        drop(reason)
-
-
-def _anchor(slices, row):
-    """(begin event, start ns, end ns) of a slice row."""
-    return int(slices.begin[row]), int(slices.start[row]), int(slices.end[row])
+def _id2_value(id2):
+    """The id of a flow event without ``id``: ``id2.global``, else ``id2.local``."""
+    return id2.get("global", id2.get("local")) if isinstance(id2, dict) else None
 
 
 def proto_flow_id(rank, kind, value):
@@ -288,42 +287,65 @@ def proto_flow_id(rank, kind, value):
     return int.from_bytes(digest, "little") | 1 << 63
 
 
+def proto_flow_ids(rank, kinds, values):
+    """``[proto_flow_id(rank, kind, value) ...]`` of whole columns: plain integer ids (nearly
+    all) in one numpy pass, the others one by one."""
+    if not values:
+        return []
+    plain = (set(map(type, values)) == {int} and min(values) >= 0 and max(values) < ID_LIMIT
+             and max(kinds) < 1 << (64 - KIND_SHIFT) and (rank + 1) << NAMESPACE_BITS < 1 << KIND_SHIFT)
+    if not plain:
+        return list(map(proto_flow_id, repeat(rank), kinds, values))
+    ns = np.array(values, np.uint64) | np.uint64((rank + 1) << NAMESPACE_BITS)
+    return (ns | np.array(kinds, np.uint64) << np.uint64(KIND_SHIFT)).tolist()
+
+
 class _Enclosing:
-    """Slice lookups on one thread's rows of the sorted slices (all its lanes)."""
+    """Slice lookups on threads' rows of the sorted slices (all their lanes)."""
 
-    def __init__(self, slices):
-        self.start, self.end = slices.start, slices.end
-        self.prev_longer = {}    # per thread range: row -> nearest earlier row ending later
+    def __init__(self, slices, ranges):
+        self.start, self.end, self.ranges = slices.start, slices.end, ranges
 
-    def at(self, lo_hi, ts):
-        """The innermost slice containing ts: the latest start whose end is at or after ts,
-        found by walking back over earlier slices that end later."""
-        if lo_hi is None:
-            return None
+    def rows(self, thread, ts, next_begin):
+        """For each point (its thread track, ts): the innermost slice of the thread
+        containing ts, or with ``next_begin`` the first slice beginning at or after ts;
+        -1 where there is none."""
+        out = np.full(len(ts), -1, np.int64)
+        order = np.argsort(thread, kind="stable")
+        tracks, firsts = np.unique(thread[order], return_index=True)
+        for track, a, b in zip(tracks.tolist(), firsts.tolist(), np.append(firsts[1:], len(order)).tolist()):
+            lo_hi = self.ranges.get(track)
+            if lo_hi is None:
+                continue
+            sel = order[a:b]
+            out[sel] = self._rows(lo_hi, ts[sel], next_begin[sel])
+        return out
+
+    def _rows(self, lo_hi, ts, next_begin):
         lo, hi = lo_hi
-        row = lo + int(np.searchsorted(self.start[lo:hi], ts, side="right")) - 1
-        jump = self._jumps(lo_hi)
-        while row >= lo and self.end[row] < ts:
-            row = jump[row - lo]
-        return row if row >= lo else None
+        starts = self.start[lo:hi]
+        after = lo + np.searchsorted(starts, ts, side="left")
+        # the innermost slice containing ts: the latest start at or before ts whose end is at
+        # or after it, found by walking back over earlier slices that end later
+        row = lo + np.searchsorted(starts, ts, side="right") - 1
+        walking = (row >= lo) & ~next_begin
+        walking[walking] = self.end[row[walking]] < ts[walking]
+        if walking.any():
+            jump = self._jumps(lo, hi)
+            while walking.any():
+                row[walking] = jump[row[walking] - lo]
+                walking[walking] = row[walking] >= lo
+                walking[walking] = self.end[row[walking]] < ts[walking]
+        row[row < lo] = -1
+        return np.where(next_begin, np.where(after < hi, after, -1), row)
 
-    def next_begin(self, lo_hi, ts):
-        if lo_hi is None:
-            return None
-        lo, hi = lo_hi
-        row = lo + int(np.searchsorted(self.start[lo:hi], ts, side="left"))
-        return row if row < hi else None
-
-    def _jumps(self, lo_hi):
+    def _jumps(self, lo, hi):
         """Previous-greater-end row of every row of a thread (``lo - 1`` when none)."""
-        jump = self.prev_longer.get(lo_hi)
-        if jump is None:
-            lo, hi = lo_hi
-            jump, stack = [], []
-            for row, e in enumerate(self.end[lo:hi].tolist(), lo):
-                while stack and self.end[stack[-1]] <= e:
-                    stack.pop()
-                jump.append(stack[-1] if stack else lo - 1)
-                stack.append(row)
-            self.prev_longer[lo_hi] = jump
-        return jump
+        jump, stack = [], []
+        end = self.end[lo:hi].tolist()
+        for row, e in enumerate(end):
+            while stack and end[stack[-1]] <= e:
+                stack.pop()
+            jump.append(stack[-1] + lo if stack else lo - 1)
+            stack.append(row)
+        return np.array(jump, np.int64)

@@ -99,6 +99,14 @@ class Extra(Sequence):
         """The column of ``key`` (None when no event has it) among those given up front."""
         return self._columns.get(key)
 
+    def column(self, key, idx):
+        """``key``'s value for each event of ``idx`` (indices), ``msgspec.UNSET`` where an
+        event lacks the key: no dict per event."""
+        if self.items is not None:
+            return [e.get(key, msgspec.UNSET) if e else msgspec.UNSET for e in map(self.items.__getitem__, idx)]
+        values = self.columns.get(key)
+        return list(map(values.__getitem__, idx)) if values is not None else [msgspec.UNSET] * len(idx)
+
     def __len__(self):
         return self.n
 
