@@ -48,6 +48,14 @@ class Args(Sequence):
     def __reduce__(self):
         return Args, (self.items, self.raw)
 
+    def dicts(self, idx):
+        """The args of the events ``idx`` (a list of indices), decoded together; None for
+        args that are not an object."""
+        items = list(map(self.items.__getitem__, idx))
+        if self.raw:
+            items = _LIST.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
+        return [a if a.__class__ is dict else None for a in items]
+
     def take(self, idx):
         """The args of the events ``idx`` (a list of indices), still undecoded."""
         return Args(list(map(self.items.__getitem__, idx)), self.raw)
@@ -66,6 +74,9 @@ class Args(Sequence):
         starts = np.cumsum(np.fromiter(map(len, filter(None, self.items)), np.int64, len(present)) + 1) - 1
         at = [m.start() for m in re.finditer(re.escape(token), joined)]
         return np.unique(present[np.searchsorted(starts, at)]).tolist()
+
+
+_LIST = msgspec.json.Decoder(list)
 
 
 def _decoded(a):

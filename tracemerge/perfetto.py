@@ -27,8 +27,8 @@ import orjson
 
 from tracemerge.compress import plain_name
 from tracemerge.engine import FORMATS, Format
-from tracemerge.flows import bind_input_flows, merge_flows
-from tracemerge.transform import _namespace_args, aligned_ns
+from tracemerge.flows import NO_FLOWS, bind_input_flows, merge_flows
+from tracemerge.transform import CHUNK, _namespace_args, aligned_ns
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
@@ -338,7 +338,6 @@ def encode_rank(trace, place, flows=None):
     ph = trace.ph
     names = trace.names
     n_tids = max(len(trace.tids), 1)
-    args_of = [_namespace_args(place.rank, a) if isinstance(a, dict) else None for a in trace.args]
     packets = []
     tracks = _Tracks(trace, place, seq, packets)
 
@@ -359,7 +358,7 @@ def encode_rank(trace, place, flows=None):
         counts.drop(reason, n)
     flows = merge_flows(flows or {}, bound)
 
-    bodies = _Bodies(trace, args_of, flows)
+    bodies = _Bodies(trace, place.rank, flows)
 
     def track_uuid(track, lane):
         if track >= 0:
@@ -428,56 +427,62 @@ class _Bodies:
 
     A slice's BEGIN (and an instant) carries its name, category, args and outgoing flows;
     its END the args of the event that closed the slice (``close``, an ``E``/``e``), which
-    Perfetto merges into the slice's args. The fields every event has are looked up in
-    per-rank tables, not encoded per event: this runs once per event of the rank.
+    Perfetto merges into the slice's args. Each body is kept as its head (type, track,
+    name, category), the event whose args it carries and its flows; the args are decoded a
+    chunk at a time when the packets are made, so a rank's decoded args never coexist.
     """
 
-    def __init__(self, trace, args_of, flows):
-        self.args_of, self.flows = args_of, flows
+    def __init__(self, trace, rank, flows):
+        self.args, self.rank, self.flows = trace.args, rank, flows
         self.name_code, self.cat_code = trace.name.tolist(), trace.cat.tolist()
         n = len(trace.names)
         self.name_field = [_uint(10, c + 1) for c in range(n)]
         self.cat_field = [_uint(3, c + 1) for c in range(n)] + [b""]    # [-1]: no category
         self.anns = _Annotations()
-        self.ts, self.bodies = [], []
+        self.ts, self.heads, self.args_event, self.tails = [], [], [], []
 
-    def add(self, ts, body):
+    def add(self, ts, head, args_event=-1, tail=b""):
         self.ts.append(ts)
-        self.bodies.append(body)
+        self.heads.append(head)
+        self.args_event.append(args_event)
+        self.tails.append(tail)
 
     def lane(self, uuid, records, begin, close):
         """A lane's slices: ``records`` (ts, SLICE_BEGIN/SLICE_END, n) of its slices n, whose
         named events are ``begin[n]`` and closing events ``close[n]`` (-1 for ``X``)."""
         begin_head, end_head = _uint(9, SLICE_BEGIN) + _uint(11, uuid), _uint(9, SLICE_END) + _uint(11, uuid)
         name, cat, name_field, cat_field = self.name_code, self.cat_code, self.name_field, self.cat_field
-        args_of, flows, encode = self.args_of, self.flows, self.anns.encode
-        ts_out, out = self.ts, self.bodies
+        flows, no_flow = self.flows, NO_FLOWS
+        ts_out, heads, args_event, tails = self.ts, self.heads, self.args_event, self.tails
         for ts, kind, n in records:
             i = begin[n]
+            flow = flows.get(i, no_flow)
             if kind == SLICE_BEGIN:
-                body = begin_head + name_field[name[i]] + cat_field[cat[i]]
-                args = args_of[i]
+                heads.append(begin_head + name_field[name[i]] + cat_field[cat[i]])
+                args_event.append(i)
+                tails.append(_flows(flow[0], flow[1]) if flow is not no_flow else b"")
             else:
-                body = end_head
-                c = close[n]
-                args = args_of[c] if c >= 0 else None
-            if args:
-                body += encode(args)
-            flow = flows.get(i)
-            if flow:
-                body += _flows(*(flow[:2] if kind == SLICE_BEGIN else flow[2:]))
+                heads.append(end_head)
+                args_event.append(close[n])
+                tails.append(_flows(flow[2], flow[3]) if flow is not no_flow else b"")
             ts_out.append(ts)
-            out.append(body)
 
     def instant(self, ts, uuid, i):
-        body = (_uint(9, INSTANT) + _uint(11, uuid) + self.name_field[self.name_code[i]]
-                + self.cat_field[self.cat_code[i]])
-        if self.args_of[i]:
-            body += self.anns.encode(self.args_of[i])
         flow = self.flows.get(i)
-        if flow:
-            body += _flows(flow[0], flow[1])
-        self.add(ts, body)
+        self.add(ts, _uint(9, INSTANT) + _uint(11, uuid) + self.name_field[self.name_code[i]]
+                 + self.cat_field[self.cat_code[i]], i, _flows(flow[0], flow[1]) if flow else b"")
+
+    def _bodies(self):
+        """Every body, in the order added: head, encoded args, flows."""
+        with_args = [k for k, i in enumerate(self.args_event) if i >= 0]
+        encoded, encode, rank = [], self.anns.encode, self.rank
+        for lo in range(0, len(with_args), CHUNK):  # the decoded args of one chunk at a time
+            events = [self.args_event[k] for k in with_args[lo:lo + CHUNK]]
+            encoded += [encode(_namespace_args(rank, a)) if a else b"" for a in self.args.dicts(events)]
+        args = [b""] * len(self.heads)
+        for k, data in zip(with_args, encoded):
+            args[k] = data
+        return list(map(b"".join, zip(self.heads, args, self.tails)))
 
     def packets(self, base_ns, flags):
         """The bodies as TracePackets (``timestamp`` = base_ns + ts, ``flags``, ``track_event``)
@@ -485,7 +490,8 @@ class _Bodies:
         ts = np.array(self.ts, dtype=np.int64)
         order = np.argsort(ts, kind="stable")
         ts = ts[order] + base_ns
-        bodies = [self.bodies[k] for k in order.tolist()]
+        made = self._bodies()
+        bodies = [made[k] for k in order.tolist()]
         size = np.fromiter(map(len, bodies), np.int64, len(bodies))
         # TracePacket: 0x0a len | timestamp 0x40 varint | flags | track_event 0x5a len | body
         ts_bytes, ts_len = _varints(ts)
