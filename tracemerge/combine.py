@@ -100,6 +100,8 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
     are freed as they are encoded."""
     n_in = len(trace)
+    if fmt == "perfetto" and consume:
+        trace.drop_events()  # the protobuf encoder reads the columns
     trace, counts = select.apply(trace, place, selection, window)
     found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
     counts.update(flow_counts, **{"in": n_in})

@@ -175,6 +175,13 @@ class RankTrace:
     def __len__(self):
         return len(self.ph)
 
+    def drop_events(self):
+        """Free the typed reader's event structs (the JSON writer's), after reading the
+        extra keys out of them: every column stays."""
+        if self.events is not None:
+            self.extra.columns  # noqa: B018 (read now: they come from the structs)
+            self.events = None
+
     @property
     def timed(self):
         """Mask of events that carry a timestamp."""

@@ -491,7 +491,9 @@ class _Bodies:
         order = np.argsort(ts, kind="stable")
         ts = ts[order] + base_ns
         made = self._bodies()
-        bodies = [made[k] for k in order.tolist()]
+        self.heads = self.args_event = self.tails = None
+        bodies = list(map(made.__getitem__, order.tolist()))
+        del made
         size = np.fromiter(map(len, bodies), np.int64, len(bodies))
         # TracePacket: 0x0a len | timestamp 0x40 varint | flags | track_event 0x5a len | body
         ts_bytes, ts_len = _varints(ts)
