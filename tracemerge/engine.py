@@ -23,6 +23,11 @@ import contextlib
 import gc
 import io
 import multiprocessing
+# imported now, not on the first RawValue: this module builds its properties with exec(),
+# and a Ctrl-C that lands inside an exec() makes CPython 3.11 end the process by SIGINT
+# even after tracemerge has caught the KeyboardInterrupt (exit -2 instead of 130)
+import multiprocessing.sharedctypes  # noqa: F401
+import multiprocessing.synchronize  # noqa: F401
 import os
 import shutil
 import tempfile
