@@ -81,7 +81,28 @@ class RpcMatch:
 
 def match_rpcs(infos):
     """Join the caller's and the callee's record of every RPC by ``rpc_id``; when a side has
-    several records, the last time given for each field and the last non-ok status count."""
+    several records, the last time given for each field and the last non-ok status count.
+
+    Alignment, the causality check, the flow plan and the peer warnings each ask for the
+    join of the same records, so the last one is kept (keyed by the record lists
+    themselves, which the entry holds, and their lengths).
+    """
+    global _LAST_RPC_MATCH
+    lists = [info.rpcs for info in infos]
+    key = [(id(rpcs), len(rpcs)) for rpcs in lists]
+    if _LAST_RPC_MATCH is not None and _LAST_RPC_MATCH[0] == key:
+        return _LAST_RPC_MATCH[2]
+    match = _match_rpcs(infos)
+    for column in (match.calls.caller, match.calls.callee, match.calls.times, match.calls.has, match.calls.ok):
+        column.setflags(write=False)  # shared by every caller
+    _LAST_RPC_MATCH = key, lists, match
+    return match
+
+
+_LAST_RPC_MATCH = None  # (key, the record lists, RpcMatch)
+
+
+def _match_rpcs(infos):
     records = [rec for info in infos for rec in info.rpcs]
     index = {}
     row = np.fromiter([index.setdefault(rec["rpc_id"], len(index)) for rec in records], np.int64, len(records))
