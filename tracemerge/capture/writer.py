@@ -6,11 +6,12 @@ cannot attach arguments that Kineto exports, so they are added here.
 """
 
 import bisect
-import gzip
 import os
 from collections import defaultdict
 
 import orjson
+
+from tracemerge.compress import Gzip
 
 FORMAT_VERSION = 1
 
@@ -35,7 +36,8 @@ def write(path, kineto_json_path, meta, taken):
     # "tracemerge" first, so readers can stop parsing after it.
     data = orjson.dumps({"tracemerge": block, **trace})
     tmp = f"{path}.tmp"
-    with gzip.open(tmp, "wb", compresslevel=6) as f:
+    # the combine's own gzip (level 1): this runs in the training job, where time counts more than size
+    with open(tmp, "wb") as raw, Gzip().writer(raw) as f:
         f.write(data)
     os.replace(tmp, path)
 
