@@ -181,6 +181,8 @@ def job(tmp_path_factory):
 
 
 def _load(path):
+    with open(path, "rb") as f:
+        assert f.read(10)[8] == 4  # the gzip header's XFL: level 1, the fast level the job pays for
     with gzip.open(path, "rb") as f:
         return json.loads(f.read())
 

@@ -156,3 +156,34 @@ def test_truncation_keeps_a_prefix_of_the_events(docs, data):
         full = docs[0]["traceEvents"]
         assert [t.names[c] for c in t.name] == [e["name"] for e in full[:len(t)]]
         assert t.truncated == (cut < len(text))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 30)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 100), st.booleans()), max_size=40))
+def test_flow_points_find_the_slice_a_one_by_one_search_finds(spans, points):
+    """flows._Enclosing.rows (per thread, vectorised) against the definition: the innermost
+    slice containing ts — the latest start at or before it whose end is at or after it — or
+    with next_begin the first slice starting at or after ts; overlapping slices included."""
+    from tracemerge.flows import _Enclosing
+    rows = sorted((track, s, s + d) for track, s, d in spans)
+    rows.sort(key=lambda r: (r[0], r[1], -r[2]))
+    track = np.array([r[0] for r in rows], np.int64)
+    start = np.array([r[1] for r in rows], np.int64)
+    end = np.array([r[2] for r in rows], np.int64)
+    ranges = {}
+    for k, t in enumerate(track.tolist()):
+        lo, _ = ranges.get(t, (k, k))
+        ranges[t] = (lo, k + 1)
+    slices = type("Slices", (), {"start": start, "end": end})
+    thread = np.array([p[0] for p in points], np.int64)
+    ts = np.array([p[1] for p in points], np.int64)
+    next_begin = np.array([p[2] for p in points], bool)
+    got = _Enclosing(slices, ranges).rows(thread, ts, next_begin).tolist()
+    for (t, at, nb), row in zip(points, got):
+        lo, hi = ranges.get(t, (0, 0))
+        if nb:
+            want = next((k for k in range(lo, hi) if start[k] >= at), -1)
+        else:
+            want = next((k for k in reversed(range(lo, hi)) if start[k] <= at <= end[k]), -1)
+        assert row == want, (t, at, nb)

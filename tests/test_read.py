@@ -1,7 +1,4 @@
-import gzip
-import json
 
-import numpy as np
 import pytest
 
 from tracemerge.errors import TraceError
@@ -139,3 +136,27 @@ def test_typed_structs_become_the_generic_readers_output_events(tmp_path):
     expected = encode_events(transform(generic, place)[0])
     assert encode_events(transform(typed, place)[0]) == expected
     assert encode_events(transform(typed, place)[0]) == expected
+
+
+def test_extra_columns_args_dicts_and_dropped_structs_agree_with_the_generic_reader(tmp_path):
+    """Extra.column and Args.dicts give what the per-event dicts give, for both readers, and
+    a trace whose typed structs were freed (drop_events) keeps every extra key."""
+    from msgspec import UNSET
+
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"k": 1}},
+              {"ph": "s", "name": "f", "cat": "c", "pid": 1, "tid": 1, "ts": 2, "id": 7, "bp": "e"},
+              {"ph": "f", "name": "f", "cat": "c", "pid": 1, "tid": 1, "ts": 3, "id": None, "args": [1]},
+              {"ph": "i", "name": "i", "pid": 1, "tid": 1, "ts": 4, "s": "p", "args": None}]
+    typed = read_trace(write(tmp_path / "typed.json", kineto(events)))
+    generic = read_trace(write(tmp_path / "generic.json", kineto(events + [{"ph": "i", "name": "j", "pid": 1, "ts": 5,
+                                                                            "unknown": 1}])))
+    assert typed.events is not None and generic.events is None
+    idx = [3, 0, 1, 2]
+    for trace in (typed, generic):
+        assert trace.extra.column("id", idx) == [UNSET, UNSET, 7, None]
+        assert trace.extra.column("bp", idx) == [UNSET, UNSET, "e", UNSET]
+        assert trace.extra.column("tts", idx) == [UNSET] * 4
+        assert trace.args.dicts(idx) == [None, {"k": 1}, None, None]
+    typed.drop_events()
+    assert typed.events is None
+    assert [typed.extra[i] for i in range(4)] == [generic.extra[i] for i in range(4)]
