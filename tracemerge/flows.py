@@ -17,16 +17,16 @@ the protobuf output by :func:`bind_input_flows`; JSON passes them through.
 """
 
 import hashlib
-from itertools import repeat
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 from msgspec import UNSET
 
 from tracemerge.correlate import match_rpcs
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.transform import ID_LIMIT, NAMESPACE_BITS, namespace_id
+from tracemerge.transform import namespace_id, namespace_ids
 
 FLOW_CAT = "rpc"
 # RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
@@ -220,10 +220,10 @@ def bind_input_flows(trace, rank, start, slices, ranges):
 
     # v2: a bind_id on the event itself
     hosts = np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"]))
-    hosts = [i for i, b in zip(hosts.tolist(), extra.column("bind_id", hosts)) if b is not UNSET]
-    row_of = dict(zip(slices.begin.tolist(), range(len(slices.begin)))) if hosts else {}
-    for i, bind_id, out, inn in zip(hosts, extra.column("bind_id", hosts), extra.column("flow_out", hosts),
-                                    extra.column("flow_in", hosts)):
+    bind = [(i, b) for i, b in zip(hosts.tolist(), extra.column("bind_id", hosts)) if b is not UNSET]
+    hosts = [i for i, _ in bind]
+    row_of = dict(zip(slices.begin.tolist(), range(len(slices.begin)))) if bind else {}
+    for (i, bind_id), out, inn in zip(bind, extra.column("flow_out", hosts), extra.column("flow_in", hosts)):
         out, inn = bool(out), bool(inn)  # UNSET (absent) is false
         if not (out or inn):
             continue    # Perfetto ignores a bind_id without a direction too
@@ -290,14 +290,10 @@ def proto_flow_id(rank, kind, value):
 def proto_flow_ids(rank, kinds, values):
     """``[proto_flow_id(rank, kind, value) ...]`` of whole columns: plain integer ids (nearly
     all) in one numpy pass, the others one by one."""
-    if not values:
-        return []
-    plain = (set(map(type, values)) == {int} and min(values) >= 0 and max(values) < ID_LIMIT
-             and max(kinds) < 1 << (64 - KIND_SHIFT) and (rank + 1) << NAMESPACE_BITS < 1 << KIND_SHIFT)
-    if not plain:
-        return list(map(proto_flow_id, repeat(rank), kinds, values))
-    ns = np.array(values, np.uint64) | np.uint64((rank + 1) << NAMESPACE_BITS)
-    return (ns | np.array(kinds, np.uint64) << np.uint64(KIND_SHIFT)).tolist()
+    ns = namespace_ids(rank, values)
+    if ns and set(map(type, ns)) == {int} and max(ns) < 1 << KIND_SHIFT and max(kinds) < 1 << (64 - KIND_SHIFT):
+        return (np.array(ns, np.uint64) | np.array(kinds, np.uint64) << np.uint64(KIND_SHIFT)).tolist()
+    return list(map(proto_flow_id, repeat(rank), kinds, values))
 
 
 class _Enclosing:

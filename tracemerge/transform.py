@@ -75,9 +75,15 @@ def _namespaced_ids(rank, key, values):
     if key == "id2":
         return at, [{**v, "global": namespace_id(rank, v["global"])} if isinstance(v, dict) and "global" in v else v
                     for v in ids]
-    if set(map(type, ids)) == {int} and 0 <= min(ids) and max(ids) < ID_LIMIT:
-        return at, (np.fromiter(ids, np.int64, len(ids)) | ((rank + 1) << NAMESPACE_BITS)).tolist()
-    return at, [namespace_id(rank, v) for v in ids]
+    return at, namespace_ids(rank, ids)
+
+
+def namespace_ids(rank, values):
+    """``[namespace_id(rank, v) for v in values]``: plain in-range integer ids (the Kineto
+    case) in one numpy pass."""
+    if values and set(map(type, values)) == {int} and 0 <= min(values) and max(values) < ID_LIMIT:
+        return (np.fromiter(values, np.int64, len(values)) | ((rank + 1) << NAMESPACE_BITS)).tolist()
+    return [namespace_id(rank, v) for v in values]
 
 
 def _namespace_args(rank, args):
