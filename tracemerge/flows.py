@@ -203,8 +203,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     # v1: the slices of all points found at once, per thread
     v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
     roles = list(map(V1_ROLES.__getitem__, ph[v1].tolist()))
-    values = [_id2_value(id2) if v is None or v is UNSET else v
-              for v, id2 in zip(extra.column("id", v1), extra.column("id2", v1))]
+    values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
     next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], bool)
     thread = trace.pid[v1].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[v1]
     rows = _Enclosing(slices, ranges).rows(thread, start[v1], next_begin).tolist()
@@ -271,8 +270,11 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     return bound, {"converted": converted, **drops}
 
 
-def _id2_value(id2):
-    """The id of a flow event without ``id``: ``id2.global``, else ``id2.local``."""
+def event_id(id_, id2):
+    """The id a flow or async event is keyed by, from its ``id`` and ``id2`` keys (UNSET
+    where absent): ``id``, else ``id2.global``, else ``id2.local``; None when it has none."""
+    if id_ is not None and id_ is not UNSET:
+        return id_
     return id2.get("global", id2.get("local")) if isinstance(id2, dict) else None
 
 

@@ -27,7 +27,7 @@ import orjson
 
 from tracemerge.compress import plain_name
 from tracemerge.engine import FORMATS, Format
-from tracemerge.flows import NO_FLOWS, bind_input_flows, merge_flows
+from tracemerge.flows import NO_FLOWS, bind_input_flows, event_id, merge_flows
 from tracemerge.transform import CHUNK, _namespace_args, aligned_ns
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
@@ -269,9 +269,7 @@ def _pair_begin_end(trace, mask, key_of, counts, what):
 def _async_id(extra):
     """The id of an async event (``id``, else ``id2.global`` / ``id2.local``), or None."""
     extra = extra or {}
-    value = extra.get("id")
-    if value is None and isinstance(extra.get("id2"), dict):
-        value = extra["id2"].get("global", extra["id2"].get("local"))
+    value = event_id(extra.get("id"), extra.get("id2"))
     return value if value is None or isinstance(value, (int, str)) else orjson.dumps(value).decode()
 
 
