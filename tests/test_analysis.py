@@ -1,0 +1,293 @@
+"""The cross-rank analyses on constructed jobs whose answers are known by construction:
+real rank files, read and aligned by the real Session, walked by the real code."""
+
+import pytest
+
+from tests.tracefiles import BASE, rank_file, write, x
+from tracemerge.analysis.critical_path import (
+    COLLECTIVE,
+    COMPUTE,
+    EDGES,
+    EXECUTION,
+    QUEUEING,
+    TRANSFER,
+    UNTRACED,
+    critical_path,
+)
+from tracemerge.analysis.job import job_timeline
+from tracemerge.analysis.stragglers import stragglers
+from tracemerge.analysis.waits import wait_states
+from tracemerge.engine import LocalEngine
+from tracemerge.session import Session
+
+US = 1000
+
+
+def ns(us):
+    return BASE + int(us * US)
+
+
+class Ranks:
+    """Events and records per rank, written as rank files; times in µs after BASE."""
+
+    def __init__(self, world):
+        self.world = world
+        self.events = {r: [] for r in range(world)}
+        self.rpcs = {r: [] for r in range(world)}
+        self.colls = {r: [] for r in range(world)}
+        self.seq = {r: 0 for r in range(world)}
+
+    def op(self, rank, name, start, end, tid=1, cat="cpu_op"):
+        self.events[rank].append(x(name, start, end - start, pid=100 + rank, tid=tid, cat=cat))
+
+    def rpc(self, caller, callee, func, t1, t2, t3, t4, caller_tid=1, callee_tid=7, kind="rpc_sync"):
+        rpc_id = f"{caller}:{self.seq[caller]}"
+        self.seq[caller] += 1
+        name = f"{kind}#{func}(worker{caller} -> worker{callee})"
+        common = {"rpc_id": rpc_id, "kind": kind, "func": func, "name": name, "caller": caller, "callee": callee,
+                  "caller_name": f"worker{caller}", "callee_name": f"worker{callee}", "status": "ok"}
+        self.rpcs[caller].append({**common, "role": "caller", "send_ns": ns(t1), "complete_ns": ns(t4)})
+        self.rpcs[callee].append({**common, "role": "callee", "start_ns": ns(t2), "end_ns": ns(t3)})
+        self.events[caller].append(x(name, t1, t4 - t1, pid=100 + caller, tid=caller_tid, cat="user_annotation",
+                                     rpc_id=rpc_id, role="caller"))
+        self.events[callee].append(x(name + "#remote", t2, t3 - t2, pid=100 + callee, tid=callee_tid,
+                                     cat="user_annotation", rpc_id=rpc_id, role="callee"))
+        return name
+
+    def collective(self, seq, arrive, end, op="all_reduce"):
+        for rank, (a, e) in enumerate(zip(arrive, end)):
+            self.colls[rank].append({"op": op, "group": "0", "group_ranks": list(range(self.world)), "seq": seq,
+                                     "bytes": 4096, "start_ns": ns(a), "end_ns": ns(e)})
+
+    def job(self, tmp_path):
+        paths = [write(tmp_path / f"rank{r}.json", rank_file(self.events[r], r, rpcs=self.rpcs[r],
+                                                              collectives=self.colls[r], world_size=self.world))
+                 for r in range(self.world)]
+        session = Session.open(paths)
+        return job_timeline(session, session.align("wall"), LocalEngine(1))
+
+
+def path_of(window):
+    """[(rank, name, kind, start µs, end µs)] of a window's segments."""
+    return [(s.rank, s.name, s.kind, (s.start_ns - BASE) / US, (s.end_ns - BASE) / US) for s in window.segments]
+
+
+def assert_tiles(window):
+    segs = window.segments
+    assert segs[0].start_ns == window.start_ns and segs[-1].end_ns == window.end_ns
+    for a, b in zip(segs, segs[1:]):
+        assert a.end_ns == b.start_ns and a.start_ns < a.end_ns
+
+
+# --- a chain: rank0 -> RPC -> rank1 (slow) -> nested RPC -> rank2 -------------------------
+
+def chain(tmp_path):
+    j = Ranks(3)
+    j.op(0, "prep", 0, 100)
+    f = j.rpc(0, 1, "f", 100, 150, 950, 1000)
+    j.op(0, "post", 1000, 1100)
+    j.op(1, "slow_op", 160, 400, tid=7)
+    g = j.rpc(1, 2, "g", 400, 450, 750, 800, caller_tid=7, callee_tid=9)
+    j.op(1, "after", 800, 940, tid=7)
+    j.op(2, "leaf", 460, 740, tid=9)
+    return j.job(tmp_path), f, g
+
+
+def test_chain_path_is_known(tmp_path):
+    job, f, g = chain(tmp_path)
+    [w] = critical_path(job)
+    assert (w.window, (w.start_ns - BASE) / US, (w.end_ns - BASE) / US) == ("trace", 0, 1100)
+    assert path_of(w) == [
+        (0, "prep", COMPUTE, 0, 100),
+        (0, f, TRANSFER, 100, 150),
+        (1, f + "#remote", EXECUTION, 150, 160),
+        (1, "slow_op", EXECUTION, 160, 400),
+        (1, g, TRANSFER, 400, 450),
+        (2, g + "#remote", EXECUTION, 450, 460),
+        (2, "leaf", EXECUTION, 460, 740),
+        (2, g + "#remote", EXECUTION, 740, 750),
+        (2, g, TRANSFER, 750, 800),
+        (1, "after", EXECUTION, 800, 940),
+        (1, f + "#remote", EXECUTION, 940, 950),
+        (1, f, TRANSFER, 950, 1000),
+        (0, "post", COMPUTE, 1000, 1100),
+    ]
+    assert_tiles(w)
+    assert w.by_kind == {COMPUTE: 200 * US, TRANSFER: 200 * US, EXECUTION: 700 * US}
+    assert w.by_rank == {0: 250 * US, 1: 500 * US, 2: 350 * US}
+    assert [s.tid for s in w.segments if s.rank == 2] == [9, 9, 9, 9]
+
+
+def test_chain_without_rpc_edges_stays_on_rank0(tmp_path):
+    job, f, _ = chain(tmp_path)
+    [w] = critical_path(job, EDGES - {"rpc"})
+    assert path_of(w) == [(0, "prep", COMPUTE, 0, 100), (0, f, TRANSFER, 100, 1000), (0, "post", COMPUTE, 1000, 1100)]
+
+
+def test_chain_with_skewed_clocks_aligned_by_rpc(tmp_path):
+    """Rank 1's clock reads 5 ms ahead: aligned by the RPCs (symmetric delays), the path is the same."""
+    from tracemerge.synth import skew_file
+    job, _, _ = chain(tmp_path)
+    src = tmp_path / "rank1.json"
+    skew_file(str(src), str(tmp_path / "rank1.json"), 5_000_000)
+    session = Session.open([str(tmp_path / f"rank{r}.json") for r in range(3)])
+    alignment = session.align("rpc")
+    [w] = critical_path(job_timeline(session, alignment, LocalEngine(1)))
+    assert [(r, n, k) for r, n, k, _, _ in path_of(w)] == [(r, n, k) for r, n, k, _, _ in path_of(critical_path(job)[0])]
+    assert_tiles(w)
+
+
+# --- a callee with one thread: the second call waited for the first ------------------------
+
+def one_thread(tmp_path):
+    j = Ranks(2)
+    a = j.rpc(0, 1, "a", 0, 50, 450, 500, caller_tid=1)
+    b = j.rpc(0, 1, "b", 10, 460, 860, 910, caller_tid=2)
+    j.op(1, "work_a", 60, 440, tid=7)
+    j.op(1, "work_b", 470, 850, tid=7)
+    return j.job(tmp_path), a, b
+
+
+def test_queued_call_waits_for_the_busy_thread(tmp_path):
+    job, a, b = one_thread(tmp_path)
+    [w] = critical_path(job)
+    assert path_of(w) == [
+        (0, a, TRANSFER, 0, 50),
+        (1, a + "#remote", EXECUTION, 50, 60), (1, "work_a", EXECUTION, 60, 440), (1, a + "#remote", EXECUTION, 440, 450),
+        (1, b + "#remote", QUEUEING, 450, 460),
+        (1, b + "#remote", EXECUTION, 460, 470), (1, "work_b", EXECUTION, 470, 850),
+        (1, b + "#remote", EXECUTION, 850, 860),
+        (1, b, TRANSFER, 860, 910),
+    ]
+    assert_tiles(w)
+    waits = wait_states(job)
+    by_name = {r.name: r for r in waits.rpc}
+    # b's request took 450 µs to start against a delivery floor of 50 µs: 400 µs of queueing
+    assert by_name[b].queueing_ns == 400 * US and by_name[a].queueing_ns == 0
+    assert waits.rpc[0].name == b
+    # the thread was busy with a until b could start: it never waited for b's work
+    assert by_name[b].callee_idle_ns == 0
+
+
+def test_queued_call_without_queue_edge_goes_back_to_its_caller(tmp_path):
+    job, a, b = one_thread(tmp_path)
+    [w] = critical_path(job, EDGES - {"queue"})
+    assert path_of(w)[:3] == [(0, UNTRACED, COMPUTE, 0, 10), (0, b, TRANSFER, 10, 60),
+                              (1, b + "#remote", QUEUEING, 60, 460)]
+
+
+# --- an async_execution continuation -------------------------------------------------------
+
+def continuation(tmp_path):
+    j = Ranks(3)
+    j.op(1, "r1_work", 0, 50)
+    a = j.rpc(1, 0, "update", 50, 100, 900, 1000, callee_tid=5)
+    j.op(0, "a_op", 110, 150, tid=5)
+    j.op(2, "r2_work", 0, 650)
+    b = j.rpc(2, 0, "update", 650, 700, 950, 990, callee_tid=6)
+    j.op(0, "apply", 710, 880, tid=6)
+    return j.job(tmp_path), a, b
+
+
+def test_async_continuation_follows_the_completing_thread(tmp_path):
+    job, a, b = continuation(tmp_path)
+    [w] = critical_path(job)
+    assert path_of(w) == [
+        (2, "r2_work", COMPUTE, 0, 650),
+        (2, b, TRANSFER, 650, 700),
+        (0, b + "#remote", EXECUTION, 700, 710),
+        (0, "apply", EXECUTION, 710, 880),
+        (0, a + "#remote", EXECUTION, 880, 900),
+        (0, a, TRANSFER, 900, 1000),
+    ]
+    assert_tiles(w)
+
+
+def test_without_continuations_the_async_span_is_its_own_cause(tmp_path):
+    job, a, _ = continuation(tmp_path)
+    [w] = critical_path(job, EDGES - {"continuation"})
+    assert path_of(w) == [
+        (1, "r1_work", COMPUTE, 0, 50), (1, a, TRANSFER, 50, 100),
+        (0, a + "#remote", EXECUTION, 100, 110), (0, "a_op", EXECUTION, 110, 150),
+        (0, a + "#remote", EXECUTION, 150, 900), (0, a, TRANSFER, 900, 1000)]
+
+
+# --- a collective where rank 2 arrives last -----------------------------------------------
+
+def late_collective(tmp_path):
+    j = Ranks(3)
+    work = (100, 200, 500)
+    for r in range(3):
+        j.op(r, "ProfilerStep#0", 0, (660, 650, 655)[r], cat="user_annotation")
+        j.op(r, f"work{r}", 0, work[r])
+        j.op(r, "post", 600, 650)
+    j.collective(0, work, (600, 600, 600))
+    return j.job(tmp_path)
+
+
+def test_collective_path_goes_through_the_last_arriver(tmp_path):
+    job = late_collective(tmp_path)
+    [w] = critical_path(job)
+    assert w.window == "ProfilerStep#0"
+    assert path_of(w) == [
+        (2, "work2", COMPUTE, 0, 500),
+        (0, "all_reduce", COLLECTIVE, 500, 600),
+        (0, "post", COMPUTE, 600, 650),
+        (0, "ProfilerStep#0", COMPUTE, 650, 660),
+    ]
+    assert_tiles(w)
+    waits = wait_states(job)
+    rows = {c.rank: c for c in waits.collectives}
+    assert {r: rows[r].wait_ns for r in rows} == {0: 400 * US, 1: 300 * US, 2: 0}
+    assert {r: rows[r].last_arrivals for r in rows} == {0: 0, 1: 0, 2: 1}
+    assert waits.by_rank[0]["collective_ns"] == 400 * US
+
+
+def test_collective_without_collective_edges_stays_on_the_waiting_rank(tmp_path):
+    [w] = critical_path(late_collective(tmp_path), EDGES - {"collective"})
+    assert path_of(w)[:2] == [(0, "work0", COMPUTE, 0, 100), (0, "all_reduce", COLLECTIVE, 100, 600)]
+
+
+# --- a step loop with one slow rank -------------------------------------------------------
+
+def step_loop(tmp_path, slow_by_rpc=False):
+    j = Ranks(4)
+    for step in range(6):
+        t0 = step * 2000
+        for r in range(4):
+            work = 1000 + 10 * ((r * 7 + step * 3) % 5)       # a little jitter
+            if r == 3 and not slow_by_rpc:
+                work += 500
+            j.op(r, f"ProfilerStep#{step}", t0, t0 + work + 100 + (600 if r == 3 and slow_by_rpc else 0),
+                 cat="user_annotation")
+            j.op(r, "compute", t0, t0 + work)
+            if r == 3 and slow_by_rpc:
+                j.rpc(3, 0, "fetch", t0 + work, t0 + work + 50, t0 + work + 550, t0 + work + 600, callee_tid=9)
+                j.op(0, "serve", t0 + work + 60, t0 + work + 540, tid=9)
+    return j.job(tmp_path)
+
+
+def test_step_windows_tile_and_end_on_the_slow_rank(tmp_path):
+    windows = critical_path(step_loop(tmp_path))
+    assert [w.window for w in windows] == [f"ProfilerStep#{i}" for i in range(6)]
+    for w in windows:
+        assert_tiles(w)
+        assert w.segments[-1].rank == 3 and set(w.by_rank) == {3}
+
+
+def test_straggler_named_with_compute(tmp_path):
+    found = stragglers(step_loop(tmp_path))
+    assert [s.rank for s in found.stragglers] == [3]
+    s = found.stragglers[0]
+    assert s.steps == 6 and s.slow_steps == 6
+    assert list(s.kinds)[0] == COMPUTE and s.kinds[COMPUTE] == pytest.approx(500 * US, abs=30 * US)
+    assert found.duration_ns[0][3] == 1500 * US + 10 * US * (21 % 5) + 100 * US
+
+
+def test_straggler_named_with_the_rpc_it_waits_on(tmp_path):
+    found = stragglers(step_loop(tmp_path, slow_by_rpc=True))
+    [s] = found.stragglers
+    assert s.rank == 3
+    assert list(s.kinds)[:2] == [EXECUTION, TRANSFER]
+    assert s.kinds[EXECUTION] == pytest.approx(500 * US) and s.kinds[TRANSFER] == pytest.approx(100 * US)
+    assert COMPUTE not in s.kinds or s.kinds[COMPUTE] < 30 * US
