@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracemerge.keyavg import _parents_nested, _parents_stack_walk, host_ops
-from tracemerge.read import read_trace
+from tracemerge.read import read_data, read_trace, read_typed
 
 STEP_PREFIX = "ProfilerStep#"
 REMOTE_SUFFIX = "#remote"
@@ -54,7 +54,7 @@ def rank_timeline(source, rank, clock, rpc_names=()):
     """The :class:`RankTimeline` of ``source`` (a path or a RankTrace) under ``clock``
     (its :class:`~tracemerge.clock.ClockModel`); ``rpc_names`` are the caller span names
     of the RPC records of the rank (callee spans are those plus ``#remote``)."""
-    trace = read_trace(source) if isinstance(source, str) else source
+    trace = _read(source) if isinstance(source, str) else source
     idx = host_ops(trace)
     names = trace.names
     rpc_names = set(rpc_names)
@@ -115,6 +115,15 @@ def rank_timeline(source, rank, clock, rpc_names=()):
     return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
                         span_name=span_name, span_thread=thread, callee_of=callee_of, rpc_spans=rpc_spans,
                         steps=steps)
+
+
+def _read(path):
+    """The trace at ``path`` without the extra keys the writers need (the typed reader's
+    light form, as a rank is described); a file it does not take goes through read_trace."""
+    data, cut = read_data(path)
+    trace = None if cut else read_typed(path, data, extra=False)
+    del data
+    return trace if trace is not None else read_trace(path)
 
 
 def _pieces(s, e, parent, sel, end_of):
