@@ -291,3 +291,31 @@ def test_straggler_named_with_the_rpc_it_waits_on(tmp_path):
     assert list(s.kinds)[:2] == [EXECUTION, TRANSFER]
     assert s.kinds[EXECUTION] == pytest.approx(500 * US) and s.kinds[TRANSFER] == pytest.approx(100 * US)
     assert COMPUTE not in s.kinds or s.kinds[COMPUTE] < 30 * US
+
+
+# --- a real captured job ---------------------------------------------------------------------
+
+def test_real_job_path_runs_through_the_serialised_callee_spans():
+    """samples/threads_1: four heavy_udf calls served one after another by rank 1's single RPC
+    thread. The path covers each of their callee spans almost whole, and callee execution
+    is the largest kind on it."""
+    import glob
+    import gzip
+    import json
+    paths = sorted(glob.glob("samples/threads_1/rank*.json.gz"))
+    session = Session.open(paths)
+    alignment = session.align()
+    [w] = critical_path(job_timeline(session, alignment, LocalEngine(1)))
+    assert_tiles(w)
+    doc = json.load(gzip.open("samples/threads_1/rank1.json.gz"))
+    base = doc["baseTimeNanoseconds"]
+    spans = [(e["tid"], base + round(e["ts"] * 1000), base + round((e["ts"] + e["dur"]) * 1000))
+             for e in doc["traceEvents"] if e.get("name", "").startswith("rpc_async#heavy_udf")]
+    assert len(spans) == 4
+    clock = alignment.clocks[1]
+    for tid, start, end in spans:
+        start, end = clock.to_reference(start), clock.to_reference(end)
+        covered = sum(max(0, min(s.end_ns, end) - max(s.start_ns, start)) for s in w.segments
+                      if s.rank == 1 and s.tid == tid and s.kind == EXECUTION)
+        assert covered >= 0.95 * (end - start)
+    assert max(w.by_kind, key=w.by_kind.get) == EXECUTION
