@@ -6,15 +6,15 @@ import sys
 import click
 
 import tracemerge
-from tracemerge.align import METHODS
-from tracemerge.offsets import causality_line, clock_notes, offsets_json, offsets_table
-from tracemerge.combine import combine as combine_session
-from tracemerge.engine import LocalEngine, make_engine
+from tracemerge.clocks.methods import METHODS
+from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+from tracemerge.merge.combine import combine as combine_session
+from tracemerge.merge.engine import LocalEngine, make_engine
 from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
-from tracemerge.html import render_html
-from tracemerge import report as reports
-from tracemerge.report import write_combine_report
-from tracemerge.select import Selection, parse_ranks, parse_window, size_warning
+from tracemerge.report.render.html import render_html
+from tracemerge.report import model as reports
+from tracemerge.report.model import write_combine_report
+from tracemerge.merge.selection import Selection, parse_ranks, parse_window, size_warning
 from tracemerge.serve import DEFAULT_PORT, serve
 from tracemerge.session import Session
 

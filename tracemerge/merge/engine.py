@@ -35,14 +35,14 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 
-from tracemerge import chrome
-from tracemerge.compress import codec_for
+from tracemerge.formats import chrome
+from tracemerge.codecs import codec_for
 from tracemerge.errors import OutputError, TracemergeError
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
-from tracemerge.head import read_head
-from tracemerge.rankinfo import describe, describe_head, event_facts
-from tracemerge.read import read_data, read_trace, read_typed
+from tracemerge.inputs.head import read_head
+from tracemerge.inputs.rankinfo import describe, describe_head, event_facts
+from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 
 class Format:
     """How one output format is cut into independently encoded pieces.
@@ -88,7 +88,7 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
-    read here (``consume``). With a ``codec`` (:mod:`tracemerge.compress`) the rank is one
+    read here (``consume``). With a ``codec`` (:mod:`tracemerge.codecs`) the rank is one
     gzip member or zstd frame, so the ranks concatenate into one stream.
     """
     try:

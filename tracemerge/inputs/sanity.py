@@ -10,7 +10,7 @@ blindly.
 
 import numpy as np
 
-from tracemerge.correlate import match_rpcs
+from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.errors import RankConflict
 
 # A clock jump must be larger than this to be reported: smaller steps are within what

@@ -1,6 +1,6 @@
 """RPC flow arrows: caller span -> callee span -> back to the caller.
 
-The arrows come from :func:`~tracemerge.correlate.match_rpcs` (which calls have both sides
+The arrows come from :func:`~tracemerge.clocks.correlate.match_rpcs` (which calls have both sides
 in the inputs) and the spans that carry ``args.rpc_id`` / ``args.role`` in the events. A
 span only counts on the rank its record names (caller spans on ``call.caller``, callee
 spans on ``call.callee``), so an arrow never joins two ranks by accident. Each call gets
@@ -24,9 +24,9 @@ from itertools import repeat
 import numpy as np
 from msgspec import UNSET
 
-from tracemerge.correlate import match_rpcs
+from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.transform import namespace_id, namespace_ids
+from tracemerge.merge.placement import namespace_id, namespace_ids
 
 FLOW_CAT = "rpc"
 # RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
@@ -187,7 +187,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     innermost slice of their thread containing their ts (an ``f`` without ``bp: "e"`` to the
     next slice beginning at or after it); v2 ``bind_id`` + ``flow_out``/``flow_in`` on an
     ``X``/``B``/``b`` binds to that event's slice (on an ``n``/``i``, to the instant).
-    ``slices`` is :class:`~tracemerge.perfetto.Slices`, ``ranges`` its rows per track.
+    ``slices`` is :class:`~tracemerge.formats.perfetto.encoder.Slices`, ``ranges`` its rows per track.
 
     Perfetto reads packets in time order, so each point after a flow's first is put on its
     slice's begin when that begins after the previous point, else on its end.

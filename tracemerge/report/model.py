@@ -14,14 +14,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import orjson
 
-from tracemerge.collstats import collective_report
-from tracemerge.compress import plain_name
-from tracemerge.correlate import match_collectives, match_rpcs
+from tracemerge.report.collectives import collective_report
+from tracemerge.codecs import plain_name
+from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import OutputError, TracemergeError
-from tracemerge.keyavg import group_rows, key_averages, op_tree
+from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.output import atomic_output, check_output
-from tracemerge.read import read_trace
-from tracemerge.rpcstats import rpc_report, server_threads
+from tracemerge.inputs.chrome import read_trace
+from tracemerge.report.rpcstats import rpc_report, server_threads
 
 FORMATS = ("table", "csv", "json", "markdown")
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")

@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tracemerge.clock import ClockModel
+from tracemerge.clocks.clock import ClockModel
 from tracemerge.model import NO_DUR, NO_TS, Args
-from tracemerge.read import FLOW_ID_KEYS
+from tracemerge.inputs.chrome import FLOW_ID_KEYS
 
 # Keys that join events into flows or correlate CPU ops with device work; namespaced per
 # rank so no arrow ever joins two ranks by accident.

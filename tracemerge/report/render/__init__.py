@@ -1,0 +1,1 @@
+"""Report renderers, one module per format."""
