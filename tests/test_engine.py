@@ -9,7 +9,8 @@ import sys
 import orjson
 import pytest
 
-from tracemerge.merge.engine import LocalEngine, scan
+from tracemerge.inputs.scan import scan
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.inputs.rankinfo import describe
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.session import Session
@@ -166,7 +167,7 @@ def _die(code):
 
 
 def test_a_dead_worker_is_an_error_not_a_traceback():
-    from tracemerge.merge.engine import WorkerDied
+    from tracemerge.merge.executors import WorkerDied
     with pytest.raises(WorkerDied, match="worker process died"):
         LocalEngine(2).map(_die, [1, 2])
 

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from tracemerge.merge.combine import combine
-from tracemerge.merge.engine import LocalEngine, scan_head
+from tracemerge.inputs.scan import scan_head
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
 from tracemerge.inputs.chrome import read_trace

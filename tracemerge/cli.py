@@ -9,7 +9,7 @@ import tracemerge
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.merge.combine import combine as combine_session
-from tracemerge.merge.engine import LocalEngine, make_engine
+from tracemerge.merge.executors import LocalEngine, make_engine
 from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
 from tracemerge.report.render.html import render_html
 from tracemerge.report import model as reports

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from tracemerge.clocks.methods import align
 from tracemerge.clocks.causality import review
 from tracemerge.inputs.sanity import check_job, rpc_peers
-from tracemerge.merge.engine import LocalEngine, scan, scan_head
+from tracemerge.inputs.scan import scan, scan_head
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
 from tracemerge.inputs.chrome import read_trace
@@ -32,7 +33,7 @@ class Session:
     def __init__(self, infos, traces, engine=None, inputs=None, skipped=(), warnings=()):
         self.infos = sorted(infos, key=lambda i: i.rank)
         self._traces = traces  # {rank: RankTrace} kept in memory
-        self.engine = engine   # runs per-rank work (tracemerge.merge.engine); None: inline
+        self.engine = engine   # runs per-rank work (tracemerge.merge.executors); None: inline
         self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.sanity)

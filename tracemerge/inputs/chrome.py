@@ -19,7 +19,7 @@ import orjson
 
 from tracemerge.codecs import decompress
 from tracemerge.errors import TraceError
-from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
+from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 from tracemerge.inputs.salvage import NotCut, Unsalvageable, salvage
 
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
@@ -339,7 +339,6 @@ class _Event(_Timing, forbid_unknown_fields=True, omit_defaults=True, gc=False):
 
 
 # the extra keys the transform rewrites in the structs: read before it does, the others on first use
-FLOW_ID_KEYS = ("id", "id2", "bind_id")
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])

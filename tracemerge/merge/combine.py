@@ -5,7 +5,8 @@ import itertools
 
 import tracemerge
 from tracemerge.merge import selection as select
-from tracemerge.merge.engine import LocalEngine, write_merged
+from tracemerge.merge.assembly import write_merged
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.merge.flows import RpcFlows
 from tracemerge.output import check_output
 from tracemerge.inputs.rankinfo import learn

@@ -1,0 +1,198 @@
+"""The input's own flows (Kineto ``fwdbwd``, ``ac2g``, v2 ``bind_id``) bound to slices for
+the protobuf output; the JSON output passes them through as they are.
+
+A flow map is {event index: (begin flow_ids, begin terminating, end flow_ids, end
+terminating)}: the ids a slice's begin and end packets carry.
+"""
+
+import hashlib
+from itertools import repeat
+
+import numpy as np
+from msgspec import UNSET
+
+from tracemerge.merge.ids import namespace_id, namespace_ids
+
+OUT, STEP, IN = "out", "step", "in"
+V1_ROLES = {ord("s"): OUT, ord("t"): STEP, ord("f"): IN}
+KIND_SHIFT = 56       # flow kinds beyond the first are told apart above the namespaced id
+
+
+NO_FLOWS = ((), (), (), ())
+
+
+def merge_flows(a, b):
+    """{event index: 4 tuples of flow ids} of two flow maps together."""
+    out = dict(a)
+    for i, ids in b.items():
+        out[i] = tuple(x + y for x, y in zip(out[i], ids)) if i in out else ids
+    return out
+
+
+def bind_input_flows(trace, rank, start, slices, ranges):
+    """Bind the rank's input flows to its slices, for protobuf output.
+
+    v1 events (``s``/``t``/``f``, keyed like Perfetto by (id, cat, name)) bind to the
+    innermost slice of their thread containing their ts (an ``f`` without ``bp: "e"`` to the
+    next slice beginning at or after it); v2 ``bind_id`` + ``flow_out``/``flow_in`` on an
+    ``X``/``B``/``b`` binds to that event's slice (on an ``n``/``i``, to the instant).
+    ``slices`` is :class:`~tracemerge.formats.perfetto.encoder.Slices`, ``ranges`` its rows per track.
+
+    Perfetto reads packets in time order, so each point after a flow's first is put on its
+    slice's begin when that begins after the previous point, else on its end.
+    Returns ({event index: (begin flow_ids, begin terminating, end flow_ids, end
+    terminating)}, {"converted": v1 events bound, reason: v1 events dropped}).
+    """
+    ph, extra = trace.ph, trace.extra
+    drops = {}
+
+    def drop(reason):
+        drops[reason] = drops.get(reason, 0) + 1
+
+    # v1: the slices of all points found at once, per thread
+    v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
+    roles = list(map(V1_ROLES.__getitem__, ph[v1].tolist()))
+    values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
+    next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], bool)
+    thread = trace.pid[v1].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[v1]
+    rows = _Enclosing(slices, ranges).rows(thread, start[v1], next_begin).tolist()
+    points = []                     # (flow key, id, event index, role, slice row or None)
+    for i, key, value, role, row in zip(v1.tolist(), zip(trace.cat[v1].tolist(), trace.name[v1].tolist()),
+                                        values, roles, rows):
+        if value is None:
+            drop("flow event without an id")
+        elif row < 0:
+            drop(f"flow '{chr(ph[i])}' with no slice on its thread at its time")
+        else:
+            points.append((key, value, i, role, row))
+
+    # v2: a bind_id on the event itself
+    hosts = np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"]))
+    bind = [(i, b) for i, b in zip(hosts.tolist(), extra.column("bind_id", hosts)) if b is not UNSET]
+    hosts = [i for i, _ in bind]
+    row_of = dict(zip(slices.begin.tolist(), range(len(slices.begin)))) if bind else {}
+    for (i, bind_id), out, inn in zip(bind, extra.column("flow_out", hosts), extra.column("flow_in", hosts)):
+        out, inn = bool(out), bool(inn)  # UNSET (absent) is false
+        if not (out or inn):
+            continue    # Perfetto ignores a bind_id without a direction too
+        row = row_of.get(i)
+        if row is None and ph[i] in (ord("X"), ord("B"), ord("b")):
+            continue    # its slice was not written (unpaired begin): counted there
+        points.append(("v2", bind_id, i, STEP if out and inn else OUT if out else IN, row))
+
+    kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
+    s_begin, s_start, s_end = slices.begin.tolist(), slices.start.tolist(), slices.end.tolist()
+    at_ns = start[[p[2] for p in points]].tolist()
+    fids = proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points])
+    by_id = {}
+    for (key, value, i, role, row), ts, fid in zip(points, at_ns, fids):
+        anchor = (s_begin[row], s_start[row], s_end[row]) if row is not None else (i, ts, None)
+        by_id.setdefault(fid, []).append((ts, i, role, anchor, key != "v2"))
+    bound, converted = {}, 0
+    for fid, chain in by_id.items():
+        chain.sort()        # by (ts, event index), which are unique
+        last = None         # when Perfetto sees the previous point of the chain; None: not in flight
+        for _, i, role, (event, begin_ns, end_ns), v1 in chain:
+            if role == OUT:
+                if last is not None:
+                    if v1:  # a v2 point rides on an event that is kept
+                        drop("flow start while the same id is in flight")
+                    continue
+                at, slot = begin_ns, 0
+            elif last is None:
+                if v1:
+                    drop(f"flow {'step' if role == STEP else 'end'} without a start")
+                continue
+            elif begin_ns > last:
+                at, slot = begin_ns, 0
+            elif end_ns is not None and end_ns > last:
+                at, slot = end_ns, 2
+            else:
+                if v1:
+                    drop("flow point on a slice that ends before its flow starts")
+                continue
+            ids = list(bound.get(event, NO_FLOWS))
+            ids[slot + (role == IN)] += (fid,)
+            bound[event] = tuple(ids)
+            last = None if role == IN else at
+            converted += v1
+    return bound, {"converted": converted, **drops}
+
+
+def event_id(id_, id2):
+    """The id a flow or async event is keyed by, from its ``id`` and ``id2`` keys (UNSET
+    where absent): ``id``, else ``id2.global``, else ``id2.local``; None when it has none."""
+    if id_ is not None and id_ is not UNSET:
+        return id_
+    return id2.get("global", id2.get("local")) if isinstance(id2, dict) else None
+
+
+def proto_flow_id(rank, kind, value):
+    """The uint64 flow id of an input flow: ``transform.namespace_id`` (as in the JSON output),
+    plus ``kind << 56`` for the rank's second and later flow kinds ((cat, name) of v1 events,
+    or v2), which may reuse each other's ids; a string id becomes a 64-bit hash."""
+    ns = namespace_id(rank, value)
+    if isinstance(ns, int) and kind < 1 << (64 - KIND_SHIFT) and ns < 1 << KIND_SHIFT:
+        return ns | kind << KIND_SHIFT
+    digest = hashlib.blake2b(f"{kind}:{ns}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") | 1 << 63
+
+
+def proto_flow_ids(rank, kinds, values):
+    """``[proto_flow_id(rank, kind, value) ...]`` of whole columns: plain integer ids (nearly
+    all) in one numpy pass, the others one by one."""
+    ns = namespace_ids(rank, values)
+    if ns and set(map(type, ns)) == {int} and max(ns) < 1 << KIND_SHIFT and max(kinds) < 1 << (64 - KIND_SHIFT):
+        return (np.array(ns, np.uint64) | np.array(kinds, np.uint64) << np.uint64(KIND_SHIFT)).tolist()
+    return list(map(proto_flow_id, repeat(rank), kinds, values))
+
+
+class _Enclosing:
+    """Slice lookups on threads' rows of the sorted slices (all their lanes)."""
+
+    def __init__(self, slices, ranges):
+        self.start, self.end, self.ranges = slices.start, slices.end, ranges
+
+    def rows(self, thread, ts, next_begin):
+        """For each point (its thread track, ts): the innermost slice of the thread
+        containing ts, or with ``next_begin`` the first slice beginning at or after ts;
+        -1 where there is none."""
+        out = np.full(len(ts), -1, np.int64)
+        order = np.argsort(thread, kind="stable")
+        tracks, firsts = np.unique(thread[order], return_index=True)
+        for track, a, b in zip(tracks.tolist(), firsts.tolist(), np.append(firsts[1:], len(order)).tolist()):
+            lo_hi = self.ranges.get(track)
+            if lo_hi is None:
+                continue
+            sel = order[a:b]
+            out[sel] = self._rows(lo_hi, ts[sel], next_begin[sel])
+        return out
+
+    def _rows(self, lo_hi, ts, next_begin):
+        lo, hi = lo_hi
+        starts = self.start[lo:hi]
+        after = lo + np.searchsorted(starts, ts, side="left")
+        # the innermost slice containing ts: the latest start at or before ts whose end is at
+        # or after it, found by walking back over earlier slices that end later
+        row = lo + np.searchsorted(starts, ts, side="right") - 1
+        walking = (row >= lo) & ~next_begin
+        walking[walking] = self.end[row[walking]] < ts[walking]
+        if walking.any():
+            jump = self._jumps(lo, hi)
+            while walking.any():
+                row[walking] = jump[row[walking] - lo]
+                walking[walking] = row[walking] >= lo
+                walking[walking] = self.end[row[walking]] < ts[walking]
+        row[row < lo] = -1
+        return np.where(next_begin, np.where(after < hi, after, -1), row)
+
+    def _jumps(self, lo, hi):
+        """Previous-greater-end row of every row of a thread (``lo - 1`` when none)."""
+        jump, stack = [], []
+        end = self.end[lo:hi].tolist()
+        for row, e in enumerate(end):
+            while stack and end[stack[-1]] <= e:
+                stack.pop()
+            jump.append(stack[-1] + lo if stack else lo - 1)
+            stack.append(row)
+        return np.array(jump, np.int64)
