@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tracemerge.clocks.methods import align
 from tracemerge.clocks.causality import review
-from tracemerge.inputs.sanity import check_job, rpc_peers
+from tracemerge.inputs.jobchecks import check_job, rpc_peers
 from tracemerge.inputs.scan import scan, scan_head
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
@@ -36,7 +36,7 @@ class Session:
         self.engine = engine   # runs per-rank work (tracemerge.merge.executors); None: inline
         self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
-        self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.sanity)
+        self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
 
     @classmethod
     def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False):

@@ -12,7 +12,7 @@ from typing import Optional
 
 import numpy as np
 
-from tracemerge.inputs.sanity import clock_jumps, job_facts
+from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 from tracemerge.errors import RankConflict, TraceError
 from tracemerge.inputs.kineto_collectives import collectives as kineto_collectives
 
