@@ -19,15 +19,15 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root: tests/support
 
-import gen_kineto  # noqa: E402
+from tests.support import gen_kineto  # noqa: E402
 
 ANALYSE = r'''
 import sys, time
 from tracemerge.analysis.critical_path import critical_path
 from tracemerge.analysis.job import job_timeline
-from tracemerge.engine import LocalEngine
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.session import Session
 jobs = int(sys.argv[1]) or None
 start = time.perf_counter()

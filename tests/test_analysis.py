@@ -17,7 +17,7 @@ from tracemerge.analysis.critical_path import (
 from tracemerge.analysis.job import job_timeline
 from tracemerge.analysis.stragglers import stragglers
 from tracemerge.analysis.waits import wait_states
-from tracemerge.engine import LocalEngine
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.session import Session
 
 US = 1000
@@ -126,7 +126,7 @@ def test_chain_without_rpc_edges_stays_on_rank0(tmp_path):
 
 def test_chain_with_skewed_clocks_aligned_by_rpc(tmp_path):
     """Rank 1's clock reads 5 ms ahead: aligned by the RPCs (symmetric delays), the path is the same."""
-    from tracemerge.synth import skew_file
+    from tests.support.synth import skew_file
     job, _, _ = chain(tmp_path)
     src = tmp_path / "rank1.json"
     skew_file(str(src), str(tmp_path / "rank1.json"), 5_000_000)

@@ -5,9 +5,9 @@ import glob
 import pytest
 
 from tracemerge.analysis.diff import diff_reports
-from tracemerge.keyavg import KeyAverage
-from tracemerge.report import Report, build_report
-from tracemerge.rpcstats import CalleeLoad, RpcKeyStats, RpcReport
+from tracemerge.report.keyavg import KeyAverage
+from tracemerge.report.model import Report, build_report
+from tracemerge.report.rpcstats import RpcKeyStats, RpcReport
 from tracemerge.session import Session
 
 

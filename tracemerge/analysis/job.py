@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracemerge.analysis.timeline import rank_timeline
-from tracemerge.correlate import TIMES, match_collectives, match_rpcs
-from tracemerge.engine import LocalEngine
+from tracemerge.clocks.correlate import TIMES, match_collectives, match_rpcs
+from tracemerge.merge.executors import LocalEngine
 
 RPC_WAIT = 0
 COLLECTIVE_WAIT = 1
