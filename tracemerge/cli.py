@@ -1,5 +1,6 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
+import glob
 import os
 import sys
 
@@ -11,10 +12,13 @@ from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, of
 from tracemerge.merge.combine import combine as combine_session
 from tracemerge.merge.executors import LocalEngine, make_engine
 from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
-from tracemerge.report.render.htmlpage import render_html
+from tracemerge.analysis.diff import diff_reports
+from tracemerge.report.render.htmlpage import render_diff_html, render_html
 from tracemerge.report import model as reports
 from tracemerge.report.render import FORMATS as REPORT_FORMATS
+from tracemerge.report.render import SECTIONS as CSV_SECTIONS
 from tracemerge.report.render import render as render_report
+from tracemerge.report.render import render_diff
 from tracemerge.report.write import combine_report_path, write_combine_report, write_text
 from tracemerge.merge.selection import Selection, parse_ranks, parse_window, size_warning
 from tracemerge.serve import DEFAULT_PORT, serve
@@ -329,25 +333,86 @@ def info(files, rank_from, skip_bad, strict):
 @click.option("--remote-ops", is_flag=True,
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page with plots.")
+@click.option("--section", type=click.Choice(CSV_SECTIONS), default=CSV_SECTIONS[0], show_default=True,
+              help="With --format csv, the table the CSV holds: key averages, the critical path's segments, "
+                   "the wait states, per-step times or the stragglers (the other formats hold them all).")
 @align_options
 @rank_from_option
 @input_options
-def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, method, reference, offsets,
-           rank_from, skip_bad, strict):
-    """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives.
+def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, section, method, reference,
+           offsets, rank_from, skip_bad, strict):
+    """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives,
+    the cross-rank critical path, wait states and stragglers.
 
-    FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`.
+    FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
+    (which carries no records: key averages only).
 
     \b
     Examples:
       tracemerge report rank*.json.gz --group-by name,rank --sort-by self_cpu_time_total
       tracemerge report rank*.json.gz --format json -o report.json --html report.html
+      tracemerge report rank*.json.gz --format csv --section critical_path -o path.csv
     """
+    if section != CSV_SECTIONS[0] and fmt != "csv":
+        raise click.BadParameter("only for --format csv (the other formats hold every section)",
+                                 param_hint="'--section'")
     rep = reports.build_report(list(files), lambda paths: open_inputs(paths, rank_from, skip_bad, strict),
                                (method, reference, offsets), group_by, remote_ops)
-    write_text(output, render_report(rep, fmt, sort_by, row_limit), files)
+    write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_html(rep, sort_by, row_limit), files)
     for note in rep.notes:
         if "thread-limited" in note:
             click.echo(f"tracemerge: hint: {note}", err=True)
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+
+
+def run_files(arg):
+    """The files of one run given as a directory (its trace files), a quoted glob, or one file."""
+    if os.path.isdir(arg):
+        found = sorted(os.path.join(arg, f) for f in os.listdir(arg) if f.endswith(TRACE_SUFFIXES))
+        if not found:
+            raise click.BadParameter(f"{arg}: no {', '.join(TRACE_SUFFIXES)} files in the directory")
+        return found
+    if any(c in arg for c in "*?["):
+        found = sorted(glob.glob(arg))
+        if not found:
+            raise click.BadParameter(f"{arg}: the pattern matches no file")
+        return found
+    return [arg]
+
+
+@main.command()
+@click.argument("before", metavar="BEFORE")
+@click.argument("after", metavar="AFTER")
+@click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Rows shown in table, Markdown and HTML; 0 for all (CSV and JSON hold every row).")
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", default="-", metavar="PATH", help="Write the diff here (default: stdout).")
+@click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page.")
+@align_options
+@rank_from_option
+@input_options
+def diff(before, after, row_limit, fmt, output, html_path, method, reference, offsets, rank_from, skip_bad, strict):
+    """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
+
+    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst files: one run's rank
+    files or one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged
+    trace, or one rank). Each is reported as `tracemerge report` would; rows give before,
+    after, delta (after - before) and relative (delta / before), times totalled over the run.
+
+    \b
+    Examples:
+      tracemerge diff samples/threads_1 samples/threads_8
+      tracemerge diff 'old/rank*.json.gz' new/merged.json --format markdown -o diff.md
+    """
+    sides = [run_files(before), run_files(after)]
+    opener = lambda paths: open_inputs(paths, rank_from, skip_bad, strict)  # noqa: E731
+    runs = [reports.build_report(paths, opener, (method, reference, offsets)) for paths in sides]
+    result = diff_reports(*runs, *sides)
+    inputs = sides[0] + sides[1]
+    write_text(output, render_diff(result, fmt, row_limit), inputs)
+    if html_path:
+        write_text(html_path, render_diff_html(result, row_limit), inputs)

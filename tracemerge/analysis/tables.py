@@ -26,8 +26,8 @@ def path_where(windows, limit=0):
             acc[key] = acc.get(key, 0) + s.end_ns - s.start_ns
     total = sum(w.end_ns - w.start_ns for w in windows) or 1
     rows = sorted(acc.items(), key=lambda kv: (-kv[1], str(kv[0])))
-    body = [[name, rank, tid, kind, _ms(ns), f"{ns / total:.1%}"] for (rank, tid, name, kind), ns in rows]
-    return ["Name", "Rank", "Thread", "Kind", "Path ms", "Share"], body[:limit] if limit and limit > 0 else body
+    body = [[kind, rank, tid, _ms(ns), f"{ns / total:.1%}", name] for (rank, tid, name, kind), ns in rows]
+    return ["Kind", "Rank", "Thread", "Path ms", "Share", "Name"], body[:limit] if limit and limit > 0 else body
 
 
 def path_totals(windows):
@@ -111,7 +111,7 @@ def analysis_sections(analysis, limit=0):
 
 
 def diff_table(diff, limit=0):
-    head = ["Section", "Key", "Metric", "Before", "After", "Delta", "Relative"]
+    head = ["Delta", "Relative", "Before", "After", "Section", "Metric", "Key"]
 
     def value(v, metric):
         if v is None:
@@ -119,7 +119,7 @@ def diff_table(diff, limit=0):
         return f"{v / 1000:.3f} ms" if metric != "calls" and metric != "count" else f"{v:g}"
 
     rows = diff.rows[:limit] if limit and limit > 0 else diff.rows
-    body = [[r.section, r.key, r.metric, value(r.before, r.metric), value(r.after, r.metric),
-             ("+" if r.delta > 0 else "") + value(r.delta, r.metric),
-             "-" if r.relative is None else f"{r.relative:+.1%}"] for r in rows]
+    body = [[("+" if r.delta > 0 else "") + value(r.delta, r.metric),
+             "-" if r.relative is None else f"{r.relative:+.1%}", value(r.before, r.metric),
+             value(r.after, r.metric), r.section, r.metric, r.key] for r in rows]
     return head, body

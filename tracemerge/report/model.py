@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from tracemerge.analysis.job import build_job
+from tracemerge.analysis.summary import analyse, analysis_dict
+from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.report.collectives import collective_report
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError
@@ -35,6 +38,7 @@ class Report:
     collectives: list = field(default_factory=list)
     timeline: dict = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
     notes: list = field(default_factory=list)
+    analysis: object = None            # analysis.summary.Analysis: critical path, wait states, stragglers; None for a merged trace
 
 
 def is_merged(trace):
@@ -72,12 +76,14 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
     first = min(clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
     last = max(clocks[i.rank].to_reference(i.last_ns) for i in session.infos)
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
-    busy = {}
+    busy, timelines = {}, {}
     for info in session.infos:
         trace = session.trace(info.rank)
         if is_merged(trace):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
         rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
+        # the analyses' timeline of the rank, from the events read anyway
+        timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank], {r.get("name", "") for r in info.rpcs})
         threads[info.rank] = server_threads(trace)
         busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
@@ -92,7 +98,9 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
         if match.caller_only or match.callee_only:
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
-    report.collectives = collective_report(match_collectives(session.infos), clocks)
+    collectives = match_collectives(session.infos)
+    report.collectives = collective_report(collectives, clocks)
+    report.analysis = analyse(build_job(timelines, match.calls, collectives, clocks))
     if not any(i.has_block for i in session.infos):
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
     return report
@@ -138,4 +146,5 @@ def report_dict(report, sort_by="cpu_time_total", row_limit=0):
         "rpc": asdict(report.rpc) if report.rpc is not None else None,
         "collectives": [asdict(c) for c in report.collectives],
         "notes": report.notes,
+        **(analysis_dict(report.analysis) if report.analysis is not None else {}),
     }

@@ -1,5 +1,7 @@
 """JSON: the whole report (:func:`~tracemerge.report.model.report_dict`)."""
 
+from dataclasses import asdict
+
 import orjson
 
 from tracemerge.report.model import report_dict
@@ -8,3 +10,8 @@ from tracemerge.report.model import report_dict
 def render_json(report, sort_by, row_limit):
     return orjson.dumps(report_dict(report, sort_by, row_limit),
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+
+
+def render_diff_json(diff, row_limit):
+    """Every row (``row_limit`` is for the tables)."""
+    return orjson.dumps(asdict(diff), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
