@@ -319,3 +319,39 @@ def test_real_job_path_runs_through_the_serialised_callee_spans():
                       if s.rank == 1 and s.tid == tid and s.kind == EXECUTION)
         assert covered >= 0.95 * (end - start)
     assert max(w.by_kind, key=w.by_kind.get) == EXECUTION
+
+
+# --- combine --critical-path ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["merged.json", "merged.pftrace"])
+def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
+    from test_perfetto import read_pftrace, thread_of
+
+    from tests.tracefiles import load_output
+    from tracemerge.merge.combine import combine
+
+    job, f, g = chain(tmp_path)
+    session = Session.open([str(tmp_path / f"rank{r}.json") for r in range(3)])
+    out = str(tmp_path / name)
+    summary = combine(session, session.align("wall"), out, critical_path=True)
+    assert summary["critical_path"]["windows"] == 1 and summary["critical_path"]["segments"] == 13
+    ev = summary["events"]
+    assert ev["in"] + ev["added"] == ev["out"] + ev["filtered"] + ev["dropped"]
+    assert ev["in"] == sum(i.events for i in session.infos)
+    pid = summary["critical_path"]["pid"]
+    if name.endswith(".json"):
+        doc = load_output(out)
+        base = doc["baseTimeNanoseconds"]
+        mine = [e for e in doc["traceEvents"] if e.get("pid") == pid]
+        names = {e["args"]["name"] for e in mine if e["ph"] == "M" and e["name"] == "process_name"}
+        slices = [(e["name"], base + round(e["ts"] * 1000), round(e["dur"] * 1000)) for e in mine if e["ph"] == "X"]
+    else:
+        got = read_pftrace(out)
+        names = {t.process.process_name for t in got["tracks"].values() if t.HasField("process") and t.process.pid == pid}
+        slices = [(s["name"], s["ts"], s["end"] - s["ts"]) for s in got["slices"]   # reference-clock ns
+                  if thread_of(got["tracks"], s["track"])[0] == pid]
+    assert names == {"critical path"}
+    expected = [("trace", BASE, 1100 * US)] + [(f"{kind}: {n} (rank {r})", ns(a), (b - a) * US)
+                                               for r, n, kind, a, b in path_of(critical_path(job)[0])]
+    assert sorted(slices) == sorted(expected)
+    assert ("callee execution: leaf (rank 2)", ns(460), 280 * US) in slices

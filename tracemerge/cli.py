@@ -195,8 +195,12 @@ def main():
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
               help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
+@click.option("--critical-path", "critical_path", is_flag=True,
+              help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
+                   "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
+                   "in it. Reads every rank once more.")
 def combine(files, output, method, reference, offsets, rank_from, force, enforce_causality, fmt, ranks, window,
-            min_duration, drop_categories, engine, jobs, scheduler, report_path, skip_bad, strict):
+            min_duration, drop_categories, engine, jobs, scheduler, report_path, critical_path, skip_bad, strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -209,6 +213,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
       tracemerge combine rank*.json.gz -o trace.json
       tracemerge combine w0.json w1.json --rank-from order --align start -o - | gzip > t.json.gz
       tracemerge combine rank*.json.gz -o trace.pftrace --window 100:350 --drop-category python_function
+      tracemerge combine rank*.json.gz -o trace.pftrace --critical-path
     """
     if report_path is not None:
         report_path = combine_report_path(output, report_path, files, force)
@@ -222,7 +227,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
         alignment = session.align(method, reference, offsets, enforce_causality)
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))
-        summary = combine_session(session, alignment, output, force, fmt, selection)
+        summary = combine_session(session, alignment, output, force, fmt, selection, critical_path)
         if report_path is not None:
             report_path = write_combine_report(session, alignment, output, report_path, files)
     finally:
@@ -409,8 +414,8 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
       tracemerge diff 'old/rank*.json.gz' new/merged.json --format markdown -o diff.md
     """
     sides = [run_files(before), run_files(after)]
-    opener = lambda paths: open_inputs(paths, rank_from, skip_bad, strict)  # noqa: E731
-    runs = [reports.build_report(paths, opener, (method, reference, offsets)) for paths in sides]
+    runs = [reports.build_report(paths, lambda p: open_inputs(p, rank_from, skip_bad, strict), (method, reference, offsets))
+            for paths in sides]
     result = diff_reports(*runs, *sides)
     inputs = sides[0] + sides[1]
     write_text(output, render_diff(result, fmt, row_limit), inputs)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracemerge.report.keyavg import _parents_nested, _parents_stack_walk, host_ops
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
+from tracemerge.report.keyavg import _parents_nested, _parents_stack_walk, host_ops
 
 STEP_PREFIX = "ProfilerStep#"
 REMOTE_SUFFIX = "#remote"
