@@ -1,6 +1,8 @@
 """The cross-rank analyses on constructed jobs whose answers are known by construction:
 real rank files, read and aligned by the real Session, walked by the real code."""
 
+import glob
+
 import pytest
 
 from tests.tracefiles import BASE, rank_file, write, x
@@ -299,7 +301,6 @@ def test_real_job_path_runs_through_the_serialised_callee_spans():
     """samples/threads_1: four heavy_udf calls served one after another by rank 1's single RPC
     thread. The path covers each of their callee spans almost whole, and callee execution
     is the largest kind on it."""
-    import glob
     import gzip
     import json
     paths = sorted(glob.glob("samples/threads_1/rank*.json.gz"))
@@ -355,3 +356,28 @@ def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
                                                for r, n, kind, a, b in path_of(critical_path(job)[0])]
     assert sorted(slices) == sorted(expected)
     assert ("callee execution: leaf (rank 2)", ns(460), 280 * US) in slices
+
+
+def test_real_async_update_continues_from_the_call_that_ran_the_optimizer():
+    """samples/parameter_server: update_and_fetch_model is async_execution; a trainer's update
+    returns when the batch is complete, which the last trainer's update does by running the
+    optimizer. Trainer 2's updates arrived first, so the path to the end of its run_trainer
+    goes, through the continuation, into trainer 1's update that stepped the optimizer."""
+    from tracemerge.analysis.critical_path import walk
+    paths = sorted(glob.glob("samples/parameter_server/rank*.json.gz"))
+    session = Session.open(paths)
+    job = job_timeline(session, session.align(), LocalEngine(1))
+    [(rank, span)] = [job.callee_span[c] for c in job.callee_span
+                      if job.call_name[c] == "rpc_async#run_trainer(ps -> trainer2)"]
+    th = job.thread(rank, int(job.ranks[rank].span_thread[span]))
+    start, end = job.span_start[rank][span], job.span_end[rank][span]
+    with_cont = walk(job, th, start, end)
+    without = walk(job, th, start, end, EDGES - {"continuation"})
+    for segs in (with_cont, without):
+        assert segs[0].start_ns == start and segs[-1].end_ns == end
+        assert all(a.end_ns == b.start_ns for a, b in zip(segs, segs[1:]))
+
+    def on_ps(segs, text):
+        return [s for s in segs if s.rank == 0 and text in s.name]
+    assert on_ps(with_cont, "Optimizer.step") and on_ps(with_cont, "update_and_fetch_model(trainer1 -> ps)")
+    assert not on_ps(without, "Optimizer.step") and not on_ps(without, "(trainer1 -> ps)")
