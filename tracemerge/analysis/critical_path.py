@@ -35,7 +35,7 @@ the path would be without it (tests use this to check that each edge is taken).
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from tracemerge.analysis.job import COLLECTIVE_WAIT, RPC_WAIT
+from tracemerge.analysis.job import COLLECTIVE_WAIT, RPC_WAIT, Job, Thread
 
 COMPUTE = "compute"
 TRANSFER = "RPC transfer"
@@ -74,16 +74,16 @@ class Window:
     by_rank: dict = field(default_factory=dict)     # {rank: ns on the path}
     by_kind: dict = field(default_factory=dict)     # {kind: ns on the path}
 
-    def as_dict(self):
+    def as_dict(self) -> dict:
         return {"window": self.window, "start_ns": self.start_ns, "end_ns": self.end_ns,
                 "segments": [{"rank": s.rank, "tid": s.tid, "name": s.name, "kind": s.kind,
                               "start_ns": s.start_ns, "end_ns": s.end_ns} for s in self.segments]}
 
 
-def windows(job):
+def windows(job: Job) -> list:
     """[(name, start_ns, end_ns, (rank, thread index) the walk starts on)]: one per
     ProfilerStep#N over all ranks, else one for the whole trace."""
-    steps = {}
+    steps: dict = {}
     for rank, tl in job.ranks.items():
         for name, start, end, thread in tl.steps:
             s = steps.setdefault(name, [start, end, (rank, thread)])
@@ -99,7 +99,7 @@ def windows(job):
     return [(WHOLE_TRACE, min(th.first_ns for th in threads), last.last_ns, (last.rank, last.index))]
 
 
-def critical_path(job, edges=EDGES):
+def critical_path(job: Job, edges: frozenset = EDGES) -> list:
     """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job.Job`), in time order."""
     out = []
     for name, start, end, at in windows(job):
@@ -112,9 +112,9 @@ def critical_path(job, edges=EDGES):
     return out
 
 
-def walk(job, th, wstart, wend, edges=EDGES):
+def walk(job: Job, th: Thread, wstart: int, wend: int, edges: frozenset = EDGES) -> list:
     """The segments of the path ending on thread ``th`` at ``wend``, back to ``wstart``."""
-    back = []
+    back: list = []
 
     def emit(rank, tid, name, kind, lo, hi):
         lo = max(lo, wstart)
@@ -242,9 +242,10 @@ def _completer(job, th, t, lower):
     return best
 
 
-def totals(windows_):
+def totals(windows_: list) -> tuple:
     """({rank: ns}, {kind: ns}) over all windows."""
-    by_rank, by_kind = {}, {}
+    by_rank: dict = {}
+    by_kind: dict = {}
     for w in windows_:
         for r, v in w.by_rank.items():
             by_rank[r] = by_rank.get(r, 0) + v

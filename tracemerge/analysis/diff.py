@@ -16,8 +16,12 @@ delta = after − before; relative = delta / before (None when before is 0 or ab
 are sorted by impact, |delta| of the time (counts have none), then by section and key.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from tracemerge.report.model import Report
 
 RPC = "rpc"
 CALLEE = "callee"
@@ -89,7 +93,8 @@ def _key_metrics(report):
 METRICS = {RPC: _rpc_metrics, CALLEE: _callee_metrics, KEY_AVERAGES: _key_metrics}
 
 
-def diff_reports(before, after, before_inputs=(), after_inputs=()):
+def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str] = (),
+                 after_inputs: Sequence[str] = ()) -> Diff:
     """The :class:`Diff` of two reports."""
     out = Diff(before=list(before_inputs), after=list(after_inputs))
     for section in SECTIONS:

@@ -14,9 +14,10 @@ PID = 0
 TRACK_NAME = "critical path {}"
 
 
-def tracks(windows):
+def tracks(windows: list) -> list:
     """The track (1, 2, …) of each window: the first whose last window ended by its start."""
-    ends, out = [], []
+    ends: list = []
+    out: list = []
     for w in windows:
         for k, end in enumerate(ends):
             if end <= w.start_ns:
@@ -33,7 +34,7 @@ def _us(ns):
     return ns / 1000
 
 
-def path_events(windows, base_ns):
+def path_events(windows: list, base_ns: int) -> list:
     """Chrome trace events of ``windows`` (critical_path.Window) with ``ts`` in µs after ``base_ns``."""
     on = tracks(windows)
     events = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PROCESS}},

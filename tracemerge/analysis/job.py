@@ -13,12 +13,22 @@ the one that was inside a span when the collective was issued (collectives carry
 """
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from tracemerge.analysis.timeline import rank_timeline
-from tracemerge.clocks.correlate import TIMES, match_collectives, match_rpcs
+from tracemerge.clocks.correlate import (
+    TIMES,
+    Collectives,
+    RpcCalls,
+    match_collectives,
+    match_rpcs,
+)
 from tracemerge.merge.executors import LocalEngine
+
+if TYPE_CHECKING:
+    from tracemerge.session import Alignment, Session
 
 RPC_WAIT = 0
 COLLECTIVE_WAIT = 1
@@ -69,18 +79,18 @@ class Job:
     coll_thread: dict            # {(collective, rank): thread index}
     _names: dict = field(default_factory=dict)
 
-    def thread(self, rank, index):
+    def thread(self, rank: int, index: int) -> Thread:
         return self.threads[(rank, index)]
 
-    def rank_threads(self, rank):
+    def rank_threads(self, rank: int) -> list:
         return [self.threads[(rank, i)] for i in range(len(self.ranks[rank].threads))]
 
-    def name_of(self, rank, span):
+    def name_of(self, rank: int, span: int) -> str:
         tl = self.ranks[rank]
         return tl.names[tl.span_name[span]]
 
 
-def job_timeline(session, alignment, engine=None):
+def job_timeline(session: "Session", alignment: "Alignment", engine: Optional[Any] = None) -> "Job":
     """The :class:`Job` of an open session under ``alignment``."""
     clocks = alignment.clocks
     infos = session.infos
@@ -91,7 +101,7 @@ def job_timeline(session, alignment, engine=None):
     return build_job({tl.rank: tl for tl in made}, match_rpcs(infos).calls, match_collectives(infos), clocks)
 
 
-def build_job(timelines, calls, collectives, clocks):
+def build_job(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks: dict) -> "Job":
     """The :class:`Job` of rank timelines and the joined records (correlate's RpcCalls and
     Collectives) under ``clocks`` ({rank: ClockModel})."""
     threads = {}
@@ -129,7 +139,7 @@ def build_job(timelines, calls, collectives, clocks):
             elif role == "callee" and callee[c] == rank:
                 callee_span[c] = (rank, span)
                 span_call[(rank, span)] = c
-    waits = {}
+    waits: dict = {}
     for c, (rank, span) in caller_span.items():
         if has[0, c] and has[3, c]:
             th = int(timelines[rank].span_thread[span])

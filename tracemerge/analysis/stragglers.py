@@ -27,7 +27,7 @@ from tracemerge.analysis.critical_path import (
     QUEUEING,
     TRANSFER,
 )
-from tracemerge.analysis.job import RPC_WAIT
+from tracemerge.analysis.job import RPC_WAIT, Job
 
 Z_STRAGGLER = 3.5
 MIN_SPREAD = 0.01
@@ -55,7 +55,7 @@ class StepTimes:
     stragglers: list = field(default_factory=list)   # [Straggler], highest score first
 
 
-def stragglers(job):
+def stragglers(job: Job) -> StepTimes:
     """The :class:`StepTimes` of a job (empty when it has no steps)."""
     at = {}
     for rank, tl in job.ranks.items():
@@ -64,12 +64,12 @@ def stragglers(job):
     if not at:
         return StepTimes()
     ranks = sorted(job.ranks)
-    first = {}
+    first: dict = {}
     for (name, _), (start, _, _) in at.items():
         first[name] = min(first.get(name, start), start)
     steps = sorted(first, key=lambda n: (first[n], n))
     d = np.full((len(steps), len(ranks)), np.nan)
-    parts = {r: {k: [] for k in BREAKDOWN} for r in ranks}
+    parts: dict = {r: {k: [] for k in BREAKDOWN} for r in ranks}
     for i, name in enumerate(steps):
         for j, rank in enumerate(ranks):
             found = at.get((name, rank))

@@ -3,7 +3,8 @@
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from tracemerge.analysis.critical_path import critical_path
+from tracemerge.analysis.critical_path import critical_path, totals
+from tracemerge.analysis.job import Job
 from tracemerge.analysis.stragglers import StepTimes, stragglers
 from tracemerge.analysis.waits import WaitStates, wait_states
 
@@ -15,22 +16,17 @@ class Analysis:
     steps: Optional[StepTimes] = None
 
 
-def analyse(job):
+def analyse(job: Job) -> Analysis:
     """The :class:`Analysis` of a :class:`~tracemerge.analysis.job.Job`."""
     return Analysis(critical_path=critical_path(job), waits=wait_states(job), steps=stragglers(job))
 
 
-def analysis_dict(analysis):
+def analysis_dict(analysis: Analysis) -> dict:
     """The JSON keys the analyses add to a report: ``critical_path`` (the windows, each
     ``{"window", "start_ns", "end_ns", "segments"}``), ``critical_path_totals`` (ns by rank
     and by kind, per window and over all), ``wait_states`` and ``stragglers``."""
     windows = analysis.critical_path
-    by_rank, by_kind = {}, {}
-    for w in windows:
-        for r, v in w.by_rank.items():
-            by_rank[r] = by_rank.get(r, 0) + v
-        for k, v in w.by_kind.items():
-            by_kind[k] = by_kind.get(k, 0) + v
+    by_rank, by_kind = totals(windows)
     return {
         "critical_path": [w.as_dict() for w in windows],
         "critical_path_totals": {"by_rank": by_rank, "by_kind": by_kind,

@@ -13,11 +13,14 @@ Everything is numpy columns; one worker builds a rank's timeline from its file a
 result (a few arrays per thread) is all the analyses need of the events.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
+from tracemerge.model import RankTrace
 from tracemerge.report.keyavg import _parents_nested, _parents_stack_walk, host_ops
 
 STEP_PREFIX = "ProfilerStep#"
@@ -50,7 +53,7 @@ class RankTimeline:
     steps: list = field(default_factory=list)       # [(name, start_ns, end_ns, thread index)] of ProfilerStep#N spans
 
 
-def rank_timeline(source, rank, clock, rpc_names=()):
+def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = ()) -> RankTimeline:
     """The :class:`RankTimeline` of ``source`` (a path or a RankTrace) under ``clock``
     (its :class:`~tracemerge.clock.ClockModel`); ``rpc_names`` are the caller span names
     of the RPC records of the rank (callee spans are those plus ``#remote``)."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracemerge.analysis.job import Job
+
 
 @dataclass
 class RpcWait:
@@ -46,7 +48,7 @@ class WaitStates:
     by_rank: dict = field(default_factory=dict)        # {rank: {"queueing_ns", "callee_idle_ns", "collective_ns"}}
 
 
-def wait_states(job):
+def wait_states(job: Job) -> WaitStates:
     """The :class:`WaitStates` of a :class:`~tracemerge.analysis.job.Job`."""
     out = WaitStates()
     n = len(job.call_name)
@@ -54,7 +56,7 @@ def wait_states(job):
         full = job.has.all(axis=0)
         queue = np.where(full, job.t_ref[1] - job.t_ref[0] - job.floor, 0)
         idle = _callee_idle(job, full)
-        keys = {}
+        keys: dict = {}
         for c in np.flatnonzero(full).tolist():
             keys.setdefault((job.call_name[c], job.call_caller[c], job.call_callee[c]), []).append(c)
         for (name, caller, callee), cs in keys.items():
@@ -65,7 +67,7 @@ def wait_states(job):
             _add(out.by_rank, caller, "queueing_ns", int(q.sum()))
             _add(out.by_rank, callee, "callee_idle_ns", int(i.sum()))
         out.rpc.sort(key=lambda w: (-w.queueing_ns, -w.callee_idle_ns, w.name))
-    groups = {}
+    groups: dict = {}
     for k, last in enumerate(job.coll_last):
         if last is None:
             continue
