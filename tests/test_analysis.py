@@ -7,6 +7,7 @@ import pytest
 
 from tests.tracefiles import BASE, rank_file, write, x
 from tracemerge.analysis.critical_path import (
+    KINDS,
     COLLECTIVE,
     COMPUTE,
     EDGES,
@@ -381,3 +382,43 @@ def test_real_async_update_continues_from_the_call_that_ran_the_optimizer():
         return [s for s in segs if s.rank == 0 and text in s.name]
     assert on_ps(with_cont, "Optimizer.step") and on_ps(with_cont, "update_and_fetch_model(trainer1 -> ps)")
     assert not on_ps(without, "Optimizer.step") and not on_ps(without, "(trainer1 -> ps)")
+
+
+# --- any job: the walk ends and tiles ------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_jobs_tile_every_window(tmp_path, seed):
+    """Random spans (overlapping, nested, zero-length), RPCs whose times break causality and
+    collectives with missing ends: the walk always ends, and every window is tiled."""
+    import random
+    rng = random.Random(seed)
+    world = rng.randint(2, 4)
+    j = Ranks(world)
+    steps = rng.random() < 0.5
+    for r in range(world):
+        for _ in range(rng.randint(0, 25)):
+            a = rng.randint(0, 5000)
+            j.op(r, rng.choice(["a", "b", "c", "ProfilerStep#0" if steps else "d"]), a, a + rng.randint(0, 800),
+                 tid=rng.choice([1, 2, 7]))
+        if steps:
+            j.op(r, f"ProfilerStep#{r % 2 + 1}", 0, rng.randint(100, 6000), cat="user_annotation")
+    for _ in range(rng.randint(0, 12)):
+        caller, callee = rng.sample(range(world), 2)
+        t = sorted(rng.randint(0, 6000) for _ in range(4))
+        if rng.random() < 0.3:  # the callee's clock off: its side moves against the caller's
+            shift = rng.randint(-3000, 3000)
+            t[1], t[2] = max(t[1] + shift, 0), max(t[2] + shift, 0)
+        j.rpc(caller, callee, rng.choice(["f", "g"]), *t, caller_tid=rng.choice([1, 2]), callee_tid=rng.choice([7, 8]),
+              kind=rng.choice(["rpc_sync", "rpc_async"]))
+    for seq in range(rng.randint(0, 3)):
+        arrive = [rng.randint(0, 5000) for _ in range(world)]
+        j.collective(seq, arrive, [max(arrive) + rng.randint(0, 300) for _ in range(world)])
+    job = j.job(tmp_path)
+    found = critical_path(job)
+    assert found or not any(j.events.values())
+    for w in found:
+        assert_tiles(w)
+        assert {s.kind for s in w.segments} <= set(KINDS)
+        assert sum(w.by_kind.values()) == w.end_ns - w.start_ns
+    wait_states(job)
+    stragglers(job)

@@ -91,7 +91,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
 
     parent = np.full(len(idx), -1, dtype=np.int64)
     work = ~is_caller
-    bounds_of = np.concatenate(([0], np.flatnonzero(np.diff(thread)) + 1, [len(idx)]))
+    bounds_of = np.concatenate(([0], np.flatnonzero(np.diff(thread)) + 1, [len(idx)])) if len(idx) else np.zeros(1, int)
     threads = []
     for t, (lo, hi) in enumerate(zip(bounds_of[:-1].tolist(), bounds_of[1:].tolist())):
         sel = np.arange(lo, hi)[work[lo:hi]]
