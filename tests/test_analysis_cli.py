@@ -103,3 +103,11 @@ def test_diff_accepts_globs_and_merged_traces(tmp_path):
 def test_diff_of_an_empty_directory_is_a_usage_error(tmp_path):
     r = run("diff", tmp_path, "samples/threads_8")
     assert r.exit_code == 2 and str(tmp_path) in r.stderr and "no .json" in r.stderr
+
+
+def test_readme_diff_example_is_the_real_output():
+    readme = open("README.md", encoding="utf-8").read()
+    command = "$ tracemerge diff samples/threads_1 samples/threads_8 --row-limit 10\n"
+    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    r = run("diff", "samples/threads_1", "samples/threads_8", "--row-limit", "10")
+    assert r.exit_code == 0 and r.stdout == shown
