@@ -70,13 +70,14 @@ def stragglers(job: Job) -> StepTimes:
     steps = sorted(first, key=lambda n: (first[n], n))
     d = np.full((len(steps), len(ranks)), np.nan)
     parts: dict = {r: {k: [] for k in BREAKDOWN} for r in ranks}
+    longest: dict = {}   # {(rank, thread): the longest wait on it}, for the search by end
     for i, name in enumerate(steps):
         for j, rank in enumerate(ranks):
             found = at.get((name, rank))
             if found is None:
                 continue
             d[i, j] = found[1] - found[0]
-            for kind, ns in _breakdown(job, rank, *found).items():
+            for kind, ns in _breakdown(job, rank, *found, longest).items():
                 parts[rank][kind].append(ns)
     with np.errstate(all="ignore"):
         med = np.nanmedian(d, axis=1, keepdims=True)
@@ -107,14 +108,16 @@ def stragglers(job: Job) -> StepTimes:
     return out
 
 
-def _breakdown(job, rank, start, end, thread):
+def _breakdown(job, rank, start, end, thread, longest):
     """{kind: ns} of one rank's step [start, end) on its step thread."""
     th = job.thread(rank, thread)
     rpc, coll, shares = [], [], {TRANSFER: 0, QUEUEING: 0, EXECUTION: 0}
     we = th.wait_end
-    longest = max((e - s for s, e in zip(th.wait_start, we)), default=0)
+    if (rank, thread) not in longest:
+        longest[(rank, thread)] = max((e - s for s, e in zip(th.wait_start, we)), default=0)
+    reach = longest[(rank, thread)]
     j = bisect_right(we, start)
-    while j < len(we) and we[j] - longest < end:
+    while j < len(we) and we[j] - reach < end:
         s, e = max(th.wait_start[j], start), min(we[j], end)
         if e > s:
             if th.wait_kind[j] == RPC_WAIT:
