@@ -12,6 +12,7 @@ its completion. Waits come from the records; the thread is the caller span's (RP
 the one that was inside a span when the collective was issued (collectives carry no thread).
 """
 
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -42,8 +43,8 @@ class Thread:
     rank: int
     index: int                   # in its RankTimeline.threads
     tid: object
-    bounds: list
-    owner: list
+    bounds: array               # int64 reference ns (array('q'))
+    owner: array
     first_ns: int
     last_ns: int
     wait_start: list = field(default_factory=list)   # sorted by end, with:
@@ -56,9 +57,9 @@ class Thread:
 class Job:
     ranks: dict                  # {rank: RankTimeline}
     threads: dict                # {(rank, thread index): Thread}
-    span_start: dict             # {rank: list}, as RankTimeline.span_start
+    span_start: dict             # {rank: array('q')}, as RankTimeline.span_start
     span_end: dict
-    callee_of: dict              # {rank: list}
+    callee_of: dict              # {rank: array('q')}
     names: dict                  # {rank: [span name of each span]} built lazily (name_of)
     # calls (the order of correlate.RpcCalls)
     call_name: list
@@ -107,8 +108,8 @@ def build_job(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks
     threads = {}
     for rank, tl in timelines.items():
         for i, th in enumerate(tl.threads):
-            threads[(rank, i)] = Thread(rank=rank, index=i, tid=th.tid, bounds=th.bounds.tolist(),
-                                        owner=th.owner.tolist(), first_ns=th.first_ns, last_ns=th.last_ns)
+            threads[(rank, i)] = Thread(rank=rank, index=i, tid=th.tid, bounds=_ints(th.bounds),
+                                        owner=_ints(th.owner), first_ns=th.first_ns, last_ns=th.last_ns)
     n = len(calls)
     t_ref = np.zeros((4, n), dtype=np.int64)
     has = calls.has.copy() if n else np.zeros((4, 0), bool)
@@ -151,13 +152,21 @@ def build_job(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks
         ws.sort(key=lambda w: (w[1], w[0]))
         th.wait_start, th.wait_end, th.wait_kind, th.wait_ref = (list(x) for x in zip(*ws))
     return Job(ranks=timelines, threads=threads,
-               span_start={r: tl.span_start.tolist() for r, tl in timelines.items()},
-               span_end={r: tl.span_end.tolist() for r, tl in timelines.items()},
-               callee_of={r: tl.callee_of.tolist() for r, tl in timelines.items()}, names={},
+               span_start={r: _ints(tl.span_start) for r, tl in timelines.items()},
+               span_end={r: _ints(tl.span_end) for r, tl in timelines.items()},
+               callee_of={r: _ints(tl.callee_of) for r, tl in timelines.items()}, names={},
                call_name=[rec.get("name", "") for rec in calls.first] if n else [], call_caller=caller,
                call_callee=callee, t_ref=t_ref, has=has, floor=floor, caller_span=caller_span,
                callee_span=callee_span, span_call=span_call, coll_op=coll_op, coll_group=coll_group,
                coll_ranks=coll_ranks, coll_arrive=coll_arrive, coll_last=coll_last, coll_thread=coll_thread)
+
+
+def _ints(column):
+    """An int64 column as an ``array('q')``: indexing gives Python ints as fast as a list
+    does (the walk's bisects), at 8 bytes an item instead of a list's ~36."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(column, dtype=np.int64).tobytes())
+    return out
 
 
 def _collectives(colls, clocks, timelines, waits):
