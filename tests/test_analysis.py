@@ -422,3 +422,15 @@ def test_random_jobs_tile_every_window(tmp_path, seed):
         assert sum(w.by_kind.values()) == w.end_ns - w.start_ns
     wait_states(job)
     stragglers(job)
+
+
+def test_callee_idle_is_the_wait_for_a_late_request(tmp_path):
+    """Rank 1's thread finished call a at 450 µs; call c was sent at 600 and delivered in the
+    pair's fastest 50 µs: the callee waited 200 µs for it (a late sender)."""
+    j = Ranks(2)
+    a = j.rpc(0, 1, "a", 0, 50, 450, 500)
+    c = j.rpc(0, 1, "c", 600, 650, 900, 950)
+    waits = wait_states(j.job(tmp_path))
+    rows = {w.name: w for w in waits.rpc}
+    assert rows[c].callee_idle_ns == 200 * US and rows[a].callee_idle_ns == 0
+    assert rows[c].queueing_ns == 0 and waits.by_rank[1]["callee_idle_ns"] == 200 * US
