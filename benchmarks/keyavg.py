@@ -19,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from tracemerge.report.keyavg import group_rows, key_averages
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 
 
 def workload(steps):

@@ -15,7 +15,7 @@ import pytest
 
 from tracemerge.codecs import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
 from tracemerge.errors import OutputError, TraceError
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 
 from tracefiles import kineto, write, x
 

@@ -12,7 +12,7 @@ import pytest
 from tracemerge.inputs.scan import scan
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.inputs.rankinfo import describe
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 from tracemerge.session import Session
 from tracemerge.merge.combine import combine
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tracemerge.cli import main
 from tracemerge.errors import EXIT_CONFLICT, EXIT_INPUT, TraceError
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 from tracemerge.inputs.salvage import salvage
 from tracefiles import kineto, load_output, x
 

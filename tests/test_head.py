@@ -14,7 +14,7 @@ from tracemerge.inputs.scan import scan_head
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 from tracemerge.session import Session
 
 from tracefiles import BASE, kineto, rank_file, write, x

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.merge.combine import combine
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 from tracemerge.session import Session
 from tracefiles import BASE, kineto
 

@@ -3,7 +3,7 @@ import pytest
 
 from tracemerge.errors import TraceError
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 from tracefiles import BASE, kineto, rank_file, write, x
 
 EVENTS = [

@@ -16,7 +16,7 @@ from tracemerge.inputs.scan import scan, scan_head
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 

@@ -1,9 +1,13 @@
 """Clock alignment: one :class:`~tracemerge.clocks.clock.ClockModel` per rank, from RankInfo only.
 
-Each method is a function ``(infos_by_rank, reference) -> {rank: ClockModel}`` registered
-in :data:`METHODS`; ``combine`` and ``offsets`` look methods up by name, so a new method
-plugs in by registering itself here.
+Each method is a function ``(infos_by_rank, reference) -> {rank: ClockModel}`` listed in
+:data:`METHODS` with the line ``--align``'s help gives it; ``combine``, ``offsets`` and
+``report`` look methods up by name and the CLI's choices and help come from the list, so
+a new method is one function and one line there.
 """
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict
 
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
@@ -11,29 +15,27 @@ from tracemerge.errors import TracemergeError, UsageError
 from tracemerge.clocks.graph import solve
 from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
 
-METHODS = {}
 
 
-def method(name):
-    def register(fn):
-        METHODS[name] = fn
-        return fn
-    return register
+@dataclass(frozen=True)
+class Method:
+    """One alignment method: ``--align NAME``, its function, and what ``--help`` says of it."""
+
+    name: str
+    align: Callable[[Dict[int, Any], int], Dict[int, ClockModel]]
+    summary: str
 
 
-@method("none")
 def align_none(infos, reference):
     """Timestamps exactly as written in each file: Kineto's baseTimeNanoseconds is not applied."""
     return {r: ClockModel(rank=r, method="none", offset_ns=info.base_ns or 0) for r, info in infos.items()}
 
 
-@method("wall")
 def align_wall(infos, reference):
     """Trust each file's wall clock (``baseTimeNanoseconds + ts``)."""
     return {r: ClockModel(rank=r, method="wall") for r in infos}
 
 
-@method("start")
 def align_start(infos, reference):
     """Each rank's profiler start coincides with the reference's (PyTorch's RPC-profiler RFC)."""
     ref_start = infos[reference].start_ns
@@ -57,22 +59,29 @@ def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None):
     return models
 
 
-@method("rpc")
 def align_rpc(infos, reference):
     """NTP quadruples of matched RPCs (caller send/complete, callee start/end), drift fitted."""
     return exchange_clocks(infos, reference, ("rpc",))
 
 
-@method("collective")
 def align_collective(infos, reference):
     """Synchronising collectives matched by (group, seq): nobody leaves before all arrived."""
     return exchange_clocks(infos, reference, ("collective",))
 
 
-@method("auto")
 def align_auto(infos, reference):
     """Every exchange the data has (RPCs and collectives), per rank; ranks with none keep their wall clock."""
     return exchange_clocks(infos, reference)
+
+
+METHODS: Dict[str, Method] = {m.name: m for m in (
+    Method("none", align_none, "timestamps as written"),
+    Method("wall", align_wall, "each file's wall clock"),
+    Method("start", align_start, "profiler starts coincide"),
+    Method("rpc", align_rpc, "NTP-style offsets and drift from matched RPCs"),
+    Method("collective", align_collective, "from matched collectives"),
+    Method("auto", align_auto, "every exchange the data has, per rank, wall clock for ranks with none"),
+)}
 
 
 def align(infos, method="wall", reference=None, offsets=None):
@@ -87,7 +96,7 @@ def align(infos, method="wall", reference=None, offsets=None):
         raise UsageError(f"--reference {reference}: no input has that rank (ranks: {sorted(by_rank)})")
     if method not in METHODS:
         raise TracemergeError(f"unknown alignment method {method!r} (choose from {', '.join(METHODS)})")
-    models = METHODS[method](by_rank, reference)
+    models = METHODS[method].align(by_rank, reference)
     for rank, offset in (offsets or {}).items():
         if rank not in by_rank:
             raise UsageError(f"--offset {rank}={offset}: no input has rank {rank}")

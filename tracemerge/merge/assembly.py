@@ -25,28 +25,14 @@ import os
 import shutil
 import tempfile
 
-from tracemerge.formats import chrome
+from tracemerge.formats import FORMATS
 from tracemerge.codecs import codec_for
 from tracemerge.errors import OutputError
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import event_facts
 from tracemerge.merge.executors import LocalEngine, gc_paused
-
-
-class Format:
-    """How one output format is cut into independently encoded pieces.
-
-    ``encode(events) -> bytes`` runs in the workers, once per rank; ``open(header)``,
-    ``separator`` (between non-empty shards) and ``close(footer)`` are written by the parent.
-    """
-
-    def __init__(self, encode, open, separator, close):
-        self.encode, self.open, self.separator, self.close = encode, open, separator, close
-
-
-FORMATS = {"chrome": Format(chrome.encode_events, chrome.open_document, chrome.SEPARATOR, chrome.close_document)}
 
 
 # ---- pass 2: transform and encode ------------------------------------------------------

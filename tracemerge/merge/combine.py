@@ -1,7 +1,6 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
 import functools
-import itertools
 
 import tracemerge
 from tracemerge.merge import selection as select
@@ -10,8 +9,8 @@ from tracemerge.merge.executors import LocalEngine
 from tracemerge.merge.flows import RpcFlows
 from tracemerge.output import check_output
 from tracemerge.inputs.rankinfo import learn
-from tracemerge.formats.perfetto.encoder import output_format, rank_packets
-from tracemerge.merge.placement import Placement, aligned_ns, rank_label, transform_chunks
+from tracemerge.formats import FORMATS, output_format
+from tracemerge.merge.placement import Placement, rank_label
 
 SECOND_NS = 1_000_000_000
 
@@ -92,7 +91,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine, into its part of the output
     jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
-    return write_merged(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
+    return write_merged(session.engine or LocalEngine(1), rank_fn, fmt,
                         jobs, output, header, footer, facts=any(i.partial for i in kept))
 
 
@@ -101,22 +100,13 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
     are freed as they are encoded."""
     n_in = len(trace)
-    if fmt == "perfetto" and consume:
-        trace.drop_events()  # the protobuf encoder reads the columns
+    form = FORMATS[fmt]
+    if form.columns_only and consume:
+        trace.drop_events()  # the encoder reads the columns
     trace, counts = select.apply(trace, place, selection, window)
     found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
     counts.update(flow_counts, **{"in": n_in})
-    if fmt == "perfetto":
-        data, proto = rank_packets(trace, place, rpc.proto_flows(found) if rpc else None)
-        return data, {**counts, **proto}
-    # lists of events, made lazily: the worker encodes and frees one list at a time
-    times = aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
-    if found:
-        flow_events = rpc.json_events(found, trace, place, *times)
-        counts["rpc_flow_events"] = len(flow_events)
-        made += flow_events
-    return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
+    return form.rank(trace, place, rpc, found, counts, consume)
 
 
 def build_summary(session, alignment, places, counts):

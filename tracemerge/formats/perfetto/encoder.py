@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from tracemerge.codecs import plain_name
-from tracemerge.merge.assembly import FORMATS, Format
 from tracemerge.formats.perfetto.flows import NO_FLOWS, bind_input_flows, event_id, merge_flows
 from tracemerge.merge.ids import namespace_args
 from tracemerge.merge.placement import CHUNK, aligned_ns
@@ -36,8 +34,7 @@ SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
 UINT64_MASK = (1 << 64) - 1
-SYNTHETIC_TID = 1 << 30
-PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")   # base of the tids given to threads whose input tid is a string
+SYNTHETIC_TID = 1 << 30   # base of the tids given to threads whose input tid is a string
 
 
 # varints of 0..2**14 - 1, and the same 14 bits as two bytes that both continue
@@ -603,29 +600,3 @@ class _Tracks:
             tid += 1
         taken.add(tid)
         return tid
-
-
-def output_format(output, fmt=None):
-    """"perfetto" or "json": ``fmt`` when given, else by the output's name."""
-    if fmt:
-        return fmt
-    return "perfetto" if plain_name(output).endswith(PROTO_SUFFIXES) else "json"
-
-
-def rank_packets(trace, place, flows=None):
-    """(bytes, counts) of one rank for combine: counts keyed like its summary."""
-    data, c = encode_rank(trace, place, flows)
-    counts = {"out": c.out, "added": 0, "dropped": sum(c.dropped.values()),
-              "perfetto_overlapping_slices": c.overlapping, "perfetto_overlap_tracks": c.overlap_tracks,
-              "perfetto_flow_events": c.flows}
-    counts.update({f"dropped:{reason}": n for reason, n in c.dropped.items()})
-    return data, counts
-
-
-def _nothing(_):
-    return b""
-
-
-# Shards are self-contained packet runs and concatenated traces are one trace, so the
-# document needs no header, separator or footer.
-FORMATS["perfetto"] = Format(bytes, _nothing, b"", _nothing)

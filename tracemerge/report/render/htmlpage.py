@@ -10,6 +10,7 @@ from html import escape
 
 from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
 from tracemerge.report.model import sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
@@ -127,3 +128,6 @@ def render_html(report, sort_by="cpu_time_total", row_limit=100):
     body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>Self CPU time total: {format_time(total_self)}</p>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge report</title>'
             f'<style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
+
+
+FORMAT = ReportFormat("html", render_html, (), option="--html")

@@ -2,6 +2,7 @@
 
 from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
 from tracemerge.report.model import sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 
 def _md_table(head, body):
@@ -25,3 +26,6 @@ def render_markdown(report, sort_by, row_limit):
     if report.notes:
         lines += [""] + [f"- {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
+
+
+FORMAT = ReportFormat("markdown", render_markdown, (".md",))

@@ -3,6 +3,7 @@ and collective sections."""
 
 from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
 from tracemerge.report.model import sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 
 def _fixed_table(headers, rows, first_width):
@@ -42,3 +43,6 @@ def render_table(report, sort_by, row_limit):
         lines += ["", title] + _fixed_table(head, body, first)
     lines += [f"hint: {n}" if "thread-limited" in n else f"note: {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
+
+
+FORMAT = ReportFormat("table", render_table, ())
