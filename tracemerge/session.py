@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tracemerge.clocks.methods import align
 from tracemerge.clocks.causality import review
+from tracemerge.clocks.correlate import RpcMemo
 from tracemerge.inputs.jobchecks import check_job, rpc_peers
 from tracemerge.inputs.scan import scan, scan_head
 from tracemerge.merge.executors import LocalEngine
@@ -30,13 +31,14 @@ class Alignment:
 
 
 class Session:
-    def __init__(self, infos, traces, engine=None, inputs=None, skipped=(), warnings=()):
+    def __init__(self, infos, traces, engine=None, inputs=None, skipped=(), warnings=(), rpc_memo=None):
         self.infos = sorted(infos, key=lambda i: i.rank)
         self._traces = traces  # {rank: RankTrace} kept in memory
         self.engine = engine   # runs per-rank work (tracemerge.merge.executors); None: inline
         self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
+        self.rpc_memo = rpc_memo or RpcMemo()  # the RPC join of these infos, made once
 
     @classmethod
     def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False):
@@ -70,8 +72,10 @@ class Session:
         if not infos:
             raise TracemergeError(f"no readable input: all {len(paths)} files were skipped as bad")
         assign_ranks(infos, rank_from)
-        warnings = check_job(infos, strict) + rpc_peers(infos)
-        return cls(infos, {i.rank: kept[i.path] for i in infos if i.path in kept}, engine, paths, skipped, warnings)
+        memo = RpcMemo()
+        warnings = check_job(infos, strict) + rpc_peers(infos, memo)
+        return cls(infos, {i.rank: kept[i.path] for i in infos if i.path in kept}, engine, paths, skipped, warnings,
+                   memo)
 
     @property
     def ranks(self):
@@ -98,8 +102,8 @@ class Session:
                 learn(info, {key: getattr(full, key) for key in EVENT_FACTS})
 
     def align(self, method="auto", reference=None, offsets=None, enforce_causality=False):
-        reference, clocks = align(self.infos, method, reference, offsets)
-        clocks, causality = review(self.infos, clocks, enforce_causality)
+        reference, clocks = align(self.infos, method, reference, offsets, self.rpc_memo)
+        clocks, causality = review(self.infos, clocks, enforce_causality, self.rpc_memo)
         return Alignment(method=method, reference=reference, clocks=clocks, causality=causality)
 
 

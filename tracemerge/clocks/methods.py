@@ -22,21 +22,21 @@ class Method:
     """One alignment method: ``--align NAME``, its function, and what ``--help`` says of it."""
 
     name: str
-    align: Callable[[Dict[int, Any], int], Dict[int, ClockModel]]
+    align: Callable[[Dict[int, Any], int, Any], Dict[int, ClockModel]]   # (infos by rank, reference, memo)
     summary: str
 
 
-def align_none(infos, reference):
+def align_none(infos, reference, memo=None):
     """Timestamps exactly as written in each file: Kineto's baseTimeNanoseconds is not applied."""
     return {r: ClockModel(rank=r, method="none", offset_ns=info.base_ns or 0) for r, info in infos.items()}
 
 
-def align_wall(infos, reference):
+def align_wall(infos, reference, memo=None):
     """Trust each file's wall clock (``baseTimeNanoseconds + ts``)."""
     return {r: ClockModel(rank=r, method="wall") for r in infos}
 
 
-def align_start(infos, reference):
+def align_start(infos, reference, memo=None):
     """Each rank's profiler start coincides with the reference's (PyTorch's RPC-profiler RFC)."""
     ref_start = infos[reference].start_ns
     return {r: ClockModel(rank=r, method="start", offset_ns=info.start_ns - ref_start,
@@ -44,34 +44,35 @@ def align_start(infos, reference):
             for r, info in infos.items()}
 
 
-def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None):
+def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None, memo=None):
     """Clocks from the causal constraints of the exchanges in ``kinds`` (see ntp, graph).
 
-    ``drift``: None fits it when the data pin it down, True/False force it on/off.
+    ``drift``: None fits it when the data pin it down, True/False force it on/off. ``memo``:
+    the session's :class:`~tracemerge.clocks.correlate.RpcMemo`.
     """
     found = list(infos.values())
     sets = []
     if "rpc" in kinds:
-        sets.append(rpc_constraints(match_rpcs(found).calls))
+        sets.append(rpc_constraints(match_rpcs(found, memo).calls))
     if "collective" in kinds:
         sets.append(collective_constraints(match_collectives(found)))
     models, _ = solve(infos, reference, merge(*sets), drift)
     return models
 
 
-def align_rpc(infos, reference):
+def align_rpc(infos, reference, memo=None):
     """NTP quadruples of matched RPCs (caller send/complete, callee start/end), drift fitted."""
-    return exchange_clocks(infos, reference, ("rpc",))
+    return exchange_clocks(infos, reference, ("rpc",), memo=memo)
 
 
-def align_collective(infos, reference):
+def align_collective(infos, reference, memo=None):
     """Synchronising collectives matched by (group, seq): nobody leaves before all arrived."""
-    return exchange_clocks(infos, reference, ("collective",))
+    return exchange_clocks(infos, reference, ("collective",), memo=memo)
 
 
-def align_auto(infos, reference):
+def align_auto(infos, reference, memo=None):
     """Every exchange the data has (RPCs and collectives), per rank; ranks with none keep their wall clock."""
-    return exchange_clocks(infos, reference)
+    return exchange_clocks(infos, reference, memo=memo)
 
 
 METHODS: Dict[str, Method] = {m.name: m for m in (
@@ -84,7 +85,7 @@ METHODS: Dict[str, Method] = {m.name: m for m in (
 )}
 
 
-def align(infos, method="wall", reference=None, offsets=None):
+def align(infos, method="wall", reference=None, offsets=None, memo=None):
     """{rank: ClockModel} for ``infos`` (a list of RankInfo with ranks assigned).
 
     ``offsets`` ({rank: ns}) forces known offsets over whatever the method found.
@@ -96,7 +97,7 @@ def align(infos, method="wall", reference=None, offsets=None):
         raise UsageError(f"--reference {reference}: no input has that rank (ranks: {sorted(by_rank)})")
     if method not in METHODS:
         raise TracemergeError(f"unknown alignment method {method!r} (choose from {', '.join(METHODS)})")
-    models = METHODS[method].align(by_rank, reference)
+    models = METHODS[method].align(by_rank, reference, memo)
     for rank, offset in (offsets or {}).items():
         if rank not in by_rank:
             raise UsageError(f"--offset {rank}={offset}: no input has rank {rank}")

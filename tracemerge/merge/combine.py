@@ -52,7 +52,7 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
     kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
     # a window is measured from the job's first event, and left-out ranks are counted
     session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept])
-    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept})
+    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept}, session.rpc_memo)
     while True:
         try:
             return _write(session, alignment, output, fmt, selection, kept, rpc)

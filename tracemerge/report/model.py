@@ -82,7 +82,7 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
         busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
-    match = match_rpcs(session.infos)
+    match = match_rpcs(session.infos, session.rpc_memo)
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
