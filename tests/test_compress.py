@@ -12,17 +12,16 @@ import sys
 
 import orjson
 import pytest
+from support import gen_kineto
+from tracefiles import kineto, write, x
 
 from tracemerge.codecs import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
 from tracemerge.errors import OutputError, TraceError
 from tracemerge.inputs import read_trace
 
-from tracefiles import kineto, write, x
-
 zstandard = pytest.importorskip("zstandard")  # the test extra installs it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from support import gen_kineto
 
 NO_ZSTANDARD = "import sys; sys.modules['zstandard'] = None; from tracemerge.cli import main; main()"
 

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tracemerge.clocks.correlate import RpcCall, RpcMemo, match_collectives, match_rpcs
 from tracemerge.clocks.bands import collective_constraints, rpc_constraints
+from tracemerge.clocks.correlate import RpcCall, RpcMemo, match_collectives, match_rpcs
 
 
 def info(rank, rpcs=(), collectives=()):

@@ -8,18 +8,17 @@ import sys
 
 import orjson
 import pytest
-
-from tracemerge.inputs.scan import scan
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.inputs.rankinfo import describe
-from tracemerge.inputs import read_trace
-from tracemerge.session import Session
-from tracemerge.merge.combine import combine
-
+from support import gen_kineto  # (by name, so its functions pickle into worker processes)
 from tracefiles import kineto, write, x
 
+from tracemerge.inputs import read_trace
+from tracemerge.inputs.rankinfo import describe
+from tracemerge.inputs.scan import scan
+from tracemerge.merge.combine import combine
+from tracemerge.merge.executors import LocalEngine
+from tracemerge.session import Session
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from support import gen_kineto  # (by name, so its functions pickle into worker processes)
 
 
 def cli(*args, timeout=120):

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from tracefiles import kineto, load_output, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]

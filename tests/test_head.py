@@ -8,19 +8,18 @@ import subprocess
 import sys
 
 import pytest
-
-from tracemerge.merge.combine import combine
-from tracemerge.inputs.scan import scan_head
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.inputs.head import read_head
-from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
-from tracemerge.inputs import read_trace
-from tracemerge.session import Session
-
+from support import gen_kineto
 from tracefiles import BASE, kineto, rank_file, write, x
 
+from tracemerge.inputs import read_trace
+from tracemerge.inputs.head import read_head
+from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
+from tracemerge.inputs.scan import scan_head
+from tracemerge.merge.combine import combine
+from tracemerge.merge.executors import LocalEngine
+from tracemerge.session import Session
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from support import gen_kineto
 
 
 def cli(*args):

@@ -10,13 +10,13 @@ from collections import Counter
 import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from tracefiles import kineto, load_output, write, x
 
-from tracemerge.merge.combine import combine, placements
 from tracemerge.formats.perfetto.encoder import nest
-from tracemerge.session import Session
+from tracemerge.merge.combine import combine, placements
 from tracemerge.merge.ids import namespace_args
 from tracemerge.merge.placement import aligned_ns
-from tracefiles import kineto, load_output, write, x
+from tracemerge.session import Session
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")
 TE = pb.TrackEvent

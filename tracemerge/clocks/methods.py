@@ -9,12 +9,11 @@ a new method is one function and one line there.
 from dataclasses import dataclass
 from typing import Any, Callable, Dict
 
+from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
-from tracemerge.errors import TracemergeError, UsageError
 from tracemerge.clocks.graph import solve
-from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
-
+from tracemerge.errors import TracemergeError, UsageError
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ checks over one rank and over the job (rankchecks, jobchecks).
 """
 
 import os
-from typing import Tuple
+from typing import Tuple, Union
 
 from tracemerge.inputs import chrome
 from tracemerge.inputs.base import InputFormat
+from tracemerge.model import RankTrace
 
 # formats with a sniff first, in order; the last, without one, takes the rest
 READERS: Tuple[InputFormat, ...] = (
@@ -20,7 +21,7 @@ READERS: Tuple[InputFormat, ...] = (
 )
 
 
-def reader_for(path) -> InputFormat:
+def reader_for(path: Union[str, "os.PathLike[str]"]) -> InputFormat:
     """The format of ``path``: the first whose sniff claims its first decompressed bytes,
     else the fallback. The head is only read when some format sniffs."""
     sniffing = [f for f in READERS if f.sniff is not None]
@@ -29,12 +30,13 @@ def reader_for(path) -> InputFormat:
 
         first = first_bytes(os.fspath(path))
         for form in sniffing:
-            if form.sniff(first):
+            sniff = form.sniff
+            if sniff is not None and sniff(first):
                 return form
     return next(f for f in READERS if f.sniff is None)
 
 
-def read_trace(path):
+def read_trace(path: Union[str, "os.PathLike[str]"]) -> RankTrace:
     """Read one trace file into a :class:`~tracemerge.model.RankTrace`, by its format's reader."""
     path = os.fspath(path)
     return reader_for(path).read(path)

@@ -20,11 +20,11 @@ import orjson
 
 from tracemerge.codecs import decompress
 from tracemerge.errors import TraceError
-from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 from tracemerge.inputs.base import InputFormat
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import describe, describe_head
 from tracemerge.inputs.salvage import NotCut, Unsalvageable, salvage
+from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
 PADDING = b"\0 \t\r\n"

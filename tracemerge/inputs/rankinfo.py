@@ -6,15 +6,15 @@ while the events themselves are streamed one rank at a time.
 
 import os
 import re
-from itertools import repeat
 from dataclasses import dataclass, field
-from typing import Optional
+from itertools import repeat
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 from tracemerge.errors import RankConflict, TraceError
 from tracemerge.inputs.kineto_collectives import collectives as kineto_collectives
+from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
 
@@ -38,15 +38,15 @@ class RankInfo:
     last_ns: int                    # latest event end (file's clock)
     events: int
     threads: int
-    pids: list                      # original pid values, by pid code
-    rpcs: list = field(default_factory=list)
-    collectives: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
+    pids: List[Any]                 # original pid values, by pid code
+    rpcs: List[Dict[str, Any]] = field(default_factory=list)
+    collectives: List[Dict[str, Any]] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
     truncated: bool = False
     timed: bool = True              # the file has at least one timestamped event
     has_block: bool = False         # the file carries a 'tracemerge' block
     partial: bool = False           # described from the file's head: the event facts are not known yet (learn)
-    job: dict = field(default_factory=dict)  # job_id / world_size / backend the file states (checks.job_facts)
+    job: Dict[str, Any] = field(default_factory=dict)  # job_id / world_size / backend the file states (rankchecks.job_facts)
 
 
 def rank_from_name(path):

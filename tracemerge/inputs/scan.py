@@ -6,7 +6,7 @@ own."""
 
 import os
 
-from tracemerge.inputs import reader_for, READERS
+from tracemerge.inputs import READERS, reader_for
 from tracemerge.merge.executors import gc_paused
 
 

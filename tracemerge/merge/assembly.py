@@ -16,6 +16,7 @@ workers are in :mod:`tracemerge.merge.executors`.
 import contextlib
 import io
 import multiprocessing
+
 # imported now, not on the first RawValue: this module builds its properties with exec(),
 # and a Ctrl-C that lands inside an exec() makes CPython 3.11 end the process by SIGINT
 # even after tracemerge has caught the KeyboardInterrupt (exit -2 instead of 130)
@@ -25,15 +26,14 @@ import os
 import shutil
 import tempfile
 
-from tracemerge.formats import FORMATS
 from tracemerge.codecs import codec_for
 from tracemerge.errors import OutputError
-from tracemerge.model import RankTrace
-from tracemerge.output import atomic_output
+from tracemerge.formats import FORMATS
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import event_facts
 from tracemerge.merge.executors import LocalEngine, gc_paused
-
+from tracemerge.model import RankTrace
+from tracemerge.output import atomic_output
 
 # ---- pass 2: transform and encode ------------------------------------------------------
 

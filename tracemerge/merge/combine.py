@@ -1,16 +1,20 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
 import functools
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import tracemerge
+from tracemerge.formats import FORMATS, output_format
+from tracemerge.inputs.rankinfo import learn
 from tracemerge.merge import selection as select
 from tracemerge.merge.assembly import write_merged
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.merge.flows import RpcFlows
-from tracemerge.output import check_output
-from tracemerge.inputs.rankinfo import learn
-from tracemerge.formats import FORMATS, output_format
 from tracemerge.merge.placement import Placement, rank_label
+from tracemerge.output import check_output
+
+if TYPE_CHECKING:
+    from tracemerge.session import Alignment, Session
 
 SECOND_NS = 1_000_000_000
 
@@ -33,7 +37,8 @@ def placements(session, alignment):
     }
 
 
-def combine(session, alignment, output, force=False, fmt=None, selection=None):
+def combine(session: "Session", alignment: "Alignment", output: str, force: bool = False, fmt: Optional[str] = None,
+            selection: Optional[select.Selection] = None) -> Dict[str, Any]:
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
 
     ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``

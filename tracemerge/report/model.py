@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tracemerge.report.collectives import collective_report
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError
-from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.inputs import read_trace
+from tracemerge.report.collectives import collective_report
+from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads
 
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")

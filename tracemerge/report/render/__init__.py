@@ -3,7 +3,7 @@
 new report format is one new module and one line in :data:`RENDERERS`; ``report
 --format``'s choices and ``combine --report PATH``'s suffix routing come from here."""
 
-from typing import Dict
+from typing import Any, Dict
 
 from tracemerge.errors import TracemergeError
 from tracemerge.report.render import csvtext, htmlpage, jsondoc, markdown, table
@@ -20,12 +20,12 @@ FORMATS = tuple(name for name, f in RENDERERS.items() if f.option is None)   # r
 DEFAULT = "table"
 
 
-def render(report, fmt=DEFAULT, sort_by="cpu_time_total", row_limit=100):
+def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100) -> str:
     if fmt not in RENDERERS:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
     return RENDERERS[fmt].render(report, sort_by, row_limit)
 
 
-def format_of(path):
+def format_of(path: str) -> str:
     """The format a report path asks for by its suffix; the default (table) otherwise."""
     return next((f.name for f in RENDERERS.values() if f.suffixes and path.endswith(f.suffixes)), DEFAULT)
