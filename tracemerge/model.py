@@ -164,7 +164,7 @@ class RankTrace:
     warnings: list = field(default_factory=list)
     truncated: bool = False         # read up to the last complete event of a cut file
     # the typed reader's event structs, which the transform patches into output events
-    # (``read._Event``); None for the generic reader
+    # (``inputs.chrome._Event``); None for the generic reader
     events: Optional[list] = None
 
     def __post_init__(self):

@@ -44,7 +44,7 @@ def align_start(infos, reference, memo=None):
 
 
 def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None, memo=None):
-    """Clocks from the causal constraints of the exchanges in ``kinds`` (see ntp, graph).
+    """Clocks from the causal constraints of the exchanges in ``kinds`` (see bands, graph).
 
     ``drift``: None fits it when the data pin it down, True/False force it on/off. ``memo``:
     the session's :class:`~tracemerge.clocks.correlate.RpcMemo`.

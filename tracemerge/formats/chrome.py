@@ -33,7 +33,7 @@ def open_document(header):
 def encode_events(events):
     """One rank's events as the comma-joined body of the traceEvents array (b"" when none).
 
-    msgspec writes dicts, ``transform.Event`` structs and raw JSON args (verbatim) alike.
+    msgspec writes dicts, ``merge.placement.Event`` structs and raw JSON args (verbatim) alike.
     """
     return msgspec.json.encode(events)[1:-1] if events else b""
 

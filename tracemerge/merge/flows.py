@@ -92,7 +92,7 @@ class RpcFlows:
     def json_events(self, found, trace, place, start, dur):
         """This rank's v1 flow events: 2 per span, just inside its start and its end.
 
-        ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
+        ``start``/``dur`` are the rank's aligned ns (``merge.placement.aligned_ns``).
         """
         events = []
         ends = start + np.maximum(dur, 0)

@@ -128,7 +128,7 @@ def event_id(id_, id2):
 
 
 def proto_flow_id(rank, kind, value):
-    """The uint64 flow id of an input flow: ``transform.namespace_id`` (as in the JSON output),
+    """The uint64 flow id of an input flow: ``merge.ids.namespace_id`` (as in the JSON output),
     plus ``kind << 56`` for the rank's second and later flow kinds ((cat, name) of v1 events,
     or v2), which may reuse each other's ids; a string id becomes a 64-bit hash."""
     ns = namespace_id(rank, value)
