@@ -5,8 +5,8 @@ import os
 from collections import Counter
 
 import pytest
-from test_perfetto import SAMPLES, read_pftrace, thread_of
-from tracefiles import BASE, load_output, rank_file, write, x
+from support.pftrace import read_pftrace, thread_of
+from tracefiles import BASE, SAMPLES, load_output, rank_file, write, x
 
 from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.merge.combine import combine
