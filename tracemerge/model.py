@@ -184,6 +184,16 @@ class RankTrace:
             self.events = None
 
     @property
+    def thread_stride(self):
+        """The number that makes ``pid code * thread_stride + tid code`` one key per thread."""
+        return max(len(self.tids), 1)
+
+    def thread_keys(self, idx=slice(None)):
+        """int64 thread key (``pid code * thread_stride + tid code``) of the events ``idx``:
+        one number per (pid, tid), which splits back by ``divmod(key, thread_stride)``."""
+        return self.pid[idx].astype(np.int64) * self.thread_stride + self.tid[idx]
+
+    @property
     def timed(self):
         """Mask of events that carry a timestamp."""
         return self.ts != NO_TS

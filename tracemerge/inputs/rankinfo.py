@@ -191,7 +191,7 @@ def event_facts(trace):
     span = trace.time_span()
     empty = [] if span else ["no timestamped events: the file adds no time span to the merged trace"]
     span = span or (0, 0)
-    threads = len(np.unique(trace.pid.astype(np.int64) * max(1, len(trace.tids)) + trace.tid))
+    threads = len(np.unique(trace.thread_keys()))
     return dict(first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
                 warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=not empty,
                 truncated=trace.truncated)

@@ -54,7 +54,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     roles = list(map(V1_ROLES.__getitem__, ph[v1].tolist()))
     values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
     next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], bool)
-    thread = trace.pid[v1].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[v1]
+    thread = trace.thread_keys(v1)
     rows = _Enclosing(slices, ranges).rows(thread, start[v1], next_begin).tolist()
     points = []                     # (flow key, id, event index, role, slice row or None)
     for i, key, value, role, row in zip(v1.tolist(), zip(trace.cat[v1].tolist(), trace.name[v1].tolist()),
