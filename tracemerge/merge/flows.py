@@ -42,9 +42,9 @@ class RpcFlows:
     calls: dict        # {rpc_id: (index, caller rank, callee rank)}
 
     @classmethod
-    def plan(cls, infos, ranks):
+    def plan(cls, infos, ranks, memo=None):
         """Calls with both records whose two ranks are both in the output."""
-        match = match_rpcs(infos)
+        match = match_rpcs(infos, memo)
         return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
                     if c.send_ns is not None and c.start_ns is not None
                     and c.caller in ranks and c.callee in ranks})
@@ -92,7 +92,7 @@ class RpcFlows:
     def json_events(self, found, trace, place, start, dur):
         """This rank's v1 flow events: 2 per span, just inside its start and its end.
 
-        ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
+        ``start``/``dur`` are the rank's aligned ns (``merge.placement.aligned_ns``).
         """
         events = []
         ends = start + np.maximum(dur, 0)

@@ -54,7 +54,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     roles = list(map(V1_ROLES.__getitem__, ph[v1].tolist()))
     values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
     next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], bool)
-    thread = trace.pid[v1].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[v1]
+    thread = trace.thread_keys(v1)
     rows = _Enclosing(slices, ranges).rows(thread, start[v1], next_begin).tolist()
     points = []                     # (flow key, id, event index, role, slice row or None)
     for i, key, value, role, row in zip(v1.tolist(), zip(trace.cat[v1].tolist(), trace.name[v1].tolist()),
@@ -128,7 +128,7 @@ def event_id(id_, id2):
 
 
 def proto_flow_id(rank, kind, value):
-    """The uint64 flow id of an input flow: ``transform.namespace_id`` (as in the JSON output),
+    """The uint64 flow id of an input flow: ``merge.ids.namespace_id`` (as in the JSON output),
     plus ``kind << 56`` for the rank's second and later flow kinds ((cat, name) of v1 events,
     or v2), which may reuse each other's ids; a string id becomes a 64-bit hash."""
     ns = namespace_id(rank, value)
