@@ -86,7 +86,8 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None):
         if info not in kept:
             counts["in"] += info.events
             counts["filtered"] += info.events
-            counts["filtered:ranks"] = counts.get("filtered:ranks", 0) + info.events
+            by = counts.setdefault("filtered_by", {})
+            by["ranks"] = by.get("ranks", 0) + info.events
     start = aligned_start(session, alignment) - next(iter(places.values())).out_base_ns
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
 
@@ -100,8 +101,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None):
             c = results[-1]["counts"]
             c["added"] = c.get("added", 0) + c.pop("in", 0)
         for r in results:
-            for k, v in r["counts"].items():
-                counts[k] = counts.get(k, 0) + v
+            add_counts(counts, r["counts"])
         return {**build_summary(session, alignment, places, counts), "format": fmt,
                 "selection": select.describe(selection), **(drawn or {})}
 
@@ -161,8 +161,8 @@ def build_summary(session, alignment, places, counts):
         "align": alignment.method,
         "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
         "causality": alignment.causality,
-        "events": {**{k: v for k, v in counts.items() if ":" not in k and not k.startswith(DETAIL)},
-                   **reasons(counts)},
+        "events": {**{k: v for k, v in counts.items() if k not in BY_REASON and not k.startswith(DETAIL)},
+                   **{group: counts.get(group, {}) for group in BY_REASON}},
         **{group: detail for group, prefix in DETAIL_GROUPS.items()
            if (detail := {k[len(prefix):]: v for k, v in counts.items() if k.startswith(prefix)})},
     }
@@ -173,11 +173,17 @@ DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_"}
 DETAIL = tuple(DETAIL_GROUPS.values())
 
 
-def reasons(counts):
-    """{"filtered_by": {reason: n}, "dropped_by": {reason: n}} from "filtered:<reason>" keys."""
-    out = {"filtered_by": {}, "dropped_by": {}}
-    for key, n in counts.items():
-        group, sep, reason = key.partition(":")
-        if sep:
-            out[f"{group}_by"][reason] = n
-    return out
+# per-rank counts by reason ({reason: n}) of the events filtered out and dropped
+BY_REASON = ("filtered_by", "dropped_by")
+
+
+def add_counts(total, counts):
+    """Add one rank's counts into ``total``: numbers, and the by-reason groups reason by
+    reason (a reason keeps the place it was first seen in)."""
+    for k, v in counts.items():
+        if k in BY_REASON:
+            into = total.setdefault(k, {})
+            for reason, n in v.items():
+                into[reason] = into.get(reason, 0) + n
+        else:
+            total[k] = total.get(k, 0) + v

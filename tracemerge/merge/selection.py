@@ -119,12 +119,11 @@ def subset(trace, keep):
 
 
 def apply(trace, place, selection, window):
-    """(selected trace, {"filtered": n, "filtered:<reason>": n}) of one rank."""
+    """(selected trace, {"filtered": n, "filtered_by": {reason: n}}) of one rank."""
     if selection is None or not (selection.drop_categories or selection.min_duration_us or selection.window_ms):
         return trace, {}
     keep, dropped = event_mask(trace, place, selection, window)
-    counts = {f"filtered:{reason}": n for reason, n in dropped.items()}
-    counts["filtered"] = sum(dropped.values())
+    counts = {"filtered_by": dict(dropped), "filtered": sum(dropped.values())}
     return subset(trace, keep), counts
 
 

@@ -14,7 +14,7 @@ def rank_packets(trace, place, flows=None):
     counts = {"out": c.out, "added": 0, "dropped": sum(c.dropped.values()),
               "perfetto_overlapping_slices": c.overlapping, "perfetto_overlap_tracks": c.overlap_tracks,
               "perfetto_flow_events": c.flows}
-    counts.update({f"dropped:{reason}": n for reason, n in c.dropped.items()})
+    counts["dropped_by"] = dict(c.dropped)
     return data, counts
 
 

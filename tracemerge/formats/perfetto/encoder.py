@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from tracemerge.formats.perfetto.flows import NO_FLOWS, bind_input_flows, event_id, merge_flows
+from tracemerge.formats.perfetto.flows import bind_input_flows, event_id, merge_flows
+from tracemerge.merge.flows import NO_FLOWS
 from tracemerge.merge.ids import namespace_args
 from tracemerge.merge.placement import CHUNK, aligned_ns
 from tracemerge.nesting import nest_order, thread_runs
@@ -321,8 +322,8 @@ def collect_slices(trace, start, dur, counts):
 def encode_rank(trace, place, flows=None):
     """(bytes, ProtoCounts) of one rank: a self-contained run of packets of its sequence.
 
-    ``flows`` maps an event index to (begin flow_ids, begin terminating_flow_ids, end
-    flow_ids, end terminating_flow_ids) for the RPC arrows; input flow events are bound
+    ``flows`` maps an event index to its :class:`~tracemerge.merge.flows.SliceFlows` for
+    the RPC arrows; input flow events are bound
     here (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
     """
     counts = ProtoCounts()
@@ -453,17 +454,17 @@ class _Bodies:
             if kind == SLICE_BEGIN:
                 heads.append(begin_head + name_field[name[i]] + cat_field[cat[i]])
                 args_event.append(i)
-                tails.append(_flows(flow[0], flow[1]) if flow is not no_flow else b"")
+                tails.append(_flows(flow.begin, flow.begin_terminating) if flow is not no_flow else b"")
             else:
                 heads.append(end_head)
                 args_event.append(close[n])
-                tails.append(_flows(flow[2], flow[3]) if flow is not no_flow else b"")
+                tails.append(_flows(flow.end, flow.end_terminating) if flow is not no_flow else b"")
             ts_out.append(ts)
 
     def instant(self, ts, uuid, i):
         flow = self.flows.get(i)
         self.add(ts, _uint(9, INSTANT) + _uint(11, uuid) + self.name_field[self.name_code[i]]
-                 + self.cat_field[self.cat_code[i]], i, _flows(flow[0], flow[1]) if flow else b"")
+                 + self.cat_field[self.cat_code[i]], i, _flows(flow.begin, flow.begin_terminating) if flow else b"")
 
     def _bodies(self):
         """Every body, in the order added: head, encoded args, flows."""
