@@ -327,8 +327,7 @@ def test_real_job_path_runs_through_the_serialised_callee_spans():
 
 @pytest.mark.parametrize("name", ["merged.json", "merged.pftrace"])
 def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
-    from test_perfetto import read_pftrace, thread_of
-
+    from tests.support.pftrace import read_pftrace, thread_of
     from tests.tracefiles import load_output
     from tracemerge.merge.combine import combine
 

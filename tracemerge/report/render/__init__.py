@@ -1,34 +1,48 @@
-"""Report renderers, one module per format, behind one :func:`render` call."""
+"""Report renderers, one module per format (each defines its ``FORMAT``, a
+:class:`~tracemerge.report.render.base.ReportFormat`), behind one :func:`render` call. A
+new report format is one new module and one line in :data:`RENDERERS`; ``report
+--format``'s choices and ``combine --report PATH``'s suffix routing come from here."""
+
+from typing import Any, Dict, Optional
 
 from tracemerge.errors import TracemergeError
-from tracemerge.report.render.csvtext import SECTIONS, render_csv, render_diff_csv
-from tracemerge.report.render.jsondoc import render_diff_json, render_json
-from tracemerge.report.render.markdown import render_diff_markdown, render_markdown
-from tracemerge.report.render.table import render_diff_table, render_table
+from tracemerge.report.render import csvtext, htmlpage, jsondoc, markdown, table
+from tracemerge.report.render.base import ReportFormat
+
+RENDERERS: Dict[str, ReportFormat] = {f.name: f for f in (
+    table.FORMAT,
+    csvtext.FORMAT,
+    jsondoc.FORMAT,
+    markdown.FORMAT,
+    htmlpage.FORMAT,
+)}
+FORMATS = tuple(name for name, f in RENDERERS.items() if f.option is None)   # report --format NAME
+DEFAULT = "table"
 
 
-RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "markdown": render_markdown}
-FORMATS = tuple(RENDERERS)
+SECTIONS = csvtext.SECTIONS   # report --section: the tables a one-table format can hold
 
 
-def render(report, fmt="table", sort_by="cpu_time_total", row_limit=100, section=SECTIONS[0]):
-    """``section`` picks the CSV's table (csvtext.SECTIONS); the other formats hold them all."""
+def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
+           section: Optional[str] = None) -> str:
+    """``section`` picks the table of a format that holds one (CSV); the others hold them all."""
     if fmt not in RENDERERS:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
-    if fmt == "csv":
-        return render_csv(report, sort_by, row_limit, section)
-    if section != SECTIONS[0]:
+    form = RENDERERS[fmt]
+    if section is None or section == (form.sections or SECTIONS)[0]:
+        return form.render(report, sort_by, row_limit)
+    if not form.sections:
         raise TracemergeError(f"--section {section}: only for --format csv (the other formats hold every section)")
-    return RENDERERS[fmt](report, sort_by, row_limit)
+    return form.render(report, sort_by, row_limit, section=section)
 
 
-DIFF_RENDERERS = {"table": render_diff_table, "csv": render_diff_csv, "json": render_diff_json,
-                  "markdown": render_diff_markdown}
-
-
-def render_diff(diff, fmt="table", row_limit=100):
-    """A :class:`~tracemerge.analysis.diff.Diff` in ``fmt`` (the formats of ``render``)."""
-    if fmt not in DIFF_RENDERERS:
+def render_diff(diff: Any, fmt: str = DEFAULT, row_limit: int = 100) -> str:
+    """A :class:`~tracemerge.analysis.diff.Diff` in ``fmt`` (every report format has one)."""
+    if fmt not in RENDERERS or RENDERERS[fmt].render_diff is None:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
-    return DIFF_RENDERERS[fmt](diff, row_limit)
+    return RENDERERS[fmt].render_diff(diff, row_limit)
 
+
+def format_of(path: str) -> str:
+    """The format a report path asks for by its suffix; the default (table) otherwise."""
+    return next((f.name for f in RENDERERS.values() if f.suffixes and path.endswith(f.suffixes)), DEFAULT)

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from tracemerge.errors import TracemergeError
 from tracemerge.report.model import ROW_FIELDS, row_dict, sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 SECTIONS = ("key_averages", "critical_path", "rpc_waits", "collective_waits", "step_times", "stragglers")
 
@@ -55,3 +56,6 @@ def render_diff_csv(diff, row_limit):
     """Every row (``row_limit`` is for the tables), times in µs."""
     fields = ("section", "key", "metric", "before", "after", "delta", "relative", "impact")
     return _csv(fields, (asdict(r) for r in diff.rows))
+
+
+FORMAT = ReportFormat("csv", render_csv, (".csv",), render_diff=render_diff_csv, sections=SECTIONS)

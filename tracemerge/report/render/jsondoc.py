@@ -5,6 +5,7 @@ from dataclasses import asdict
 import orjson
 
 from tracemerge.report.model import report_dict
+from tracemerge.report.render.base import ReportFormat
 
 
 def render_json(report, sort_by, row_limit):
@@ -15,3 +16,6 @@ def render_json(report, sort_by, row_limit):
 def render_diff_json(diff, row_limit):
     """Every row (``row_limit`` is for the tables)."""
     return orjson.dumps(asdict(diff), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+
+
+FORMAT = ReportFormat("json", render_json, (".json",), render_diff=render_diff_json)

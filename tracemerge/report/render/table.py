@@ -2,8 +2,9 @@
 and collective sections."""
 
 from tracemerge.analysis.tables import analysis_sections, diff_table
-from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 
 def _fixed_table(headers, rows, first_width):
@@ -17,15 +18,9 @@ def _fixed_table(headers, rows, first_width):
 
 
 def key_table(rows, all_rows, width=55):
-    total_self = sum(r.self_cpu_time_total for r in all_rows)
     name_w = min(max([len(r.key) for r in rows] + [4]) + 4, width)
-    headers = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
-    body = []
-    for r in rows:
-        name = r.key if len(r.key) < width - 3 else r.key[:width - 3] + "..."
-        body.append([name, format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
-                     format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total),
-                     format_time(r.cpu_time), r.count, r.node_id])
+    headers, body, total_self = key_rows(rows, all_rows,
+                                         lambda key: key if len(key) < width - 3 else key[:width - 3] + "...")
     lines = _fixed_table(headers, body, name_w)
     lines.append(f"Self CPU time total: {format_time(total_self)}")
     return lines
@@ -66,3 +61,6 @@ def render_diff_table(diff, row_limit):
     lines += _aligned(head, body) if body else ["no differences"]
     lines += [f"note: {n}" for n in diff.notes]
     return "\n".join(lines) + "\n"
+
+
+FORMAT = ReportFormat("table", render_table, (), render_diff=render_diff_table)
