@@ -13,7 +13,7 @@ import pytest
 from support.pftrace import read_pftrace, thread_of
 from tracefiles import SAMPLES, kineto, load_output, write, x
 
-from tracemerge.formats.perfetto.encoder import nest
+from tracemerge.formats.perfetto.nesting import nest
 from tracemerge.merge.combine import combine
 from tracemerge.session import Session
 

@@ -143,6 +143,9 @@ class _Turns:
         self.written, self.failed = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
 
 
+# The one module-level state left: the turns of the write in progress. A lock and shared
+# integers reach forked pool workers only by inheritance (multiprocessing refuses to pickle
+# them into a task), so write_merged sets this for the length of one write and clears it.
 _TURNS = None
 
 

@@ -26,12 +26,13 @@ import numpy as np
 import orjson
 
 from tracemerge.formats.perfetto.flows import bind_input_flows, event_id, merge_flows
+from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.merge.flows import NO_FLOWS
 from tracemerge.merge.ids import namespace_args
 from tracemerge.merge.placement import CHUNK, aligned_ns
 from tracemerge.nesting import nest_order, thread_runs
 
-SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
+INSTANT, COUNTER = 3, 4   # TrackEvent.Type (the slice types are in nesting)
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
@@ -166,43 +167,6 @@ class _Annotations:
         """InternedData bytes for the names first used since the last call."""
         out, self.new = b"".join(self.new), []
         return out
-
-
-def nest(start, end):
-    """Lane of each slice of one thread (0 = the thread track, k = overlap track k).
-
-    Slices must come sorted by (start, -end). A slice nests in a lane when it starts at or
-    after the end of the lane's innermost open slice or ends within it.
-    """
-    lanes = []   # per lane: stack of open slice ends
-    out = []
-    for s, e in zip(start, end):
-        for k, stack in enumerate(lanes):
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if not stack or e <= stack[-1]:
-                stack.append(e)
-                out.append(k)
-                break
-        else:
-            lanes.append([e])
-            out.append(len(lanes) - 1)
-    return out
-
-
-def _slice_order(start, end):
-    """(ts, kind, slice) records of one lane in emission order: properly nested begins/ends."""
-    records, stack = [], []
-    for n, (s, e) in enumerate(zip(start, end)):
-        while stack and end[stack[-1]] <= s:
-            j = stack.pop()
-            records.append((end[j], SLICE_END, j))
-        stack.append(n)
-        records.append((s, SLICE_BEGIN, n))
-    while stack:
-        j = stack.pop()
-        records.append((end[j], SLICE_END, j))
-    return records
 
 
 @dataclass
@@ -370,7 +334,7 @@ def encode_rank(trace, place, flows=None):
                 counts.overlapping += len(sel)
             uuid = track_uuid(track, lane)
             begin, close = slices.begin[lo:hi][sel].tolist(), slices.close[lo:hi][sel].tolist()
-            bodies.lane(uuid, _slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
+            bodies.lane(uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
                         begin, close)
     counts.overlap_tracks = tracks.overlap_tracks
 
