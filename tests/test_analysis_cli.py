@@ -18,10 +18,13 @@ def run(*args):
 
 
 def test_report_json_has_the_critical_path_windows_with_the_issue_names():
-    r = run("report", *SAMPLE, "--format", "json")
+    plain = run("report", *SAMPLE, "--format", "json")
+    assert list(json.loads(plain.stdout)) == OLD_KEYS   # without --analysis the report is as it was
+    r = run("report", *SAMPLE, "--format", "json", "--analysis")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert list(doc)[:len(OLD_KEYS)] == OLD_KEYS   # the existing keys come first, unchanged in order
+    assert {k: doc[k] for k in OLD_KEYS} == json.loads(plain.stdout)
     assert {"critical_path", "critical_path_totals", "wait_states", "stragglers"} <= set(doc)
     [w] = doc["critical_path"]
     assert set(w) == {"window", "start_ns", "end_ns", "segments"} and w["window"] == "trace"
@@ -38,7 +41,7 @@ def test_report_json_has_the_critical_path_windows_with_the_issue_names():
 def test_report_on_a_merged_trace_keeps_its_keys(tmp_path):
     out = tmp_path / "m.json"
     assert run("combine", *SAMPLE, "-o", out).exit_code == 0
-    r = run("report", out, "--format", "json")
+    r = run("report", out, "--format", "json", "--analysis")
     assert r.exit_code == 0 and list(json.loads(r.stdout)) == OLD_KEYS
 
 
@@ -58,13 +61,14 @@ def test_report_csv_sections():
 
 
 def test_report_table_markdown_and_html_show_the_analyses(tmp_path):
-    table = run("report", *SAMPLE).stdout
+    table = run("report", *SAMPLE, "--analysis").stdout
     for title in ("Critical path by rank and kind", "Critical path: where the time went", "Wait states: RPC"):
         assert title in table
-    md = run("report", *SAMPLE, "--format", "markdown").stdout
+    assert table.startswith(run("report", *SAMPLE).stdout.split("\nhint: ")[0])   # added after the old sections
+    md = run("report", *SAMPLE, "--format", "markdown", "--analysis").stdout
     assert "## Critical path per window" in md and "## Wait states per rank" in md
     page = tmp_path / "r.html"
-    assert run("report", *SAMPLE, "--html", page).exit_code == 0
+    assert run("report", *SAMPLE, "--html", page, "--analysis").exit_code == 0
     html = page.read_text()
     assert "<h2>Critical path</h2>" in html and "callee execution" in html and "<svg" in html
 

@@ -336,16 +336,20 @@ def info(files, rank_from, skip_bad, strict):
 @click.option("--remote-ops", is_flag=True,
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page with plots.")
+@click.option("--analysis", is_flag=True,
+              help="Add the cross-rank analyses of rank files: the critical path per window (ProfilerStep#N, "
+                   "else the whole trace), wait states and stragglers, in every format (JSON: the "
+                   "critical_path, critical_path_totals, wait_states and stragglers keys).")
 @click.option("--section", type=click.Choice(CSV_SECTIONS), default=CSV_SECTIONS[0], show_default=True,
-              help="With --format csv, the table the CSV holds: key averages, the critical path's segments, "
-                   "the wait states, per-step times or the stragglers (the other formats hold them all).")
+              help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
+                   "critical path's segments, the wait states, per-step times or the stragglers.")
 @align_options
 @rank_from_option
 @input_options
-def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, section, method, reference,
-           offsets, rank_from, skip_bad, strict):
-    """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives,
-    the cross-rank critical path, wait states and stragglers.
+def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, analysis, section, method,
+           reference, offsets, rank_from, skip_bad, strict):
+    """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
+    with --analysis also the cross-rank critical path, wait states and stragglers.
 
     FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
     (which carries no records: key averages only).
@@ -354,13 +358,15 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     Examples:
       tracemerge report rank*.json.gz --group-by name,rank --sort-by self_cpu_time_total
       tracemerge report rank*.json.gz --format json -o report.json --html report.html
+      tracemerge report rank*.json.gz --analysis --format json -o report.json
       tracemerge report rank*.json.gz --format csv --section critical_path -o path.csv
     """
     if section != CSV_SECTIONS[0] and fmt != "csv":
         raise click.BadParameter("only for --format csv (the other formats hold every section)",
                                  param_hint="'--section'")
     rep = reports.build_report(list(files), lambda paths: open_inputs(paths, rank_from, skip_bad, strict),
-                               (method, reference, offsets), group_by, remote_ops)
+                               (method, reference, offsets), group_by, remote_ops,
+                               analysis or section != CSV_SECTIONS[0])
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
