@@ -7,11 +7,11 @@ import pytest
 
 from tests.tracefiles import BASE, rank_file, write, x
 from tracemerge.analysis.critical_path import (
-    KINDS,
     COLLECTIVE,
     COMPUTE,
     EDGES,
     EXECUTION,
+    KINDS,
     QUEUEING,
     TRANSFER,
     UNTRACED,

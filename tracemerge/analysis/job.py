@@ -96,10 +96,11 @@ def job_timeline(session: "Session", alignment: "Alignment", engine: Optional[An
     clocks = alignment.clocks
     infos = session.infos
     runner = engine or session.engine or LocalEngine()
+    ranks: list = [i.rank for i in infos]   # every rank is assigned once a session is open
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
-    made = runner.map(rank_timeline, [session.source(i.rank) for i in infos], [i.rank for i in infos],
-                      [clocks[i.rank] for i in infos], names)
-    return build_job({tl.rank: tl for tl in made}, match_rpcs(infos).calls, match_collectives(infos), clocks)
+    made = runner.map(rank_timeline, [session.source(r) for r in ranks], ranks, [clocks[r] for r in ranks], names)
+    return build_job({tl.rank: tl for tl in made}, match_rpcs(infos, session.rpc_memo).calls,
+                     match_collectives(infos), clocks)
 
 
 def build_job(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks: dict) -> "Job":
