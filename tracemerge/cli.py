@@ -7,6 +7,7 @@ import sys
 import click
 
 import tracemerge
+from tracemerge.analysis.diff import diff_reports
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
@@ -14,7 +15,6 @@ from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.merge.combine import combine as combine_session
 from tracemerge.merge.executors import LocalEngine, make_engine
 from tracemerge.merge.selection import Selection, parse_ranks, parse_window
-from tracemerge.analysis.diff import diff_reports
 from tracemerge.report import model as reports
 from tracemerge.report.render import FORMATS as REPORT_FORMATS
 from tracemerge.report.render import SECTIONS as CSV_SECTIONS

@@ -38,9 +38,10 @@ def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row
 
 def render_diff(diff: Any, fmt: str = DEFAULT, row_limit: int = 100) -> str:
     """A :class:`~tracemerge.analysis.diff.Diff` in ``fmt`` (every report format has one)."""
-    if fmt not in RENDERERS or RENDERERS[fmt].render_diff is None:
+    form = RENDERERS.get(fmt)
+    if form is None or form.render_diff is None:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
-    return RENDERERS[fmt].render_diff(diff, row_limit)
+    return form.render_diff(diff, row_limit)
 
 
 def format_of(path: str) -> str:
