@@ -10,7 +10,7 @@ from tracemerge.clocks.correlate import RpcCall, RpcMemo, match_collectives, mat
 
 
 def info(rank, rpcs=(), collectives=()):
-    return SimpleNamespace(rank=rank, rpcs=list(rpcs), collectives=list(collectives))
+    return SimpleNamespace(rank=rank, rpcs=list(rpcs), collectives=list(collectives), remote_rpcs=[])
 
 
 def caller(rpc_id, a, b, t1, t4=None, **extra):

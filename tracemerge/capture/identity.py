@@ -35,3 +35,12 @@ def job_id():
         return ""
     run = os.environ.get("TORCHELASTIC_RUN_ID")
     return f"{addr}:{port}" + (f"/{run}" if run else "")
+
+
+def boot_id():
+    """This machine's boot id (Linux): processes with the same one read one wall clock; "" elsewhere."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

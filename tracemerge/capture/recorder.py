@@ -7,6 +7,7 @@ just asks whether this process is capturing.
 
 import itertools
 import threading
+import time
 from dataclasses import dataclass, field
 
 
@@ -67,8 +68,45 @@ def _mark(span):
     return span.mark_ns
 
 
+class ServedSides:
+    """The callee's side of every call this process served, until its caller takes them.
+
+    Kept whether or not this process is capturing (the caller's ``profile`` asks for them
+    when it writes its file); bounded, oldest first out, so a caller that never asks (it
+    crashed, or was not capturing after all) cannot grow it without end.
+    """
+
+    LIMIT = 1_000_000
+
+    def __init__(self):
+        self._sides = {}  # rpc_id -> side; dicts keep insertion order, so the oldest go first
+        self._lock = threading.Lock()
+
+    def begin(self, header):
+        side = {"rpc_id": header["rpc_id"], "start_ns": time.time_ns(), "tid": threading.get_native_id(),
+                "status": "pending"}
+        with self._lock:
+            if len(self._sides) >= self.LIMIT:
+                del self._sides[next(iter(self._sides))]
+            self._sides[side["rpc_id"]] = side
+        return side
+
+    @staticmethod
+    def end(side, ok):
+        side["end_ns"] = time.time_ns()
+        side["status"] = "ok" if ok else "error"
+
+    def take(self, rpc_ids):
+        """The sides of ``rpc_ids`` that are here (copies: an in-flight call may still end), removed."""
+        with self._lock:
+            found = [self._sides.pop(i, None) for i in rpc_ids]
+        return [dict(side) for side in found if side is not None]
+
+
 _lock = threading.Lock()
 current = None  # the active Recorder, or None
+# Process-wide for the same reason as ``current``: RPC server threads serve any caller.
+served = ServedSides()
 
 
 def activate(recorder):

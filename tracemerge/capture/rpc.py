@@ -6,9 +6,16 @@ wrapper opens the ``...#remote`` span around ``func`` (the ops it runs nest unde
 and, if the callee process is capturing too, records when ``func`` started and ended.
 The result, exception and timeout of the RPC are those of ``func``: ``_serve`` returns
 its value unchanged, so ``rpc.remote`` RRefs hold the real value.
+
+Whether or not the callee is capturing, ``_serve`` notes the callee's side of the call
+(start, end, thread, status) in the process's ``recorder.served`` buffer; the caller's
+``profile`` fetches its calls' sides from each callee when it writes its file
+(:func:`collect_remote_sides`), so a callee that never records still gets its side drawn
+and used for alignment. Sides travel apart from the result, which stays ``func``'s own.
 """
 
 import functools
+import socket
 import threading
 import time
 
@@ -19,7 +26,12 @@ from torch.distributed.rpc import api, rref_proxy
 from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
 
 from tracemerge.capture import recorder
+from tracemerge.capture.identity import boot_id
 from tracemerge.capture.patching import swapped
+
+# The function inside rpc_sync's wrapper, which instrumented() swaps (patching.py): the
+# capture's own exchanges go out untraced.
+_ORIGINAL_RPC_SYNC = rpc.rpc_sync.__wrapped__
 
 # What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
 _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
@@ -127,14 +139,69 @@ def _register(rec, record):
 
 def _serve(header, func, args, kwargs):
     """Runs on the callee in place of ``func``."""
-    return _run_served(header, func, args, kwargs, is_async=False)
+    side = recorder.served.begin(header)
+    try:
+        result = _run_served(header, func, args, kwargs, is_async=False)
+    except BaseException:
+        recorder.served.end(side, ok=False)
+        raise
+    recorder.served.end(side, ok=True)
+    return result
 
 
 @rpc.functions.async_execution
 def _serve_async(header, func, args, kwargs):
     """``_serve`` for ``async_execution`` functions: the span and record end when the
     returned future completes, not when ``func`` returns it."""
-    return _run_served(header, func, args, kwargs, is_async=True)
+    side = recorder.served.begin(header)
+    try:
+        fut = _run_served(header, func, args, kwargs, is_async=True)
+    except BaseException:
+        recorder.served.end(side, ok=False)
+        raise
+    fut.add_done_callback(functools.partial(_side_done, side))
+    return fut
+
+
+def _side_done(side, fut):
+    try:
+        fut.value()
+        ok = True
+    except BaseException:
+        ok = False
+    recorder.served.end(side, ok)
+
+
+def collect_remote_sides(records, timeout_s=10.0):
+    """The callee sides of this process's calls in ``records``, asked of each callee once
+    (the caller's ``profile`` writes them, so the callee need not be recording).
+
+    One ``"clock_rank"`` object per callee (docs/rank-file-format.md): its ``_ns`` times are
+    on the callee's clock. A callee that cannot answer gives ``{"clock_rank", "error"}``.
+    """
+    if not (rpc.is_available() and api._is_current_rpc_agent_set()):
+        return []
+    wanted = {}
+    for r in records:
+        if r.get("role") == "caller":
+            wanted.setdefault(r["callee_name"], []).append(r["rpc_id"])
+    out = []
+    for name, ids in wanted.items():
+        dst = api._to_worker_info(name)
+        try:
+            # the unpatched rpc_sync: this exchange is the capture's own, not the job's
+            out.append(_ORIGINAL_RPC_SYNC(dst, _take_sides, args=(ids,), timeout=timeout_s))
+        except Exception as e:  # a callee gone or too slow: its sides are lost, the caller's file says why
+            out.append({"clock_rank": dst.id, "rank": dst.id, "worker_name": dst.name,
+                        "error": f"{type(e).__name__}: {e}".splitlines()[0]})
+    return out
+
+
+def _take_sides(rpc_ids):
+    """Runs on the callee: its sides of ``rpc_ids``, removed from its buffer."""
+    me = rpc.get_worker_info()
+    return {"clock_rank": me.id, "rank": me.id, "worker_name": me.name, "hostname": socket.gethostname(),
+            "boot_id": boot_id(), "calls": recorder.served.take(rpc_ids)}
 
 
 def _run_served(header, func, args, kwargs, is_async):

@@ -11,7 +11,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from tracemerge.capture import collectives, recorder, rpc, writer
-from tracemerge.capture.identity import identify, job_id
+from tracemerge.capture.identity import boot_id, identify, job_id
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -50,7 +50,7 @@ class profile:
         self.rank = rank
         self._meta = {"job_id": job_id(), "rank": rank, "world_size": world_size,
                       "worker_name": worker_name, "hostname": socket.gethostname(),
-                      "pid": os.getpid()}
+                      "boot_id": boot_id(), "pid": os.getpid()}
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._recorder = recorder.Recorder(rank, worker_name)
         with contextlib.ExitStack() as stack:
@@ -100,6 +100,7 @@ class profile:
         meta = dict(self._meta, cycle=self._cycle,
                     profile_start_ns=self._window_start_ns, profile_stop_ns=stop_ns)
         taken = self._recorder.take(self._window_start_ns, stop_ns)
+        taken["remote_sides"] = rpc.collect_remote_sides(taken["rpcs"])
         writer.write(self.out_dir / name, kineto_json, meta, taken)
 
 

@@ -32,7 +32,8 @@ def write(path, kineto_json_path, meta, taken):
     os.unlink(kineto_json_path)
     _annotate(trace, taken["spans"])
     block = {"version": FORMAT_VERSION, **meta,
-             "rpcs": taken["rpcs"], "collectives": taken["collectives"]}
+             "rpcs": taken["rpcs"], "collectives": taken["collectives"],
+             "remote_sides": taken.get("remote_sides", [])}
     # "tracemerge" first, so readers can stop parsing after it.
     data = orjson.dumps({"tracemerge": block, **trace})
     tmp = f"{path}.tmp"

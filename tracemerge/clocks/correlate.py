@@ -103,7 +103,7 @@ class RpcMemo:
         self._last = None  # (key, the record lists, RpcMatch)
 
     def match(self, infos):
-        lists = [info.rpcs for info in infos]
+        lists = [records for info in infos for records in (info.rpcs, info.remote_rpcs)]
         key = [(id(rpcs), len(rpcs)) for rpcs in lists]
         if self._last is not None and self._last[0] == key:
             return self._last[2]
@@ -113,7 +113,9 @@ class RpcMemo:
 
 
 def _match_rpcs(infos):
-    records = [rec for info in infos for rec in info.rpcs]
+    # the callee sides a caller fetched come first: a field both give is the callee's own
+    # file's (the last given counts), and they fill in what the callee did not record
+    records = [rec for info in infos for rec in info.remote_rpcs] + [rec for info in infos for rec in info.rpcs]
     index = {}
     row = np.fromiter([index.setdefault(rec["rpc_id"], len(index)) for rec in records], np.int64, len(records))
     first = np.full(len(index), len(records))

@@ -6,7 +6,7 @@ Each method is a function ``(infos_by_rank, reference) -> {rank: ClockModel}`` l
 a new method is one function and one line there.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict
 
 from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
@@ -70,8 +70,50 @@ def align_collective(infos, reference, memo=None):
 
 
 def align_auto(infos, reference, memo=None):
-    """Every exchange the data has (RPCs and collectives), per rank; ranks with none keep their wall clock."""
-    return exchange_clocks(infos, reference, memo=memo)
+    """Every exchange the data has (RPCs and collectives), per machine; ranks with none keep
+    their wall clock. Ranks with one boot id read one wall clock (:func:`machines`): those
+    of the reference's machine are exact (``shared-clock``), and every other machine gets
+    one model, fitted from all exchanges between its ranks and the others'."""
+    rep = machines(infos, reference)
+    if all(r == m for r, m in rep.items()):
+        return exchange_clocks(infos, reference, memo=memo)
+    found = list(infos.values())
+    calls = match_rpcs(found, memo).calls
+    pooled = replace(calls, caller=_remapped(calls.caller, rep), callee=_remapped(calls.callee, rep))
+    heads = set(rep.values())
+    collectives = {pair: c for pair, c in collective_constraints(match_collectives(found)).items()
+                   if pair[0] in heads and pair[1] in heads}
+    models, _ = solve({r: infos[r] for r in sorted(heads)}, reference, merge(rpc_constraints(pooled), collectives))
+    out = {}
+    for r in infos:
+        head = rep[r]
+        if r == head:
+            out[r] = models[r]
+        elif head == reference:
+            out[r] = ClockModel(rank=r, method="shared-clock", error_bound_ns=0, peers=[reference])
+        else:
+            out[r] = replace(models[head], rank=r, peers=list(models[head].peers), corrections=[], note=" ".join(
+                filter(None, (f"shares rank {head}'s clock (same boot_id).", models[head].note))))
+    return out
+
+
+def machines(infos, reference):
+    """{rank: the rank that speaks for its machine}: ranks with the same non-empty boot id
+    share one wall clock; the reference speaks for its machine, the lowest rank for others."""
+    heads = {}
+    for r in sorted(infos, key=lambda r: (r != reference, r)):
+        boot = infos[r].boot_id
+        heads.setdefault(boot or ("", r), r)
+    return {r: heads[infos[r].boot_id or ("", r)] for r in infos}
+
+
+def _remapped(ranks, rep):
+    """A rank column with every rank replaced by its machine's (ranks of no input kept)."""
+    out = ranks.copy()
+    for r, head in rep.items():
+        if r != head:
+            out[ranks == r] = head
+    return out
 
 
 METHODS: Dict[str, Method] = {m.name: m for m in (

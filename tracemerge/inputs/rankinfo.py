@@ -47,6 +47,8 @@ class RankInfo:
     has_block: bool = False         # the file carries a 'tracemerge' block
     partial: bool = False           # described from the file's head: the event facts are not known yet (learn)
     job: Dict[str, Any] = field(default_factory=dict)  # job_id / world_size / backend the file states (rankchecks.job_facts)
+    boot_id: str = ""               # the machine's boot id: ranks with the same non-empty one share a wall clock
+    remote_rpcs: List[Dict[str, Any]] = field(default_factory=list)  # callee sides the caller fetched (remote_records)
 
 
 def rank_from_name(path):
@@ -176,11 +178,44 @@ def _is_int(v):
 def _identity(path, block, meta):
     """The fields of a RankInfo that the block and the top-level keys give."""
     rank, source = _rank_candidates(path, block, meta)
+    rpcs, boot = records(path, block, "rpcs"), block.get("boot_id")
     stem = os.path.basename(path).split(".")[0]
     host = block.get("hostname") or meta.get("host_name") or meta.get("hostname") or "unknown host"
     return dict(path=path, rank=rank, rank_source=source, worker_name=str(block.get("worker_name") or stem),
-                hostname=str(host), job_id=block.get("job_id"), rpcs=records(path, block, "rpcs"),
-                job=job_facts(block, meta))
+                hostname=str(host), job_id=block.get("job_id"), rpcs=rpcs,
+                job=job_facts(block, meta), boot_id=boot if isinstance(boot, str) else "",
+                remote_rpcs=remote_records(path, block, rpcs))
+
+
+def remote_records(path, block, rpcs):
+    """The callee records of this file's own calls that its capture fetched from the callees
+    (``tracemerge.remote_sides``), as callee-role records like a callee's own file gives.
+
+    Each side object carries ``"clock_rank": R``: its ``_ns`` times are on rank R's clock,
+    which is the callee's, as a callee record's are. A side of no call this file made, or a
+    malformed one, is left out; a callee that could not answer is named in a warning by the
+    caller of this function (its ``error``).
+    """
+    found = block.get("remote_sides") or []
+    if not isinstance(found, list):
+        raise TraceError(path, f"'tracemerge.remote_sides' is a {type(found).__name__}, not a list")
+    mine = {r["rpc_id"]: r for r in rpcs if r["role"] == "caller"}
+    out = []
+    for n, side in enumerate(found):
+        if not isinstance(side, dict) or not _is_int(side.get("clock_rank")):
+            raise TraceError(path, f"tracemerge.remote_sides[{n}]: missing or bad 'clock_rank'")
+        calls = side.get("calls") or []
+        if not isinstance(calls, list):
+            raise TraceError(path, f"tracemerge.remote_sides[{n}].calls is not a list")
+        for call in calls:
+            caller = mine.get(call.get("rpc_id")) if isinstance(call, dict) and isinstance(call.get("rpc_id"), str) else None
+            if caller is None or caller["callee"] != side["clock_rank"]:
+                continue
+            rec = {k: caller[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee") if k in caller}
+            rec.update(role="callee", status=str(call.get("status", "ok")), source="remote")
+            rec.update({k: call[k] for k in ("start_ns", "end_ns") if _is_int(call.get(k))})
+            out.append(rec)
+    return out
 
 
 EVENT_FACTS = ("first_ns", "last_ns", "events", "threads", "pids", "warnings", "timed", "truncated")

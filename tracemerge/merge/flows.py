@@ -70,8 +70,10 @@ class RpcFlows:
     def plan(cls, infos, ranks, memo=None):
         """Calls with both records whose two ranks are both in the output."""
         match = match_rpcs(infos, memo)
+        # a callee side that only its caller's file gives has no span to bind an arrow to
+        spanned = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"}
         return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
-                    if c.send_ns is not None and c.start_ns is not None
+                    if c.send_ns is not None and c.start_ns is not None and c.rpc_id in spanned
                     and c.caller in ranks and c.callee in ranks})
 
     def ids(self, rpc_id):

@@ -1,0 +1,141 @@
+"""The callee's side comes back to the caller (issue 15): the README's capture snippet pasted
+into each worker of the RPC recipe, where worker1 only serves and its ``profile`` block ends
+at once, and a callee that never enters ``profile`` at all. Real torch RPC on loopback."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.tracefiles import cli  # noqa: E402
+
+JOB_TIMEOUT_S = 120
+
+# The recipe: worker0 issues the calls inside the README's snippet; worker1 enters the same
+# snippet with nothing in it, then serves until rpc.shutdown(). CALLEE_PROFILES=0: worker1
+# never enters profile.
+JOB = textwrap.dedent("""
+    import os, sys, time
+    import torch
+    import torch.distributed.rpc as rpc
+    import torch.multiprocessing as mp
+    from tracemerge.capture import profile
+
+    def slow_add(x, y):
+        time.sleep(0.002)
+        return torch.add(x, y)
+
+    def fails():
+        raise ValueError("on purpose")
+
+    def worker(rank, port, out, callee_profiles):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+        if rank == 0:
+            t1, t2 = torch.ones(2), torch.ones(2)
+            with profile(out) as p:
+                results = [rpc.rpc_async("worker1", torch.add, args=(t1, t2)).wait() for _ in range(5)]
+                results.append(rpc.rpc_sync("worker1", slow_add, args=(t1, 3)))
+                results.append(rpc.remote("worker1", slow_add, args=(t1, 4)).to_here())
+                try:
+                    rpc.rpc_sync("worker1", fails)
+                except ValueError as e:
+                    assert "on purpose" in str(e)
+            assert [r.tolist() for r in results] == [[2.0, 2.0]] * 5 + [[4.0, 4.0], [5.0, 5.0]]
+        elif callee_profiles:
+            with profile(out) as p:
+                pass
+        rpc.shutdown()
+
+    if __name__ == "__main__":
+        port, out, callee_profiles = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+        mp.spawn(worker, args=(port, out, callee_profiles), nprocs=2)
+""")
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(tmp_path, callee_profiles):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    out = tmp_path / "traces"
+    subprocess.run([sys.executable, str(script), str(_free_port()), str(out), "1" if callee_profiles else "0"],
+                   check=True, timeout=JOB_TIMEOUT_S, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def snippet_job(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("snippet"), callee_profiles=True)
+
+
+@pytest.fixture(scope="module")
+def silent_callee_job(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("silent"), callee_profiles=False)
+
+
+def _block(path):
+    with gzip.open(path) as f:
+        return json.load(f)["tracemerge"]
+
+
+def _boot_id():
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def test_callee_not_recording_still_gives_every_side(snippet_job):
+    caller, callee = _block(snippet_job / "rank0.json.gz"), _block(snippet_job / "rank1.json.gz")
+    # worker1's block ended before any call: it recorded none of them
+    assert [r for r in callee["rpcs"] if r["role"] == "callee"] == []
+    calls = [r for r in caller["rpcs"] if r["role"] == "caller"]
+    assert len(calls) == 8
+    [side] = caller["remote_sides"]
+    assert (side["clock_rank"], side["rank"], side["worker_name"]) == (1, 1, "worker1")
+    assert side["boot_id"] == _boot_id() == caller["boot_id"] == callee["boot_id"]
+    by_id = {c["rpc_id"]: c for c in side["calls"]}
+    assert set(by_id) == {r["rpc_id"] for r in calls}
+    for r in calls:
+        got = by_id[r["rpc_id"]]
+        # one machine, one clock: the callee's side lies inside the caller's call
+        assert r["send_ns"] < got["start_ns"] <= got["end_ns"] < r["complete_ns"]
+        assert got["status"] == r["status"]
+        assert isinstance(got["tid"], int)
+    assert sorted(c["status"] for c in side["calls"]).count("error") == 1
+
+
+def test_combine_joins_the_fetched_sides_and_aligns_one_machine_exactly(snippet_job, tmp_path):
+    files = [str(snippet_job / "rank0.json.gz"), str(snippet_job / "rank1.json.gz")]
+    res = cli("offsets", *files, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
+    assert clocks[1]["method"] == "shared-clock"
+    assert (clocks[1]["offset_ns"], clocks[1]["drift_ppm"], clocks[1]["error_bound_ns"]) == (0, 0, 0)
+    res = cli("report", *files, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rpc = json.loads(res.stdout)["rpc"]
+    assert (rpc["caller_only"], rpc["callee_only"]) == (0, 0)
+    # every call now has both sides, so its callee time is known
+    assert sum(row["complete"] for row in rpc["keys"]) == 8
+
+
+def test_callee_that_never_profiles_gets_its_sides_from_the_caller(silent_callee_job):
+    assert sorted(p.name for p in silent_callee_job.iterdir()) == ["rank0.json.gz"]
+    caller = _block(silent_callee_job / "rank0.json.gz")
+    [side] = caller["remote_sides"]
+    assert side["clock_rank"] == 1 and side["worker_name"] == "worker1"
+    assert len(side["calls"]) == 8
