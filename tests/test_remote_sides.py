@@ -4,7 +4,6 @@ at once, and a callee that never enters ``profile`` at all. Real torch RPC on lo
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 import textwrap
