@@ -9,6 +9,7 @@ from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import describe, describe_head
 from tracemerge.merge.executors import gc_paused
+from tracemerge.errors import reading
 
 
 def scan_head(path):
@@ -24,7 +25,7 @@ def scan(path):
     reader without the keys describe() does not use (flow ids, scopes); a file it does not
     take goes through the full reader, which explains or salvages it."""
     path = os.fspath(path)
-    with gc_paused():
+    with gc_paused(), reading(path):
         data, cut = read_data(path)
         trace = None if cut else read_typed(path, data, extra=False, describing=True)
         del data

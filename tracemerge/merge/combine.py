@@ -56,7 +56,7 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
     rpc = RpcFlows.plan(session.infos, {i.rank for i in kept})
     while True:
         try:
-            return _write(session, alignment, output, fmt, selection, kept, rpc)
+            return _write(session, alignment, output, fmt, selection, kept, rpc, force)
         except _Moved:
             continue
 
@@ -65,7 +65,7 @@ class _Moved(Exception):
     """What the workers learned about their ranks' events changed the placement."""
 
 
-def _write(session, alignment, output, fmt, selection, kept, rpc):
+def _write(session, alignment, output, fmt, selection, kept, rpc, force=False):
     places = placements(session, alignment)
     counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in session.infos:
@@ -93,7 +93,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
     # each rank is transformed and encoded by the session's engine, into its part of the output
     jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
     return write_merged(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
-                        jobs, output, header, footer, facts=any(i.partial for i in kept))
+                        jobs, output, header, footer, facts=any(i.partial for i in kept), force=force)
 
 
 def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None, consume=False):

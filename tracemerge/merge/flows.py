@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.errors import TraceError
 from tracemerge.model import NO_DUR, NO_TS
 
 FLOW_CAT = "rpc"
@@ -69,6 +70,9 @@ class RpcFlows:
                 if not isinstance(a, dict) or "rpc_id" not in a:
                     continue
                 rpc_id, role = a["rpc_id"], a.get("role")
+                if not isinstance(rpc_id, str) or not isinstance(role, (str, type(None))):
+                    bad = "rpc_id" if not isinstance(rpc_id, str) else "role"
+                    raise TraceError(trace.path, f"'args.{bad}' is not a string: {a[bad]!r}", int(i))
                 call = self.calls.get(rpc_id)
                 if call is None or role not in ROLES or rank != call[ROLES[role]]:
                     continue

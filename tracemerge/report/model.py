@@ -12,7 +12,7 @@ import numpy as np
 
 from tracemerge.report.collectives import collective_report
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import TracemergeError, reading
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.report.rpcstats import rpc_report, server_threads
@@ -77,7 +77,8 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
         trace = session.trace(info.rank)
         if is_merged(trace):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
-        rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
+        with reading(info.path):
+            rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
         threads[info.rank] = server_threads(trace)
         busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
