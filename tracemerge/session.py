@@ -16,7 +16,7 @@ from tracemerge.inputs.scan import scan, scan_head
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs.chrome import read_columns, read_trace
 
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 
@@ -80,10 +80,13 @@ class Session:
     def info(self, rank):
         return next(i for i in self.infos if i.rank == rank)
 
-    def trace(self, rank):
-        """The events of ``rank``, from memory or read again."""
+    def trace(self, rank, columns_only=False):
+        """The events of ``rank``, from memory or read again (``columns_only``: without the
+        typed reader's per-event structs and extra keys, for readers of columns and args)."""
         trace = self._traces.get(rank)
-        return trace if trace is not None else read_trace(self.info(rank).path)
+        if trace is not None:
+            return trace
+        return (read_columns if columns_only else read_trace)(self.info(rank).path)
 
     def source(self, rank):
         """What a worker reads ``rank`` from: the events already in memory, else the path."""

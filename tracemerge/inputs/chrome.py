@@ -183,6 +183,18 @@ def read_trace(path):
         return _read_trace(path)
 
 
+def read_columns(path):
+    """:func:`read_trace` for readers of columns and args only (reports): the typed reader
+    keeps no per-event structs and builds no extra keys, so a rank costs its columns and
+    the raw args, not a Python object per event."""
+    path = os.fspath(path)
+    with reading(path):
+        data, cut = read_data(path)
+        trace = None if cut else read_typed(path, data, extra=False)
+        del data
+        return trace if trace is not None else _read_trace(path)
+
+
 def _read_trace(path):
     data, cut = read_data(path)
     trace = None if cut else read_typed(path, data)

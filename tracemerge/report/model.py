@@ -74,7 +74,8 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
     busy = {}
     for info in session.infos:
-        trace = session.trace(info.rank)
+        # one rank's columns at a time: rows, threads and busy bins are all that is kept of it
+        trace = session.trace(info.rank, columns_only=True)
         if is_merged(trace):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
         with reading(info.path):
@@ -83,6 +84,7 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
         busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
+        del trace  # freed before the next rank is read
     match = match_rpcs(session.infos)
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
