@@ -2,12 +2,14 @@
 .json and .pftrace, info, report and offsets: the documented exit code and line, never exit
 1, no output left after an error, no event lost after a merge."""
 
+import gzip
 import json
 import os
 import shutil
 import subprocess
 import sys
 
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -21,6 +23,13 @@ def invoke(args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def load(path):
+    """A JSON file, also one nested 1,000 levels (orjson follows 1,024; json stops at ~990)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return orjson.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+
+
 def check_run(bad, command, paths, tmp):
     """Run ``command`` on ``paths`` and check it ends as ``bad`` says; returns the result."""
     before = sorted(os.listdir(tmp))
@@ -28,22 +37,23 @@ def check_run(bad, command, paths, tmp):
     want = bad.outcome(command)
     where = f"{bad.name} {command}: exit {r.exit_code}\n{r.stderr}"
     assert r.exit_code != 1 and "Traceback" not in r.stderr and "internal error" not in r.stderr, where
-    assert r.exit_code == want.code, where
-    if want.code:
+    assert r.exit_code == want.code or r.exit_code in want.also_ok, where
+    if r.exit_code:
         errors = [line for line in r.stderr.splitlines() if line.startswith("tracemerge: error: ")]
         assert len(errors) == 1 and want.text in errors[0], where
         if want.names_file and want.code == 3:
             assert any(p in errors[0] for p in paths), where
         assert sorted(os.listdir(tmp)) == before, where  # nothing written, no temporary file left
     else:
-        assert want.text in r.output, where  # info prints a file's warnings under its name
+        if want.code == 0:
+            assert want.text in r.output, where  # info prints a file's warnings under its name
         if command == "json":
-            merged = json.load(open(os.path.join(tmp, "merged.json")))
+            merged = load(os.path.join(tmp, "merged.json"))
             ev = merged["tracemerge"]["events"]
             assert len(merged["traceEvents"]) == ev["out"]
             assert ev["in"] + ev["added"] == ev["out"] + ev["filtered"] + ev["dropped"]
             if bad.name != "truncated":  # a cut file counts what was recovered
-                assert ev["in"] == sum(len(json.load(open(p))["traceEvents"]) for p in paths)
+                assert ev["in"] == sum(len(load(p)["traceEvents"]) for p in paths)
     return r
 
 
@@ -138,3 +148,42 @@ def test_malformed_event_in_a_later_rank_is_named_not_abandoned(tmp_path):
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 3 and f"{paths[1]}: event " in r.stderr and "is not a number" in r.stderr, r.stderr
         assert sorted(os.listdir(tmp_path)) == ["rank0.json", "rank1.json"]
+
+
+def test_default_inflation_bound_names_the_file(tmp_path):
+    """Without --max-inflate: 64x the compressed size, at least 256 MiB. 300 MB of spaces
+    after a real rank gzip to ~0.3 MB: refused once 256 MiB are out, before any parse."""
+    import zlib
+    paths = write_good(str(tmp_path))
+    c = zlib.compressobj(9, wbits=31)
+    with open(paths[1], "rb") as f:
+        parts = [c.compress(f.read())]
+    block = b" " * (1 << 20)
+    parts += [c.compress(block) for _ in range(300)]
+    parts.append(c.flush())
+    bomb = tmp_path / "rank1.json.gz"
+    bomb.write_bytes(b"".join(parts))
+    os.unlink(paths[1])
+    r = invoke(["info", paths[0], str(bomb)])
+    assert r.exit_code == 3 and f"{bomb}: the gzip stream inflates to more than 256 MiB" in r.stderr, r.stderr
+    os.environ["TRACEMERGE_MAX_INFLATE"] = "0"  # lifted: read, the trailing blanks ignored
+    try:
+        r = invoke(["info", paths[0], str(bomb)])
+    finally:
+        del os.environ["TRACEMERGE_MAX_INFLATE"]
+    assert r.exit_code == 0, r.stderr
+
+
+def test_report_reads_columns_without_per_event_objects(tmp_path):
+    """report holds one rank at a time, as columns: no typed-reader struct per event (the
+    1 GB rank's report peak: docs/performance.md, "Memory per worker")."""
+    import numpy as np
+
+    from tracemerge.inputs.chrome import read_columns, read_trace
+    paths = write_good(str(tmp_path))
+    for path in paths:
+        lean, full = read_columns(path), read_trace(path)
+        assert lean.events is None and full.events is not None
+        for col in ("ph", "name", "cat", "pid", "tid", "ts", "dur"):
+            assert np.array_equal(getattr(lean, col), getattr(full, col)), col
+        assert list(lean.args) == list(full.args) and lean.names == full.names

@@ -141,7 +141,15 @@ def _set_max_inflate(ctx, param, value):
             parse_size(value)
         except ValueError as e:
             raise click.BadParameter(str(e)) from None
+        before = os.environ.get(MAX_INFLATE_ENV)
         os.environ[MAX_INFLATE_ENV] = value
+
+        def restore():  # a command run inside another program leaves its environment as it was
+            if before is None:
+                os.environ.pop(MAX_INFLATE_ENV, None)
+            else:
+                os.environ[MAX_INFLATE_ENV] = before
+        ctx.call_on_close(restore)
     return value
 
 
