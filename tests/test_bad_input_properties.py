@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from corpus.bad_inputs import CLASSES, COMMANDS, write_case
-from test_bad_inputs import check_run
+from test_bad_inputs import check_run, invoke, load
+from corpus.bad_inputs import command_args
 
 SETTINGS = settings(max_examples=int(os.environ.get("TRACEMERGE_FUZZ_EXAMPLES", 6)), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -30,3 +31,48 @@ def test_every_member_of_every_class_ends_as_documented(name, data):
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_case(tmp, bad, target, pick, value)
         check_run(bad, command, paths, tmp)
+
+
+@st.composite
+def mutated_bytes(draw):
+    """The sample's rank 1 file with a few random edits: bytes replaced, removed, inserted
+    (from JSON's own alphabet, so the edits often keep it parseable), or a key's value
+    swapped for another JSON value."""
+    data = bytearray(CLASSES["truncated"].make(1, 0, 50)[0])  # rank 0's bytes, intact
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data) - 1))
+        kind = draw(st.sampled_from(["replace", "delete", "insert"]))
+        piece = draw(st.sampled_from([b"", b"0", b"-", b"1e400", b'"', b"[", b"]", b"{", b"}", b",", b":", b"null",
+                                      b"true", b"\\u", b"\xff", b"9" * 30, b'"ph"', b'"ts"', b'{"a":[]}']))
+        if kind == "replace":
+            data[at:at + len(piece) or 1] = piece
+        elif kind == "delete":
+            del data[at:at + draw(st.integers(1, 20))]
+        else:
+            data[at:at] = piece
+    return bytes(data)
+
+
+@SETTINGS
+@given(data=mutated_bytes(), command=st.sampled_from(COMMANDS), target=st.sampled_from([0, 1]))
+def test_random_edits_never_end_in_an_internal_error(data, command, target):
+    """What the adversarial run did: any edit, any command — a documented exit code, one
+    error line naming the file, nothing left after an error, events conserved after a merge."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = write_case(tmp, CLASSES["truncated"], 1, 0, 50)
+        with open(paths[target], "wb") as f:
+            f.write(data)
+        before = sorted(os.listdir(tmp))
+        r = invoke(command_args(command, paths, tmp))
+        where = f"{command}: exit {r.exit_code}\n{r.stderr}"
+        assert r.exit_code in (0, 2, 3, 4), where
+        assert "Traceback" not in r.stderr and "internal error" not in r.stderr, where
+        if r.exit_code:
+            errors = [line for line in r.stderr.splitlines() if line.startswith("tracemerge: error: ")]
+            assert len(errors) == 1, where
+            assert sorted(os.listdir(tmp)) == before, where
+        elif command == "json":
+            merged = load(os.path.join(tmp, "merged.json"))
+            ev = merged["tracemerge"]["events"]
+            assert len(merged["traceEvents"]) == ev["out"]
+            assert ev["in"] + ev["added"] == ev["out"] + ev["filtered"] + ev["dropped"]

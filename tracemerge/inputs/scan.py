@@ -16,8 +16,9 @@ def scan_head(path):
     """The partial :class:`RankInfo` of a rank file whose head carries its block
     (:func:`rankinfo.describe_head`), without decoding its events; None for other files."""
     path = os.fspath(path)
-    found = read_head(path)
-    return describe_head(path, found) if found is not None else None
+    with reading(path):
+        found = read_head(path)
+        return describe_head(path, found) if found is not None else None
 
 
 def scan(path):
