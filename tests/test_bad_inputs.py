@@ -3,6 +3,7 @@
 1, no output left after an error, no event lost after a merge."""
 
 import gzip
+import inspect
 import json
 import os
 import shutil
@@ -20,7 +21,15 @@ PAIRS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "pair
 
 
 def invoke(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+    """The command in this process, under Python's default recursion limit as in a real run
+    (hypothesis raises the limit while a test runs; with it raised, deep args overflow the C
+    stack of a forked worker before any RecursionError)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(1000, len(inspect.stack(0)) + 900))
+    try:
+        return CliRunner().invoke(main, [str(a) for a in args])
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def load(path):
