@@ -454,8 +454,10 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     for path in (output, html_path):
         if path is not None:
             check_output(path, files, force=True)  # before any input is read
-    rep = reports.build_report(list(files), lambda paths: open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True),
-                               (method, reference, offsets), group_by, remote_ops)
+    def opener(paths):
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True)
+
+    rep = reports.build_report(list(files), opener, (method, reference, offsets), group_by, remote_ops)
     write_text(output, render_report(rep, fmt, sort_by, row_limit), files)
     if html_path:
         write_text(html_path, render_html(rep, sort_by, row_limit), files)

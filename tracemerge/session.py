@@ -39,7 +39,8 @@ class Session:
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
 
     @classmethod
-    def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False):
+    def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False,
+             columns_only=False):
         """With an ``engine``, files are described by its workers and events are never kept.
 
         ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
@@ -47,6 +48,9 @@ class Session:
         ``head``: rank files are described from their heads alone (``RankInfo.partial``),
         for a caller that reads the events later anyway (combine); not with ``skip_bad``,
         which must have found every bad event before the merge starts.
+        ``columns_only``: events kept in memory are columns and args only, without the
+        typed reader's per-event structs (for reports: not for a merge, whose JSON writer
+        encodes those structs).
         """
         paths = [os.fspath(p) for p in paths]
         keep = engine is None and sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
@@ -61,7 +65,7 @@ class Session:
         else:
             found, kept = [], {}
             for path in paths:
-                trace, problem = _attempt(read_trace, path, skip_bad)
+                trace, problem = _attempt(read_columns if columns_only else read_trace, path, skip_bad)
                 found.append((None if trace is None else describe(trace), problem))
                 if trace is not None:
                     kept[path] = trace
