@@ -5,6 +5,7 @@ commands — the documented outcome, never exit 1, nothing left after an error, 
 TRACEMERGE_FUZZ_EXAMPLES sets the examples per class (default 6; the adversarial run of
 issue 16 is ~60)."""
 
+import gzip
 import os
 import tempfile
 
@@ -54,10 +55,19 @@ def mutated_bytes(draw):
 
 
 @SETTINGS
-@given(data=mutated_bytes(), command=st.sampled_from(COMMANDS), target=st.sampled_from([0, 1]))
-def test_random_edits_never_end_in_an_internal_error(data, command, target):
-    """What the adversarial run did: any edit, any command — a documented exit code, one
-    error line naming the file, nothing left after an error, events conserved after a merge."""
+@given(data=mutated_bytes(), command=st.sampled_from(COMMANDS), target=st.sampled_from([0, 1]),
+       codec=st.sampled_from(["", "gzip", "zstd"]), cut=st.floats(0.5, 1.0))
+def test_random_edits_never_end_in_an_internal_error(data, command, target, codec, cut):
+    """What the adversarial run did: any edit, any command, plain or compressed (and the
+    compressed stream possibly cut) — a documented exit code, one error line naming the
+    file, nothing left after an error, events conserved after a merge."""
+    if codec == "gzip":
+        data = gzip.compress(data, 1, mtime=0)
+    elif codec == "zstd":
+        zstandard = pytest.importorskip("zstandard")
+        data = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+    if codec and cut < 0.9:
+        data = data[:max(8, int(len(data) * cut))]
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_case(tmp, CLASSES["truncated"], 1, 0, 50)
         with open(paths[target], "wb") as f:
