@@ -1,6 +1,7 @@
 """Errors that end a command with a one-line message and a documented exit code."""
 
 import contextlib
+from typing import Optional
 
 # Exit codes (documented in README.md). click itself exits 2 on a usage error.
 EXIT_OK = 0
@@ -16,20 +17,20 @@ EXIT_TERMINATED = 143   # SIGTERM (128 + 15): cleaned up as for Ctrl-C
 class TracemergeError(Exception):
     """Base of every error the CLI turns into a message and an exit code."""
 
-    exit_code = EXIT_INPUT
+    exit_code: int = EXIT_INPUT
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.message
 
 
 class TraceError(TracemergeError):
     """A problem with one input file, optionally at one event."""
 
-    def __init__(self, path, problem, index=None):
+    def __init__(self, path: object, problem: str, index: Optional[int] = None) -> None:
         where = f"{path}: event {index}: " if index is not None else f"{path}: "
         super().__init__(where + problem)
         self.path = str(path)

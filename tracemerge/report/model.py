@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tracemerge.report.collectives import collective_report
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, reading
+from tracemerge.inputs import read_trace
+from tracemerge.report.collectives import collective_report
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
-from tracemerge.inputs.chrome import read_trace
 from tracemerge.report.rpcstats import rpc_report, server_threads
 
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")
@@ -85,7 +85,7 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
         del trace  # freed before the next rank is read
-    match = match_rpcs(session.infos)
+    match = match_rpcs(session.infos, session.rpc_memo)
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
