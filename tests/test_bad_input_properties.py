@@ -10,11 +10,10 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from corpus.bad_inputs import CLASSES, COMMANDS, write_case
+from corpus.bad_inputs import CLASSES, COMMANDS, command_args, write_case
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_bad_inputs import check_run, invoke, load
-from corpus.bad_inputs import command_args
 
 SETTINGS = settings(max_examples=int(os.environ.get("TRACEMERGE_FUZZ_EXAMPLES", 6)), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

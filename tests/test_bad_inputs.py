@@ -13,8 +13,8 @@ import sys
 import orjson
 import pytest
 from click.testing import CliRunner
-
 from corpus.bad_inputs import CLASSES, COMMANDS, command_args, write_case, write_good
+
 from tracemerge.cli import main
 
 PAIRS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "pairs")

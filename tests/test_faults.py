@@ -13,7 +13,6 @@ import sys
 import time
 
 import pytest
-
 from tracefiles import kineto, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]

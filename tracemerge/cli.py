@@ -11,21 +11,29 @@ import click
 import tracemerge
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
-from tracemerge.errors import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_TERMINATED, EXIT_USAGE,
-                               Terminated, TracemergeError)
+from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
+from tracemerge.errors import (
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    Terminated,
+    TracemergeError,
+)
 from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.merge.combine import combine as combine_session
 from tracemerge.merge.executors import LocalEngine, make_engine
 from tracemerge.merge.selection import Selection, parse_ranks, parse_window
+from tracemerge.output import check_output
+from tracemerge.progress import Progress
 from tracemerge.report import model as reports
 from tracemerge.report.render import FORMATS as REPORT_FORMATS
 from tracemerge.report.render import render as render_report
 from tracemerge.report.write import combine_report_path, write_combine_report, write_text
 from tracemerge.serve import DEFAULT_PORT, serve
-from tracemerge.output import check_output
-from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
 from tracemerge.session import Session
-from tracemerge.progress import Progress
 
 
 class Group(click.Group):

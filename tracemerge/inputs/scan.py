@@ -6,9 +6,9 @@ own."""
 
 import os
 
+from tracemerge.errors import reading
 from tracemerge.inputs import READERS, reader_for
 from tracemerge.merge.executors import gc_paused
-from tracemerge.errors import reading
 
 
 def scan_head(path):
