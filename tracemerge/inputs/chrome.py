@@ -414,12 +414,22 @@ class _Event(_Timing, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     estack: Any = msgspec.UNSET
 
 
+class _Columns(_Timing, gc=False):
+    """What a reader of columns and args needs (reports, describing a file): the timing
+    keys and raw args; other keys are skipped, not kept (``extra`` is not built), so each
+    struct is ~120 bytes smaller than an :class:`_Event`."""
+
+    tid: Union[int, str, None] = msgspec.UNSET
+    args: msgspec.Raw = None
+
+
 # the extra keys the transform rewrites in the structs: read before it does, the others on first use
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _NULL = msgspec.Raw(b"null")
 _TIMING = msgspec.json.Decoder(list[_Timing])
+_COLUMNS = msgspec.json.Decoder(list[_Columns])
 
 
 def read_typed(path, data, extra=True, describing=False):
@@ -432,7 +442,7 @@ def read_typed(path, data, extra=True, describing=False):
         top = _TOP.decode(data)
         block = msgspec.json.decode(top.pop("tracemerge")) if "tracemerge" in top else None
         timing = describing and isinstance(block, dict) and "collectives" in block
-        events = (_TIMING if timing else _EVENTS).decode(top.pop("traceEvents"))
+        events = (_TIMING if timing else _EVENTS if extra else _COLUMNS).decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items()}
     except (msgspec.DecodeError, KeyError):
         return None
@@ -447,6 +457,7 @@ def read_typed(path, data, extra=True, describing=False):
     _fill_absent(events, columns)
     n = len(events)
     if not extra:
+        del events  # the columns hold the values: the structs go before the arrays are made
         return from_columns(path, columns, Args(columns["args"], raw=True), Extra(columns={}, n=n), meta, block)
     read = _extra(events, FLOW_ID_KEYS)
     return from_columns(path, columns, Args(columns["args"], raw=True),
