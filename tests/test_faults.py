@@ -236,3 +236,4 @@ def test_open_ctrl_c_exits_130(tmp_path):
         assert "tracemerge: error: interrupted" in err
     finally:
         stop(proc)
+

@@ -64,7 +64,8 @@ class Terminated(BaseException):
 def reading(path):
     """Failures of Python itself on an input's content, as errors naming the file: JSON
     nested deeper than the interpreter's recursion limit (valid JSON, but no reader here
-    follows ~1000 levels), text no UTF-8 holds found after the reader's own checks."""
+    follows ~1000 levels), text no UTF-8 holds found after the reader's own checks, memory
+    running out while the file is read (under a memory limit)."""
     try:
         yield
     except RecursionError:
@@ -72,3 +73,6 @@ def reading(path):
                                "the readers follow fewer)") from None
     except UnicodeError as e:
         raise TraceError(path, f"text that is not UTF-8 ({e.reason})") from None
+    except MemoryError:
+        raise TraceError(path, "out of memory reading it (a process holds ~5x a rank's JSON size: "
+                               "see docs/performance.md; fewer --jobs may help)") from None
