@@ -1,6 +1,7 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
 import contextlib
+import glob
 import os
 import signal
 import sys
@@ -9,6 +10,7 @@ import threading
 import click
 
 import tracemerge
+from tracemerge.analysis.diff import diff_reports
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
@@ -30,7 +32,9 @@ from tracemerge.output import check_output
 from tracemerge.progress import Progress
 from tracemerge.report import model as reports
 from tracemerge.report.render import FORMATS as REPORT_FORMATS
+from tracemerge.report.render import SECTIONS as CSV_SECTIONS
 from tracemerge.report.render import render as render_report
+from tracemerge.report.render import render_diff
 from tracemerge.report.write import combine_report_path, write_combine_report, write_text
 from tracemerge.serve import DEFAULT_PORT, serve
 from tracemerge.session import Session
@@ -283,8 +287,12 @@ def main():
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
               help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
+@click.option("--critical-path", "critical_path", is_flag=True,
+              help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
+                   "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
+                   "in it. Reads every rank once more.")
 def combine(files, output, method, reference, offsets, rank_from, force, enforce_causality, fmt, ranks, window,
-            min_duration, drop_categories, engine, jobs, scheduler, report_path, skip_bad, strict):
+            min_duration, drop_categories, engine, jobs, scheduler, report_path, critical_path, skip_bad, strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -297,6 +305,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
       tracemerge combine rank*.json.gz -o trace.json
       tracemerge combine w0.json w1.json --rank-from order --align start -o - | gzip > t.json.gz
       tracemerge combine rank*.json.gz -o trace.pftrace --window 100:350 --drop-category python_function
+      tracemerge combine rank*.json.gz -o trace.pftrace --critical-path
     """
     check_output(output, files, force)  # before any input is read: a long merge never ends in "cannot write"
     if report_path is not None:
@@ -312,7 +321,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
         alignment = session.align(method, reference, offsets, enforce_causality)
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))
-        summary = combine_session(session, alignment, output, force, fmt, selection)
+        summary = combine_session(session, alignment, output, force, fmt, selection, critical_path)
         if report_path is not None:
             report_path = write_combine_report(session, alignment, output, report_path, files)
     finally:
@@ -443,30 +452,105 @@ def info(files, rank_from, skip_bad, strict):
 @click.option("--remote-ops", is_flag=True,
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page with plots.")
+@click.option("--analysis", is_flag=True,
+              help="Add the cross-rank analyses of rank files: the critical path per window (ProfilerStep#N, "
+                   "else the whole trace), wait states and stragglers, in every format (JSON: the "
+                   "critical_path, critical_path_totals, wait_states and stragglers keys).")
+@click.option("--section", type=click.Choice(CSV_SECTIONS), default=CSV_SECTIONS[0], show_default=True,
+              help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
+                   "critical path's segments, the wait states, per-step times or the stragglers.")
 @align_options
 @rank_from_option
 @input_options
-def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, method, reference, offsets,
-           rank_from, skip_bad, strict):
-    """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives.
+def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, analysis, section, method,
+           reference, offsets, rank_from, skip_bad, strict):
+    """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
+    with --analysis also the cross-rank critical path, wait states and stragglers.
 
-    FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`.
+    FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
+    (which carries no records: key averages only).
 
     \b
     Examples:
       tracemerge report rank*.json.gz --group-by name,rank --sort-by self_cpu_time_total
       tracemerge report rank*.json.gz --format json -o report.json --html report.html
+      tracemerge report rank*.json.gz --analysis --format json -o report.json
+      tracemerge report rank*.json.gz --format csv --section critical_path -o path.csv
     """
+    if section != CSV_SECTIONS[0] and fmt != "csv":
+        raise click.BadParameter("only for --format csv (the other formats hold every section)",
+                                 param_hint="'--section'")
     for path in (output, html_path):
         if path is not None:
             check_output(path, files, force=True)  # before any input is read
+
     def opener(paths):
         return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True)
 
-    rep = reports.build_report(list(files), opener, (method, reference, offsets), group_by, remote_ops)
-    write_text(output, render_report(rep, fmt, sort_by, row_limit), files)
+    rep = reports.build_report(list(files), opener, (method, reference, offsets), group_by, remote_ops,
+                               analysis or section != CSV_SECTIONS[0])
+    write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
     for note in rep.notes:
         if "thread-limited" in note:
             say(f"tracemerge: hint: {note}", err=True)
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+
+
+def run_files(arg):
+    """The files of one run given as a directory (its trace files), a quoted glob, or one file."""
+    if os.path.isdir(arg):
+        found = sorted(os.path.join(arg, f) for f in os.listdir(arg) if f.endswith(TRACE_SUFFIXES))
+        if not found:
+            raise click.BadParameter(f"{arg}: no {', '.join(TRACE_SUFFIXES)} files in the directory")
+        return found
+    if any(c in arg for c in "*?["):
+        found = sorted(glob.glob(arg))
+        if not found:
+            raise click.BadParameter(f"{arg}: the pattern matches no file")
+        return found
+    return [arg]
+
+
+@main.command()
+@quiet_option
+@click.argument("before", metavar="BEFORE")
+@click.argument("after", metavar="AFTER")
+@click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Rows shown in table, Markdown and HTML; 0 for all (CSV and JSON hold every row).")
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", default="-", metavar="PATH", help="Write the diff here (default: stdout).")
+@click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page.")
+@align_options
+@rank_from_option
+@input_options
+def diff(before, after, row_limit, fmt, output, html_path, method, reference, offsets, rank_from, skip_bad, strict):
+    """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
+
+    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst files: one run's rank
+    files or one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged
+    trace, or one rank). Each is reported as `tracemerge report` would; rows give before,
+    after, delta (after - before) and relative (delta / before), times totalled over the run.
+
+    \b
+    Examples:
+      tracemerge diff samples/threads_1 samples/threads_8
+      tracemerge diff 'old/rank*.json.gz' new/merged.json --format markdown -o diff.md
+    """
+    sides = [run_files(before), run_files(after)]
+    for path in (output, html_path):
+        if path is not None:
+            check_output(path, sides[0] + sides[1], force=True)  # before any input is read
+
+    def opener(paths):
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True)
+
+    runs = [reports.build_report(paths, opener, (method, reference, offsets)) for paths in sides]
+    result = diff_reports(*runs, *sides)
+    inputs = sides[0] + sides[1]
+    write_text(output, render_diff(result, fmt, row_limit), inputs)
+    if html_path:
+        write_text(html_path, render_diff(result, "html", row_limit), inputs)

@@ -15,6 +15,11 @@ from tracemerge.output import check_output
 
 if TYPE_CHECKING:
     from tracemerge.session import Alignment, Session
+from tracemerge.analysis import drawing
+from tracemerge.analysis.critical_path import critical_path as find_critical_path
+from tracemerge.analysis.job import job_timeline
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.inputs.chrome import build
 
 SECOND_NS = 1_000_000_000
 
@@ -38,7 +43,7 @@ def placements(session, alignment):
 
 
 def combine(session: "Session", alignment: "Alignment", output: str, force: bool = False, fmt: Optional[str] = None,
-            selection: Optional[select.Selection] = None) -> Dict[str, Any]:
+            selection: Optional[select.Selection] = None, critical_path: bool = False) -> Dict[str, Any]:
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
 
     ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``
@@ -49,6 +54,10 @@ def combine(session: "Session", alignment: "Alignment", output: str, force: bool
     case that those move the placement (events before the profiler's second, a thousand
     pids in a rank) the ranks are written again, so the output never depends on how the
     inputs were described.
+
+    ``critical_path``: the cross-rank critical path (:mod:`tracemerge.analysis`) is found
+    first — every rank is read once more for it — and drawn as one more process
+    (:mod:`tracemerge.analysis.drawing`); the summary says where (``critical_path``).
     """
     check_output(output, session.inputs, force)
     fmt = output_format(output, fmt)
@@ -58,9 +67,10 @@ def combine(session: "Session", alignment: "Alignment", output: str, force: bool
     # a window is measured from the job's first event, and left-out ranks are counted
     session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept])
     rpc = RpcFlows.plan(session.infos, {i.rank for i in kept}, session.rpc_memo)
+    path = find_critical_path(job_timeline(session, alignment)) if critical_path else None
     while True:
         try:
-            return _write(session, alignment, output, fmt, selection, kept, rpc, force)
+            return _write(session, alignment, output, fmt, selection, kept, rpc, path, force)
         except _Moved:
             continue
 
@@ -69,7 +79,7 @@ class _Moved(Exception):
     """What the workers learned about their ranks' events changed the placement."""
 
 
-def _write(session, alignment, output, fmt, selection, kept, rpc, force=False):
+def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, force=False):
     places = placements(session, alignment)
     counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in session.infos:
@@ -87,17 +97,38 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, force=False):
                 learn(info, r["facts"])
         if placements(session, alignment) != places:
             raise _Moved()
+        if drawn is not None:  # the path's events are added, not input
+            c = results[-1]["counts"]
+            c["added"] = c.get("added", 0) + c.pop("in", 0)
         for r in results:
             add_counts(counts, r["counts"])
         return {**build_summary(session, alignment, places, counts), "format": fmt,
-                "selection": select.describe(selection)}
+                "selection": select.describe(selection), **(drawn or {})}
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine, into its part of the output
     jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
+    drawn = None
+    if path is not None:
+        job, drawn = _path_job(path, places)
+        jobs.append(job)
     return write_merged(session.engine or LocalEngine(1), rank_fn, fmt,
                         jobs, output, header, footer, facts=any(i.partial for i in kept), force=force)
+
+
+def _path_job(windows, places):
+    """((the critical path as a RankTrace, its Placement): one more process after the
+    ranks', on the reference clock; the summary's ``critical_path`` entry)."""
+    base = next(iter(places.values())).out_base_ns
+    events = drawing.path_events(windows, base)
+    trace = build(drawing.PROCESS, events, {"baseTimeNanoseconds": base}, None)
+    stride = min(places.values(), key=lambda p: p.pid_base).pid_base
+    pid_base = max(p.pid_base for p in places.values()) + stride
+    place = Placement(rank=-1, label=drawing.PROCESS, pid_base=pid_base,
+                      clock=ClockModel(rank=-1, method="reference"), out_base_ns=base)
+    return (trace, place), {"critical_path": {"pid": pid_base + trace.pids.index(drawing.PID), "windows": len(windows),
+                                              "segments": sum(len(w.segments) for w in windows)}}
 
 
 def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None, consume=False):

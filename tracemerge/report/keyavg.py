@@ -30,7 +30,8 @@ DROPPED_NAMES = frozenset((
 # Kineto categories that are profiler bookkeeping or device activity, not host events
 NOT_HOST_OPS = frozenset((
     "Trace", "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "fwdbwd",
-    "overhead", "cuda_profiler_range"))
+    "overhead", "cuda_profiler_range",
+    "critical_path"))  # combine --critical-path's drawing (tracemerge.analysis.drawing)
 USER_ANNOTATION = "user_annotation"
 STEP_PREFIX = "ProfilerStep#"
 STEP_KEY = "ProfilerStep*"

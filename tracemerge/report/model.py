@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from tracemerge.analysis.job import build_job
+from tracemerge.analysis.summary import analyse, analysis_dict
+from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs import read_trace
@@ -35,6 +38,7 @@ class Report:
     collectives: list = field(default_factory=list)
     timeline: dict = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
     notes: list = field(default_factory=list)
+    analysis: object = None            # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
 
 
 def is_merged(trace):
@@ -53,8 +57,9 @@ def _busy(trace, tree, to_ref, start_ns, bin_ns):
     return [round(float(b), 4) for b in busy]
 
 
-def build_report(paths, session_opener, align_args=(), group_by="name", remote_ops=False):
-    """The :class:`Report` of ``paths``; ``session_opener(paths)`` opens rank files as a Session."""
+def build_report(paths, session_opener, align_args=(), group_by="name", remote_ops=False, analysis=False):
+    """The :class:`Report` of ``paths``; ``session_opener(paths)`` opens rank files as a Session.
+    ``analysis``: also the cross-rank analyses (:mod:`tracemerge.analysis`), for rank files."""
     if group_by not in GROUP_BY:
         raise TracemergeError(f"--group-by {group_by!r}: choose from {', '.join(GROUP_BY)}")
     if len(paths) == 1:
@@ -62,17 +67,18 @@ def build_report(paths, session_opener, align_args=(), group_by="name", remote_o
         if is_merged(trace):
             return _merged_report(trace, group_by, remote_ops)
     session = session_opener(paths)
-    return session_report(session, session.align(*align_args), group_by, remote_ops)
+    return session_report(session, session.align(*align_args), group_by, remote_ops, analysis)
 
 
-def session_report(session, alignment, group_by="name", remote_ops=False):
-    """The :class:`Report` of an open Session under an alignment (what ``combine --report`` uses)."""
+def session_report(session, alignment, group_by="name", remote_ops=False, analysis=False):
+    """The :class:`Report` of an open Session under an alignment (what ``combine --report`` uses);
+    ``analysis``: with the critical path, wait states and stragglers (``report --analysis``)."""
     clocks = alignment.clocks
     rows, threads, traces_info = [], {}, []
     first = min(clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
     last = max(clocks[i.rank].to_reference(i.last_ns) for i in session.infos)
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
-    busy = {}
+    busy, timelines = {}, {}
     for info in session.infos:
         # one rank's columns at a time: rows, threads and busy bins are all that is kept of it
         trace = session.trace(info.rank, columns_only=True)
@@ -80,6 +86,9 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
         with reading(info.path):
             rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
+            if analysis:  # the analyses' timeline of the rank, from the events read anyway
+                timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
+                                                     {r.get("name", "") for r in info.rpcs})
         threads[info.rank] = server_threads(trace)
         busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
@@ -95,7 +104,10 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
         if match.caller_only or match.callee_only:
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
-    report.collectives = collective_report(match_collectives(session.infos), clocks)
+    collectives = match_collectives(session.infos)
+    report.collectives = collective_report(collectives, clocks)
+    if analysis:
+        report.analysis = analyse(build_job(timelines, match.calls, collectives, clocks))
     if not any(i.has_block for i in session.infos):
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
     return report
@@ -141,4 +153,5 @@ def report_dict(report, sort_by="cpu_time_total", row_limit=0):
         "rpc": asdict(report.rpc) if report.rpc is not None else None,
         "collectives": [asdict(c) for c in report.collectives],
         "notes": report.notes,
+        **(analysis_dict(report.analysis) if report.analysis is not None else {}),
     }

@@ -3,7 +3,7 @@
 new report format is one new module and one line in :data:`RENDERERS`; ``report
 --format``'s choices and ``combine --report PATH``'s suffix routing come from here."""
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from tracemerge.errors import TracemergeError
 from tracemerge.report.render import csvtext, htmlpage, jsondoc, markdown, table
@@ -20,10 +20,28 @@ FORMATS = tuple(name for name, f in RENDERERS.items() if f.option is None)   # r
 DEFAULT = "table"
 
 
-def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100) -> str:
+SECTIONS = csvtext.SECTIONS   # report --section: the tables a one-table format can hold
+
+
+def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
+           section: Optional[str] = None) -> str:
+    """``section`` picks the table of a format that holds one (CSV); the others hold them all."""
     if fmt not in RENDERERS:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
-    return RENDERERS[fmt].render(report, sort_by, row_limit)
+    form = RENDERERS[fmt]
+    if section is None or section == (form.sections or SECTIONS)[0]:
+        return form.render(report, sort_by, row_limit)
+    if not form.sections:
+        raise TracemergeError(f"--section {section}: only for --format csv (the other formats hold every section)")
+    return form.render(report, sort_by, row_limit, section=section)
+
+
+def render_diff(diff: Any, fmt: str = DEFAULT, row_limit: int = 100) -> str:
+    """A :class:`~tracemerge.analysis.diff.Diff` in ``fmt`` (every report format has one)."""
+    form = RENDERERS.get(fmt)
+    if form is None or form.render_diff is None:
+        raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
+    return form.render_diff(diff, row_limit)
 
 
 def format_of(path: str) -> str:

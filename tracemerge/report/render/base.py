@@ -10,10 +10,15 @@ class ReportFormat:
 
     ``render(report, sort_by, row_limit) -> str``. ``suffixes``: ``combine --report PATH``
     names that choose it. ``option``: the CLI option that asks for it — ``--format NAME``
-    when None, else its own (``--html PATH``).
+    when None, else its own (``--html PATH``). ``render_diff(diff, row_limit) -> str``:
+    ``tracemerge diff`` in this format. ``sections``: for a format that holds one table
+    at a time (CSV), the tables ``report --section`` may pick, the default first; ``render``
+    then takes ``section=``.
     """
 
     name: str
     render: Callable[..., str]
     suffixes: Tuple[str, ...] = ()
     option: Optional[str] = None
+    render_diff: Optional[Callable[..., str]] = None
+    sections: Tuple[str, ...] = ()

@@ -1,19 +1,61 @@
-"""CSV: one row per key-average row (the RPC and collective sections are in JSON only)."""
+"""CSV: one table per file — by default one row per key-average row (the other sections
+are in JSON); ``section`` picks another table: the critical path's segments, the wait
+states, the step times or the stragglers."""
 
 import csv
 import io
+from dataclasses import asdict
 
+from tracemerge.errors import TracemergeError
 from tracemerge.report.model import ROW_FIELDS, row_dict, sorted_rows
 from tracemerge.report.render.base import ReportFormat
 
+SECTIONS = ("key_averages", "critical_path", "rpc_waits", "collective_waits", "step_times", "stragglers")
 
-def render_csv(report, sort_by, row_limit):
+
+def render_csv(report, sort_by, row_limit, section="key_averages"):
+    if section not in SECTIONS:
+        raise TracemergeError(f"--section {section!r}: choose from {', '.join(SECTIONS)}")
+    if section == "key_averages":
+        return _csv(ROW_FIELDS, map(row_dict, sorted_rows(report.key_averages, sort_by, row_limit)))
+    analysis = report.analysis
+    if analysis is None:
+        raise TracemergeError(f"--section {section}: a merged trace carries no records to analyse; "
+                              "report on the rank files")
+    if section == "critical_path":
+        rows = ({"window": w.window, **{k: v for k, v in asdict(s).items()}} for w in analysis.critical_path
+                for s in w.segments)
+        return _csv(("window", "rank", "tid", "name", "kind", "start_ns", "end_ns"), rows)
+    if section == "rpc_waits":
+        return _csv(("name", "caller", "callee", "calls", "queueing_ns", "queueing_mean_ns", "callee_idle_ns",
+                     "callee_idle_mean_ns"), map(asdict, analysis.waits.rpc))
+    if section == "collective_waits":
+        return _csv(("group", "op", "rank", "count", "wait_ns", "wait_mean_ns", "last_arrivals"),
+                    map(asdict, analysis.waits.collectives))
+    steps = analysis.steps
+    if section == "step_times":
+        rows = ({"step": name, "rank": rank, "duration_ns": d, "z": z}
+                for name, ds, zs in zip(steps.steps, steps.duration_ns, steps.z)
+                for rank, d, z in zip(steps.ranks, ds, zs) if d is not None)
+        return _csv(("step", "rank", "duration_ns", "z"), rows)
+    rows = ({"rank": s.rank, "score": s.score, "slow_steps": s.slow_steps, "steps": s.steps, "excess_ns": s.excess_ns,
+             "kinds": " ".join(f"{k}={v:.0f}" for k, v in s.kinds.items())} for s in steps.stragglers)
+    return _csv(("rank", "score", "slow_steps", "steps", "excess_ns", "kinds"), rows)
+
+
+def _csv(fields, rows):
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=ROW_FIELDS, lineterminator="\n")
+    w = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     w.writeheader()
-    for r in sorted_rows(report.key_averages, sort_by, row_limit):
-        w.writerow(row_dict(r))
+    for r in rows:
+        w.writerow(r)
     return out.getvalue()
 
 
-FORMAT = ReportFormat("csv", render_csv, (".csv",))
+def render_diff_csv(diff, row_limit):
+    """Every row (``row_limit`` is for the tables), times in µs."""
+    fields = ("section", "key", "metric", "before", "after", "delta", "relative", "impact")
+    return _csv(fields, (asdict(r) for r in diff.rows))
+
+
+FORMAT = ReportFormat("csv", render_csv, (".csv",), render_diff=render_diff_csv, sections=SECTIONS)

@@ -8,6 +8,8 @@ threads over the run.
 
 from html import escape
 
+from tracemerge.analysis.critical_path import KINDS
+from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
 from tracemerge.report.render.base import ReportFormat
@@ -104,6 +106,52 @@ def _timeline(timeline, ranks, width=840):
             f'<svg width="{width + 20}" height="{row * len(busy) + 20}">{"".join(parts)}</svg>')
 
 
+PATH_COLORS = dict(zip(KINDS, ("#4c8bf5", "#a0a0a0", "#e4572e", "#2ca58d", "#f4b942")))
+PATH_WINDOWS = 6   # the longest windows drawn
+
+
+def _path(windows, width=840):
+    """The longest windows' critical paths: one row per rank, segments coloured by kind."""
+    drawn = sorted(sorted(windows, key=lambda w: w.start_ns - w.end_ns)[:PATH_WINDOWS], key=lambda w: w.start_ns)
+    if not drawn:
+        return ""
+    row, left, out = 18, 120, []
+    for w in drawn:
+        ranks = sorted({s.rank for s in w.segments})
+        span = max(w.end_ns - w.start_ns, 1)
+        parts = []
+        for i, rank in enumerate(ranks):
+            parts.append(f'<text x="4" y="{i * row + 13}">rank {rank}</text>')
+        for s in w.segments:
+            x = left + (s.start_ns - w.start_ns) / span * (width - left)
+            dx = max((s.end_ns - s.start_ns) / span * (width - left), 0.5)
+            parts.append(f'<rect x="{x:.1f}" y="{ranks.index(s.rank) * row + 2}" width="{dx:.1f}" height="14" '
+                         f'fill="{PATH_COLORS[s.kind]}"><title>{escape(s.kind)}: {escape(str(s.name))} (rank '
+                         f'{s.rank}, thread {escape(str(s.tid))}) {(s.end_ns - s.start_ns) / 1e6:.3f} ms</title></rect>')
+        out.append(f"<h3>{escape(w.window)} · {span / 1e6:.3f} ms</h3>"
+                   f'<svg width="{width + 20}" height="{row * len(ranks) + 4}">{"".join(parts)}</svg>')
+    legend = " ".join(f'<span style="color:{c}">■</span> {escape(k)}' for k, c in PATH_COLORS.items())
+    more = f" (the {len(drawn)} longest of {len(windows)} windows)" if len(drawn) < len(windows) else ""
+    return f"<p>{legend}{more}; hover a segment for its name.</p>" + "".join(out)
+
+
+def _analysis(analysis, row_limit):
+    parts = ["<h2>Critical path</h2>" + _path(analysis.critical_path)]
+    for title, table in analysis_sections(analysis, row_limit):
+        parts.append(f"<h3>{escape(title)}</h3>" + _table(*table))
+    return "".join(parts)
+
+
+def render_diff_html(diff, row_limit=100):
+    head, body = diff_table(diff, row_limit)
+    page = [f"<h1>tracemerge diff</h1><p>before: {escape(' '.join(diff.before))}<br>after: "
+            f"{escape(' '.join(diff.after))}</p>"]
+    page += [f'<p class="hint">{escape(n)}</p>' for n in diff.notes]
+    page.append(_table(head, body))
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge diff</title>'
+            f'<style>{STYLE}</style></head><body>{"".join(page)}</body></html>\n')
+
+
 def render_html(report, sort_by="cpu_time_total", row_limit=100):
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
     body = ["<h1>tracemerge report</h1>"]
@@ -120,10 +168,12 @@ def render_html(report, sort_by="cpu_time_total", row_limit=100):
     if report.collectives:
         body.append("<h2>Collectives</h2>" + _table(*collective_rows(report.collectives)))
     body.append("<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks))
+    if report.analysis is not None:
+        body.append(_analysis(report.analysis, row_limit))
     head, table, total_self = key_rows(rows, report.key_averages)
     body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>Self CPU time total: {format_time(total_self)}</p>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge report</title>'
             f'<style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
 
 
-FORMAT = ReportFormat("html", render_html, (), option="--html")
+FORMAT = ReportFormat("html", render_html, (), option="--html", render_diff=render_diff_html)

@@ -1,5 +1,7 @@
 """JSON: the whole report (:func:`~tracemerge.report.model.report_dict`)."""
 
+from dataclasses import asdict
+
 import orjson
 
 from tracemerge.report.model import report_dict
@@ -11,4 +13,9 @@ def render_json(report, sort_by, row_limit):
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
 
 
-FORMAT = ReportFormat("json", render_json, (".json",))
+def render_diff_json(diff, row_limit):
+    """Every row (``row_limit`` is for the tables)."""
+    return orjson.dumps(asdict(diff), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+
+
+FORMAT = ReportFormat("json", render_json, (".json",), render_diff=render_diff_json)

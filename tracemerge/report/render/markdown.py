@@ -1,5 +1,6 @@
 """Markdown: the same sections as the text table, as Markdown tables."""
 
+from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
 from tracemerge.report.render.base import ReportFormat
@@ -19,9 +20,21 @@ def render_markdown(report, sort_by, row_limit):
         lines += ["", "## RPC callees", ""] + _md_table(*callee_rows(report.rpc))
     if report.collectives:
         lines += ["", "## Collectives", ""] + _md_table(*collective_rows(report.collectives))
+    if report.analysis is not None:
+        for title, table in analysis_sections(report.analysis, row_limit):
+            lines += ["", f"## {title}", ""] + _md_table(*table)
     if report.notes:
         lines += [""] + [f"- {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
 
 
-FORMAT = ReportFormat("markdown", render_markdown, (".md",))
+def render_diff_markdown(diff, row_limit):
+    lines = ["## Diff", "", f"- before: {' '.join(f'`{p}`' for p in diff.before)}",
+             f"- after: {' '.join(f'`{p}`' for p in diff.after)}", ""]
+    lines += _md_table(*diff_table(diff, row_limit))
+    if diff.notes:
+        lines += [""] + [f"- {n}" for n in diff.notes]
+    return "\n".join(lines) + "\n"
+
+
+FORMAT = ReportFormat("markdown", render_markdown, (".md",), render_diff=render_diff_markdown)

@@ -1,6 +1,7 @@
 """The text table: torch's ``key_averages().table()`` with a Node ID column, then the RPC
 and collective sections."""
 
+from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
 from tracemerge.report.render.base import ReportFormat
@@ -35,8 +36,31 @@ def render_table(report, sort_by, row_limit):
     for title, (head, body) in sections:
         first = max([len(str(r[0])) for r in body] + [len(head[0])]) + 2
         lines += ["", title] + _fixed_table(head, body, first)
+    if report.analysis is not None:
+        for title, (head, body) in analysis_sections(report.analysis, row_limit):
+            lines += ["", title] + _aligned(head, body)
     lines += [f"hint: {n}" if "thread-limited" in n else f"note: {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
 
 
-FORMAT = ReportFormat("table", render_table, ())
+def _aligned(head, body):
+    """A table sized to its cells: numbers right-aligned, the last column (a name) left-aligned."""
+    cells = [[str(v) for v in row] for row in [head] + body]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    sep = "  ".join("-" * w for w in widths)
+    out = []
+    for row in cells:
+        parts = [c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]
+        out.append("  ".join(parts).rstrip())
+    return [sep, out[0], sep] + out[1:] + [sep]
+
+
+def render_diff_table(diff, row_limit):
+    head, body = diff_table(diff, row_limit)
+    lines = [f"before: {' '.join(diff.before)}", f"after:  {' '.join(diff.after)}", ""]
+    lines += _aligned(head, body) if body else ["no differences"]
+    lines += [f"note: {n}" for n in diff.notes]
+    return "\n".join(lines) + "\n"
+
+
+FORMAT = ReportFormat("table", render_table, (), render_diff=render_diff_table)

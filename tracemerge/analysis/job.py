@@ -1,0 +1,227 @@
+"""The whole job on the reference clock: every rank's thread timelines, plus the RPC calls
+and collectives that tie threads of different ranks together, as the analyses use them.
+
+Built from an open :class:`~tracemerge.session.Session` and an alignment: each rank's
+:class:`~tracemerge.analysis.timeline.RankTimeline` is made by a worker of the session's
+engine (the events never leave it), the records are joined as everywhere else
+(:mod:`tracemerge.correlate`) and put on the reference clock here.
+
+A *wait* is an interval on one thread during which it may be blocked on another rank:
+an RPC it called, from send (t1) to completion (t4), or a collective, from its arrival to
+its completion. Waits come from the records; the thread is the caller span's (RPCs) or
+the one that was inside a span when the collective was issued (collectives carry no thread).
+"""
+
+from array import array
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from tracemerge.analysis.timeline import rank_timeline
+from tracemerge.clocks.correlate import (
+    TIMES,
+    Collectives,
+    RpcCalls,
+    match_collectives,
+    match_rpcs,
+)
+from tracemerge.merge.executors import LocalEngine
+
+if TYPE_CHECKING:
+    from tracemerge.session import Alignment, Session
+
+RPC_WAIT = 0
+COLLECTIVE_WAIT = 1
+
+
+@dataclass
+class Thread:
+    """One thread of one rank, with its pieces and waits as lists (the walk reads them one
+    at a time, where list indexing beats numpy scalars)."""
+
+    rank: int
+    index: int                   # in its RankTimeline.threads
+    tid: object
+    bounds: array               # int64 reference ns (array('q'))
+    owner: array
+    first_ns: int
+    last_ns: int
+    wait_start: list = field(default_factory=list)   # sorted by end, with:
+    wait_end: list = field(default_factory=list)
+    wait_kind: list = field(default_factory=list)    # RPC_WAIT or COLLECTIVE_WAIT
+    wait_ref: list = field(default_factory=list)     # call or collective index
+
+
+@dataclass
+class Job:
+    ranks: dict                  # {rank: RankTimeline}
+    threads: dict                # {(rank, thread index): Thread}
+    span_start: dict             # {rank: array('q')}, as RankTimeline.span_start
+    span_end: dict
+    callee_of: dict              # {rank: array('q')}
+    names: dict                  # {rank: [span name of each span]} built lazily (name_of)
+    # calls (the order of correlate.RpcCalls)
+    call_name: list
+    call_caller: list
+    call_callee: list
+    t_ref: np.ndarray            # int64 (4, calls): t1..t4 on the reference clock
+    has: np.ndarray              # bool (4, calls)
+    floor: np.ndarray            # int64: the fastest delivery t2 - t1 seen between the call's two ranks
+    caller_span: dict            # {call: (rank, span)}
+    callee_span: dict            # {call: (rank, span)}
+    span_call: dict              # {(rank, span): call} for callee spans
+    # collectives (the order of correlate.Collectives)
+    coll_op: list
+    coll_group: list
+    coll_ranks: list             # [ranks that recorded it], per collective
+    coll_arrive: dict            # {(collective, rank): arrival ns}
+    coll_last: list              # [(rank, arrival ns) of the last arriver, or None when not every rank recorded it]
+    coll_thread: dict            # {(collective, rank): thread index}
+    _names: dict = field(default_factory=dict)
+
+    def thread(self, rank: int, index: int) -> Thread:
+        return self.threads[(rank, index)]
+
+    def rank_threads(self, rank: int) -> list:
+        return [self.threads[(rank, i)] for i in range(len(self.ranks[rank].threads))]
+
+    def name_of(self, rank: int, span: int) -> str:
+        tl = self.ranks[rank]
+        return tl.names[tl.span_name[span]]
+
+
+def job_timeline(session: "Session", alignment: "Alignment", engine: Optional[Any] = None) -> "Job":
+    """The :class:`Job` of an open session under ``alignment``."""
+    clocks = alignment.clocks
+    infos = session.infos
+    runner = engine or session.engine or LocalEngine()
+    ranks: list = [i.rank for i in infos]   # every rank is assigned once a session is open
+    names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
+    made = runner.map(rank_timeline, [session.source(r) for r in ranks], ranks, [clocks[r] for r in ranks], names)
+    return build_job({tl.rank: tl for tl in made}, match_rpcs(infos, session.rpc_memo).calls,
+                     match_collectives(infos), clocks)
+
+
+def build_job(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks: dict) -> "Job":
+    """The :class:`Job` of rank timelines and the joined records (correlate's RpcCalls and
+    Collectives) under ``clocks`` ({rank: ClockModel})."""
+    threads = {}
+    for rank, tl in timelines.items():
+        for i, th in enumerate(tl.threads):
+            threads[(rank, i)] = Thread(rank=rank, index=i, tid=th.tid, bounds=_ints(th.bounds),
+                                        owner=_ints(th.owner), first_ns=th.first_ns, last_ns=th.last_ns)
+    n = len(calls)
+    t_ref = np.zeros((4, n), dtype=np.int64)
+    has = calls.has.copy() if n else np.zeros((4, 0), bool)
+    caller, callee = (calls.caller.tolist(), calls.callee.tolist()) if n else ([], [])
+    for k, key in enumerate(TIMES):
+        side = calls.caller if key in ("send_ns", "complete_ns") else calls.callee
+        for rank in np.unique(side).tolist() if n else []:
+            sel = (side == rank) & has[k]
+            if rank in clocks:
+                t_ref[k, sel] = clocks[rank].to_reference(calls.times[k, sel])
+            else:
+                has[k, side == rank] = False
+    quad = has.all(axis=0)  # as the RPC report: every call with both sides, failed ones too
+    transit = t_ref[1] - t_ref[0]
+    floor = np.zeros(n, dtype=np.int64)
+    pair = np.asarray(caller, dtype=np.int64) * (1 << 20) + np.asarray(callee, dtype=np.int64)
+    for p in np.unique(pair[quad]).tolist():
+        floor[pair == p] = transit[quad & (pair == p)].min()
+    index = {rec["rpc_id"]: i for i, rec in enumerate(calls.first)} if n else {}
+    caller_span, callee_span, span_call = {}, {}, {}
+    for rank, tl in timelines.items():
+        for rpc_id, role, span in tl.rpc_spans:
+            c = index.get(rpc_id)
+            if c is None:
+                continue
+            if role == "caller" and caller[c] == rank:
+                caller_span[c] = (rank, span)
+            elif role == "callee" and callee[c] == rank:
+                callee_span[c] = (rank, span)
+                span_call[(rank, span)] = c
+    waits: dict = {}
+    for c, (rank, span) in caller_span.items():
+        if has[0, c] and has[3, c]:
+            th = int(timelines[rank].span_thread[span])
+            waits.setdefault((rank, th), []).append((int(t_ref[0, c]), max(int(t_ref[3, c]), int(t_ref[0, c])),
+                                                     RPC_WAIT, c))
+    coll_op, coll_group, coll_ranks, coll_arrive, coll_last, coll_thread = _collectives(collectives, clocks, timelines, waits)
+    for key, ws in waits.items():
+        th = threads[key]
+        ws.sort(key=lambda w: (w[1], w[0]))
+        th.wait_start, th.wait_end, th.wait_kind, th.wait_ref = (list(x) for x in zip(*ws))
+    return Job(ranks=timelines, threads=threads,
+               span_start={r: _ints(tl.span_start) for r, tl in timelines.items()},
+               span_end={r: _ints(tl.span_end) for r, tl in timelines.items()},
+               callee_of={r: _ints(tl.callee_of) for r, tl in timelines.items()}, names={},
+               call_name=[rec.get("name", "") for rec in calls.first] if n else [], call_caller=caller,
+               call_callee=callee, t_ref=t_ref, has=has, floor=floor, caller_span=caller_span,
+               callee_span=callee_span, span_call=span_call, coll_op=coll_op, coll_group=coll_group,
+               coll_ranks=coll_ranks, coll_arrive=coll_arrive, coll_last=coll_last, coll_thread=coll_thread)
+
+
+def _ints(column):
+    """An int64 column as an ``array('q')``: indexing gives Python ints as fast as a list
+    does (the walk's bisects), at 8 bytes an item instead of a list's ~36."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(column, dtype=np.int64).tobytes())
+    return out
+
+
+def _collectives(colls, clocks, timelines, waits):
+    """Per collective: op, group, arrivals and the last arriver on the reference clock, and
+    the thread of each rank it ran on; its waits are added to ``waits``."""
+    ops, groups, ranks, arrive, last, thread_of = [], [], [], {}, [], {}
+    if not len(colls):
+        return ops, groups, ranks, arrive, last, thread_of
+    firsts = [colls.records[i] for i in colls.first.tolist()]
+    ops = [r.get("op", "") for r in firsts]
+    groups = [str(r.get("group", "")) for r in firsts]
+    start_ref = np.zeros(colls.start.shape, dtype=np.int64)
+    end_ref = np.zeros(colls.end.shape, dtype=np.int64)
+    seen = colls.last >= 0
+    for col, rank in enumerate(colls.ranks):
+        if rank in clocks:
+            start_ref[:, col] = clocks[rank].to_reference(colls.start[:, col])
+            end_ref[:, col] = clocks[rank].to_reference(colls.end[:, col])
+        else:
+            seen[:, col] = False
+    col_of = {rank: c for c, rank in enumerate(colls.ranks)}
+    for k, rec in enumerate(firsts):
+        members = [int(r) for r in (rec.get("group_ranks") or [])]
+        cols = np.flatnonzero(seen[k])
+        ranks.append(sorted(colls.ranks[c] for c in cols.tolist()))
+        for c in cols.tolist():
+            arrive[(k, colls.ranks[c])] = int(start_ref[k, c])
+        complete = bool(members) and all(r in col_of and seen[k, col_of[r]] for r in members)
+        if complete and len(cols):
+            c = cols[np.argmax(start_ref[k, cols])]
+            last.append((colls.ranks[c], int(start_ref[k, c])))
+        else:
+            last.append(None)
+    for col, rank in enumerate(colls.ranks):
+        tl = timelines.get(rank)
+        ks = np.flatnonzero(seen[:, col])
+        if tl is None or not len(ks) or not tl.threads:
+            continue
+        starts = start_ref[ks, col]
+        best = np.full(len(ks), np.iinfo(np.int64).min)
+        which = np.full(len(ks), max(range(len(tl.threads)), key=lambda i: len(tl.threads[i].bounds)))
+        for i, th in enumerate(tl.threads):
+            if not len(th.bounds):
+                continue
+            at = np.searchsorted(th.bounds, starts, side="right") - 1
+            owner = np.where(at >= 0, th.owner[np.maximum(at, 0)], -1)
+            score = np.where(owner >= 0, tl.span_start[np.maximum(owner, 0)], np.iinfo(np.int64).min)
+            better = (owner >= 0) & (score > best)
+            best[better], which[better] = score[better], i
+        ended = colls.ended[ks, col]
+        for k, th, s, e, done in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
+                                     ended.tolist()):
+            thread_of[(k, rank)] = th
+            if done:
+                waits.setdefault((rank, th), []).append((s, max(e, s), COLLECTIVE_WAIT, k))
+    return ops, groups, ranks, arrive, last, thread_of
+

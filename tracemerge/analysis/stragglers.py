@@ -1,0 +1,161 @@
+"""Stragglers: ranks whose steps are consistently slower than the other ranks'.
+
+For a trace with ``ProfilerStep#N`` spans, each rank's duration of each step (on the
+reference clock) is compared with the other ranks' in the same step by a robust z-score,
+z = (d − median) / (1.4826 · MAD) over the ranks that ran the step (the MAD is floored at
+MIN_SPREAD of the median and at 1 µs, so equal ranks do not divide by zero). A rank is a
+straggler when its median z over the steps is at least Z_STRAGGLER (Iglewicz and Hoaglin's
+outlier cut for this score). Three ranks are needed for a median to stand against one.
+
+Each rank's step is split into the kinds of the critical path, from its step thread:
+``waiting in a collective`` (the union of its collective waits in the step), RPC waits
+(the union of its calls from send to completion) shared out among ``RPC transfer``,
+``callee queueing`` and ``callee execution`` in the proportions of those calls' parts,
+and ``compute`` for the rest. A straggler is named with the kinds whose per-step median
+exceeds the other ranks' the most.
+"""
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracemerge.analysis.critical_path import (
+    COLLECTIVE,
+    COMPUTE,
+    EXECUTION,
+    QUEUEING,
+    TRANSFER,
+)
+from tracemerge.analysis.job import RPC_WAIT, Job
+
+Z_STRAGGLER = 3.5
+MIN_SPREAD = 0.01
+MIN_SPREAD_NS = 1_000
+BREAKDOWN = (COMPUTE, TRANSFER, QUEUEING, EXECUTION, COLLECTIVE)
+
+
+@dataclass
+class Straggler:
+    rank: int
+    score: float             # median robust z over the steps
+    slow_steps: int          # steps with z >= Z_STRAGGLER
+    steps: int               # steps the rank ran
+    excess_ns: float         # median over steps of (its duration - the step's median)
+    kinds: dict = field(default_factory=dict)   # {kind: per-step ns above the other ranks' median}, largest first
+
+
+@dataclass
+class StepTimes:
+    steps: list = field(default_factory=list)        # step names in time order
+    ranks: list = field(default_factory=list)
+    duration_ns: list = field(default_factory=list)  # [step][rank index]: int, or None when the rank has no such step
+    z: list = field(default_factory=list)            # [step][rank index]: float or None
+    breakdown: dict = field(default_factory=dict)    # {rank: {kind: median ns per step}}
+    stragglers: list = field(default_factory=list)   # [Straggler], highest score first
+
+
+def stragglers(job: Job) -> StepTimes:
+    """The :class:`StepTimes` of a job (empty when it has no steps)."""
+    at = {}
+    for rank, tl in job.ranks.items():
+        for name, start, end, thread in tl.steps:
+            at[(name, rank)] = (start, end, thread)
+    if not at:
+        return StepTimes()
+    ranks = sorted(job.ranks)
+    first: dict = {}
+    for (name, _), (start, _, _) in at.items():
+        first[name] = min(first.get(name, start), start)
+    steps = sorted(first, key=lambda n: (first[n], n))
+    d = np.full((len(steps), len(ranks)), np.nan)
+    parts: dict = {r: {k: [] for k in BREAKDOWN} for r in ranks}
+    longest: dict = {}   # {(rank, thread): the longest wait on it}, for the search by end
+    for i, name in enumerate(steps):
+        for j, rank in enumerate(ranks):
+            found = at.get((name, rank))
+            if found is None:
+                continue
+            d[i, j] = found[1] - found[0]
+            for kind, ns in _breakdown(job, rank, *found, longest).items():
+                parts[rank][kind].append(ns)
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(d, axis=1, keepdims=True)
+        spread = 1.4826 * np.nanmedian(np.abs(d - med), axis=1, keepdims=True)
+        spread = np.maximum(np.maximum(spread, MIN_SPREAD * med), MIN_SPREAD_NS)
+        z = (d - med) / spread
+        counted = (~np.isnan(d)).sum(axis=1, keepdims=True) >= 3
+        z = np.where(counted, z, np.nan)
+    breakdown = {r: {k: float(np.median(v)) if v else 0.0 for k, v in parts[r].items()} for r in ranks}
+    out = StepTimes(steps=steps, ranks=ranks,
+                    duration_ns=[[None if np.isnan(v) else int(v) for v in row] for row in d],
+                    z=[[None if np.isnan(v) else round(float(v), 3) for v in row] for row in z], breakdown=breakdown)
+    for j, rank in enumerate(ranks):
+        col = z[:, j][~np.isnan(z[:, j])]
+        if not len(col):
+            continue
+        score = float(np.median(col))
+        if score < Z_STRAGGLER:
+            continue
+        others = [r for r in ranks if r != rank]
+        kinds = {k: breakdown[rank][k] - float(np.median([breakdown[r][k] for r in others])) for k in BREAKDOWN}
+        kinds = {k: v for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0}
+        excess = d[:, j] - med[:, 0]
+        out.stragglers.append(Straggler(rank=rank, score=round(score, 3), slow_steps=int((col >= Z_STRAGGLER).sum()),
+                                        steps=int((~np.isnan(d[:, j])).sum()),
+                                        excess_ns=float(np.nanmedian(excess)), kinds=kinds))
+    out.stragglers.sort(key=lambda s: -s.score)
+    return out
+
+
+def _breakdown(job, rank, start, end, thread, longest):
+    """{kind: ns} of one rank's step [start, end) on its step thread."""
+    th = job.thread(rank, thread)
+    rpc, coll, shares = [], [], {TRANSFER: 0, QUEUEING: 0, EXECUTION: 0}
+    we = th.wait_end
+    if (rank, thread) not in longest:
+        longest[(rank, thread)] = max((e - s for s, e in zip(th.wait_start, we)), default=0)
+    reach = longest[(rank, thread)]
+    j = bisect_right(we, start)
+    while j < len(we) and we[j] - reach < end:
+        s, e = max(th.wait_start[j], start), min(we[j], end)
+        if e > s:
+            if th.wait_kind[j] == RPC_WAIT:
+                rpc.append((s, e))
+                c = th.wait_ref[j]
+                if job.has[:, c].all():
+                    t1, t2, t3, t4 = (int(v) for v in job.t_ref[:, c])
+                    queue = max(t2 - t1 - int(job.floor[c]), 0)
+                    execute = max(t3 - t2, 0)
+                    shares[QUEUEING] += queue
+                    shares[EXECUTION] += execute
+                    shares[TRANSFER] += max(t4 - t1 - queue - execute, 0)
+                else:
+                    shares[TRANSFER] += e - s
+            else:
+                coll.append((s, e))
+        j += 1
+    waited_coll = _union(coll)
+    waited_all = _union(rpc + coll)
+    out = dict.fromkeys(BREAKDOWN, 0)
+    out[COLLECTIVE] = waited_coll
+    total = sum(shares.values())
+    rpc_only = max(waited_all - waited_coll, 0)
+    if total:
+        for k, v in shares.items():
+            out[k] = rpc_only * v / total
+    out[COMPUTE] = max(end - start - waited_all, 0)
+    return out
+
+
+def _union(intervals):
+    """Total length covered by ``intervals`` [(start, end)]."""
+    total, reach = 0, None
+    for s, e in sorted(intervals):
+        if reach is None or s > reach:
+            total += e - s
+            reach = e
+        elif e > reach:
+            total += e - reach
+            reach = e
+    return total

@@ -1,0 +1,125 @@
+"""The analyses as titled tables (head, body of plain values), which every report format
+lays out its own way: the text table, Markdown, HTML, and one CSV per ``--section``."""
+
+from tracemerge.analysis.critical_path import KINDS, totals
+
+
+def _ms(ns):
+    return f"{ns / 1e6:.3f}"
+
+
+def path_windows(windows, limit=0):
+    """One row per window: its duration and the time of each kind on its path."""
+    head = ["Window", "Start ms", "Duration ms"] + [f"{k} ms" for k in KINDS] + ["Ranks on path (ms)"]
+    t0 = windows[0].start_ns if windows else 0
+    body = [[w.window, _ms(w.start_ns - t0), _ms(w.end_ns - w.start_ns)] + [_ms(w.by_kind.get(k, 0)) for k in KINDS]
+            + [" ".join(f"{r}:{_ms(v)}" for r, v in sorted(w.by_rank.items()))] for w in windows]
+    return head, body[:limit] if limit and limit > 0 else body
+
+
+def path_where(windows, limit=0):
+    """Where the path's time went over all windows: (rank, tid, name, kind) summed, largest first."""
+    acc = {}
+    for w in windows:
+        for s in w.segments:
+            key = (s.rank, s.tid, s.name, s.kind)
+            acc[key] = acc.get(key, 0) + s.end_ns - s.start_ns
+    total = sum(w.end_ns - w.start_ns for w in windows) or 1
+    rows = sorted(acc.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    body = [[kind, rank, tid, _ms(ns), f"{ns / total:.1%}", name] for (rank, tid, name, kind), ns in rows]
+    return ["Kind", "Rank", "Thread", "Path ms", "Share", "Name"], body[:limit] if limit and limit > 0 else body
+
+
+def path_totals(windows):
+    by_rank, by_kind = totals(windows)
+    head = ["Rank"] + [f"{k} ms" for k in KINDS] + ["Total ms"]
+    per = {}
+    for w in windows:
+        for s in w.segments:
+            row = per.setdefault(s.rank, dict.fromkeys(KINDS, 0))
+            row[s.kind] += s.end_ns - s.start_ns
+    body = [[r] + [_ms(per[r][k]) for k in KINDS] + [_ms(by_rank[r])] for r in sorted(per)]
+    body.append(["all"] + [_ms(by_kind.get(k, 0)) for k in KINDS] + [_ms(sum(by_kind.values()))])
+    return head, body
+
+
+def rpc_waits(waits):
+    head = ["RPC", "Calls", "Queueing total ms", "Queueing mean ms", "Callee idle total ms", "Callee idle mean ms"]
+    body = [[w.name, w.calls, _ms(w.queueing_ns), _ms(w.queueing_mean_ns), _ms(w.callee_idle_ns),
+             _ms(w.callee_idle_mean_ns)] for w in waits.rpc]
+    return head, body
+
+
+def collective_waits(waits):
+    head = ["Group", "Op", "Rank", "Count", "Wait total ms", "Wait mean ms", "Last arrivals"]
+    body = [[w.group, w.op, w.rank, w.count, _ms(w.wait_ns), _ms(w.wait_mean_ns), w.last_arrivals]
+            for w in waits.collectives]
+    return head, body
+
+
+def rank_waits(waits):
+    head = ["Rank", "Queueing ms", "Callee idle ms", "Collective wait ms"]
+    body = [[r, _ms(v["queueing_ns"]), _ms(v["callee_idle_ns"]), _ms(v["collective_ns"])]
+            for r, v in waits.by_rank.items()]
+    return head, body
+
+
+def step_ranks(steps):
+    """Per rank: steps run, median step duration, median robust z."""
+    head = ["Rank", "Steps", "Median step ms", "Median z", "Straggler"]
+    named = {s.rank for s in steps.stragglers}
+    body = []
+    for j, rank in enumerate(steps.ranks):
+        d = sorted(row[j] for row in steps.duration_ns if row[j] is not None)
+        z = sorted(row[j] for row in steps.z if row[j] is not None)
+        body.append([rank, len(d), _ms(_median(d)) if d else "-", f"{_median(z):.2f}" if z else "-",
+                     "yes" if rank in named else ""])
+    return head, body
+
+
+def stragglers_table(steps):
+    head = ["Rank", "Score", "Slow steps", "Excess per step ms", "Kinds that make the difference (ms per step)"]
+    body = [[s.rank, f"{s.score:.2f}", f"{s.slow_steps}/{s.steps}", _ms(s.excess_ns),
+             ", ".join(f"{k} +{_ms(v)}" for k, v in s.kinds.items()) or "-"] for s in steps.stragglers]
+    return head, body
+
+
+def _median(values):
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def analysis_sections(analysis, limit=0):
+    """[(title, (head, body))] of a report's analyses (:class:`Analysis`), the empty ones left out."""
+    out = []
+    if analysis.critical_path:
+        out += [("Critical path by rank and kind", path_totals(analysis.critical_path)),
+                ("Critical path: where the time went", path_where(analysis.critical_path, limit)),
+                ("Critical path per window", path_windows(analysis.critical_path, limit))]
+    if analysis.waits is not None:
+        if analysis.waits.rpc:
+            out.append(("Wait states: RPC", rpc_waits(analysis.waits)))
+        if analysis.waits.collectives:
+            out.append(("Wait states: collectives", collective_waits(analysis.waits)))
+        if analysis.waits.by_rank:
+            out.append(("Wait states per rank", rank_waits(analysis.waits)))
+    if analysis.steps is not None and analysis.steps.steps:
+        out.append(("Step times per rank", step_ranks(analysis.steps)))
+        if analysis.steps.stragglers:
+            out.append(("Stragglers", stragglers_table(analysis.steps)))
+    return out
+
+
+def diff_table(diff, limit=0):
+    head = ["Delta", "Relative", "Before", "After", "Section", "Metric", "Key"]
+
+    def value(v, metric):
+        if v is None:
+            return "-"
+        return f"{v / 1000:.3f} ms" if metric != "calls" and metric != "count" else f"{v:g}"
+
+    rows = diff.rows[:limit] if limit and limit > 0 else diff.rows
+    body = [[("+" if r.delta > 0 else "") + value(r.delta, r.metric),
+             "-" if r.relative is None else f"{r.relative:+.1%}", value(r.before, r.metric),
+             value(r.after, r.metric), r.section, r.metric, r.key] for r in rows]
+    return head, body

@@ -1,0 +1,159 @@
+"""What each thread of one rank was doing at every moment, on the reference clock.
+
+A rank's host spans (the events torch's key averages count, :func:`tracemerge.keyavg.host_ops`)
+are nested per thread by torch's rule and cut into *pieces*: the times where the
+innermost open span stays the same. A piece's owner is that span, or -1 where the thread
+ran no span (untraced or idle). Caller spans of RPCs are not work — the thread is waiting
+on the call, or ran on while it was in flight — so they are kept out of the pieces and
+handed back separately (:attr:`RankTimeline.rpc_spans`) for the waits built from the
+records. Callee spans (``...#remote``) are work, and every span knows the innermost callee
+span it runs in (``callee_of``), so time inside a served call is told apart.
+
+Everything is numpy columns; one worker builds a rank's timeline from its file and the
+result (a few arrays per thread) is all the analyses need of the events.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.inputs.chrome import read_data, read_trace, read_typed
+from tracemerge.model import RankTrace
+from tracemerge.report.keyavg import _parents_nested, _parents_stack_walk, host_ops
+
+STEP_PREFIX = "ProfilerStep#"
+REMOTE_SUFFIX = "#remote"
+
+
+@dataclass
+class ThreadTimeline:
+    """One thread: piece k is [bounds[k], bounds[k+1]) (the last one has no end: the thread
+    ran nothing after it), run by span ``owner[k]`` (-1: none)."""
+
+    tid: object                 # the thread id as the trace spells it
+    bounds: np.ndarray          # int64 reference ns, strictly increasing
+    owner: np.ndarray           # int64 span index, -1 for none
+    first_ns: int               # first start of any host span on the thread, caller spans included
+    last_ns: int                # last end of any host span on the thread, caller spans included
+
+
+@dataclass
+class RankTimeline:
+    rank: int
+    threads: list               # [ThreadTimeline]
+    names: list                 # span name strings, by code
+    span_start: np.ndarray      # int64 reference ns, per span
+    span_end: np.ndarray
+    span_name: np.ndarray       # int32 code into names
+    span_thread: np.ndarray     # int32 index into threads
+    callee_of: np.ndarray       # int64: the innermost callee span (``...#remote``) the span runs in, itself included; -1
+    rpc_spans: list = field(default_factory=list)   # [(rpc_id, role, span index)]; caller spans are not in the pieces
+    steps: list = field(default_factory=list)       # [(name, start_ns, end_ns, thread index)] of ProfilerStep#N spans
+
+
+def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = ()) -> RankTimeline:
+    """The :class:`RankTimeline` of ``source`` (a path or a RankTrace) under ``clock``
+    (its :class:`~tracemerge.clock.ClockModel`); ``rpc_names`` are the caller span names
+    of the RPC records of the rank (callee spans are those plus ``#remote``)."""
+    trace = _read(source) if isinstance(source, str) else source
+    idx = host_ops(trace)
+    names = trace.names
+    rpc_names = set(rpc_names)
+    rpc_codes = np.array([i for i, n in enumerate(names) if isinstance(n, str) and
+                          (n in rpc_names or (n.endswith(REMOTE_SUFFIX) and n[:-len(REMOTE_SUFFIX)] in rpc_names))],
+                         dtype=np.int32)
+    candidates = idx[np.isin(trace.name[idx], rpc_codes)]
+    role = {}
+    if len(candidates):
+        for i, args in zip(candidates.tolist(), trace.args.dicts(candidates.tolist())):
+            if args and isinstance(args.get("rpc_id"), str) and args.get("role") in ("caller", "callee"):
+                role[i] = (args["rpc_id"], args["role"])
+    ntids = max(len(trace.tids), 1)
+    thread_key = trace.pid[idx].astype(np.int64) * ntids + trace.tid[idx]
+    start_local = trace.ts[idx]
+    end_local = start_local + trace.dur[idx]
+    start = np.asarray(clock.to_reference(start_local), dtype=np.int64)
+    end = np.maximum(np.asarray(clock.to_reference(end_local), dtype=np.int64), start)
+    order = np.lexsort((-end, start, thread_key))
+    idx, thread_key, start, end = idx[order], thread_key[order], start[order], end[order]
+    keys, thread = np.unique(thread_key, return_inverse=True)
+    thread = thread.astype(np.int32)
+    is_caller = np.zeros(len(idx), dtype=bool)
+    is_callee = np.zeros(len(idx), dtype=bool)
+    rpc_spans = []
+    position = {int(i): p for p, i in enumerate(idx.tolist())} if role else {}
+    for i, (rpc_id, r) in role.items():
+        p = position[i]
+        (is_caller if r == "caller" else is_callee)[p] = True
+        rpc_spans.append((rpc_id, r, p))
+
+    parent = np.full(len(idx), -1, dtype=np.int64)
+    work = ~is_caller
+    bounds_of = np.concatenate(([0], np.flatnonzero(np.diff(thread)) + 1, [len(idx)])) if len(idx) else np.zeros(1, int)
+    threads = []
+    for t, (lo, hi) in enumerate(zip(bounds_of[:-1].tolist(), bounds_of[1:].tolist())):
+        sel = np.arange(lo, hi)[work[lo:hi]]
+        s, e = start[sel], end[sel]
+        local = _parents_nested(s, e) if len(sel) else np.empty(0, np.int64)
+        if local is None:
+            local = _parents_stack_walk(s, e)
+        parent[sel] = np.where(local >= 0, sel[np.maximum(local, 0)], -1)
+        bounds, owner = _pieces(s, e, local, sel, end)
+        key = int(keys[t])
+        threads.append(ThreadTimeline(tid=trace.tids[key % ntids], bounds=bounds, owner=owner,
+                                      first_ns=int(start[lo]), last_ns=int(end[lo:hi].max())))
+    callee_of = np.where(is_callee, np.arange(len(idx)), -1)
+    while True:  # inherit the innermost callee span from the parent, one level per pass
+        need = (callee_of < 0) & (parent >= 0)
+        need[need] = callee_of[parent[need]] >= 0
+        if not need.any():
+            break
+        callee_of[need] = callee_of[parent[need]]
+    span_name = trace.name[idx]
+    step_codes = [i for i, n in enumerate(names) if isinstance(n, str) and n.startswith(STEP_PREFIX)]
+    steps = [(names[span_name[p]], int(start[p]), int(end[p]), int(thread[p]))
+             for p in np.flatnonzero(np.isin(span_name, step_codes)).tolist()]
+    return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
+                        span_name=span_name, span_thread=thread, callee_of=callee_of, rpc_spans=rpc_spans,
+                        steps=steps)
+
+
+def _read(path):
+    """The trace at ``path`` without the extra keys the writers need (the typed reader's
+    light form, as a rank is described); a file it does not take goes through read_trace."""
+    data, cut = read_data(path)
+    trace = None if cut else read_typed(path, data, extra=False)
+    del data
+    return trace if trace is not None else read_trace(path)
+
+
+def _pieces(s, e, parent, sel, end_of):
+    """(bounds, owner) of one thread's work spans ``sel`` (sorted by start, -end) with their
+    ``parent`` positions: after a start the span itself runs, after an end its parent. At
+    one instant ends come before starts, deeper ends first and deeper starts last, so the
+    owner after the last point there is the innermost span open from then on."""
+    n = len(sel)
+    if not n:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    has = parent >= 0
+    while has.any():  # depth of each span, one level per pass
+        new = np.where(parent >= 0, depth[np.maximum(parent, 0)] + 1, 0)
+        if np.array_equal(new, depth):
+            break
+        depth = new
+    times = np.concatenate((s, e))
+    kind = np.concatenate((np.ones(n, np.int64), np.zeros(n, np.int64)))
+    rank = np.concatenate((depth, -depth))
+    owner = np.concatenate((sel, np.where(parent >= 0, sel[np.maximum(parent, 0)], -1)))
+    order = np.lexsort((rank, kind, times))
+    times, owner = times[order], owner[order]
+    last = np.ones(len(times), dtype=bool)
+    last[:-1] = times[1:] != times[:-1]
+    times, owner = times[last], owner[last]
+    # a stack-walk parent of overlapping spans may have ended already: nothing runs then
+    open_ = owner >= 0
+    open_[open_] = end_of[owner[open_]] > times[open_]
+    return times.astype(np.int64), np.where(open_, owner, -1).astype(np.int64)
