@@ -76,18 +76,36 @@ def test_broken_pipe_is_one_line(tmp_path):
     assert error_lines(err) == ["tracemerge: error: the output pipe was closed before everything was written"]
 
 
+def writing(pid, directory):
+    """Whether process ``pid`` has a file open in ``directory``: the temporary output has
+    no name there (O_TMPFILE), but its descriptor's link shows where it lives."""
+    if os.listdir(directory):
+        return True
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(directory) + "/"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
     trace = big_trace(tmp_path, 400_000)
     out = tmp_path / "out" / "o.json"
     out.parent.mkdir()
     proc = subprocess.Popen(CMD + ["combine", trace, "-o", out, "-j", "1"], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not os.listdir(out.parent) and proc.poll() is None:
+    while time.monotonic() < deadline and not writing(proc.pid, out.parent) and proc.poll() is None:
         time.sleep(0.01)  # interrupt once writing has begun: shards or the temporary output exist
     if proc.poll() is not None:   # never signal a finished process (its pid may be another's by now)
         raise AssertionError(f"combine ended (exit {proc.returncode}) before it could be interrupted: "
                              "make the trace bigger")
-    assert os.listdir(out.parent), "combine did not begin writing in 60 s"
+    assert writing(proc.pid, out.parent), "combine did not begin writing in 60 s"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

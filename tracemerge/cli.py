@@ -1,8 +1,11 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
+import contextlib
 import glob
 import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -10,11 +13,23 @@ import tracemerge
 from tracemerge.analysis.diff import diff_reports
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
-from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
+from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
+from tracemerge.errors import (
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    Terminated,
+    TracemergeError,
+)
 from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.merge.combine import combine as combine_session
 from tracemerge.merge.executors import LocalEngine, make_engine
 from tracemerge.merge.selection import Selection, parse_ranks, parse_window
+from tracemerge.output import check_output
+from tracemerge.progress import Progress
 from tracemerge.report import model as reports
 from tracemerge.report.render import FORMATS as REPORT_FORMATS
 from tracemerge.report.render import SECTIONS as CSV_SECTIONS
@@ -38,7 +53,8 @@ class Group(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with _sigterm_raises():
+                return super().invoke(ctx)
         except click.UsageError as e:
             usage_error(e, ctx.command_path)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -49,6 +65,8 @@ class Group(click.Group):
             fail(ctx, "out of memory", EXIT_INPUT)
         except KeyboardInterrupt:
             fail(ctx, "interrupted; no output was written", EXIT_INTERRUPTED)
+        except Terminated:
+            fail(ctx, "terminated; no output was written", EXIT_TERMINATED)
         except BrokenPipeError:
             # the reader of stdout went away: nothing more can be written there
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -61,6 +79,24 @@ class Group(click.Group):
                 raise
             fail(ctx, f"internal error ({type(e).__name__}: {e}); this is a bug, please report it with "
                       "TRACEMERGE_DEBUG=1 set", EXIT_INTERNAL)
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """SIGTERM (kill, a batch system's time limit) ends a command as Ctrl-C does: the
+    exception unwinds, temporary outputs are removed, the workers are stopped, exit 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 # click >= 8.2 signals "no arguments: show the help" as a usage error; older click has no such class
@@ -76,12 +112,61 @@ def usage_error(e, where):
     raise click.exceptions.Exit(EXIT_USAGE)
 
 
+def say(line, err=True):
+    """A line on stderr that is not an error (summary, warning, note, hint); ``--quiet``
+    silences it."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not ctx.find_root().meta.get("tracemerge.quiet"):
+        click.echo(line, err=err)
+
+
+def _quiet():
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().meta.get("tracemerge.quiet"))
+
+
+def quiet_option(fn):
+    def set_quiet(ctx, param, value):
+        if value:
+            ctx.find_root().meta["tracemerge.quiet"] = True
+        return value
+    return click.option("-q", "--quiet", is_flag=True, expose_value=False, is_eager=True, callback=set_quiet,
+                        help="Print nothing on stderr but errors: no summary, warnings, notes or progress.")(fn)
+
+
 def fail(ctx, message, code):
     click.echo(f"tracemerge: error: {message}", err=True)
     ctx.exit(code)
 
 
+def max_inflate_option(fn):
+    return click.option("--max-inflate", callback=_set_max_inflate, default=None, metavar="SIZE", expose_value=False,
+                        is_eager=True,
+                        help="Refuse a gzip/zstd input that inflates to more than SIZE (e.g. 8G; 0: no limit; "
+                             "default: 64x its compressed size, at least 256M; also TRACEMERGE_MAX_INFLATE).")(fn)
+
+
+def _set_max_inflate(ctx, param, value):
+    """The bound travels in the environment: forked and Dask workers read it where they inflate."""
+    if value is not None:
+        try:
+            parse_size(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+        before = os.environ.get(MAX_INFLATE_ENV)
+        os.environ[MAX_INFLATE_ENV] = value
+
+        def restore():  # a command run inside another program leaves its environment as it was
+            if before is None:
+                os.environ.pop(MAX_INFLATE_ENV, None)
+            else:
+                os.environ[MAX_INFLATE_ENV] = before
+        ctx.call_on_close(restore)
+    return value
+
+
 def input_options(fn):
+    fn = max_inflate_option(fn)
     fn = click.option("--strict", is_flag=True,
                       help="Refuse files of different jobs (job_id, world_size or backend differ) instead of warning.")(fn)
     fn = click.option("--skip-bad", is_flag=True,
@@ -89,13 +174,19 @@ def input_options(fn):
     return fn
 
 
-def open_inputs(files, rank_from, skip_bad, strict, **kw):
-    """Session.open, then say on stderr which files were skipped and what looks wrong."""
+def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
+    """Session.open, then say on stderr which files were skipped and what looks wrong
+    (``file_warnings``: also each file's own warnings, a truncated file's salvage among
+    them, for commands that do not print them later)."""
     session = Session.open(files, rank_from, skip_bad=skip_bad, strict=strict, **kw)
     for path, problem in session.skipped:
-        click.echo(f"tracemerge: warning: skipped {path}: {problem}", err=True)
+        say(f"tracemerge: warning: skipped {path}: {problem}", err=True)
     for w in session.warnings:
-        click.echo(f"tracemerge: warning: {w}", err=True)
+        say(f"tracemerge: warning: {w}", err=True)
+    if file_warnings:
+        for info in session.infos:
+            for w in info.warnings:
+                say(f"tracemerge: warning: {info.path}: {w}", err=True)
     return session
 
 
@@ -109,6 +200,8 @@ def parse_offsets(ctx, param, values):
             raise click.BadParameter(f"{v!r} is not RANK=NS (e.g. 1=-250000)") from None
         if not sep:
             raise click.BadParameter(f"{v!r} is not RANK=NS (e.g. 1=-250000)")
+        if not 0 <= int(rank) < 1 << 31 or abs(int(ns)) >= 1 << 62:
+            raise click.BadParameter(f"{v!r} is out of range (a rank >= 0; |NS| < 2**62)")
     return offsets
 
 
@@ -177,6 +270,7 @@ def main():
 
 
 @main.command()
+@quiet_option
 @files_argument
 @click.option("-o", "--output", required=True, metavar="PATH",
               help="Merged trace: .json, .json.gz (gzip), .json.zst (zstd), .pftrace (Perfetto protobuf; "
@@ -213,12 +307,14 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
       tracemerge combine rank*.json.gz -o trace.pftrace --window 100:350 --drop-category python_function
       tracemerge combine rank*.json.gz -o trace.pftrace --critical-path
     """
+    check_output(output, files, force)  # before any input is read: a long merge never ends in "cannot write"
     if report_path is not None:
         report_path = combine_report_path(output, report_path, files, force)
     if scheduler:
         # workers on other machines resolve relative paths against their own directory
         files = [os.path.abspath(f) for f in files]
     runner = make_engine(engine, jobs, scheduler)
+    runner.progress = Progress.for_terminal(quiet=_quiet())
     try:
         # the merge reads every rank anyway: rank files are described from their heads
         session = open_inputs(files, rank_from, skip_bad, strict, engine=runner, head=True)
@@ -231,27 +327,29 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
     finally:
         runner.close()
     ev = summary["events"]
-    click.echo(f"tracemerge: {len(session.infos)} ranks, {ev['in']} events in, {ev['out']} out "
+    say(f"tracemerge: {len(session.infos)} ranks, {ev['in']} events in, {ev['out']} out "
                f"({ev['added']} added, {ev['filtered']} filtered{_by(ev.get('filtered_by'))}, "
                f"{ev['dropped']} dropped{_by(ev.get('dropped_by'))}), "
                f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
                + (f", report -> {report_path}" if report_path is not None else ""), err=True)
-    click.echo(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
     for line in clock_notes(alignment):
-        click.echo(f"tracemerge: warning: {line}", err=True)
+        say(f"tracemerge: warning: {line}", err=True)
     for info in session.infos:
         for w in info.warnings:
-            click.echo(f"tracemerge: warning: {info.path}: {w}", err=True)
+            say(f"tracemerge: warning: {info.path}: {w}", err=True)
     unaccounted = ev["in"] + ev["added"] - ev["out"] - ev["filtered"] - ev["dropped"]
     if unaccounted:
-        click.echo(f"tracemerge: warning: {unaccounted} events are not accounted for (in + added != out + "
+        say(f"tracemerge: warning: {unaccounted} events are not accounted for (in + added != out + "
                    "filtered + dropped); this is a bug, please report it", err=True)
     for w in OUTPUT_FORMATS[summary["format"]].warnings(output, summary):
-        click.echo(f"tracemerge: warning: {w}", err=True)
+        say(f"tracemerge: warning: {w}", err=True)
 
 
 @main.command()
+@quiet_option
 @files_argument
+@max_inflate_option
 @align_options
 @rank_from_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -274,8 +372,17 @@ def offsets(files, method, reference, offsets, rank_from, fmt):
     alignment = session.align(method, reference, offsets)
     click.echo(offsets_json(alignment) if fmt == "json" else offsets_table(alignment))
     for line in clock_notes(alignment):
-        click.echo(f"tracemerge: warning: {line}", err=True)
-    click.echo(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+        say(f"tracemerge: warning: {line}", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    heads = [i.path for i in session.infos if i.partial]
+    if heads:
+        say(f"tracemerge: note: {len(heads)} of {len(session.infos)} files were read from their heads "
+                   "(the clock records); their events were not read, so a bad event in them is not found here "
+                   "(`tracemerge info` reads them)", err=True)
+    for i in session.infos:
+        if not i.partial:
+            for w in i.warnings:
+                say(f"tracemerge: warning: {i.path}: {w}", err=True)
 
 
 def _by(reasons):
@@ -296,17 +403,25 @@ def open_trace(trace, port, browser):
         click.echo(link)
         sys.stdout.flush()
 
-    fetched = serve(trace, port, browser, on_ready=ready, log=lambda line: click.echo(f"tracemerge: {line}", err=True))
-    click.echo(f"tracemerge: {'sent' if fetched else 'stopped before sending'} {trace}", err=True)
+    try:
+        serve(trace, port, browser, on_ready=ready, log=lambda line: say(f"tracemerge: {line}", err=True))
+    except KeyboardInterrupt:
+        fail(click.get_current_context(), f"interrupted; {trace} was not sent", EXIT_INTERRUPTED)
+    say(f"tracemerge: sent {trace}", err=True)
 
 
 @main.command()
+@quiet_option
 @files_argument
 @rank_from_option
 @input_options
 def info(files, rank_from, skip_bad, strict):
     """Describe each trace file: rank, worker, events, time span, threads, metadata, warnings."""
-    session = open_inputs(files, rank_from, skip_bad, strict, engine=LocalEngine())  # light scans, in parallel
+    runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
+    try:
+        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner)  # light scans, in parallel
+    finally:
+        runner.close()
     for i in session.infos:
         span_ms = (i.last_ns - i.first_ns) / 1e6
         meta = []
@@ -325,6 +440,7 @@ def info(files, rank_from, skip_bad, strict):
 
 
 @main.command()
+@quiet_option
 @files_argument
 @click.option("--group-by", type=click.Choice(reports.GROUP_BY), default="name", show_default=True,
               help="name: one row per op name over all ranks (Node ID -1 when several); name,rank: one row per rank.")
@@ -364,15 +480,21 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     if section != CSV_SECTIONS[0] and fmt != "csv":
         raise click.BadParameter("only for --format csv (the other formats hold every section)",
                                  param_hint="'--section'")
-    rep = reports.build_report(list(files), lambda paths: open_inputs(paths, rank_from, skip_bad, strict),
-                               (method, reference, offsets), group_by, remote_ops,
+    for path in (output, html_path):
+        if path is not None:
+            check_output(path, files, force=True)  # before any input is read
+
+    def opener(paths):
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True)
+
+    rep = reports.build_report(list(files), opener, (method, reference, offsets), group_by, remote_ops,
                                analysis or section != CSV_SECTIONS[0])
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
     for note in rep.notes:
         if "thread-limited" in note:
-            click.echo(f"tracemerge: hint: {note}", err=True)
+            say(f"tracemerge: hint: {note}", err=True)
 
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
@@ -394,6 +516,7 @@ def run_files(arg):
 
 
 @main.command()
+@quiet_option
 @click.argument("before", metavar="BEFORE")
 @click.argument("after", metavar="AFTER")
 @click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True,
@@ -418,8 +541,14 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
       tracemerge diff 'old/rank*.json.gz' new/merged.json --format markdown -o diff.md
     """
     sides = [run_files(before), run_files(after)]
-    runs = [reports.build_report(paths, lambda p: open_inputs(p, rank_from, skip_bad, strict), (method, reference, offsets))
-            for paths in sides]
+    for path in (output, html_path):
+        if path is not None:
+            check_output(path, sides[0] + sides[1], force=True)  # before any input is read
+
+    def opener(paths):
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True)
+
+    runs = [reports.build_report(paths, opener, (method, reference, offsets)) for paths in sides]
     result = diff_reports(*runs, *sides)
     inputs = sides[0] + sides[1]
     write_text(output, render_diff(result, fmt, row_limit), inputs)

@@ -8,6 +8,7 @@ parent's header and footer — are joined by copying their bytes.
 
 import contextlib
 import gzip
+import os
 import zlib
 
 from tracemerge.errors import OutputError, TraceError
@@ -132,44 +133,110 @@ class _Stream:
         return self.inflate.eof
 
 
-def _gunzip(path, data):
+# ---- the inflation bound ----------------------------------------------------------------
+# A small compressed file can stand for a huge one (23 MB of gzip for 5 GB of zeros): what
+# one input may inflate to is bounded before it is parsed, and the file is named.
+
+MAX_INFLATE_ENV = "TRACEMERGE_MAX_INFLATE"
+MAX_INFLATE_RATIO = 64          # real trace JSON inflates 5-30x (gzip-1 ~11x, zstd-1 ~16x)
+MAX_INFLATE_FLOOR = 256 << 20   # small files may inflate this far whatever their ratio
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text):
+    """Bytes of a size like ``512M``, ``8G``, ``1000000``; 0 means no bound."""
+    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
     try:
-        return gzip.decompress(data), ""
-    except EOFError:
-        return _gunzip_prefix(path, data), "gzip"
-    except (OSError, zlib.error) as e:
-        raise TraceError(path, f"corrupt gzip: {e}") from None
+        n = float(t[:len(t) - len(unit)])
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size (e.g. 512M, 8G, 0 for no limit)") from None
+    if n < 0 or n != n:
+        raise ValueError(f"{text!r} is not a size (e.g. 512M, 8G, 0 for no limit)")
+    return int(n * _UNITS[unit])
 
 
-def _gunzip_prefix(path, data):
-    """Everything a truncated gzip stream decompresses to, member after member."""
-    out = []
+def inflate_limit(compressed_size):
+    """The most bytes an input of ``compressed_size`` may inflate to (None: unbounded):
+    ``TRACEMERGE_MAX_INFLATE`` (set by ``--max-inflate``), else 64x its size, at least 256 MiB."""
+    given = os.environ.get(MAX_INFLATE_ENV)
+    if given:
+        with contextlib.suppress(ValueError):
+            n = parse_size(given)
+            return n or None
+    return max(MAX_INFLATE_FLOOR, MAX_INFLATE_RATIO * compressed_size)
+
+
+def _too_big(path, name, limit):
+    return TraceError(path, f"the {name} stream inflates to more than {_size(limit)} (the bound for this input; "
+                            f"--max-inflate SIZE or {MAX_INFLATE_ENV} raises it, 0 lifts it)")
+
+
+def _size(n):
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = 1 << {"TiB": 40, "GiB": 30, "MiB": 20, "KiB": 10}[unit]
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} bytes"
+
+
+def _gunzip(path, data):
+    """Every member, each inflated by one call bounded by what is left of the limit (the
+    same single pass as gzip.decompress, which cannot be bounded)."""
+    limit = inflate_limit(len(data))
+    out, total = [], 0
     while data:
         d = zlib.decompressobj(wbits=31)
+        room = limit - total + 1 if limit is not None else 0
         try:
-            out.append(d.decompress(data))
+            piece = d.decompress(data, room) if room else d.decompress(data)
         except zlib.error as e:
             raise TraceError(path, f"corrupt gzip: {e}") from None
-        data = d.unused_data if d.eof else b""
-    return b"".join(out)
+        total += len(piece)
+        if limit is not None and (total > limit or d.unconsumed_tail):
+            raise _too_big(path, "gzip", limit)
+        out.append(piece)
+        if not d.eof:
+            return b"".join(out) if len(out) > 1 else out[0], "gzip"  # cut: what came before, salvaged
+        data = d.unused_data
+        if not data.strip(b"\0"):
+            break  # zero padding after the last member (a crash can zero-fill a file's end)
+    return (b"".join(out) if len(out) > 1 else out[0]), ""
+
+
+# zstd's decompressobj takes no output bound: the input goes in slices small enough that
+# even a run-length frame (~32000x) cannot overshoot the bound by much
+_ZSTD_SLICE = 8 << 10
 
 
 def _unzstd(path, data):
     """Every frame, one decompressor each: zstandard's multi-frame mode cannot tell a stream
     that ends inside a frame from a whole one, so it would hide a cut."""
     zstandard = _zstandard(lambda message: TraceError(path, message))
-    dctx, out = zstandard.ZstdDecompressor(), []
-    while data:
+    limit = inflate_limit(len(data))
+    dctx, out, total = zstandard.ZstdDecompressor(), [], 0
+    view = memoryview(data)
+    while len(view):
         d = dctx.decompressobj()
+        pos = 0
         try:
-            out.append(d.decompress(data))
+            while pos < len(view) and not d.eof:
+                step = view[pos:pos + _ZSTD_SLICE] if limit is not None else view[pos:]
+                piece = d.decompress(step)
+                pos += len(step)
+                total += len(piece)
+                if limit is not None and total > limit:
+                    raise _too_big(path, "zstd", limit)
+                out.append(piece)
         except zstandard.ZstdError as e:
             raise TraceError(path, f"corrupt zstd: {e}") from None
         if not d.eof:
             return b"".join(out), "zstd"
+        # what the frame did not use: the unused part of the last slice, then the rest
+        rest = bytes(d.unused_data) + bytes(view[pos:])
         # zero padding after a frame (a crash can zero-fill a file's end) is skipped, as
         # gzip.decompress skips it after a member
-        data = d.unused_data.lstrip(b"\0")
+        view = memoryview(rest.lstrip(b"\0"))
     return b"".join(out), ""
 
 

@@ -1,5 +1,6 @@
 """Errors that end a command with a one-line message and a documented exit code."""
 
+import contextlib
 from typing import Optional
 
 # Exit codes (documented in README.md). click itself exits 2 on a usage error.
@@ -10,6 +11,7 @@ EXIT_INPUT = 3      # an input file is missing, unreadable or malformed
 EXIT_CONFLICT = 4   # inputs disagree: duplicate or unknown ranks, files of different jobs
 EXIT_OUTPUT = 5     # the output cannot be written: exists without --force, equals an input, disk full, pipe closed
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_TERMINATED = 143   # SIGTERM (128 + 15): cleaned up as for Ctrl-C
 
 
 class TracemergeError(Exception):
@@ -52,3 +54,25 @@ class RankConflict(TracemergeError):
 
 class OutputError(TracemergeError):
     exit_code = EXIT_OUTPUT
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like KeyboardInterrupt (not caught by ``except Exception``)."""
+
+
+@contextlib.contextmanager
+def reading(path):
+    """Failures of Python itself on an input's content, as errors naming the file: JSON
+    nested deeper than the interpreter's recursion limit (valid JSON, but no reader here
+    follows ~1000 levels), text no UTF-8 holds found after the reader's own checks, memory
+    running out while the file is read (under a memory limit)."""
+    try:
+        yield
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply (an event's args or a key nested ~1000 levels; "
+                               "the readers follow fewer)") from None
+    except UnicodeError as e:
+        raise TraceError(path, f"text that is not UTF-8 ({e.reason})") from None
+    except MemoryError:
+        raise TraceError(path, "out of memory reading it (a process holds ~5x a rank's JSON size: "
+                               "see docs/performance.md; fewer --jobs may help)") from None

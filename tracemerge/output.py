@@ -1,5 +1,12 @@
-"""Output files that appear whole or not at all: a temporary file beside the target, renamed
-into place only when everything was written."""
+"""Output files that appear whole or not at all: a temporary file beside the target, put in
+place only when everything was written.
+
+The temporary file has no name while it is written (Linux ``O_TMPFILE``), so a run killed
+outright (SIGKILL, the OOM killer) leaves nothing behind; it is linked under the target's
+name at the end. Without ``--force`` that link is exclusive: of two runs writing one new
+output at once, the second to finish is refused (exit 5) instead of silently replacing the
+first. Where ``O_TMPFILE`` is missing, a named temporary file beside the target is used.
+"""
 
 import contextlib
 import os
@@ -27,14 +34,25 @@ def check_output(path, inputs, force):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise OutputError(f"{path}: the directory {directory} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
+    if not os.access(directory, os.W_OK | os.X_OK) or not _can_create_in(directory):
         raise OutputError(f"{path}: the directory {directory} is not writable")
 
 
+def _can_create_in(directory):
+    """Whether a file can be made in ``directory``: os.access says yes to root even where
+    the filesystem or an immutable directory says no."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
-def atomic_output(path, compress=True):
+def atomic_output(path, compress=True, force=True):
     """A binary stream for ``path`` ("-" is stdout); ``.gz`` and ``.zst`` names are
     compressed (unless ``compress`` is false: the caller writes members or frames itself).
+    Without ``force`` an output that appeared meanwhile (another run) is not replaced.
 
     The data goes to a temporary file in the target's directory and is renamed over the
     target on success, so readers never see a half-written trace; on any error the
@@ -46,21 +64,80 @@ def atomic_output(path, compress=True):
         return
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+        fd, tmp = _temporary(directory, path)
     except OSError as e:
         raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "wb") as raw, writer(codec_for(path) if compress else None, raw) as out:
-            yield out
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        with os.fdopen(fd, "wb") as raw:
+            with writer(codec_for(path) if compress else None, raw) as out:
+                yield out
+            raw.flush()
+            os.fchmod(raw.fileno(), 0o666 & ~_umask())
+            _commit(raw.fileno(), tmp, path, force)
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         if isinstance(e, OSError) and not isinstance(e, BrokenPipeError):
             # disk full, quota, a vanished directory: name the output, not the temporary file
             raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
         raise
+
+
+def _temporary(directory, path):
+    """(descriptor, name) of a new temporary file in ``directory``; name None for an
+    unnamed (O_TMPFILE) one, which vanishes by itself if the process is killed."""
+    if hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd"):
+        try:
+            return os.open(directory, os.O_TMPFILE | os.O_RDWR, 0o600), None
+        except OSError:
+            pass  # a filesystem without O_TMPFILE: a named file
+    return tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+
+
+def _commit(fd, tmp, path, force):
+    """Give the written file ``path`` as its name: without ``force`` only if no file has
+    that name by now (an exclusive link), with it replacing what is there."""
+    source = tmp if tmp is not None else f"/proc/self/fd/{fd}"
+    if not force:
+        try:
+            _link(source, path)
+        except FileExistsError:
+            raise OutputError(f"{path}: exists; pass --force to overwrite it") from None
+        if tmp is not None:
+            os.unlink(tmp)
+        return
+    if tmp is None:
+        # a name of its own first, then renamed over the target in one step
+        for _ in range(100):
+            named = os.path.join(os.path.dirname(os.path.abspath(path)),
+                                 f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
+            try:
+                _link(source, named)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise OutputError(f"{path}: cannot name the temporary file")
+        try:
+            os.replace(named, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(named)
+            raise
+        return
+    os.replace(tmp, path)
+
+
+def _link(source, path):
+    """A hard link ``path`` to ``source``, following a /proc/self/fd link to the open file:
+    os.link calls link(2), which does not follow it, unless given a directory descriptor
+    (then linkat(2) with AT_SYMLINK_FOLLOW)."""
+    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(source, os.path.basename(path), dst_dir_fd=directory, follow_symlinks=True)
+    finally:
+        os.close(directory)
 
 
 def _umask():

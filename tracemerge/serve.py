@@ -4,7 +4,12 @@ The UI fetches ``?url=`` traces from the browser, so the server must answer on l
 with ``Access-Control-Allow-Origin: https://ui.perfetto.dev``. The UI's content security
 policy only lets it fetch from http://127.0.0.1:9001, hence the default port (Perfetto's
 own ``open_trace_in_ui`` uses the same one). The server stops once the whole file has
-been sent, or on Ctrl-C.
+been sent, or on Ctrl-C (exit 130).
+
+Only requests whose ``Host`` is 127.0.0.1 or localhost (with this port) are served: a web
+page that points a name of its own at 127.0.0.1 (DNS rebinding) sends its own name and is
+refused. Each connection has its own thread and a time limit, so a client that connects
+and sends nothing does not hold the others up.
 """
 
 import http.server
@@ -22,8 +27,13 @@ def deep_link(port, name):
     return f"{UI_ORIGIN}/#!/?url=http://127.0.0.1:{port}/{urllib.parse.quote(name)}"
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+IDLE_SECONDS = 30  # a connection that sends no complete request in this time is dropped
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "tracemerge"
+    timeout = IDLE_SECONDS
 
     def _headers(self, status, length=0):
         self.send_response(status)
@@ -37,25 +47,50 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_OPTIONS(self):  # CORS preflight
-        self._headers(204)
+        if self._local():
+            self._headers(204)
 
     def do_HEAD(self):
         if self._ours():
-            self._headers(200, os.path.getsize(self.server.path))
+            try:
+                self._headers(200, os.path.getsize(self.server.path))
+            except OSError:
+                self._gone()
 
     def do_GET(self):
         if not self._ours():
             return
-        size = os.path.getsize(self.server.path)
-        self._headers(200, size)
-        with open(self.server.path, "rb") as f:
+        try:
+            f = open(self.server.path, "rb")
+        except OSError:
+            self._gone()
+            return
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            self._headers(200, size)
             sent = 0
             while chunk := f.read(1 << 20):
                 self.wfile.write(chunk)
                 sent += len(chunk)
         self.server.fetched = sent == size
 
+    def _gone(self):
+        """The file went away after the server started: nothing will ever be sent."""
+        self._headers(404)
+        self.server.gone = True
+
+    def _local(self):
+        host = (self.headers.get("Host") or "").strip().lower()
+        name, _, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+        if name in LOCAL_HOSTS and port in ("", str(self.server.server_address[1])):
+            return True
+        self._headers(403)
+        self.server.log(f"refused a request for Host {host!r}: only 127.0.0.1 and localhost are served")
+        return False
+
     def _ours(self):
+        if not self._local():
+            return False
         if urllib.parse.unquote(urllib.parse.urlsplit(self.path).path) == "/" + self.server.name:
             return True
         self._headers(404)
@@ -65,8 +100,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.server.log(f"{self.address_string()} {fmt % args}")
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True  # a stuck client never keeps the command from exiting
+
+
 def serve(path, port=DEFAULT_PORT, browser=False, on_ready=print, log=None):
-    """Serve ``path`` until it was fetched whole (True) or Ctrl-C (False).
+    """Serve ``path`` until it was fetched whole; Ctrl-C raises KeyboardInterrupt, a file
+    deleted before it was fetched is a TraceError.
 
     ``on_ready(link)`` is called with the UI deep link once the server listens; ``log``
     gets one line per request.
@@ -75,19 +115,19 @@ def serve(path, port=DEFAULT_PORT, browser=False, on_ready=print, log=None):
     if not os.path.isfile(path):
         raise TraceError(path, "no such file")
     try:
-        server = http.server.HTTPServer(("127.0.0.1", port), _Handler)
+        server = _Server(("127.0.0.1", port), _Handler)
     except OSError as e:
         raise OutputError(f"--port {port}: cannot listen on 127.0.0.1: {e.strerror or e}") from None
-    server.path, server.name, server.fetched = path, os.path.basename(path), False
+    server.path, server.name, server.fetched, server.gone = path, os.path.basename(path), False, False
     server.log = log or (lambda line: None)
+    server.timeout = 0.2  # handle_request returns this often to look at fetched / gone
     with server:
         link = deep_link(server.server_address[1], server.name)
         on_ready(link)
         if browser:
             webbrowser.open(link)
-        try:
-            while not server.fetched:
-                server.handle_request()
-        except KeyboardInterrupt:
-            return False
+        while not server.fetched:
+            if server.gone:
+                raise TraceError(path, "the file was deleted (or became unreadable) before it was fetched")
+            server.handle_request()
     return True

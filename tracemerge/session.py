@@ -16,6 +16,7 @@ from tracemerge.clocks.correlate import RpcMemo
 from tracemerge.clocks.methods import align
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs import read_trace
+from tracemerge.inputs.chrome import read_columns  # the one reader today; reports' lean read
 from tracemerge.inputs.jobchecks import check_job, rpc_peers
 from tracemerge.inputs.rankinfo import EVENT_FACTS, RankInfo, assign_ranks, describe, learn
 from tracemerge.inputs.scan import scan, scan_head
@@ -47,7 +48,8 @@ class Session:
 
     @classmethod
     def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto", engine: Any = None,
-             skip_bad: bool = False, strict: bool = False, head: bool = False) -> "Session":
+             skip_bad: bool = False, strict: bool = False, head: bool = False,
+             columns_only: bool = False) -> "Session":
         """With an ``engine``, files are described by its workers and events are never kept.
 
         ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
@@ -55,6 +57,9 @@ class Session:
         ``head``: rank files are described from their heads alone (``RankInfo.partial``),
         for a caller that reads the events later anyway (combine); not with ``skip_bad``,
         which must have found every bad event before the merge starts.
+        ``columns_only``: events kept in memory are columns and args only, without the
+        typed reader's per-event structs (for reports: not for a merge, whose JSON writer
+        encodes those structs).
         """
         files: List[str] = [os.fspath(p) for p in paths]
         keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
@@ -69,7 +74,7 @@ class Session:
         else:
             found, kept = [], {}
             for path in files:
-                trace, problem = _attempt(read_trace, path, skip_bad)
+                trace, problem = _attempt(read_columns if columns_only else read_trace, path, skip_bad)
                 found.append((None if trace is None else describe(trace), problem))
                 if trace is not None:
                     kept[path] = trace
@@ -90,10 +95,13 @@ class Session:
     def info(self, rank: int) -> RankInfo:
         return next(i for i in self.infos if i.rank == rank)
 
-    def trace(self, rank: int) -> RankTrace:
-        """The events of ``rank``, from memory or read again."""
+    def trace(self, rank: int, columns_only: bool = False) -> RankTrace:
+        """The events of ``rank``, from memory or read again (``columns_only``: without the
+        typed reader's per-event structs and extra keys, for readers of columns and args)."""
         trace = self._traces.get(rank)
-        return trace if trace is not None else read_trace(self.info(rank).path)
+        if trace is not None:
+            return trace
+        return (read_columns if columns_only else read_trace)(self.info(rank).path)
 
     def source(self, rank: int) -> Union[RankTrace, str]:
         """What a worker reads ``rank`` from: the events already in memory, else the path."""

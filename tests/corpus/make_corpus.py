@@ -11,6 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tracefiles import BASE, kineto, rank_file, x  # noqa: E402
+from corpus.bad_inputs import CLASSES, write_case  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -73,6 +74,9 @@ def main():
     put("clock_jump_backward.json", dumps(kineto(events(5, t0=50 * 10**6) + events(5, t0=1000.0), rank=0)))
     put("clock_jump_window.json", dumps(rank_file(events(5) + [x("late", 1000.0 + 120 * 10**6, 5)], 0,
                                                   start_ns=BASE)))
+    # the classes of issue 16, each a pair of rank files of the sample job, the bad one last
+    for name, bad in CLASSES.items():
+        write_case(os.path.join(HERE, "pairs", name), bad, target=bad.targets[-1])
 
 
 if __name__ == "__main__":

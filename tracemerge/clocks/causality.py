@@ -32,7 +32,9 @@ class Points:
 
 def points(infos, memo=None):
     calls = match_rpcs(infos, memo).calls
-    use = calls.quadruples
+    # a call whose records name a rank no file has (they disagree with the files) has no clock
+    have = np.array(sorted(i.rank for i in infos), np.int64)
+    use = calls.quadruples & np.isin(calls.caller, have) & np.isin(calls.callee, have)
     rpc = np.column_stack([calls.caller[use], calls.callee[use], *calls.times[:, use]]).reshape(-1, 6)
     ranks, start, end, ended = synchronised(match_collectives(infos))
     ended &= (ended.sum(axis=1) > 1)[:, None]

@@ -6,6 +6,7 @@ on the file's own clock: ``baseTimeNanoseconds + ts*1000`` when the file has a b
 (Kineto's Unix-epoch clock), ``ts*1000`` otherwise.
 """
 
+import codecs
 import json
 import os
 import re
@@ -19,10 +20,10 @@ import numpy as np
 import orjson
 
 from tracemerge.codecs import decompress
-from tracemerge.errors import TraceError
+from tracemerge.errors import TraceError, reading
 from tracemerge.inputs.base import InputFormat
 from tracemerge.inputs.head import read_head
-from tracemerge.inputs.rankinfo import describe, describe_head
+from tracemerge.inputs.rankinfo import NS_LIMIT, check_base, describe, describe_head
 from tracemerge.inputs.salvage import NotCut, Unsalvageable, salvage
 from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 
@@ -53,7 +54,44 @@ def read_data(path):
     data, cut = decompress(path, data)
     if not _CONTENT.search(data):  # data.strip() would copy the whole file when it ends in a newline
         raise TraceError(path, "empty file" if not cut else f"truncated {cut} with no data before the cut")
+    check_text(path, data, cut)
     return data, cut
+
+
+# a \uD800-\uDFFF escape: half of a UTF-16 pair, which UTF-8 output cannot hold alone
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_TEXT_CHUNK = 16 << 20
+
+
+def check_text(path, data, cut=""):
+    """JSON is UTF-8 and so are the outputs: bytes that are not UTF-8, and escapes of lone
+    UTF-16 surrogates (valid JSON, but no UTF-8 can encode them), are errors naming the byte,
+    found here before any output is made. ASCII files (most traces) cost one isascii() pass."""
+    if not data.isascii():
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        view = memoryview(data)
+        for at in range(0, len(data), _TEXT_CHUNK):
+            try:
+                decoder.decode(view[at:at + _TEXT_CHUNK])  # an unfinished last character: a cut file
+            except UnicodeDecodeError as e:
+                raise TraceError(path, f"byte {at + e.start}: not valid UTF-8 ({e.reason}: "
+                                       f"{bytes(view[at + e.start:at + e.start + 4])!r})") from None
+    if b"\\u" not in data:
+        return
+    low_after = -1
+    for m in _SURROGATE.finditer(data):
+        start = m.start()
+        slashes = len(data[max(0, start - 16):start]) - len(data[max(0, start - 16):start].rstrip(b"\\"))
+        if slashes % 2 or start == low_after:
+            continue  # an escaped backslash followed by "u", or the low half of a pair already seen
+        high = m.group()[3:4].lower() in b"89ab"
+        if high:
+            follower = _SURROGATE.match(data, m.end())
+            if follower and follower.group()[3:4].lower() in b"cdef":
+                low_after = follower.start()
+                continue
+        raise TraceError(path, f"byte {start}: a lone surrogate escape {m.group().decode()} (half of a UTF-16 "
+                               "pair, which UTF-8 output cannot hold)")
 
 
 def parse_json(path, data, cut=False):
@@ -146,6 +184,23 @@ def read_trace(path):
     """Read one trace file into a :class:`RankTrace` (the registry's ``read``: use
     :func:`tracemerge.inputs.read_trace`, which picks the reader)."""
     path = os.fspath(path)
+    with reading(path):
+        return _read_trace(path)
+
+
+def read_columns(path):
+    """:func:`read_trace` for readers of columns and args only (reports): the typed reader
+    keeps no per-event structs and builds no extra keys, so a rank costs its columns and
+    the raw args, not a Python object per event."""
+    path = os.fspath(path)
+    with reading(path):
+        data, cut = read_data(path)
+        trace = None if cut else read_typed(path, data, extra=False)
+        del data
+        return trace if trace is not None else _read_trace(path)
+
+
+def _read_trace(path):
     data, cut = read_data(path)
     trace = None if cut else read_typed(path, data)
     if trace is not None:
@@ -176,6 +231,9 @@ def _hashable(v):
     except TypeError:
         return False
     return True
+
+
+TIME_LIMIT_NS = NS_LIMIT  # |base + ts| beyond this (year 2116) leaves no room for offsets in int64
 
 
 NUMBER_TYPES = frozenset((int, float, type(None)))
@@ -249,7 +307,11 @@ def from_columns(path, col, args, extra, meta, block, truncated=False, events=No
     if i is not None:
         problem = "missing 'name'" if names_raw[i] is None else f"'name' is not a string: {names_raw[i]!r}"
         raise TraceError(path, problem, int(i))
-    name_codes, names = _intern(names_raw + col["cat"], path, "name/cat")
+    cats = col["cat"]
+    if not set(map(type, cats)) <= {str, type(None)}:
+        i = next(i for i, c in enumerate(cats) if c is not None and not isinstance(c, str))
+        raise TraceError(path, f"'cat' is not a string: {cats[i]!r}", i)
+    name_codes, names = _intern(names_raw + cats, path, "name/cat")
     name, cat = name_codes[:n], name_codes[n:]
     if None in names:
         none_code = names.index(None)
@@ -258,6 +320,7 @@ def from_columns(path, col, args, extra, meta, block, truncated=False, events=No
     base = meta.get("baseTimeNanoseconds")
     if base is not None and not isinstance(base, int):
         raise TraceError(path, f"'baseTimeNanoseconds' is not an integer: {base!r}")
+    check_base(path, base)
     ts, dur = times_ns(path, col["ts"], col["dur"], base, required=~is_meta)
     pid, pids = _intern(col["pid"], path, "pid")
     tid, tids = _intern(col["tid"], path, "tid")
@@ -280,6 +343,14 @@ def times_ns(path, ts_values, dur_values, base, required):
         if len(huge):
             i = int(huge[0])
             raise TraceError(path, f"'{what}' {float(col[i]):g} µs is out of range (beyond year 2191)", i)
+    if base is not None:
+        # base + ts (+ dur) must stay well inside int64 ns, or event times wrap around
+        ends = base + ts_f * 1000.0 + np.where(dur_missing, 0.0, dur_f * 1000.0)
+        wraps = np.flatnonzero(~ts_missing & (np.abs(ends) >= TIME_LIMIT_NS))
+        if len(wraps):
+            i = int(wraps[0])
+            raise TraceError(path, f"'ts' {ts_f[i]:g} µs is out of range: baseTimeNanoseconds {base} + ts (+ dur) "
+                                   "is beyond year 2116 (2**62 ns)", i)
     ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
     ts[ts_missing] = NO_TS
     dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
@@ -343,12 +414,22 @@ class _Event(_Timing, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     estack: Any = msgspec.UNSET
 
 
+class _Columns(_Timing, gc=False):
+    """What a reader of columns and args needs (reports, describing a file): the timing
+    keys and raw args; other keys are skipped, not kept (``extra`` is not built), so each
+    struct is ~120 bytes smaller than an :class:`_Event`."""
+
+    tid: Union[int, str, None] = msgspec.UNSET
+    args: msgspec.Raw = None
+
+
 # the extra keys the transform rewrites in the structs: read before it does, the others on first use
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _NULL = msgspec.Raw(b"null")
 _TIMING = msgspec.json.Decoder(list[_Timing])
+_COLUMNS = msgspec.json.Decoder(list[_Columns])
 
 
 def read_typed(path, data, extra=True, describing=False):
@@ -361,7 +442,7 @@ def read_typed(path, data, extra=True, describing=False):
         top = _TOP.decode(data)
         block = msgspec.json.decode(top.pop("tracemerge")) if "tracemerge" in top else None
         timing = describing and isinstance(block, dict) and "collectives" in block
-        events = (_TIMING if timing else _EVENTS).decode(top.pop("traceEvents"))
+        events = (_TIMING if timing else _EVENTS if extra else _COLUMNS).decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items()}
     except (msgspec.DecodeError, KeyError):
         return None
@@ -376,6 +457,7 @@ def read_typed(path, data, extra=True, describing=False):
     _fill_absent(events, columns)
     n = len(events)
     if not extra:
+        del events  # the columns hold the values: the structs go before the arrays are made
         return from_columns(path, columns, Args(columns["args"], raw=True), Extra(columns={}, n=n), meta, block)
     read = _extra(events, FLOW_ID_KEYS)
     return from_columns(path, columns, Args(columns["args"], raw=True),

@@ -115,6 +115,16 @@ def records(path, block, key):
     return list(found)
 
 
+# optional fields of a record and what they must be when present (not None)
+OPTIONAL_FIELDS = {
+    "rpcs": {"kind": str, "func": str, "name": str, "status": str, "caller_name": str, "callee_name": str},
+    "collectives": {"op": str, "group_ranks": list},
+}
+RANK_FIELDS = {"rpcs": ("caller", "callee"), "collectives": ()}
+NS_LIMIT = 1 << 62   # times in int64 ns with room for offsets (year 2116)
+RANK_LIMIT = 1 << 31
+
+
 def _records_ok(found, key):
     """Whether every record is well formed, by one C-level pass per field (thousands of
     records per rank: a loop per record costs ~0.1 s a rank)."""
@@ -123,22 +133,74 @@ def _records_ok(found, key):
     for name, kind in RECORD_FIELDS[key].items():
         if not set(map(type, map(dict.get, found, repeat(name)))) <= set(kind if isinstance(kind, tuple) else (kind,)):
             return False
+    for name, kind in OPTIONAL_FIELDS[key].items():
+        if not set(map(type, map(dict.get, found, repeat(name)))) <= {kind, type(None)}:
+            return False
+    for name in RANK_FIELDS[key]:
+        if found and not 0 <= min(map(dict.get, found, repeat(name))) <= max(map(dict.get, found, repeat(name))) < RANK_LIMIT:
+            return False
     names = set().union(*map(dict.keys, found))
-    return all(set(map(type, map(dict.get, found, repeat(name)))) <= {int, type(None)}
-               for name in names if name.endswith("_ns"))
+    for name in names:
+        if name.endswith("_ns"):
+            values = list(map(dict.get, found, repeat(name)))
+            if not set(map(type, values)) <= {int, type(None)}:
+                return False
+            present = [v for v in values if v is not None]
+            if present and not -NS_LIMIT < min(present) <= max(present) < NS_LIMIT:
+                return False
+    if key == "collectives":
+        ranks = [r for rec in found for r in (rec.get("group_ranks") or ())]
+        if not set(map(type, ranks)) <= {int} or (ranks and not 0 <= min(ranks) <= max(ranks) < RANK_LIMIT):
+            return False
+    return True
 
 
 def _name_bad_record(path, found, key):
     for i, rec in enumerate(found):
+        where = f"tracemerge.{key}[{i}]"
         if not isinstance(rec, dict):
-            raise TraceError(path, f"tracemerge.{key}[{i}] is a {type(rec).__name__}, not an object")
+            raise TraceError(path, f"{where} is a {type(rec).__name__}, not an object")
         for name, kind in RECORD_FIELDS[key].items():
             value = rec.get(name)
             if not isinstance(value, kind) or isinstance(value, bool):
-                raise TraceError(path, f"tracemerge.{key}[{i}]: missing or bad '{name}' ({value!r})")
+                raise TraceError(path, f"{where}: missing or bad '{name}' ({value!r})")
+        for name, kind in OPTIONAL_FIELDS[key].items():
+            value = rec.get(name)
+            if value is not None and not isinstance(value, kind):
+                raise TraceError(path, f"{where}: '{name}' is not a {kind.__name__}: {value!r}")
+        for name in RANK_FIELDS[key]:
+            if not 0 <= rec[name] < RANK_LIMIT:
+                raise TraceError(path, f"{where}: '{name}' is not a rank: {rec[name]!r}")
         for name, value in rec.items():
-            if name.endswith("_ns") and value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise TraceError(path, f"tracemerge.{key}[{i}]: '{name}' is not integer ns ({value!r})")
+            if name.endswith("_ns") and value is not None:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise TraceError(path, f"{where}: '{name}' is not integer ns ({value!r})")
+                if not -NS_LIMIT < value < NS_LIMIT:
+                    raise TraceError(path, f"{where}: '{name}' {value} is out of range (beyond year 2116: 2**62 ns)")
+        for r in rec.get("group_ranks") or ():
+            if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < RANK_LIMIT:
+                raise TraceError(path, f"{where}: 'group_ranks' holds {r!r}, not a rank")
+
+
+def check_base(path, base):
+    """A baseTimeNanoseconds that int64 ns cannot hold with room for the events after it."""
+    if base is not None and not (isinstance(base, int) and -NS_LIMIT < base < NS_LIMIT):
+        raise TraceError(path, f"'baseTimeNanoseconds' {base!r} is out of range (beyond year 2116: 2**62 ns)")
+
+
+def check_block(path, block):
+    """The block's own fields that later steps rely on: a bad one is named here."""
+    job_id = block.get("job_id")
+    if job_id is not None and not isinstance(job_id, (str, int)):
+        raise TraceError(path, f"'tracemerge.job_id' is not a string: {job_id!r}")
+    for name in ("rank", "world_size"):
+        value = block.get(name)
+        if value is not None and (not isinstance(value, int) or not 0 <= value < RANK_LIMIT):
+            raise TraceError(path, f"'tracemerge.{name}' is not a rank count or rank: {value!r}")
+    for name in ("profile_start_ns", "profile_stop_ns"):
+        value = block.get(name)
+        if isinstance(value, int) and not -NS_LIMIT < value < NS_LIMIT:
+            raise TraceError(path, f"'tracemerge.{name}' {value} is out of range (beyond year 2116: 2**62 ns)")
 
 
 def describe(trace):
@@ -177,6 +239,8 @@ def _is_int(v):
 
 def _identity(path, block, meta):
     """The fields of a RankInfo that the block and the top-level keys give."""
+    check_block(path, block)
+    check_base(path, meta.get("baseTimeNanoseconds"))
     rank, source = _rank_candidates(path, block, meta)
     rpcs, boot = records(path, block, "rpcs"), block.get("boot_id")
     stem = os.path.basename(path).split(".")[0]

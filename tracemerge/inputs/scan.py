@@ -6,6 +6,7 @@ own."""
 
 import os
 
+from tracemerge.errors import reading
 from tracemerge.inputs import READERS, reader_for
 from tracemerge.merge.executors import gc_paused
 
@@ -14,16 +15,17 @@ def scan_head(path):
     """The partial :class:`RankInfo` of a rank file whose head carries its block, without
     decoding its events; None for other files."""
     path = os.fspath(path)
-    for form in READERS:
-        if form.head is not None:
-            info = form.head(path)
-            if info is not None:
-                return info
+    with reading(path):
+        for form in READERS:
+            if form.head is not None:
+                info = form.head(path)
+                if info is not None:
+                    return info
     return None
 
 
 def scan(path):
     """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``."""
     path = os.fspath(path)
-    with gc_paused():
+    with gc_paused(), reading(path):
         return reader_for(path).describe(path)

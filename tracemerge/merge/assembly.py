@@ -27,11 +27,11 @@ import shutil
 import tempfile
 
 from tracemerge.codecs import codec_for
-from tracemerge.errors import OutputError
+from tracemerge.errors import OutputError, reading
 from tracemerge.formats import FORMATS
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import event_facts
-from tracemerge.merge.executors import LocalEngine, gc_paused
+from tracemerge.merge.executors import Abandoned, LocalEngine, gc_paused
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
 
@@ -47,7 +47,7 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     gzip member or zstd frame, so the ranks concatenate into one stream.
     """
     try:
-        with gc_paused():
+        with gc_paused(), reading(source if isinstance(source, str) else source.path):
             owned = not isinstance(source, RankTrace)
             trace = read_trace(source) if owned else source
             known = event_facts(trace) if facts else None
@@ -129,10 +129,6 @@ class OutputSlot:
             turns.cond.notify_all()
 
 
-class Abandoned(Exception):
-    """An earlier rank failed: this rank's body is not written (the earlier error is reported)."""
-
-
 class _Turns:
     """Which rank writes next and where; shared with forked workers by inheritance."""
 
@@ -161,17 +157,17 @@ def _pwrite_all(fd, pieces, offset):
             views[0] = views[0][done:]
 
 
-def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False):
+def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False, force=True):
     """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
     the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
     summary from the per-rank results (and may raise to abandon the output). Returns the
-    summary."""
+    summary. Without ``force`` an output that another run wrote meanwhile is not replaced."""
     global _TURNS
     form = FORMATS[fmt]
     codec = codec_for(output)
     n = len(jobs)
     common = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
-    with atomic_output_pieces(output, codec) as out:
+    with atomic_output_pieces(output, codec, force) as out:
         out.write(form.open(header))
         # the output's temporary file, written at offsets (stdout may be a pipe, or append-only)
         if isinstance(engine, LocalEngine) and output != "-":
@@ -233,8 +229,8 @@ class _Pieces:
 
 
 @contextlib.contextmanager
-def atomic_output_pieces(output, codec):
-    with atomic_output(output, compress=False) as raw:
+def atomic_output_pieces(output, codec, force=True):
+    with atomic_output(output, compress=False, force=force) as raw:
         yield _Pieces(raw, codec)
 
 

@@ -70,7 +70,7 @@ def combine(session: "Session", alignment: "Alignment", output: str, force: bool
     path = find_critical_path(job_timeline(session, alignment)) if critical_path else None
     while True:
         try:
-            return _write(session, alignment, output, fmt, selection, kept, rpc, path)
+            return _write(session, alignment, output, fmt, selection, kept, rpc, path, force)
         except _Moved:
             continue
 
@@ -79,7 +79,7 @@ class _Moved(Exception):
     """What the workers learned about their ranks' events changed the placement."""
 
 
-def _write(session, alignment, output, fmt, selection, kept, rpc, path=None):
+def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, force=False):
     places = placements(session, alignment)
     counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in session.infos:
@@ -114,7 +114,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None):
         job, drawn = _path_job(path, places)
         jobs.append(job)
     return write_merged(session.engine or LocalEngine(1), rank_fn, fmt,
-                        jobs, output, header, footer, facts=any(i.partial for i in kept))
+                        jobs, output, header, footer, facts=any(i.partial for i in kept), force=force)
 
 
 def _path_job(windows, places):

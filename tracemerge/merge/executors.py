@@ -2,10 +2,13 @@
 lists: :class:`LocalEngine` (processes on this machine, or inline with one job) and
 :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler is given)."""
 
+import concurrent.futures
 import contextlib
+import ctypes
 import gc
 import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -27,6 +30,34 @@ def gc_paused():
 
 # ---- engines ---------------------------------------------------------------------------
 
+class Abandoned(Exception):
+    """An earlier rank failed: this rank's body is not written (the earlier error is reported)."""
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_start(parent):
+    """In each worker: die with the parent, also when it is killed (SIGKILL leaves no chance
+    to stop its workers), and take SIGTERM as the plain end the parent sends, not as the
+    parent's own clean-up (which the fork inherited)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: workers end when they next find the parent's pipes closed
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+
+
+def _kill_workers(pool):
+    """End a pool's worker processes at once (ProcessPoolExecutor has no terminate())."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            proc.kill()
+
+
 class WorkerDied(TracemergeError):
     """A worker process ended without a result (the OOM killer, a signal)."""
 
@@ -34,8 +65,9 @@ class WorkerDied(TracemergeError):
 class LocalEngine:
     """Per-rank tasks in up to ``jobs`` processes on this machine (inline with one job)."""
 
-    def __init__(self, jobs=None):
+    def __init__(self, jobs=None, progress=None):
         self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.progress = progress  # called as each task ends (tracemerge.progress.Progress)
 
     def map_light(self, fn, *columns):
         """``map`` for calls cheaper than sending their results between processes."""
@@ -44,18 +76,48 @@ class LocalEngine:
     def map(self, fn, *columns):
         calls = list(zip(*columns))
         if self.jobs == 1 or len(calls) <= 1:
-            return [fn(*c) for c in calls]
+            results = []
+            for c in calls:
+                results.append(fn(*c))
+                self._tick(fn, len(results), len(calls), c, results[-1])
+            return results
         # fork: workers start in milliseconds and share the parent's imports
         ctx = multiprocessing.get_context("fork")
+        pool = ProcessPoolExecutor(min(self.jobs, len(calls)), mp_context=ctx, initializer=_worker_start,
+                                   initargs=(os.getpid(),))
         try:
-            with ProcessPoolExecutor(min(self.jobs, len(calls)), mp_context=ctx) as pool:
-                return list(pool.map(fn, *columns))
-        except BrokenProcessPool:
-            raise WorkerDied(f"a worker process died (killed, or out of memory) with --jobs {self.jobs}; "
-                             "each needs ~5x its largest rank's JSON size: try fewer --jobs") from None
+            futures = [pool.submit(fn, *c) for c in calls]
+            pending, finished = set(futures), 0
+            while pending:
+                done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                for f in done:
+                    finished += 1
+                    if f.exception() is None:
+                        self._tick(fn, finished, len(calls), calls[futures.index(f)], f.result())
+            failed = [f.exception() for f in futures if f.exception() is not None]
+        except BaseException:
+            # Ctrl-C, SIGTERM: the workers go now, not when their ranks are done
+            _kill_workers(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if failed:
+            # the first real failure: a rank that gave up its turn because another one failed
+            # (Abandoned) or a worker that died of a killed sibling says nothing about the input
+            first = next((e for e in failed if not isinstance(e, (Abandoned, BrokenProcessPool))), failed[0])
+            if isinstance(first, BrokenProcessPool):
+                raise WorkerDied(f"a worker process died (killed, or out of memory) with --jobs {self.jobs}; "
+                                 "each needs ~5x its largest rank's JSON size: try fewer --jobs") from None
+            raise first
+        return [f.result() for f in futures]
+
+    def _tick(self, fn, done, total, call, result):
+        if self.progress is not None:
+            self.progress(fn, done, total, call, result)
 
     def close(self):
-        pass
+        if self.progress is not None:
+            self.progress.clear()
 
 
 class DaskEngine:

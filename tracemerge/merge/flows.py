@@ -23,6 +23,7 @@ from typing import NamedTuple, Tuple
 import numpy as np
 
 from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.errors import TraceError
 from tracemerge.model import NO_DUR, NO_TS
 from tracemerge.nesting import nest_order, thread_runs
 
@@ -96,6 +97,9 @@ class RpcFlows:
                 if not isinstance(a, dict) or "rpc_id" not in a:
                     continue
                 rpc_id, role = a["rpc_id"], a.get("role")
+                if not isinstance(rpc_id, str) or not isinstance(role, (str, type(None))):
+                    bad = "rpc_id" if not isinstance(rpc_id, str) else "role"
+                    raise TraceError(trace.path, f"'args.{bad}' is not a string: {a[bad]!r}", int(i))
                 call = self.calls.get(rpc_id)
                 if call is None or role not in ROLES or rank != call[ROLES[role]]:
                     continue

@@ -14,7 +14,7 @@ from tracemerge.analysis.job import build_job
 from tracemerge.analysis.summary import analyse, analysis_dict
 from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs import read_trace
 from tracemerge.report.collectives import collective_report
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
@@ -80,17 +80,20 @@ def session_report(session, alignment, group_by="name", remote_ops=False, analys
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
     busy, timelines = {}, {}
     for info in session.infos:
-        trace = session.trace(info.rank)
+        # one rank's columns at a time: rows, threads and busy bins are all that is kept of it
+        trace = session.trace(info.rank, columns_only=True)
         if is_merged(trace):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
-        rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
-        if analysis:  # the analyses' timeline of the rank, from the events read anyway
-            timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
-                                                 {r.get("name", "") for r in info.rpcs})
+        with reading(info.path):
+            rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
+            if analysis:  # the analyses' timeline of the rank, from the events read anyway
+                timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
+                                                     {r.get("name", "") for r in info.rpcs})
         threads[info.rank] = server_threads(trace)
         busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
+        del trace  # freed before the next rank is read
     match = match_rpcs(session.infos, session.rpc_memo)
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
