@@ -1,0 +1,216 @@
+"""The compiled core (``_core``, C): a rank's per-event work in one pass over its bytes.
+
+:func:`read` scans a trace document into the same :class:`~tracemerge.model.RankTrace`
+columns the Python readers make (tables, codes, ns times, args, flow ids) and keeps the
+scan, from which :func:`json_body` writes the rank's events exactly as the Python path's
+JSON writer does, with pid, ts, dur and the ids rewritten and everything else copied.
+
+The Python path is the reference: ``TRACEMERGE_KERNEL=python`` selects it, and a rank the
+kernel does not take (an unknown or repeated key, escapes where the output would
+re-encode them, ids that are not plain integers, args the Python path would decode, a
+file that the Python reader reports or salvages) is read by the Python path, with the
+reason returned for the caller to count. Either way the output is the same bytes.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import msgspec
+import numpy as np
+
+from tracemerge.model import NO_DUR, NO_TS, Args, Extra, RankTrace
+from tracemerge.read import EXTRA_KEYS, FLOW_ID_KEYS, MAX_US
+
+try:
+    from tracemerge.kernel import _core
+except ImportError as e:  # not built (no compiler at install time), or built for another Python
+    _core = None
+    _IMPORT_ERROR: Optional[str] = str(e)
+else:
+    _IMPORT_ERROR = None
+
+ENV = "TRACEMERGE_KERNEL"
+
+
+def active() -> str:
+    """"native" when the compiled core runs, else "python" (chosen, or not built)."""
+    return "native" if _core is not None and os.environ.get(ENV, "").strip().lower() != "python" else "python"
+
+
+def describe() -> str:
+    """One line for ``--version``: which core is active and why."""
+    if _core is None:
+        return "core: python (the compiled kernel is not built here)"
+    if active() == "python":
+        return f"core: python ({ENV}=python)"
+    return "core: native (compiled kernel; TRACEMERGE_KERNEL=python selects the reference path)"
+
+
+@dataclass(eq=False)
+class KernelTrace(RankTrace):
+    """A RankTrace read by the kernel: ``scan`` holds the event spans the JSON writer
+    splices; ``index`` maps this trace's events to the scan's (None: one to one; a
+    selection keeps a subset)."""
+
+    scan: Any = None
+    index: Optional[np.ndarray] = None
+
+
+class KernelArgs(Args):
+    """Args whose raw items (views of the input bytes) are made on first use: a merge to
+    JSON never needs them, :meth:`with_key` searches the spans in C."""
+
+    __slots__ = ("_scan", "_view", "_spans", "_items")
+
+    def __init__(self, scan, data):
+        self._scan, self._view = scan, memoryview(data)
+        self._spans = np.frombuffer(scan.args_spans(), np.int64).reshape(-1, 2)
+        self._items = None
+        self.raw = True
+
+    @property
+    def items(self):
+        if self._items is None:
+            view = self._view
+            self._items = [msgspec.Raw(view[o:o + n]) if n else None for o, n in self._spans.tolist()]
+        return self._items
+
+    def __len__(self):
+        return len(self._spans)
+
+    def __getitem__(self, i):
+        o, n = self._spans[i].tolist()
+        return msgspec.json.decode(self._view[o:o + n]) if n else None
+
+    def with_key(self, key):
+        return self._scan.args_with(msgspec.json.encode(key))
+
+
+def scan(data) -> Union[str, object]:
+    """The kernel's scan of a document, or a str saying why the kernel does not take it."""
+    if _core is None:
+        return "the compiled kernel is not built"
+    return _core.scan(data)
+
+
+def read(path, data) -> Union[str, KernelTrace]:
+    """The KernelTrace of ``data`` (the complete bytes of ``path``), equal in every column
+    to what :func:`tracemerge.read.read_trace` makes; or a str saying why the kernel does
+    not take it (the caller reads the file with the Python path, which reports or salvages
+    what is wrong with it)."""
+    s = scan(data)
+    if isinstance(s, str):
+        return s
+    view = memoryview(data)
+    top = s.top
+    del top["traceEvents"]
+    try:
+        block = msgspec.json.decode(view[slice(*top.pop("tracemerge"))]) if "tracemerge" in top else None
+        meta = {k: msgspec.json.decode(view[a:b]) for k, (a, b) in top.items()}
+    except msgspec.DecodeError:
+        return "a top-level value msgspec does not take"
+    if block is not None and not isinstance(block, dict):
+        return "the tracemerge block is not an object"
+    n = s.n
+    ph_b, codes_b, times_b, flags_b = s.columns()
+    ph = np.frombuffer(ph_b, np.uint8)
+    codes = np.frombuffer(codes_b, np.int32).reshape(4, n) if n else np.zeros((4, 0), np.int32)
+    times = np.frombuffer(times_b, np.float64).reshape(2, n) if n else np.zeros((2, 0))
+    flags = np.frombuffer(flags_b, np.uint32)
+    # read.from_columns' checks: where it would raise, the Python path reads the file
+    needs_name = ~((ph == ord("M")) | (ph == ord("E")))
+    if (needs_name & ((flags & _core.F_NAME) == 0)).any():
+        return "an event without a name"
+    names = s.names
+    name, cat = codes[0].copy(), codes[1]
+    if None in names:
+        cat = np.where(cat == names.index(None), -1, cat).astype(np.int32)
+    else:
+        cat = cat.copy()
+    base = meta.get("baseTimeNanoseconds")
+    if base is not None and not isinstance(base, int):
+        return "baseTimeNanoseconds is not an integer"
+    ts_missing = (flags & _core.F_TS) == 0
+    dur_missing = (flags & _core.F_DUR) == 0
+    ts_f, dur_f = times[0], times[1]
+    if (ts_missing & (ph != ord("M"))).any():
+        return "an event without ts"
+    if (~dur_missing & (dur_f < 0)).any():
+        return "a negative dur"
+    if (np.abs(ts_f) > MAX_US).any() or (np.abs(dur_f) > MAX_US).any():
+        return "a time out of range"
+    # read.times_ns, on the same doubles
+    ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
+    ts[ts_missing] = NO_TS
+    dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
+    read_ids = {}
+    for key in FLOW_ID_KEYS:
+        column = _flow_ids(s, key, n)
+        if column is not None:
+            read_ids[key] = column
+    trace = KernelTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=s.pids,
+                        tids=s.tids, ph=ph.copy(), name=name, cat=cat, pid=codes[2].copy(), tid=codes[3].copy(),
+                        ts=ts, dur=dur, args=KernelArgs(s, data),
+                        extra=Extra(columns=read_ids, n=n, rest=lambda: _extra_columns(s, n, read_ids)))
+    trace.scan = s
+    return trace
+
+
+def _flow_ids(s, key, n):
+    """The column of flow id ``key`` (UNSET where absent), None when no event has it."""
+    if key == "id2":
+        return None  # the kernel does not take id2
+    idx, values = s.flow_ids(0 if key == "id" else 1)
+    if not idx:
+        return None
+    column = np.full(n, msgspec.UNSET, dtype=object)
+    column[idx] = values
+    return column.tolist()
+
+
+def _extra_columns(s, n, read_ids):
+    """Every EXTRA_KEYS column the file uses, as read._extra makes them."""
+    out = {}
+    for key in EXTRA_KEYS:
+        if key in FLOW_ID_KEYS:
+            if key in read_ids:
+                out[key] = read_ids[key]
+            continue
+        idx, tokens = s.extra_tokens(key)
+        if not idx:
+            continue
+        column = np.full(n, msgspec.UNSET, dtype=object)
+        values = msgspec.json.decode(b"[" + b",".join(tokens) + b"]")
+        column[idx] = np.array(values + [None], dtype=object)[:-1]  # element-wise, lists stay lists
+        out[key] = column.tolist()
+    return out
+
+
+def json_body(trace, place, start, dur, overrides) -> Optional[bytes]:
+    """One rank's events as the comma-joined body the Python path writes for them, given
+    their aligned ``start``/``dur`` ns (:func:`transform.aligned_ns`) and ``overrides``
+    ({trace index: args bytes}); None when a value is out of the kernel's reach."""
+    scan = trace.scan
+    index = trace.index if trace.index is not None else np.arange(len(trace), dtype=np.int64)
+    over = {int(index[i]): v for i, v in overrides.items()}
+    return scan.write(np.ascontiguousarray(index, np.int64), np.ascontiguousarray(start, np.int64),
+                      np.ascontiguousarray(dur, np.int64), int(place.pid_base), int(place.rank), over)
+
+
+def rank_body(trace, place, start, dur) -> Optional[bytes]:
+    """The body :func:`tracemerge.transform.transform_chunks` and the JSON writer make of
+    ``trace``'s own events (without the events the tool adds), or None when the kernel
+    cannot write it. The renamed process metadata (a few events per rank) is made by the
+    transform's own code and handed to the writer as replacement args."""
+    from tracemerge.transform import _rewrite_process_metadata, namespaced_args
+
+    overrides = {}
+    for i in np.flatnonzero(trace.ph == ord("M")).tolist():
+        if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
+            continue
+        args = namespaced_args(place.rank, Args([trace.args.items[i]], raw=True))
+        _rewrite_process_metadata(trace, place, args, [i], i)
+        a = args[0]
+        overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)
+    return json_body(trace, place, start, dur, overrides)
