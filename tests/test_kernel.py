@@ -1,0 +1,172 @@
+"""The compiled core against the Python path (the reference): same columns, same bytes, or
+the kernel declines and the Python path reads the rank."""
+
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracemerge import kernel
+from tracemerge.kernel.differential import check_bytes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+native = pytest.mark.skipif(kernel.active() != "native", reason="the compiled core is not active")
+
+
+def _bytes(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    return gzip.decompress(data) if path.endswith(".gz") else data
+
+
+SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*", "*.json*")))
+CORPUS = sorted(p for p in glob.glob(os.path.join(ROOT, "tests", "corpus", "*.json*")) if not p.endswith(".gz"))
+
+
+def test_active_core_follows_the_environment(monkeypatch):
+    monkeypatch.setenv(kernel.ENV, "python")
+    assert kernel.active() == "python"
+    assert kernel.describe().startswith("core: python")
+    monkeypatch.delenv(kernel.ENV)
+    assert kernel.active() == ("native" if kernel._core is not None else "python")
+
+
+@native
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_samples_are_taken_and_the_same(path):
+    assert check_bytes(_bytes(path)) == "same"
+
+
+@native
+@pytest.mark.parametrize("path", CORPUS, ids=os.path.basename)
+def test_corpus_same_or_declined(path):
+    # malformed files must be declined (the Python path reports them); the others the same
+    result = check_bytes(_bytes(path), os.path.basename(path))
+    assert result == "same" or result == "python error" or result.startswith("declined")
+
+
+@native
+def test_generated_ranks_are_the_same(tmp_path):
+    for args in (["--rank-files"], ["--seed", "7"]):
+        out = tmp_path / args[0].strip("-")
+        subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gen_kineto.py"), str(out), "--ranks", "2",
+                        "--mb", "2", *args], check=True, capture_output=True)
+        files = sorted(out.iterdir())
+        assert files
+        for f in files:
+            assert check_bytes(f.read_bytes(), f.name) == "same", f
+
+
+@native
+@pytest.mark.parametrize("event, reason", [
+    ({"ph": "X", "name": "a\\u00e9", "ts": 1, "dur": 1, "pid": 1, "tid": 1}, "escaped"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "id": "7"}, "flow id"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {"x": {"y": 1}}}, "nested"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {"External id": "5"}}, "args id"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "zzz": 1}, "does not know"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1.5, "tid": 1}, "pid or tid"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "tts": 1.5}, "re-encode"),
+])
+def test_what_the_kernel_does_not_take_is_declined(event, reason):
+    text = json.dumps({"traceEvents": [event]}, ensure_ascii=False)
+    text = text.replace("\\\\u00e9", "\\u00e9")
+    result = check_bytes(text.encode())
+    assert result.startswith("declined") and reason in result, result
+
+
+@native
+def test_repeated_key_is_declined():
+    data = b'{"traceEvents": [{"ph": "X", "name": "a", "name": "b", "ts": 1, "pid": 1, "tid": 1}]}'
+    assert check_bytes(data).startswith("declined: a repeated key")
+
+
+# ---- hypothesis: random traces through both paths -------------------------------------
+
+ARG_ID_KEYS = ["External id", "correlation", "Correlation ID", "External ID"]
+PLAIN = st.one_of(st.sampled_from(["aten::mm", "ProfilerStep#1", "é ü", "{", "u\u2028", "", "0", "1",
+                                   "process_name", "thread_name", "process_sort_index"]),
+                  st.text(st.characters(blacklist_characters='"\\', blacklist_categories=["Cc", "Cs"]), max_size=6))
+NAMES = st.one_of(PLAIN, PLAIN, PLAIN, PLAIN, st.sampled_from(["a\"b", "x\\y", "tab\t"]), st.text(max_size=6))
+IDS = st.one_of(st.integers(0, 2**32 + 5), st.integers(0, 2**32 + 5), st.integers(-5, 2**63 - 1),
+                st.sampled_from(["7", 1.5, None, True]))
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=False, allow_infinity=False),
+                    NAMES)
+ARGS = st.one_of(
+    st.none(),
+    st.dictionaries(st.one_of(st.sampled_from(ARG_ID_KEYS + ["name", "sort_index", "Input Dims", "rpc_id"]), NAMES),
+                    st.one_of(SCALARS, st.integers(0, 10**19), st.lists(st.integers(0, 9), max_size=3),
+                              st.lists(st.lists(st.integers(0, 9), max_size=2), max_size=2)),
+                    max_size=4),
+    st.just({"nested": {"External id": 3}}), st.just([1, 2]))
+GOOD_TIMES = st.one_of(st.integers(0, 10**13), st.floats(0, 1e13, allow_nan=False),
+                       st.decimals(0, 10**12, places=3).map(float), st.decimals(0, 10**9, places=6).map(str).map(float))
+TIMES = st.one_of(GOOD_TIMES, st.none(), st.just(-1), st.just("5"))
+
+
+@st.composite
+def events(draw, wild):
+    """An event: with ``wild`` anything goes (most such traces are errors for both paths),
+    else the values a valid trace has, in every spelling the kernel must handle."""
+    phs = ["X", "X", "X", "i", "M", "s", "f", "B", "E", "C"] + (["é", ""] if wild else [])
+    e = {"ph": draw(st.sampled_from(phs))}
+    names = NAMES if wild else PLAIN
+    if draw(st.booleans()):
+        e["cat"] = draw(st.one_of(names, st.none()))
+    if e["ph"] != "E" or draw(st.booleans()):
+        e["name"] = draw(st.one_of(NAMES, NAMES, st.none()) if wild else PLAIN)
+    for key, values in (("pid", st.one_of(st.integers(-3, 2**40), names)),
+                        ("tid", st.one_of(st.integers(-3, 2**40), names, st.none(), *([st.just(1.0)] if wild else [])))):
+        if draw(st.integers(0, 9)):
+            e[key] = draw(values)
+    if e["ph"] != "M" or draw(st.booleans()):
+        e["ts"] = draw(TIMES if wild else GOOD_TIMES)
+    if draw(st.booleans()):
+        e["dur"] = draw(TIMES if wild else GOOD_TIMES)
+    if draw(st.booleans()):
+        e["args"] = draw(ARGS)
+    extra = ["id", "bind_id", "bp", "s", "cname", "flow_in", "tts", "sf"] + (["id2"] if wild else [])
+    for key in draw(st.lists(st.sampled_from(extra),
+                             max_size=3, unique=True)):
+        e[key] = draw(IDS) if key in ("id", "bind_id") else draw(SCALARS)
+    order = draw(st.permutations(list(e)))
+    return {k: e[k] for k in order}
+
+
+@st.composite
+def documents(draw):
+    wild = draw(st.integers(0, 5)) == 0
+    doc = {"schemaVersion": 1}
+    if draw(st.booleans()):
+        doc["baseTimeNanoseconds"] = draw(st.one_of(st.integers(0, 10**18), st.just(1.5)) if wild else
+                                          st.integers(0, 10**18))
+    if draw(st.booleans()):
+        doc["tracemerge"] = draw(st.one_of(st.just({"rank": 1}), st.just([])) if wild else st.just({"rank": 1}))
+    doc["traceEvents"] = draw(st.lists(events(wild), max_size=8))
+    doc["traceName"] = "x"
+    indent = draw(st.sampled_from([None, 0, 2]))
+    text = json.dumps(doc, indent=indent, ensure_ascii=wild and draw(st.booleans()))
+    if draw(st.booleans()):  # Kineto's spacing: ", " and ": " inside args
+        text = text.replace(",\n", ", ")
+    return text.encode()
+
+
+@native
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents())
+def test_hypothesis_traces_same_or_declined(data):
+    result = check_bytes(data)
+    assert result == "same" or result == "python error" or result.startswith("declined")
+
+
+@native
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from([b"", b'{"traceEvents": [', b'{"traceEvents": [{"ph": "X", ']))
+def test_arbitrary_bytes_never_disagree(tail, head):
+    result = check_bytes(head + tail)
+    assert result in ("same", "python error") or result.startswith("declined")
