@@ -170,3 +170,29 @@ def test_hypothesis_traces_same_or_declined(data):
 def test_arbitrary_bytes_never_disagree(tail, head):
     result = check_bytes(head + tail)
     assert result in ("same", "python error") or result.startswith("declined")
+
+
+def test_invalid_utf8_in_a_string_is_a_one_line_error(tmp_path):
+    # found by fuzz/run: msgspec raises UnicodeDecodeError (not DecodeError) for it, which
+    # the reader did not catch: "internal error", exit 1
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a\xff", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}')
+    run = subprocess.run([sys.executable, "-m", "tracemerge", "combine", str(path), "-o", str(tmp_path / "o.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 3, run.stderr
+    assert "not valid JSON" in run.stderr and "internal error" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("base, ts", [(17908570260000400000, 1), (9_000_000_000_000_000_000, 7e15)])
+def test_times_beyond_int64_are_a_one_line_error(tmp_path, base, ts):
+    # found by fuzz/run: a baseTimeNanoseconds beyond int64 was an OverflowError ("internal
+    # error", exit 1); a sum beyond int64 would have wrapped around
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"baseTimeNanoseconds": base, "traceEvents": [
+        {"ph": "X", "name": "a", "ts": ts, "dur": 1, "pid": 1, "tid": 1}]}))
+    run = subprocess.run([sys.executable, "-m", "tracemerge", "combine", str(path), "-o", str(tmp_path / "o.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 3, run.stderr
+    assert "out of range" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert check_bytes(path.read_bytes()) == "python error"

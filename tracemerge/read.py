@@ -93,7 +93,7 @@ def _loads(data):
     error orjson parses again, for its error position and message."""
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 in a string is the latter
         return orjson.loads(data)
 
 
@@ -266,6 +266,16 @@ def times_ns(path, ts_values, dur_values, base, required):
     NO_TS / NO_DUR where absent; a bad or missing-where-``required`` value is an error."""
     ts_f, ts_missing = _numbers(ts_values, path, "ts", required=required)
     dur_f, dur_missing = _numbers(dur_values, path, "dur", required=None)
+    return float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base)
+
+
+# ns of the file's clock that fit int64 (after a base is added) with room for the rounding
+MAX_NS = float(2**63 - 2**12)
+
+
+def float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base):
+    """:func:`times_ns` from float64 µs columns and their masks of absent values (the
+    compiled core's scan gives these directly)."""
     negative = np.flatnonzero(~dur_missing & (dur_f < 0))
     if len(negative):
         i = int(negative[0])
@@ -275,7 +285,15 @@ def times_ns(path, ts_values, dur_values, base, required):
         if len(huge):
             i = int(huge[0])
             raise TraceError(path, f"'{what}' {float(col[i]):g} µs is out of range (beyond year 2191)", i)
-    ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
+    if base and not -MAX_NS <= base <= MAX_NS:
+        raise TraceError(path, f"'baseTimeNanoseconds' {base} is out of range")
+    ts_ns = np.where(ts_missing, 0, np.rint(ts_f * 1000.0))
+    if base:  # the sum must fit int64, not wrap around
+        beyond = np.flatnonzero(np.abs(ts_ns + float(base)) > MAX_NS)
+        if len(beyond):
+            i = int(beyond[0])
+            raise TraceError(path, f"'ts' {float(ts_f[i]):g} µs after 'baseTimeNanoseconds' is out of range", i)
+    ts = ts_ns.astype(np.int64) + (base or 0)
     ts[ts_missing] = NO_TS
     dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
     return ts, dur
@@ -359,7 +377,7 @@ def read_typed(path, data, extra=True, describing=False):
         timing = describing and isinstance(block, dict) and "collectives" in block
         events = (_TIMING if timing else _EVENTS).decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items()}
-    except (msgspec.DecodeError, KeyError):
+    except (msgspec.DecodeError, UnicodeDecodeError, KeyError):
         return None
     if block is not None and not isinstance(block, dict):
         return None

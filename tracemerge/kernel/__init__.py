@@ -19,8 +19,9 @@ from typing import Any, Optional, Union
 import msgspec
 import numpy as np
 
-from tracemerge.model import NO_DUR, NO_TS, Args, Extra, RankTrace
-from tracemerge.read import EXTRA_KEYS, FLOW_ID_KEYS, MAX_US
+from tracemerge.errors import TraceError
+from tracemerge.model import Args, Extra, RankTrace
+from tracemerge.read import EXTRA_KEYS, FLOW_ID_KEYS, float_times_ns
 
 try:
     from tracemerge.kernel import _core
@@ -132,18 +133,12 @@ def read(path, data) -> Union[str, KernelTrace]:
     if base is not None and not isinstance(base, int):
         return "baseTimeNanoseconds is not an integer"
     ts_missing = (flags & _core.F_TS) == 0
-    dur_missing = (flags & _core.F_DUR) == 0
-    ts_f, dur_f = times[0], times[1]
     if (ts_missing & (ph != ord("M"))).any():
         return "an event without ts"
-    if (~dur_missing & (dur_f < 0)).any():
-        return "a negative dur"
-    if (np.abs(ts_f) > MAX_US).any() or (np.abs(dur_f) > MAX_US).any():
-        return "a time out of range"
-    # read.times_ns, on the same doubles
-    ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
-    ts[ts_missing] = NO_TS
-    dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
+    try:
+        ts, dur = float_times_ns(path, times[0], ts_missing, times[1], (flags & _core.F_DUR) == 0, base)
+    except TraceError as e:
+        return f"a time the Python path refuses ({e.problem})"
     read_ids = {}
     for key in FLOW_ID_KEYS:
         column = _flow_ids(s, key, n)
