@@ -8,6 +8,7 @@ import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError, ExecError, LinkError, PlatformError
 
 NO_KERNEL = "tracemerge: the compiled core was not built ({}); the pure-Python core will be used"
 
@@ -18,18 +19,19 @@ class optional_build_ext(build_ext):
     def run(self):
         try:
             super().run()
-        except Exception as e:  # distutils' platform errors: no compiler configured at all
+        except PlatformError as e:  # no compiler configured at all
             print(NO_KERNEL.format(_reason(e)), file=sys.stderr)
 
     def build_extension(self, ext):
         try:
             super().build_extension(ext)
-        except Exception as e:  # CompileError, LinkError, DistutilsExecError (CC=false, no gcc)
+        except (CompileError, LinkError, ExecError) as e:  # CC=false, no gcc, a compile error
             print(NO_KERNEL.format(_reason(e)), file=sys.stderr)
 
 
 def _reason(e):
-    return (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+    text = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 setup(

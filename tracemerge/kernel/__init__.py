@@ -14,7 +14,7 @@ reason returned for the caller to count. Either way the output is the same bytes
 
 import os
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -27,7 +27,7 @@ try:
     from tracemerge.kernel import _core
 except ImportError as e:  # not built (no compiler at install time), or built for another Python
     _core = None
-    _IMPORT_ERROR: Optional[str] = str(e)
+    _IMPORT_ERROR: str | None = str(e)
 else:
     _IMPORT_ERROR = None
 
@@ -55,14 +55,14 @@ class KernelTrace(RankTrace):
     selection keeps a subset)."""
 
     scan: Any = None
-    index: Optional[np.ndarray] = None
+    index: np.ndarray | None = None
 
 
 class KernelArgs(Args):
     """Args whose raw items (views of the input bytes) are made on first use: a merge to
     JSON never needs them, :meth:`with_key` searches the spans in C."""
 
-    __slots__ = ("_scan", "_view", "_spans", "_items")
+    __slots__ = ("_items", "_scan", "_spans", "_view")
 
     def __init__(self, scan, data):
         self._scan, self._view = scan, memoryview(data)
@@ -88,14 +88,14 @@ class KernelArgs(Args):
         return self._scan.args_with(msgspec.json.encode(key))
 
 
-def scan(data) -> Union[str, object]:
+def scan(data) -> str | object:
     """The kernel's scan of a document, or a str saying why the kernel does not take it."""
     if _core is None:
         return "the compiled kernel is not built"
     return _core.scan(data)
 
 
-def read(path, data) -> Union[str, KernelTrace]:
+def read(path, data) -> str | KernelTrace:
     """The KernelTrace of ``data`` (the complete bytes of ``path``), equal in every column
     to what :func:`tracemerge.read.read_trace` makes; or a str saying why the kernel does
     not take it (the caller reads the file with the Python path, which reports or salvages
@@ -182,7 +182,7 @@ def _extra_columns(s, n, read_ids):
     return out
 
 
-def json_body(trace, place, start, dur, overrides) -> Optional[bytes]:
+def json_body(trace, place, start, dur, overrides) -> bytes | None:
     """One rank's events as the comma-joined body the Python path writes for them, given
     their aligned ``start``/``dur`` ns (:func:`transform.aligned_ns`) and ``overrides``
     ({trace index: args bytes}); None when a value is out of the kernel's reach."""
@@ -193,7 +193,7 @@ def json_body(trace, place, start, dur, overrides) -> Optional[bytes]:
                       np.ascontiguousarray(dur, np.int64), int(place.pid_base), int(place.rank), over)
 
 
-def rank_body(trace, place, start, dur) -> Optional[bytes]:
+def rank_body(trace, place, start, dur) -> bytes | None:
     """The body :func:`tracemerge.transform.transform_chunks` and the JSON writer make of
     ``trace``'s own events (without the events the tool adds), or None when the kernel
     cannot write it. The renamed process metadata (a few events per rank) is made by the
