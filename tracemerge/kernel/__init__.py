@@ -21,7 +21,8 @@ import numpy as np
 
 from tracemerge.errors import TraceError
 from tracemerge.model import Args, Extra, RankTrace
-from tracemerge.read import EXTRA_KEYS, FLOW_ID_KEYS, float_times_ns
+from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns
+from tracemerge.model import FLOW_ID_KEYS
 
 try:
     from tracemerge.kernel import _core
@@ -97,7 +98,7 @@ def scan(data) -> str | object:
 
 def read(path, data) -> str | KernelTrace:
     """The KernelTrace of ``data`` (the complete bytes of ``path``), equal in every column
-    to what :func:`tracemerge.read.read_trace` makes; or a str saying why the kernel does
+    to what :func:`tracemerge.inputs.chrome.read_trace` makes; or a str saying why the kernel does
     not take it (the caller reads the file with the Python path, which reports or salvages
     what is wrong with it)."""
     s = scan(data)
@@ -184,7 +185,7 @@ def _extra_columns(s, n, read_ids):
 
 def json_body(trace, place, start, dur, overrides) -> bytes | None:
     """One rank's events as the comma-joined body the Python path writes for them, given
-    their aligned ``start``/``dur`` ns (:func:`transform.aligned_ns`) and ``overrides``
+    their aligned ``start``/``dur`` ns (:func:`tracemerge.merge.placement.aligned_ns`) and ``overrides``
     ({trace index: args bytes}); None when a value is out of the kernel's reach."""
     scan = trace.scan
     index = trace.index if trace.index is not None else np.arange(len(trace), dtype=np.int64)
@@ -194,11 +195,12 @@ def json_body(trace, place, start, dur, overrides) -> bytes | None:
 
 
 def rank_body(trace, place, start, dur) -> bytes | None:
-    """The body :func:`tracemerge.transform.transform_chunks` and the JSON writer make of
+    """The body :func:`tracemerge.merge.placement.transform_chunks` and the JSON writer make of
     ``trace``'s own events (without the events the tool adds), or None when the kernel
     cannot write it. The renamed process metadata (a few events per rank) is made by the
     transform's own code and handed to the writer as replacement args."""
-    from tracemerge.transform import _rewrite_process_metadata, namespaced_args
+    from tracemerge.merge.ids import namespaced_args
+    from tracemerge.merge.placement import _rewrite_process_metadata
 
     overrides = {}
     for i in np.flatnonzero(trace.ph == ord("M")).tolist():

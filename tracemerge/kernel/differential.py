@@ -2,7 +2,7 @@
 
 For any bytes, either the kernel declines (the Python path then reads the rank, so the
 output is the Python path's by construction), or the kernel's trace has the same columns
-as :func:`tracemerge.read.read_trace` and :func:`tracemerge.kernel.rank_body` writes the
+as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.kernel.rank_body` writes the
 same bytes as the transform and the JSON writer. Used by the tests, the fuzz target and
 ``.ci/run``.
 """
@@ -12,12 +12,13 @@ import tempfile
 
 import numpy as np
 
-from tracemerge import chrome, kernel
-from tracemerge.clock import ClockModel
+from tracemerge import kernel
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.formats import chrome
 from tracemerge.errors import TracemergeError
 from tracemerge.model import NO_TS
-from tracemerge.read import read_trace
-from tracemerge.transform import Placement, aligned_ns, transform_chunks
+from tracemerge.inputs.chrome import read_trace
+from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
 
 SCALAR_FIELDS = ("meta", "tracemerge", "base_ns", "names", "pids", "tids", "warnings", "truncated")
 ARRAY_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur")
