@@ -55,7 +55,7 @@ def test_corpus_same_or_declined(path):
 def test_generated_ranks_are_the_same(tmp_path):
     for args in (["--rank-files"], ["--seed", "7"]):
         out = tmp_path / args[0].strip("-")
-        subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gen_kineto.py"), str(out), "--ranks", "2",
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "support", "gen_kineto.py"), str(out), "--ranks", "2",
                         "--mb", "2", *args], check=True, capture_output=True)
         files = sorted(out.iterdir())
         assert files
@@ -196,3 +196,68 @@ def test_times_beyond_int64_are_a_one_line_error(tmp_path, base, ts):
     assert run.returncode == 3, run.stderr
     assert "out of range" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert check_bytes(path.read_bytes()) == "python error"
+
+
+# ---- end to end: the whole combine under both cores ---------------------------------
+
+def _combine(files, out, env_core, *options):
+    env = dict(os.environ)
+    env.pop(kernel.ENV, None)
+    if env_core == "python":
+        env[kernel.ENV] = "python"
+    run = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *map(str, files), "-o", str(out), *options],
+                         capture_output=True, text=True, env=env, check=False)
+    return run
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from support import gen_kineto
+    return gen_kineto.generate(str(tmp_path_factory.mktemp("kranks")), 3, 0.6, seed=5, rank_files=True, jobs=1)
+
+
+@native
+@pytest.mark.parametrize("suffix, options", [
+    (".json", ["--jobs", "2"]), (".json", ["--jobs", "1"]), (".json.gz", []), (".pftrace", []),
+    (".json", ["--window", "1:40", "--min-duration", "3", "--drop-category", "python_function"]),
+    (".pftrace", ["--min-duration", "3"]), (".json", ["--align", "none", "--ranks", "0,2"]),
+])
+def test_combine_is_the_same_bytes_under_both_cores(tmp_path, generated, suffix, options):
+    for files in (generated, sorted(glob.glob(os.path.join(ROOT, "samples", "rl_agent", "*.json.gz")))):
+        native_out, python_out = tmp_path / f"n{suffix}", tmp_path / f"p{suffix}"
+        a = _combine(files, native_out, "native", "--force", *options)
+        b = _combine(files, python_out, "python", "--force", *options)
+        assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+        assert native_out.read_bytes() == python_out.read_bytes()
+        kept = 2 if "--ranks" in options else len(files)
+        assert f"core: native ({kept} of {kept} ranks)" in a.stderr
+        assert "core: python" in b.stderr and "TRACEMERGE_KERNEL=python" in b.stderr
+
+
+@native
+def test_a_rank_the_kernel_declines_falls_back_and_is_counted(tmp_path, generated):
+    odd = tmp_path / "odd.json"
+    doc = json.loads(open(generated[1], "rb").read())
+    doc["traceEvents"][5]["name"] = "caf\u00e9"
+    odd.write_text(json.dumps(doc, indent=1))  # ensure_ascii: the name is spelled with a \u escape
+    files = [generated[0], odd, generated[2]]
+    a = _combine(files, tmp_path / "n.json", "native")
+    b = _combine(files, tmp_path / "p.json", "python")
+    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+    assert (tmp_path / "n.json").read_bytes() == (tmp_path / "p.json").read_bytes()
+    assert f"core: native (2 of 3 ranks); {odd} read by the Python path: an escaped name or cat" in a.stderr
+
+
+@native
+@pytest.mark.parametrize("name", ["missing_ts.json", "negative_dur.json", "truncated.json", "trailing_zeros.json",
+                                  "not_json.json", "wrong_shape_events_object.json"])
+def test_bad_inputs_give_the_same_error_or_output_under_both_cores(tmp_path, name):
+    files = [os.path.join(ROOT, "tests", "corpus", name)]
+    a = _combine(files, tmp_path / "n.json", "native", "--rank-from", "order")
+    b = _combine(files, tmp_path / "p.json", "python", "--rank-from", "order")
+    assert a.returncode == b.returncode
+    if a.returncode == 0:
+        assert (tmp_path / "n.json").read_bytes() == (tmp_path / "p.json").read_bytes()
+    else:
+        assert a.stderr == b.stderr

@@ -37,6 +37,7 @@ class Session:
         self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
+        self.cores = []  # [(path, core)] of the last combine: which core read each rank (tracemerge.kernel)
 
     @classmethod
     def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False):

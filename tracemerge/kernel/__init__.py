@@ -21,7 +21,7 @@ import numpy as np
 
 from tracemerge.errors import TraceError
 from tracemerge.model import Args, Extra, RankTrace
-from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns
+from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data, read_trace
 from tracemerge.model import FLOW_ID_KEYS
 
 try:
@@ -89,7 +89,30 @@ class KernelArgs(Args):
         return self._scan.args_with(msgspec.json.encode(key))
 
 
-def scan(data) -> str | object:
+class Declined(Exception):
+    """The kernel cannot write this rank (a value it does not spell as the Python path
+    does): the caller reads the rank again with the Python path."""
+
+
+def read_rank(path):
+    """(trace, core) of the file ``path``: the kernel's trace and "native", or, where the
+    kernel is not active or does not take the file, :func:`read_trace`'s and "python" or
+    "python: <why>". Errors are the Python reader's own (it reads every file the kernel
+    does not take, bad ones included)."""
+    if active() != "native":
+        return read_trace(path), "python"
+    data, cut = read_data(path)
+    if cut:
+        del data
+        return read_trace(path), "python: the compressed stream ends early"
+    trace = read(path, data)
+    if isinstance(trace, str):
+        del data
+        return read_trace(path), f"python: {trace}"
+    return trace, "native"
+
+
+def scan(data):
     """The kernel's scan of a document, or a str saying why the kernel does not take it."""
     if _core is None:
         return "the compiled kernel is not built"

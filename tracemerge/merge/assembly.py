@@ -25,6 +25,7 @@ import os
 import shutil
 import tempfile
 
+from tracemerge import kernel
 from tracemerge.formats import chrome
 from tracemerge.codecs import codec_for
 from tracemerge.errors import OutputError
@@ -53,7 +54,8 @@ FORMATS = {"chrome": Format(chrome.encode_events, chrome.open_document, chrome.S
 
 def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
-    {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked}.
+    {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked,
+    "core": which core read it, "native" or "python[: why the kernel did not]"}.
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
@@ -63,28 +65,36 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     try:
         with gc_paused():
             owned = not isinstance(source, RankTrace)
-            trace = read_trace(source) if owned else source
+            # the compiled core reads a file it takes; the Python path the others (and the
+            # traces a Session keeps in memory): the same columns, the same output bytes
+            trace, core = kernel.read_rank(source) if owned else (source, "python")
             known = event_facts(trace) if facts else None
-            events, counts = rank_fn(trace, place, consume=owned)
+            try:
+                events, counts = rank_fn(trace, place, consume=owned)
+            except kernel.Declined as e:
+                trace, core = read_trace(source), f"python: {e}"
+                events, counts = rank_fn(trace, place, consume=owned)
             del trace
             size = sink.write(_encoded(FORMATS[fmt], events, codec))
     except BaseException:
         sink.abandon()
         raise
-    return {"counts": counts, "bytes": size, "facts": known}
+    return {"counts": counts, "bytes": size, "facts": known, "core": core}
 
 
 def _encoded(form, events, codec):
     """The pieces of one rank's body: each chunk of ``events`` (an iterable of event lists,
     each encoded and dropped before the next is made, so a rank's events and its encoding
-    are never in memory whole) or an already encoded body (protobuf bytes)."""
+    are never in memory whole, or of bodies the compiled core wrote) or an already encoded
+    body (protobuf bytes)."""
     if isinstance(events, (bytes, bytearray)):
         pieces = [bytes(events)] if events else []
     else:
         pieces = []
         for chunk in events:
             if chunk:
-                pieces += [form.separator, form.encode(chunk)] if pieces else [form.encode(chunk)]
+                piece = chunk if chunk.__class__ is bytes else form.encode(chunk)
+                pieces += [form.separator, piece] if pieces else [piece]
             del chunk
     if codec and pieces:
         member = io.BytesIO()

@@ -4,6 +4,7 @@ import functools
 import itertools
 
 import tracemerge
+from tracemerge import kernel
 from tracemerge.merge import selection as select
 from tracemerge.merge.assembly import write_merged
 from tracemerge.merge.executors import LocalEngine
@@ -77,6 +78,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
 
     def footer(results):
+        session.cores = [(info.path, r.get("core", "python")) for info, r in zip(kept, results)]
         for info, r in zip(kept, results):
             if r["facts"] is not None:
                 learn(info, r["facts"])
@@ -109,9 +111,15 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     if fmt == "perfetto":
         data, proto = rank_packets(trace, place, rpc.proto_flows(found) if rpc else None)
         return data, {**counts, **proto}
-    # lists of events, made lazily: the worker encodes and frees one list at a time
     times = aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
+    if getattr(trace, "scan", None) is not None:  # read by the compiled core, which writes the events too
+        body = kernel.rank_body(trace, place, *times)
+        if body is None:
+            raise kernel.Declined("a ts or dur of 1e16 µs or more")
+        chunks, made = [body], transform_chunks(trace, place, times)[1]
+    else:
+        # lists of events, made lazily: the worker encodes and frees one list at a time
+        chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
     if found:
         flow_events = rpc.json_events(found, trace, place, *times)
         counts["rpc_flow_events"] = len(flow_events)
