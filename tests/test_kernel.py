@@ -238,7 +238,8 @@ def test_combine_is_the_same_bytes_under_both_cores(tmp_path, generated, suffix,
 @native
 def test_a_rank_the_kernel_declines_falls_back_and_is_counted(tmp_path, generated):
     odd = tmp_path / "odd.json"
-    doc = json.loads(open(generated[1], "rb").read())
+    with open(generated[1], "rb") as f:
+        doc = json.loads(f.read())
     doc["traceEvents"][5]["name"] = "caf\u00e9"
     odd.write_text(json.dumps(doc, indent=1))  # ensure_ascii: the name is spelled with a \u escape
     files = [generated[0], odd, generated[2]]
