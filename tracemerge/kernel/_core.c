@@ -39,15 +39,19 @@ static const char *const KEY_NAMES[K_COUNT] = {
     "id", "id2", "bp", "s", "bind_id", "flow_in", "flow_out", "tts", "tdur", "cname",
     "scope", "sf", "stack", "esf", "estack"};
 
+static const uint8_t KEY_LEN[K_COUNT] = {2, 3, 4, 3, 3, 2, 3, 4, 2, 3, 2, 1, 7, 7, 8, 3, 4, 5, 5, 2, 5, 3, 6};
+
 static int key_id(const char *s, size_t n) {
+    /* the common keys first, in Kineto's order, then the rest */
     for (int k = 0; k < K_COUNT; k++) {
-        if (strlen(KEY_NAMES[k]) == n && memcmp(KEY_NAMES[k], s, n) == 0) return k;
+        if (KEY_LEN[k] == n && s[0] == KEY_NAMES[k][0] && memcmp(KEY_NAMES[k], s, n) == 0) return k;
     }
     return -1;
 }
 
 /* the args keys whose integer values are namespaced (transform.ARG_ID_KEYS) */
 static const char *const ARG_ID_KEYS[4] = {"External id", "correlation", "Correlation ID", "External ID"};
+static const size_t ARG_ID_LEN[4] = {11, 11, 14, 11};
 
 /* ---- per-event record --------------------------------------------------------------- */
 
@@ -128,10 +132,24 @@ static inline int hexval(uint8_t c) {
 /* A string at ps->p (which is '"'); on success ps->p is past the closing quote and
  * *escaped says whether it held any backslash escape. Strict JSON: no raw control
  * characters, valid escapes, valid UTF-8 (a \u escape is checked for syntax only). */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+/* any byte of v that is '"', '\\', below 0x20 or from 0x80 (the bytes a string scan stops at) */
+static inline uint64_t special8(uint64_t v) {
+    uint64_t q = v ^ (ONES * '"'), b = v ^ (ONES * '\\');
+    return ((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS) | ((v - ONES * 0x20) & ~v & HIGHS) | (v & HIGHS);
+}
+
 static int string(P *ps, int *escaped) {
     const uint8_t *p = ps->p + 1, *e = ps->end;
     int esc = 0;
     for (;;) {
+        while (e - p >= 8) {  /* 8 plain bytes at a time */
+            uint64_t v;
+            memcpy(&v, p, 8);
+            if (special8(v)) break;
+            p += 8;
+        }
         while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
         if (p >= e) FAIL(ps, "unterminated string");
         uint8_t c = *p;
@@ -332,7 +350,7 @@ static int parse_args(P *ps, Ev *ev) {
         size_t klen = (size_t)(ps->p - k0) - 2;
         int is_id = -1;
         for (int k = 0; k < 4; k++)
-            if (strlen(ARG_ID_KEYS[k]) == klen && memcmp(ARG_ID_KEYS[k], k0 + 1, klen) == 0) is_id = k;
+            if (ARG_ID_LEN[k] == klen && k0[1] == ARG_ID_KEYS[k][0] && memcmp(ARG_ID_KEYS[k], k0 + 1, klen) == 0) is_id = k;
         ws(ps);
         if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected : in args");
         ps->p++;
@@ -378,15 +396,18 @@ done:;
             if (q + 1 < s + len && q[1] == 'u') FAIL(ps, "\\u in args");
         }
     }
-    /* every textual occurrence of an id key token must be one of the keys recorded above */
+    /* every textual occurrence of an id key token must be one of the keys recorded above:
+     * one walk over the span's quotes, each compared with the tokens its next byte allows */
     size_t tokens = 0;
-    for (int k = 0; k < 4; k++) {
-        size_t kl = strlen(ARG_ID_KEYS[k]);
-        for (const uint8_t *q = s; q + kl + 2 <= s + len; ) {
-            const uint8_t *hit = memchr(q, '"', (size_t)(s + len - q));
-            if (!hit || hit + kl + 2 > s + len) break;
-            if (memcmp(hit + 1, ARG_ID_KEYS[k], kl) == 0 && hit[kl + 1] == '"') tokens++;
-            q = hit + 1;
+    const uint8_t *end_s = s + len;
+    for (const uint8_t *q = s; (q = memchr(q, '"', (size_t)(end_s - q))) != NULL; q++) {
+        if (end_s - q < 13) break;  /* the shortest token, "correlation", is 13 bytes */
+        uint8_t c = q[1];
+        if (c != 'E' && c != 'c' && c != 'C') continue;
+        for (int k = 0; k < 4; k++) {
+            size_t kl = ARG_ID_LEN[k];
+            if ((size_t)(end_s - q) >= kl + 2 && ARG_ID_KEYS[k][0] == (char)c &&
+                memcmp(q + 1, ARG_ID_KEYS[k], kl) == 0 && q[kl + 1] == '"') tokens++;
         }
     }
     if (tokens != ps->nai - first) FAIL(ps, "an id key token inside an args string");
@@ -1126,6 +1147,10 @@ static PyMethodDef core_methods[] = {
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "_core", NULL, -1, core_methods};
 
 PyMODINIT_FUNC PyInit__core(void) {
+    for (int k = 0; k < K_COUNT; k++)  /* the length table must match the names */
+        if (strlen(KEY_NAMES[k]) != KEY_LEN[k]) { PyErr_SetString(PyExc_SystemError, "KEY_LEN"); return NULL; }
+    for (int k = 0; k < 4; k++)
+        if (strlen(ARG_ID_KEYS[k]) != ARG_ID_LEN[k]) { PyErr_SetString(PyExc_SystemError, "ARG_ID_LEN"); return NULL; }
     if (PyType_Ready(&ScanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m) return NULL;
