@@ -147,6 +147,10 @@ def contenders(paths, out, jobs):
     yield "floor, 1 process", [sys.executable, "-c", FLOOR, "1", out + "floor1.json", *paths]
     yield f"floor, {jobs} processes", [sys.executable, "-c", FLOOR, str(jobs), out + "floorN.json", *paths]
     yield CAT, ["sh", "-c", 'out="$1"; shift; cat "$@" > "$out"', "cat", out + "cat.json", *paths]
+    # coreutils' cat may use copy_file_range, which some filesystems do without copying the
+    # bytes through memory; a pipe makes every byte pass through a process, as a merge's do
+    yield "cat of the inputs through a pipe", ["sh", "-c", 'out="$1"; shift; cat "$@" | cat > "$out"', "cat",
+                                               out + "catp.json", *paths]
     yield MAIN.format(jobs=jobs), tm + ["-o", out + "tm.json"]
     yield PYTHON_CORE.format(jobs=jobs), ["env", "TRACEMERGE_KERNEL=python", *tm, "-o", out + "tmp.json"]
     yield "tracemerge combine .json (--jobs 1)", tm + ["-o", out + "tm1.json", "--jobs", "1"]

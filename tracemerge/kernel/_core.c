@@ -878,17 +878,6 @@ static PyObject *Scan_args_spans(Scan *s, PyObject *unused) {
 
 typedef struct { char *p; size_t len, cap; } Buf;
 
-static int reserve(Buf *b, size_t more) {
-    if (b->len + more <= b->cap) return 1;
-    size_t n = b->cap ? b->cap : 1 << 16;
-    while (n < b->len + more) n *= 2;
-    char *q = realloc(b->p, n);
-    if (!q) return 0;
-    b->p = q;
-    b->cap = n;
-    return 1;
-}
-
 static inline void put(Buf *b, const void *s, size_t n) { memcpy(b->p + b->len, s, n); b->len += n; }
 
 static inline void put_u64(Buf *b, uint64_t v) {
@@ -977,8 +966,24 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
     if (!get_array(dur_o, &db, 8, m, "dur")) { PyBuffer_Release(&ib); PyBuffer_Release(&tb); return NULL; }
     const int64_t *idx = ib.buf, *ts = tb.buf, *dur = db.buf;
     const char *base = (const char *)s->buf.buf;
-    Buf b = {NULL, 0, 0};
-    PyObject *result = NULL;
+    /* the output is written straight into a bytes object sized by an upper bound of every
+     * event's size (no growing, no copy; shrunk to its length at the end) */
+    size_t bound = 1;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t i = idx[j];
+        if (i < 0 || (size_t)i >= s->n) continue;  /* reported below */
+        Ev *e = &s->ev[i];
+        bound += 200 + (size_t)e->name_len + e->cat_len + e->tid_len + e->args_len + (size_t)e->argid_count * 48 + 2 * 48;
+        for (uint32_t k = 0; k < e->extra_count; k++) bound += s->ex[e->extra_first + k].len + 16;
+    }
+    {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(over, &pos, &key, &value)) if (PyBytes_Check(value)) bound += (size_t)PyBytes_GET_SIZE(value);
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
+    if (!result) { PyBuffer_Release(&ib); PyBuffer_Release(&tb); PyBuffer_Release(&db); return NULL; }
+    Buf b = {PyBytes_AS_STRING(result), 0, bound};
     int status = 1;
     for (Py_ssize_t j = 0; j < m && status == 1; j++) {
         int64_t i = idx[j];
@@ -1002,7 +1007,7 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
         size_t need = 200 + e->name_len + e->cat_len + e->tid_len + (ov ? (size_t)ovlen : e->args_len)
                       + (size_t)e->argid_count * 48 + 2 * 48;
         for (uint32_t k = 0; k < e->extra_count; k++) need += s->ex[e->extra_first + k].len + 16;
-        if (!reserve(&b, need)) { PyErr_NoMemory(); status = 0; break; }
+        if (b.len + need > b.cap) { PyErr_SetString(PyExc_SystemError, "write: size bound exceeded"); status = 0; break; }
         if (j) b.p[b.len++] = ',';
         put(&b, "{\"ph\":\"", 7);
         b.p[b.len++] = (char)e->ph;
@@ -1063,12 +1068,14 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
         b.p[b.len++] = '}';
     }
     if (status == 1) {
-        result = PyBytes_FromStringAndSize(b.p ? b.p : "", (Py_ssize_t)b.len);
-    } else if (status == -1) {
-        result = Py_None;
-        Py_INCREF(result);
+        if (_PyBytes_Resize(&result, (Py_ssize_t)b.len) < 0) result = NULL;
+    } else {
+        Py_CLEAR(result);
+        if (status == -1) {
+            result = Py_None;
+            Py_INCREF(result);
+        }
     }
-    free(b.p);
     PyBuffer_Release(&ib);
     PyBuffer_Release(&tb);
     PyBuffer_Release(&db);
