@@ -16,7 +16,7 @@ from tracemerge.inputs.scan import scan, scan_head
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.kernel import read_file
 
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 
@@ -62,7 +62,7 @@ class Session:
         else:
             found, kept = [], {}
             for path in paths:
-                trace, problem = _attempt(read_trace, path, skip_bad)
+                trace, problem = _attempt(read_file, path, skip_bad)
                 found.append((None if trace is None else describe(trace), problem))
                 if trace is not None:
                     kept[path] = trace
@@ -84,7 +84,7 @@ class Session:
     def trace(self, rank):
         """The events of ``rank``, from memory or read again."""
         trace = self._traces.get(rank)
-        return trace if trace is not None else read_trace(self.info(rank).path)
+        return trace if trace is not None else read_file(self.info(rank).path)
 
     def source(self, rank):
         """What a worker reads ``rank`` from: the events already in memory, else the path."""

@@ -20,9 +20,8 @@ import msgspec
 import numpy as np
 
 from tracemerge.errors import TraceError
-from tracemerge.model import Args, Extra, RankTrace
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data, read_trace
-from tracemerge.model import FLOW_ID_KEYS
+from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
 
 try:
     from tracemerge.kernel import _core
@@ -85,6 +84,11 @@ class KernelArgs(Args):
         o, n = self._spans[i].tolist()
         return msgspec.json.decode(self._view[o:o + n]) if n else None
 
+    def raw_item(self, i):
+        """``items[i]`` without making the other items."""
+        o, n = self._spans[i].tolist()
+        return msgspec.Raw(self._view[o:o + n]) if n else None
+
     def with_key(self, key):
         return self._scan.args_with(msgspec.json.encode(key))
 
@@ -110,6 +114,11 @@ def read_rank(path):
         del data
         return read_trace(path), f"python: {trace}"
     return trace, "native"
+
+
+def read_file(path):
+    """:func:`read_trace` of ``path``, by the compiled core where it takes the file."""
+    return read_rank(path)[0]
 
 
 def scan(data):
@@ -229,7 +238,8 @@ def rank_body(trace, place, start, dur) -> bytes | None:
     for i in np.flatnonzero(trace.ph == ord("M")).tolist():
         if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
             continue
-        args = namespaced_args(place.rank, Args([trace.args.items[i]], raw=True))
+        item = trace.args.raw_item(i) if isinstance(trace.args, KernelArgs) else trace.args.items[i]
+        args = namespaced_args(place.rank, Args([item], raw=True))
         _rewrite_process_metadata(trace, place, args, [i], i)
         a = args[0]
         overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)

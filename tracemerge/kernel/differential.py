@@ -14,11 +14,11 @@ import numpy as np
 
 from tracemerge import kernel
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.formats import chrome
 from tracemerge.errors import TracemergeError
-from tracemerge.model import NO_TS
+from tracemerge.formats import chrome
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
+from tracemerge.model import NO_TS
 
 SCALAR_FIELDS = ("meta", "tracemerge", "base_ns", "names", "pids", "tids", "warnings", "truncated")
 ARRAY_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur")

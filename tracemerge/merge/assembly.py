@@ -71,8 +71,8 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
             known = event_facts(trace) if facts else None
             try:
                 events, counts = rank_fn(trace, place, consume=owned)
-            except kernel.Declined as e:
-                trace, core = read_trace(source), f"python: {e}"
+            except kernel.Declined as e:  # the source may be a trace the kernel read and a Session kept
+                trace, core = read_trace(trace.path), f"python: {e}"
                 events, counts = rank_fn(trace, place, consume=owned)
             del trace
             size = sink.write(_encoded(FORMATS[fmt], events, codec))
