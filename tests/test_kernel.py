@@ -262,3 +262,17 @@ def test_bad_inputs_give_the_same_error_or_output_under_both_cores(tmp_path, nam
         assert (tmp_path / "n.json").read_bytes() == (tmp_path / "p.json").read_bytes()
     else:
         assert a.stderr == b.stderr
+
+
+@native
+def test_traces_a_session_keeps_in_memory_are_written_the_same(tmp_path, monkeypatch, generated):
+    from tracemerge import Session, combine
+    outs = {}
+    for core in ("native", "python"):
+        monkeypatch.setenv(kernel.ENV, core)
+        session = Session.open(generated)  # small inputs: the events stay in memory
+        assert session._traces, "the session was expected to keep its traces"
+        outs[core] = tmp_path / f"{core}.json"
+        combine(session, session.align("auto"), str(outs[core]))
+        assert {c for _, c in session.cores} == {core}
+    assert outs["native"].read_bytes() == outs["python"].read_bytes()

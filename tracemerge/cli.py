@@ -169,7 +169,7 @@ def core_line(cores):
     native = sum(core == "native" for _, core in cores)
     if not native:
         return f"core: python ({len(cores)} ranks; {kernel.describe().split('(', 1)[-1].rstrip(')')})"
-    fallback = [(path, core.partition(": ")[2] or "kept in memory") for path, core in cores if core != "native"]
+    fallback = [(path, core.partition(": ")[2] or "not taken") for path, core in cores if core != "native"]
     return f"core: native ({native} of {len(cores)} ranks)" + "".join(
         f"; {path} read by the Python path: {why}" for path, why in fallback)
 

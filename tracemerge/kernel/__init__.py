@@ -116,6 +116,11 @@ def read_rank(path):
     return trace, "native"
 
 
+def core_of(trace):
+    """"native" for a trace the kernel read (and will write), else "python"."""
+    return "native" if getattr(trace, "scan", None) is not None else "python"
+
+
 def read_file(path):
     """:func:`read_trace` of ``path``, by the compiled core where it takes the file."""
     return read_rank(path)[0]

@@ -67,7 +67,7 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
             owned = not isinstance(source, RankTrace)
             # the compiled core reads a file it takes; the Python path the others (and the
             # traces a Session keeps in memory): the same columns, the same output bytes
-            trace, core = kernel.read_rank(source) if owned else (source, "python")
+            trace, core = kernel.read_rank(source) if owned else (source, kernel.core_of(source))
             known = event_facts(trace) if facts else None
             try:
                 events, counts = rank_fn(trace, place, consume=owned)
