@@ -12,13 +12,16 @@ file that the Python reader reports or salvages) is read by the Python path, wit
 reason returned for the caller to count. Either way the output is the same bytes.
 """
 
+import mmap
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import numpy as np
 
+from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.errors import TraceError
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data, read_trace
 from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
@@ -105,7 +108,10 @@ def read_rank(path):
     does not take, bad ones included)."""
     if active() != "native":
         return read_trace(path), "python"
-    data, cut = read_data(path)
+    data = _mapped(path)
+    cut = ""
+    if data is None:
+        data, cut = read_data(path)
     if cut:
         del data
         return read_trace(path), "python: the compressed stream ends early"
@@ -114,6 +120,21 @@ def read_rank(path):
         del data
         return read_trace(path), f"python: {trace}"
     return trace, "native"
+
+
+def _mapped(path):
+    """The bytes of an uncompressed file as a read-only map of the page cache (no copy into
+    the process, no page faults on fresh memory: ~0.05 s and the file's size per 60 MB
+    rank), or None for anything else — compressed, empty, not a regular file — which
+    read_data reads (and reports) as before. The map lives as long as the views of it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            if head[:2] == GZIP_MAGIC or head == ZSTD_MAGIC or not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # unreadable (read_data says why), or empty (cannot be mapped)
+        return None
 
 
 def core_of(trace):
