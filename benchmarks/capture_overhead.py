@@ -127,7 +127,7 @@ def _drive(calls, rounds, out_dir):
 def _print_table(us, calls, rounds):
     print(f"µs per RPC, median of {rounds} rounds x {calls} calls, loopback, "
           f"torch {torch.__version__}, {os.cpu_count()} CPUs")
-    print(f"| case | none | torch profiler | tracemerge capture | capture/torch | capture/none |")
+    print("| case | none | torch profiler | tracemerge capture | capture/torch | capture/none |")
     print("|---|---:|---:|---:|---:|---:|")
     for case in CASES:
         none, prof, cap = (statistics.median(us[(case, m)]) for m in MODES)

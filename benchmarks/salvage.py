@@ -19,8 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root: tests/support
 from tests.support.gen_kineto import write_rank  # noqa: E402
-
-from tracemerge.inputs.chrome import read_trace  # noqa: E402
+from tracemerge.inputs import read_trace  # noqa: E402
 
 
 def best(fn, repeat):

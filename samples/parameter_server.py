@@ -14,9 +14,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed.rpc as rpc
-from torch import nn, optim
-
 from common import captured, launch
+from torch import nn, optim
 
 NUM_TRAINERS = 2
 NUM_BATCHES = 3

@@ -17,10 +17,9 @@ from pathlib import Path
 import torch
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
+from common import captured, launch
 from torch import nn, optim
 from torch.distributions import Categorical
-
-from common import captured, launch
 
 NUM_OBSERVERS = 2
 NUM_EPISODES = 2

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed.rpc as rpc
-
 from common import captured, launch
 
 

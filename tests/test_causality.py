@@ -5,11 +5,11 @@ import json
 
 import numpy as np
 from click.testing import CliRunner
-
 from support import synth
-from tracemerge.clocks.methods import align
-from tracemerge.clocks.causality import count, review
+
 from tracemerge.cli import main
+from tracemerge.clocks.causality import count, review
+from tracemerge.clocks.methods import align
 from tracemerge.session import Session
 
 

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from tracefiles import kineto, load_output, write, x
 
 import tracemerge
 from tracemerge.cli import main
-from tracefiles import kineto, load_output, write, x
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "kineto_rpc", "worker*.json.gz")))

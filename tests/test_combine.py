@@ -1,12 +1,12 @@
 from collections import Counter
 
 import pytest
+from tracefiles import BASE, kineto, load_output, rank_file, write, x
 
-from tracemerge.merge.combine import combine
 from tracemerge.errors import RankConflict
 from tracemerge.inputs.rankinfo import rank_from_name
+from tracemerge.merge.combine import combine
 from tracemerge.session import Session
-from tracefiles import BASE, kineto, load_output, rank_file, write, x
 
 
 def two_ranks(tmp_path, skew_ns=0, start_gap_us=0.0):

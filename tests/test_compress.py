@@ -12,25 +12,18 @@ import sys
 
 import orjson
 import pytest
+from tracefiles import cli, kineto, write, x
 
 from tracemerge.codecs import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
 from tracemerge.errors import OutputError, TraceError
-from tracemerge.inputs.chrome import read_trace
-
-from tracefiles import kineto, write, x
+from tracemerge.inputs import read_trace
 
 zstandard = pytest.importorskip("zstandard")  # the test extra installs it
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from support import gen_kineto
 
 NO_ZSTANDARD = "import sys; sys.modules['zstandard'] = None; from tracemerge.cli import main; main()"
 
 
-def cli(*args, code=None):
-    """The command as a process; ``code`` runs instead of ``python -m tracemerge``."""
-    head = ["-c", code] if code else ["-m", "tracemerge"]
-    return subprocess.run([sys.executable, *head, *map(str, args)], capture_output=True, timeout=120, cwd=ROOT)
 
 
 def combined(files, out, *args):
@@ -44,11 +37,6 @@ def error_lines(r):
     err = r.stderr.decode()
     assert "Traceback" not in err, err
     return [line for line in err.splitlines() if line.startswith("tracemerge: error: ")]
-
-
-@pytest.fixture(scope="module")
-def rank_files(tmp_path_factory):
-    return gen_kineto.generate(str(tmp_path_factory.mktemp("ranks")), 3, 0.4, seed=5, rank_files=True, gz=True, jobs=1)
 
 
 def frames(data):

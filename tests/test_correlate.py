@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tracemerge.clocks.correlate import RpcCall, match_collectives, match_rpcs
 from tracemerge.clocks.bands import collective_constraints, rpc_constraints
+from tracemerge.clocks.correlate import RpcCall, RpcMemo, match_collectives, match_rpcs
 
 
 def info(rank, rpcs=(), collectives=()):
@@ -61,12 +61,14 @@ def test_collectives_keep_each_ranks_last_start_and_last_end_given():
 
 def test_the_rpc_join_is_made_once_for_the_same_records_and_again_for_other_ones():
     infos = [info(0, [caller("a", 0, 1, 10, 40)]), info(1, [callee("a", 0, 1, 20, 30)])]
-    first = match_rpcs(infos)
-    assert match_rpcs(list(infos)) is first  # the same record lists
+    memo = RpcMemo()
+    first = match_rpcs(infos, memo)
+    assert match_rpcs(list(infos), memo) is first  # the same record lists
+    assert match_rpcs(infos) is not first  # no memo: made again
     with pytest.raises(ValueError):
         first.calls.times[0, 0] = 1  # shared by every caller: read-only
     infos[1].rpcs.append(callee("b", 0, 1, 50))  # a list that grew
-    grown = match_rpcs(infos)
+    grown = match_rpcs(infos, memo)
     assert grown is not first and len(grown.calls) == 2 and grown.callee_only == 1
     other = [info(0, [caller("a", 0, 1, 10, 40)]), info(1, [callee("a", 0, 1, 21, 30)])]  # equal lengths, other lists
-    assert match_rpcs(other).calls.times[1].tolist() == [21]
+    assert match_rpcs(other, memo).calls.times[1].tolist() == [21]

@@ -8,28 +8,15 @@ import sys
 
 import orjson
 import pytest
-
-from tracemerge.inputs.scan import scan
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.inputs.rankinfo import describe
-from tracemerge.inputs.chrome import read_trace
-from tracemerge.session import Session
-from tracemerge.merge.combine import combine
-
-from tracefiles import kineto, write, x
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from support import gen_kineto  # (by name, so its functions pickle into worker processes)
+from tracefiles import cli, kineto, write, x
 
-
-def cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "tracemerge", *map(str, args)], capture_output=True,
-                          timeout=timeout, cwd=ROOT)
-
-
-@pytest.fixture(scope="module")
-def rank_files(tmp_path_factory):
-    return gen_kineto.generate(str(tmp_path_factory.mktemp("ranks")), 3, 0.4, seed=7, rank_files=True, gz=True, jobs=1)
+from tracemerge.inputs import read_trace
+from tracemerge.inputs.rankinfo import describe
+from tracemerge.inputs.scan import scan
+from tracemerge.merge.combine import combine
+from tracemerge.merge.executors import LocalEngine
+from tracemerge.session import Session
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from tracefiles import kineto, load_output, x
 
 from tracemerge.cli import main
 from tracemerge.errors import EXIT_CONFLICT, EXIT_INPUT, TraceError
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
 from tracemerge.inputs.salvage import salvage
-from tracefiles import kineto, load_output, x
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 

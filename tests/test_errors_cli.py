@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from tracefiles import kineto, load_output, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]
@@ -85,6 +84,10 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not os.listdir(out.parent) and proc.poll() is None:
         time.sleep(0.01)  # interrupt once writing has begun: shards or the temporary output exist
+    if proc.poll() is not None:   # never signal a finished process (its pid may be another's by now)
+        raise AssertionError(f"combine ended (exit {proc.returncode}) before it could be interrupted: "
+                             "make the trace bigger")
+    assert os.listdir(out.parent), "combine did not begin writing in 60 s"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

@@ -5,13 +5,13 @@ import os
 from collections import Counter
 
 import pytest
+from support.pftrace import read_pftrace, thread_of
+from tracefiles import BASE, SAMPLES, load_output, rank_file, write, x
 
-from tracemerge.merge.combine import combine
 from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.merge.combine import combine
 from tracemerge.merge.selection import Selection
 from tracemerge.session import Session
-from tracefiles import BASE, load_output, rank_file, write, x
-from test_perfetto import SAMPLES, read_pftrace, thread_of
 
 
 def rpc_pair(caller_ts=100.0, callee_ts=130.0, wrong_rank_span=False):

@@ -4,33 +4,17 @@ what the workers find in the events, ranks written straight into the output in t
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from tracefiles import BASE, cli, kineto, rank_file, write, x
 
-from tracemerge.merge.combine import combine
-from tracemerge.inputs.scan import scan_head
-from tracemerge.merge.executors import LocalEngine
+from tracemerge.inputs import read_trace
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs.scan import scan_head
+from tracemerge.merge.combine import combine
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.session import Session
-
-from tracefiles import BASE, kineto, rank_file, write, x
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from support import gen_kineto
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "tracemerge", *map(str, args)], capture_output=True, timeout=120,
-                          cwd=ROOT)
-
-
-@pytest.fixture(scope="module")
-def rank_files(tmp_path_factory):
-    return gen_kineto.generate(str(tmp_path_factory.mktemp("ranks")), 3, 0.3, seed=11, rank_files=True, gz=True, jobs=1)
 
 
 def rpc_pair(rpc_id, caller, callee, t1, t2, t3, t4):

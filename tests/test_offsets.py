@@ -3,8 +3,8 @@
 import json
 
 from click.testing import CliRunner
-
 from support import synth
+
 from tracemerge.cli import main
 
 FIELDS = ["rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers"]

@@ -1,5 +1,6 @@
 """``tracemerge open`` serves the file once to a real HTTP client, with the UI's CORS headers."""
 
+import concurrent.futures
 import subprocess
 import sys
 import urllib.parse
@@ -8,10 +9,27 @@ import urllib.request
 from tracemerge.serve import UI_ORIGIN
 
 
+def readline(stream, timeout=30):
+    """The next line of ``stream``, failing after ``timeout`` s instead of waiting forever
+    for a server that never prints its link."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(stream.readline).result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise AssertionError(f"no line in {timeout} s") from None
+    finally:
+        pool.shutdown(wait=False)   # a thread still reading ends when the process is killed
+
+
 def start(path, *extra):
     proc = subprocess.Popen([sys.executable, "-m", "tracemerge", "open", str(path), "--port", "0", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    link = proc.stdout.readline().strip()
+    try:
+        link = readline(proc.stdout).strip()
+    except AssertionError:
+        proc.kill()   # unblocks the reading thread too
+        proc.wait()
+        raise
     assert link.startswith(f"{UI_ORIGIN}/#!/?url=http://127.0.0.1:"), link
     return proc, link.split("?url=", 1)[1]
 

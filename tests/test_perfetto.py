@@ -1,6 +1,7 @@
 """The .pftrace writer, read back with Perfetto's own protos."""
 
 import glob
+import gzip
 import json
 import os
 import subprocess
@@ -9,113 +10,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from support.pftrace import read_pftrace, thread_of
+from tracefiles import SAMPLES, kineto, load_output, write, x
 
-from tracemerge.merge.combine import combine, placements
-from tracemerge.formats.perfetto.encoder import nest
+from tracemerge.formats.perfetto.nesting import nest
+from tracemerge.merge.combine import combine
 from tracemerge.session import Session
-from tracemerge.merge.ids import namespace_args
-from tracemerge.merge.placement import aligned_ns
-from tracefiles import kineto, load_output, write, x
-
-SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")
-TE = pb.TrackEvent
-
-
-def _value(ann, names):
-    kind = ann.WhichOneof("value")
-    if ann.dict_entries:
-        return {_name(e, names): _value(e, names) for e in ann.dict_entries}
-    if ann.array_values:
-        return [_value(v, names) for v in ann.array_values]
-    if kind == "legacy_json_value":
-        return json.loads(ann.legacy_json_value)
-    return getattr(ann, kind)
-
-
-def _name(ann, names):
-    return names[ann.name_iid] if ann.HasField("name_iid") else ann.name
-
-
-def read_pftrace(path):
-    """Tracks, slices, instants and counters of a .pftrace, replayed in timestamp order the
-    way Perfetto does; asserts that BEGIN/END nest properly on every track."""
-    trace = pb.Trace()
-    with open(path, "rb") as f:
-        trace.ParseFromString(f.read())
-    tracks, seqs, timed = {}, {}, []
-    for n, p in enumerate(trace.packet):
-        interned = seqs.setdefault(p.trusted_packet_sequence_id, {"names": {}, "cats": {}, "anns": {}})
-        if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
-            interned.update(names={}, cats={}, anns={})
-        for e in p.interned_data.event_names:
-            interned["names"][e.iid] = e.name
-        for e in p.interned_data.event_categories:
-            interned["cats"][e.iid] = e.name
-        for e in p.interned_data.debug_annotation_names:
-            interned["anns"][e.iid] = e.name
-        if p.HasField("track_descriptor"):
-            assert p.track_descriptor.uuid not in tracks
-            tracks[p.track_descriptor.uuid] = p.track_descriptor
-        if p.HasField("track_event"):
-            assert p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-            timed.append((p.timestamp, n, p.track_event, dict(interned)))
-    timed.sort(key=lambda t: (t[0], t[1]))
-    stacks, slices, instants, counters = {}, [], [], []
-    active, arcs, unmatched = {}, [], []     # flows replayed as Perfetto's importer does
-
-    def flows(item, ev):
-        for f in ev.flow_ids:
-            if f in active:
-                arcs.append((f, active[f], item))
-            active[f] = item
-        for f in ev.terminating_flow_ids:
-            if f in active:
-                arcs.append((f, active.pop(f), item))
-            else:
-                unmatched.append(f)
-
-    for ts, _, ev, interned in timed:
-        assert ev.track_uuid in tracks, "event on an undeclared track"
-        stack = stacks.setdefault(ev.track_uuid, [])
-        if ev.type == TE.TYPE_SLICE_END:
-            assert stack, f"END without BEGIN on track {ev.track_uuid}"
-            s = stack.pop()
-            s.update(end=ts, end_flows=list(ev.flow_ids), end_terminating=list(ev.terminating_flow_ids))
-            s["args"].update({_name(a, interned["anns"]): _value(a, interned["anns"]) for a in ev.debug_annotations})
-            flows(s, ev)
-            continue
-        if ev.type == TE.TYPE_COUNTER:
-            value = ev.counter_value if ev.HasField("counter_value") else ev.double_counter_value
-            counters.append({"track": ev.track_uuid, "ts": ts, "value": value})
-            continue
-        item = {"name": interned["names"][ev.name_iid], "track": ev.track_uuid, "ts": ts,
-                "cat": [interned["cats"][c] for c in ev.category_iids],
-                "args": {_name(a, interned["anns"]): _value(a, interned["anns"]) for a in ev.debug_annotations},
-                "flows": list(ev.flow_ids), "terminating": list(ev.terminating_flow_ids)}
-        flows(item, ev)
-        if ev.type == TE.TYPE_SLICE_BEGIN:
-            if stack:
-                item["parent"] = stack[-1]
-            stack.append(item)
-            slices.append(item)
-        else:
-            assert ev.type == TE.TYPE_INSTANT
-            instants.append(item)
-    assert all(not s for s in stacks.values()), "slices left open"
-    for s in slices:   # a child lies within its parent
-        if "parent" in s:
-            assert s["parent"]["ts"] <= s["ts"] and s["end"] <= s["parent"]["end"]
-    return {"tracks": tracks, "slices": slices, "instants": instants, "counters": counters, "arcs": arcs,
-            "unmatched_flow_ends": unmatched}
-
-
-def thread_of(tracks, uuid):
-    """(pid, tid, thread name) of a thread track, or (pid, None, track name) of another track."""
-    t = tracks[uuid]
-    if t.HasField("thread"):
-        return t.thread.pid, t.thread.tid, t.thread.thread_name
-    return tracks[t.parent_uuid].process.pid, None, t.name
 
 
 def merge(tmp_path, docs, name="out.pftrace", **kw):
@@ -214,36 +114,61 @@ def test_real_traces_keep_every_slice_with_its_time_process_and_args(tmp_path, s
     summary = combine(session, alignment, out)
     got = read_pftrace(out)
     want = Counter()
-    for rank, place in placements(session, alignment).items():
-        trace = session.trace(rank)
-        start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
-        for i in np.flatnonzero(trace.ph == ord("X")).tolist():
-            args = namespace_args(rank, trace.args[i]) or {}
-            want[trace.names[trace.name[i]], place.pid_base + int(trace.pid[i]), int(start[i]) + place.out_base_ns,
-                 int(dur[i]), json.dumps(args, sort_keys=True)] += 1
+    for rank, pid_of, events in input_ranks(session):
+        for e in events:
+            if e.get("ph") == "X":
+                args = namespaced(rank, e.get("args") or {})
+                want[e["name"], pid_of[e["pid"]], e["ts_ns"], e["dur_ns"], json.dumps(args, sort_keys=True)] += 1
     have = Counter((s["name"], thread_of(got["tracks"], s["track"])[0], s["ts"], s["end"] - s["ts"],
                     json.dumps(s["args"], sort_keys=True)) for s in got["slices"])
     assert have == want and len(want) > 10
     ev = summary["events"]
     assert ev["dropped"] == 0 and ev["out"] == ev["in"]
-    check_input_flows(session, alignment, got)
+    check_input_flows(session, got)
 
 
-def check_input_flows(session, alignment, got):
+ARG_ID_KEYS = ("External id", "correlation", "Correlation ID", "External ID")
+
+
+def namespaced(rank, args):
+    """The args with their correlation ids made rank-unique as docs/perfetto.md says:
+    ``(rank + 1) << 32 | id`` for ids below 2**32, else ``r<rank>:<id>``."""
+    return {k: (((rank + 1) << 32 | v) if type(v) is int and 0 <= v < 1 << 32 else f"r{rank}:{v}")
+            if k in ARG_ID_KEYS else v for k, v in args.items()}
+
+
+def input_ranks(session):
+    """(rank, {input pid: output pid}, events with ``ts_ns``/``dur_ns``) per rank, read from
+    the input files with the standard library: a rank's ns are ``baseTimeNanoseconds`` plus
+    its µs times, unchanged by ``--align wall``; ranks get blocks of pids in rank order, each
+    ``1000 * (1 + most pids of a rank // 1000)`` wide, a rank's pids numbered in order of
+    first appearance."""
+    docs = {}
+    for info in session.infos:
+        with (gzip.open if info.path.endswith(".gz") else open)(info.path, "rb") as f:
+            docs[info.rank] = json.load(f)
+    pids = {r: list(dict.fromkeys(e.get("pid") for e in d["traceEvents"])) for r, d in docs.items()}
+    stride = 1000 * (1 + max(map(len, pids.values())) // 1000)
+    for n, rank in enumerate(sorted(docs)):
+        base = docs[rank].get("baseTimeNanoseconds", 0)
+        events = [{**e, "ts_ns": base + round(e["ts"] * 1000), "dur_ns": round(e.get("dur", 0) * 1000)}
+                  for e in docs[rank]["traceEvents"] if "ts" in e]
+        yield rank, {p: (n + 1) * stride + k for k, p in enumerate(pids[rank])}, events
+
+
+def check_input_flows(session, got):
     """Every input s/f pair is an arc between the slices enclosing its two points (innermost
-    X of the thread containing the ts, recomputed here from the input)."""
+    X of the thread containing the ts, recomputed here from the input files)."""
     want = Counter()
-    for rank, place in placements(session, alignment).items():
-        trace = session.trace(rank)
-        start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
-        xs = np.flatnonzero(trace.ph == ord("X"))
+    for _, _, events in input_ranks(session):
+        xs = [e for e in events if e.get("ph") == "X"]
         ends = {}
-        for i in np.flatnonzero(np.isin(trace.ph, [ord("s"), ord("f")])).tolist():
-            hits = [j for j in xs.tolist() if (trace.pid[j], trace.tid[j]) == (trace.pid[i], trace.tid[i])
-                    and start[j] <= start[i] <= start[j] + dur[j]]
-            j = max(hits, key=lambda j: (start[j], -dur[j]))
-            key = (trace.extra[i]["id"], trace.names[trace.cat[i]])
-            ends.setdefault(key, {})[chr(trace.ph[i])] = (trace.names[trace.name[j]], int(start[j]) + place.out_base_ns)
+        for e in events:
+            if e.get("ph") in ("s", "f"):
+                hits = [x for x in xs if (x["pid"], x["tid"]) == (e["pid"], e["tid"])
+                        and x["ts_ns"] <= e["ts_ns"] <= x["ts_ns"] + x["dur_ns"]]
+                x = max(hits, key=lambda x: (x["ts_ns"], -x["dur_ns"]))
+                ends.setdefault((e["id"], e.get("cat")), {})[e["ph"]] = (x["name"], x["ts_ns"])
         for pair in ends.values():
             want[pair["s"], pair["f"]] += 1
     have = Counter(((a["name"], a["ts"]), (b["name"], b["ts"])) for _, a, b in got["arcs"])
@@ -265,7 +190,7 @@ def test_generated_kineto_trace_keeps_every_event_and_flow(tmp_path):
     n_flow_events = sum(int(np.isin(session.trace(r).ph, [ord("s"), ord("f")]).sum()) for r in session.ranks)
     assert n_flow_events > 100 and summary["perfetto"]["flow_events"] == n_flow_events
     assert len(got["arcs"]) == n_flow_events // 2
-    check_input_flows(session, alignment, got)
+    check_input_flows(session, got)
 
 
 def _ev(ph, name, ts, pid=100, tid=1, cat="c", **kw):

@@ -7,14 +7,15 @@ import os
 import tempfile
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tracefiles import BASE, kineto
 
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.merge.combine import combine
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs import read_trace
+from tracemerge.merge.combine import combine
 from tracemerge.session import Session
-from tracefiles import BASE, kineto
 
 SETTINGS = settings(max_examples=int(os.environ.get("TRACEMERGE_FUZZ_EXAMPLES", 40)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

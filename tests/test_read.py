@@ -1,10 +1,10 @@
 
 import pytest
+from tracefiles import BASE, kineto, rank_file, write, x
 
 from tracemerge.errors import TraceError
+from tracemerge.inputs import read_trace
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.inputs.chrome import read_trace
-from tracefiles import BASE, kineto, rank_file, write, x
 
 EVENTS = [
     {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
@@ -109,8 +109,8 @@ def test_typed_structs_become_the_generic_readers_output_events(tmp_path):
     """The transform patches the typed reader's structs into output events; they must encode
     as the generic reader's events do, also for absent or null keys, and again when the same
     trace is transformed a second time."""
-    from tracemerge.formats.chrome import encode_events
     from tracemerge.clocks.clock import ClockModel
+    from tracemerge.formats.chrome import encode_events
     from tracemerge.inputs.chrome import build
     from tracemerge.merge.placement import Placement, transform
 

@@ -4,12 +4,12 @@ import subprocess
 import sys
 
 import pytest
+from tracefiles import kineto, load_output, write, x
 
-from tracemerge.merge.combine import combine
 from tracemerge.errors import TracemergeError
+from tracemerge.merge.combine import combine
 from tracemerge.merge.selection import Selection, parse_ranks, parse_window
 from tracemerge.session import Session
-from tracefiles import kineto, load_output, write, x
 
 
 def ranks(tmp_path, n=3):

@@ -2,7 +2,12 @@
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(ROOT, "samples")
 BASE = 1_790_000_000_000_000_000  # a Kineto-style baseTimeNanoseconds
 
 
@@ -53,3 +58,10 @@ def load_output(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rb") as f:
         return json.load(f)
+
+
+def cli(*args, timeout=120, code=None):
+    """The command as a process run from the repository root; ``code`` runs instead of
+    ``python -m tracemerge``."""
+    head = ["-c", code] if code else ["-m", "tracemerge"]
+    return subprocess.run([sys.executable, *head, *map(str, args)], capture_output=True, timeout=timeout, cwd=ROOT)

@@ -20,7 +20,7 @@ _EXPORTS = {
     "ClockModel": "tracemerge.clocks.clock",
     "Session": "tracemerge.session",
     "combine": "tracemerge.merge.combine",
-    "read_trace": "tracemerge.inputs.chrome",
+    "read_trace": "tracemerge.inputs",
 }
 
 __all__ = ["Alignment", "ClockModel", "Session", "combine", "read_trace", "__version__"]

@@ -9,15 +9,15 @@ import tracemerge
 from tracemerge import kernel
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
+from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.merge.combine import combine as combine_session
 from tracemerge.merge.executors import LocalEngine, make_engine
-from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
-from tracemerge.report.render.htmlpage import render_html
+from tracemerge.merge.selection import Selection, parse_ranks, parse_window
 from tracemerge.report import model as reports
 from tracemerge.report.render import FORMATS as REPORT_FORMATS
 from tracemerge.report.render import render as render_report
 from tracemerge.report.write import combine_report_path, write_combine_report, write_text
-from tracemerge.merge.selection import Selection, parse_ranks, parse_window, size_warning
 from tracemerge.serve import DEFAULT_PORT, serve
 from tracemerge.session import Session
 
@@ -135,7 +135,7 @@ def selection_options(fn):
                            "(either side may be empty).")(fn)
     fn = click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
                       help="Keep only these ranks, e.g. 0-3,7.")(fn)
-    fn = click.option("--format", "fmt", type=click.Choice(["json", "perfetto"]), default=None,
+    fn = click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)), default=None,
                       help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")(fn)
     return fn
 
@@ -156,10 +156,8 @@ def align_options(fn):
     fn = click.option("--reference", type=int, default=None, metavar="RANK",
                       help="Rank whose clock the others are aligned to (default: the lowest).")(fn)
     fn = click.option("--align", "method", type=click.Choice(list(METHODS)), default="auto", show_default=True,
-                      help="Clock alignment: none = timestamps as written; wall = each file's wall clock; "
-                           "start = profiler starts coincide; rpc = NTP-style offsets and drift from matched "
-                           "RPCs; collective = from matched collectives; auto = every exchange the data has, "
-                           "per rank, wall clock for ranks with none (see docs/alignment.md).")(fn)
+                      help="Clock alignment: " + "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
+                           + " (see docs/alignment.md).")(fn)
     return fn
 
 
@@ -260,7 +258,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
     if unaccounted:
         click.echo(f"tracemerge: warning: {unaccounted} events are not accounted for (in + added != out + "
                    "filtered + dropped); this is a bug, please report it", err=True)
-    for w in size_warning(output, summary):
+    for w in OUTPUT_FORMATS[summary["format"]].warnings(output, summary):
         click.echo(f"tracemerge: warning: {w}", err=True)
 
 
@@ -368,7 +366,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
                                (method, reference, offsets), group_by, remote_ops)
     write_text(output, render_report(rep, fmt, sort_by, row_limit), files)
     if html_path:
-        write_text(html_path, render_html(rep, sort_by, row_limit), files)
+        write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
     for note in rep.notes:
         if "thread-limited" in note:
             click.echo(f"tracemerge: hint: {note}", err=True)

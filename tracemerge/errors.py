@@ -1,5 +1,7 @@
 """Errors that end a command with a one-line message and a documented exit code."""
 
+from typing import Optional
+
 # Exit codes (documented in README.md). click itself exits 2 on a usage error.
 EXIT_OK = 0
 EXIT_INTERNAL = 1   # a bug: an unexpected exception (TRACEMERGE_DEBUG=1 shows its traceback)
@@ -13,20 +15,20 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 class TracemergeError(Exception):
     """Base of every error the CLI turns into a message and an exit code."""
 
-    exit_code = EXIT_INPUT
+    exit_code: int = EXIT_INPUT
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.message
 
 
 class TraceError(TracemergeError):
     """A problem with one input file, optionally at one event."""
 
-    def __init__(self, path, problem, index=None):
+    def __init__(self, path: object, problem: str, index: Optional[int] = None) -> None:
         where = f"{path}: event {index}: " if index is not None else f"{path}: "
         super().__init__(where + problem)
         self.path = str(path)

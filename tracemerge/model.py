@@ -164,7 +164,7 @@ class RankTrace:
     warnings: list = field(default_factory=list)
     truncated: bool = False         # read up to the last complete event of a cut file
     # the typed reader's event structs, which the transform patches into output events
-    # (``read._Event``); None for the generic reader
+    # (``inputs.chrome._Event``); None for the generic reader
     events: Optional[list] = None
 
     def __post_init__(self):
@@ -182,6 +182,16 @@ class RankTrace:
         if self.events is not None:
             self.extra.columns  # noqa: B018 (read now: they come from the structs)
             self.events = None
+
+    @property
+    def thread_stride(self):
+        """The number that makes ``pid code * thread_stride + tid code`` one key per thread."""
+        return max(len(self.tids), 1)
+
+    def thread_keys(self, idx=slice(None)):
+        """int64 thread key (``pid code * thread_stride + tid code``) of the events ``idx``:
+        one number per (pid, tid), which splits back by ``divmod(key, thread_stride)``."""
+        return self.pid[idx].astype(np.int64) * self.thread_stride + self.tid[idx]
 
     @property
     def timed(self):

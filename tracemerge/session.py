@@ -8,39 +8,48 @@ by the largest rank, not the job.
 
 import os
 from dataclasses import dataclass
+from typing import Any, Collection, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from tracemerge.clocks.methods import align
 from tracemerge.clocks.causality import review
-from tracemerge.inputs.jobchecks import check_job, rpc_peers
-from tracemerge.inputs.scan import scan, scan_head
-from tracemerge.merge.executors import LocalEngine
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.correlate import RpcMemo
+from tracemerge.clocks.methods import align
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.inputs.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
+from tracemerge.inputs.jobchecks import check_job, rpc_peers
+from tracemerge.inputs.rankinfo import EVENT_FACTS, RankInfo, assign_ranks, describe, learn
+from tracemerge.inputs.scan import scan, scan_head
 from tracemerge.kernel import read_file
+from tracemerge.merge.executors import LocalEngine
+from tracemerge.model import RankTrace
 
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 
 
 @dataclass
 class Alignment:
-    method: str          # what was asked for
+    method: str                          # what was asked for
     reference: int
-    clocks: dict         # {rank: ClockModel}
-    causality: dict = None  # violations before/after, time moved (tracemerge.clocks.causality.review)
+    clocks: Dict[int, ClockModel]        # {rank: ClockModel}
+    causality: Optional[Dict[str, Any]] = None  # violations before/after, time moved (tracemerge.clocks.causality.review)
 
 
 class Session:
-    def __init__(self, infos, traces, engine=None, inputs=None, skipped=(), warnings=()):
-        self.infos = sorted(infos, key=lambda i: i.rank)
+    def __init__(self, infos: List[RankInfo], traces: Dict[int, RankTrace], engine: Any = None,
+                 inputs: Optional[Sequence[str]] = None, skipped: Iterable[Tuple[str, str]] = (),
+                 warnings: Iterable[str] = (), rpc_memo: Optional[RpcMemo] = None) -> None:
+        self.infos = sorted(infos, key=_rank)
         self._traces = traces  # {rank: RankTrace} kept in memory
         self.engine = engine   # runs per-rank work (tracemerge.merge.executors); None: inline
         self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
-        self.cores = []  # [(path, core)] of the last combine: which core read each rank (tracemerge.kernel)
+        self.rpc_memo = rpc_memo or RpcMemo()  # the RPC join of these infos, made once
+        # [(path, core)] of the last combine: which core read each rank (tracemerge.kernel)
+        self.cores: List[Tuple[str, str]] = []
 
     @classmethod
-    def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False):
+    def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto", engine: Any = None,
+             skip_bad: bool = False, strict: bool = False, head: bool = False) -> "Session":
         """With an ``engine``, files are described by its workers and events are never kept.
 
         ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
@@ -49,58 +58,61 @@ class Session:
         for a caller that reads the events later anyway (combine); not with ``skip_bad``,
         which must have found every bad event before the merge starts.
         """
-        paths = [os.fspath(p) for p in paths]
-        keep = engine is None and sum(_size(p) for p in paths) <= KEEP_IN_MEMORY_BYTES
+        files: List[str] = [os.fspath(p) for p in paths]
+        keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
         if not keep:
             # events will be read again when needed: a head, else a light scan describes each file
             runner = engine or LocalEngine(1)
-            heads = runner.map_light(scan_head, paths) if head and not skip_bad else [None] * len(paths)
-            rest = [p for p, info in zip(paths, heads) if info is None]
+            heads = runner.map_light(scan_head, files) if head and not skip_bad else [None] * len(files)
+            rest = [p for p, info in zip(files, heads) if info is None]
             scanned = iter(runner.map(_attempt, [scan] * len(rest), rest, [skip_bad] * len(rest)))
             found = [(info, None) if info is not None else next(scanned) for info in heads]
-            kept = {}
+            kept: Dict[str, RankTrace] = {}
         else:
             found, kept = [], {}
-            for path in paths:
+            for path in files:
                 trace, problem = _attempt(read_file, path, skip_bad)
                 found.append((None if trace is None else describe(trace), problem))
                 if trace is not None:
                     kept[path] = trace
         infos = [info for info, _ in found if info is not None]
-        skipped = [(path, problem) for path, (_, problem) in zip(paths, found) if problem is not None]
+        skipped = [(path, problem) for path, (_, problem) in zip(files, found) if problem is not None]
         if not infos:
-            raise TracemergeError(f"no readable input: all {len(paths)} files were skipped as bad")
+            raise TracemergeError(f"no readable input: all {len(files)} files were skipped as bad")
         assign_ranks(infos, rank_from)
-        warnings = check_job(infos, strict) + rpc_peers(infos)
-        return cls(infos, {i.rank: kept[i.path] for i in infos if i.path in kept}, engine, paths, skipped, warnings)
+        memo = RpcMemo()
+        warnings = check_job(infos, strict) + rpc_peers(infos, memo)
+        return cls(infos, {i.rank: kept[i.path] for i in infos if i.path in kept}, engine, files, skipped, warnings,
+                   memo)
 
     @property
-    def ranks(self):
-        return [i.rank for i in self.infos]
+    def ranks(self) -> List[int]:
+        return [_rank(i) for i in self.infos]
 
-    def info(self, rank):
+    def info(self, rank: int) -> RankInfo:
         return next(i for i in self.infos if i.rank == rank)
 
-    def trace(self, rank):
+    def trace(self, rank: int) -> RankTrace:
         """The events of ``rank``, from memory or read again."""
         trace = self._traces.get(rank)
         return trace if trace is not None else read_file(self.info(rank).path)
 
-    def source(self, rank):
+    def source(self, rank: int) -> Union[RankTrace, str]:
         """What a worker reads ``rank`` from: the events already in memory, else the path."""
         trace = self._traces.get(rank)
         return trace if trace is not None else self.info(rank).path
 
-    def complete(self, ranks):
+    def complete(self, ranks: Collection[Optional[int]]) -> None:
         """Read the events of the partial infos of ``ranks`` for what only events tell."""
         todo = [i for i in self.infos if i.partial and i.rank in ranks]
         if todo:
             for info, full in zip(todo, (self.engine or LocalEngine(1)).map(scan, [i.path for i in todo])):
                 learn(info, {key: getattr(full, key) for key in EVENT_FACTS})
 
-    def align(self, method="auto", reference=None, offsets=None, enforce_causality=False):
-        reference, clocks = align(self.infos, method, reference, offsets)
-        clocks, causality = review(self.infos, clocks, enforce_causality)
+    def align(self, method: str = "auto", reference: Optional[int] = None,
+              offsets: Optional[Dict[int, int]] = None, enforce_causality: bool = False) -> Alignment:
+        reference, clocks = align(self.infos, method, reference, offsets, self.rpc_memo)
+        clocks, causality = review(self.infos, clocks, enforce_causality, self.rpc_memo)
         return Alignment(method=method, reference=reference, clocks=clocks, causality=causality)
 
 
@@ -119,3 +131,9 @@ def _size(path):
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _rank(info: RankInfo) -> int:
+    """A described file's rank (assigned by Session.open)."""
+    assert info.rank is not None
+    return info.rank

@@ -1,7 +1,13 @@
-import os, sys, socket, time, torch
+import os
+import socket
+import sys
+import time
+
+import torch
 import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
-from torch.profiler import profile, ProfilerActivity
+from torch.profiler import ProfilerActivity, profile
+
 
 def udf(x, y):
     time.sleep(0.002)
@@ -21,5 +27,8 @@ def run(rank, port, out):
     rpc.shutdown()
 
 if __name__ == "__main__":
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
     mp.spawn(run, args=(port, sys.argv[1]), nprocs=2)

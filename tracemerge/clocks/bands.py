@@ -363,7 +363,7 @@ def fit_pairs(constraints, sides, spans, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
             fit = PairFit(c.a, c.b, b0, s * 1e6, anchors[k], c.samples, min_delta, ok, c.kinds)
             if ok:
                 est = [fit.at(x) for x in spans[k]]
-                fit.bounds = tuple(max(h - e, e - l, 0.0) + ROUNDING_NS for l, h, e in zip(lo, hi, est))
+                fit.bounds = tuple(max(h - e, e - low, 0.0) + ROUNDING_NS for low, h, e in zip(lo, hi, est))
             return fit
 
         sloped = candidate(b0_mid[k], float(s_mid[k]))

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.clocks.bands import synchronised
+from tracemerge.clocks.correlate import match_collectives, match_rpcs
 
 PASSES = 50          # each pass fixes every current violation; pushes may create a few new ones
 PINNED_WEIGHT = 1e9  # isotonic weight of a point that must land where it was moved to
@@ -30,8 +30,8 @@ class Points:
     first: np.ndarray   # the row in ``coll`` where each collective's members start
 
 
-def points(infos):
-    calls = match_rpcs(infos).calls
+def points(infos, memo=None):
+    calls = match_rpcs(infos, memo).calls
     use = calls.quadruples
     rpc = np.column_stack([calls.caller[use], calls.callee[use], *calls.times[:, use]]).reshape(-1, 6)
     ranks, start, end, ended = synchronised(match_collectives(infos))
@@ -73,9 +73,9 @@ def count(infos, clocks, p=None):
     return {"rpc": n, "collective": m, "total": n + m}
 
 
-def review(infos, clocks, enforce_causality=False):
+def review(infos, clocks, enforce_causality=False, memo=None):
     """(clocks, report): violations under ``clocks`` and, when asked, the corrected clocks."""
-    p = points(infos)
+    p = points(infos, memo)
     before = count(infos, clocks, p)
     report = {"checked": {"rpc": len(p.rpc), "collective": len(p.first)}, "violations_before": before,
               "enforced": bool(enforce_causality)}

@@ -11,7 +11,7 @@ is moved only around the exchanges that needed it, as a controlled logical clock
 """
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -25,11 +25,11 @@ class ClockModel:
     anchor_ns: int = 0
     error_bound_ns: Optional[int] = None  # |true - estimate| never exceeds it; None = unknown
     samples: int = 0
-    peers: list = field(default_factory=list)
+    peers: List[int] = field(default_factory=list)
     note: str = ""                        # why the estimate is weaker than asked (fallbacks, conflicts)
-    corrections: list = field(default_factory=list)
+    corrections: List[List[int]] = field(default_factory=list)
 
-    def to_reference(self, local_ns):
+    def to_reference(self, local_ns: Any) -> Any:
         """Reference-clock ns of local ns (int or int64 array)."""
         if not self.drift_ppm:
             out = local_ns - self.offset_ns
@@ -40,7 +40,7 @@ class ClockModel:
             out = out if np.ndim(local_ns) else int(out)
         return out + self._shift(out, inverse=False) if self.corrections else out
 
-    def to_local(self, ref_ns):
+    def to_local(self, ref_ns: Any) -> Any:
         """Local ns of reference-clock ns: the model itself."""
         if self.corrections:
             ref_ns = ref_ns - self._shift(ref_ns, inverse=True)
@@ -58,9 +58,9 @@ class ClockModel:
         out = np.rint(np.interp(at, xs.astype(np.float64), knots[:, 1].astype(np.float64))).astype(np.int64)
         return out if np.ndim(ref_ns) else int(out)
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
 
-def identity(rank, method="wall"):
+def identity(rank: int, method: str = "wall") -> ClockModel:
     return ClockModel(rank=rank, method=method, error_bound_ns=None)

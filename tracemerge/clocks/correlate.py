@@ -79,27 +79,37 @@ class RpcMatch:
     missing_peer: dict = field(default_factory=dict)  # {rank: calls whose peer rank has no input}
 
 
-def match_rpcs(infos):
+def match_rpcs(infos, memo=None):
     """Join the caller's and the callee's record of every RPC by ``rpc_id``; when a side has
     several records, the last time given for each field and the last non-ok status count.
 
-    Alignment, the causality check, the flow plan and the peer warnings each ask for the
-    join of the same records, so the last one is kept (keyed by the record lists
-    themselves, which the entry holds, and their lengths).
+    ``memo`` (an :class:`RpcMemo`, a session's) returns the join it made last when asked
+    for the same records again.
     """
-    global _LAST_RPC_MATCH
-    lists = [info.rpcs for info in infos]
-    key = [(id(rpcs), len(rpcs)) for rpcs in lists]
-    if _LAST_RPC_MATCH is not None and _LAST_RPC_MATCH[0] == key:
-        return _LAST_RPC_MATCH[2]
+    if memo is not None:
+        return memo.match(infos)
     match = _match_rpcs(infos)
     for column in (match.calls.caller, match.calls.callee, match.calls.times, match.calls.has, match.calls.ok):
         column.setflags(write=False)  # shared by every caller
-    _LAST_RPC_MATCH = key, lists, match
     return match
 
 
-_LAST_RPC_MATCH = None  # (key, the record lists, RpcMatch)
+class RpcMemo:
+    """The last RPC join of a session: alignment, the causality check, the flow plan, the
+    peer warnings and the report each ask for the join of the same records, so it is kept
+    (keyed by the record lists themselves, which the entry holds, and their lengths)."""
+
+    def __init__(self):
+        self._last = None  # (key, the record lists, RpcMatch)
+
+    def match(self, infos):
+        lists = [info.rpcs for info in infos]
+        key = [(id(rpcs), len(rpcs)) for rpcs in lists]
+        if self._last is not None and self._last[0] == key:
+            return self._last[2]
+        match = match_rpcs(infos)
+        self._last = key, lists, match
+        return match
 
 
 def _match_rpcs(infos):

@@ -1,14 +1,28 @@
-"""Chrome trace JSON writer: streamed rank by rank, so only one rank's events are in memory.
+"""Chrome trace JSON output (``--format json``): streamed rank by rank, so only one rank's
+events are in memory.
 
 The document is made of pieces that can be produced apart: :func:`open_document`, one
 :func:`encode_events` body per rank (worker processes write these as shard files),
 :data:`SEPARATOR` between non-empty bodies, and :func:`close_document`.
 """
 
+import itertools
+import os
+
 import msgspec
 import orjson
 
+from tracemerge import kernel
+from tracemerge.codecs import codec_for
+from tracemerge.formats.base import Format
+from tracemerge.merge.placement import aligned_ns, transform_chunks
+
 SEPARATOR = b","
+# Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
+JSON_WARN_BYTES = 400 << 20
+
+
+JSON_BYTES_PER_EVENT = 300    # Kineto events are ~257 B, ~437 B with record_shapes
 
 
 def open_document(header):
@@ -20,7 +34,7 @@ def open_document(header):
 def encode_events(events):
     """One rank's events as the comma-joined body of the traceEvents array (b"" when none).
 
-    msgspec writes dicts, ``transform.Event`` structs and raw JSON args (verbatim) alike.
+    msgspec writes dicts, ``merge.placement.Event`` structs and raw JSON args (verbatim) alike.
     """
     return msgspec.json.encode(events)[1:-1] if events else b""
 
@@ -29,3 +43,39 @@ def close_document(footer):
     """``],"tracemerge":footer}`` as bytes."""
     return b'],"tracemerge":' + orjson.dumps(footer) + b"}"
 
+
+def rank_body(trace, place, rpc, found, counts, consume):
+    """One rank's events as lists made lazily (the worker encodes and frees one list at a
+    time), or as the body the compiled core writes for a trace it read (raising
+    :class:`tracemerge.kernel.Declined` where it cannot), with its RPC flow events last."""
+    times = aligned_ns(trace, place.clock, place.out_base_ns)
+    if kernel.core_of(trace) == "native":  # read by the compiled core, which writes the events too
+        body = kernel.rank_body(trace, place, *times)
+        if body is None:
+            raise kernel.Declined("a ts or dur of 1e16 µs or more")
+        chunks, made = [body], transform_chunks(trace, place, times)[1]
+    else:
+        chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
+    if found:
+        flow_events = rpc.json_events(found, trace, place, *times)
+        counts["rpc_flow_events"] = len(flow_events)
+        made += flow_events
+    return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
+
+
+def size_warning(output, summary):
+    """Warnings for a JSON output the Perfetto UI may fail to load (it holds about 2 GB)."""
+    if summary.get("format") == "perfetto":
+        return []
+    if output != "-" and codec_for(output) is None:
+        size = os.path.getsize(output)
+    else:  # compressed or piped: estimate from the event count
+        size = summary["events"]["out"] * JSON_BYTES_PER_EVENT
+    if size <= JSON_WARN_BYTES:
+        return []
+    return [f"the JSON trace is about {size / 2**20:.0f} MB; the Perfetto UI may run out of memory loading "
+            "it: write a .pftrace (-o trace.pftrace) or narrow it with --window/--ranks/--min-duration"]
+
+
+FORMAT = Format("json", (".json",), rank_body, encode_events, open_document, SEPARATOR, close_document,
+                warnings=size_warning)

@@ -1,3 +1,42 @@
-"""Reading rank files: the Chrome/Kineto JSON reader (chrome), a rank file's head (head),
-cut-file salvage (salvage), what a file says about its rank (rankinfo, kineto_collectives)
-and sanity checks over what was read (sanity)."""
+"""Reading rank files. The registry :data:`READERS` lists the input formats (each an
+:class:`~tracemerge.inputs.base.InputFormat`); :func:`read_trace` and pass 1
+(:mod:`~tracemerge.inputs.scan`) pick the reader by :func:`reader_for`. A new input format
+is one new module and one line here.
+
+Modules: the Chrome/Kineto JSON reader (chrome), a rank file's head (head), cut-file
+salvage (salvage), what a file says about its rank (rankinfo, kineto_collectives) and
+checks over one rank and over the job (rankchecks, jobchecks).
+"""
+
+import os
+from typing import Tuple, Union
+
+from tracemerge.inputs import chrome
+from tracemerge.inputs.base import InputFormat
+from tracemerge.model import RankTrace
+
+# formats with a sniff first, in order; the last, without one, takes the rest
+READERS: Tuple[InputFormat, ...] = (
+    chrome.FORMAT,
+)
+
+
+def reader_for(path: Union[str, "os.PathLike[str]"]) -> InputFormat:
+    """The format of ``path``: the first whose sniff claims its first decompressed bytes,
+    else the fallback. The head is only read when some format sniffs."""
+    sniffing = [f for f in READERS if f.sniff is not None]
+    if sniffing:
+        from tracemerge.inputs.head import first_bytes
+
+        first = first_bytes(os.fspath(path))
+        for form in sniffing:
+            sniff = form.sniff
+            if sniff is not None and sniff(first):
+                return form
+    return next(f for f in READERS if f.sniff is None)
+
+
+def read_trace(path: Union[str, "os.PathLike[str]"]) -> RankTrace:
+    """Read one trace file into a :class:`~tracemerge.model.RankTrace`, by its format's reader."""
+    path = os.fspath(path)
+    return reader_for(path).read(path)

@@ -1,4 +1,5 @@
-"""Readers: Kineto / Chrome trace JSON (object or bare array), gzip or zstd, tracemerge rank files.
+"""The Chrome trace JSON reader: Kineto / Chrome trace JSON (object or bare array), gzip or
+zstd, tracemerge rank files (the same JSON with a ``"tracemerge"`` block).
 
 Every reader ends in :class:`~tracemerge.model.RankTrace` with timestamps as integer ns
 on the file's own clock: ``baseTimeNanoseconds + ts*1000`` when the file has a base
@@ -19,8 +20,11 @@ import orjson
 
 from tracemerge.codecs import decompress
 from tracemerge.errors import TraceError
-from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
+from tracemerge.inputs.base import InputFormat
+from tracemerge.inputs.head import read_head
+from tracemerge.inputs.rankinfo import describe, describe_head
 from tracemerge.inputs.salvage import NotCut, Unsalvageable, salvage
+from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
 PADDING = b"\0 \t\r\n"
@@ -139,7 +143,8 @@ def split_document(path, doc):
 
 
 def read_trace(path):
-    """Read one trace file into a :class:`RankTrace`."""
+    """Read one trace file into a :class:`RankTrace` (the registry's ``read``: use
+    :func:`tracemerge.inputs.read_trace`, which picks the reader)."""
     path = os.fspath(path)
     data, cut = read_data(path)
     trace = None if cut else read_typed(path, data)
@@ -423,3 +428,25 @@ def _extra(events, keys, read=None):
         if values is not None and values.count(msgspec.UNSET) != len(values):
             columns[key] = values
     return columns
+
+
+def describe_file(path):
+    """The :class:`RankInfo` of ``path``: the typed reader without the keys describe() does
+    not use (flow ids, scopes); a file it does not take goes through the full reader, which
+    explains or salvages it."""
+    data, cut = read_data(path)
+    trace = None if cut else read_typed(path, data, extra=False, describing=True)
+    del data
+    return describe(trace if trace is not None else read_trace(path))
+
+
+def describe_head_of(path):
+    """The partial :class:`RankInfo` of a rank file from the keys before its events, or None."""
+    found = read_head(path)
+    return describe_head(path, found) if found is not None else None
+
+
+# the fallback (no sniff): anything no other reader claims is read as trace JSON, whose
+# errors say what is wrong with it
+FORMAT = InputFormat("chrome", read_trace, describe_file, head=describe_head_of)
+

@@ -38,6 +38,11 @@ def read_head(path):
     return None
 
 
+def first_bytes(path):
+    """The first decompressed bytes of ``path`` (up to about a MB), for sniffing formats."""
+    return bytes(next(iter(_prefixes(path)), b""))
+
+
 def _object_before(buf, at):
     """The object ``buf[:at]`` opens, when ``at`` is where its next key starts."""
     body = buf[:at].rstrip()

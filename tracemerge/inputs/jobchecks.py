@@ -45,8 +45,8 @@ def _ranks(ranks):
     return f"rank {listed}" if len(ranks) == 1 else f"ranks {listed}"
 
 
-def rpc_peers(infos):
+def rpc_peers(infos, memo=None):
     """Warnings for RPC records whose peer rank has no input file, with counts per rank."""
-    missing = match_rpcs(infos).missing_peer
+    missing = match_rpcs(infos, memo).missing_peer
     return [f"{n} RPC records name rank {rank} as their peer, but no input file has rank {rank}"
             for rank, n in sorted(missing.items())]

@@ -6,15 +6,15 @@ while the events themselves are streamed one rank at a time.
 
 import os
 import re
-from itertools import repeat
 from dataclasses import dataclass, field
-from typing import Optional
+from itertools import repeat
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 from tracemerge.errors import RankConflict, TraceError
 from tracemerge.inputs.kineto_collectives import collectives as kineto_collectives
+from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
 
@@ -38,15 +38,15 @@ class RankInfo:
     last_ns: int                    # latest event end (file's clock)
     events: int
     threads: int
-    pids: list                      # original pid values, by pid code
-    rpcs: list = field(default_factory=list)
-    collectives: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
+    pids: List[Any]                 # original pid values, by pid code
+    rpcs: List[Dict[str, Any]] = field(default_factory=list)
+    collectives: List[Dict[str, Any]] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
     truncated: bool = False
     timed: bool = True              # the file has at least one timestamped event
     has_block: bool = False         # the file carries a 'tracemerge' block
     partial: bool = False           # described from the file's head: the event facts are not known yet (learn)
-    job: dict = field(default_factory=dict)  # job_id / world_size / backend the file states (checks.job_facts)
+    job: Dict[str, Any] = field(default_factory=dict)  # job_id / world_size / backend the file states (rankchecks.job_facts)
 
 
 def rank_from_name(path):
@@ -191,7 +191,7 @@ def event_facts(trace):
     span = trace.time_span()
     empty = [] if span else ["no timestamped events: the file adds no time span to the merged trace"]
     span = span or (0, 0)
-    threads = len(np.unique(trace.pid.astype(np.int64) * max(1, len(trace.tids)) + trace.tid))
+    threads = len(np.unique(trace.thread_keys()))
     return dict(first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
                 warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=not empty,
                 truncated=trace.truncated)

@@ -1,35 +1,35 @@
-"""Pass 1 over the inputs: what the clock model needs of a rank (a :class:`RankInfo`): a
-rank file's head alone when it carries its block, else the typed reader without the extra
-keys. Anything the typed reader does not accept goes through the full reader, so errors,
-salvage and warnings are the reader's own."""
+"""Pass 1 over the inputs: what the clock model needs of a rank (a :class:`RankInfo`), by
+the reader the registry picks (:mod:`tracemerge.inputs`): a rank file's head alone when
+it carries its block, else the format's describing read. Anything a describing read does
+not accept goes through the full reader, so errors, salvage and warnings are the reader's
+own."""
 
 import os
 
 from tracemerge import kernel
-from tracemerge.inputs.chrome import read_data, read_trace, read_typed
-from tracemerge.inputs.head import read_head
-from tracemerge.inputs.rankinfo import describe, describe_head
+from tracemerge.inputs import READERS, reader_for
+from tracemerge.inputs.rankinfo import describe
 from tracemerge.merge.executors import gc_paused
 
 
 def scan_head(path):
-    """The partial :class:`RankInfo` of a rank file whose head carries its block
-    (:func:`rankinfo.describe_head`), without decoding its events; None for other files."""
+    """The partial :class:`RankInfo` of a rank file whose head carries its block, without
+    decoding its events; None for other files."""
     path = os.fspath(path)
-    found = read_head(path)
-    return describe_head(path, found) if found is not None else None
+    for form in READERS:
+        if form.head is not None:
+            info = form.head(path)
+            if info is not None:
+                return info
+    return None
 
 
 def scan(path):
-    """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``: the typed
-    reader without the keys describe() does not use (flow ids, scopes); a file it does not
-    take goes through the full reader, which explains or salvages it."""
+    """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``."""
     path = os.fspath(path)
-    if kernel.active() == "native":  # the compiled core reads every key at the speed of the narrow decode
-        with gc_paused():
-            return describe(kernel.read_file(path))
+    form = reader_for(path)
     with gc_paused():
-        data, cut = read_data(path)
-        trace = None if cut else read_typed(path, data, extra=False, describing=True)
-        del data
-        return describe(trace if trace is not None else read_trace(path))
+        if form.name == kernel.READS and kernel.active() == "native":
+            # the compiled core reads every key faster than the format's narrow decode
+            return describe(kernel.read_file(path))
+        return form.describe(path)

@@ -23,7 +23,7 @@ import numpy as np
 
 from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.errors import TraceError
-from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data, read_trace
+from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
 from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
 
 try:
@@ -35,6 +35,7 @@ else:
     _IMPORT_ERROR = None
 
 ENV = "TRACEMERGE_KERNEL"
+READS = "chrome"  # the input format (tracemerge.inputs.READERS) whose files the kernel reads
 
 
 def active() -> str:
@@ -106,8 +107,12 @@ def read_rank(path):
     kernel is not active or does not take the file, :func:`read_trace`'s and "python" or
     "python: <why>". Errors are the Python reader's own (it reads every file the kernel
     does not take, bad ones included)."""
+    from tracemerge.inputs import read_trace, reader_for
+
     if active() != "native":
         return read_trace(path), "python"
+    if reader_for(path).name != READS:
+        return read_trace(path), "python: another input format"
     data = _mapped(path)
     cut = ""
     if data is None:

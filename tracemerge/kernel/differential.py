@@ -10,6 +10,7 @@ same bytes as the transform and the JSON writer. Used by the tests, the fuzz tar
 import os
 import tempfile
 
+import msgspec
 import numpy as np
 
 from tracemerge import kernel
@@ -37,6 +38,15 @@ def _typed(value):
     return value
 
 
+def _decoded_or_error(args, i):
+    """``args[i]``, or the error decoding it raises (a number beyond a double, say: the raw
+    args are the same bytes for both paths, so they must fail alike)."""
+    try:
+        return args[i]
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
 def same_trace(k, p):
     """None when the kernel's trace ``k`` and the Python reader's ``p`` agree, else what differs."""
     for f in SCALAR_FIELDS:
@@ -50,7 +60,7 @@ def same_trace(k, p):
     pa = [None if a is None else bytes(a) for a in p.args.items]
     if ka != pa:
         return "args"
-    if [k.args[i] for i in range(len(k))] != [p.args[i] for i in range(len(p))]:
+    if [_decoded_or_error(k.args, i) for i in range(len(k))] != [_decoded_or_error(p.args, i) for i in range(len(p))]:
         return "decoded args"
     if _typed(k.extra.columns) != _typed(p.extra.columns):
         return "extra columns"

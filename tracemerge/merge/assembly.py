@@ -16,6 +16,7 @@ workers are in :mod:`tracemerge.merge.executors`.
 import contextlib
 import io
 import multiprocessing
+
 # imported now, not on the first RawValue: this module builds its properties with exec(),
 # and a Ctrl-C that lands inside an exec() makes CPython 3.11 end the process by SIGINT
 # even after tracemerge has caught the KeyboardInterrupt (exit -2 instead of 130)
@@ -26,29 +27,14 @@ import shutil
 import tempfile
 
 from tracemerge import kernel
-from tracemerge.formats import chrome
 from tracemerge.codecs import codec_for
 from tracemerge.errors import OutputError
-from tracemerge.model import RankTrace
-from tracemerge.output import atomic_output
-from tracemerge.inputs.chrome import read_trace
+from tracemerge.formats import FORMATS
+from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import event_facts
 from tracemerge.merge.executors import LocalEngine, gc_paused
-
-
-class Format:
-    """How one output format is cut into independently encoded pieces.
-
-    ``encode(events) -> bytes`` runs in the workers, once per rank; ``open(header)``,
-    ``separator`` (between non-empty shards) and ``close(footer)`` are written by the parent.
-    """
-
-    def __init__(self, encode, open, separator, close):
-        self.encode, self.open, self.separator, self.close = encode, open, separator, close
-
-
-FORMATS = {"chrome": Format(chrome.encode_events, chrome.open_document, chrome.SEPARATOR, chrome.close_document)}
-
+from tracemerge.model import RankTrace
+from tracemerge.output import atomic_output
 
 # ---- pass 2: transform and encode ------------------------------------------------------
 
@@ -167,6 +153,9 @@ class _Turns:
         self.written, self.failed = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
 
 
+# The one module-level state left: the turns of the write in progress. A lock and shared
+# integers reach forked pool workers only by inheritance (multiprocessing refuses to pickle
+# them into a task), so write_merged sets this for the length of one write and clears it.
 _TURNS = None
 
 

@@ -1,18 +1,20 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
 import functools
-import itertools
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import tracemerge
-from tracemerge import kernel
+from tracemerge.formats import FORMATS, output_format
+from tracemerge.inputs.rankinfo import learn
 from tracemerge.merge import selection as select
 from tracemerge.merge.assembly import write_merged
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.merge.flows import RpcFlows
+from tracemerge.merge.placement import Placement, rank_label
 from tracemerge.output import check_output
-from tracemerge.inputs.rankinfo import learn
-from tracemerge.formats.perfetto.encoder import output_format, rank_packets
-from tracemerge.merge.placement import Placement, aligned_ns, rank_label, transform_chunks
+
+if TYPE_CHECKING:
+    from tracemerge.session import Alignment, Session
 
 SECOND_NS = 1_000_000_000
 
@@ -35,7 +37,8 @@ def placements(session, alignment):
     }
 
 
-def combine(session, alignment, output, force=False, fmt=None, selection=None):
+def combine(session: "Session", alignment: "Alignment", output: str, force: bool = False, fmt: Optional[str] = None,
+            selection: Optional[select.Selection] = None) -> Dict[str, Any]:
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
 
     ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``
@@ -54,7 +57,7 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
     kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
     # a window is measured from the job's first event, and left-out ranks are counted
     session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept])
-    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept})
+    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept}, session.rpc_memo)
     while True:
         try:
             return _write(session, alignment, output, fmt, selection, kept, rpc)
@@ -73,7 +76,8 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
         if info not in kept:
             counts["in"] += info.events
             counts["filtered"] += info.events
-            counts["filtered:ranks"] = counts.get("filtered:ranks", 0) + info.events
+            by = counts.setdefault("filtered_by", {})
+            by["ranks"] = by.get("ranks", 0) + info.events
     start = aligned_start(session, alignment) - next(iter(places.values())).out_base_ns
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
 
@@ -85,8 +89,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
         if placements(session, alignment) != places:
             raise _Moved()
         for r in results:
-            for k, v in r["counts"].items():
-                counts[k] = counts.get(k, 0) + v
+            add_counts(counts, r["counts"])
         return {**build_summary(session, alignment, places, counts), "format": fmt,
                 "selection": select.describe(selection)}
 
@@ -94,7 +97,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc):
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine, into its part of the output
     jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
-    return write_merged(session.engine or LocalEngine(1), rank_fn, "perfetto" if fmt == "perfetto" else "chrome",
+    return write_merged(session.engine or LocalEngine(1), rank_fn, fmt,
                         jobs, output, header, footer, facts=any(i.partial for i in kept))
 
 
@@ -103,28 +106,13 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
     are freed as they are encoded."""
     n_in = len(trace)
-    if fmt == "perfetto" and consume:
-        trace.drop_events()  # the protobuf encoder reads the columns
+    form = FORMATS[fmt]
+    if form.columns_only and consume:
+        trace.drop_events()  # the encoder reads the columns
     trace, counts = select.apply(trace, place, selection, window)
     found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
     counts.update(flow_counts, **{"in": n_in})
-    if fmt == "perfetto":
-        data, proto = rank_packets(trace, place, rpc.proto_flows(found) if rpc else None)
-        return data, {**counts, **proto}
-    times = aligned_ns(trace, place.clock, place.out_base_ns)
-    if getattr(trace, "scan", None) is not None:  # read by the compiled core, which writes the events too
-        body = kernel.rank_body(trace, place, *times)
-        if body is None:
-            raise kernel.Declined("a ts or dur of 1e16 µs or more")
-        chunks, made = [body], transform_chunks(trace, place, times)[1]
-    else:
-        # lists of events, made lazily: the worker encodes and frees one list at a time
-        chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
-    if found:
-        flow_events = rpc.json_events(found, trace, place, *times)
-        counts["rpc_flow_events"] = len(flow_events)
-        made += flow_events
-    return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
+    return form.rank(trace, place, rpc, found, counts, consume)
 
 
 def build_summary(session, alignment, places, counts):
@@ -143,8 +131,8 @@ def build_summary(session, alignment, places, counts):
         "align": alignment.method,
         "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
         "causality": alignment.causality,
-        "events": {**{k: v for k, v in counts.items() if ":" not in k and not k.startswith(DETAIL)},
-                   **reasons(counts)},
+        "events": {**{k: v for k, v in counts.items() if k not in BY_REASON and not k.startswith(DETAIL)},
+                   **{group: counts.get(group, {}) for group in BY_REASON}},
         **{group: detail for group, prefix in DETAIL_GROUPS.items()
            if (detail := {k[len(prefix):]: v for k, v in counts.items() if k.startswith(prefix)})},
     }
@@ -155,11 +143,17 @@ DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_"}
 DETAIL = tuple(DETAIL_GROUPS.values())
 
 
-def reasons(counts):
-    """{"filtered_by": {reason: n}, "dropped_by": {reason: n}} from "filtered:<reason>" keys."""
-    out = {"filtered_by": {}, "dropped_by": {}}
-    for key, n in counts.items():
-        group, sep, reason = key.partition(":")
-        if sep:
-            out[f"{group}_by"][reason] = n
-    return out
+# per-rank counts by reason ({reason: n}) of the events filtered out and dropped
+BY_REASON = ("filtered_by", "dropped_by")
+
+
+def add_counts(total, counts):
+    """Add one rank's counts into ``total``: numbers, and the by-reason groups reason by
+    reason (a reason keeps the place it was first seen in)."""
+    for k, v in counts.items():
+        if k in BY_REASON:
+            into = total.setdefault(k, {})
+            for reason, n in v.items():
+                into[reason] = into.get(reason, 0) + n
+        else:
+            total[k] = total.get(k, 0) + v

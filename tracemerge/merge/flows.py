@@ -18,13 +18,38 @@ the protobuf output by :mod:`tracemerge.formats.perfetto.flows`; JSON passes the
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from typing import NamedTuple, Tuple
 
 import numpy as np
 
 from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.nesting import nest_order, thread_runs
 
 FLOW_CAT = "rpc"
+
+
+class SliceFlows(NamedTuple):
+    """The flow ids a slice's packets carry in the protobuf output: its begin's ``flow_ids``
+    and ``terminating_flow_ids``, its end's the same."""
+
+    begin: Tuple[int, ...] = ()
+    begin_terminating: Tuple[int, ...] = ()
+    end: Tuple[int, ...] = ()
+    end_terminating: Tuple[int, ...] = ()
+
+    def add(self, flow_id: int, at_end: bool, terminating: bool) -> "SliceFlows":
+        """These flows with ``flow_id`` on the slice's begin or end, continuing or ending there."""
+        ids = list(self)
+        ids[2 * at_end + terminating] += (flow_id,)   # the fields' order: begin, begin_terminating, end, …
+        return _new_tuple(SliceFlows, ids)            # (not _replace: ~4x slower, called per flow point)
+
+    def __add__(self, other):   # the flows of both, field by field
+        return SliceFlows(*(a + b for a, b in zip(self, other)))
+
+
+_new_tuple = tuple.__new__
+NO_FLOWS = SliceFlows()
 # RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
 # (``(rank + 1) << 32 | id``) and below 2**53, where JSON readers lose integer precision.
 FLOW_ID_BASE = 1 << 52
@@ -42,9 +67,9 @@ class RpcFlows:
     calls: dict        # {rpc_id: (index, caller rank, callee rank)}
 
     @classmethod
-    def plan(cls, infos, ranks):
+    def plan(cls, infos, ranks, memo=None):
         """Calls with both records whose two ranks are both in the output."""
-        match = match_rpcs(infos)
+        match = match_rpcs(infos, memo)
         return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
                     if c.send_ns is not None and c.start_ns is not None
                     and c.caller in ranks and c.callee in ranks})
@@ -82,17 +107,20 @@ class RpcFlows:
                        "rpc_duplicate_spans": duplicates}
 
     def proto_flows(self, found):
-        """{event index: (begin flow_ids, begin terminating, end flow_ids, end terminating)}."""
+        """{event index: :class:`SliceFlows`} of the rank's RPC spans: the request leaves the
+        caller's begin and ends at the callee's begin, the response leaves the callee's end
+        and ends at the caller's end."""
         out = {}
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
-            out[i] = ((req,), (), (), (resp,)) if role == "caller" else ((), (req,), (resp,), ())
+            out[i] = (SliceFlows(begin=(req,), end_terminating=(resp,)) if role == "caller"
+                      else SliceFlows(begin_terminating=(req,), end=(resp,)))
         return out
 
     def json_events(self, found, trace, place, start, dur):
         """This rank's v1 flow events: 2 per span, just inside its start and its end.
 
-        ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
+        ``start``/``dur`` are the rank's aligned ns (``merge.placement.aligned_ns``).
         """
         events = []
         ends = start + np.maximum(dur, 0)
@@ -115,15 +143,20 @@ class RpcFlows:
 
 
 def _thread_spans(trace, start, ends, dur, wanted):
-    """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread, sorted by
-    (start, end), as lists of ints: one sort per thread, then a binary search per call (in
-    Python: thousands of calls on small slices cost less than as many numpy calls)."""
+    """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread in nesting
+    order (:func:`~tracemerge.nesting.nest_order`), as lists of ints: one sort, then a
+    binary search per call (in Python: thousands of calls on small slices cost less than as
+    many numpy calls). The order of spans that start together does not change the gaps."""
     spans = np.flatnonzero((trace.ph == ord("X")) & (dur >= 0))
-    out = {}
-    for pid, tid in wanted:
-        idx = spans[(trace.pid[spans] == pid) & (trace.tid[spans] == tid)]
-        idx = idx[np.lexsort((ends[idx], start[idx]))]
-        out[pid, tid] = start[idx].tolist(), ends[idx].tolist()
+    keys = trace.thread_keys(spans)
+    order = nest_order(keys, start[spans], ends[spans])
+    spans, keys = spans[order], keys[order]
+    by_key = {pid * trace.thread_stride + tid: (pid, tid) for pid, tid in wanted}
+    out = {thread: ([], []) for thread in wanted}
+    for lo, hi in thread_runs(keys):
+        thread = by_key.get(int(keys[lo]))
+        if thread is not None:
+            out[thread] = start[spans[lo:hi]].tolist(), ends[spans[lo:hi]].tolist()
     return out
 
 

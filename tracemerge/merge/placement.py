@@ -17,10 +17,8 @@ import msgspec
 import numpy as np
 
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.model import NO_DUR, NO_TS, Args
 from tracemerge.merge.ids import CHUNK, namespace_extra, namespaced_args, namespaced_ids
-from tracemerge.model import FLOW_ID_KEYS
-
+from tracemerge.model import FLOW_ID_KEYS, NO_DUR, NO_TS, Args
 
 
 @dataclass

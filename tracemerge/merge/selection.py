@@ -7,22 +7,16 @@ Metadata (``M``) and untimed events are always kept: they name processes and thr
 """
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from tracemerge.codecs import codec_for
 from tracemerge.errors import TracemergeError, UsageError
-from tracemerge.model import NO_DUR
 from tracemerge.merge.placement import aligned_ns
+from tracemerge.model import NO_DUR
 
 REASONS = ("ranks", "category", "min_duration", "window")
-
-# Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
-JSON_WARN_BYTES = 400 << 20
-JSON_BYTES_PER_EVENT = 300    # Kineto events are ~257 B, ~437 B with record_shapes
 
 
 @dataclass
@@ -127,27 +121,12 @@ def subset(trace, keep):
 
 
 def apply(trace, place, selection, window):
-    """(selected trace, {"filtered": n, "filtered:<reason>": n}) of one rank."""
+    """(selected trace, {"filtered": n, "filtered_by": {reason: n}}) of one rank."""
     if selection is None or not (selection.drop_categories or selection.min_duration_us or selection.window_ms):
         return trace, {}
     keep, dropped = event_mask(trace, place, selection, window)
-    counts = {f"filtered:{reason}": n for reason, n in dropped.items()}
-    counts["filtered"] = sum(dropped.values())
+    counts = {"filtered_by": dict(dropped), "filtered": sum(dropped.values())}
     return subset(trace, keep), counts
-
-
-def size_warning(output, summary):
-    """Warnings for a JSON output the Perfetto UI may fail to load (it holds about 2 GB)."""
-    if summary.get("format") == "perfetto":
-        return []
-    if output != "-" and codec_for(output) is None:
-        size = os.path.getsize(output)
-    else:  # compressed or piped: estimate from the event count
-        size = summary["events"]["out"] * JSON_BYTES_PER_EVENT
-    if size <= JSON_WARN_BYTES:
-        return []
-    return [f"the JSON trace is about {size / 2**20:.0f} MB; the Perfetto UI may run out of memory loading "
-            "it: write a .pftrace (-o trace.pftrace) or narrow it with --window/--ranks/--min-duration"]
 
 
 def describe(selection):

@@ -42,3 +42,18 @@ def collective_rows(colls):
              c.slowest_rank if c.slowest_rank >= 0 else "-",
              " ".join(f"{r}:{w / 1000:.3f}" for r, w in c.wait_us.items()) or "-"] for c in colls]
     return head, body
+
+
+KEY_HEAD = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
+
+
+def key_rows(rows, all_rows, name=lambda key: key):
+    """(head, body, self CPU time total) of the key-averages table, as torch's table() has
+    it: shares of the self time of ``all_rows``, the shown ``rows`` only; ``name`` dresses
+    each key for its format (cut, quoted)."""
+    total_self = sum(r.self_cpu_time_total for r in all_rows)
+    body = [[name(r.key), format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
+             format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total), format_time(r.cpu_time),
+             r.count, r.node_id] for r in rows]
+    return KEY_HEAD, body, total_self
+

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.nesting import nest_order, thread_runs
 
 # torch's _filter_name: utility ops that never reach key_averages()
 DROPPED_NAMES = frozenset((
@@ -157,14 +158,13 @@ def _parents_stack_walk(s, e):
 def op_tree(trace):
     """The :class:`OpTree` of ``trace``."""
     idx = host_ops(trace)
-    thread = trace.pid[idx].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[idx]
+    thread = trace.thread_keys(idx)
     start = trace.ts[idx]
     end = start + trace.dur[idx]
-    order = np.lexsort((-end, start, thread))   # stable: ties keep file order, as torch keeps its own
+    order = nest_order(thread, start, end)
     idx, thread, start, end = idx[order], thread[order], start[order], end[order]
     parent = np.full(len(idx), -1, dtype=np.int64)
-    bounds = np.flatnonzero(np.diff(thread)) + 1
-    for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(idx)]))):
+    for lo, hi in thread_runs(thread):
         s, e = start[lo:hi], end[lo:hi]
         local = _parents_nested(s, e)
         if local is None:

@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tracemerge.report.collectives import collective_report
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError
-from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.kernel import read_file
+from tracemerge.report.collectives import collective_report
+from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads
 
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")
@@ -82,7 +82,7 @@ def session_report(session, alignment, group_by="name", remote_ops=False):
         busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
-    match = match_rpcs(session.infos)
+    match = match_rpcs(session.infos, session.rpc_memo)
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})

@@ -8,15 +8,7 @@ from tracemerge.codecs import plain_name
 from tracemerge.errors import OutputError
 from tracemerge.output import atomic_output, check_output
 from tracemerge.report.model import session_report
-from tracemerge.report.render import render
-
-
-EXTENSION_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown"}
-
-
-def format_of(path):
-    """The format a report path asks for by its extension; the table otherwise."""
-    return next((f for ext, f in EXTENSION_FORMATS.items() if path.endswith(ext)), "table")
+from tracemerge.report.render import format_of, render
 
 
 def write_text(path, text, inputs=(), force=True):

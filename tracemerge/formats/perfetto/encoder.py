@@ -25,19 +25,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from tracemerge.codecs import plain_name
-from tracemerge.merge.assembly import FORMATS, Format
-from tracemerge.formats.perfetto.flows import NO_FLOWS, bind_input_flows, event_id, merge_flows
+from tracemerge.formats.perfetto.flows import bind_input_flows, event_id, merge_flows
+from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, SLICE_END, nest, slice_order
+from tracemerge.merge.flows import NO_FLOWS
 from tracemerge.merge.ids import namespace_args
 from tracemerge.merge.placement import CHUNK, aligned_ns
+from tracemerge.nesting import nest_order, thread_runs
 
-SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
+INSTANT, COUNTER = 3, 4   # TrackEvent.Type (the slice types are in nesting)
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
 UINT64_MASK = (1 << 64) - 1
-SYNTHETIC_TID = 1 << 30
-PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")   # base of the tids given to threads whose input tid is a string
+SYNTHETIC_TID = 1 << 30   # base of the tids given to threads whose input tid is a string
 
 
 # varints of 0..2**14 - 1, and the same 14 bits as two bytes that both continue
@@ -169,49 +169,12 @@ class _Annotations:
         return out
 
 
-def nest(start, end):
-    """Lane of each slice of one thread (0 = the thread track, k = overlap track k).
-
-    Slices must come sorted by (start, -end). A slice nests in a lane when it starts at or
-    after the end of the lane's innermost open slice or ends within it.
-    """
-    lanes = []   # per lane: stack of open slice ends
-    out = []
-    for s, e in zip(start, end):
-        for k, stack in enumerate(lanes):
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if not stack or e <= stack[-1]:
-                stack.append(e)
-                out.append(k)
-                break
-        else:
-            lanes.append([e])
-            out.append(len(lanes) - 1)
-    return out
-
-
-def _slice_order(start, end):
-    """(ts, kind, slice) records of one lane in emission order: properly nested begins/ends."""
-    records, stack = [], []
-    for n, (s, e) in enumerate(zip(start, end)):
-        while stack and end[stack[-1]] <= s:
-            j = stack.pop()
-            records.append((end[j], SLICE_END, j))
-        stack.append(n)
-        records.append((s, SLICE_BEGIN, n))
-    while stack:
-        j = stack.pop()
-        records.append((end[j], SLICE_END, j))
-    return records
-
-
 @dataclass
 class Slices:
     """Every slice of one rank (``X``, paired ``B``/``E``, paired async ``b``/``e``/``S``/``F``),
     sorted by (track, start, -end).
 
-    ``track`` is ``pid code * len(tids) + tid code`` for a thread track and ``-(k + 1)`` for
+    ``track`` is the thread key (``RankTrace.thread_keys``) for a thread track and ``-(k + 1)`` for
     async track k (``async_keys[k]`` = (pid code, cat code, id)). ``begin`` is the event
     that names the slice, ``close`` the event that ended it (-1 for ``X``).
     """
@@ -226,10 +189,7 @@ class Slices:
 
     def ranges(self):
         """{track: (first row, end row)} of the sorted slices."""
-        cuts = np.flatnonzero(np.diff(self.track)) + 1
-        firsts = np.concatenate(([0], cuts)).tolist()
-        ends = np.concatenate((cuts, [len(self.track)])).tolist()
-        return {int(self.track[a]): (a, b) for a, b in zip(firsts, ends) if b > a}
+        return {int(self.track[a]): (a, b) for a, b in thread_runs(self.track)}
 
 
 def _pair_begin_end(trace, mask, key_of, counts, what):
@@ -278,8 +238,7 @@ def collect_slices(trace, start, dur, counts):
     """(Slices, async instants [(event index, async track)]) of one rank; unpaired begin/end
     events and async events without an id are counted as dropped."""
     ph = trace.ph
-    n_tids = max(len(trace.tids), 1)
-    thread = trace.pid.astype(np.int64) * n_tids + trace.tid
+    thread = trace.thread_keys()
 
     is_be = np.isin(ph, [ord("B"), ord("E")])
     be_begin, be_end, _ = _pair_begin_end(trace, is_be, lambda i: int(thread[i]), counts, "B/E")
@@ -316,7 +275,7 @@ def collect_slices(trace, start, dur, counts):
     track = np.concatenate((thread[begin[:len(xs) + len(be_begin)]], np.array(as_track, dtype=np.int64)))
     s = start[begin]
     e = np.where(close >= 0, start[np.maximum(close, 0)], s + np.maximum(dur[begin], 0))
-    order = np.lexsort((-e, s, track))
+    order = nest_order(track, s, e)
     slices = Slices(track[order], s[order], e[order], begin[order], close[order], async_keys, async_names)
     counts.slices = len(begin)
     counts.out += len(xs) + 2 * (len(be_begin) + len(as_begin)) + len(instants)
@@ -327,8 +286,8 @@ def collect_slices(trace, start, dur, counts):
 def encode_rank(trace, place, flows=None):
     """(bytes, ProtoCounts) of one rank: a self-contained run of packets of its sequence.
 
-    ``flows`` maps an event index to (begin flow_ids, begin terminating_flow_ids, end
-    flow_ids, end terminating_flow_ids) for the RPC arrows; input flow events are bound
+    ``flows`` maps an event index to its :class:`~tracemerge.merge.flows.SliceFlows` for
+    the RPC arrows; input flow events are bound
     here (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
     """
     counts = ProtoCounts()
@@ -336,7 +295,7 @@ def encode_rank(trace, place, flows=None):
     start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
     ph = trace.ph
     names = trace.names
-    n_tids = max(len(trace.tids), 1)
+    n_tids = trace.thread_stride
     packets = []
     tracks = _Tracks(trace, place, seq, packets)
 
@@ -375,7 +334,7 @@ def encode_rank(trace, place, flows=None):
                 counts.overlapping += len(sel)
             uuid = track_uuid(track, lane)
             begin, close = slices.begin[lo:hi][sel].tolist(), slices.close[lo:hi][sel].tolist()
-            bodies.lane(uuid, _slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
+            bodies.lane(uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
                         begin, close)
     counts.overlap_tracks = tracks.overlap_tracks
 
@@ -459,17 +418,17 @@ class _Bodies:
             if kind == SLICE_BEGIN:
                 heads.append(begin_head + name_field[name[i]] + cat_field[cat[i]])
                 args_event.append(i)
-                tails.append(_flows(flow[0], flow[1]) if flow is not no_flow else b"")
+                tails.append(_flows(flow.begin, flow.begin_terminating) if flow is not no_flow else b"")
             else:
                 heads.append(end_head)
                 args_event.append(close[n])
-                tails.append(_flows(flow[2], flow[3]) if flow is not no_flow else b"")
+                tails.append(_flows(flow.end, flow.end_terminating) if flow is not no_flow else b"")
             ts_out.append(ts)
 
     def instant(self, ts, uuid, i):
         flow = self.flows.get(i)
         self.add(ts, _uint(9, INSTANT) + _uint(11, uuid) + self.name_field[self.name_code[i]]
-                 + self.cat_field[self.cat_code[i]], i, _flows(flow[0], flow[1]) if flow else b"")
+                 + self.cat_field[self.cat_code[i]], i, _flows(flow.begin, flow.begin_terminating) if flow else b"")
 
     def _bodies(self):
         """Every body, in the order added: head, encoded args, flows."""
@@ -603,29 +562,3 @@ class _Tracks:
             tid += 1
         taken.add(tid)
         return tid
-
-
-def output_format(output, fmt=None):
-    """"perfetto" or "json": ``fmt`` when given, else by the output's name."""
-    if fmt:
-        return fmt
-    return "perfetto" if plain_name(output).endswith(PROTO_SUFFIXES) else "json"
-
-
-def rank_packets(trace, place, flows=None):
-    """(bytes, counts) of one rank for combine: counts keyed like its summary."""
-    data, c = encode_rank(trace, place, flows)
-    counts = {"out": c.out, "added": 0, "dropped": sum(c.dropped.values()),
-              "perfetto_overlapping_slices": c.overlapping, "perfetto_overlap_tracks": c.overlap_tracks,
-              "perfetto_flow_events": c.flows}
-    counts.update({f"dropped:{reason}": n for reason, n in c.dropped.items()})
-    return data, counts
-
-
-def _nothing(_):
-    return b""
-
-
-# Shards are self-contained packet runs and concatenated traces are one trace, so the
-# document needs no header, separator or footer.
-FORMATS["perfetto"] = Format(bytes, _nothing, b"", _nothing)

@@ -1,8 +1,8 @@
 """The input's own flows (Kineto ``fwdbwd``, ``ac2g``, v2 ``bind_id``) bound to slices for
 the protobuf output; the JSON output passes them through as they are.
 
-A flow map is {event index: (begin flow_ids, begin terminating, end flow_ids, end
-terminating)}: the ids a slice's begin and end packets carry.
+A flow map is {event index: :class:`~tracemerge.merge.flows.SliceFlows`}: the ids a
+slice's begin and end packets carry.
 """
 
 import hashlib
@@ -11,6 +11,7 @@ from itertools import repeat
 import numpy as np
 from msgspec import UNSET
 
+from tracemerge.merge.flows import NO_FLOWS
 from tracemerge.merge.ids import namespace_id, namespace_ids
 
 OUT, STEP, IN = "out", "step", "in"
@@ -18,14 +19,13 @@ V1_ROLES = {ord("s"): OUT, ord("t"): STEP, ord("f"): IN}
 KIND_SHIFT = 56       # flow kinds beyond the first are told apart above the namespaced id
 
 
-NO_FLOWS = ((), (), (), ())
 
 
 def merge_flows(a, b):
-    """{event index: 4 tuples of flow ids} of two flow maps together."""
+    """{event index: SliceFlows} of two flow maps together."""
     out = dict(a)
     for i, ids in b.items():
-        out[i] = tuple(x + y for x, y in zip(out[i], ids)) if i in out else ids
+        out[i] = out[i] + ids if i in out else ids
     return out
 
 
@@ -40,8 +40,8 @@ def bind_input_flows(trace, rank, start, slices, ranges):
 
     Perfetto reads packets in time order, so each point after a flow's first is put on its
     slice's begin when that begins after the previous point, else on its end.
-    Returns ({event index: (begin flow_ids, begin terminating, end flow_ids, end
-    terminating)}, {"converted": v1 events bound, reason: v1 events dropped}).
+    Returns ({event index: SliceFlows}, {"converted": v1 events bound, reason: v1 events
+    dropped}).
     """
     ph, extra = trace.ph, trace.extra
     drops = {}
@@ -54,7 +54,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     roles = list(map(V1_ROLES.__getitem__, ph[v1].tolist()))
     values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
     next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], bool)
-    thread = trace.pid[v1].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[v1]
+    thread = trace.thread_keys(v1)
     rows = _Enclosing(slices, ranges).rows(thread, start[v1], next_begin).tolist()
     points = []                     # (flow key, id, event index, role, slice row or None)
     for i, key, value, role, row in zip(v1.tolist(), zip(trace.cat[v1].tolist(), trace.name[v1].tolist()),
@@ -98,22 +98,20 @@ def bind_input_flows(trace, rank, start, slices, ranges):
                     if v1:  # a v2 point rides on an event that is kept
                         drop("flow start while the same id is in flight")
                     continue
-                at, slot = begin_ns, 0
+                at, at_end = begin_ns, False
             elif last is None:
                 if v1:
                     drop(f"flow {'step' if role == STEP else 'end'} without a start")
                 continue
             elif begin_ns > last:
-                at, slot = begin_ns, 0
+                at, at_end = begin_ns, False
             elif end_ns is not None and end_ns > last:
-                at, slot = end_ns, 2
+                at, at_end = end_ns, True
             else:
                 if v1:
                     drop("flow point on a slice that ends before its flow starts")
                 continue
-            ids = list(bound.get(event, NO_FLOWS))
-            ids[slot + (role == IN)] += (fid,)
-            bound[event] = tuple(ids)
+            bound[event] = bound.get(event, NO_FLOWS).add(fid, at_end, terminating=role == IN)
             last = None if role == IN else at
             converted += v1
     return bound, {"converted": converted, **drops}
@@ -128,7 +126,7 @@ def event_id(id_, id2):
 
 
 def proto_flow_id(rank, kind, value):
-    """The uint64 flow id of an input flow: ``transform.namespace_id`` (as in the JSON output),
+    """The uint64 flow id of an input flow: ``merge.ids.namespace_id`` (as in the JSON output),
     plus ``kind << 56`` for the rank's second and later flow kinds ((cat, name) of v1 events,
     or v2), which may reuse each other's ids; a string id becomes a 64-bit hash."""
     ns = namespace_id(rank, value)

@@ -1,18 +1,31 @@
-"""Report renderers, one module per format, behind one :func:`render` call."""
+"""Report renderers, one module per format (each defines its ``FORMAT``, a
+:class:`~tracemerge.report.render.base.ReportFormat`), behind one :func:`render` call. A
+new report format is one new module and one line in :data:`RENDERERS`; ``report
+--format``'s choices and ``combine --report PATH``'s suffix routing come from here."""
+
+from typing import Any, Dict
 
 from tracemerge.errors import TracemergeError
-from tracemerge.report.render.csvtext import render_csv
-from tracemerge.report.render.jsondoc import render_json
-from tracemerge.report.render.markdown import render_markdown
-from tracemerge.report.render.table import render_table
+from tracemerge.report.render import csvtext, htmlpage, jsondoc, markdown, table
+from tracemerge.report.render.base import ReportFormat
+
+RENDERERS: Dict[str, ReportFormat] = {f.name: f for f in (
+    table.FORMAT,
+    csvtext.FORMAT,
+    jsondoc.FORMAT,
+    markdown.FORMAT,
+    htmlpage.FORMAT,
+)}
+FORMATS = tuple(name for name, f in RENDERERS.items() if f.option is None)   # report --format NAME
+DEFAULT = "table"
 
 
-RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "markdown": render_markdown}
-FORMATS = tuple(RENDERERS)
-
-
-def render(report, fmt="table", sort_by="cpu_time_total", row_limit=100):
+def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100) -> str:
     if fmt not in RENDERERS:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
-    return RENDERERS[fmt](report, sort_by, row_limit)
+    return RENDERERS[fmt].render(report, sort_by, row_limit)
 
+
+def format_of(path: str) -> str:
+    """The format a report path asks for by its suffix; the default (table) otherwise."""
+    return next((f.name for f in RENDERERS.values() if f.suffixes and path.endswith(f.suffixes)), DEFAULT)

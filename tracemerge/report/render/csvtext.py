@@ -4,6 +4,7 @@ import csv
 import io
 
 from tracemerge.report.model import ROW_FIELDS, row_dict, sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 
 def render_csv(report, sort_by, row_limit):
@@ -13,3 +14,6 @@ def render_csv(report, sort_by, row_limit):
     for r in sorted_rows(report.key_averages, sort_by, row_limit):
         w.writerow(row_dict(r))
     return out.getvalue()
+
+
+FORMAT = ReportFormat("csv", render_csv, (".csv",))

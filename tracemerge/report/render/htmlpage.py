@@ -8,8 +8,9 @@ threads over the run.
 
 from html import escape
 
-from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
@@ -105,7 +106,6 @@ def _timeline(timeline, ranks, width=840):
 
 def render_html(report, sort_by="cpu_time_total", row_limit=100):
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
-    total_self = sum(r.self_cpu_time_total for r in report.key_averages)
     body = ["<h1>tracemerge report</h1>"]
     body += [f'<p class="hint">{escape(n)}</p>' for n in report.notes]
     clocks = report.clocks
@@ -120,10 +120,10 @@ def render_html(report, sort_by="cpu_time_total", row_limit=100):
     if report.collectives:
         body.append("<h2>Collectives</h2>" + _table(*collective_rows(report.collectives)))
     body.append("<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks))
-    head = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
-    table = [[r.key, format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
-              format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total), format_time(r.cpu_time),
-              r.count, r.node_id] for r in rows]
+    head, table, total_self = key_rows(rows, report.key_averages)
     body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>Self CPU time total: {format_time(total_self)}</p>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge report</title>'
             f'<style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
+
+
+FORMAT = ReportFormat("html", render_html, (), option="--html")

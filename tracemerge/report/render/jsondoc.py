@@ -3,8 +3,12 @@
 import orjson
 
 from tracemerge.report.model import report_dict
+from tracemerge.report.render.base import ReportFormat
 
 
 def render_json(report, sort_by, row_limit):
     return orjson.dumps(report_dict(report, sort_by, row_limit),
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+
+
+FORMAT = ReportFormat("json", render_json, (".json",))

@@ -1,7 +1,8 @@
 """Markdown: the same sections as the text table, as Markdown tables."""
 
-from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 
 def _md_table(head, body):
@@ -11,11 +12,7 @@ def _md_table(head, body):
 
 def render_markdown(report, sort_by, row_limit):
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
-    total_self = sum(r.self_cpu_time_total for r in report.key_averages)
-    head = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
-    body = [[f"`{r.key}`", format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
-             format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total), format_time(r.cpu_time),
-             r.count, r.node_id] for r in rows]
+    head, body, total_self = key_rows(rows, report.key_averages, lambda key: f"`{key}`")
     lines = ["## Key averages", ""] + _md_table(head, body) + ["", f"Self CPU time total: {format_time(total_self)}"]
     if report.rpc is not None:
         lines += ["", "## RPC latency", ""] + _md_table(*rpc_rows(report.rpc))
@@ -25,3 +22,6 @@ def render_markdown(report, sort_by, row_limit):
     if report.notes:
         lines += [""] + [f"- {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
+
+
+FORMAT = ReportFormat("markdown", render_markdown, (".md",))

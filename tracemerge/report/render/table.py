@@ -1,8 +1,9 @@
 """The text table: torch's ``key_averages().table()`` with a Node ID column, then the RPC
 and collective sections."""
 
-from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
+from tracemerge.report.render.base import ReportFormat
 
 
 def _fixed_table(headers, rows, first_width):
@@ -16,15 +17,9 @@ def _fixed_table(headers, rows, first_width):
 
 
 def key_table(rows, all_rows, width=55):
-    total_self = sum(r.self_cpu_time_total for r in all_rows)
     name_w = min(max([len(r.key) for r in rows] + [4]) + 4, width)
-    headers = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
-    body = []
-    for r in rows:
-        name = r.key if len(r.key) < width - 3 else r.key[:width - 3] + "..."
-        body.append([name, format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
-                     format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total),
-                     format_time(r.cpu_time), r.count, r.node_id])
+    headers, body, total_self = key_rows(rows, all_rows,
+                                         lambda key: key if len(key) < width - 3 else key[:width - 3] + "...")
     lines = _fixed_table(headers, body, name_w)
     lines.append(f"Self CPU time total: {format_time(total_self)}")
     return lines
@@ -42,3 +37,6 @@ def render_table(report, sort_by, row_limit):
         lines += ["", title] + _fixed_table(head, body, first)
     lines += [f"hint: {n}" if "thread-limited" in n else f"note: {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
+
+
+FORMAT = ReportFormat("table", render_table, ())

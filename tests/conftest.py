@@ -1,0 +1,12 @@
+"""Fixtures shared by the test modules; helpers that build traces are in tracefiles.py and
+support/ (synth: jobs with known clocks, gen_kineto: Kineto-like ranks, pftrace: a reader)."""
+
+import pytest
+from support import gen_kineto
+
+
+@pytest.fixture(scope="session")
+def rank_files(tmp_path_factory):
+    """Three generated gzip rank files (~0.4 MB of JSON each, RPC records in their blocks),
+    made once for the whole run: read-only for the tests that use them."""
+    return gen_kineto.generate(str(tmp_path_factory.mktemp("ranks")), 3, 0.4, seed=7, rank_files=True, gz=True, jobs=1)
