@@ -12,6 +12,8 @@ file that the Python reader reports or salvages) is read by the Python path, wit
 reason returned for the caller to count. Either way the output is the same bytes.
 """
 
+from __future__ import annotations  # the X | None annotations, on Python 3.9 too
+
 import mmap
 import os
 import stat
@@ -256,22 +258,3 @@ def json_body(trace, place, start, dur, overrides) -> bytes | None:
     return scan.write(np.ascontiguousarray(index, np.int64), np.ascontiguousarray(start, np.int64),
                       np.ascontiguousarray(dur, np.int64), int(place.pid_base), int(place.rank), over)
 
-
-def rank_body(trace, place, start, dur) -> bytes | None:
-    """The body :func:`tracemerge.merge.placement.transform_chunks` and the JSON writer make of
-    ``trace``'s own events (without the events the tool adds), or None when the kernel
-    cannot write it. The renamed process metadata (a few events per rank) is made by the
-    transform's own code and handed to the writer as replacement args."""
-    from tracemerge.merge.ids import namespaced_args
-    from tracemerge.merge.placement import _rewrite_process_metadata
-
-    overrides = {}
-    for i in np.flatnonzero(trace.ph == ord("M")).tolist():
-        if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
-            continue
-        item = trace.args.raw_item(i) if isinstance(trace.args, KernelArgs) else trace.args.items[i]
-        args = namespaced_args(place.rank, Args([item], raw=True))
-        _rewrite_process_metadata(trace, place, args, [i], i)
-        a = args[0]
-        overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)
-    return json_body(trace, place, start, dur, overrides)

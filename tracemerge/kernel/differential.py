@@ -2,7 +2,7 @@
 
 For any bytes, either the kernel declines (the Python path then reads the rank, so the
 output is the Python path's by construction), or the kernel's trace has the same columns
-as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.kernel.rank_body` writes the
+as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.formats.chrome.kernel_body` writes the
 same bytes as the transform and the JSON writer. Used by the tests, the fuzz target and
 ``.ci/run``.
 """
@@ -17,6 +17,7 @@ from tracemerge import kernel
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import TracemergeError
 from tracemerge.formats import chrome
+from tracemerge.formats.chrome import kernel_body
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
 from tracemerge.model import NO_TS
@@ -111,7 +112,7 @@ def check_bytes(data, name="input.json"):
             raise Mismatch(f"read: {why}")
         for place in placements(p):
             start, dur = aligned_ns(k, place.clock, place.out_base_ns)
-            body = kernel.rank_body(k, place, start, dur)
+            body = kernel_body(k, place, start, dur)
             if body is None:
                 continue  # out of the writer's reach: that rank is written by the Python path
             expected = python_body(p, place)
