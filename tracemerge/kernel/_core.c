@@ -976,13 +976,21 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
         bound += 200 + (size_t)e->name_len + e->cat_len + e->tid_len + e->args_len + (size_t)e->argid_count * 48 + 2 * 48;
         for (uint32_t k = 0; k < e->extra_count; k++) bound += s->ex[e->extra_first + k].len + 16;
     }
-    {
+    uint8_t *marked = NULL;  /* per scanned event: has replacement args */
+    if (PyDict_GET_SIZE(over)) {
+        marked = calloc(s->n ? s->n : 1, 1);
+        if (!marked) { PyBuffer_Release(&ib); PyBuffer_Release(&tb); PyBuffer_Release(&db); return PyErr_NoMemory(); }
         PyObject *key, *value;
         Py_ssize_t pos = 0;
-        while (PyDict_Next(over, &pos, &key, &value)) if (PyBytes_Check(value)) bound += (size_t)PyBytes_GET_SIZE(value);
+        while (PyDict_Next(over, &pos, &key, &value)) {
+            if (PyBytes_Check(value)) bound += (size_t)PyBytes_GET_SIZE(value);
+            long long k = PyLong_Check(key) ? PyLong_AsLongLong(key) : -1;
+            if (k == -1 && PyErr_Occurred()) PyErr_Clear();
+            if (k >= 0 && (size_t)k < s->n) marked[k] = 1;
+        }
     }
     PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
-    if (!result) { PyBuffer_Release(&ib); PyBuffer_Release(&tb); PyBuffer_Release(&db); return NULL; }
+    if (!result) { free(marked); PyBuffer_Release(&ib); PyBuffer_Release(&tb); PyBuffer_Release(&db); return NULL; }
     Buf b = {PyBytes_AS_STRING(result), 0, bound};
     int status = 1;
     for (Py_ssize_t j = 0; j < m && status == 1; j++) {
@@ -991,7 +999,7 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
         Ev *e = &s->ev[i];
         const char *ov = NULL;
         Py_ssize_t ovlen = 0;
-        if (PyDict_GET_SIZE(over)) {
+        if (marked && marked[i]) {  /* only the few events with replacement args ask the dict */
             PyObject *key = PyLong_FromLongLong(i);
             if (!key) { status = 0; break; }
             PyObject *v = PyDict_GetItemWithError(over, key);
@@ -1076,6 +1084,7 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
             Py_INCREF(result);
         }
     }
+    free(marked);
     PyBuffer_Release(&ib);
     PyBuffer_Release(&tb);
     PyBuffer_Release(&db);
