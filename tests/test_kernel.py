@@ -276,3 +276,15 @@ def test_traces_a_session_keeps_in_memory_are_written_the_same(tmp_path, monkeyp
         combine(session, session.align("auto"), str(outs[core]))
         assert {c for _, c in session.cores} == {core}
     assert outs["native"].read_bytes() == outs["python"].read_bytes()
+
+
+def test_without_a_compiler_the_build_succeeds_and_says_so_in_one_line(tmp_path):
+    env = dict(os.environ, CC="false", CXX="false", LDSHARED="false")
+    run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                          "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in run.stderr.splitlines() if "compiled core" in line]
+    assert len(lines) == 1 and lines[0].startswith("tracemerge: the compiled core was not built (")
+    assert lines[0].endswith("the pure-Python core will be used")
+    assert not list(tmp_path.rglob("_core*.so"))
