@@ -288,3 +288,19 @@ def test_without_a_compiler_the_build_succeeds_and_says_so_in_one_line(tmp_path)
     assert len(lines) == 1 and lines[0].startswith("tracemerge: the compiled core was not built (")
     assert lines[0].endswith("the pure-Python core will be used")
     assert not list(tmp_path.rglob("_core*.so"))
+
+
+@pytest.mark.parametrize("suffix", [".pftrace", ".json"])
+def test_a_number_beyond_a_double_in_args_is_a_one_line_error(tmp_path, suffix):
+    # found by fuzz/run: both readers keep args raw; decoding them for the output (all of a
+    # .pftrace's, a process_name's for JSON) raised msgspec's ValidationError: "internal error"
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, '
+                    '"args": {"name": "x", "n": 1e4002763}}, {"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, '
+                    '"tid": 1, "args": {"n": 1e4002763}}]}')
+    for core in ("native", "python"):
+        run = _combine([path], tmp_path / f"o{suffix}", core, "--rank-from", "order")
+        assert run.returncode == 3, run.stderr
+        assert f"{path}: an event's args cannot be decoded: Number out of range" in run.stderr
+        assert "internal error" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / f"o{suffix}").exists()

@@ -26,9 +26,11 @@ import os
 import shutil
 import tempfile
 
+import msgspec
+
 from tracemerge import kernel
 from tracemerge.codecs import codec_for
-from tracemerge.errors import OutputError
+from tracemerge.errors import OutputError, TraceError
 from tracemerge.formats import FORMATS
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import event_facts
@@ -54,14 +56,20 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
             # the compiled core reads a file it takes; the Python path the others (and the
             # traces a Session keeps in memory): the same columns, the same output bytes
             trace, core = kernel.read_rank(source) if owned else (source, kernel.core_of(source))
+            path = trace.path
             known = event_facts(trace) if facts else None
             try:
-                events, counts = rank_fn(trace, place, consume=owned)
-            except kernel.Declined as e:  # the source may be a trace the kernel read and a Session kept
-                trace, core = read_trace(trace.path), f"python: {e}"
-                events, counts = rank_fn(trace, place, consume=owned)
-            del trace
-            size = sink.write(_encoded(FORMATS[fmt], events, codec))
+                try:
+                    events, counts = rank_fn(trace, place, consume=owned)
+                except kernel.Declined as e:  # the source may be a trace the kernel read and a Session kept
+                    trace, core = read_trace(path), f"python: {e}"
+                    events, counts = rank_fn(trace, place, consume=owned)
+                del trace
+                size = sink.write(_encoded(FORMATS[fmt], events, codec))
+            except (msgspec.ValidationError, msgspec.DecodeError) as e:
+                # raw args are decoded only where the output needs them (process metadata,
+                # Perfetto's debug annotations): a number beyond a double is found here
+                raise TraceError(path, f"an event's args cannot be decoded: {e}") from None
     except BaseException:
         sink.abandon()
         raise
