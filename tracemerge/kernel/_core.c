@@ -82,6 +82,92 @@ typedef struct { uint32_t off, len; int64_t value; } ArgId;       /* an args id 
 #define MAX_DEPTH 512
 #define MAX_DIGITS 18
 
+/* ---- interning ---------------------------------------------------------------------- */
+
+typedef struct { const uint8_t *s; uint32_t len; int32_t code; } Slot;
+typedef struct { const uint8_t *s; uint32_t len; } Key;
+/* open addressing over token texts; keys[code] is the code's text, in first-seen order */
+typedef struct { Slot *slots; size_t mask, count; Key *keys; size_t kcap; } Table;
+
+/* 8 bytes a step (the byte-wise FNV this replaced was a fifth of the scan: names are long) */
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, s, 8);
+        h = (h ^ v) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;  /* the last 0-7 bytes by (overlapping) word reads, not a byte copy */
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        v = ((uint64_t)a << 32) | b;
+    } else if (n) {
+        v = ((uint64_t)s[0] << 16) | ((uint64_t)s[n >> 1] << 8) | s[n - 1];
+    }
+    h = (h ^ v) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 29);
+}
+
+static int table_init(Table *t) {
+    t->mask = 1023;
+    t->count = 0;
+    t->slots = calloc(t->mask + 1, sizeof(Slot));
+    t->kcap = 256;
+    t->keys = malloc(t->kcap * sizeof(Key));
+    return t->slots != NULL && t->keys != NULL;
+}
+
+static void table_free(Table *t) {
+    free(t->slots);
+    free(t->keys);
+    t->slots = NULL;
+    t->keys = NULL;
+}
+
+/* The code of s (a new one, count, when first seen); -1 when out of memory. */
+static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
+    if ((t->count + 1) * 2 > t->mask + 1) {
+        size_t nm = t->mask * 2 + 1;
+        Slot *ns = calloc(nm + 1, sizeof(Slot));
+        if (!ns) return -1;
+        for (size_t k = 0; k <= t->mask; k++) {
+            if (!t->slots[k].s) continue;
+            size_t h = hash_bytes(t->slots[k].s, t->slots[k].len) & nm;
+            while (ns[h].s) h = (h + 1) & nm;
+            ns[h] = t->slots[k];
+        }
+        free(t->slots);
+        t->slots = ns;
+        t->mask = nm;
+    }
+    size_t h = hash_bytes(s, len) & t->mask;
+    while (t->slots[h].s) {
+        if (t->slots[h].len == len && memcmp(t->slots[h].s, s, len) == 0) { *fresh = 0; return t->slots[h].code; }
+        h = (h + 1) & t->mask;
+    }
+    if (t->count == t->kcap) {
+        Key *nk = realloc(t->keys, t->kcap * 2 * sizeof(Key));
+        if (!nk) return -1;
+        t->keys = nk;
+        t->kcap *= 2;
+    }
+    t->keys[t->count].s = s;
+    t->keys[t->count].len = len;
+    t->slots[h].s = s;
+    t->slots[h].len = len;
+    t->slots[h].code = (int32_t)t->count++;
+    *fresh = 1;
+    return t->slots[h].code;
+}
+
+static const uint8_t NULL_KEY[] = "\0null";   /* never a token's text: tokens have no NUL */
+static const uint8_t ZERO_KEY[] = "0";
+
 typedef struct {
     const uint8_t *base, *p, *end;
     const char *why;            /* the reason the kernel gives up, or NULL */
@@ -89,6 +175,9 @@ typedef struct {
     Extra *ex; size_t nex, capex;
     ArgId *ai; size_t nai, capai;
     uint32_t used_keys;         /* bit per key any event has */
+    /* interned while the event's bytes are in cache: names, cats (their own first-seen
+     * order; merged after the scan), pids, tids */
+    Table t_name, t_cat, t_pid, t_tid;
     uint8_t stack[MAX_DEPTH];
 } P;
 
@@ -553,61 +642,30 @@ static int event(P *ps) {
     if (!(seen & (1u << K_PH))) FAIL(ps, "an event without ph");
     if (!(seen & (1u << K_PID))) ev->flags |= F_PID_ABSENT;
     if (!(seen & (1u << K_TID))) ev->flags |= F_TID_ABSENT;
+    {
+        const uint8_t *b = ps->base;
+        int fresh;
+        int32_t c1 = (ev->flags & F_NAME) ? intern(&ps->t_name, b + ev->name_off, ev->name_len, &fresh)
+                                          : intern(&ps->t_name, NULL_KEY, 5, &fresh);
+        int32_t c2 = (ev->flags & F_CAT) ? intern(&ps->t_cat, b + ev->cat_off, ev->cat_len, &fresh)
+                                         : intern(&ps->t_cat, NULL_KEY, 5, &fresh);
+        int32_t c3 = (ev->flags & F_PID_ABSENT) ? intern(&ps->t_pid, ZERO_KEY, 1, &fresh)
+                                                : intern(&ps->t_pid, b + ev->pid_off, ev->pid_len, &fresh);
+        int32_t c4 = (ev->flags & F_TID_NULL) ? intern(&ps->t_tid, NULL_KEY, 5, &fresh)
+                   : (ev->flags & F_TID_ABSENT) ? intern(&ps->t_tid, ZERO_KEY, 1, &fresh)
+                   : intern(&ps->t_tid, b + ev->tid_off, ev->tid_len, &fresh);
+        if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0) FAIL(ps, "out of memory");
+        ev->name_code = c1;
+        ev->cat_code = c2;  /* a code of t_cat until tables() maps it */
+        ev->pid_code = c3;
+        ev->tid_code = c4;
+    }
     ev->extra_count = (uint16_t)(ps->nex - ev->extra_first);
     if (ev->argid_count == 0) ev->argid_first = (uint32_t)ps->nai;
     ps->used_keys |= seen;
     ps->n++;
     return 1;
 }
-
-/* ---- interning ---------------------------------------------------------------------- */
-
-typedef struct { const uint8_t *s; uint32_t len; int32_t code; } Slot;
-typedef struct { Slot *slots; size_t mask, count; } Table;
-
-static uint64_t hash_bytes(const uint8_t *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t k = 0; k < n; k++) { h ^= s[k]; h *= 1099511628211ULL; }
-    return h ^ (h >> 29);
-}
-
-static int table_init(Table *t) {
-    t->mask = 1023;
-    t->count = 0;
-    t->slots = calloc(t->mask + 1, sizeof(Slot));
-    return t->slots != NULL;
-}
-
-/* The code of s (a new one, count, when first seen); -1 when out of memory. */
-static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
-    if ((t->count + 1) * 2 > t->mask + 1) {
-        size_t nm = t->mask * 2 + 1;
-        Slot *ns = calloc(nm + 1, sizeof(Slot));
-        if (!ns) return -1;
-        for (size_t k = 0; k <= t->mask; k++) {
-            if (!t->slots[k].s) continue;
-            size_t h = hash_bytes(t->slots[k].s, t->slots[k].len) & nm;
-            while (ns[h].s) h = (h + 1) & nm;
-            ns[h] = t->slots[k];
-        }
-        free(t->slots);
-        t->slots = ns;
-        t->mask = nm;
-    }
-    size_t h = hash_bytes(s, len) & t->mask;
-    while (t->slots[h].s) {
-        if (t->slots[h].len == len && memcmp(t->slots[h].s, s, len) == 0) { *fresh = 0; return t->slots[h].code; }
-        h = (h + 1) & t->mask;
-    }
-    t->slots[h].s = s;
-    t->slots[h].len = len;
-    t->slots[h].code = (int32_t)t->count++;
-    *fresh = 1;
-    return t->slots[h].code;
-}
-
-static const uint8_t NULL_KEY[] = "\0null";   /* never a token's text: tokens have no NUL */
-static const uint8_t ZERO_KEY[] = "0";
 
 /* the Python value of a token: a str for a string, an int, or None */
 static PyObject *token_value(const uint8_t *s, uint32_t len) {
@@ -712,50 +770,35 @@ static int document(P *ps, PyObject *top) {
 
 /* the tables of name/cat (names of every event first, then cats: read.from_columns interns
  * their concatenation), pid and tid, in first-seen order */
-static int tables(Scan *s, P *ps) {
-    Table t;
-    int fresh;
-    PyObject *list = NULL;
-    const uint8_t *base = ps->base;
-    for (int which = 0; which < 3; which++) {
-        if (!table_init(&t)) FAIL(ps, "out of memory");
-        list = PyList_New(0);
-        if (!list) { free(t.slots); PyErr_Clear(); FAIL(ps, "out of memory"); }
-        for (int pass = 0; pass < (which == 0 ? 2 : 1); pass++) {
-            for (size_t i = 0; i < s->n; i++) {
-                Ev *e = &s->ev[i];
-                const uint8_t *k; uint32_t len;
-                if (which == 0) {
-                    int present = pass == 0 ? (e->flags & F_NAME) : (e->flags & F_CAT);
-                    k = present ? base + (pass == 0 ? e->name_off : e->cat_off) : NULL_KEY;
-                    len = present ? (pass == 0 ? e->name_len : e->cat_len) : 5;
-                } else if (which == 1) {
-                    int absent = e->flags & F_PID_ABSENT;
-                    k = absent ? ZERO_KEY : base + e->pid_off;
-                    len = absent ? 1 : e->pid_len;
-                } else {
-                    if (e->flags & F_TID_NULL) { k = NULL_KEY; len = 5; }
-                    else if (e->flags & F_TID_ABSENT) { k = ZERO_KEY; len = 1; }
-                    else { k = base + e->tid_off; len = e->tid_len; }
-                }
-                int32_t code = intern(&t, k, len, &fresh);
-                if (code < 0) { free(t.slots); Py_DECREF(list); FAIL(ps, "out of memory"); }
-                if (fresh) {
-                    PyObject *v = token_value(k, len);
-                    if (!v || PyList_Append(list, v) < 0) {
-                        Py_XDECREF(v); free(t.slots); Py_DECREF(list); PyErr_Clear();
-                        FAIL(ps, "a value Python cannot decode");
-                    }
-                    Py_DECREF(v);
-                }
-                if (which == 0) { if (pass == 0) e->name_code = code; else e->cat_code = code; }
-                else if (which == 1) e->pid_code = code;
-                else e->tid_code = code;
-            }
-        }
-        free(t.slots);
-        if (which == 0) s->names = list; else if (which == 1) s->pids = list; else s->tids = list;
+/* the Python lists of a table's values, in code order */
+static PyObject *values_of(Table *t) {
+    PyObject *list = PyList_New((Py_ssize_t)t->count);
+    if (!list) return NULL;
+    for (size_t k = 0; k < t->count; k++) {
+        PyObject *v = token_value(t->keys[k].s, t->keys[k].len);
+        if (!v) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, (Py_ssize_t)k, v);
     }
+    return list;
+}
+
+/* the tables of name/cat (names of every event first, then cats: read.from_columns interns
+ * their concatenation), pid and tid, in first-seen order. The cats were interned apart:
+ * each takes its name's code, or the next one, in the cats' first-seen order. */
+static int tables(Scan *s, P *ps) {
+    int fresh;
+    int32_t *map = malloc((ps->t_cat.count ? ps->t_cat.count : 1) * sizeof(int32_t));
+    if (!map) FAIL(ps, "out of memory");
+    for (size_t j = 0; j < ps->t_cat.count; j++) {
+        map[j] = intern(&ps->t_name, ps->t_cat.keys[j].s, ps->t_cat.keys[j].len, &fresh);
+        if (map[j] < 0) { free(map); FAIL(ps, "out of memory"); }
+    }
+    for (size_t i = 0; i < s->n; i++) s->ev[i].cat_code = map[s->ev[i].cat_code];
+    free(map);
+    s->names = values_of(&ps->t_name);
+    s->pids = values_of(&ps->t_pid);
+    s->tids = values_of(&ps->t_tid);
+    if (!s->names || !s->pids || !s->tids) { PyErr_Clear(); FAIL(ps, "a value Python cannot decode"); }
     return 1;
 }
 
@@ -772,12 +815,18 @@ static PyObject *core_scan(PyObject *mod, PyObject *arg) {
     if (!ps) { Py_DECREF(s); return PyErr_NoMemory(); }
     ps->base = ps->p = (const uint8_t *)s->buf.buf;
     ps->end = ps->base + s->buf.len;
+    int tables_ok = table_init(&ps->t_name) & table_init(&ps->t_cat) & table_init(&ps->t_pid) &
+                    table_init(&ps->t_tid);
     s->top = PyDict_New();
-    int ok = s->top != NULL;
+    int ok = s->top != NULL && tables_ok;
     if (ok) ok = document(ps, s->top);
     s->ev = ps->ev; s->n = ps->n; s->ex = ps->ex; s->nex = ps->nex; s->ai = ps->ai; s->nai = ps->nai;
     s->used_keys = ps->used_keys;
     if (ok) ok = tables(s, ps);
+    table_free(&ps->t_name);
+    table_free(&ps->t_cat);
+    table_free(&ps->t_pid);
+    table_free(&ps->t_tid);
     if (!ok) {
         const char *why = ps->why ? ps->why : "out of memory";
         free(ps);
