@@ -205,15 +205,12 @@ def read(path, data) -> str | KernelTrace:
         ts, dur = float_times_ns(path, times[0], ts_missing, times[1], (flags & _core.F_DUR) == 0, base)
     except TraceError as e:
         return f"a time the Python path refuses ({e.problem})"
-    read_ids = {}
-    for key in FLOW_ID_KEYS:
-        column = _flow_ids(s, key, n)
-        if column is not None:
-            read_ids[key] = column
+    # every extra-key column on first use: the kernel's own JSON writer reads none of them
+    # (only the Python transform reads the flow ids up front, with Extra.read)
     trace = KernelTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=s.pids,
                         tids=s.tids, ph=ph.copy(), name=name, cat=cat, pid=codes[2].copy(), tid=codes[3].copy(),
                         ts=ts, dur=dur, args=KernelArgs(s, data),
-                        extra=Extra(columns=read_ids, n=n, rest=lambda: _extra_columns(s, n, read_ids)))
+                        extra=Extra(columns={}, n=n, rest=lambda: _extra_columns(s, n)))
     trace.scan = s
     return trace
 
@@ -230,13 +227,14 @@ def _flow_ids(s, key, n):
     return column.tolist()
 
 
-def _extra_columns(s, n, read_ids):
-    """Every EXTRA_KEYS column the file uses, as read._extra makes them."""
+def _extra_columns(s, n):
+    """Every EXTRA_KEYS column the file uses, as inputs.chrome._extra makes them."""
     out = {}
     for key in EXTRA_KEYS:
         if key in FLOW_ID_KEYS:
-            if key in read_ids:
-                out[key] = read_ids[key]
+            column = _flow_ids(s, key, n)
+            if column is not None:
+                out[key] = column
             continue
         idx, tokens = s.extra_tokens(key)
         if not idx:
