@@ -16,8 +16,10 @@ time and memory with ``ranks``.
 - floor, 1 process: read + typed parse (msgspec structs, ``args`` kept raw) + shift ts and
   pids in integer ns + dump, one rank at a time: the least any merge must do;
 - floor, N processes: the same with ranks spread over the cores, each writing a part file;
-- ``tracemerge combine`` to .json (default jobs, and --jobs 1), .json.gz, and .pftrace
-  when ``tracemerge/formats/perfetto/encoder.py`` exists;
+- cat: ``cat`` of the inputs into one file, the I/O limit of a merge on this machine;
+- ``tracemerge combine`` to .json (default jobs, and --jobs 1), .json.gz, .json.zst (when
+  zstandard is installed) and .pftrace, with the compiled core when it is built, and the
+  main row again with ``TRACEMERGE_KERNEL=python`` (the reference path);
 - ``viztracer --combine`` and HTA's ``TraceAnalysis`` load, when installed (``bench`` extra).
 
 Other engineers share the machine: the load average is printed with the table.
@@ -134,6 +136,9 @@ main(int(sys.argv[1]), sys.argv[2], sys.argv[3:])
 
 
 MAIN = "tracemerge combine .json (--jobs {jobs})"  # the row the targets are about
+PYTHON_CORE = "tracemerge combine .json (--jobs {jobs}), TRACEMERGE_KERNEL=python"
+PFTRACE = "tracemerge combine .pftrace (--jobs {jobs})"
+CAT = "cat of the inputs into one file"
 TARGET_MB = 600
 
 
@@ -141,11 +146,19 @@ def contenders(paths, out, jobs):
     tm = [sys.executable, "-m", "tracemerge", "combine", *paths, "--force"]
     yield "floor, 1 process", [sys.executable, "-c", FLOOR, "1", out + "floor1.json", *paths]
     yield f"floor, {jobs} processes", [sys.executable, "-c", FLOOR, str(jobs), out + "floorN.json", *paths]
+    yield CAT, ["sh", "-c", 'out="$1"; shift; cat "$@" > "$out"', "cat", out + "cat.json", *paths]
+    # coreutils' cat may use copy_file_range, which some filesystems do without copying the
+    # bytes through memory; a pipe makes every byte pass through a process, as a merge's do
+    yield "cat of the inputs through a pipe", ["sh", "-c", 'out="$1"; shift; cat "$@" | cat > "$out"', "cat",
+                                               out + "catp.json", *paths]
     yield MAIN.format(jobs=jobs), tm + ["-o", out + "tm.json"]
+    yield PYTHON_CORE.format(jobs=jobs), ["env", "TRACEMERGE_KERNEL=python", *tm, "-o", out + "tmp.json"]
     yield "tracemerge combine .json (--jobs 1)", tm + ["-o", out + "tm1.json", "--jobs", "1"]
     yield f"tracemerge combine .json.gz (--jobs {jobs})", tm + ["-o", out + "tm.json.gz"]
+    if importlib.util.find_spec("zstandard"):
+        yield f"tracemerge combine .json.zst (--jobs {jobs})", tm + ["-o", out + "tm.json.zst"]
     if importlib.util.find_spec("tracemerge.formats.perfetto.encoder"):
-        yield f"tracemerge combine .pftrace (--jobs {jobs})", tm + ["-o", out + "tm.pftrace"]
+        yield PFTRACE.format(jobs=jobs), tm + ["-o", out + "tm.pftrace"]
     if shutil.which("viztracer"):
         yield "viztracer --combine", ["viztracer", "--combine", *paths, "-o", out + "viz.json"]
     if importlib.util.find_spec("hta"):
@@ -181,17 +194,25 @@ def verdicts(rows, jobs, scaled):
     if main is None:
         return []
     out = []
-    floor, viz = by.get("floor, 1 process"), by.get("viztracer --combine")
+    floor, viz, cat = by.get("floor, 1 process"), by.get("viztracer --combine"), by.get(CAT)
+    pftrace = by.get(PFTRACE.format(jobs=jobs))
+    if cat:
+        out.append(f"json <= 2x cat: {main[1]:.2f} s = {main[1] / cat[1]:.2f}x cat ({cat[1]:.2f} s): "
+                   f"{'met' if main[1] <= 2 * cat[1] else 'NOT met'}")
     if floor:
         out.append(f"wall <= single-process floor: {main[1]:.2f} <= {floor[1]:.2f} s: "
                    f"{'met' if main[1] <= floor[1] else 'NOT met'}")
+    if pftrace:
+        out.append(f".pftrace <= 1.5x json: {pftrace[1] / main[1]:.2f}x: "
+                   f"{'met' if pftrace[1] <= 1.5 * main[1] else 'NOT met'}")
     if viz:
         out.append(f">= 6x faster than viztracer --combine: {viz[1] / main[1]:.1f}x: "
                    f"{'met' if viz[1] / main[1] >= 6 else 'NOT met'}")
     out.append(f"peak memory <= {TARGET_MB} MB: {main[2] / 1e6:.0f} MB: {'met' if main[2] <= TARGET_MB * 1e6 else 'NOT met'}")
     if scaled:
         n, wall, peak = scaled
-        out.append(f"{n} ranks: {wall / main[1]:.2f}x the time, {peak / main[2]:.2f}x the memory of the main row")
+        out.append(f"{n} ranks: {wall / main[1]:.2f}x the time, {peak / main[2]:.2f}x the memory of the main row "
+                   f"(targets ~2x, <= 1.15x)")
     return out
 
 
@@ -226,15 +247,18 @@ def main(argv=None):
     shutil.rmtree(outdir, ignore_errors=True)
 
     floor = next((r[1] for r in rows if r[0] == "floor, 1 process"), None)
+    cat = next((r[1] for r in rows if r[0] == CAT and not r[3]), None)
     viz = next((r[1] for r in rows if r[0] == "viztracer --combine" and not r[3]), None)
     print(f"\nload after {os.getloadavg()[0]:.2f}\n")
-    print("| what | wall s | MB/s | peak PSS MB (tree) | × floor (1 proc) | viztracer ÷ this |")
-    print("|---|---|---|---|---|---|")
+    print("| what | wall s | MB/s | peak PSS MB (tree) | × cat | × floor (1 proc) | viztracer ÷ this |")
+    print("|---|---|---|---|---|---|---|")
     for name, wall, peak, rc, err in rows:
+        ratio_cat = f"{wall / cat:.2f}" if cat else "-"
         ratio_floor = f"{wall / floor:.2f}" if floor else "-"
         ratio_viz = f"{viz / wall:.1f}" if viz else "-"
         status = "" if not rc else f" (failed: {err})"
-        print(f"| {name}{status} | {wall:.2f} | {total_mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_floor} | {ratio_viz} |")
+        print(f"| {name}{status} | {wall:.2f} | {total_mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
+              f"| {ratio_viz} |")
     for line in verdicts(rows, a.jobs, scaled):
         print(f"target: {line}")
 

@@ -20,7 +20,9 @@ def invoke(*args):
 
 
 def test_version_and_help():
-    assert invoke("--version").output.strip().endswith(tracemerge.__version__)
+    first, core = invoke("--version").output.strip().splitlines()
+    assert first.endswith(tracemerge.__version__)
+    assert core.startswith(("core: native", "core: python"))
     out = invoke("combine", "--help").output
     for option in ("--output", "--align", "--reference", "--rank-from", "--force", "--offset"):
         assert option in out

@@ -10,6 +10,7 @@ import threading
 import click
 
 import tracemerge
+from tracemerge import kernel
 from tracemerge.analysis.diff import diff_reports
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
@@ -257,8 +258,27 @@ def align_options(fn):
     return fn
 
 
+def core_line(cores):
+    """Which core read the ranks: "core: native (8 ranks)", with each rank the Python path
+    read instead and why (the output is the same bytes either way)."""
+    native = sum(core == "native" for _, core in cores)
+    if not native:
+        return f"core: python ({len(cores)} ranks; {kernel.describe().split('(', 1)[-1].rstrip(')')})"
+    fallback = [(path, core.partition(": ")[2] or "not taken") for path, core in cores if core != "native"]
+    return f"core: native ({native} of {len(cores)} ranks)" + "".join(
+        f"; {path} read by the Python path: {why}" for path, why in fallback)
+
+
+def _version(ctx, param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"tracemerge, version {tracemerge.__version__}\n{kernel.describe()}")
+    ctx.exit()
+
+
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(tracemerge.__version__, prog_name="tracemerge")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version and which core is active (compiled or Python), then exit.")
 def main():
     """Merge the per-rank profiler traces of a distributed PyTorch job into one aligned timeline.
 
@@ -333,6 +353,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
                f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
                + (f", report -> {report_path}" if report_path is not None else ""), err=True)
     say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    say(f"tracemerge: {core_line(session.cores)}", err=True)
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
     for info in session.infos:

@@ -6,6 +6,7 @@ small and are otherwise re-read rank by rank when a writer asks, so memory stays
 by the largest rank, not the job.
 """
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Collection, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -15,11 +16,10 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.correlate import RpcMemo
 from tracemerge.clocks.methods import align
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.inputs import read_trace
-from tracemerge.inputs.chrome import read_columns  # the one reader today; reports' lean read
 from tracemerge.inputs.jobchecks import check_job, rpc_peers
 from tracemerge.inputs.rankinfo import EVENT_FACTS, RankInfo, assign_ranks, describe, learn
 from tracemerge.inputs.scan import scan, scan_head
+from tracemerge.kernel import read_file
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.model import RankTrace
 
@@ -45,6 +45,8 @@ class Session:
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
         self.rpc_memo = rpc_memo or RpcMemo()  # the RPC join of these infos, made once
+        # [(path, core)] of the last combine: which core read each rank (tracemerge.kernel)
+        self.cores: List[Tuple[str, str]] = []
 
     @classmethod
     def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto", engine: Any = None,
@@ -74,7 +76,7 @@ class Session:
         else:
             found, kept = [], {}
             for path in files:
-                trace, problem = _attempt(read_columns if columns_only else read_trace, path, skip_bad)
+                trace, problem = _attempt(functools.partial(read_file, columns_only=columns_only), path, skip_bad)
                 found.append((None if trace is None else describe(trace), problem))
                 if trace is not None:
                     kept[path] = trace
@@ -99,9 +101,7 @@ class Session:
         """The events of ``rank``, from memory or read again (``columns_only``: without the
         typed reader's per-event structs and extra keys, for readers of columns and args)."""
         trace = self._traces.get(rank)
-        if trace is not None:
-            return trace
-        return (read_columns if columns_only else read_trace)(self.info(rank).path)
+        return trace if trace is not None else read_file(self.info(rank).path, columns_only)
 
     def source(self, rank: int) -> Union[RankTrace, str]:
         """What a worker reads ``rank`` from: the events already in memory, else the path."""

@@ -98,7 +98,13 @@ def job_timeline(session: "Session", alignment: "Alignment", engine: Optional[An
     runner = engine or session.engine or LocalEngine()
     ranks: list = [i.rank for i in infos]   # every rank is assigned once a session is open
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
-    made = runner.map(rank_timeline, [session.source(r) for r in ranks], ranks, [clocks[r] for r in ranks], names)
+    sources = [session.source(r) for r in ranks]
+    if any(not isinstance(s, str) for s in sources):
+        # traces the session keeps are already in this process (and a kernel trace holds a
+        # map of its file, which does not pickle): their timelines are made here
+        made = list(map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names))
+    else:
+        made = runner.map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names)
     return build_job({tl.rank: tl for tl in made}, match_rpcs(infos, session.rpc_memo).calls,
                      match_collectives(infos), clocks)
 

@@ -10,11 +10,16 @@ import itertools
 import os
 
 import msgspec
+import numpy as np
 import orjson
 
+from tracemerge import kernel
 from tracemerge.codecs import codec_for
 from tracemerge.formats.base import Format
+from tracemerge.merge.ids import namespaced_args
+from tracemerge.merge.placement import _rewrite_process_metadata as rewrite_process_metadata
 from tracemerge.merge.placement import aligned_ns, transform_chunks
+from tracemerge.model import Args
 
 SEPARATOR = b","
 # Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
@@ -45,14 +50,39 @@ def close_document(footer):
 
 def rank_body(trace, place, rpc, found, counts, consume):
     """One rank's events as lists made lazily (the worker encodes and frees one list at a
-    time), with its RPC flow events last."""
+    time), or as the body the compiled core writes for a trace it read (raising
+    :class:`tracemerge.kernel.Declined` where it cannot), with its RPC flow events last."""
     times = aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
+    if kernel.core_of(trace) == "native":  # read by the compiled core, which writes the events too
+        body = kernel_body(trace, place, *times)
+        if body is None:
+            raise kernel.Declined("a ts or dur of 1e16 µs or more")
+        chunks, made = [body], transform_chunks(trace, place, times)[1]
+    else:
+        chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
     if found:
         flow_events = rpc.json_events(found, trace, place, *times)
         counts["rpc_flow_events"] = len(flow_events)
         made += flow_events
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
+
+
+def kernel_body(trace, place, start, dur):
+    """The body :func:`~tracemerge.merge.placement.transform_chunks` and
+    :func:`encode_events` make of the own events of ``trace`` (read by the compiled core),
+    written by the core's splice writer; None when it cannot write it. The renamed process
+    metadata (a few events per rank) is made by the transform's own code and handed to the
+    writer as replacement args."""
+    overrides = {}
+    for i in np.flatnonzero(trace.ph == ord("M")).tolist():
+        if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
+            continue
+        item = trace.args.raw_item(i) if isinstance(trace.args, kernel.KernelArgs) else trace.args.items[i]
+        args = namespaced_args(place.rank, Args([item], raw=True))
+        rewrite_process_metadata(trace, place, args, [i], i)
+        a = args[0]
+        overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)
+    return kernel.json_body(trace, place, start, dur, overrides)
 
 
 def size_warning(output, summary):

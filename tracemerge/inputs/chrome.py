@@ -135,7 +135,7 @@ def _loads(data):
     error orjson parses again, for its error position and message."""
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 in a string is the latter
         return orjson.loads(data)
 
 
@@ -334,6 +334,16 @@ def times_ns(path, ts_values, dur_values, base, required):
     NO_TS / NO_DUR where absent; a bad or missing-where-``required`` value is an error."""
     ts_f, ts_missing = _numbers(ts_values, path, "ts", required=required)
     dur_f, dur_missing = _numbers(dur_values, path, "dur", required=None)
+    return float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base)
+
+
+# ns of the file's clock that fit int64 (after a base is added) with room for the rounding
+MAX_NS = float(2**63 - 2**12)
+
+
+def float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base):
+    """:func:`times_ns` from float64 µs columns and their masks of absent values (the
+    compiled core's scan gives these directly)."""
     negative = np.flatnonzero(~dur_missing & (dur_f < 0))
     if len(negative):
         i = int(negative[0])
@@ -444,7 +454,7 @@ def read_typed(path, data, extra=True, describing=False):
         timing = describing and isinstance(block, dict) and "collectives" in block
         events = (_TIMING if timing else _EVENTS if extra else _COLUMNS).decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items()}
-    except (msgspec.DecodeError, KeyError):
+    except (msgspec.DecodeError, UnicodeDecodeError, KeyError):
         return None
     if block is not None and not isinstance(block, dict):
         return None

@@ -26,8 +26,11 @@ import os
 import shutil
 import tempfile
 
+import msgspec
+
+from tracemerge import kernel
 from tracemerge.codecs import codec_for
-from tracemerge.errors import OutputError, reading
+from tracemerge.errors import OutputError, TraceError, reading
 from tracemerge.formats import FORMATS
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import event_facts
@@ -39,7 +42,8 @@ from tracemerge.output import atomic_output
 
 def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
-    {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked}.
+    {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked,
+    "core": which core read it, "native" or "python[: why the kernel did not]"}.
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
@@ -49,28 +53,42 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     try:
         with gc_paused(), reading(source if isinstance(source, str) else source.path):
             owned = not isinstance(source, RankTrace)
-            trace = read_trace(source) if owned else source
+            # the compiled core reads a file it takes; the Python path the others (and the
+            # traces a Session keeps in memory): the same columns, the same output bytes
+            trace, core = kernel.read_rank(source) if owned else (source, kernel.core_of(source))
+            path = trace.path
             known = event_facts(trace) if facts else None
-            events, counts = rank_fn(trace, place, consume=owned)
-            del trace
-            size = sink.write(_encoded(FORMATS[fmt], events, codec))
+            try:
+                try:
+                    events, counts = rank_fn(trace, place, consume=owned)
+                except kernel.Declined as e:  # the source may be a trace the kernel read and a Session kept
+                    trace, core = read_trace(path), f"python: {e}"
+                    events, counts = rank_fn(trace, place, consume=owned)
+                del trace
+                size = sink.write(_encoded(FORMATS[fmt], events, codec))
+            except (msgspec.ValidationError, msgspec.DecodeError) as e:
+                # raw args are decoded only where the output needs them (process metadata,
+                # Perfetto's debug annotations): a number beyond a double is found here
+                raise TraceError(path, f"an event's args cannot be decoded: {e}") from None
     except BaseException:
         sink.abandon()
         raise
-    return {"counts": counts, "bytes": size, "facts": known}
+    return {"counts": counts, "bytes": size, "facts": known, "core": core}
 
 
 def _encoded(form, events, codec):
     """The pieces of one rank's body: each chunk of ``events`` (an iterable of event lists,
     each encoded and dropped before the next is made, so a rank's events and its encoding
-    are never in memory whole) or an already encoded body (protobuf bytes)."""
+    are never in memory whole, or of bodies the compiled core wrote) or an already encoded
+    body (protobuf bytes)."""
     if isinstance(events, (bytes, bytearray)):
         pieces = [bytes(events)] if events else []
     else:
         pieces = []
         for chunk in events:
             if chunk:
-                pieces += [form.separator, form.encode(chunk)] if pieces else [form.encode(chunk)]
+                piece = chunk if chunk.__class__ is bytes else form.encode(chunk)
+                pieces += [form.separator, piece] if pieces else [piece]
             del chunk
     if codec and pieces:
         member = io.BytesIO()

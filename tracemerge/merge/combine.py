@@ -92,6 +92,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, for
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
 
     def footer(results):
+        session.cores = [(info.path, r.get("core", "python")) for info, r in zip(kept, results)]
         for info, r in zip(kept, results):
             if r["facts"] is not None:
                 learn(info, r["facts"])

@@ -111,11 +111,13 @@ def subset(trace, keep):
         return trace
     idx = np.flatnonzero(keep)
     args, extra = trace.args, trace.extra
+    # a trace read by the compiled core keeps which of its scan's events it holds
+    index = {"index": idx if trace.index is None else trace.index[idx]} if hasattr(trace, "index") else {}
     return dataclasses.replace(
         trace, ph=trace.ph[idx], name=trace.name[idx], cat=trace.cat[idx], pid=trace.pid[idx],
         tid=trace.tid[idx], ts=trace.ts[idx], dur=trace.dur[idx],
         args=args.take(idx.tolist()), extra=extra.take(idx.tolist()),
-        events=None if trace.events is None else list(map(trace.events.__getitem__, idx.tolist())))
+        events=None if trace.events is None else list(map(trace.events.__getitem__, idx.tolist())), **index)
 
 
 def apply(trace, place, selection, window):

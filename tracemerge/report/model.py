@@ -15,7 +15,7 @@ from tracemerge.analysis.summary import analyse, analysis_dict
 from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, reading
-from tracemerge.inputs import read_trace
+from tracemerge.kernel import read_file
 from tracemerge.report.collectives import collective_report
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads
@@ -63,7 +63,7 @@ def build_report(paths, session_opener, align_args=(), group_by="name", remote_o
     if group_by not in GROUP_BY:
         raise TracemergeError(f"--group-by {group_by!r}: choose from {', '.join(GROUP_BY)}")
     if len(paths) == 1:
-        trace = read_trace(paths[0])
+        trace = read_file(paths[0])
         if is_merged(trace):
             return _merged_report(trace, group_by, remote_ops)
     session = session_opener(paths)

@@ -1,0 +1,42 @@
+"""Build of the optional compiled core (tracemerge/kernel/_core.c); everything else is in setup.cfg.
+
+The extension is built with the machine's C compiler. Where there is none (or it fails),
+the install still succeeds and tracemerge runs its pure-Python core: one line says so.
+"""
+
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError, ExecError, LinkError, PlatformError
+
+NO_KERNEL = "tracemerge: the compiled core was not built ({}); the pure-Python core will be used"
+
+
+class optional_build_ext(build_ext):
+    """build_ext that reports a missing or failing compiler in one line instead of failing."""
+
+    def run(self):
+        try:
+            super().run()
+        except PlatformError as e:  # no compiler configured at all
+            print(NO_KERNEL.format(_reason(e)), file=sys.stderr)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except (CompileError, LinkError, ExecError) as e:  # CC=false, no gcc, a compile error
+            print(NO_KERNEL.format(_reason(e)), file=sys.stderr)
+
+
+def _reason(e):
+    text = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+setup(
+    ext_modules=[Extension("tracemerge.kernel._core", ["tracemerge/kernel/_core.c"],
+                           extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                               "-Wno-missing-field-initializers", "-Wno-cast-function-type"])],
+    cmdclass={"build_ext": optional_build_ext},
+)

@@ -1,0 +1,1230 @@
+/* tracemerge's compiled core: one pass over a Kineto/Chrome trace document's bytes.
+ *
+ * scan(data) reads the document (an object with a "traceEvents" array) into per-event
+ * spans and values: the columns the rest of tracemerge needs (ph, name/cat and pid/tid
+ * codes with their tables in first-seen order, ts/dur as the doubles the text denotes,
+ * flow ids, the args' spans and the spans of their integer id values). Scan.write()
+ * emits events as the Python path's JSON writer does (msgspec encoding the reader's
+ * structs: keys in the struct's order, compact) with pid, ts, dur and the ids rewritten
+ * and the args copied byte for byte.
+ *
+ * The kernel takes a strict subset of valid documents and gives up (returns a reason
+ * string) on anything else: a key it does not know, a repeated key, an escaped key or
+ * name, a float where the output would re-encode it, ids that are not plain integers,
+ * args the Python path would decode and re-encode. The caller then reads that rank with
+ * the Python path, so the output never depends on which core read it.
+ *
+ * Untrusted input: every read is bounds-checked against the buffer's end, nesting is
+ * walked with an explicit stack of bounded depth (no recursion), integers are limited to
+ * 18 digits (they fit int64 with room), offsets to 32 bits (larger files are declined).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#include <math.h>
+
+/* ---- keys --------------------------------------------------------------------------- */
+
+enum {
+    K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS,
+    /* the extra keys, in the output's order (read._Event's fields) */
+    K_ID, K_ID2, K_BP, K_S, K_BIND_ID, K_FLOW_IN, K_FLOW_OUT, K_TTS, K_TDUR, K_CNAME,
+    K_SCOPE, K_SF, K_STACK, K_ESF, K_ESTACK, K_COUNT
+};
+#define K_FIRST_EXTRA K_ID
+static const char *const KEY_NAMES[K_COUNT] = {
+    "ph", "cat", "name", "pid", "tid", "ts", "dur", "args",
+    "id", "id2", "bp", "s", "bind_id", "flow_in", "flow_out", "tts", "tdur", "cname",
+    "scope", "sf", "stack", "esf", "estack"};
+
+static const uint8_t KEY_LEN[K_COUNT] = {2, 3, 4, 3, 3, 2, 3, 4, 2, 3, 2, 1, 7, 7, 8, 3, 4, 5, 5, 2, 5, 3, 6};
+
+static int key_id(const char *s, size_t n) {
+    /* the common keys first, in Kineto's order, then the rest */
+    for (int k = 0; k < K_COUNT; k++) {
+        if (KEY_LEN[k] == n && s[0] == KEY_NAMES[k][0] && memcmp(KEY_NAMES[k], s, n) == 0) return k;
+    }
+    return -1;
+}
+
+/* the args keys whose integer values are namespaced (transform.ARG_ID_KEYS) */
+static const char *const ARG_ID_KEYS[4] = {"External id", "correlation", "Correlation ID", "External ID"};
+static const size_t ARG_ID_LEN[4] = {11, 11, 14, 11};
+
+/* ---- per-event record --------------------------------------------------------------- */
+
+enum {
+    F_TS = 1, F_DUR = 2, F_TID_NULL = 4, F_TID_ABSENT = 8, F_ID = 16, F_BIND_ID = 32,
+    F_NAME = 64, F_CAT = 128, F_ARGS = 256, F_PID_ABSENT = 512, F_NAME_NULL = 1024,
+    F_CAT_NULL = 2048
+};
+
+typedef struct {
+    uint32_t name_off, name_len;   /* spans include the quotes */
+    uint32_t cat_off, cat_len;
+    uint32_t pid_off, pid_len;
+    uint32_t tid_off, tid_len;
+    uint32_t args_off, args_len;
+    uint32_t extra_first, argid_first;
+    uint16_t extra_count, argid_count;
+    uint32_t flags;
+    double ts, dur;
+    int64_t id, bind_id;
+    int32_t name_code, cat_code, pid_code, tid_code;
+    uint8_t ph;
+} Ev;
+
+typedef struct { uint8_t key; uint32_t off, len; } Extra;        /* a verbatim extra key */
+typedef struct { uint32_t off, len; int64_t value; } ArgId;       /* an args id value */
+
+#define MAX_DEPTH 512
+#define MAX_DIGITS 18
+
+/* ---- interning ---------------------------------------------------------------------- */
+
+typedef struct { const uint8_t *s; uint32_t len; int32_t code; } Slot;
+typedef struct { const uint8_t *s; uint32_t len; } Key;
+/* open addressing over token texts; keys[code] is the code's text, in first-seen order */
+typedef struct { Slot *slots; size_t mask, count; Key *keys; size_t kcap; } Table;
+
+/* 8 bytes a step (the byte-wise FNV this replaced was a fifth of the scan: names are long) */
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, s, 8);
+        h = (h ^ v) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;  /* the last 0-7 bytes by (overlapping) word reads, not a byte copy */
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        v = ((uint64_t)a << 32) | b;
+    } else if (n) {
+        v = ((uint64_t)s[0] << 16) | ((uint64_t)s[n >> 1] << 8) | s[n - 1];
+    }
+    h = (h ^ v) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 29);
+}
+
+static int table_init(Table *t) {
+    t->mask = 1023;
+    t->count = 0;
+    t->slots = calloc(t->mask + 1, sizeof(Slot));
+    t->kcap = 256;
+    t->keys = malloc(t->kcap * sizeof(Key));
+    return t->slots != NULL && t->keys != NULL;
+}
+
+static void table_free(Table *t) {
+    free(t->slots);
+    free(t->keys);
+    t->slots = NULL;
+    t->keys = NULL;
+}
+
+/* The code of s (a new one, count, when first seen); -1 when out of memory. */
+static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
+    if ((t->count + 1) * 2 > t->mask + 1) {
+        size_t nm = t->mask * 2 + 1;
+        Slot *ns = calloc(nm + 1, sizeof(Slot));
+        if (!ns) return -1;
+        for (size_t k = 0; k <= t->mask; k++) {
+            if (!t->slots[k].s) continue;
+            size_t h = hash_bytes(t->slots[k].s, t->slots[k].len) & nm;
+            while (ns[h].s) h = (h + 1) & nm;
+            ns[h] = t->slots[k];
+        }
+        free(t->slots);
+        t->slots = ns;
+        t->mask = nm;
+    }
+    size_t h = hash_bytes(s, len) & t->mask;
+    while (t->slots[h].s) {
+        if (t->slots[h].len == len && memcmp(t->slots[h].s, s, len) == 0) { *fresh = 0; return t->slots[h].code; }
+        h = (h + 1) & t->mask;
+    }
+    if (t->count == t->kcap) {
+        Key *nk = realloc(t->keys, t->kcap * 2 * sizeof(Key));
+        if (!nk) return -1;
+        t->keys = nk;
+        t->kcap *= 2;
+    }
+    t->keys[t->count].s = s;
+    t->keys[t->count].len = len;
+    t->slots[h].s = s;
+    t->slots[h].len = len;
+    t->slots[h].code = (int32_t)t->count++;
+    *fresh = 1;
+    return t->slots[h].code;
+}
+
+static const uint8_t NULL_KEY[] = "\0null";   /* never a token's text: tokens have no NUL */
+static const uint8_t ZERO_KEY[] = "0";
+
+typedef struct {
+    const uint8_t *base, *p, *end;
+    const char *why;            /* the reason the kernel gives up, or NULL */
+    Ev *ev; size_t n, cap;
+    Extra *ex; size_t nex, capex;
+    ArgId *ai; size_t nai, capai;
+    uint32_t used_keys;         /* bit per key any event has */
+    /* interned while the event's bytes are in cache: names, cats (their own first-seen
+     * order; merged after the scan), pids, tids */
+    Table t_name, t_cat, t_pid, t_tid;
+    uint8_t stack[MAX_DEPTH];
+} P;
+
+#define FAIL(ps, msg) do { if (!(ps)->why) (ps)->why = (msg); return 0; } while (0)
+
+static inline void ws(P *ps) {
+    const uint8_t *p = ps->p, *e = ps->end;
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    ps->p = p;
+}
+
+/* Validate one UTF-8 sequence starting at p (p[0] >= 0x80); returns its length or 0. */
+static inline int utf8_seq(const uint8_t *p, const uint8_t *e) {
+    uint8_t c = p[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (e - p < 2 || (p[1] & 0xC0) != 0x80) return 0;
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (e - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && p[1] < 0xA0) return 0;        /* overlong */
+        if (c == 0xED && p[1] >= 0xA0) return 0;       /* surrogate */
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (e - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if (c == 0xF0 && p[1] < 0x90) return 0;        /* overlong */
+        if (c == 0xF4 && p[1] >= 0x90) return 0;       /* beyond U+10FFFF */
+        return 4;
+    }
+    return 0;
+}
+
+static inline int hexval(uint8_t c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A string at ps->p (which is '"'); on success ps->p is past the closing quote and
+ * *escaped says whether it held any backslash escape. Strict JSON: no raw control
+ * characters, valid escapes, valid UTF-8 (a \u escape is checked for syntax only). */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+/* any byte of v that is '"', '\\', below 0x20 or from 0x80 (the bytes a string scan stops at) */
+static inline uint64_t special8(uint64_t v) {
+    uint64_t q = v ^ (ONES * '"'), b = v ^ (ONES * '\\');
+    return ((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS) | ((v - ONES * 0x20) & ~v & HIGHS) | (v & HIGHS);
+}
+
+static int string(P *ps, int *escaped) {
+    const uint8_t *p = ps->p + 1, *e = ps->end;
+    int esc = 0;
+    for (;;) {
+        while (e - p >= 8) {  /* 8 plain bytes at a time */
+            uint64_t v;
+            memcpy(&v, p, 8);
+            if (special8(v)) break;
+            p += 8;
+        }
+        while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        if (p >= e) FAIL(ps, "unterminated string");
+        uint8_t c = *p;
+        if (c == '"') break;
+        if (c < 0x20) FAIL(ps, "control character in a string");
+        if (c == '\\') {
+            esc = 1;
+            if (e - p < 2) FAIL(ps, "unterminated string");
+            uint8_t d = p[1];
+            if (d == 'u') {
+                if (e - p < 6) FAIL(ps, "bad \\u escape");
+                for (int k = 2; k < 6; k++) if (hexval(p[k]) < 0) FAIL(ps, "bad \\u escape");
+                p += 6;
+            } else if (d == '"' || d == '\\' || d == '/' || d == 'b' || d == 'f' || d == 'n' || d == 'r' || d == 't') {
+                p += 2;
+            } else {
+                FAIL(ps, "bad escape");
+            }
+            continue;
+        }
+        int len = utf8_seq(p, e);
+        if (!len) FAIL(ps, "invalid UTF-8");
+        p += len;
+    }
+    ps->p = p + 1;
+    *escaped = esc;
+    return 1;
+}
+
+/* A number at ps->p. *is_int: no fraction or exponent; *digits: digits of an integer's
+ * magnitude; *canonical: an integer the Python path writes back with the same text
+ * (not "-0"). */
+static int number(P *ps, int *is_int, int *digits, int *canonical) {
+    const uint8_t *p = ps->p, *e = ps->end;
+    int neg = 0;
+    if (p < e && *p == '-') { neg = 1; p++; }
+    if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
+    const uint8_t *d0 = p;
+    if (*p == '0') p++;
+    else while (p < e && *p >= '0' && *p <= '9') p++;
+    int nd = (int)(p - d0);
+    int isint = 1;
+    if (p < e && *p == '.') {
+        isint = 0; p++;
+        if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        isint = 0; p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    ps->p = p;
+    *is_int = isint;
+    *digits = nd;
+    *canonical = isint && !(neg && nd == 1 && *d0 == '0');
+    return 1;
+}
+
+static int literal(P *ps, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, word, n) != 0) FAIL(ps, "bad literal");
+    ps->p += n;
+    return 1;
+}
+
+/* Skip any JSON value, iteratively (an explicit stack of bounded depth). *braces counts
+ * the objects met (the Python path rewrites args ids in the bytes only for flat args). */
+static int skip_value(P *ps, int *braces) {
+    int depth = 0, esc;
+    for (;;) {
+        ws(ps);
+        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        uint8_t c = *ps->p;
+        if (c == '{' || c == '[') {
+            if (depth >= MAX_DEPTH) FAIL(ps, "nested too deep");
+            if (c == '{') (*braces)++;
+            ps->stack[depth++] = c;
+            ps->p++;
+            ws(ps);
+            if (ps->p < ps->end && *ps->p == (c == '{' ? '}' : ']')) { ps->p++; depth--; goto after_value; }
+            if (c == '{') goto object_key;
+            continue;
+        } else if (c == '"') {
+            if (!string(ps, &esc)) return 0;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            int a, b, d;
+            if (!number(ps, &a, &b, &d)) return 0;
+        } else if (c == 't') { if (!literal(ps, "true")) return 0; }
+        else if (c == 'f') { if (!literal(ps, "false")) return 0; }
+        else if (c == 'n') { if (!literal(ps, "null")) return 0; }
+        else FAIL(ps, "unexpected character");
+    after_value:
+        for (;;) {
+            if (depth == 0) return 1;
+            ws(ps);
+            if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+            uint8_t open = ps->stack[depth - 1];
+            c = *ps->p;
+            if (c == ',') {
+                ps->p++;
+                if (open == '{') goto object_key;
+                break;  /* next array element */
+            }
+            if (c == (open == '{' ? '}' : ']')) { ps->p++; depth--; continue; }
+            FAIL(ps, "expected , or a closing bracket");
+        }
+        continue;
+    object_key:
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key");
+        if (!string(ps, &esc)) return 0;
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected :");
+        ps->p++;
+    }
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 1;
+    size_t n = *cap ? *cap : 1024;
+    while (n < need) n *= 2;
+    void *q = realloc(*arr, n * size);
+    if (!q) return 0;
+    *arr = q;
+    *cap = n;
+    return 1;
+}
+
+static int64_t parse_int(const uint8_t *s, size_t n) {
+    int neg = 0;
+    if (n && *s == '-') { neg = 1; s++; n--; }
+    int64_t v = 0;
+    for (size_t k = 0; k < n; k++) v = v * 10 + (s[k] - '0');   /* <= 18 digits: no overflow */
+    return neg ? -v : v;
+}
+
+static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The double a JSON number's text denotes, correctly rounded: Clinger's fast path (a
+ * mantissa of at most 2**53 and a power of ten of at most 22 are both exact, so one IEEE
+ * operation rounds once) for the usual "1700000000123.456", else Python's own dtoa. */
+static int to_double(P *ps, const uint8_t *s, size_t n, double *out) {
+    const uint8_t *p = s, *e = s + n;
+    int neg = 0;
+    if (p < e && *p == '-') { neg = 1; p++; }
+    uint64_t m = 0;
+    int nd = 0, frac = 0;
+    while (p < e && *p >= '0' && *p <= '9') { if (nd < 19) m = m * 10 + (uint64_t)(*p - '0'); nd += m || *p != '0'; p++; }
+    if (p < e && *p == '.') {
+        p++;
+        while (p < e && *p >= '0' && *p <= '9') { if (nd < 19) m = m * 10 + (uint64_t)(*p - '0'); nd += m || *p != '0'; frac++; p++; }
+    }
+    if (p == e && nd <= 19 && m <= ((uint64_t)1 << 53) && frac <= 22) {
+        double v = (double)m / POW10[frac];
+        *out = neg ? -v : v;
+        return 1;
+    }
+    char buf[64];
+    char *heap = NULL, *t = buf;
+    if (n >= sizeof buf) {
+        heap = malloc(n + 1);
+        if (!heap) FAIL(ps, "out of memory");
+        t = heap;
+    }
+    memcpy(t, s, n);
+    t[n] = 0;
+    char *endp = NULL;
+    double v = PyOS_string_to_double(t, &endp, NULL);  /* locale-independent */
+    int ok = endp == t + n && !PyErr_Occurred();
+    PyErr_Clear();
+    free(heap);
+    if (!ok || !isfinite(v)) FAIL(ps, "number out of range");
+    *out = v;
+    return 1;
+}
+
+/* args: a flat object. Records the spans of the id keys' integer values; gives up where
+ * the Python path would decode and re-encode the args instead (a nested object or any
+ * '{' in a string, a \u escape, an id key spelled anywhere but as a top-level key with a
+ * plain integer value of at most 18 digits). */
+static int parse_args(P *ps, Ev *ev) {
+    const uint8_t *start = ps->p;
+    uint32_t first = (uint32_t)ps->nai;
+    int esc_any = 0;
+    ps->p++;  /* '{' */
+    ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') { ps->p++; goto done; }
+    for (;;) {
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key in args");
+        const uint8_t *k0 = ps->p;
+        int esc;
+        if (!string(ps, &esc)) return 0;
+        esc_any |= esc;
+        size_t klen = (size_t)(ps->p - k0) - 2;
+        int is_id = -1;
+        for (int k = 0; k < 4; k++)
+            if (ARG_ID_LEN[k] == klen && k0[1] == ARG_ID_KEYS[k][0] && memcmp(ARG_ID_KEYS[k], k0 + 1, klen) == 0) is_id = k;
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected : in args");
+        ps->p++;
+        ws(ps);
+        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        if (is_id >= 0) {
+            const uint8_t *v0 = ps->p;
+            int isint, digits, canon;
+            if (*v0 == '-' || (*v0 >= '0' && *v0 <= '9')) {
+                if (!number(ps, &isint, &digits, &canon)) return 0;
+            } else {
+                FAIL(ps, "an args id that is not a plain integer");
+            }
+            if (!isint || *v0 == '-' || digits > MAX_DIGITS) FAIL(ps, "an args id that is not a plain integer");
+            if (!grow((void **)&ps->ai, &ps->capai, ps->nai + 1, sizeof(ArgId))) FAIL(ps, "out of memory");
+            ArgId *a = &ps->ai[ps->nai++];
+            a->off = (uint32_t)(v0 - ps->base);
+            a->len = (uint32_t)(ps->p - v0);
+            a->value = parse_int(v0, a->len);
+        } else {
+            int braces = 0;
+            /* a string value may spell an id key: the Python path's text search would see it */
+            const uint8_t *v0 = ps->p;
+            if (!skip_value(ps, &braces)) return 0;
+            if (braces) FAIL(ps, "nested object in args");
+            (void)v0;
+        }
+        ws(ps);
+        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        if (*ps->p == ',') { ps->p++; continue; }
+        if (*ps->p == '}') { ps->p++; break; }
+        FAIL(ps, "expected , or } in args");
+    }
+done:;
+    size_t len = (size_t)(ps->p - start);
+    const uint8_t *s = start;
+    /* the Python path counts '{' bytes and id-key tokens in the text, strings included */
+    if (memchr(s + 1, '{', len - 1)) FAIL(ps, "'{' inside args");
+    if (esc_any || memchr(s, '\\', len)) {
+        /* escapes: any backslash followed by 'u' (\u escapes, or an escaped backslash
+         * before a u), or an id key token after a backslash, makes the Python path decode */
+        for (const uint8_t *q = s; (q = memchr(q, '\\', (size_t)(s + len - q))) != NULL; q++) {
+            if (q + 1 < s + len && q[1] == 'u') FAIL(ps, "\\u in args");
+        }
+    }
+    /* every textual occurrence of an id key token must be one of the keys recorded above:
+     * one walk over the span's quotes, each compared with the tokens its next byte allows */
+    size_t tokens = 0;
+    const uint8_t *end_s = s + len;
+    for (const uint8_t *q = s; (q = memchr(q, '"', (size_t)(end_s - q))) != NULL; q++) {
+        if (end_s - q < 13) break;  /* the shortest token, "correlation", is 13 bytes */
+        uint8_t c = q[1];
+        if (c != 'E' && c != 'c' && c != 'C') continue;
+        for (int k = 0; k < 4; k++) {
+            size_t kl = ARG_ID_LEN[k];
+            if ((size_t)(end_s - q) >= kl + 2 && ARG_ID_KEYS[k][0] == (char)c &&
+                memcmp(q + 1, ARG_ID_KEYS[k], kl) == 0 && q[kl + 1] == '"') tokens++;
+        }
+    }
+    if (tokens != ps->nai - first) FAIL(ps, "an id key token inside an args string");
+    if (ps->nai - first > 0xFFFF) FAIL(ps, "too many args ids");
+    ev->args_off = (uint32_t)(start - ps->base);
+    ev->args_len = (uint32_t)len;
+    ev->argid_first = first;
+    ev->argid_count = (uint16_t)(ps->nai - first);
+    ev->flags |= F_ARGS;
+    return 1;
+}
+
+/* A scalar kept verbatim: a string without escapes, a canonical integer, true, false, null. */
+static int verbatim_scalar(P *ps, uint32_t *off, uint32_t *len) {
+    const uint8_t *v0 = ps->p;
+    uint8_t c = *v0;
+    if (c == '"') {
+        int esc;
+        if (!string(ps, &esc)) return 0;
+        if (esc) FAIL(ps, "escaped string value");
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        int isint, digits, canon;
+        if (!number(ps, &isint, &digits, &canon)) return 0;
+        if (!canon || digits > MAX_DIGITS) FAIL(ps, "a number the output would re-encode");
+    } else if (c == 't') { if (!literal(ps, "true")) return 0; }
+    else if (c == 'f') { if (!literal(ps, "false")) return 0; }
+    else if (c == 'n') { if (!literal(ps, "null")) return 0; }
+    else FAIL(ps, "an array or object in an extra key");
+    *off = (uint32_t)(v0 - ps->base);
+    *len = (uint32_t)(ps->p - v0);
+    return 1;
+}
+
+static int event(P *ps) {
+    if (!grow((void **)&ps->ev, &ps->cap, ps->n + 1, sizeof(Ev))) FAIL(ps, "out of memory");
+    Ev *ev = &ps->ev[ps->n];
+    memset(ev, 0, sizeof *ev);
+    ev->extra_first = (uint32_t)ps->nex;
+    ev->argid_first = (uint32_t)ps->nai;
+    uint32_t seen = 0;
+    if (ps->p >= ps->end || *ps->p != '{') FAIL(ps, "an event that is not an object");
+    ps->p++;
+    ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') FAIL(ps, "an empty event");
+    for (;;) {
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key");
+        const uint8_t *k0 = ps->p;
+        int esc;
+        if (!string(ps, &esc)) return 0;
+        if (esc) FAIL(ps, "an escaped key");
+        int k = key_id((const char *)k0 + 1, (size_t)(ps->p - k0) - 2);
+        if (k < 0) FAIL(ps, "a key the kernel does not know");
+        if (seen & (1u << k)) FAIL(ps, "a repeated key");
+        seen |= 1u << k;
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected :");
+        ps->p++;
+        ws(ps);
+        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        const uint8_t *v0 = ps->p;
+        uint8_t c = *v0;
+        int isint, digits, canon;
+        switch (k) {
+        case K_PH:
+            if (c != '"') FAIL(ps, "ph is not a string");
+            if (!string(ps, &esc)) return 0;
+            if (ps->p - v0 != 3 || v0[1] < 0x20 || v0[1] >= 0x7f || esc) FAIL(ps, "ph is not one ASCII character");
+            ev->ph = v0[1];
+            break;
+        case K_NAME:
+        case K_CAT:
+            if (c == 'n') {
+                if (!literal(ps, "null")) return 0;
+                ev->flags |= k == K_NAME ? F_NAME_NULL : F_CAT_NULL;
+                break;
+            }
+            if (c != '"') FAIL(ps, "name or cat is not a string");
+            if (!string(ps, &esc)) return 0;
+            if (esc) FAIL(ps, "an escaped name or cat");
+            if (k == K_NAME) { ev->name_off = (uint32_t)(v0 - ps->base); ev->name_len = (uint32_t)(ps->p - v0); ev->flags |= F_NAME; }
+            else { ev->cat_off = (uint32_t)(v0 - ps->base); ev->cat_len = (uint32_t)(ps->p - v0); ev->flags |= F_CAT; }
+            break;
+        case K_PID:
+        case K_TID:
+            if (c == 'n' && k == K_TID) {
+                if (!literal(ps, "null")) return 0;
+                ev->flags |= F_TID_NULL;
+                break;
+            }
+            if (c == '"') {
+                if (!string(ps, &esc)) return 0;
+                if (esc) FAIL(ps, "an escaped pid or tid");
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+                if (!number(ps, &isint, &digits, &canon)) return 0;
+                if (!canon || digits > MAX_DIGITS) FAIL(ps, "a pid or tid that is not a plain integer");
+            } else {
+                FAIL(ps, "a pid or tid that is not an integer or string");
+            }
+            if (k == K_PID) { ev->pid_off = (uint32_t)(v0 - ps->base); ev->pid_len = (uint32_t)(ps->p - v0); }
+            else { ev->tid_off = (uint32_t)(v0 - ps->base); ev->tid_len = (uint32_t)(ps->p - v0); }
+            break;
+        case K_TS:
+        case K_DUR:
+            if (c == 'n') { if (!literal(ps, "null")) return 0; break; }
+            if (!(c == '-' || (c >= '0' && c <= '9'))) FAIL(ps, "ts or dur is not a number");
+            if (!number(ps, &isint, &digits, &canon)) return 0;
+            if (isint && digits > MAX_DIGITS) FAIL(ps, "ts or dur out of range");
+            if (!to_double(ps, v0, (size_t)(ps->p - v0), k == K_TS ? &ev->ts : &ev->dur)) return 0;
+            ev->flags |= k == K_TS ? F_TS : F_DUR;
+            break;
+        case K_ARGS:
+            if (c == 'n') { if (!literal(ps, "null")) return 0; break; }
+            if (c != '{') FAIL(ps, "args is not an object");
+            if (!parse_args(ps, ev)) return 0;
+            break;
+        case K_ID:
+        case K_BIND_ID:
+            if (!(c == '-' || (c >= '0' && c <= '9'))) FAIL(ps, "a flow id that is not an integer");
+            if (!number(ps, &isint, &digits, &canon)) return 0;
+            if (!canon || digits > MAX_DIGITS) FAIL(ps, "a flow id that is not a plain integer");
+            if (k == K_ID) { ev->id = parse_int(v0, (size_t)(ps->p - v0)); ev->flags |= F_ID; }
+            else { ev->bind_id = parse_int(v0, (size_t)(ps->p - v0)); ev->flags |= F_BIND_ID; }
+            break;
+        case K_ID2:
+            FAIL(ps, "id2");
+        default: {
+            uint32_t off, len;
+            if (!verbatim_scalar(ps, &off, &len)) return 0;
+            if (!grow((void **)&ps->ex, &ps->capex, ps->nex + 1, sizeof(Extra))) FAIL(ps, "out of memory");
+            Extra *x = &ps->ex[ps->nex++];
+            x->key = (uint8_t)k;
+            x->off = off;
+            x->len = len;
+        }
+        }
+        ws(ps);
+        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        if (*ps->p == ',') { ps->p++; continue; }
+        if (*ps->p == '}') { ps->p++; break; }
+        FAIL(ps, "expected , or } after a value");
+    }
+    if (!(seen & (1u << K_PH))) FAIL(ps, "an event without ph");
+    if (!(seen & (1u << K_PID))) ev->flags |= F_PID_ABSENT;
+    if (!(seen & (1u << K_TID))) ev->flags |= F_TID_ABSENT;
+    {
+        const uint8_t *b = ps->base;
+        int fresh;
+        int32_t c1 = (ev->flags & F_NAME) ? intern(&ps->t_name, b + ev->name_off, ev->name_len, &fresh)
+                                          : intern(&ps->t_name, NULL_KEY, 5, &fresh);
+        int32_t c2 = (ev->flags & F_CAT) ? intern(&ps->t_cat, b + ev->cat_off, ev->cat_len, &fresh)
+                                         : intern(&ps->t_cat, NULL_KEY, 5, &fresh);
+        int32_t c3 = (ev->flags & F_PID_ABSENT) ? intern(&ps->t_pid, ZERO_KEY, 1, &fresh)
+                                                : intern(&ps->t_pid, b + ev->pid_off, ev->pid_len, &fresh);
+        int32_t c4 = (ev->flags & F_TID_NULL) ? intern(&ps->t_tid, NULL_KEY, 5, &fresh)
+                   : (ev->flags & F_TID_ABSENT) ? intern(&ps->t_tid, ZERO_KEY, 1, &fresh)
+                   : intern(&ps->t_tid, b + ev->tid_off, ev->tid_len, &fresh);
+        if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0) FAIL(ps, "out of memory");
+        ev->name_code = c1;
+        ev->cat_code = c2;  /* a code of t_cat until tables() maps it */
+        ev->pid_code = c3;
+        ev->tid_code = c4;
+    }
+    ev->extra_count = (uint16_t)(ps->nex - ev->extra_first);
+    if (ev->argid_count == 0) ev->argid_first = (uint32_t)ps->nai;
+    ps->used_keys |= seen;
+    ps->n++;
+    return 1;
+}
+
+/* the Python value of a token: a str for a string, an int, or None */
+static PyObject *token_value(const uint8_t *s, uint32_t len) {
+    if (s == NULL_KEY) Py_RETURN_NONE;
+    if (s[0] == '"') return PyUnicode_DecodeUTF8((const char *)s + 1, len - 2, "strict");
+    char buf[32];
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    return PyLong_FromString(buf, NULL, 10);
+}
+
+/* ---- the Scan object ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer buf;
+    int has_buf;
+    Ev *ev; size_t n;
+    Extra *ex; size_t nex;
+    ArgId *ai; size_t nai;
+    uint32_t used_keys;
+    PyObject *names, *pids, *tids, *top;
+} Scan;
+
+static void Scan_dealloc(Scan *self) {
+    if (self->has_buf) PyBuffer_Release(&self->buf);
+    free(self->ev);
+    free(self->ex);
+    free(self->ai);
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->pids);
+    Py_XDECREF(self->tids);
+    Py_XDECREF(self->top);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ScanType;
+
+/* the top-level object: "traceEvents" parsed, other keys' value spans recorded */
+static int document(P *ps, PyObject *top) {
+    int esc, have_events = 0;
+    ws(ps);
+    if (ps->p >= ps->end || *ps->p != '{') FAIL(ps, "not a JSON object");
+    ps->p++;
+    ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') FAIL(ps, "no traceEvents");
+    for (;;) {
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key");
+        const uint8_t *k0 = ps->p;
+        if (!string(ps, &esc)) return 0;
+        if (esc) FAIL(ps, "an escaped top-level key");
+        size_t klen = (size_t)(ps->p - k0) - 2;
+        ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected :");
+        ps->p++;
+        ws(ps);
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)k0 + 1, (Py_ssize_t)klen, "strict");
+        if (!key) { PyErr_Clear(); FAIL(ps, "bad key"); }
+        int dup = PyDict_Contains(top, key);
+        if (dup) { Py_DECREF(key); FAIL(ps, "a repeated top-level key"); }
+        if (klen == 11 && memcmp(k0 + 1, "traceEvents", 11) == 0) {
+            have_events = 1;
+            if (ps->p >= ps->end || *ps->p != '[') { Py_DECREF(key); FAIL(ps, "traceEvents is not an array"); }
+            ps->p++;
+            ws(ps);
+            if (ps->p < ps->end && *ps->p == ']') ps->p++;
+            else for (;;) {
+                ws(ps);
+                if (!event(ps)) { Py_DECREF(key); return 0; }
+                ws(ps);
+                if (ps->p >= ps->end) { Py_DECREF(key); FAIL(ps, "unexpected end"); }
+                if (*ps->p == ',') { ps->p++; continue; }
+                if (*ps->p == ']') { ps->p++; break; }
+                Py_DECREF(key);
+                FAIL(ps, "expected , or ] in traceEvents");
+            }
+            PyObject *none = Py_None;
+            Py_INCREF(none);
+            if (PyDict_SetItem(top, key, none) < 0) { Py_DECREF(none); Py_DECREF(key); PyErr_Clear(); FAIL(ps, "out of memory"); }
+            Py_DECREF(none);
+        } else {
+            const uint8_t *v0 = ps->p;
+            int braces = 0;
+            if (!skip_value(ps, &braces)) { Py_DECREF(key); return 0; }
+            PyObject *span = Py_BuildValue("(nn)", (Py_ssize_t)(v0 - ps->base), (Py_ssize_t)(ps->p - ps->base));
+            if (!span || PyDict_SetItem(top, key, span) < 0) { Py_XDECREF(span); Py_DECREF(key); PyErr_Clear(); FAIL(ps, "out of memory"); }
+            Py_DECREF(span);
+        }
+        Py_DECREF(key);
+        ws(ps);
+        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        if (*ps->p == ',') { ps->p++; continue; }
+        if (*ps->p == '}') { ps->p++; break; }
+        FAIL(ps, "expected , or } at the top level");
+    }
+    ws(ps);
+    if (ps->p != ps->end) FAIL(ps, "data after the document");
+    if (!have_events) FAIL(ps, "no traceEvents");
+    return 1;
+}
+
+/* the tables of name/cat (names of every event first, then cats: read.from_columns interns
+ * their concatenation), pid and tid, in first-seen order */
+/* the Python lists of a table's values, in code order */
+static PyObject *values_of(Table *t) {
+    PyObject *list = PyList_New((Py_ssize_t)t->count);
+    if (!list) return NULL;
+    for (size_t k = 0; k < t->count; k++) {
+        PyObject *v = token_value(t->keys[k].s, t->keys[k].len);
+        if (!v) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, (Py_ssize_t)k, v);
+    }
+    return list;
+}
+
+/* the tables of name/cat (names of every event first, then cats: read.from_columns interns
+ * their concatenation), pid and tid, in first-seen order. The cats were interned apart:
+ * each takes its name's code, or the next one, in the cats' first-seen order. */
+static int tables(Scan *s, P *ps) {
+    int fresh;
+    int32_t *map = malloc((ps->t_cat.count ? ps->t_cat.count : 1) * sizeof(int32_t));
+    if (!map) FAIL(ps, "out of memory");
+    for (size_t j = 0; j < ps->t_cat.count; j++) {
+        map[j] = intern(&ps->t_name, ps->t_cat.keys[j].s, ps->t_cat.keys[j].len, &fresh);
+        if (map[j] < 0) { free(map); FAIL(ps, "out of memory"); }
+    }
+    for (size_t i = 0; i < s->n; i++) s->ev[i].cat_code = map[s->ev[i].cat_code];
+    free(map);
+    s->names = values_of(&ps->t_name);
+    s->pids = values_of(&ps->t_pid);
+    s->tids = values_of(&ps->t_tid);
+    if (!s->names || !s->pids || !s->tids) { PyErr_Clear(); FAIL(ps, "a value Python cannot decode"); }
+    return 1;
+}
+
+static PyObject *core_scan(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    Scan *s = PyObject_New(Scan, &ScanType);
+    if (!s) return NULL;
+    s->has_buf = 0; s->ev = NULL; s->ex = NULL; s->ai = NULL; s->n = s->nex = s->nai = 0;
+    s->names = s->pids = s->tids = s->top = NULL;
+    if (PyObject_GetBuffer(arg, &s->buf, PyBUF_SIMPLE) < 0) { Py_DECREF(s); return NULL; }
+    s->has_buf = 1;
+    if ((uint64_t)s->buf.len >= 0xFFFFFFFFull) { Py_DECREF(s); return PyUnicode_FromString("a file of 4 GB or more"); }
+    P *ps = calloc(1, sizeof(P));
+    if (!ps) { Py_DECREF(s); return PyErr_NoMemory(); }
+    ps->base = ps->p = (const uint8_t *)s->buf.buf;
+    ps->end = ps->base + s->buf.len;
+    int tables_ok = table_init(&ps->t_name) & table_init(&ps->t_cat) & table_init(&ps->t_pid) &
+                    table_init(&ps->t_tid);
+    s->top = PyDict_New();
+    int ok = s->top != NULL && tables_ok;
+    if (ok) ok = document(ps, s->top);
+    s->ev = ps->ev; s->n = ps->n; s->ex = ps->ex; s->nex = ps->nex; s->ai = ps->ai; s->nai = ps->nai;
+    s->used_keys = ps->used_keys;
+    if (ok) ok = tables(s, ps);
+    table_free(&ps->t_name);
+    table_free(&ps->t_cat);
+    table_free(&ps->t_pid);
+    table_free(&ps->t_tid);
+    if (!ok) {
+        const char *why = ps->why ? ps->why : "out of memory";
+        free(ps);
+        Py_DECREF(s);
+        if (PyErr_Occurred()) return NULL;
+        return PyUnicode_FromString(why);
+    }
+    free(ps);
+    return (PyObject *)s;
+}
+
+/* ---- columns out -------------------------------------------------------------------- */
+
+static PyObject *Scan_columns(Scan *s, PyObject *unused) {
+    (void)unused;
+    size_t n = s->n;
+    PyObject *ph = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4 * 4));
+    PyObject *times = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8 * 2));
+    PyObject *flags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+    if (!ph || !codes || !times || !flags) goto fail;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(ph);
+    int32_t *c = (int32_t *)PyBytes_AS_STRING(codes);
+    double *t = (double *)PyBytes_AS_STRING(times);
+    uint32_t *f = (uint32_t *)PyBytes_AS_STRING(flags);
+    for (size_t i = 0; i < n; i++) {
+        Ev *e = &s->ev[i];
+        p[i] = e->ph;
+        c[i] = e->name_code; c[n + i] = e->cat_code; c[2 * n + i] = e->pid_code; c[3 * n + i] = e->tid_code;
+        t[i] = e->ts; t[n + i] = e->dur;
+        f[i] = e->flags;
+    }
+    return Py_BuildValue("(NNNN)", ph, codes, times, flags);
+fail:
+    Py_XDECREF(ph); Py_XDECREF(codes); Py_XDECREF(times); Py_XDECREF(flags);
+    return NULL;
+}
+
+/* (indices, values) of the events with flow id key "id" (0) or "bind_id" (1) */
+static PyObject *Scan_flow_ids(Scan *s, PyObject *arg) {
+    long which = PyLong_AsLong(arg);
+    if (which == -1 && PyErr_Occurred()) return NULL;
+    uint32_t flag = which == 0 ? F_ID : F_BIND_ID;
+    PyObject *idx = PyList_New(0), *val = PyList_New(0);
+    if (!idx || !val) goto fail;
+    for (size_t i = 0; i < s->n; i++) {
+        Ev *e = &s->ev[i];
+        if (!(e->flags & flag)) continue;
+        PyObject *a = PyLong_FromSize_t(i), *b = PyLong_FromLongLong(which == 0 ? e->id : e->bind_id);
+        if (!a || !b || PyList_Append(idx, a) < 0 || PyList_Append(val, b) < 0) { Py_XDECREF(a); Py_XDECREF(b); goto fail; }
+        Py_DECREF(a); Py_DECREF(b);
+    }
+    return Py_BuildValue("(NN)", idx, val);
+fail:
+    Py_XDECREF(idx); Py_XDECREF(val);
+    return NULL;
+}
+
+/* (indices, raw value bytes) of the events with the verbatim extra key named ``key`` */
+static PyObject *Scan_extra_tokens(Scan *s, PyObject *arg) {
+    Py_ssize_t kl;
+    const char *kn = PyUnicode_AsUTF8AndSize(arg, &kl);
+    if (!kn) return NULL;
+    int k = key_id(kn, (size_t)kl);
+    PyObject *idx = PyList_New(0), *val = PyList_New(0);
+    if (!idx || !val) goto fail;
+    const char *base = (const char *)s->buf.buf;
+    for (size_t i = 0; k >= 0 && i < s->n; i++) {
+        Ev *e = &s->ev[i];
+        for (uint32_t j = 0; j < e->extra_count; j++) {
+            Extra *x = &s->ex[e->extra_first + j];
+            if (x->key != k) continue;
+            PyObject *a = PyLong_FromSize_t(i), *b = PyBytes_FromStringAndSize(base + x->off, x->len);
+            if (!a || !b || PyList_Append(idx, a) < 0 || PyList_Append(val, b) < 0) { Py_XDECREF(a); Py_XDECREF(b); goto fail; }
+            Py_DECREF(a); Py_DECREF(b);
+        }
+    }
+    return Py_BuildValue("(NN)", idx, val);
+fail:
+    Py_XDECREF(idx); Py_XDECREF(val);
+    return NULL;
+}
+
+/* args spans as one int64 array of (offset, length) pairs, (0, 0) where none */
+static PyObject *Scan_args_spans(Scan *s, PyObject *unused) {
+    (void)unused;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(s->n * 16));
+    if (!out) return NULL;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
+    for (size_t i = 0; i < s->n; i++) {
+        o[2 * i] = s->ev[i].args_off;
+        o[2 * i + 1] = (s->ev[i].flags & F_ARGS) ? s->ev[i].args_len : 0;
+    }
+    return out;
+}
+
+/* ---- the writer --------------------------------------------------------------------- */
+
+typedef struct { char *p; size_t len, cap; } Buf;
+
+static inline void put(Buf *b, const void *s, size_t n) { memcpy(b->p + b->len, s, n); b->len += n; }
+
+static inline void put_u64(Buf *b, uint64_t v) {
+    char t[24];
+    int k = 24;
+    do { t[--k] = (char)('0' + v % 10); v /= 10; } while (v);
+    put(b, t + k, (size_t)(24 - k));
+}
+
+static inline void put_i64(Buf *b, int64_t v) {
+    if (v < 0) { b->p[b->len++] = '-'; put_u64(b, (uint64_t)0 - (uint64_t)v); }
+    else put_u64(b, (uint64_t)v);
+}
+
+/* ns as the µs float the Python path writes (repr of ns / 1000.0): below 2**42 µs the
+ * shortest repr is the exact decimal, with at least one fractional digit */
+#define US_EXACT (((int64_t)1 << 42) * 1000)
+static int put_us(Buf *b, int64_t ns) {
+    if (ns <= -US_EXACT || ns >= US_EXACT) {
+        double x = (double)ns / 1000.0;
+        char *r = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (!r) return 0;
+        if (strchr(r, 'e')) { PyMem_Free(r); return -1; }  /* msgspec's exponent form differs */
+        put(b, r, strlen(r));
+        PyMem_Free(r);
+        return 1;
+    }
+    uint64_t m = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    if (ns < 0) b->p[b->len++] = '-';
+    put_u64(b, m / 1000);
+    b->p[b->len++] = '.';
+    unsigned r = (unsigned)(m % 1000);
+    char d[3] = {(char)('0' + r / 100), (char)('0' + r / 10 % 10), (char)('0' + r % 10)};
+    int k = 3;
+    while (k > 1 && d[k - 1] == '0') k--;
+    put(b, d, (size_t)k);
+    return 1;
+}
+
+#define NAMESPACE_BITS 32
+#define ID_LIMIT ((int64_t)1 << NAMESPACE_BITS)
+
+/* transform.namespace_id of an integer: an int below 2**32, else "r<rank>:<value>" */
+static void put_id(Buf *b, int64_t v, long rank) {
+    if (v >= 0 && v < ID_LIMIT) {
+        put_i64(b, (int64_t)(((uint64_t)(rank + 1) << NAMESPACE_BITS) | (uint64_t)v));
+    } else {
+        put(b, "\"r", 2);
+        put_i64(b, rank);
+        b->p[b->len++] = ':';
+        put_i64(b, v);
+        b->p[b->len++] = '"';
+    }
+}
+
+static int get_array(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, Py_ssize_t n, const char *what) {
+    if (PyObject_GetBuffer(o, v, PyBUF_SIMPLE) < 0) return 0;
+    if (v->len != itemsize * n) {
+        PyBuffer_Release(v);
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd bytes, got %zd", what, itemsize * n, v->len);
+        return 0;
+    }
+    return 1;
+}
+
+/* write(idx, ts_ns, dur_ns, pid_base, rank, overrides) -> bytes or None
+ *   idx: int64 event indices to write (the selection), ts_ns/dur_ns: int64 aligned values
+ *   for those events (read only where the event has ts / ts and dur), overrides: {event
+ *   index: args bytes} for the args the Python side rewrites (process metadata).
+ * None when a value would be written in a form the kernel does not produce (the caller
+ * reads the rank with the Python path). */
+static PyObject *Scan_write(Scan *s, PyObject *args) {
+    PyObject *idx_o, *ts_o, *dur_o, *over;
+    long long pid_base;
+    long rank;
+    if (!PyArg_ParseTuple(args, "OOOLlO!", &idx_o, &ts_o, &dur_o, &pid_base, &rank, &PyDict_Type, &over)) return NULL;
+    if (rank < 0 || rank > 0x7FFFFFFF || pid_base < 0 || pid_base > ((long long)1 << 40)) {
+        PyErr_SetString(PyExc_ValueError, "rank or pid_base out of range");
+        return NULL;
+    }
+    Py_buffer ib, tb, db;
+    if (PyObject_GetBuffer(idx_o, &ib, PyBUF_SIMPLE) < 0) return NULL;
+    if (ib.len % 8) { PyBuffer_Release(&ib); PyErr_SetString(PyExc_ValueError, "idx: int64 expected"); return NULL; }
+    Py_ssize_t m = ib.len / 8;
+    if (!get_array(ts_o, &tb, 8, m, "ts")) { PyBuffer_Release(&ib); return NULL; }
+    if (!get_array(dur_o, &db, 8, m, "dur")) { PyBuffer_Release(&ib); PyBuffer_Release(&tb); return NULL; }
+    const int64_t *idx = ib.buf, *ts = tb.buf, *dur = db.buf;
+    const char *base = (const char *)s->buf.buf;
+    /* the output is written straight into a bytes object sized by an upper bound of every
+     * event's size (no growing, no copy; shrunk to its length at the end) */
+    size_t bound = 1;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t i = idx[j];
+        if (i < 0 || (size_t)i >= s->n) continue;  /* reported below */
+        Ev *e = &s->ev[i];
+        bound += 200 + (size_t)e->name_len + e->cat_len + e->tid_len + e->args_len + (size_t)e->argid_count * 48 + 2 * 48;
+        for (uint32_t k = 0; k < e->extra_count; k++) bound += s->ex[e->extra_first + k].len + 16;
+    }
+    uint8_t *marked = NULL;  /* per scanned event: has replacement args */
+    if (PyDict_GET_SIZE(over)) {
+        marked = calloc(s->n ? s->n : 1, 1);
+        if (!marked) { PyBuffer_Release(&ib); PyBuffer_Release(&tb); PyBuffer_Release(&db); return PyErr_NoMemory(); }
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(over, &pos, &key, &value)) {
+            if (PyBytes_Check(value)) bound += (size_t)PyBytes_GET_SIZE(value);
+            long long k = PyLong_Check(key) ? PyLong_AsLongLong(key) : -1;
+            if (k == -1 && PyErr_Occurred()) PyErr_Clear();
+            if (k >= 0 && (size_t)k < s->n) marked[k] = 1;
+        }
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
+    if (!result) { free(marked); PyBuffer_Release(&ib); PyBuffer_Release(&tb); PyBuffer_Release(&db); return NULL; }
+    Buf b = {PyBytes_AS_STRING(result), 0, bound};
+    int status = 1;
+    for (Py_ssize_t j = 0; j < m && status == 1; j++) {
+        int64_t i = idx[j];
+        if (i < 0 || (size_t)i >= s->n) { PyErr_SetString(PyExc_IndexError, "event index out of range"); status = 0; break; }
+        Ev *e = &s->ev[i];
+        const char *ov = NULL;
+        Py_ssize_t ovlen = 0;
+        if (marked && marked[i]) {  /* only the few events with replacement args ask the dict */
+            PyObject *key = PyLong_FromLongLong(i);
+            if (!key) { status = 0; break; }
+            PyObject *v = PyDict_GetItemWithError(over, key);
+            Py_DECREF(key);
+            if (!v && PyErr_Occurred()) { status = 0; break; }
+            if (v) {
+                if (!PyBytes_Check(v)) { PyErr_SetString(PyExc_TypeError, "override args must be bytes"); status = 0; break; }
+                ov = PyBytes_AS_STRING(v);
+                ovlen = PyBytes_GET_SIZE(v);
+            }
+        }
+        /* an upper bound of this event's size */
+        size_t need = 200 + e->name_len + e->cat_len + e->tid_len + (ov ? (size_t)ovlen : e->args_len)
+                      + (size_t)e->argid_count * 48 + 2 * 48;
+        for (uint32_t k = 0; k < e->extra_count; k++) need += s->ex[e->extra_first + k].len + 16;
+        if (b.len + need > b.cap) { PyErr_SetString(PyExc_SystemError, "write: size bound exceeded"); status = 0; break; }
+        if (j) b.p[b.len++] = ',';
+        put(&b, "{\"ph\":\"", 7);
+        b.p[b.len++] = (char)e->ph;
+        b.p[b.len++] = '"';
+        if (e->flags & F_CAT) { put(&b, ",\"cat\":", 7); put(&b, base + e->cat_off, e->cat_len); }
+        if (e->flags & F_NAME) { put(&b, ",\"name\":", 8); put(&b, base + e->name_off, e->name_len); }
+        put(&b, ",\"pid\":", 7);
+        put_i64(&b, pid_base + e->pid_code);
+        if (!(e->flags & F_TID_NULL)) {
+            put(&b, ",\"tid\":", 7);
+            if (e->flags & F_TID_ABSENT) b.p[b.len++] = '0';
+            else put(&b, base + e->tid_off, e->tid_len);
+        }
+        if (e->flags & F_TS) {
+            put(&b, ",\"ts\":", 6);
+            status = put_us(&b, ts[j]);
+            if (status != 1) break;
+            if (e->flags & F_DUR) {
+                put(&b, ",\"dur\":", 7);
+                status = put_us(&b, dur[j]);
+                if (status != 1) break;
+            }
+        }
+        if (ov) {
+            put(&b, ",\"args\":", 8);
+            put(&b, ov, (size_t)ovlen);
+        } else if (e->flags & F_ARGS) {
+            put(&b, ",\"args\":", 8);
+            const char *a = base + e->args_off;
+            uint32_t at = e->args_off;
+            for (uint32_t k = 0; k < e->argid_count; k++) {
+                ArgId *x = &s->ai[e->argid_first + k];
+                put(&b, base + at, x->off - at);
+                put_id(&b, x->value, rank);
+                at = x->off + x->len;
+            }
+            put(&b, base + at, e->args_off + e->args_len - at);
+            (void)a;
+        }
+        /* the extra keys, in the struct's order: id, then the others as they come in
+         * KEY order, with bind_id at its place */
+        uint32_t written = 0;
+        for (int k = K_FIRST_EXTRA; k < K_COUNT; k++) {
+            if (k == K_ID && (e->flags & F_ID)) { put(&b, ",\"id\":", 6); put_id(&b, e->id, rank); continue; }
+            if (k == K_BIND_ID && (e->flags & F_BIND_ID)) { put(&b, ",\"bind_id\":", 11); put_id(&b, e->bind_id, rank); continue; }
+            if (written == e->extra_count) continue;
+            for (uint32_t q = 0; q < e->extra_count; q++) {
+                Extra *x = &s->ex[e->extra_first + q];
+                if (x->key != k) continue;
+                b.p[b.len++] = ',';
+                b.p[b.len++] = '"';
+                put(&b, KEY_NAMES[k], strlen(KEY_NAMES[k]));
+                put(&b, "\":", 2);
+                put(&b, base + x->off, x->len);
+                written++;
+            }
+        }
+        b.p[b.len++] = '}';
+    }
+    if (status == 1) {
+        if (_PyBytes_Resize(&result, (Py_ssize_t)b.len) < 0) result = NULL;
+    } else {
+        Py_CLEAR(result);
+        if (status == -1) {
+            result = Py_None;
+            Py_INCREF(result);
+        }
+    }
+    free(marked);
+    PyBuffer_Release(&ib);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&db);
+    return result;
+}
+
+/* sorted indices of the events whose args contain the text ``token`` (Args.with_key) */
+static PyObject *Scan_args_with(Scan *s, PyObject *arg) {
+    Py_buffer tk;
+    if (PyObject_GetBuffer(arg, &tk, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    const char *base = (const char *)s->buf.buf;
+    for (size_t i = 0; out && i < s->n; i++) {
+        Ev *e = &s->ev[i];
+        if (!(e->flags & F_ARGS) || tk.len == 0 || (size_t)tk.len > e->args_len) continue;
+        if (memmem(base + e->args_off, e->args_len, tk.buf, (size_t)tk.len)) {
+            PyObject *v = PyLong_FromSize_t(i);
+            if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_CLEAR(out); }
+            else Py_DECREF(v);
+        }
+    }
+    PyBuffer_Release(&tk);
+    return out;
+}
+
+static PyObject *Scan_len(Scan *s, void *c) { (void)c; return PyLong_FromSize_t(s->n); }
+static PyObject *Scan_names(Scan *s, void *c) { (void)c; Py_INCREF(s->names); return s->names; }
+static PyObject *Scan_pids(Scan *s, void *c) { (void)c; Py_INCREF(s->pids); return s->pids; }
+static PyObject *Scan_tids(Scan *s, void *c) { (void)c; Py_INCREF(s->tids); return s->tids; }
+static PyObject *Scan_top(Scan *s, void *c) { (void)c; Py_INCREF(s->top); return s->top; }
+static PyObject *Scan_keys(Scan *s, void *c) {
+    (void)c;
+    PyObject *out = PyList_New(0);
+    for (int k = 0; out && k < K_COUNT; k++) {
+        if (!(s->used_keys & (1u << k))) continue;
+        PyObject *v = PyUnicode_FromString(KEY_NAMES[k]);
+        if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_CLEAR(out); }
+        else Py_DECREF(v);
+    }
+    return out;
+}
+
+static PyMethodDef Scan_methods[] = {
+    {"columns", (PyCFunction)Scan_columns, METH_NOARGS, "(ph, codes, times, flags) as bytes"},
+    {"flow_ids", (PyCFunction)Scan_flow_ids, METH_O, "(indices, ints) of id (0) or bind_id (1)"},
+    {"extra_tokens", (PyCFunction)Scan_extra_tokens, METH_O, "(indices, raw bytes) of an extra key"},
+    {"args_spans", (PyCFunction)Scan_args_spans, METH_NOARGS, "int64 (offset, length) pairs"},
+    {"args_with", (PyCFunction)Scan_args_with, METH_O, "indices of args containing a token"},
+    {"write", (PyCFunction)Scan_write, METH_VARARGS, "the events as the JSON writer writes them"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Scan_getset[] = {
+    {"n", (getter)Scan_len, NULL, "number of events", NULL},
+    {"names", (getter)Scan_names, NULL, "name/cat table", NULL},
+    {"pids", (getter)Scan_pids, NULL, "pid table", NULL},
+    {"tids", (getter)Scan_tids, NULL, "tid table", NULL},
+    {"top", (getter)Scan_top, NULL, "top-level keys: (start, end) spans, None for traceEvents", NULL},
+    {"keys", (getter)Scan_keys, NULL, "the event keys any event uses", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject ScanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracemerge.kernel._core.Scan",
+    .tp_basicsize = sizeof(Scan),
+    .tp_dealloc = (destructor)Scan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One scanned trace document",
+    .tp_methods = Scan_methods,
+    .tp_getset = Scan_getset,
+};
+
+static PyMethodDef core_methods[] = {
+    {"scan", core_scan, METH_O, "scan(data) -> Scan, or a str: why the kernel does not take it"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "_core", NULL, -1, core_methods};
+
+PyMODINIT_FUNC PyInit__core(void) {
+    for (int k = 0; k < K_COUNT; k++)  /* the length table must match the names */
+        if (strlen(KEY_NAMES[k]) != KEY_LEN[k]) { PyErr_SetString(PyExc_SystemError, "KEY_LEN"); return NULL; }
+    for (int k = 0; k < 4; k++)
+        if (strlen(ARG_ID_KEYS[k]) != ARG_ID_LEN[k]) { PyErr_SetString(PyExc_SystemError, "ARG_ID_LEN"); return NULL; }
+    if (PyType_Ready(&ScanType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m) return NULL;
+    PyModule_AddIntConstant(m, "F_TS", F_TS);
+    PyModule_AddIntConstant(m, "F_DUR", F_DUR);
+    PyModule_AddIntConstant(m, "F_TID_NULL", F_TID_NULL);
+    PyModule_AddIntConstant(m, "F_TID_ABSENT", F_TID_ABSENT);
+    PyModule_AddIntConstant(m, "F_NAME", F_NAME);
+    PyModule_AddIntConstant(m, "F_CAT", F_CAT);
+    PyModule_AddIntConstant(m, "F_ARGS", F_ARGS);
+    return m;
+}

@@ -1,0 +1,136 @@
+"""The differential check: the compiled core against the Python path on one input.
+
+For any bytes, either the kernel declines (the Python path then reads the rank, so the
+output is the Python path's by construction), or the kernel's trace has the same columns
+as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.formats.chrome.kernel_body` writes the
+same bytes as the transform and the JSON writer. Used by the tests, the fuzz target and
+``.ci/run``.
+"""
+
+import os
+import tempfile
+
+import msgspec
+import numpy as np
+
+from tracemerge import kernel
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.errors import TracemergeError
+from tracemerge.formats import chrome
+from tracemerge.formats.chrome import kernel_body
+from tracemerge.inputs.chrome import read_trace
+from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
+from tracemerge.model import NO_TS
+
+SCALAR_FIELDS = ("meta", "tracemerge", "base_ns", "names", "pids", "tids", "warnings", "truncated")
+ARRAY_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur")
+
+
+class Mismatch(AssertionError):
+    """The kernel and the Python path disagree."""
+
+
+def _typed(value):
+    """A value with the types of its items spelled out (1 and 1.0 and True compare equal)."""
+    if isinstance(value, list):
+        return [(type(v).__name__, _typed(v)) for v in value]
+    if isinstance(value, dict):
+        return {k: (type(v).__name__, _typed(v)) for k, v in value.items()}
+    return value
+
+
+def _decoded_or_error(args, i):
+    """``args[i]``, or the error decoding it raises (a number beyond a double, say: the raw
+    args are the same bytes for both paths, so they must fail alike)."""
+    try:
+        return args[i]
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def same_trace(k, p):
+    """None when the kernel's trace ``k`` and the Python reader's ``p`` agree, else what differs."""
+    for f in SCALAR_FIELDS:
+        if _typed(getattr(k, f)) != _typed(getattr(p, f)):
+            return f"{f}: {getattr(k, f)!r:.200} != {getattr(p, f)!r:.200}"
+    for f in ARRAY_FIELDS:
+        a, b = getattr(k, f), getattr(p, f)
+        if a.dtype != b.dtype or not np.array_equal(a, b):
+            return f"column {f}"
+    ka = [None if a is None else bytes(a) for a in k.args.items]
+    pa = [None if a is None else bytes(a) for a in p.args.items]
+    if ka != pa:
+        return "args"
+    if [_decoded_or_error(k.args, i) for i in range(len(k))] != [_decoded_or_error(p.args, i) for i in range(len(p))]:
+        return "decoded args"
+    if _typed(k.extra.columns) != _typed(p.extra.columns):
+        return "extra columns"
+    return None
+
+
+def placements(trace):
+    """A few placements exercising the writer: ranks that namespace ids differently, an
+    offset, drift (durations change), a far output origin (large ts)."""
+    timed = trace.ts[trace.ts != NO_TS]
+    first = int(timed.min()) if len(timed) else 0
+    origin = first - first % 1_000_000_000
+    return [
+        Placement(rank=0, label="rank 0 · w · h", pid_base=1000,
+                  clock=ClockModel(rank=0, method="none"), out_base_ns=origin),
+        Placement(rank=5, label="rank 5 · \"w\" · h\\é", pid_base=6000,
+                  clock=ClockModel(rank=5, method="x", offset_ns=-123_457, drift_ppm=37.5, anchor_ns=first),
+                  out_base_ns=origin),
+        Placement(rank=4_000_000, label="r", pid_base=2_000_000,
+                  clock=ClockModel(rank=1, method="x", offset_ns=987_654_321), out_base_ns=origin - 10**18),
+    ]
+
+
+def _body_or_error(write, *args):
+    """``write(*args)``, or the args decode error it raises, as a str (both paths decode
+    the renamed processes' args from the same raw bytes, so they must fail alike)."""
+    try:
+        return write(*args)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def python_body(trace, place):
+    """The Python path's body of ``trace``'s own events (transform, then the JSON writer)."""
+    chunks, _ = transform_chunks(trace, place, aligned_ns(trace, place.clock, place.out_base_ns))
+    return b",".join(chrome.encode_events(c) for c in chunks if c)
+
+
+def check_bytes(data, name="input.json"):
+    """Run the differential check on one document's bytes; returns "declined: <why>",
+    "python error", or "same"; raises Mismatch when the paths disagree."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        k = kernel.read(path, data)
+        try:
+            p = read_trace(path)
+        except TracemergeError as e:
+            if not isinstance(k, str):
+                raise Mismatch(f"the kernel took an input the Python path refuses ({e})") from None
+            return "python error"
+        if isinstance(k, str):
+            return f"declined: {k}"
+        why = same_trace(k, p)
+        if why:
+            raise Mismatch(f"read: {why}")
+        for place in placements(p):
+            start, dur = aligned_ns(k, place.clock, place.out_base_ns)
+            body = _body_or_error(kernel_body, k, place, start, dur)
+            if body is None:
+                continue  # out of the writer's reach: that rank is written by the Python path
+            expected = _body_or_error(python_body, p, place)
+            if body.__class__ is str or expected.__class__ is str:  # args that cannot be decoded
+                if body != expected:
+                    raise Mismatch(f"rank {place.rank}: {body!r:.200} != {expected!r:.200}")
+                continue
+            if body != expected:
+                at = next((i for i, (a, b) in enumerate(zip(body, expected)) if a != b), min(len(body), len(expected)))
+                raise Mismatch(f"rank {place.rank}: bytes differ at {at}: {body[at - 60:at + 60]!r} != "
+                               f"{expected[at - 60:at + 60]!r}")
+        return "same"
