@@ -1,0 +1,85 @@
+"""Ranks of one machine read one wall clock (issue 15): two 'machines' of two ranks each,
+the second machine's files skewed by a known offset and drift (every `_ns` field by the
+clock_rank rule, every ts). The reference's machine stays exact; the other machine gets
+one pooled model that holds the true skew within its error bound; causality holds."""
+
+import json
+import random
+
+from tracefiles import BASE, cli, rank_file, write, x
+
+OFFSET_NS = 3_000_000      # machine B's clock reads 3 ms ahead of machine A's
+DRIFT_PPM = 40.0           # and gains 40 µs per second
+MACHINE = {0: "boot-A", 1: "boot-A", 2: "boot-B", 3: "boot-B"}
+HOST = {"boot-A": "hostA", "boot-B": "hostB"}
+
+
+def _skew(rank, t_ns):
+    """Rank ``rank``'s clock reading at true time ``t_ns``."""
+    if MACHINE[rank] == "boot-A":
+        return t_ns
+    return t_ns + OFFSET_NS + round(DRIFT_PPM * 1e-6 * (t_ns - BASE))
+
+
+def _job(tmp_path):
+    rng = random.Random(7)
+    rpcs = {r: [] for r in MACHINE}
+    events = {r: [] for r in MACHINE}
+    pairs = [(0, 2), (2, 0), (1, 3), (3, 1), (0, 3), (2, 1)]
+    t = BASE + 10_000_000
+    for n in range(240):
+        caller, callee = pairs[n % len(pairs)]
+        t1 = t
+        t2 = t1 + 80_000 + rng.randrange(0, 400_000)     # one-way delays 80-480 µs
+        t3 = t2 + 150_000
+        t4 = t3 + 80_000 + rng.randrange(0, 400_000)
+        rid = f"{caller}:{n}"
+        name = f"rpc_sync#f(worker{caller} -> worker{callee})"
+        common = {"rpc_id": rid, "kind": "rpc_sync", "func": "f", "name": name, "caller": caller,
+                  "callee": callee, "caller_name": f"worker{caller}", "callee_name": f"worker{callee}",
+                  "status": "ok"}
+        rpcs[caller].append(dict(common, role="caller", send_ns=_skew(caller, t1), complete_ns=_skew(caller, t4)))
+        rpcs[callee].append(dict(common, role="callee", start_ns=_skew(callee, t2), end_ns=_skew(callee, t3)))
+        for rank, a, b, role, label in ((caller, t1, t4, "caller", name), (callee, t2, t3, "callee", name + "#remote")):
+            start = _skew(rank, a)
+            events[rank].append(x(label, (start - BASE) / 1000, (_skew(rank, b) - start) / 1000, tid=7,
+                                  cat="user_annotation", rpc_id=rid, role=role))
+        t = t4 + 2_000_000
+    files = []
+    for rank, boot in MACHINE.items():
+        doc = rank_file(events[rank], rank, rpcs=rpcs[rank], world_size=4, hostname=HOST[boot], boot_id=boot,
+                        start_ns=_skew(rank, BASE), profile_stop_ns=_skew(rank, t))
+        files.append(write(tmp_path / f"rank{rank}.json", doc))
+    return files, t
+
+
+def test_other_machine_recovers_its_skew_and_one_machine_stays_exact(tmp_path):
+    files, end = _job(tmp_path)
+    res = cli("offsets", *files, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
+    assert (clocks[1]["method"], clocks[1]["offset_ns"], clocks[1]["drift_ppm"], clocks[1]["error_bound_ns"]) == \
+        ("shared-clock", 0, 0, 0)
+    b2, b3 = clocks[2], clocks[3]
+    # one model per machine: every number but the rank is the same
+    assert {k: v for k, v in b2.items() if k != "rank"} == {k: v for k, v in b3.items() if k != "rank"}
+    assert b2["method"].startswith("rpc") and b2["error_bound_ns"] > 0
+    for t in (BASE + 10_000_000, (BASE + end) // 2, end):
+        estimate = b2["offset_ns"] + b2["drift_ppm"] * 1e-6 * (t - b2["anchor_ns"])
+        true = _skew(2, t) - t
+        assert abs(estimate - true) <= b2["error_bound_ns"], (t, estimate, true, b2)
+    assert b"causality: 0 violations" in res.stderr
+
+
+def test_without_boot_ids_each_rank_is_its_own_machine(tmp_path):
+    files, _ = _job(tmp_path)
+    for path in files:  # the same job, captured before boot_id existed
+        with open(path) as f:
+            doc = json.load(f)
+        del doc["tracemerge"]["boot_id"]
+        write(path, doc)
+    res = cli("offsets", *files, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
+    assert all(c["method"] != "shared-clock" for c in clocks.values())
+    assert clocks[1]["error_bound_ns"] > 0  # estimated, not known
