@@ -10,7 +10,7 @@ from tracemerge.clocks.correlate import RpcCall, RpcMemo, match_collectives, mat
 
 
 def info(rank, rpcs=(), collectives=()):
-    return SimpleNamespace(rank=rank, rpcs=list(rpcs), collectives=list(collectives), remote_rpcs=[])
+    return SimpleNamespace(rank=rank, rpcs=list(rpcs), collectives=list(collectives), remote_rpcs=[], job_id="job-1")
 
 
 def caller(rpc_id, a, b, t1, t4=None, **extra):
@@ -72,3 +72,18 @@ def test_the_rpc_join_is_made_once_for_the_same_records_and_again_for_other_ones
     assert grown is not first and len(grown.calls) == 2 and grown.callee_only == 1
     other = [info(0, [caller("a", 0, 1, 10, 40)]), info(1, [callee("a", 0, 1, 21, 30)])]  # equal lengths, other lists
     assert match_rpcs(other, memo).calls.times[1].tolist() == [21]
+
+
+def test_records_of_two_jobs_are_never_joined():
+    """rpc_ids and collective sequence numbers restart in every run: two runs' records that
+    happen to share them stay apart."""
+    caller = {"rpc_id": "0:0", "role": "caller", "caller": 0, "callee": 1, "send_ns": 10, "complete_ns": 90}
+    callee = {"rpc_id": "0:0", "role": "callee", "caller": 0, "callee": 1, "start_ns": 40, "end_ns": 60}
+    coll = {"group": "0", "seq": 1, "start_ns": 5, "end_ns": 9}
+    same = [SimpleNamespace(rank=0, rpcs=[caller], collectives=[coll], remote_rpcs=[], job_id="run-a"),
+            SimpleNamespace(rank=1, rpcs=[callee], collectives=[coll], remote_rpcs=[], job_id="run-a")]
+    assert len(match_rpcs(same).calls) == 1 and len(match_collectives(same)) == 1
+    two = [SimpleNamespace(**{**vars(same[0]), "job_id": "run-a"}), SimpleNamespace(**{**vars(same[1]), "job_id": "run-b"})]
+    match = match_rpcs(two)
+    assert len(match.calls) == 2 and not match.calls.quadruples.any()
+    assert len(match_collectives(two)) == 2

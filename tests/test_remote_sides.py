@@ -4,6 +4,7 @@ at once, and a callee that never enters ``profile`` at all. Real torch RPC on lo
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -66,18 +67,30 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run(tmp_path, callee_profiles):
+def _run(tmp_path, callee_profiles, port=None):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     out = tmp_path / "traces"
-    subprocess.run([sys.executable, str(script), str(_free_port()), str(out), "1" if callee_profiles else "0"],
-                   check=True, timeout=JOB_TIMEOUT_S, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
+    subprocess.run([sys.executable, str(script), str(port or _free_port()), str(out), "1" if callee_profiles else "0"],
+                   check=True, timeout=JOB_TIMEOUT_S, capture_output=True, env=env)
     return out
 
 
 @pytest.fixture(scope="module")
-def snippet_job(tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("snippet"), callee_profiles=True)
+def snippet_port():
+    return _free_port()
+
+
+@pytest.fixture(scope="module")
+def snippet_job(tmp_path_factory, snippet_port):
+    return _run(tmp_path_factory.mktemp("snippet"), callee_profiles=True, port=snippet_port)
+
+
+@pytest.fixture(scope="module")
+def second_run(tmp_path_factory, snippet_job, snippet_port):
+    """The same script again on the same MASTER_ADDR:MASTER_PORT."""
+    return _run(tmp_path_factory.mktemp("again"), callee_profiles=True, port=snippet_port)
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +151,17 @@ def test_callee_that_never_profiles_gets_its_sides_from_the_caller(silent_callee
     [side] = caller["remote_sides"]
     assert side["clock_rank"] == 1 and side["worker_name"] == "worker1"
     assert len(side["calls"]) == 8
+
+
+def test_two_runs_on_one_port_have_different_job_ids(snippet_job, second_run, snippet_port):
+    first = {r: _block(snippet_job / f"rank{r}.json.gz")["job_id"] for r in (0, 1)}
+    again = {r: _block(second_run / f"rank{r}.json.gz")["job_id"] for r in (0, 1)}
+    assert first[0] == first[1] and again[0] == again[1]  # one id per run, agreed by every rank
+    assert first[0] != again[0]
+    assert first[0].startswith(f"127.0.0.1:{snippet_port}@")
+    mixed = [str(snippet_job / "rank0.json.gz"), str(second_run / "rank1.json.gz")]
+    out = second_run.parent / "mixed.json"
+    res = cli("combine", *mixed, "-o", out)
+    assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
+    res = cli("combine", *mixed, "-o", out, "--force", "--strict")
+    assert res.returncode == 4 and b"refused by --strict" in res.stderr

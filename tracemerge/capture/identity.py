@@ -1,6 +1,7 @@
 """Who this worker is in its job: rank, name, world size and a job id shared by all ranks."""
 
 import os
+import uuid
 
 import torch.distributed as dist
 from torch.distributed import rpc
@@ -26,15 +27,49 @@ def identify(rank=None, worker_name=None):
 
 
 def job_id():
-    """``$TRACEMERGE_JOB_ID``, else the rendezvous address every rank was given, else ""."""
+    """``$TRACEMERGE_JOB_ID``, else the rendezvous address every rank was given plus a token
+    agreed with rank 0 (two runs on one MASTER_ADDR:MASTER_PORT get different ids), else "".
+    """
     explicit = os.environ.get("TRACEMERGE_JOB_ID")
     if explicit:
         return explicit
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not (addr and port):
-        return ""
     run = os.environ.get("TORCHELASTIC_RUN_ID")
-    return f"{addr}:{port}" + (f"/{run}" if run else "")
+    where = f"{addr}:{port}" + (f"/{run}" if run else "") if addr and port else ""
+    token = _agreed_token()
+    return f"{where}@{token}" if token else where
+
+
+# This process's token: rank 0's is the job's. A constant, made once per process, so every
+# rank that asks rank 0's process during one run gets the same one, and a new run another.
+_TOKEN = uuid.uuid4().hex[:16]
+_ASK_TIMEOUT_S = 10.0
+
+
+def _process_token():
+    """Runs on rank 0 (by RPC): its process's token."""
+    return _TOKEN
+
+
+def _agreed_token():
+    """Rank 0's token, by RPC when it is up, else by torch.distributed's store; "" when
+    neither is initialised or rank 0 does not answer in time (never blocks longer)."""
+    try:
+        if rpc.is_available() and rpc.api._is_current_rpc_agent_set():
+            if rpc.get_worker_info().id == 0:
+                return _TOKEN
+            first = [w for w in rpc.api._get_current_rpc_agent().get_worker_infos() if w.id == 0]
+            if not first:
+                return ""
+            # the function inside rpc_sync's wrapper: untraced even while a capture swaps it
+            return rpc.rpc_sync.__wrapped__(first[0], _process_token, timeout=_ASK_TIMEOUT_S)
+        if dist.is_initialized():
+            store = dist.distributed_c10d._get_default_store()
+            # the first rank to ask sets it; every other rank reads what it set (no wait)
+            return store.compare_set("tracemerge/job_token", "", _TOKEN).decode()
+    except Exception:  # a job id is a hint for combine; never fail the training job over it
+        return ""
+    return ""
 
 
 def boot_id():

@@ -116,8 +116,13 @@ def _match_rpcs(infos):
     # the callee sides a caller fetched come first: a field both give is the callee's own
     # file's (the last given counts), and they fill in what the callee did not record
     records = [rec for info in infos for rec in info.remote_rpcs] + [rec for info in infos for rec in info.rpcs]
+    keys = [rec["rpc_id"] for rec in records]
+    if _several_jobs(infos):  # rpc_ids restart in every run: never join records of two jobs
+        jobs = [info.job_id for info in infos for _ in info.remote_rpcs] + [info.job_id for info in infos
+                                                                              for _ in info.rpcs]
+        keys = list(zip(jobs, keys))
     index = {}
-    row = np.fromiter([index.setdefault(rec["rpc_id"], len(index)) for rec in records], np.int64, len(records))
+    row = np.fromiter([index.setdefault(key, len(index)) for key in keys], np.int64, len(records))
     first = np.full(len(index), len(records))
     np.minimum.at(first, row, np.arange(len(records)))
     firsts = [records[i] for i in first.tolist()]
@@ -193,7 +198,7 @@ class Collectives:
     :class:`CollectiveMatch`."""
 
     records: list        # every record, infos in order
-    keys: list           # (group, seq)
+    keys: list           # (group, seq), or (job_id, group, seq) when the inputs come from several jobs
     first: np.ndarray    # each collective's first record (op, group_ranks)
     ranks: list          # the rank of each column
     last: np.ndarray     # (collectives, ranks): the rank's last record of it, -1 for none
@@ -205,7 +210,7 @@ class Collectives:
         return len(self.keys)
 
     def __iter__(self):
-        for (group, seq), first, last, start, ended, end in zip(
+        for (*_, group, seq), first, last, start, ended, end in zip(
                 self.keys, self.first.tolist(), self.last.tolist(), self.start.tolist(), self.ended.tolist(),
                 self.end.tolist()):
             rec = self.records[first]
@@ -227,6 +232,8 @@ def match_collectives(infos):
     its last start, bytes and end given count."""
     records = [rec for info in infos for rec in info.collectives]
     keys = list(zip(map(str, map(itemgetter("group"), records)), map(int, map(itemgetter("seq"), records))))
+    if _several_jobs(infos):  # sequence numbers restart in every run: never join two jobs' collectives
+        keys = [(job, *key) for job, key in zip((info.job_id for info in infos for _ in info.collectives), keys)]
     index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     row = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
     cell = row * len(infos) + np.repeat(np.arange(len(infos)), [len(info.collectives) for info in infos])
@@ -242,3 +249,8 @@ def match_collectives(infos):
     end = np.zeros(shape, np.int64)
     end[ended] = ends[last_end[ended]]
     return Collectives(records, list(index), first, [info.rank for info in infos], last, start, end, ended)
+
+
+def _several_jobs(infos):
+    """The inputs come from more than one job (their ``job_id`` differs)."""
+    return len({info.job_id for info in infos}) > 1
