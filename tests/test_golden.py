@@ -29,8 +29,8 @@ CASES = {
 }
 SETS = ("rpc_profiling", "parameter_server", "kineto_rpc")
 SHA256 = {
-    "kineto_rpc json": "087b0c5f36c542a29a9add43210aa0caa7df0c79fe9b457b77caaf18c624848e",
-    "kineto_rpc json.gz": "087b0c5f36c542a29a9add43210aa0caa7df0c79fe9b457b77caaf18c624848e",
+    "kineto_rpc json": "962085423e1694089062103f6b7612d5b704ee0cefeddc3fc713c628a3e56fa5",
+    "kineto_rpc json.gz": "962085423e1694089062103f6b7612d5b704ee0cefeddc3fc713c628a3e56fa5",
     "kineto_rpc offsets.json": "6bc7eabfe58ee2c7afcd7a2298d210117cd3237f55c58b0cd7843d853cdd421c",
     "kineto_rpc pftrace": "610bafd44af3c3b67894d68e6787de659be6c78049aac01a4013f273d83318ac",
     "kineto_rpc report.csv": "3d32a9eb203c70fc947f5fe3b7c9c06334a383334fed4e2a9faacf78597ace40",
@@ -39,8 +39,8 @@ SHA256 = {
     "kineto_rpc report.markdown": "8a7d7ad1db8f3248664c19e57598c5a17c8b88b0d78d60ce52aa1ff1de535874",
     "kineto_rpc report.table": "ef75925f675e4aa9a4354fcb9a79acb266b98a3fa152022043d797177609e13a",
     "kineto_rpc selected.pftrace": "c5c76ca109087ff89293e8a41fb21db160e8f0287e1ddc758481411055b0093f",
-    "parameter_server json": "a9dc668beef99886f4858ad1747b11a6d167759228bd8f482debff734f47908b",
-    "parameter_server json.gz": "a9dc668beef99886f4858ad1747b11a6d167759228bd8f482debff734f47908b",
+    "parameter_server json": "48cb7658bbe5d096d4af27edba9741867c150a5c7e3da3c178ed3ce78c6f9566",
+    "parameter_server json.gz": "48cb7658bbe5d096d4af27edba9741867c150a5c7e3da3c178ed3ce78c6f9566",
     "parameter_server offsets.json": "a723f4dbb77420d05d0d2bc7527fc1d0602f2d952af922398752c990f593595b",
     "parameter_server pftrace": "15770a1a136ee5f1f37dca59085c65b7d5ad65fab31f577215e2bb7c284cf396",
     "parameter_server report.csv": "800b638c6bfa5985250de78e5e5ae8cd7db7953c63d573f5e4081fcaf9676c4f",
@@ -49,8 +49,8 @@ SHA256 = {
     "parameter_server report.markdown": "53eac9786a8829f717ca1ecb7b807c41846718ad922a44076448bc6b2ea28bab",
     "parameter_server report.table": "2e83c7f3ce7d4807fc25c885467e8c251fc5fd99115fcd07df650e911a40b478",
     "parameter_server selected.pftrace": "257b3b0998860b9b18f552b457ae6287d4a177422415d65006ef83c4b29c2b9b",
-    "rpc_profiling json": "0637bd9cae9465f72b5b74dd218ebdfed5bd3155878af190fb57cf56318d6d22",
-    "rpc_profiling json.gz": "0637bd9cae9465f72b5b74dd218ebdfed5bd3155878af190fb57cf56318d6d22",
+    "rpc_profiling json": "8432afda656ee76cfa0385ddddaec05328c06a1a77073043a836c57e277b3635",
+    "rpc_profiling json.gz": "8432afda656ee76cfa0385ddddaec05328c06a1a77073043a836c57e277b3635",
     "rpc_profiling offsets.json": "306336eb55c0ff1d02041186787955474bb5ba2b9ff8191f6fc0bab8f1aae790",
     "rpc_profiling pftrace": "0ad38bc7cff392bd766f6a8fe7d6cc18f046b6255baa557e8c201eb6fdda13c0",
     "rpc_profiling report.csv": "85283eddbf3a224e307f5660fcdb086ac450f116ab2028eb25783d6b91882365",

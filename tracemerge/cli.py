@@ -352,6 +352,10 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
                f"{ev['dropped']} dropped{_by(ev.get('dropped_by'))}), "
                f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
                + (f", report -> {report_path}" if report_path is not None else ""), err=True)
+    sides = summary["rpc_sides"]
+    if sides["calls"]:
+        say(f"tracemerge: {sides['calls']} RPCs: {sides['both_sides']} with both sides, {sides['caller_only']} "
+            f"caller only, {sides['callee_only']} callee only", err=True)
     say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
     say(f"tracemerge: {core_line(session.cores)}", err=True)
     for line in clock_notes(alignment):

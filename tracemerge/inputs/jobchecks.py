@@ -46,7 +46,27 @@ def _ranks(ranks):
 
 
 def rpc_peers(infos, memo=None):
-    """Warnings for RPC records whose peer rank has no input file, with counts per rank."""
-    missing = match_rpcs(infos, memo).missing_peer
-    return [f"{n} RPC records name rank {rank} as their peer, but no input file has rank {rank}"
-            for rank, n in sorted(missing.items())]
+    """Warnings for RPC records whose peer rank has no input file, with counts per rank, and
+    one for calls with a side missing: why, and what to do."""
+    match = match_rpcs(infos, memo)
+    warnings = [f"{n} RPC records name rank {rank} as their peer, but no input file has rank {rank}"
+                for rank, n in sorted(match.missing_peer.items())]
+    sides = rpc_sides(match)
+    if sides["caller_only"]:
+        warnings.append(
+            f"{sides['caller_only']} of {sides['calls']} RPCs have only the caller's side: their callees "
+            "recorded none and the callers' files carry no callee sides for them (captured by an older "
+            "tracemerge, or a callee did not answer when the caller wrote its file: see the file's "
+            "tracemerge.remote_sides); capture again with this version, or keep the callees inside profile")
+    if sides["callee_only"]:
+        warnings.append(
+            f"{sides['callee_only']} of {sides['calls']} RPCs have only the callee's side: their callers' files "
+            "were not given or stopped recording before the call; give every rank's file")
+    return warnings
+
+
+def rpc_sides(match):
+    """{"calls", "both_sides", "caller_only", "callee_only"} of an RPC join (correlate.RpcMatch)."""
+    calls = len(match.calls)
+    return {"calls": calls, "both_sides": calls - match.caller_only - match.callee_only,
+            "caller_only": match.caller_only, "callee_only": match.callee_only}

@@ -19,7 +19,9 @@ from tracemerge.analysis import drawing
 from tracemerge.analysis.critical_path import critical_path as find_critical_path
 from tracemerge.analysis.job import job_timeline
 from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.inputs.chrome import build
+from tracemerge.inputs.jobchecks import rpc_sides
 
 SECOND_NS = 1_000_000_000
 
@@ -162,6 +164,7 @@ def build_summary(session, alignment, places, counts):
         "align": alignment.method,
         "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
         "causality": alignment.causality,
+        "rpc_sides": rpc_sides(match_rpcs(session.infos, session.rpc_memo)),
         "events": {**{k: v for k, v in counts.items() if k not in BY_REASON and not k.startswith(DETAIL)},
                    **{group: counts.get(group, {}) for group in BY_REASON}},
         **{group: detail for group, prefix in DETAIL_GROUPS.items()
