@@ -165,3 +165,56 @@ def test_two_runs_on_one_port_have_different_job_ids(snippet_job, second_run, sn
     assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
     res = cli("combine", *mixed, "-o", out, "--force", "--strict")
     assert res.returncode == 4 and b"refused by --strict" in res.stderr
+
+
+def _merged(files, out):
+    res = cli("combine", *files, "-o", out)
+    assert res.returncode == 0, res.stderr
+    with open(out) as f:
+        return json.load(f), res.stderr
+
+
+def _spans_by_role(doc):
+    """{role: {rpc_id: event}} of the merged trace's RPC spans."""
+    out = {"caller": {}, "callee": {}}
+    for e in doc["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("ph") in ("X", "b") and "rpc_id" in args:
+            out[args["role"]][args["rpc_id"]] = e
+    return out
+
+
+def _group(doc, pid):
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    return names[pid]
+
+
+def test_each_callee_span_is_drawn_on_rank_1_inside_its_caller_span(snippet_job, tmp_path):
+    files = [str(snippet_job / "rank0.json.gz"), str(snippet_job / "rank1.json.gz")]
+    doc, err = _merged(files, tmp_path / "merged.json")
+    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    spans = _spans_by_role(doc)
+    assert len(spans["caller"]) == 8 and set(spans["callee"]) == set(spans["caller"])
+    for rpc_id, caller in spans["caller"].items():
+        callee = spans["callee"][rpc_id]
+        assert callee["name"] == caller["name"] + "#remote"
+        assert _group(doc, callee["pid"]).startswith("rank 1 · worker1")
+        assert _group(doc, caller["pid"]).startswith("rank 0 · worker0")
+        # one machine: the callee's span lies inside the caller's, at its recorded time
+        assert caller["ts"] <= callee["ts"] and callee["ts"] + callee["dur"] <= caller["ts"] + caller["dur"]
+    # flow arrows bind caller and callee spans: one request and one response per call
+    flows = [e for e in doc["traceEvents"] if e.get("ph") in ("s", "f") and e.get("cat") == "rpc"]
+    assert len(flows) == 4 * 8, sorted({e.get("cat") for e in doc["traceEvents"] if e.get("ph") in ("s", "f")})
+    assert doc["tracemerge"]["remote_spans"] == {"1": 8}
+
+
+def test_a_callee_with_no_file_gets_its_own_process_group(silent_callee_job, tmp_path):
+    doc, err = _merged([str(silent_callee_job / "rank0.json.gz")], tmp_path / "merged.json")
+    spans = _spans_by_role(doc)
+    assert len(spans["callee"]) == 8 and set(spans["callee"]) == set(spans["caller"])
+    groups = {_group(doc, e["pid"]) for e in spans["callee"].values()}
+    assert len(groups) == 1 and groups.pop().startswith("rank 1 · worker1 · ")
+    for rpc_id, caller in spans["caller"].items():
+        callee = spans["callee"][rpc_id]
+        assert caller["ts"] <= callee["ts"] and callee["ts"] + callee["dur"] <= caller["ts"] + caller["dur"]

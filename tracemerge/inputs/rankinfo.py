@@ -275,8 +275,11 @@ def remote_records(path, block, rpcs):
             caller = mine.get(call.get("rpc_id")) if isinstance(call, dict) and isinstance(call.get("rpc_id"), str) else None
             if caller is None or caller["callee"] != side["clock_rank"]:
                 continue
-            rec = {k: caller[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee") if k in caller}
-            rec.update(role="callee", status=str(call.get("status", "ok")), source="remote")
+            rec = {k: caller[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee", "callee_name")
+                   if k in caller}
+            rec.update(role="callee", status=str(call.get("status", "ok")), source="remote",
+                       tid=call["tid"] if _is_int(call.get("tid")) else 0,
+                       hostname=str(side.get("hostname") or ""), boot_id=str(side.get("boot_id") or ""))
             rec.update({k: call[k] for k in ("start_ns", "end_ns") if _is_int(call.get(k))})
             out.append(rec)
     return out

@@ -11,6 +11,7 @@ from tracemerge.merge.assembly import write_merged
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.merge.flows import RpcFlows
 from tracemerge.merge.placement import Placement, rank_label
+from tracemerge.merge.remote_spans import drawn_sides, remote_spans
 from tracemerge.output import check_output
 
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ def combine(session: "Session", alignment: "Alignment", output: str, force: bool
     kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
     # a window is measured from the job's first event, and left-out ranks are counted
     session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept])
-    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept}, session.rpc_memo)
+    sides = drawn_sides(session.infos, {i.rank for i in kept})
+    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept} | set(sides), session.rpc_memo,
+                        {r["rpc_id"] for recs in sides.values() for r in recs})
     path = find_critical_path(job_timeline(session, alignment)) if critical_path else None
     while True:
         try:
@@ -100,34 +103,38 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, for
                 learn(info, r["facts"])
         if placements(session, alignment) != places:
             raise _Moved()
-        if drawn is not None:  # the path's events are added, not input
-            c = results[-1]["counts"]
+        for r in results[len(kept):]:  # the drawn callee spans and path are added, not input
+            c = r["counts"]
             c["added"] = c.get("added", 0) + c.pop("in", 0)
         for r in results:
             add_counts(counts, r["counts"])
         return {**build_summary(session, alignment, places, counts), "format": fmt,
-                "selection": select.describe(selection), **(drawn or {})}
+                "selection": select.describe(selection), **(drawn or {}),
+                **({"remote_spans": {str(r): n for r, n in remote.ranks.items()}} if remote.ranks else {})}
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine, into its part of the output
     jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
+    remote = remote_spans(session.infos, alignment.clocks, places, {i.rank for i in kept})
+    jobs += remote.jobs
     drawn = None
     if path is not None:
-        job, drawn = _path_job(path, places)
+        job, drawn = _path_job(path, places, [p for _, p in jobs])
         jobs.append(job)
     return write_merged(session.engine or LocalEngine(1), rank_fn, fmt,
                         jobs, output, header, footer, facts=any(i.partial for i in kept), force=force)
 
 
-def _path_job(windows, places):
+def _path_job(windows, places, taken):
     """((the critical path as a RankTrace, its Placement): one more process after the
-    ranks', on the reference clock; the summary's ``critical_path`` entry)."""
+    ranks' (and every placement in ``taken``), on the reference clock; the summary's
+    ``critical_path`` entry)."""
     base = next(iter(places.values())).out_base_ns
     events = drawing.path_events(windows, base)
     trace = build(drawing.PROCESS, events, {"baseTimeNanoseconds": base}, None)
     stride = min(places.values(), key=lambda p: p.pid_base).pid_base
-    pid_base = max(p.pid_base for p in places.values()) + stride
+    pid_base = max(p.pid_base for p in taken) // stride * stride + stride
     place = Placement(rank=-1, label=drawing.PROCESS, pid_base=pid_base,
                       clock=ClockModel(rank=-1, method="reference"), out_base_ns=base)
     return (trace, place), {"critical_path": {"pid": pid_base + trace.pids.index(drawing.PID), "windows": len(windows),

@@ -68,11 +68,12 @@ class RpcFlows:
     calls: dict        # {rpc_id: (index, caller rank, callee rank)}
 
     @classmethod
-    def plan(cls, infos, ranks, memo=None):
-        """Calls with both records whose two ranks are both in the output."""
+    def plan(cls, infos, ranks, memo=None, drawn=frozenset()):
+        """Calls with both records whose two ranks are both in the output; ``drawn``: calls
+        whose callee span is drawn from the caller's file (merge.remote_spans)."""
         match = match_rpcs(infos, memo)
-        # a callee side that only its caller's file gives has no span to bind an arrow to
-        spanned = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"}
+        # a callee side that only its caller's file gives has a span only where it is drawn
+        spanned = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"} | set(drawn)
         return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
                     if c.send_ns is not None and c.start_ns is not None and c.rpc_id in spanned
                     and c.caller in ranks and c.callee in ranks})

@@ -1,0 +1,106 @@
+"""Callee spans drawn from the callee sides a caller's file carries (``tracemerge.remote_sides``).
+
+A callee that was not recording when it served a call (a worker that only serves, whose
+``profile`` block ended at once) has no ``#remote`` span of its own, but the caller's
+capture fetched its side: start and end on the callee's clock and the serving thread.
+Those calls get the span the callee would have written — same name plus ``#remote``,
+``args.rpc_id`` and ``args.role: "callee"`` — on the callee rank's process group: one more
+process in the rank's pid block (the last slot), labelled like the rank's others, or, for
+a rank with no file of its own, a process group of its own after the ranks', named like
+theirs. Where the callee recorded the call itself, its own span is the one drawn.
+
+The spans are events *added* to the output (counted as such), written by the same
+per-rank path as the ranks' own events, so flows, selections and both formats treat them
+alike.
+"""
+
+from dataclasses import dataclass, replace
+from typing import Dict, List, Tuple
+
+from tracemerge.inputs.chrome import build
+from tracemerge.merge.placement import Placement, rank_label
+from tracemerge.model import RankTrace
+
+PID = "rpc callee sides (from the caller's file)"
+CATEGORY = "user_annotation"   # what record_function spans are, as the callee's own would be
+
+
+@dataclass
+class RemoteSpans:
+    """What the callee sides add to one combine."""
+
+    jobs: List[Tuple[RankTrace, Placement]]   # one synthetic trace per callee rank, with its placement
+    rpc_ids: set                              # the calls whose callee span is drawn here
+    ranks: Dict[int, int]                     # {callee rank: spans drawn}
+
+
+def drawn_sides(infos, ranks):
+    """{callee rank: [remote record]} of the calls whose callee did not record them, for callee
+    ranks in ``ranks`` (kept ranks) or with no file at all."""
+    own = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"}
+    present = {info.rank for info in infos}
+    out: Dict[int, list] = {}
+    for info in infos:
+        if info.rank not in ranks:
+            continue
+        for rec in info.remote_rpcs:
+            callee = rec["callee"]
+            if rec["rpc_id"] in own or "start_ns" not in rec or "end_ns" not in rec:
+                continue
+            if callee in present and callee not in ranks:
+                continue
+            out.setdefault(callee, []).append(rec)
+    return out
+
+
+def remote_spans(infos, clocks, places, ranks) -> RemoteSpans:
+    """The synthetic callee traces of a combine: ``clocks`` {rank: ClockModel}, ``places``
+    {rank: Placement} of the ranks with files, ``ranks`` the ranks kept."""
+    sides = drawn_sides(infos, ranks)
+    if not sides:
+        return RemoteSpans([], set(), {})
+    stride = min(p.pid_base for p in places.values())
+    next_base = max(p.pid_base for p in places.values()) + stride
+    by_rank = {info.rank: info for info in infos}
+    any_place = next(iter(places.values()))
+    jobs, ids = [], set()
+    for callee in sorted(sides):
+        recs = sides[callee]
+        trace = _trace(callee, recs)
+        if callee in places:
+            # the last pid slot of the callee's block: one more process of its group
+            place = replace(places[callee], pid_base=places[callee].pid_base + stride - 1)
+        else:
+            first = recs[0]
+            place = Placement(rank=callee, label=rank_label(callee, first.get("callee_name", f"rank{callee}"),
+                                                            first.get("hostname") or "unknown host"),
+                              pid_base=next_base, clock=_clock_of(callee, first, by_rank, clocks),
+                              out_base_ns=any_place.out_base_ns)
+            next_base += stride
+        jobs.append((trace, place))
+        ids.update(r["rpc_id"] for r in recs)
+    return RemoteSpans(jobs, ids, {callee: len(recs) for callee, recs in sides.items()})
+
+
+def _clock_of(callee, rec, by_rank, clocks):
+    """The clock of a callee rank with no file: a rank of its machine's (same boot id), else
+    its caller's — the best there is, and exact when they share a machine."""
+    boot = rec.get("boot_id")
+    same = sorted(r for r, info in by_rank.items() if boot and info.boot_id == boot)
+    model = clocks[same[0] if same else rec["caller"]]
+    return replace(model, rank=callee, peers=list(model.peers), corrections=list(model.corrections))
+
+
+def _trace(callee, recs) -> RankTrace:
+    """The callee spans of ``recs`` as a RankTrace on the callee's clock."""
+    base = min(r["start_ns"] for r in recs)
+    base -= base % 1000
+    events = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}}]
+    for tid in sorted({r.get("tid", 0) for r in recs}):
+        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
+                       "args": {"name": f"thread {tid} (RPC server)"}})
+    for r in recs:
+        events.append({"ph": "X", "cat": CATEGORY, "name": r["name"] + "#remote", "pid": PID, "tid": r.get("tid", 0),
+                       "ts": (r["start_ns"] - base) / 1000, "dur": max(0, r["end_ns"] - r["start_ns"]) / 1000,
+                       "args": {"rpc_id": r["rpc_id"], "role": "callee", "status": r.get("status", "ok")}})
+    return build(f"rank {callee}: callee sides from the callers' files", events, {"baseTimeNanoseconds": base}, None)
