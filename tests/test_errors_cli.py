@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from tracefiles import kineto, load_output, write, x
+from tracefiles import kineto, load_output, sigint_default, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]
 
@@ -68,7 +68,8 @@ def test_disk_full_on_stdout(tmp_path):
 
 def test_broken_pipe_is_one_line(tmp_path):
     trace = big_trace(tmp_path, 20_000)
-    proc = subprocess.Popen(CMD + ["combine", trace, "-o", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(CMD + ["combine", trace, "-o", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=sigint_default)
     proc.stdout.read(100)
     proc.stdout.close()  # the reader goes away, as `| head -c 100` does
     _, err = proc.communicate(timeout=120)
@@ -98,7 +99,9 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
     trace = big_trace(tmp_path, 400_000)
     out = tmp_path / "out" / "o.json"
     out.parent.mkdir()
-    proc = subprocess.Popen(CMD + ["combine", trace, "-o", out, "-j", "1"], stderr=subprocess.PIPE)
+    # the reference core: the compiled one may finish before the interrupt lands
+    proc = subprocess.Popen(CMD + ["combine", trace, "-o", out, "-j", "1"], stderr=subprocess.PIPE,
+                            preexec_fn=sigint_default, env=dict(os.environ, TRACEMERGE_KERNEL="python"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not writing(proc.pid, out.parent) and proc.poll() is None:
         time.sleep(0.01)  # interrupt once writing has begun: shards or the temporary output exist

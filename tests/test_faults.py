@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from tracefiles import kineto, write, x
+from tracefiles import kineto, sigint_default, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]
 
@@ -60,8 +60,10 @@ def wait_for(cond, timeout=60.0, step=0.02):
 
 
 def start_combine(paths, out, *extra):
-    return subprocess.Popen(CMD + ["combine", *paths, "-o", str(out), "-j", "2", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    # the reference core: the compiled one merges these ranks before a signal can land
+    env = dict(os.environ, TRACEMERGE_KERNEL="python")
+    return subprocess.Popen(preexec_fn=sigint_default, args=CMD + ["combine", *paths, "-o", str(out), "-j", "2", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
 
 
 def kill_all(procs):
@@ -141,7 +143,7 @@ def test_two_writers_with_force_both_succeed_and_the_output_is_whole(tmp_path):
 # ---- tracemerge open ---------------------------------------------------------------------
 
 def start_open(path):
-    proc = subprocess.Popen(CMD + ["open", str(path), "--port", "0"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(preexec_fn=sigint_default, args=CMD + ["open", str(path), "--port", "0"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     ready = []
 

@@ -6,6 +6,8 @@ import sys
 import urllib.parse
 import urllib.request
 
+from tracefiles import sigint_default
+
 from tracemerge.serve import UI_ORIGIN
 
 
@@ -22,7 +24,7 @@ def readline(stream, timeout=30):
 
 
 def start(path, *extra):
-    proc = subprocess.Popen([sys.executable, "-m", "tracemerge", "open", str(path), "--port", "0", *extra],
+    proc = subprocess.Popen(preexec_fn=sigint_default, args=[sys.executable, "-m", "tracemerge", "open", str(path), "--port", "0", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         link = readline(proc.stdout).strip()

@@ -65,3 +65,11 @@ def cli(*args, timeout=120, code=None):
     ``python -m tracemerge``."""
     head = ["-c", code] if code else ["-m", "tracemerge"]
     return subprocess.run([sys.executable, *head, *map(str, args)], capture_output=True, timeout=timeout, cwd=ROOT)
+
+
+def sigint_default():
+    """``preexec_fn`` for a command the test interrupts: SIGINT back to its default, so
+    Python installs its KeyboardInterrupt handler even when the test run itself was started
+    with SIGINT ignored (a background job, nohup), which children would inherit."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
