@@ -17,7 +17,7 @@ time and memory with ``ranks``.
   pids in integer ns + dump, one rank at a time: the least any merge must do;
 - floor, N processes: the same with ranks spread over the cores, each writing a part file;
 - ``tracemerge combine`` to .json (default jobs, and --jobs 1), .json.gz, and .pftrace
-  when ``tracemerge/perfetto.py`` exists;
+  when ``tracemerge/formats/perfetto/encoder.py`` exists;
 - ``viztracer --combine`` and HTA's ``TraceAnalysis`` load, when installed (``bench`` extra).
 
 Other engineers share the machine: the load average is printed with the table.
@@ -33,9 +33,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root: tests/support
 
-import gen_kineto  # noqa: E402
+from tests.support import gen_kineto  # noqa: E402
 
 
 def run_timed(cmd):
@@ -144,7 +144,7 @@ def contenders(paths, out, jobs):
     yield MAIN.format(jobs=jobs), tm + ["-o", out + "tm.json"]
     yield "tracemerge combine .json (--jobs 1)", tm + ["-o", out + "tm1.json", "--jobs", "1"]
     yield f"tracemerge combine .json.gz (--jobs {jobs})", tm + ["-o", out + "tm.json.gz"]
-    if importlib.util.find_spec("tracemerge.perfetto"):
+    if importlib.util.find_spec("tracemerge.formats.perfetto.encoder"):
         yield f"tracemerge combine .pftrace (--jobs {jobs})", tm + ["-o", out + "tm.pftrace"]
     if shutil.which("viztracer"):
         yield "viztracer --combine", ["viztracer", "--combine", *paths, "-o", out + "viz.json"]

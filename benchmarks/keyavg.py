@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from tracemerge.keyavg import group_rows, key_averages
-from tracemerge.read import read_trace
+from tracemerge.report.keyavg import group_rows, key_averages
+from tracemerge.inputs.chrome import read_trace
 
 
 def workload(steps):

@@ -1,6 +1,6 @@
 """Salvage speed: reading a truncated trace against reading the same trace intact.
 
-A rank of Kineto-like events (benchmarks/gen_kineto.py) is read whole, then cut inside
+A rank of Kineto-like events (tests/support/gen_kineto.py) is read whole, then cut inside
 its last event (the common crashed-rank case) and read again, as
 plain JSON and as gzip cut mid-stream. Both reads run side by side, best of N, GC off as
 in every timing here; the figure that matters is the ratio salvage / intact, which the
@@ -17,10 +17,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_kineto import write_rank  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root: tests/support
+from tests.support.gen_kineto import write_rank  # noqa: E402
 
-from tracemerge.read import read_trace  # noqa: E402
+from tracemerge.inputs.chrome import read_trace  # noqa: E402
 
 
 def best(fn, repeat):

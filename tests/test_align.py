@@ -8,13 +8,13 @@ import numpy as np
 import orjson
 import pytest
 
-from tracemerge import synth
-from tracemerge.align import align, exchange_clocks
-from tracemerge.causality import count
-from tracemerge.clock import ClockModel
-from tracemerge.correlate import match_rpcs
-from tracemerge.graph import solve
-from tracemerge.ntp import DRIFT_LIMIT_PPM, Constraints, _Lines, _lines, rpc_constraints, stack
+from support import synth
+from tracemerge.clocks.methods import align, exchange_clocks
+from tracemerge.clocks.causality import count
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.clocks.graph import solve
+from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, Constraints, _Lines, _lines, rpc_constraints, stack
 from tracemerge.session import Session
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")

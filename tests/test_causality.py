@@ -6,9 +6,9 @@ import json
 import numpy as np
 from click.testing import CliRunner
 
-from tracemerge import synth
-from tracemerge.align import align
-from tracemerge.causality import count, review
+from support import synth
+from tracemerge.clocks.methods import align
+from tracemerge.clocks.causality import count, review
 from tracemerge.cli import main
 from tracemerge.session import Session
 

@@ -83,7 +83,7 @@ def test_failed_write_leaves_nothing(tmp_path):
 
     # fail in the middle of writing: the second rank is unreadable by the time it is streamed
     from tracemerge import session as session_module
-    from tracemerge.combine import combine
+    from tracemerge.merge.combine import combine
     s = session_module.Session.open([good, bad])
     s._traces.clear()
     os.unlink(bad)

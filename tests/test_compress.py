@@ -1,4 +1,4 @@
-"""Compressed outputs and inputs (tracemerge/compress.py): gzip and zstd pieces that join into
+"""Compressed outputs and inputs (tracemerge/codecs.py): gzip and zstd pieces that join into
 one stream, `combine -o x.json.zst` through the shard path, cut and corrupt zstd inputs, and
 the error when the optional zstandard module is missing."""
 
@@ -13,17 +13,16 @@ import sys
 import orjson
 import pytest
 
-from tracemerge.compress import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
+from tracemerge.codecs import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
 from tracemerge.errors import OutputError, TraceError
-from tracemerge.read import read_trace
+from tracemerge.inputs.chrome import read_trace
 
 from tracefiles import kineto, write, x
 
 zstandard = pytest.importorskip("zstandard")  # the test extra installs it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import gen_kineto  # noqa: E402
+from support import gen_kineto
 
 NO_ZSTANDARD = "import sys; sys.modules['zstandard'] = None; from tracemerge.cli import main; main()"
 

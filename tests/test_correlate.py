@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tracemerge.correlate import RpcCall, match_collectives, match_rpcs
-from tracemerge.ntp import collective_constraints, rpc_constraints
+from tracemerge.clocks.correlate import RpcCall, match_collectives, match_rpcs
+from tracemerge.clocks.bands import collective_constraints, rpc_constraints
 
 
 def info(rank, rpcs=(), collectives=()):

@@ -9,17 +9,17 @@ import sys
 import orjson
 import pytest
 
-from tracemerge.engine import LocalEngine, scan
-from tracemerge.rankinfo import describe
-from tracemerge.read import read_trace
+from tracemerge.inputs.scan import scan
+from tracemerge.merge.executors import LocalEngine
+from tracemerge.inputs.rankinfo import describe
+from tracemerge.inputs.chrome import read_trace
 from tracemerge.session import Session
-from tracemerge.combine import combine
+from tracemerge.merge.combine import combine
 
 from tracefiles import kineto, write, x
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import gen_kineto  # noqa: E402  (by name, so its functions pickle into worker processes)
+from support import gen_kineto  # (by name, so its functions pickle into worker processes)
 
 
 def cli(*args, timeout=120):
@@ -167,7 +167,7 @@ def _die(code):
 
 
 def test_a_dead_worker_is_an_error_not_a_traceback():
-    from tracemerge.engine import WorkerDied
+    from tracemerge.merge.executors import WorkerDied
     with pytest.raises(WorkerDied, match="worker process died"):
         LocalEngine(2).map(_die, [1, 2])
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from tracemerge.cli import main
 from tracemerge.errors import EXIT_CONFLICT, EXIT_INPUT, TraceError
-from tracemerge.read import read_trace
-from tracemerge.salvage import salvage
+from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs.salvage import salvage
 from tracefiles import kineto, load_output, x
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")

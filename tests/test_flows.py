@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from tracemerge.combine import combine
-from tracemerge.correlate import match_rpcs
-from tracemerge.select import Selection
+from tracemerge.merge.combine import combine
+from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.merge.selection import Selection
 from tracemerge.session import Session
 from tracefiles import BASE, load_output, rank_file, write, x
 from test_perfetto import SAMPLES, read_pftrace, thread_of

@@ -9,18 +9,18 @@ import sys
 
 import pytest
 
-from tracemerge.combine import combine
-from tracemerge.engine import LocalEngine, scan_head
-from tracemerge.head import read_head
-from tracemerge.rankinfo import EVENT_FACTS, describe
-from tracemerge.read import read_trace
+from tracemerge.merge.combine import combine
+from tracemerge.inputs.scan import scan_head
+from tracemerge.merge.executors import LocalEngine
+from tracemerge.inputs.head import read_head
+from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
+from tracemerge.inputs.chrome import read_trace
 from tracemerge.session import Session
 
 from tracefiles import BASE, kineto, rank_file, write, x
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import gen_kineto  # noqa: E402
+from support import gen_kineto
 
 
 def cli(*args):

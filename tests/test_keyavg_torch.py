@@ -5,8 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tracemerge.keyavg import group_rows, key_averages  # noqa: E402
-from tracemerge.read import read_trace  # noqa: E402
+from tracemerge.report.keyavg import group_rows, key_averages  # noqa: E402
+from tracemerge.inputs.chrome import read_trace  # noqa: E402
 
 
 def training_profile(tmp_path, with_stack=False):

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracemerge.keyavg import _parents_nested, _parents_stack_walk, group_rows, key_averages, op_tree
-from tracemerge.read import build
+from tracemerge.report.keyavg import _parents_nested, _parents_stack_walk, group_rows, key_averages, op_tree
+from tracemerge.inputs.chrome import build
 
 profiler_util = pytest.importorskip("torch.autograd.profiler_util")
 

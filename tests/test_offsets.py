@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from tracemerge import synth
+from support import synth
 from tracemerge.cli import main
 
 FIELDS = ["rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers"]

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from tracemerge.combine import combine, placements
-from tracemerge.perfetto import nest
+from tracemerge.merge.combine import combine, placements
+from tracemerge.formats.perfetto.encoder import nest
 from tracemerge.session import Session
-from tracemerge.transform import _namespace_args, aligned_ns
+from tracemerge.merge.ids import namespace_args
+from tracemerge.merge.placement import aligned_ns
 from tracefiles import kineto, load_output, write, x
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")
@@ -217,7 +218,7 @@ def test_real_traces_keep_every_slice_with_its_time_process_and_args(tmp_path, s
         trace = session.trace(rank)
         start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
         for i in np.flatnonzero(trace.ph == ord("X")).tolist():
-            args = _namespace_args(rank, trace.args[i]) or {}
+            args = namespace_args(rank, trace.args[i]) or {}
             want[trace.names[trace.name[i]], place.pid_base + int(trace.pid[i]), int(start[i]) + place.out_base_ns,
                  int(dur[i]), json.dumps(args, sort_keys=True)] += 1
     have = Counter((s["name"], thread_of(got["tracks"], s["track"])[0], s["ts"], s["end"] - s["ts"],
@@ -251,7 +252,7 @@ def check_input_flows(session, alignment, got):
 
 
 def test_generated_kineto_trace_keeps_every_event_and_flow(tmp_path):
-    gen = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gen_kineto.py")
+    gen = os.path.join(os.path.dirname(__file__), "support", "gen_kineto.py")
     subprocess.run([sys.executable, gen, str(tmp_path), "--ranks", "2", "--mb", "1", "--jobs", "1"],
                    check=True, timeout=120)
     session = Session.open(sorted(glob.glob(str(tmp_path / "*.json"))))
@@ -354,7 +355,7 @@ def test_input_flows_join_the_slices_perfetto_binds_them_to(tmp_path):
                     ("aten::t", "sgemm"): 1, ("sgemm", "bwd_child"): 1, ("producer", "consumer"): 1}
     ids = {(a["name"], b["name"]): f for f, a, b in got["arcs"]}
     # ids are the JSON output's namespaced ids; the second flow kind sits above bit 56
-    from tracemerge.transform import namespace_id
+    from tracemerge.merge.ids import namespace_id
     assert {ids["aten::linear", "LinearBackward0"] & ((1 << 56) - 1), ids["cudaLaunchKernel", "sgemm"] & ((1 << 56) - 1)} \
         == {namespace_id(1, 5)}
     assert ids["aten::linear", "LinearBackward0"] != ids["cudaLaunchKernel", "sgemm"]

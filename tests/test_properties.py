@@ -9,10 +9,10 @@ import tempfile
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tracemerge.clock import ClockModel
-from tracemerge.combine import combine
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.merge.combine import combine
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.read import read_trace
+from tracemerge.inputs.chrome import read_trace
 from tracemerge.session import Session
 from tracefiles import BASE, kineto
 
@@ -162,10 +162,10 @@ def test_truncation_keeps_a_prefix_of_the_events(docs, data):
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 30)), max_size=40),
        st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 100), st.booleans()), max_size=40))
 def test_flow_points_find_the_slice_a_one_by_one_search_finds(spans, points):
-    """flows._Enclosing.rows (per thread, vectorised) against the definition: the innermost
+    """formats.perfetto.flows._Enclosing.rows (per thread, vectorised) against the definition: the innermost
     slice containing ts — the latest start at or before it whose end is at or after it — or
     with next_begin the first slice starting at or after ts; overlapping slices included."""
-    from tracemerge.flows import _Enclosing
+    from tracemerge.formats.perfetto.flows import _Enclosing
     rows = sorted((track, s, s + d) for track, s, d in spans)
     rows.sort(key=lambda r: (r[0], r[1], -r[2]))
     track = np.array([r[0] for r in rows], np.int64)

@@ -3,7 +3,7 @@ import pytest
 
 from tracemerge.errors import TraceError
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.read import read_trace
+from tracemerge.inputs.chrome import read_trace
 from tracefiles import BASE, kineto, rank_file, write, x
 
 EVENTS = [
@@ -109,10 +109,10 @@ def test_typed_structs_become_the_generic_readers_output_events(tmp_path):
     """The transform patches the typed reader's structs into output events; they must encode
     as the generic reader's events do, also for absent or null keys, and again when the same
     trace is transformed a second time."""
-    from tracemerge.chrome import encode_events
-    from tracemerge.clock import ClockModel
-    from tracemerge.read import build
-    from tracemerge.transform import Placement, transform
+    from tracemerge.formats.chrome import encode_events
+    from tracemerge.clocks.clock import ClockModel
+    from tracemerge.inputs.chrome import build
+    from tracemerge.merge.placement import Placement, transform
 
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}},

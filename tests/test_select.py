@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from tracemerge.combine import combine
+from tracemerge.merge.combine import combine
 from tracemerge.errors import TracemergeError
-from tracemerge.select import Selection, parse_ranks, parse_window
+from tracemerge.merge.selection import Selection, parse_ranks, parse_window
 from tracemerge.session import Session
 from tracefiles import kineto, load_output, write, x
 

@@ -13,9 +13,29 @@ module that imports torch.
 
 __version__ = "0.1.0"
 
-from tracemerge.clock import ClockModel  # noqa: E402
-from tracemerge.combine import combine  # noqa: E402
-from tracemerge.read import read_trace  # noqa: E402
-from tracemerge.session import Alignment, Session  # noqa: E402
+# Exports load on first use (PEP 562), so ``import tracemerge.capture`` inside a training
+# worker does not pull in the reader, the clock solver and the writers.
+_EXPORTS = {
+    "Alignment": "tracemerge.session",
+    "ClockModel": "tracemerge.clocks.clock",
+    "Session": "tracemerge.session",
+    "combine": "tracemerge.merge.combine",
+    "read_trace": "tracemerge.inputs.chrome",
+}
 
 __all__ = ["Alignment", "ClockModel", "Session", "combine", "read_trace", "__version__"]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracemerge' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

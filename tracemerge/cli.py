@@ -6,15 +6,17 @@ import sys
 import click
 
 import tracemerge
-from tracemerge.align import METHODS
-from tracemerge.offsets import causality_line, clock_notes, offsets_json, offsets_table
-from tracemerge.combine import combine as combine_session
-from tracemerge.engine import LocalEngine, make_engine
+from tracemerge.clocks.methods import METHODS
+from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+from tracemerge.merge.combine import combine as combine_session
+from tracemerge.merge.executors import LocalEngine, make_engine
 from tracemerge.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, TracemergeError
-from tracemerge.html import render_html
-from tracemerge import report as reports
-from tracemerge.report import write_combine_report
-from tracemerge.select import Selection, parse_ranks, parse_window, size_warning
+from tracemerge.report.render.htmlpage import render_html
+from tracemerge.report import model as reports
+from tracemerge.report.render import FORMATS as REPORT_FORMATS
+from tracemerge.report.render import render as render_report
+from tracemerge.report.write import combine_report_path, write_combine_report, write_text
+from tracemerge.merge.selection import Selection, parse_ranks, parse_window, size_warning
 from tracemerge.serve import DEFAULT_PORT, serve
 from tracemerge.session import Session
 
@@ -205,7 +207,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
       tracemerge combine rank*.json.gz -o trace.pftrace --window 100:350 --drop-category python_function
     """
     if report_path is not None:
-        report_path = reports.combine_report_path(output, report_path, files, force)
+        report_path = combine_report_path(output, report_path, files, force)
     if scheduler:
         # workers on other machines resolve relative paths against their own directory
         files = [os.path.abspath(f) for f in files]
@@ -322,7 +324,7 @@ def info(files, rank_from, skip_bad, strict):
 @click.option("--sort-by", type=click.Choice(reports.SORT_KEYS), default="cpu_time_total", show_default=True,
               help="Key-averages order: times and counts descending, key ascending.")
 @click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True, help="Key-average rows shown; 0 for all.")
-@click.option("--format", "fmt", type=click.Choice(reports.FORMATS), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the report here (default: stdout).")
 @click.option("--remote-ops", is_flag=True,
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
@@ -343,9 +345,9 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     """
     rep = reports.build_report(list(files), lambda paths: open_inputs(paths, rank_from, skip_bad, strict),
                                (method, reference, offsets), group_by, remote_ops)
-    reports.write_text(output, reports.render(rep, fmt, sort_by, row_limit), files)
+    write_text(output, render_report(rep, fmt, sort_by, row_limit), files)
     if html_path:
-        reports.write_text(html_path, render_html(rep, sort_by, row_limit), files)
+        write_text(html_path, render_html(rep, sort_by, row_limit), files)
     for note in rep.notes:
         if "thread-limited" in note:
             click.echo(f"tracemerge: hint: {note}", err=True)

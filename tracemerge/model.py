@@ -21,6 +21,7 @@ NO_DUR = -1                     # an event without "dur"
 
 # The keys held in columns; every other key of an event is kept in ``extra``.
 COLUMN_KEYS = frozenset(("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
+FLOW_ID_KEYS = ("id", "id2", "bind_id")   # the keys a flow or async event is keyed by
 
 
 class Args(Sequence):

@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 
-from tracemerge.compress import codec_for, writer
+from tracemerge.codecs import codec_for, writer
 from tracemerge.errors import OutputError
 
 

@@ -1,7 +1,7 @@
 """A Session: the input files of one job, their ranks and clocks, handed to writers and reports.
 
 Loading reads each file once to learn its rank, anchors and RPC/collective records
-(:class:`~tracemerge.rankinfo.RankInfo`); the events are kept only while the inputs are
+(:class:`~tracemerge.inputs.rankinfo.RankInfo`); the events are kept only while the inputs are
 small and are otherwise re-read rank by rank when a writer asks, so memory stays bounded
 by the largest rank, not the job.
 """
@@ -9,13 +9,14 @@ by the largest rank, not the job.
 import os
 from dataclasses import dataclass
 
-from tracemerge.align import align
-from tracemerge.causality import review
-from tracemerge.checks import check_job, rpc_peers
-from tracemerge.engine import LocalEngine, scan, scan_head
+from tracemerge.clocks.methods import align
+from tracemerge.clocks.causality import review
+from tracemerge.inputs.jobchecks import check_job, rpc_peers
+from tracemerge.inputs.scan import scan, scan_head
+from tracemerge.merge.executors import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
-from tracemerge.read import read_trace
+from tracemerge.inputs.rankinfo import EVENT_FACTS, assign_ranks, describe, learn
+from tracemerge.inputs.chrome import read_trace
 
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 
@@ -25,17 +26,17 @@ class Alignment:
     method: str          # what was asked for
     reference: int
     clocks: dict         # {rank: ClockModel}
-    causality: dict = None  # violations before/after, time moved (tracemerge.causality.review)
+    causality: dict = None  # violations before/after, time moved (tracemerge.clocks.causality.review)
 
 
 class Session:
     def __init__(self, infos, traces, engine=None, inputs=None, skipped=(), warnings=()):
         self.infos = sorted(infos, key=lambda i: i.rank)
         self._traces = traces  # {rank: RankTrace} kept in memory
-        self.engine = engine   # runs per-rank work (tracemerge.engine); None: inline
+        self.engine = engine   # runs per-rank work (tracemerge.merge.executors); None: inline
         self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
-        self.warnings = list(warnings)  # job-wide warnings (tracemerge.checks)
+        self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
 
     @classmethod
     def open(cls, paths, rank_from="auto", engine=None, skip_bad=False, strict=False, head=False):

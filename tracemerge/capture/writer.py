@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import orjson
 
-from tracemerge.compress import Gzip
+from tracemerge.codecs import Gzip
 
 FORMAT_VERSION = 1
 

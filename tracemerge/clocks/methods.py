@@ -1,15 +1,15 @@
-"""Clock alignment: one :class:`~tracemerge.clock.ClockModel` per rank, from RankInfo only.
+"""Clock alignment: one :class:`~tracemerge.clocks.clock.ClockModel` per rank, from RankInfo only.
 
 Each method is a function ``(infos_by_rank, reference) -> {rank: ClockModel}`` registered
 in :data:`METHODS`; ``combine`` and ``offsets`` look methods up by name, so a new method
 plugs in by registering itself here.
 """
 
-from tracemerge.clock import ClockModel
-from tracemerge.correlate import match_collectives, match_rpcs
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, UsageError
-from tracemerge.graph import solve
-from tracemerge.ntp import collective_constraints, merge, rpc_constraints
+from tracemerge.clocks.graph import solve
+from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
 
 METHODS = {}
 

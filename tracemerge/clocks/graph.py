@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from tracemerge.clock import ClockModel
-from tracemerge.ntp import DRIFT_LIMIT_PPM, fit_pairs, stack
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, fit_pairs, stack
 
 ROUNDS = 3  # re-fit with the time axes the previous round found (offsets up to seconds move them)
 

@@ -1,26 +1,19 @@
-"""Parallel per-rank execution: each rank is read, transformed and encoded by a worker that
-writes its own part of the output; only small records travel back.
+"""Output assembly: each rank is read, transformed and encoded by a worker that writes its
+own part of the output; only small records travel back.
 
-Two passes over the inputs:
+This is pass 2 over the inputs (pass 1, :mod:`tracemerge.inputs.scan`, describes each rank
+for the clock model, which the parent solves between the passes): :func:`encode_rank` is
+the one full read of a rank, the caller's per-rank function (transform and counts) and the
+format's encoder; it returns the counts, the size written and, for a rank described from
+its head, the facts only its events tell.
 
-1. :func:`scan_head` / :func:`scan` — what the clock model needs of a rank (a
-   :class:`RankInfo`): a rank file's head alone when it carries its block, else the typed
-   reader without the extra keys. Anything the typed reader does not accept goes through
-   the full reader, so errors, salvage and warnings are the reader's own.
-2. :func:`encode_rank` — the one full read of a rank, the caller's per-rank function
-   (transform and counts) and the format's encoder; returns the counts, the size written
-   and, for a rank described from its head, the facts only its events tell.
-
-The parent solves the clock model from the RankInfos between the passes. Local workers
-write each rank's body straight into the output file at its offset, taking turns in rank
-order (:class:`OutputSlot`); Dask workers and stdout outputs go through shard files that
-the parent concatenates (:class:`Shard`). Engines only have to map a top-level function
-over argument lists: :class:`LocalEngine` (processes on this machine, or inline with one
-job) and :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler is given).
+Local workers write each rank's body straight into the output file at its offset, taking
+turns in rank order (:class:`OutputSlot`); Dask workers and stdout outputs go through
+shard files that the parent concatenates (:class:`Shard`). The engines that run the
+workers are in :mod:`tracemerge.merge.executors`.
 """
 
 import contextlib
-import gc
 import io
 import multiprocessing
 # imported now, not on the first RawValue: this module builds its properties with exec(),
@@ -31,18 +24,16 @@ import multiprocessing.synchronize  # noqa: F401
 import os
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
-
-from tracemerge import chrome
-from tracemerge.compress import codec_for
-from tracemerge.errors import OutputError, TracemergeError
+from tracemerge.formats import chrome
+from tracemerge.codecs import codec_for
+from tracemerge.errors import OutputError
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
-from tracemerge.head import read_head
-from tracemerge.rankinfo import describe, describe_head, event_facts
-from tracemerge.read import read_data, read_trace, read_typed
+from tracemerge.inputs.chrome import read_trace
+from tracemerge.inputs.rankinfo import event_facts
+from tracemerge.merge.executors import LocalEngine, gc_paused
+
 
 class Format:
     """How one output format is cut into independently encoded pieces.
@@ -58,28 +49,6 @@ class Format:
 FORMATS = {"chrome": Format(chrome.encode_events, chrome.open_document, chrome.SEPARATOR, chrome.close_document)}
 
 
-# ---- pass 1: describe ------------------------------------------------------------------
-
-def scan_head(path):
-    """The partial :class:`RankInfo` of a rank file whose head carries its block
-    (:func:`rankinfo.describe_head`), without decoding its events; None for other files."""
-    path = os.fspath(path)
-    found = read_head(path)
-    return describe_head(path, found) if found is not None else None
-
-
-def scan(path):
-    """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``: the typed
-    reader without the keys describe() does not use (flow ids, scopes); a file it does not
-    take goes through the full reader, which explains or salvages it."""
-    path = os.fspath(path)
-    with _gc_paused():
-        data, cut = read_data(path)
-        trace = None if cut else read_typed(path, data, extra=False, describing=True)
-        del data
-        return describe(trace if trace is not None else read_trace(path))
-
-
 # ---- pass 2: transform and encode ------------------------------------------------------
 
 def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
@@ -88,11 +57,11 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
-    read here (``consume``). With a ``codec`` (:mod:`tracemerge.compress`) the rank is one
+    read here (``consume``). With a ``codec`` (:mod:`tracemerge.codecs`) the rank is one
     gzip member or zstd frame, so the ranks concatenate into one stream.
     """
     try:
-        with _gc_paused():
+        with gc_paused():
             owned = not isinstance(source, RankTrace)
             trace = read_trace(source) if owned else source
             known = event_facts(trace) if facts else None
@@ -292,108 +261,3 @@ def shard_dir(output):
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Trace documents are trees of fresh dicts without cycles: the cyclic collector would
-    only rescan them (up to 2.8× the parse time), reference counting frees them anyway."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-# ---- engines ---------------------------------------------------------------------------
-
-class WorkerDied(TracemergeError):
-    """A worker process ended without a result (the OOM killer, a signal)."""
-
-
-class LocalEngine:
-    """Per-rank tasks in up to ``jobs`` processes on this machine (inline with one job)."""
-
-    def __init__(self, jobs=None):
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
-
-    def map_light(self, fn, *columns):
-        """``map`` for calls cheaper than sending their results between processes."""
-        return list(map(fn, *columns))
-
-    def map(self, fn, *columns):
-        calls = list(zip(*columns))
-        if self.jobs == 1 or len(calls) <= 1:
-            return [fn(*c) for c in calls]
-        # fork: workers start in milliseconds and share the parent's imports
-        ctx = multiprocessing.get_context("fork")
-        try:
-            with ProcessPoolExecutor(min(self.jobs, len(calls)), mp_context=ctx) as pool:
-                return list(pool.map(fn, *columns))
-        except BrokenProcessPool:
-            raise WorkerDied(f"a worker process died (killed, or out of memory) with --jobs {self.jobs}; "
-                             "each needs ~5x its largest rank's JSON size: try fewer --jobs") from None
-
-    def close(self):
-        pass
-
-
-class DaskEngine:
-    """Per-rank tasks on a Dask cluster: ``scheduler`` is its address (``tcp://HOST:PORT``);
-    without one, a LocalCluster of ``jobs`` single-threaded worker processes on loopback.
-
-    Workers read the inputs and write the shards by path, so on a real cluster inputs and
-    output must be on a filesystem every worker and the client share.
-    """
-
-    def __init__(self, scheduler=None, jobs=None):
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError:
-            raise TracemergeError("--engine dask needs dask.distributed: pip install 'tracemerge[dask]'") from None
-        from distributed.scheduler import KilledWorker
-        self._killed = KilledWorker
-        self.cluster = None
-        try:
-            if scheduler:
-                self.client = Client(scheduler, timeout="30s")
-            else:
-                self.cluster = LocalCluster(n_workers=max(1, jobs or os.cpu_count() or 1), threads_per_worker=1,
-                                            processes=True, host="127.0.0.1", dashboard_address=None)
-                self.client = Client(self.cluster)
-        except OSError as e:
-            self.close()
-            where = f"--scheduler {scheduler}: cannot connect" if scheduler else "cannot start a Dask LocalCluster"
-            raise TracemergeError(f"{where}: {e}") from None
-
-    def map_light(self, fn, *columns):
-        return self.map(fn, *columns)  # the files are on the workers' side of the network
-
-    def map(self, fn, *columns):
-        # an argument shared by every call (the per-rank function with its RPC plan) is
-        # sent to the workers once, not pickled into each of the ranks' tasks
-        columns = [[self.client.scatter(c[0], broadcast=True, hash=False)] * len(c)
-                   if len(c) > 1 and all(x is c[0] for x in c) and not isinstance(c[0], (str, int)) else c
-                   for c in map(list, columns)]
-        futures = self.client.map(fn, *columns, pure=False)
-        try:
-            return self.client.gather(futures)
-        except self._killed as e:
-            raise WorkerDied(f"a Dask worker died running a rank (killed, or out of memory): {e}") from None
-
-    def close(self):
-        for thing in (getattr(self, "client", None), self.cluster):
-            if thing is not None:
-                thing.close()
-
-
-def make_engine(engine="local", jobs=None, scheduler=None):
-    if engine == "local":
-        if scheduler:
-            raise TracemergeError("--scheduler needs --engine dask")
-        return LocalEngine(jobs)
-    if engine == "dask":
-        return DaskEngine(scheduler, jobs)
-    raise TracemergeError(f"unknown engine {engine!r} (choose from local, dask)")

@@ -1,6 +1,6 @@
 """Cross-rank correlation: RPC records joined by ``rpc_id``, collectives by (group, seq).
 
-Inputs are the records of :class:`~tracemerge.rankinfo.RankInfo` (see
+Inputs are the records of :class:`~tracemerge.inputs.rankinfo.RankInfo` (see
 docs/rank-file-format.md); every time stays on the clock of the rank that wrote it. Both
 joins give numpy columns, which alignment and the causality check read; reports read the
 same joins as :class:`RpcCall` and :class:`CollectiveMatch` objects.

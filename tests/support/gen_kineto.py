@@ -12,7 +12,7 @@ pid 0, so pids collide across ranks as they do on a real cluster.
 ``"tracemerge"`` block first, with RPC records whose t1..t4 agree across ranks and
 collective records, and each rank's clock off by a known offset so alignment has work to do.
 
-    python benchmarks/gen_kineto.py OUTDIR --ranks 8 --mb 60 [--rank-files] [--gzip]
+    python tests/support/gen_kineto.py OUTDIR --ranks 8 --mb 60 [--rank-files] [--gzip]
 """
 
 import argparse

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tracemerge.correlate import match_collectives, match_rpcs
-from tracemerge.ntp import synchronised
+from tracemerge.clocks.correlate import match_collectives, match_rpcs
+from tracemerge.clocks.bands import synchronised
 
 PASSES = 50          # each pass fixes every current violation; pushes may create a few new ones
 PINNED_WEIGHT = 1e9  # isotonic weight of a point that must land where it was moved to

@@ -8,7 +8,8 @@ threads over the run.
 
 from html import escape
 
-from tracemerge.report import callee_rows, collective_rows, format_share, format_time, rpc_rows, sorted_rows
+from tracemerge.report.cells import callee_rows, collective_rows, format_share, format_time, rpc_rows
+from tracemerge.report.model import sorted_rows
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}

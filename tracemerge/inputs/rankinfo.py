@@ -12,9 +12,9 @@ from typing import Optional
 
 import numpy as np
 
-from tracemerge.checks import clock_jumps, job_facts
+from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 from tracemerge.errors import RankConflict, TraceError
-from tracemerge.kineto_collectives import collectives as kineto_collectives
+from tracemerge.inputs.kineto_collectives import collectives as kineto_collectives
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
 
@@ -153,7 +153,7 @@ def describe(trace):
 
 
 def describe_head(path, head):
-    """The :class:`RankInfo` of a rank file from its head alone (:func:`tracemerge.head.read_head`),
+    """The :class:`RankInfo` of a rank file from its head alone (:func:`tracemerge.inputs.head.read_head`),
     or None when the head lacks what the clock model needs (profiling window, records) and
     the events must be read. The facts about events are unknown (``partial``) until
     :func:`learn` is given the :func:`event_facts` of the read trace."""

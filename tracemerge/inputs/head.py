@@ -9,7 +9,7 @@ and decode each rank once.
 
 import msgspec
 
-from tracemerge.compress import decompressor
+from tracemerge.codecs import decompressor
 from tracemerge.errors import TraceError
 
 _KEY = b'"traceEvents"'

@@ -1,7 +1,7 @@
 """Ground truth for alignment: synthetic multi-rank jobs with known clocks, and a skew
 transform of real rank files.
 
-A rank's true clock is a :class:`~tracemerge.clock.ClockModel` against true time
+A rank's true clock is a :class:`~tracemerge.clocks.clock.ClockModel` against true time
 (``local = true + offset_ns + drift_ppm*1e-6*(true - anchor_ns)``). Network delays are
 asymmetric and heavy-tailed (a floor plus a Pareto tail, with different scales per
 direction), so the minimum-δ sample is rare and midpoint estimates are biased — as on
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from tracemerge.clock import ClockModel
-from tracemerge.compress import codec_for
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.codecs import codec_for
 
 T0_NS = 1_700_000_000_000_000_000  # true time at the job's start (Unix epoch ns)
 BASE_FLOOR_NS = 7_889_238_000_000_000  # Kineto floors baseTimeNanoseconds to this
@@ -197,7 +197,7 @@ def _skew_ns(value, clock):
 def skew_file(src, dst, offset_ns, drift_ppm=0.0, anchor_ns=None):
     """Write the skewed copy of rank file ``src`` to ``dst`` (compressed when its name ends in
     .gz or .zst)."""
-    from tracemerge.read import read_bytes
+    from tracemerge.inputs.chrome import read_bytes
     doc = orjson.loads(read_bytes(src))
     data = orjson.dumps(skew(doc, offset_ns, drift_ppm, anchor_ns))
     codec = codec_for(dst)

@@ -13,10 +13,10 @@ from typing import Optional
 
 import numpy as np
 
-from tracemerge.compress import codec_for
+from tracemerge.codecs import codec_for
 from tracemerge.errors import TracemergeError, UsageError
 from tracemerge.model import NO_DUR
-from tracemerge.transform import aligned_ns
+from tracemerge.merge.placement import aligned_ns
 
 REASONS = ("ranks", "category", "min_duration", "window")
 

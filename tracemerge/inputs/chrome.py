@@ -17,10 +17,10 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge.compress import decompress
+from tracemerge.codecs import decompress
 from tracemerge.errors import TraceError
-from tracemerge.model import COLUMN_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
-from tracemerge.salvage import NotCut, Unsalvageable, salvage
+from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
+from tracemerge.inputs.salvage import NotCut, Unsalvageable, salvage
 
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
 PADDING = b"\0 \t\r\n"
@@ -40,7 +40,7 @@ def read_bytes(path):
 
 def read_data(path):
     """(decompressed bytes, cut) of ``path``; ``cut`` names the codec ("gzip", "zstd") when
-    its stream ends early, else it is "" (:func:`tracemerge.compress.decompress`)."""
+    its stream ends early, else it is "" (:func:`tracemerge.codecs.decompress`)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -339,7 +339,6 @@ class _Event(_Timing, forbid_unknown_fields=True, omit_defaults=True, gc=False):
 
 
 # the extra keys the transform rewrites in the structs: read before it does, the others on first use
-FLOW_ID_KEYS = ("id", "id2", "bind_id")
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])

@@ -8,7 +8,7 @@ Complete events and paired ``B``/``E`` become SLICE_BEGIN/SLICE_END pairs with t
 as debug annotations; async ``b``/``e`` (and legacy ``S``/``F``) become slices, ``n``
 instants, on an async track per (pid, cat, id) under the process; instants stay instants,
 counters become counter tracks (``<name> <series>``); input flows become ``flow_ids`` /
-``terminating_flow_ids`` on the slices they bind to (:func:`~tracemerge.flows.bind_input_flows`).
+``terminating_flow_ids`` on the slices they bind to (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
 
 Perfetto requires slices on one track to nest; a slice that partially overlaps another on
 its track moves to an extra track ``<track> (overlap k)`` under the same process and is
@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from tracemerge.compress import plain_name
-from tracemerge.engine import FORMATS, Format
-from tracemerge.flows import NO_FLOWS, bind_input_flows, event_id, merge_flows
-from tracemerge.transform import CHUNK, _namespace_args, aligned_ns
+from tracemerge.codecs import plain_name
+from tracemerge.merge.assembly import FORMATS, Format
+from tracemerge.formats.perfetto.flows import NO_FLOWS, bind_input_flows, event_id, merge_flows
+from tracemerge.merge.ids import namespace_args
+from tracemerge.merge.placement import CHUNK, aligned_ns
 
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
@@ -328,7 +329,7 @@ def encode_rank(trace, place, flows=None):
 
     ``flows`` maps an event index to (begin flow_ids, begin terminating_flow_ids, end
     flow_ids, end terminating_flow_ids) for the RPC arrows; input flow events are bound
-    here (:func:`~tracemerge.flows.bind_input_flows`).
+    here (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
     """
     counts = ProtoCounts()
     seq = _uint(10, place.rank + 1)
@@ -476,7 +477,7 @@ class _Bodies:
         encoded, encode, rank = [], self.anns.encode, self.rank
         for lo in range(0, len(with_args), CHUNK):  # the decoded args of one chunk at a time
             events = [self.args_event[k] for k in with_args[lo:lo + CHUNK]]
-            encoded += [encode(_namespace_args(rank, a)) if a else b"" for a in self.args.dicts(events)]
+            encoded += [encode(namespace_args(rank, a)) if a else b"" for a in self.args.dicts(events)]
         args = [b""] * len(self.heads)
         for k, data in zip(with_args, encoded):
             args[k] = data

@@ -4,13 +4,14 @@ import functools
 import itertools
 
 import tracemerge
-from tracemerge import select
-from tracemerge.engine import LocalEngine, write_merged
-from tracemerge.flows import RpcFlows
+from tracemerge.merge import selection as select
+from tracemerge.merge.assembly import write_merged
+from tracemerge.merge.executors import LocalEngine
+from tracemerge.merge.flows import RpcFlows
 from tracemerge.output import check_output
-from tracemerge.rankinfo import learn
-from tracemerge.perfetto import output_format, rank_packets
-from tracemerge.transform import Placement, aligned_ns, rank_label, transform_chunks
+from tracemerge.inputs.rankinfo import learn
+from tracemerge.formats.perfetto.encoder import output_format, rank_packets
+from tracemerge.merge.placement import Placement, aligned_ns, rank_label, transform_chunks
 
 SECOND_NS = 1_000_000_000
 
@@ -37,7 +38,7 @@ def combine(session, alignment, output, force=False, fmt=None, selection=None):
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
 
     ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``
-    (:class:`~tracemerge.select.Selection`) keeps some ranks, a window, longer events.
+    (:class:`~tracemerge.merge.selection.Selection`) keeps some ranks, a window, longer events.
 
     Ranks described from their heads alone (``RankInfo.partial``) are placed by their
     profiling windows; their workers report the facts of their events, and in the rare

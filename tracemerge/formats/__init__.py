@@ -1,0 +1,1 @@
+"""Output formats of ``combine``: Chrome trace JSON (chrome) and Perfetto protobuf (perfetto)."""

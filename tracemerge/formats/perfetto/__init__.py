@@ -1,0 +1,1 @@
+"""Perfetto protobuf output (``.pftrace``)."""

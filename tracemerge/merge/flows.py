@@ -1,0 +1,158 @@
+"""RPC flow arrows: caller span -> callee span -> back to the caller.
+
+The arrows come from :func:`~tracemerge.clocks.correlate.match_rpcs` (which calls have both sides
+in the inputs) and the spans that carry ``args.rpc_id`` / ``args.role`` in the events. A
+span only counts on the rank its record names (caller spans on ``call.caller``, callee
+spans on ``call.callee``), so an arrow never joins two ranks by accident. Each call gets
+two flow ids, one per direction, from its position in the match, so every rank's shard is
+written without the other side's events.
+
+JSON gets v1 flow events (``s`` then ``f`` with ``bp: "e"``, both binding to the slice that
+encloses them); protobuf gets ``flow_ids`` / ``terminating_flow_ids`` on the slices. v2
+``bind_id`` on the X events cannot carry the return arrow: Perfetto's JSON importer reads
+an X's ``flow_in`` at the X's start, before the callee has begun the response flow.
+
+The input's own flows (Kineto ``fwdbwd``, ``ac2g``, v2 ``bind_id``) are bound to slices for
+the protobuf output by :mod:`tracemerge.formats.perfetto.flows`; JSON passes them through.
+"""
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.model import NO_DUR, NO_TS
+
+FLOW_CAT = "rpc"
+# RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
+# (``(rank + 1) << 32 | id``) and below 2**53, where JSON readers lose integer precision.
+FLOW_ID_BASE = 1 << 52
+
+
+@dataclass
+class RpcFlows:
+    """The flow plan of one combine: which calls get arrows, and their ids.
+
+    Small and picklable: each rank's worker finds its own spans and writes its own half
+    of every arrow (the caller's ``s``/``f`` around its span, the callee's ``f``/``s``), so
+    no rank waits for another; the halves meet in the output by flow id.
+    """
+
+    calls: dict        # {rpc_id: (index, caller rank, callee rank)}
+
+    @classmethod
+    def plan(cls, infos, ranks):
+        """Calls with both records whose two ranks are both in the output."""
+        match = match_rpcs(infos)
+        return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
+                    if c.send_ns is not None and c.start_ns is not None
+                    and c.caller in ranks and c.callee in ranks})
+
+    def ids(self, rpc_id):
+        """(request flow id, response flow id) of a call."""
+        n = self.calls[rpc_id][0]
+        return FLOW_ID_BASE + 2 * n, FLOW_ID_BASE + 2 * n + 1
+
+    def find(self, trace, rank):
+        """({event index: (rpc_id, role)} of the rank's RPC spans, counts).
+
+        A span counts only on the rank its role names, and only once per (rpc_id, role).
+        """
+        found, seen, duplicates = {}, set(), 0
+        if self.calls:
+            span = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
+            for i in trace.args.with_key("rpc_id"):  # args are decoded for these events only
+                if not span[i]:
+                    continue
+                a = trace.args[i]
+                if not isinstance(a, dict) or "rpc_id" not in a:
+                    continue
+                rpc_id, role = a["rpc_id"], a.get("role")
+                call = self.calls.get(rpc_id)
+                if call is None or role not in ROLES or rank != call[ROLES[role]]:
+                    continue
+                if (rpc_id, role) in seen:
+                    duplicates += 1
+                    continue
+                seen.add((rpc_id, role))
+                found[i] = (rpc_id, role)
+        roles = [r for _, r in found.values()]
+        return found, {"rpc_caller_spans": roles.count("caller"), "rpc_callee_spans": roles.count("callee"),
+                       "rpc_duplicate_spans": duplicates}
+
+    def proto_flows(self, found):
+        """{event index: (begin flow_ids, begin terminating, end flow_ids, end terminating)}."""
+        out = {}
+        for i, (rpc_id, role) in found.items():
+            req, resp = self.ids(rpc_id)
+            out[i] = ((req,), (), (), (resp,)) if role == "caller" else ((), (req,), (resp,), ())
+        return out
+
+    def json_events(self, found, trace, place, start, dur):
+        """This rank's v1 flow events: 2 per span, just inside its start and its end.
+
+        ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
+        """
+        events = []
+        ends = start + np.maximum(dur, 0)
+        threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found})
+        for i, (rpc_id, role) in found.items():
+            req, resp = self.ids(rpc_id)
+            s, e = int(start[i]), int(ends[i])
+            # spans of the thread nested in this one; a span that only partly overlaps it is
+            # not on the thread's slice stack in Perfetto (dropped or moved), so it cannot
+            # take the point, and counting it would push the return point before the callee's end
+            t_start, t_end = threads[int(trace.pid[i]), int(trace.tid[i])]
+            lo, hi = bisect_left(t_start, s), bisect_right(t_start, e)
+            gaps = _gaps(s, e, [(cs, ce) for cs, ce in zip(t_start[lo:hi], t_end[lo:hi])
+                                if ce <= e and not (cs == s and ce == e)])
+            pid, tid = place.pid_base + int(trace.pid[i]), trace.tids[trace.tid[i]]
+            first, last = ("s", "f") if role == "caller" else ("f", "s")
+            events.append(_flow(first, req, rpc_id, pid, tid, _inside(*gaps[0], at_end=False)))
+            events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
+        return events
+
+
+def _thread_spans(trace, start, ends, dur, wanted):
+    """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread, sorted by
+    (start, end), as lists of ints: one sort per thread, then a binary search per call (in
+    Python: thousands of calls on small slices cost less than as many numpy calls)."""
+    spans = np.flatnonzero((trace.ph == ord("X")) & (dur >= 0))
+    out = {}
+    for pid, tid in wanted:
+        idx = spans[(trace.pid[spans] == pid) & (trace.tid[spans] == tid)]
+        idx = idx[np.lexsort((ends[idx], start[idx]))]
+        out[pid, tid] = start[idx].tolist(), ends[idx].tolist()
+    return out
+
+
+ROLES = {"caller": 1, "callee": 2}  # role -> position of its rank in a planned call
+
+
+def _gaps(start, end, children):
+    """The stretches of [start, end] no other span covers (the whole span when they tile
+    it), so a flow point placed there binds to the span itself, not to a child."""
+    gaps, at = [], start
+    for cs, ce in children:
+        if cs > at:
+            gaps.append((at, cs))
+        at = max(at, ce)
+    if end > at:
+        gaps.append((at, end))
+    return gaps or [(start, end)]
+
+
+def _inside(start, end, at_end):
+    """A point just inside a stretch (up to 1 µs, at most a quarter of it in), clear of its
+    edges even after µs float rounding."""
+    margin = min(1000, (end - start) // 4)
+    return end - margin if at_end else start + margin
+
+
+def _flow(ph, flow_id, rpc_id, pid, tid, ts_ns):
+    e = {"ph": ph, "cat": FLOW_CAT, "name": "rpc", "id": flow_id, "pid": pid, "tid": tid,
+         "ts": ts_ns / 1000.0, "args": {"rpc_id": rpc_id}}
+    if ph == "f":
+        e["bp"] = "e"
+    return e

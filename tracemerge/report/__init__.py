@@ -1,0 +1,2 @@
+"""Reports: key averages (keyavg), RPC statistics (rpcstats), collective statistics
+(collectives), the report model (model) and its renderers (render)."""

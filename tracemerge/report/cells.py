@@ -1,0 +1,44 @@
+"""The cells of the report tables, shared by every renderer: torch's table() time and
+share formatting (torch/autograd/profiler_util.py) and the rows of the RPC and collective
+sections."""
+
+
+def format_time(us):
+    if us >= 1e6:
+        return f"{us / 1e6:.3f}s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f}ms"
+    return f"{us:.3f}us"
+
+
+def format_share(us, total):
+    return "NaN" if total == 0 else f"{us * 100.0 / total:.2f}%"
+
+
+def _ms(d, k):
+    return f"{d[k] / 1000:.3f}" if k in d else "-"
+
+
+def rpc_rows(rpc):
+    head = ["RPC", "Calls", "E2E mean ms", "p50", "p95", "p99", "max", "Exec mean ms", "Overhead mean ms",
+            "Queue mean ms", "Queue p95"]
+    body = [[k.name, k.count if k.complete == k.count else f"{k.complete}/{k.count}", _ms(k.e2e_us, "mean"),
+             _ms(k.e2e_us, "p50"), _ms(k.e2e_us, "p95"), _ms(k.e2e_us, "p99"), _ms(k.e2e_us, "max"),
+             _ms(k.exec_us, "mean"), _ms(k.overhead_us, "mean"), _ms(k.queue_us, "mean"), _ms(k.queue_us, "p95")]
+            for k in rpc.keys]
+    return head, body
+
+
+def callee_rows(rpc):
+    head = ["Callee", "Calls", "Server threads", "Max concurrent", "All busy %", "Queue mean ms", "Exec mean ms"]
+    body = [[f"{c.name} (rank {c.callee})", c.calls, c.threads, c.max_concurrent, f"{c.all_busy_share:.0%}",
+             f"{c.queue_mean_us / 1000:.3f}", f"{c.exec_mean_us / 1000:.3f}"] for c in rpc.callees]
+    return head, body
+
+
+def collective_rows(colls):
+    head = ["Group", "Op", "Count", "Bytes", "Skew mean ms", "Skew max ms", "Slowest rank", "Mean wait per rank ms"]
+    body = [[c.group, c.op, c.count, c.bytes, _ms(c.skew_us, "mean"), _ms(c.skew_us, "max"),
+             c.slowest_rank if c.slowest_rank >= 0 else "-",
+             " ".join(f"{r}:{w / 1000:.3f}" for r, w in c.wait_us.items()) or "-"] for c in colls]
+    return head, body

@@ -1,0 +1,141 @@
+"""``tracemerge report``'s model: key averages, RPC breakdown, collectives, clocks.
+
+:func:`build_report` reads rank files (or one merged trace written by ``combine``) into a
+:class:`Report` of plain data; :func:`tracemerge.report.render.render` turns it into a
+table like torch's ``key_averages().table()`` (with a Node ID column), CSV, JSON, Markdown
+or an HTML page.
+"""
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from tracemerge.report.collectives import collective_report
+from tracemerge.clocks.correlate import match_collectives, match_rpcs
+from tracemerge.errors import TracemergeError
+from tracemerge.report.keyavg import group_rows, key_averages, op_tree
+from tracemerge.inputs.chrome import read_trace
+from tracemerge.report.rpcstats import rpc_report, server_threads
+
+SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")
+GROUP_BY = ("name", "name,rank")
+ROW_FIELDS = ("key", "count", "node_id", "cpu_time_total", "self_cpu_time_total", "cpu_time")
+TIMELINE_BINS = 120
+
+
+@dataclass
+class Report:
+    key_averages: list                 # [KeyAverage], grouped, unsorted
+    group_by: str
+    ranks: list                        # [{rank, worker_name, hostname, path}]
+    clocks: list                       # ClockModel dicts, one per rank
+    reference: int
+    align: str
+    rpc: object = None                 # RpcReport, None without RPC records
+    collectives: list = field(default_factory=list)
+    timeline: dict = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
+    notes: list = field(default_factory=list)
+
+
+def is_merged(trace):
+    """A trace written by ``tracemerge combine``: its summary maps output pids to ranks."""
+    block = trace.tracemerge or {}
+    return isinstance(block.get("pids"), dict) and "inputs" in block
+
+
+def _busy(trace, tree, to_ref, start_ns, bin_ns):
+    """Average number of busy threads per time bin: top-level host ops, clipped to bins."""
+    top = tree.kept & (tree.parent < 0)
+    s = to_ref(tree.start[top]) - start_ns
+    e = to_ref(tree.end[top]) - start_ns
+    edges = np.arange(TIMELINE_BINS + 1, dtype=np.int64) * bin_ns
+    busy = [(np.clip(e, lo, hi) - np.clip(s, lo, hi)).sum() / bin_ns for lo, hi in zip(edges[:-1], edges[1:])]
+    return [round(float(b), 4) for b in busy]
+
+
+def build_report(paths, session_opener, align_args=(), group_by="name", remote_ops=False):
+    """The :class:`Report` of ``paths``; ``session_opener(paths)`` opens rank files as a Session."""
+    if group_by not in GROUP_BY:
+        raise TracemergeError(f"--group-by {group_by!r}: choose from {', '.join(GROUP_BY)}")
+    if len(paths) == 1:
+        trace = read_trace(paths[0])
+        if is_merged(trace):
+            return _merged_report(trace, group_by, remote_ops)
+    session = session_opener(paths)
+    return session_report(session, session.align(*align_args), group_by, remote_ops)
+
+
+def session_report(session, alignment, group_by="name", remote_ops=False):
+    """The :class:`Report` of an open Session under an alignment (what ``combine --report`` uses)."""
+    clocks = alignment.clocks
+    rows, threads, traces_info = [], {}, []
+    first = min(clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
+    last = max(clocks[i.rank].to_reference(i.last_ns) for i in session.infos)
+    bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
+    busy = {}
+    for info in session.infos:
+        trace = session.trace(info.rank)
+        if is_merged(trace):
+            raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
+        rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
+        threads[info.rank] = server_threads(trace)
+        busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
+        traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
+                            "path": info.path})
+    match = match_rpcs(session.infos)
+    report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
+                    clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
+                    align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
+    if match.calls:
+        report.rpc = rpc_report(match, clocks, threads)
+        report.notes += [c.hint for c in report.rpc.callees if c.hint]
+        if match.caller_only or match.callee_only:
+            report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
+                                "only the callee's; their times are left out of the breakdown")
+    report.collectives = collective_report(match_collectives(session.infos), clocks)
+    if not any(i.has_block for i in session.infos):
+        report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
+    return report
+
+
+def _merged_report(trace, group_by, remote_ops):
+    block = trace.tracemerge
+    rank_of_pid = {out: int(rank) for rank, m in block["pids"].items() for out in m.values()}
+    node = np.array([rank_of_pid.get(p, -1) for p in trace.pids], dtype=np.int64)
+    rows = key_averages(trace, node, remote_ops)
+    inputs = block.get("inputs") or []
+    return Report(
+        key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by,
+        ranks=[{k: i.get(k) for k in ("rank", "worker_name", "hostname", "path")} for i in inputs],
+        clocks=list(block.get("alignment") or []), reference=block.get("reference", 0), align=block.get("align", ""),
+        notes=["a merged trace carries no RPC or collective records: report on the rank files for those"])
+
+
+def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):
+    """Rows sorted as torch's table() sorts (numbers descending; key ascending), limited."""
+    if sort_by not in SORT_KEYS:
+        raise TracemergeError(f"--sort-by {sort_by!r}: choose from {', '.join(SORT_KEYS)}")
+    if sort_by == "key":
+        rows = sorted(rows, key=lambda r: r.key)
+    else:
+        rows = sorted(rows, key=lambda r: getattr(r, sort_by), reverse=True)
+    return rows[:row_limit] if row_limit and row_limit > 0 else rows
+
+
+def row_dict(r):
+    return {f: getattr(r, f) for f in ROW_FIELDS}
+
+
+
+def report_dict(report, sort_by="cpu_time_total", row_limit=0):
+    return {
+        "key_averages": [row_dict(r) for r in sorted_rows(report.key_averages, sort_by, row_limit)],
+        "group_by": report.group_by,
+        "ranks": report.ranks,
+        "reference": report.reference,
+        "align": report.align,
+        "alignment": report.clocks,
+        "rpc": asdict(report.rpc) if report.rpc is not None else None,
+        "collectives": [asdict(c) for c in report.collectives],
+        "notes": report.notes,
+    }

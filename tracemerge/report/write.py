@@ -1,0 +1,56 @@
+"""Where reports go: ``report -o``, ``combine --report [PATH]`` (by default beside the
+merged trace), written atomically."""
+
+import os
+import sys
+
+from tracemerge.codecs import plain_name
+from tracemerge.errors import OutputError
+from tracemerge.output import atomic_output, check_output
+from tracemerge.report.model import session_report
+from tracemerge.report.render import render
+
+
+EXTENSION_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown"}
+
+
+def format_of(path):
+    """The format a report path asks for by its extension; the table otherwise."""
+    return next((f for ext, f in EXTENSION_FORMATS.items() if path.endswith(ext)), "table")
+
+
+def write_text(path, text, inputs=(), force=True):
+    """Write ``text`` to ``path`` atomically ("-" is stdout)."""
+    check_output(path, inputs, force)
+    with atomic_output(path) as stream:
+        stream.write(text.encode())
+
+
+def report_path_for(output):
+    """Where ``combine --report`` without a PATH puts the report: beside the merged trace."""
+    if output == "-":
+        return "-"
+    stem = plain_name(output)
+    stem = stem[:-5] if stem.endswith(".json") else stem
+    return stem + ".report.txt"
+
+
+def combine_report_path(output, path, inputs, force):
+    """Where ``combine --report [PATH]`` writes, refused before the merge runs when it is
+    the merged trace itself, an input, or an existing file without ``force``."""
+    path = path or report_path_for(output)
+    if "-" not in (path, output) and os.path.realpath(path) == os.path.realpath(output):
+        raise OutputError(f"{path}: the report would replace the merged trace; choose another --report PATH")
+    check_output(path, inputs, force)
+    return path
+
+
+def write_combine_report(session, alignment, output, path, inputs=()):
+    """``combine --report [PATH]``: the table (or the format PATH's extension asks for) beside the output."""
+    path = path or report_path_for(output)
+    text = render(session_report(session, alignment), format_of(path))
+    if path == "-":
+        sys.stderr.write(text)   # stdout carries the merged trace
+    else:
+        write_text(path, text, inputs)
+    return path
