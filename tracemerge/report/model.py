@@ -44,8 +44,9 @@ def is_merged(trace):
 
 
 def _busy(trace, tree, to_ref, start_ns, bin_ns):
-    """Average number of busy threads per time bin: top-level host ops, clipped to bins."""
-    top = tree.kept & (tree.parent < 0)
+    """Average number of busy threads per time bin: top-level host ops, clipped to bins.
+    Asynchronous spans (calls in flight, gloo work) keep no thread busy: they are left out."""
+    top = tree.kept & (tree.parent < 0) & ~tree.is_async
     s = to_ref(tree.start[top]) - start_ns
     e = to_ref(tree.end[top]) - start_ns
     edges = np.arange(TIMELINE_BINS + 1, dtype=np.int64) * bin_ns
