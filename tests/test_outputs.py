@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from tracefiles import BASE, rank_file, write, x
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

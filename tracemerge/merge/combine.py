@@ -3,15 +3,23 @@
 import functools
 import itertools
 
+import numpy as np
+
 import tracemerge
+from tracemerge.formats.perfetto.encoder import output_format, rank_packets
+from tracemerge.inputs.rankinfo import learn
 from tracemerge.merge import selection as select
 from tracemerge.merge.assembly import write_merged
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.merge.flows import RpcFlows
+from tracemerge.merge.placement import (
+    Placement,
+    aligned_ns,
+    rank_label,
+    transform_chunks,
+)
+from tracemerge.nesting import lanes
 from tracemerge.output import check_output
-from tracemerge.inputs.rankinfo import learn
-from tracemerge.formats.perfetto.encoder import output_format, rank_packets
-from tracemerge.merge.placement import Placement, aligned_ns, rank_label, transform_chunks
 
 SECOND_NS = 1_000_000_000
 
@@ -111,9 +119,14 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
         return data, {**counts, **proto}
     # lists of events, made lazily: the worker encodes and frees one list at a time
     times = aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
+    # spans Perfetto's JSON importer could not show on their thread go to lanes of it
+    moved = lanes(trace, times[0], times[0] + np.maximum(times[1], 0))
+    if moved:
+        counts["lanes_spans"] = len(moved)
+        counts["lanes_lanes"] = len({(int(trace.pid[i]), int(trace.tid[i]), k) for i, k in moved.items()})
+    chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args", lanes=moved)
     if found:
-        flow_events = rpc.json_events(found, trace, place, *times)
+        flow_events = rpc.json_events(found, trace, place, *times, lanes=moved)
         counts["rpc_flow_events"] = len(flow_events)
         made += flow_events
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
@@ -143,7 +156,7 @@ def build_summary(session, alignment, places, counts):
 
 
 # per-rank counts beyond in/out/added/filtered/dropped, reported in their own summary groups
-DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_"}
+DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_", "lanes": "lanes_"}
 DETAIL = tuple(DETAIL_GROUPS.values())
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.merge.placement import lane_tid
 from tracemerge.model import NO_DUR, NO_TS
 
 FLOW_CAT = "rpc"
@@ -89,17 +90,29 @@ class RpcFlows:
             out[i] = ((req,), (), (), (resp,)) if role == "caller" else ((), (req,), (resp,), ())
         return out
 
-    def json_events(self, found, trace, place, start, dur):
+    def json_events(self, found, trace, place, start, dur, lanes=None):
         """This rank's v1 flow events: 2 per span, just inside its start and its end.
 
-        ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``).
+        ``start``/``dur`` are the rank's aligned ns (``transform.aligned_ns``); ``lanes``
+        the spans the output moves to lanes of their thread (``nesting.lanes``): their
+        points go there, where no other span overlaps them, and they are no longer spans
+        of the thread they left.
         """
         events = []
+        lanes = lanes or {}
         ends = start + np.maximum(dur, 0)
-        threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found})
+        threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found},
+                                lanes)
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
             s, e = int(start[i]), int(ends[i])
+            pid = place.pid_base + int(trace.pid[i])
+            first, last = ("s", "f") if role == "caller" else ("f", "s")
+            if i in lanes:
+                tid = lane_tid(trace.tids[trace.tid[i]], lanes[i])
+                events.append(_flow(first, req, rpc_id, pid, tid, _inside(s, e, at_end=False)))
+                events.append(_flow(last, resp, rpc_id, pid, tid, _inside(s, e, at_end=True)))
+                continue
             # spans of the thread nested in this one; a span that only partly overlaps it is
             # not on the thread's slice stack in Perfetto (dropped or moved), so it cannot
             # take the point, and counting it would push the return point before the callee's end
@@ -107,18 +120,19 @@ class RpcFlows:
             lo, hi = bisect_left(t_start, s), bisect_right(t_start, e)
             gaps = _gaps(s, e, [(cs, ce) for cs, ce in zip(t_start[lo:hi], t_end[lo:hi])
                                 if ce <= e and not (cs == s and ce == e)])
-            pid, tid = place.pid_base + int(trace.pid[i]), trace.tids[trace.tid[i]]
-            first, last = ("s", "f") if role == "caller" else ("f", "s")
+            tid = trace.tids[trace.tid[i]]
             events.append(_flow(first, req, rpc_id, pid, tid, _inside(*gaps[0], at_end=False)))
             events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
         return events
 
 
-def _thread_spans(trace, start, ends, dur, wanted):
+def _thread_spans(trace, start, ends, dur, wanted, moved=()):
     """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread, sorted by
     (start, end), as lists of ints: one sort per thread, then a binary search per call (in
     Python: thousands of calls on small slices cost less than as many numpy calls)."""
     spans = np.flatnonzero((trace.ph == ord("X")) & (dur >= 0))
+    if moved:
+        spans = np.setdiff1d(spans, np.fromiter(moved, np.int64, len(moved)), assume_unique=True)
     out = {}
     for pid, tid in wanted:
         idx = spans[(trace.pid[spans] == pid) & (trace.tid[spans] == tid)]

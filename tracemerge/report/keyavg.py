@@ -22,7 +22,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.nesting import asynchronous, lane_origins, parents_nested, parents_stack_walk
+from tracemerge.nesting import (
+    asynchronous,
+    lane_origins,
+    parents_nested,
+    parents_stack_walk,
+)
 
 # torch's _filter_name: utility ops that never reach key_averages()
 DROPPED_NAMES = frozenset((
