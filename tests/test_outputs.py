@@ -92,7 +92,7 @@ def test_info_describes_a_merged_trace(merged_ps):
 
 def _report(tmp_path, name, *files):
     out = tmp_path / name
-    r = cli("report", *files, "--format", "json", "-o", out)
+    r = cli("report", *files, "--format", "json", "--row-limit", "0", "-o", out)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text())
 
@@ -154,16 +154,24 @@ def test_busy_timeline_leaves_out_calls_in_flight(tmp_path):
     assert peak <= 1.0, peak
 
 
-def test_remote_op_names_keep_the_op_in_the_table():
+def test_remote_op_names_keep_the_op_in_the_table(tmp_path):
     paths = sorted(glob.glob(os.path.join(SAMPLES, "parameter_server", "rank*.json.gz")))
     r = cli("report", *paths, "--remote-ops", "--row-limit", "0")
     assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stdout.decode().splitlines() if "#remote_op:" in ln]
-    assert lines
-    # every row names its op at the end of the name column, and no two rows read the same
-    names = [re.split(r"\s{2,}", ln.strip())[0] for ln in lines]
-    assert all(re.search(r"#remote_op: \S+$", n) for n in names), names
-    assert len(set(names)) == len(names)
-    rpc_rows = [re.split(r"\s{2,}", ln.strip())[0] for ln in r.stdout.decode().splitlines()
-                if "update_and_fetch_model" in ln and "#remote_op" not in ln]
-    assert len(set(rpc_rows)) == len(rpc_rows), rpc_rows
+    full = _report(tmp_path, "r.json", *paths, "--remote-ops")
+    keys = [row["key"] for row in full["key_averages"]]
+    table = r.stdout.decode().splitlines()
+    names = [re.split(r"\s{2,}", ln.strip())[0] for ln in table[3:3 + len(keys)]]
+    # (a key may have two rows: user annotation or not)
+    assert len(names) == len(keys) and len(set(names)) == len(set(keys))
+    remote = [(n, k) for n, k in zip(names, keys) if "#remote_op: " in k]
+    assert remote and any("..." in n for n, _ in remote)
+    for name, key in remote:
+        # cut in the middle when too long: the caller -> callee and the op are always shown
+        parts = name.split("...")
+        assert key.startswith(parts[0]) and key.endswith(parts[-1]) and len(name) <= 120, (name, key)
+        caller_callee = key[key.rindex("(", 0, key.index(" -> ")):key.index(")", key.index(" -> ")) + 1]
+        assert caller_callee in name, (name, key)
+        assert name.endswith(key.rsplit("#remote_op: ", 1)[1][-10:]), (name, key)
+    trainers = [n for n, k in zip(names, keys) if "update_and_fetch_model" in k]
+    assert len(trainers) >= 2 and len(set(trainers)) == len(trainers), trainers

@@ -15,13 +15,45 @@ def _fixed_table(headers, rows, first_width):
     return lines
 
 
+def short_name(key, width=55):
+    """A name cut to fit the column as torch's ``table()`` cuts it (the first ``width - 3``
+    characters, then "..."), except RPC keys: those keep their end — ``(caller -> callee)``,
+    ``#remote`` and a ``--remote-ops`` op — and lose the middle, since rows that differ only
+    there (one function called by several trainers, its ops) would read the same."""
+    if len(key) < width - 3:
+        return key
+    arrow = key.find(" -> ")
+    opening = key.rfind("(", 0, arrow) if arrow >= 0 else -1
+    closing = key.find(")", arrow) if opening >= 0 else -1
+    if closing < 0:
+        return key[:width - 3] + "..."
+    total, paren, rest = width - 3, key[opening:closing + 1], key[closing + 1:]
+    head = total - 3 - len(paren) - len(rest)
+    if head >= 8:
+        return key[:head] + "..." + paren + rest
+    keep = total - 8 - 3 - len(paren) - 3
+    if keep >= 8:
+        return key[:8] + "..." + paren + "..." + rest[-keep:]
+    return key[:8] + "..." + key[-(total - 11):]
+
+
+RPC_NAME_WIDTH = 120
+
+
+def _is_rpc_key(key):
+    return isinstance(key, str) and " -> " in key
+
+
 def key_table(rows, all_rows, width=55):
+    """torch's table; the name column widens for RPC keys (up to RPC_NAME_WIDTH), which
+    tell rows apart by their ends."""
     total_self = sum(r.self_cpu_time_total for r in all_rows)
+    width = max([width] + [min(len(r.key) + 4, RPC_NAME_WIDTH) for r in rows if _is_rpc_key(r.key)])
     name_w = min(max([len(r.key) for r in rows] + [4]) + 4, width)
     headers = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
     body = []
     for r in rows:
-        name = r.key if len(r.key) < width - 3 else r.key[:width - 3] + "..."
+        name = short_name(r.key, width)
         body.append([name, format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
                      format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total),
                      format_time(r.cpu_time), r.count, r.node_id])
