@@ -148,6 +148,9 @@ def build_summary(session, alignment, places, counts):
         "align": alignment.method,
         "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
         "causality": alignment.causality,
+        # what `tracemerge report` needs of the inputs to report on the merged trace alone
+        "records": [{"rank": i.rank, "has_block": i.has_block, "rpcs": i.rpcs, "collectives": i.collectives}
+                    for i in session.infos],
         "events": {**{k: v for k, v in counts.items() if ":" not in k and not k.startswith(DETAIL)},
                    **reasons(counts)},
         **{group: detail for group, prefix in DETAIL_GROUPS.items()
