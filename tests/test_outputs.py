@@ -81,7 +81,7 @@ def merged_ps(tmp_path_factory):
 
 
 def test_info_describes_a_merged_trace(merged_ps):
-    paths, merged, _ = merged_ps
+    _, merged, _ = merged_ps
     r = cli("info", merged)
     assert r.returncode == 0, r.stderr
     text = r.stdout.decode()
@@ -98,7 +98,7 @@ def _report(tmp_path, name, *files):
 
 
 def test_report_on_a_merged_trace_equals_the_report_on_its_rank_files(merged_ps, tmp_path):
-    paths, merged, _ = merged_ps
+    _, merged, _ = merged_ps
     ranks, one = _report(tmp_path, "ranks.json", *paths), _report(tmp_path, "merged.json", merged)
     assert one["rpc"] is not None and one["rpc"]["keys"]
     assert one["rpc"] == ranks["rpc"]

@@ -168,18 +168,23 @@ def _is_rpc_key(key):
 
 
 @pytest.fixture(scope="module")
-def merged(job, tmp_path_factory):
-    out, paths, _ = job
+def merged_path(job, tmp_path_factory):
+    _, paths, _ = job
     path = tmp_path_factory.mktemp("merged") / "trace.json"
     r = cli("combine", *paths, "-o", path)
     assert r.returncode == 0, r.stderr
-    return _load(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def merged(merged_path):
+    return _load(merged_path)
 
 
 # ---------------------------------------------------------------- tests
 
 def test_the_job_ran_its_calls_concurrently(job):
-    out, paths, torch_rows = job
+    _, paths, torch_rows = job
     assert torch_rows[0]["outcome"] == [CONCURRENT, [1, 2, 3], 3]
     rank0 = _load(paths[0])
     spans = [e for e in rank0["traceEvents"] if e.get("ph") == "X" and e.get("args", {}).get("role") == "caller"
@@ -222,7 +227,7 @@ def _enclosing(spans, ts):
 
 
 def test_every_caller_span_is_there_with_its_flows(job, merged):
-    out, paths, _ = job
+    _, paths, _ = job
     records = [r for r in _load(paths[0])["tracemerge"]["rpcs"] if r["role"] == "caller"]
     wanted = {r["rpc_id"]: r["name"] for r in records}
     assert sum(n.startswith("rpc_async#slow_udf") for n in wanted.values()) == CONCURRENT
@@ -252,7 +257,7 @@ def test_every_caller_span_is_there_with_its_flows(job, merged):
 
 
 def test_report_rows_equal_torch_key_averages(job, tmp_path):
-    out, paths, torch_rows = job
+    _, paths, torch_rows = job
     r = cli("report", *paths, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
     assert r.returncode == 0, r.stderr
     got = {(row["key"], row["node_id"]): row for row in json.loads((tmp_path / "r.json").read_text())["key_averages"]}
@@ -271,11 +276,14 @@ def test_report_rows_equal_torch_key_averages(job, tmp_path):
     assert checked >= 8
 
 
-def test_every_report_row_equals_torch(job, tmp_path):
+@pytest.mark.parametrize("source", ["ranks", "merged"])
+def test_every_report_row_equals_torch(job, merged_path, tmp_path, source):
     """Not only the RPC rows: taking the asynchronous spans out of the tree changes no
-    other row either (the aten ops run while the calls are in flight)."""
-    out, paths, torch_rows = job
-    r = cli("report", *paths, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
+    other row either (the aten ops run while the calls are in flight); and the merged
+    trace, whose concurrent spans went to lanes, reports the same."""
+    _, paths, torch_rows = job
+    files = paths if source == "ranks" else [merged_path]
+    r = cli("report", *files, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
     assert r.returncode == 0, r.stderr
     got = {(row["key"], row["node_id"]): row for row in json.loads((tmp_path / "r.json").read_text())["key_averages"]}
     for rank, found in torch_rows.items():
