@@ -98,7 +98,7 @@ def _report(tmp_path, name, *files):
 
 
 def test_report_on_a_merged_trace_equals_the_report_on_its_rank_files(merged_ps, tmp_path):
-    _, merged, _ = merged_ps
+    paths, merged, _ = merged_ps
     ranks, one = _report(tmp_path, "ranks.json", *paths), _report(tmp_path, "merged.json", merged)
     assert one["rpc"] is not None and one["rpc"]["keys"]
     assert one["rpc"] == ranks["rpc"]
