@@ -175,3 +175,19 @@ def test_remote_op_names_keep_the_op_in_the_table(tmp_path):
         assert name.endswith(key.rsplit("#remote_op: ", 1)[1][-10:]), (name, key)
     trainers = [n for n, k in zip(names, keys) if "update_and_fetch_model" in k]
     assert len(trainers) >= 2 and len(set(trainers)) == len(trainers), trainers
+
+
+def test_stdout_is_the_file_when_a_thousand_pids_widen_the_blocks(tmp_path):
+    # the other way the workers' facts move the placement: rank 1 has more than 999 pids
+    start_ns = BASE + 5 * 10**8
+    calls = [rpc_pair(f"0:{k}", 0, 1, *(start_ns + k * 10**6 + d for d in (0, 100_000, 200_000, 300_000)))
+             for k in range(3)]
+    many = [x("p", 600_000.0 + k, 0.5, pid=10_000 + k) for k in range(1001)]
+    docs = [rank_file([x("a", 600_000.0, 5.0)], 0, rpcs=[c for c, _ in calls], start_ns=start_ns),
+            rank_file(many, 1, rpcs=[r for _, r in calls], start_ns=start_ns)]
+    paths = [write(tmp_path / f"rank{r}.json.gz", d) for r, d in enumerate(docs)]
+    for name, fmt in (("t.json", ()), ("t.pftrace", ("--format", "perfetto"))):
+        out = tmp_path / name
+        assert cli("combine", *paths, "-o", out).returncode == 0
+        piped = cli("combine", *paths, "-o", "-", *fmt)
+        assert piped.returncode == 0 and piped.stdout == out.read_bytes()
