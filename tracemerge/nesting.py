@@ -16,16 +16,18 @@ calls into each other (:func:`lanes`); the report uses it to compute key average
 does (``report.keyavg``).
 """
 
+from typing import Optional
+
 import numpy as np
 
-from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.model import NO_DUR, NO_TS, RankTrace
 
 ASYNC_ARG = "async"
 ASYNC_CALLER_PREFIXES = ("rpc_async#", "remote#")
 ASYNC_NAME_PREFIXES = ("gloo:",)
 
 
-def asynchronous(trace):
+def asynchronous(trace: RankTrace) -> np.ndarray:
     """A bool mask over the events of ``trace``: the spans torch counts as asynchronous."""
     out = np.zeros(len(trace), dtype=bool)
     names = trace.names
@@ -50,7 +52,7 @@ def asynchronous(trace):
 LANE_OF = "lane_of"   # thread_name args key of a lane: the tid of the thread it belongs to
 
 
-def lane_origins(trace):
+def lane_origins(trace: RankTrace) -> np.ndarray:
     """An int array over tid codes: the code of the thread each tid is a lane of (the JSON
     output names a lane by a ``thread_name`` event whose args carry ``lane_of``), else itself."""
     out = np.arange(len(trace.tids), dtype=np.int64)
@@ -73,16 +75,17 @@ def _hashable(v):
     return v if isinstance(v, (str, int, float, type(None))) else repr(v)
 
 
-def lanes(trace, start, end, is_async=None):
+def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
+          is_async: Optional[np.ndarray] = None) -> dict:
     """{event index: lane} of the ``X`` spans that must leave their thread for Perfetto's
     JSON importer to show every span of it (it drops or moves a span that partly overlaps
     another of its thread, and would nest concurrent calls into each other).
 
     A span leaves its thread when it is asynchronous and another span of the thread starts
     inside it (torch never makes it a parent, and concurrent calls must not nest), or when
-    it partly overlaps a synchronous span that stays (the later of the two leaves). The spans that
-    leave a thread are dealt into lanes 1, 2, … where none overlaps another, first fit in
-    start order. ``start``/``end`` are the events' ns on any one clock.
+    it partly overlaps a synchronous span that stays (the later of the two leaves). The
+    spans that leave a thread are dealt into lanes 1, 2, … where none overlaps another,
+    first fit in start order. ``start``/``end`` are the events' ns on any one clock.
     """
     is_async = asynchronous(trace) if is_async is None else is_async
     spans = np.flatnonzero((trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR) & (end >= start))
@@ -100,7 +103,7 @@ def lanes(trace, start, end, is_async=None):
         if _nests(ts, te, ta):
             continue
         moved = _leaving(ts.tolist(), te.tolist(), ta.tolist())
-        ends = []  # last end of each lane
+        ends: list = []  # last end of each lane
         for k in moved:
             lane = next((n for n, last in enumerate(ends) if last <= ts[k]), len(ends))
             if lane == len(ends):
@@ -146,7 +149,7 @@ def _leaving(s, e, is_async):
 
 # ---- torch's nesting of one thread's events (EventList._populate_cpu_children) -------------
 
-def parents_nested(s, e):
+def parents_nested(s: np.ndarray, e: np.ndarray) -> Optional[np.ndarray]:
     """Parents of one thread's events (sorted by start, -end), or None if they do not nest.
 
     Depth of i = earlier events still open at its start (end > start_i); its parent is the
@@ -188,10 +191,10 @@ def parents_nested(s, e):
     return parent
 
 
-def parents_stack_walk(s, e):
+def parents_stack_walk(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """torch's own walk (``EventList._populate_cpu_children``), for threads that do not nest."""
     parent = np.full(len(s), -1, dtype=np.int64)
-    stack = []
+    stack: list = []
     for i, (start, end) in enumerate(zip(s.tolist(), e.tolist())):
         while stack:
             top = stack[-1]

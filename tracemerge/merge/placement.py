@@ -130,7 +130,7 @@ def transform_chunks(trace, place, times=None, release=None, lanes=None):
     return chunks, added + _lane_metadata(trace, place, lanes)
 
 
-def lane_tid(tid, lane):
+def lane_tid(tid: Any, lane: int) -> str:
     """The output tid of a thread's lane: a string, so it never takes a real thread's tid."""
     return f"{tid} (overlap {lane})"
 

@@ -7,6 +7,7 @@ or an HTML page.
 """
 
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from tracemerge.errors import TracemergeError
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.inputs.head import read_head
+from tracemerge.model import RankTrace
 from tracemerge.report.rpcstats import rpc_report, server_threads
 
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")
@@ -49,7 +51,7 @@ def is_merged(trace):
 MERGED_HEAD = {"schemaVersion", "displayTimeUnit", "baseTimeNanoseconds"}
 
 
-def read_merged(path):
+def read_merged(path: str) -> Optional[RankTrace]:
     """The trace of ``path`` if it is a merged trace written by ``combine``, else None.
     Only a file that starts as combine's output does is read (rank files and Kineto traces
     are told apart by their heads)."""
@@ -135,11 +137,11 @@ class Recorded:
     has_block: bool
 
 
-def merged_report(trace, group_by="name", remote_ops=False):
+def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = False) -> Report:
     """The :class:`Report` of a merged trace: the one its inputs give, from its events
     (already on the reference clock) and its summary (pid -> rank map, clock models,
     records)."""
-    block = trace.tracemerge
+    block = trace.tracemerge or {}
     rank_of_pid = {out: int(rank) for rank, m in block["pids"].items() for out in m.values()}
     node = np.array([rank_of_pid.get(p, -1) for p in trace.pids], dtype=np.int64)
     rows = key_averages(trace, node, remote_ops)

@@ -15,7 +15,7 @@ def _fixed_table(headers, rows, first_width):
     return lines
 
 
-def short_name(key, width=55):
+def short_name(key: str, width: int = 55) -> str:
     """A name cut to fit the column as torch's ``table()`` cuts it (the first ``width - 3``
     characters, then "..."), except RPC keys: those keep their end — ``(caller -> callee)``,
     ``#remote`` and a ``--remote-ops`` op — and lose the middle, since rows that differ only
