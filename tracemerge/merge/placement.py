@@ -163,7 +163,10 @@ def _patched_chunks(trace, place, start, dur, release, moved=((), ())):
     changes (pid, ts, dur, namespaced ids and args, renamed processes), so no event is
     built. Every value written comes from the trace's columns (the flow ids from those
     :class:`Extra` read before any rewrite), so a second transform of the same trace (or
-    of a selection sharing its structs) writes the same."""
+    of a selection sharing its structs) writes the same. The one value not written anew is
+    the tid of a span moved to a lane (``moved``): it is written when the span moves, and
+    the same spans move again on any transform, since which spans cannot nest follows from
+    the rank's own times (a clock model maps all of them alike)."""
     rank, events = place.rank, trace.events
     timed = trace.ts != NO_TS
     has_dur = timed & (trace.dur != NO_DUR)
