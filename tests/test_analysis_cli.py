@@ -99,9 +99,8 @@ def test_diff_accepts_globs_and_merged_traces(tmp_path):
     r = run("diff", "samples/threads_1/rank*.json.gz", merged, "--format", "json")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    # the merged trace has no records: only key averages are compared
-    assert {row["section"] for row in doc["rows"] if row["after"] is not None} == {"key_averages"}
-    assert any("merged trace" in n for n in doc["notes"])
+    # the merged trace keeps its inputs' records: every section is compared
+    assert {row["section"] for row in doc["rows"] if row["after"] is not None} == {"key_averages", "rpc", "callee"}
 
 
 def test_diff_of_an_empty_directory_is_a_usage_error(tmp_path):

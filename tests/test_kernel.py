@@ -231,7 +231,12 @@ def test_combine_is_the_same_bytes_under_both_cores(tmp_path, generated, suffix,
         assert a.returncode == b.returncode == 0, a.stderr + b.stderr
         assert native_out.read_bytes() == python_out.read_bytes()
         kept = 2 if "--ranks" in options else len(files)
-        assert f"core: native ({kept} of {kept} ranks)" in a.stderr
+        if files is generated or suffix == ".pftrace":
+            assert f"core: native ({kept} of {kept} ranks)" in a.stderr
+        elif f"core: native ({kept} of {kept} ranks)" not in a.stderr:
+            # rl_agent's rank 0 has calls in flight together: its JSON moves them to lanes
+            assert f"core: native ({kept - 1} of {kept} ranks)" in a.stderr
+            assert "rank0.json.gz read by the Python path: spans that go to lanes of their thread" in a.stderr
         assert "core: python" in b.stderr and "TRACEMERGE_KERNEL=python" in b.stderr
 
 

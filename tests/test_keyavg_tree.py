@@ -6,7 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracemerge.inputs.chrome import build
-from tracemerge.report.keyavg import _parents_nested, _parents_stack_walk, group_rows, key_averages, op_tree
+from tracemerge.nesting import parents_nested as _parents_nested
+from tracemerge.nesting import parents_stack_walk as _parents_stack_walk
+from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 
 profiler_util = pytest.importorskip("torch.autograd.profiler_util")
 

@@ -188,3 +188,86 @@ def test_flow_points_find_the_slice_a_one_by_one_search_finds(spans, points):
         else:
             want = next((k for k in reversed(range(lo, hi)) if start[k] <= at <= end[k]), -1)
         assert row == want, (t, at, nb)
+
+
+@st.composite
+def crossing_spans(draw):
+    """X events of a few threads that may overlap in any way, some of them asynchronous
+    (rpc_async caller spans with or without args.async, gloo work)."""
+    events = []
+    for k in range(draw(st.integers(1, 25))):
+        s = draw(st.integers(0, 200))
+        d = draw(st.integers(0, 80))
+        kind = draw(st.sampled_from(["op", "op", "caller", "caller_sync", "gloo"]))
+        e = {"ph": "X", "cat": "cpu_op", "name": "mm", "pid": 7, "tid": draw(st.integers(0, 2)), "ts": s, "dur": d,
+             "args": {"k": k}}
+        if kind.startswith("caller"):
+            e.update(cat="user_annotation", name="rpc_async#f(worker0 -> worker1)")
+            e["args"].update(rpc_id=f"0:{k}", role="caller")
+            if kind == "caller_sync" or draw(st.booleans()):
+                e["args"]["async"] = kind == "caller"
+        elif kind == "gloo":
+            e.update(cat="user_annotation", name="gloo:all_reduce")
+        events.append(e)
+    return events
+
+
+def _partly_overlapping(spans):
+    """(a, b) pairs of spans of one thread that partly overlap."""
+    bad = []
+    spans = sorted(spans, key=lambda x: (x[0], -x[1]))
+    stack = []
+    for s, e, name in spans:
+        while stack and s >= stack[-1][1]:
+            stack.pop()
+        if stack and e > stack[-1][1]:
+            bad.append((stack[-1], (s, e, name)))
+            continue
+        stack.append((s, e, name))
+    return bad
+
+
+@SETTINGS
+@given(crossing_spans())
+def test_json_output_has_no_partly_overlapping_spans_and_loses_none(events):
+    from tracemerge.nesting import asynchronous
+    from tracemerge.report.keyavg import key_averages
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = write_all(tmp, [kineto(events, rank=0, world_size=1)])
+        session = Session.open(paths)
+        out = os.path.join(tmp, "out.json")
+        combine(session, session.align("none"), out)
+        with open(out) as f:
+            doc = json.load(f)
+        lanes = {e["tid"]: e["args"]["lane_of"] for e in doc["traceEvents"]
+                 if e.get("ph") == "M" and e["name"] == "thread_name" and "lane_of" in e.get("args", {})}
+        by_thread, kept = {}, []
+        for e in doc["traceEvents"]:
+            if e.get("ph") == "X":
+                by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+                kept.append((e["args"]["k"], e["ts"], e["dur"], lanes.get(e["tid"], e["tid"])))
+        for spans in by_thread.values():
+            assert _partly_overlapping(spans) == []
+        # every span once, with its times, on its own thread or a lane of it
+        assert sorted(kept) == sorted((e["args"]["k"], float(e["ts"]), float(e["dur"]), e["tid"]) for e in events)
+        # an asynchronous span that another starts inside has left its thread
+        trace = read_trace(paths[0])
+        flags = asynchronous(trace)
+        moved = {k for k, _, _, _ in kept} - {e["args"]["k"] for e in doc["traceEvents"]
+                                               if e.get("ph") == "X" and not isinstance(e["tid"], str)}
+        for a in events:
+            # b comes after a in torch's order (start, then end descending) and starts before a ends
+            inside = [b for b in events if b["tid"] == a["tid"] and b["ts"] < a["ts"] + a["dur"]
+                      and (b["ts"], -b["ts"] - b["dur"]) > (a["ts"], -a["ts"] - a["dur"])]
+            if flags[events.index(a)] and inside:
+                assert a["args"]["k"] in moved
+        # the report on the merged trace counts the moved spans where they came from
+        merged = read_trace(out)
+        node = np.zeros(len(merged.pids), dtype=np.int64)
+        rows = {(r.key, r.count, round(r.cpu_time_total, 3), round(r.self_cpu_time_total, 3))
+                for r in key_averages(merged, node)}
+        rows0 = {(r.key, r.count, round(r.cpu_time_total, 3), round(r.self_cpu_time_total, 3))
+                 for r in key_averages(trace, np.zeros(len(trace.pids), dtype=np.int64))}
+        assert rows == rows0
+        assert flags.tolist() == [e["name"].startswith("gloo:") or (e["name"].startswith("rpc_async#")
+                                                                   and e["args"].get("async", True)) for e in events]

@@ -441,13 +441,32 @@ def open_trace(trace, port, browser):
 @rank_from_option
 @input_options
 def info(files, rank_from, skip_bad, strict):
-    """Describe each trace file: rank, worker, events, time span, threads, metadata, warnings."""
-    runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
-    try:
-        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner)  # light scans, in parallel
-    finally:
-        runner.close()
-    for i in session.infos:
+    """Describe each trace file: rank, worker, events, time span, threads, metadata, warnings.
+
+    A merged trace written by `tracemerge combine` is described by its summary: its ranks,
+    where they came from, their alignment.
+    """
+    merged = {}
+    for path in files:
+        trace = reports.read_merged(path)
+        if trace is not None:
+            merged[path] = merged_lines(path, trace)
+    rest = [f for f in files if f not in merged]
+    session = None
+    if rest:
+        runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
+        try:
+            session = open_inputs(rest, rank_from, skip_bad, strict, engine=runner)  # light scans, in parallel
+        finally:
+            runner.close()
+    described = {i.path: i for i in session.infos} if session else {}
+    for path in files:
+        if path in merged:
+            click.echo("\n".join(merged[path]))
+            continue
+        i = described.get(path)
+        if i is None:
+            continue  # left out by --skip-bad (named on stderr)
         span_ms = (i.last_ns - i.first_ns) / 1e6
         meta = []
         if i.has_block:
@@ -462,6 +481,32 @@ def info(files, rank_from, skip_bad, strict):
         for w in i.warnings:
             click.echo(f"  warning: {w}")
     sys.stdout.flush()
+
+
+def merged_lines(path, trace):
+    """``info``'s description of a merged trace, from its summary."""
+    block = trace.tracemerge
+    inputs = block.get("inputs") or []
+    clocks = {c.get("rank"): c for c in block.get("alignment") or []}
+    span = trace.time_span()
+    span_ms = (span[1] - span[0]) / 1e6 if span else 0.0
+    events = block.get("events") or {}
+    lines = [f"{path}",
+             f"  merged trace (tracemerge {block.get('version', '?')}) of {len(inputs)} ranks · aligned by "
+             f"{block.get('align', '?')} to rank {block.get('reference', '?')} · {events.get('out', len(trace))} events "
+             f"· span {span_ms:.3f} ms"]
+    for i in inputs:
+        c = clocks.get(i.get("rank"), {})
+        bound = c.get("error_bound_ns")
+        lines.append(f"  rank {i.get('rank')} · worker {i.get('worker_name')} · host {i.get('hostname')} · "
+                     f"{i.get('events')} events · from {i.get('path')} · clock {c.get('method', '?')} offset "
+                     f"{c.get('offset_ns', 0) / 1e3:.1f} µs" + (f" ± {bound / 1e3:.1f} µs" if bound is not None else ""))
+    records = block.get("records")
+    if records is not None:
+        lines.append(f"  records: {sum(len(r.get('rpcs') or []) for r in records)} rpc, "
+                     f"{sum(len(r.get('collectives') or []) for r in records)} collective")
+    lines += [f"  warning: {w}" for w in block.get("warnings") or []]
+    return lines
 
 
 @main.command()

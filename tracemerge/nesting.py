@@ -1,12 +1,34 @@
-"""Slice order shared by everything that nests slices per thread (key averages' op tree,
-Perfetto's tracks and lanes, the binding of input flows to their enclosing slices).
+"""Which spans of a thread nest: the slice order shared by everything that nests slices per
+thread, torch's asynchronous spans, and the lanes of spans that cannot nest.
 
 Slices sorted by (thread, start, -end) come with every slice after the slices that
-enclose it, so one walk per thread finds parents, lanes or enclosing slices; ties keep
-their given order (the sort is stable), as torch keeps its own.
+enclose it, so one walk per thread finds parents, lanes or enclosing slices (key
+averages' op tree, Perfetto's tracks and lanes, the binding of input flows to their
+enclosing slices); ties keep their given order (the sort is stable), as torch keeps its own.
+
+Which spans of a thread cannot nest: torch's asynchronous spans, and spans that cross.
+
+torch's ``key_averages()`` treats an event that ends on another thread than it began on as
+*asynchronous*: it is never a parent or a child, its self CPU time is 0, and it is counted
+once with its whole duration (``FunctionEvent.is_async``). Kineto's JSON does not say which
+events those are, so they are recognised here by what is known about them:
+
+- RPC spans carrying ``args.async`` (the capture wrapper notes whether the span ended on
+  its own thread; docs/rank-file-format.md);
+- RPC caller spans without it (rank files of older captures): ``rpc_async``/``remote``
+  calls end when their future completes, on an RPC agent thread;
+- ``gloo:*`` collectives, which c10d records as asynchronous work.
+
+The JSON output uses the same notion to keep Perfetto's importer from nesting concurrent
+calls into each other (:func:`lanes`); the report uses it to compute key averages as torch
+does (``report.keyavg``).
 """
 
+from typing import Optional
+
 import numpy as np
+
+from tracemerge.model import NO_DUR, NO_TS, RankTrace
 
 
 def nest_order(thread, start, end):
@@ -20,3 +42,188 @@ def thread_runs(thread):
     firsts = np.concatenate(([0], cuts)).tolist()
     ends = np.concatenate((cuts, [len(thread)])).tolist()
     return [(a, b) for a, b in zip(firsts, ends) if b > a]
+
+
+ASYNC_ARG = "async"
+ASYNC_CALLER_PREFIXES = ("rpc_async#", "remote#")
+ASYNC_NAME_PREFIXES = ("gloo:",)
+
+
+def asynchronous(trace: RankTrace) -> np.ndarray:
+    """A bool mask over the events of ``trace``: the spans torch counts as asynchronous."""
+    out = np.zeros(len(trace), dtype=bool)
+    names = trace.names
+    by_name = np.array([isinstance(n, str) and n.startswith(ASYNC_NAME_PREFIXES) for n in names] + [False], bool)
+    if by_name.any():
+        out |= by_name[trace.name]
+    if trace.args is None:
+        return out
+    candidates = [i for i in trace.args.with_key("rpc_id") if trace.ph[i] == ord("X")]
+    for i, a in zip(candidates, trace.args.dicts(candidates)):
+        if a is None or "rpc_id" not in a:
+            continue
+        flag = a.get(ASYNC_ARG)
+        if isinstance(flag, bool):
+            out[i] = flag
+        else:
+            name = names[trace.name[i]] if trace.name[i] >= 0 else None
+            out[i] = a.get("role") == "caller" and isinstance(name, str) and name.startswith(ASYNC_CALLER_PREFIXES)
+    return out
+
+
+LANE_OF = "lane_of"   # thread_name args key of a lane: the tid of the thread it belongs to
+
+
+def lane_origins(trace: RankTrace) -> np.ndarray:
+    """An int array over tid codes: the code of the thread each tid is a lane of (the JSON
+    output names a lane by a ``thread_name`` event whose args carry ``lane_of``), else itself."""
+    out = np.arange(len(trace.tids), dtype=np.int64)
+    code = trace.code_of("thread_name")
+    if code is None or trace.args is None:
+        return out
+    meta = np.flatnonzero((trace.ph == ord("M")) & (trace.name == code))
+    code_of_tid = None
+    for i, a in zip(meta.tolist(), trace.args.dicts(meta.tolist())):
+        if a is not None and LANE_OF in a:
+            if code_of_tid is None:
+                code_of_tid = {_hashable(v): c for c, v in enumerate(trace.tids)}
+            origin = code_of_tid.get(_hashable(a[LANE_OF]))
+            if origin is not None:
+                out[trace.tid[i]] = origin
+    return out
+
+
+def _hashable(v):
+    return v if isinstance(v, (str, int, float, type(None))) else repr(v)
+
+
+def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
+          is_async: Optional[np.ndarray] = None) -> dict:
+    """{event index: lane} of the ``X`` spans that must leave their thread for Perfetto's
+    JSON importer to show every span of it (it drops or moves a span that partly overlaps
+    another of its thread, and would nest concurrent calls into each other).
+
+    A span leaves its thread when it is asynchronous and another span of the thread starts
+    inside it (torch never makes it a parent, and concurrent calls must not nest), or when
+    it partly overlaps a synchronous span that stays (the later of the two leaves). The
+    spans that leave a thread are dealt into lanes 1, 2, … where none overlaps another,
+    first fit in start order. ``start``/``end`` are the events' ns on any one clock.
+    """
+    is_async = asynchronous(trace) if is_async is None else is_async
+    spans = np.flatnonzero((trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR) & (end >= start))
+    if not len(spans):
+        return {}
+    thread = trace.pid[spans].astype(np.int64) * max(len(trace.tids), 1) + trace.tid[spans]
+    s, e = start[spans], end[spans]
+    order = nest_order(thread, s, e)
+    spans, thread, s, e = spans[order], thread[order], s[order], e[order]
+    a = is_async[spans]
+    bounds = np.flatnonzero(np.diff(thread)) + 1
+    out = {}
+    for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [len(spans)])).tolist()):
+        ts, te, ta = s[lo:hi], e[lo:hi], a[lo:hi]
+        if _nests(ts, te, ta):
+            continue
+        moved = _leaving(ts.tolist(), te.tolist(), ta.tolist())
+        ends: list = []  # last end of each lane
+        for k in moved:
+            lane = next((n for n, last in enumerate(ends) if last <= ts[k]), len(ends))
+            if lane == len(ends):
+                ends.append(0)
+            ends[lane] = int(te[k])
+            out[int(spans[lo + k])] = lane + 1
+    return out
+
+
+def _nests(s, e, is_async):
+    """True when a thread's spans (sorted by start, then end descending) need no lane: they
+    form a proper tree and no asynchronous span encloses another (the next span in this
+    order starts at or after its end)."""
+    if len(s) < 2:
+        return True
+    at = np.flatnonzero(is_async[:-1])
+    if len(at) and np.any(s[at + 1] < e[at]):
+        return False
+    return parents_nested(s, e) is not None
+
+
+def _leaving(s, e, is_async):
+    """Positions (in this sorted order) of the spans that leave the thread: a walk like
+    torch's over a stack of the spans that stay."""
+    moved, stack = [], []       # stack: positions of staying spans, each inside the one below
+    for i, (start, end) in enumerate(zip(s, e)):
+        while stack and start >= e[stack[-1]]:
+            stack.pop()
+        leaves = False
+        while stack:
+            top = stack[-1]
+            if is_async[top]:       # i starts inside it: it would enclose or cross i
+                moved.append(stack.pop())
+                continue
+            leaves = end > e[top]   # i crosses a synchronous span that stays
+            break
+        if leaves:
+            moved.append(i)
+        else:
+            stack.append(i)
+    return sorted(moved)
+
+
+# ---- torch's nesting of one thread's events (EventList._populate_cpu_children) -------------
+
+def parents_nested(s: np.ndarray, e: np.ndarray) -> Optional[np.ndarray]:
+    """Parents of one thread's events (sorted by start, -end), or None if they do not nest.
+
+    Depth of i = earlier events still open at its start (end > start_i); its parent is the
+    last earlier event one level up. The result is accepted only if every parent contains
+    its child and every previous sibling ended before it starts: then the events form a
+    proper tree and torch's stack walk finds exactly this one.
+    """
+    n = len(s)
+    pos = np.arange(n, dtype=np.int64)
+    ended = np.searchsorted(np.sort(e), s, side="right")          # events with end <= start_i
+    first = np.searchsorted(s, s, side="left")
+    past = np.searchsorted(s, s, side="right")
+    zero = e == s
+    zeros = np.concatenate(([0], np.cumsum(zero)))
+    # zero-length events at start_i sort last in its start group; those at/after i are not "earlier"
+    later_ended = np.where(zero, past - pos, zeros[past] - zeros[first])
+    depth = pos - (ended - later_ended)
+    stride = n + 1
+    order_key = np.sort(depth * stride + pos)
+
+    def last_before(level):
+        k = np.searchsorted(order_key, level * stride + pos) - 1
+        found = k >= 0
+        hit = order_key[np.maximum(k, 0)]
+        found &= hit // stride == level
+        return np.where(found, hit % stride, -1)
+
+    parent = np.where(depth > 0, last_before(depth - 1), -1)
+    if np.any((depth > 0) & (parent < 0)):
+        return None
+    has = parent >= 0
+    p = parent[has]
+    if np.any(s[has] >= e[p]) or np.any(e[has] > e[p]):
+        return None
+    sib = last_before(depth)
+    check = (sib >= 0) & (sib > parent)
+    if np.any(e[sib[check]] > s[check]):
+        return None
+    return parent
+
+
+def parents_stack_walk(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """torch's own walk (``EventList._populate_cpu_children``), for threads that do not nest."""
+    parent = np.full(len(s), -1, dtype=np.int64)
+    stack: list = []
+    for i, (start, end) in enumerate(zip(s.tolist(), e.tolist())):
+        while stack:
+            top = stack[-1]
+            if start >= e[top] or end > e[top]:
+                stack.pop()
+            else:
+                parent[i] = top
+                break
+        stack.append(i)
+    return parent

@@ -61,13 +61,15 @@ def rpc_times(caller, k, world_size):
 class Writer:
     """Appends Kineto-formatted events to a list of str chunks; ids count up per rank."""
 
-    def __init__(self, rank, rng):
+    def __init__(self, rank, rng, overlapping_kernels=False):
         self.rank = rank
+        self.overlapping_kernels = overlapping_kernels
         self.rng = rng
         self.off = clock_offset_ns(rank)
         self.parts = []
         self.ext = 500
         self.corr = 1000
+        self.stream_free = {}  # stream -> when its last kernel ends: a stream runs one kernel at a time
         self.ev_idx = 0
         self.size = 0
 
@@ -109,7 +111,10 @@ class Writer:
                f'"External id": {self.ext}, "cbid": 211, "correlation": {corr}')
         self.flow("s", "ac2g", corr, HOST_PID, tid, start)
         k_start = start + 9_000 + self.rng.randrange(2_000)
+        if not self.overlapping_kernels:  # the rounds 1-6 generator let a stream's kernels overlap
+            k_start = max(k_start, self.stream_free.get(stream, 0))
         k_dur = 20_000 + self.rng.randrange(80_000)
+        self.stream_free[stream] = k_start + k_dur + 1_000  # a µs apart: rounding never makes them touch
         self.x("kernel", kernel, 0, stream, k_start, k_dur,
                f'"External id": {self.ext}, "queued": 0, "device": 0, "context": 1, "stream": {stream}, '
                f'"correlation": {corr}, "registers per thread": 128, "shared memory": 16384, '
@@ -118,9 +123,9 @@ class Writer:
         self.flow("f", "ac2g", corr, 0, stream, k_start)
 
 
-def generate_rank(rank, world_size, target_bytes, seed, rank_file):
+def generate_rank(rank, world_size, target_bytes, seed, rank_file, overlapping_kernels=False):
     """The whole document of one rank as bytes."""
-    w = Writer(rank, random.Random(seed * 1_000_003 + rank))
+    w = Writer(rank, random.Random(seed * 1_000_003 + rank), overlapping_kernels)
     main_tid, bwd_tid = HOST_PID, HOST_PID + 12
     for tid, comm in ((main_tid, "python"), (bwd_tid, "pt_autograd_0")):
         w.meta("thread_name", HOST_PID, tid, "name", f"thread {tid} ({comm})")
@@ -211,8 +216,8 @@ def _rpc_records(w, rank, k, world_size, tid, out):
         out.append(rec)
 
 
-def write_rank(outdir, rank, world_size, mb, seed, rank_file, gz):
-    data = generate_rank(rank, world_size, int(mb * 1_000_000), seed, rank_file)
+def write_rank(outdir, rank, world_size, mb, seed, rank_file, gz, overlapping_kernels=False):
+    data = generate_rank(rank, world_size, int(mb * 1_000_000), seed, rank_file, overlapping_kernels)
     stem = f"rank{rank}" if rank_file else f"rank{rank}.pt.trace"
     path = os.path.join(outdir, stem + (".json.gz" if gz else ".json"))
     with open(path, "wb") as f:
@@ -220,10 +225,12 @@ def write_rank(outdir, rank, world_size, mb, seed, rank_file, gz):
     return path
 
 
-def generate(outdir, ranks, mb, seed=0, rank_files=False, gz=False, jobs=None):
-    """Write ``ranks`` files of about ``mb`` MB (uncompressed) each into ``outdir``; their paths."""
+def generate(outdir, ranks, mb, seed=0, rank_files=False, gz=False, jobs=None, overlapping_kernels=False):
+    """Write ``ranks`` files of about ``mb`` MB (uncompressed) each into ``outdir``; their paths.
+    ``overlapping_kernels``: a stream's kernels may overlap, as the generator of rounds 1-6
+    made them (no real stream does; the JSON output moves such spans to lanes)."""
     os.makedirs(outdir, exist_ok=True)
-    args = [(outdir, r, ranks, mb, seed, rank_files, gz) for r in range(ranks)]
+    args = [(outdir, r, ranks, mb, seed, rank_files, gz, overlapping_kernels) for r in range(ranks)]
     if (jobs or os.cpu_count()) == 1 or ranks == 1:
         return [write_rank(*a) for a in args]
     with ProcessPoolExecutor(jobs or os.cpu_count()) as pool:

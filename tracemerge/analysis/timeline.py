@@ -21,7 +21,8 @@ import numpy as np
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.model import RankTrace
-from tracemerge.report.keyavg import _parents_nested, _parents_stack_walk, host_ops
+from tracemerge.nesting import parents_nested, parents_stack_walk
+from tracemerge.report.keyavg import host_ops
 
 STEP_PREFIX = "ProfilerStep#"
 REMOTE_SUFFIX = "#remote"
@@ -96,9 +97,9 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     for t, (lo, hi) in enumerate(zip(bounds_of[:-1].tolist(), bounds_of[1:].tolist())):
         sel = np.arange(lo, hi)[work[lo:hi]]
         s, e = start[sel], end[sel]
-        local = _parents_nested(s, e) if len(sel) else np.empty(0, np.int64)
+        local = parents_nested(s, e) if len(sel) else np.empty(0, np.int64)
         if local is None:
-            local = _parents_stack_walk(s, e)
+            local = parents_stack_walk(s, e)
         parent[sel] = np.where(local >= 0, sel[np.maximum(local, 0)], -1)
         bounds, owner = _pieces(s, e, local, sel, end)
         key = int(keys[t])

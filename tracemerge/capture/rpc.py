@@ -79,17 +79,19 @@ def _issue(rec, kind, original, to, func, args, kwargs, timeout):
     header = {k: record[k] for k in _HEADER_KEYS}
     with record_function(record["name"]) as rf:
         record["send_ns"] = time.time_ns()
-        _register(rec, record)
+        span = _register(rec, record)
         try:
             result = original(dst, serve, (header, func, args, kwargs), None, timeout)
         except BaseException:
-            _complete(record, ok=False)
+            _complete(record, span, ok=False)
             raise
         if kind == "rpc_sync":
-            _complete(record, ok=True)
+            _complete(record, span, ok=True)
             return result
         fut = result._get_future() if kind == "remote" else result
-        fut.add_done_callback(functools.partial(_on_done, record))
+        # registered just before the span's end: both run on the thread that completes
+        # the future (or both here, when it already has), so _on_done sees where it ends
+        fut.add_done_callback(functools.partial(_on_done, record, span))
         # The span ends when the future completes, as the legacy RPC profiler did.
         ended = rf._call_end_callbacks_on_future(fut)
     return result if kind == "remote" else ended
@@ -112,29 +114,35 @@ def _rref_type(rref):
     return found.value() if isinstance(found, torch._C.Future) else found
 
 
-def _on_done(record, fut):
+def _on_done(record, span, fut):
     try:
         fut.value()
         ok = True
     except BaseException:
         ok = False
-    _complete(record, ok)
+    _complete(record, span, ok)
 
 
-def _complete(record, ok):
+def _complete(record, span, ok):
+    """Note the end of an RPC. Its span's ``args.async`` says whether it ends on another
+    thread than it began on: torch's ``key_averages()`` counts such an event as
+    asynchronous (self CPU 0, never a parent or child), and the Kineto trace does not say so."""
     record["complete_ns" if record["role"] == "caller" else "end_ns"] = time.time_ns()
     record["status"] = "ok" if ok else "error"
+    span.args["async"] = threading.get_native_id() != span.tid
 
 
 def _register(rec, record):
-    """Keep the record, and its span for the writer to attach rpc_id and role to."""
+    """Keep the record, and its span for the writer to attach rpc_id, role and async to."""
     rec.add("rpcs", record)
-    rec.add("spans", recorder.Span(
+    span = recorder.Span(
         name=record["name"] if record["role"] == "caller" else record["name"] + "#remote",
         tid=threading.get_native_id(),
         mark_ns=record["send_ns" if record["role"] == "caller" else "start_ns"],
         args={"rpc_id": record["rpc_id"], "role": record["role"]},
-    ))
+    )
+    rec.add("spans", span)
+    return span
 
 
 def _serve(header, func, args, kwargs):
@@ -211,14 +219,14 @@ def _run_served(header, func, args, kwargs, is_async):
     record = dict(header, role="callee", status="pending")
     with record_function(header["name"] + "#remote") as rf:
         record["start_ns"] = time.time_ns()
-        _register(rec, record)
+        span = _register(rec, record)
         try:
             result = func(*args, **kwargs)
         except BaseException:
-            _complete(record, ok=False)
+            _complete(record, span, ok=False)
             raise
         if not is_async:
-            _complete(record, ok=True)
+            _complete(record, span, ok=True)
             return result
-        result.add_done_callback(functools.partial(_on_done, record))
+        result.add_done_callback(functools.partial(_on_done, record, span))
         return rf._call_end_callbacks_on_future(result)

@@ -20,6 +20,7 @@ from tracemerge.merge.ids import namespaced_args
 from tracemerge.merge.placement import _rewrite_process_metadata as rewrite_process_metadata
 from tracemerge.merge.placement import aligned_ns, transform_chunks
 from tracemerge.model import Args
+from tracemerge.nesting import lanes
 
 SEPARATOR = b","
 # Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
@@ -53,15 +54,22 @@ def rank_body(trace, place, rpc, found, counts, consume):
     time), or as the body the compiled core writes for a trace it read (raising
     :class:`tracemerge.kernel.Declined` where it cannot), with its RPC flow events last."""
     times = aligned_ns(trace, place.clock, place.out_base_ns)
+    # spans Perfetto's JSON importer could not show on their thread go to lanes of it
+    moved = lanes(trace, times[0], times[0] + np.maximum(times[1], 0))
+    if moved:
+        counts["lanes_spans"] = len(moved)
+        counts["lanes_lanes"] = len({(int(trace.pid[i]), int(trace.tid[i]), k) for i, k in moved.items()})
     if kernel.core_of(trace) == "native":  # read by the compiled core, which writes the events too
+        if moved:  # the splice writer keeps each event's thread
+            raise kernel.Declined("spans that go to lanes of their thread")
         body = kernel_body(trace, place, *times)
         if body is None:
             raise kernel.Declined("a ts or dur of 1e16 µs or more")
         chunks, made = [body], transform_chunks(trace, place, times)[1]
     else:
-        chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args")
+        chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args", lanes=moved)
     if found:
-        flow_events = rpc.json_events(found, trace, place, *times)
+        flow_events = rpc.json_events(found, trace, place, *times, lanes=moved)
         counts["rpc_flow_events"] = len(flow_events)
         made += flow_events
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}

@@ -30,6 +30,9 @@ from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Ext
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
 PADDING = b"\0 \t\r\n"
 _CONTENT = re.compile(rb"[^\0 \t\r\n]")
+# a Perfetto trace's first byte: field 1 (TracePacket), length-delimited; JSON may start with
+# the same byte (a newline), but then its first non-blank byte is { or [
+PROTOBUF_TRACE = b"\x0a"
 # how close to the end a JSON error must be for the file to count as cut off, not corrupt
 END_SLACK = 64
 
@@ -52,8 +55,13 @@ def read_data(path):
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     data, cut = decompress(path, data)
-    if not _CONTENT.search(data):  # data.strip() would copy the whole file when it ends in a newline
+    content = _CONTENT.search(data)  # data.strip() would copy the whole file when it ends in a newline
+    if not content:
         raise TraceError(path, "empty file" if not cut else f"truncated {cut} with no data before the cut")
+    if data[:1] == PROTOBUF_TRACE and data[content.start():content.start() + 1] not in b"{[":
+        raise TraceError(path, "a Perfetto protobuf trace (.pftrace), not JSON: tracemerge reads JSON traces "
+                               "(rank files, Kineto or Chrome JSON, a merged .json); merge the rank files to "
+                               "-o x.json to report on the merged trace")
     check_text(path, data, cut)
     return data, cut
 

@@ -186,9 +186,9 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
     n = len(jobs)
     common = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
     with atomic_output_pieces(output, codec, force) as out:
-        out.write(form.open(header))
         # the output's temporary file, written at offsets (stdout may be a pipe, or append-only)
         if isinstance(engine, LocalEngine) and output != "-":
+            out.write(form.open(header))
             out.raw.flush()
             _TURNS = _Turns(out.raw.tell())
             try:
@@ -198,10 +198,15 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
                 out.raw.seek(_TURNS.offset.value)
             finally:
                 _TURNS = None
+            summary = footer(results)
         else:
             with shard_dir(output) as tmp:
                 sinks = [Shard(os.path.join(tmp, f"shard{k:06d}")) for k in range(n)]
                 results = engine.map(encode_rank, *common, sinks, [codec] * n, [facts] * n)
+                # the footer may still abandon this try (the placement moved): nothing of it
+                # may have reached a stream that cannot be taken back, like stdout
+                summary = footer(results)
+                out.write(form.open(header))
                 first = True
                 for sink, r in zip(sinks, results):
                     if r["bytes"]:
@@ -209,7 +214,6 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
                             out.write(form.separator)
                         out.copy(sink.path)
                         first = False
-        summary = footer(results)
         out.write(form.close(summary))
     return summary
 

@@ -172,6 +172,11 @@ def build_summary(session, alignment, places, counts):
         "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
         "causality": alignment.causality,
         "rpc_sides": rpc_sides(match_rpcs(session.infos, session.rpc_memo)),
+        # what `tracemerge report` needs of the inputs to report on the merged trace alone
+        "records": [{"rank": i.rank, "has_block": i.has_block, "rpcs": i.rpcs, "collectives": i.collectives,
+                     **({"remote_rpcs": i.remote_rpcs} if i.remote_rpcs else {}),
+                     **({"job_id": i.job_id} if i.job_id is not None else {})}
+                    for i in session.infos],
         "events": {**{k: v for k, v in counts.items() if k not in BY_REASON and not k.startswith(DETAIL)},
                    **{group: counts.get(group, {}) for group in BY_REASON}},
         **{group: detail for group, prefix in DETAIL_GROUPS.items()
@@ -180,7 +185,7 @@ def build_summary(session, alignment, places, counts):
 
 
 # per-rank counts beyond in/out/added/filtered/dropped, reported in their own summary groups
-DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_"}
+DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_", "lanes": "lanes_"}
 DETAIL = tuple(DETAIL_GROUPS.values())
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.errors import TraceError
+from tracemerge.merge.placement import lane_tid
 from tracemerge.model import NO_DUR, NO_TS
 from tracemerge.nesting import nest_order, thread_runs
 
@@ -124,17 +125,29 @@ class RpcFlows:
                       else SliceFlows(begin_terminating=(req,), end=(resp,)))
         return out
 
-    def json_events(self, found, trace, place, start, dur):
+    def json_events(self, found, trace, place, start, dur, lanes=None):
         """This rank's v1 flow events: 2 per span, just inside its start and its end.
 
-        ``start``/``dur`` are the rank's aligned ns (``merge.placement.aligned_ns``).
+        ``start``/``dur`` are the rank's aligned ns (``merge.placement.aligned_ns``); ``lanes``
+        the spans the output moves to lanes of their thread (``nesting.lanes``): their
+        points go there, where no other span overlaps them, and they are no longer spans
+        of the thread they left.
         """
         events = []
+        lanes = lanes or {}
         ends = start + np.maximum(dur, 0)
-        threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found})
+        threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found},
+                                lanes)
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
             s, e = int(start[i]), int(ends[i])
+            pid = place.pid_base + int(trace.pid[i])
+            first, last = ("s", "f") if role == "caller" else ("f", "s")
+            if i in lanes:
+                tid = lane_tid(trace.tids[trace.tid[i]], lanes[i])
+                events.append(_flow(first, req, rpc_id, pid, tid, _inside(s, e, at_end=False)))
+                events.append(_flow(last, resp, rpc_id, pid, tid, _inside(s, e, at_end=True)))
+                continue
             # spans of the thread nested in this one; a span that only partly overlaps it is
             # not on the thread's slice stack in Perfetto (dropped or moved), so it cannot
             # take the point, and counting it would push the return point before the callee's end
@@ -142,19 +155,21 @@ class RpcFlows:
             lo, hi = bisect_left(t_start, s), bisect_right(t_start, e)
             gaps = _gaps(s, e, [(cs, ce) for cs, ce in zip(t_start[lo:hi], t_end[lo:hi])
                                 if ce <= e and not (cs == s and ce == e)])
-            pid, tid = place.pid_base + int(trace.pid[i]), trace.tids[trace.tid[i]]
-            first, last = ("s", "f") if role == "caller" else ("f", "s")
+            tid = trace.tids[trace.tid[i]]
             events.append(_flow(first, req, rpc_id, pid, tid, _inside(*gaps[0], at_end=False)))
             events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
         return events
 
 
-def _thread_spans(trace, start, ends, dur, wanted):
+def _thread_spans(trace, start, ends, dur, wanted, moved=()):
     """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread in nesting
-    order (:func:`~tracemerge.nesting.nest_order`), as lists of ints: one sort, then a
-    binary search per call (in Python: thousands of calls on small slices cost less than as
-    many numpy calls). The order of spans that start together does not change the gaps."""
+    order (:func:`~tracemerge.nesting.nest_order`), as lists of ints, leaving out the spans
+    ``moved`` to lanes: one sort, then a binary search per call (in Python: thousands of
+    calls on small slices cost less than as many numpy calls). The order of spans that
+    start together does not change the gaps."""
     spans = np.flatnonzero((trace.ph == ord("X")) & (dur >= 0))
+    if moved:
+        spans = np.setdiff1d(spans, np.fromiter(moved, np.int64, len(moved)), assume_unique=True)
     keys = trace.thread_keys(spans)
     order = nest_order(keys, start[spans], ends[spans])
     spans, keys = spans[order], keys[order]

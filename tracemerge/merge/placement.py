@@ -19,6 +19,7 @@ import numpy as np
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.merge.ids import CHUNK, namespace_extra, namespaced_args, namespaced_ids
 from tracemerge.model import FLOW_ID_KEYS, NO_DUR, NO_TS, Args
+from tracemerge.nesting import LANE_OF
 
 
 @dataclass
@@ -105,9 +106,13 @@ def transform(trace, place):
     return list(chain.from_iterable(chunks)) + added, len(added)
 
 
-def transform_chunks(trace, place, times=None, release=None):
+def transform_chunks(trace, place, times=None, release=None, lanes=None):
     """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
     to CHUNK input events, and the process metadata events the tool adds after them.
+
+    ``lanes`` ({event index: lane k}, :func:`tracemerge.nesting.lanes`) moves those spans
+    to the thread :func:`lane_tid` of their process, named by a ``thread_name`` event the
+    tool adds (its args' ``lane_of`` is the thread they left).
 
     A consumer that encodes each chunk and drops it never holds more than one chunk's
     events (nor their rewritten args) next to the trace. Such a consumer may ``release``
@@ -118,18 +123,50 @@ def transform_chunks(trace, place, times=None, release=None):
     the trace when the caller has it already.
     """
     times = times if times is not None else aligned_ns(trace, place.clock, place.out_base_ns)
-    chunks = _patched_chunks(trace, place, *times, release) if trace.events is not None else \
-        _built_chunks(trace, place, *times)
-    return chunks, _process_metadata(trace, place, [place.pid_base + code for code in range(len(trace.pids))])
+    moved = _lane_tids(trace, lanes)
+    chunks = _patched_chunks(trace, place, *times, release, moved) if trace.events is not None else \
+        _built_chunks(trace, place, *times, moved)
+    added = _process_metadata(trace, place, [place.pid_base + code for code in range(len(trace.pids))])
+    return chunks, added + _lane_metadata(trace, place, lanes)
 
 
-def _patched_chunks(trace, place, start, dur, release):
+def lane_tid(tid: Any, lane: int) -> str:
+    """The output tid of a thread's lane: a string, so it never takes a real thread's tid."""
+    return f"{tid} (overlap {lane})"
+
+
+def _lane_tids(trace, lanes):
+    """(sorted event indices, their lane tids) of the spans moved to lanes."""
+    at = sorted(lanes or ())
+    return at, [lane_tid(trace.tids[trace.tid[i]], lanes[i]) for i in at]
+
+
+def _lane_metadata(trace, place, lanes):
+    """A thread_name event per lane: the thread's name (or tid) and the lane, and the tid
+    of the thread it belongs to (``lane_of``), by which a report puts its spans back."""
+    if not lanes:
+        return []
+    names = trace.metadata("thread_name")
+    made = {}
+    for i, lane in sorted(lanes.items()):
+        key = (int(trace.pid[i]), int(trace.tid[i]), lane)
+        if key not in made:
+            tid = trace.tids[key[1]]
+            made[key] = {"ph": "M", "name": "thread_name", "pid": place.pid_base + key[0], "tid": lane_tid(tid, lane),
+                         "args": {"name": f"{names.get(key[:2], tid)} (overlap {lane})", LANE_OF: tid}}
+    return [made[k] for k in sorted(made, key=lambda k: (k[0], k[1], k[2]))]
+
+
+def _patched_chunks(trace, place, start, dur, release, moved=((), ())):
     """The trace's event structs as output events, chunk by chunk: each value the output
     changes is written into them with one C-level setattr pass per key over the events it
     changes (pid, ts, dur, namespaced ids and args, renamed processes), so no event is
     built. Every value written comes from the trace's columns (the flow ids from those
     :class:`Extra` read before any rewrite), so a second transform of the same trace (or
-    of a selection sharing its structs) writes the same."""
+    of a selection sharing its structs) writes the same. The one value not written anew is
+    the tid of a span moved to a lane (``moved``): it is written when the span moves, and
+    the same spans move again on any transform, since which spans cannot nest follows from
+    the rank's own times (a clock model maps all of them alike)."""
     rank, events = place.rank, trace.events
     timed = trace.ts != NO_TS
     has_dur = timed & (trace.dur != NO_DUR)
@@ -152,7 +189,7 @@ def _patched_chunks(trace, place, start, dur, release):
         _set(chunk, "ts", _us(start[lo:hi], timed[lo:hi]))  # None where the struct has none already
         at_dur = np.flatnonzero(with_dur[lo:hi])
         _set(chunk, "dur", _us(dur[lo:hi][at_dur], has_dur[lo:hi][at_dur]), at_dur.tolist())  # untimed: none
-        for key, at, values in ids:
+        for key, at, values in ids + [("tid", *moved)]:
             a, b = bisect_left(at, lo), bisect_left(at, hi)
             _set(events, key, values[a:b], at[a:b])
         yield chunk
@@ -169,7 +206,7 @@ def _set(events, key, values, at=None):
     deque(map(setattr, targets, repeat(key), values), maxlen=0)  # consumed in C
 
 
-def _built_chunks(trace, place, start, dur):
+def _built_chunks(trace, place, start, dur, moved=((), ())):
     """Output events built from the columns, chunk by chunk (the generic reader's traces)."""
     rank = place.rank
     timed = trace.ts != NO_TS
@@ -186,6 +223,9 @@ def _built_chunks(trace, place, start, dur):
                    table[trace.name[lo:hi]].tolist(), (trace.pid[lo:hi] + place.pid_base).tolist(),
                    tids[trace.tid[lo:hi]].tolist(), _us(start[lo:hi], timed[lo:hi]),
                    _us(dur[lo:hi], has_dur[lo:hi]), args)
+        a, b = bisect_left(moved[0], lo), bisect_left(moved[0], hi)
+        for i, tid in zip(moved[0][a:b], moved[1][a:b]):
+            columns[4][i - lo] = tid
         chunk = list(map(Event, *columns))
         for i, x in enumerate(extra[lo:hi]):
             if x is not None:

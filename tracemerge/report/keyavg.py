@@ -12,7 +12,9 @@ Here the same is done over the columns of a :class:`~tracemerge.model.RankTrace`
 numpy: a thread whose events nest properly (the normal case) gets its tree from depths
 and a search per depth, checked against the nesting rules; a thread with partially
 overlapping events falls back to torch's stack walk itself, so the result is torch's
-either way.
+either way. Asynchronous events (ending on another thread: RPC caller spans of
+``rpc_async``/``remote``, ``async_execution`` callee spans, ``gloo:*`` work) are left out
+of the nesting with self time 0, as torch leaves them (``tracemerge.nesting``).
 """
 
 from dataclasses import asdict, dataclass
@@ -20,7 +22,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.nesting import nest_order, thread_runs
+from tracemerge.nesting import (
+    asynchronous,
+    lane_origins,
+    nest_order,
+    parents_nested,
+    parents_stack_walk,
+    thread_runs,
+)
 
 # torch's _filter_name: utility ops that never reach key_averages()
 DROPPED_NAMES = frozenset((
@@ -73,6 +82,8 @@ class OpTree:
     self_ns: np.ndarray  # duration minus direct children (after merging), 0 where not kept
     name: np.ndarray     # key codes into ``keys``
     keys: list           # key strings (ProfilerStep#N already made ProfilerStep*)
+    is_async: np.ndarray  # torch's asynchronous events: outside the nesting, self 0
+    thread: np.ndarray   # thread of each event (these arrays are sorted by thread, then start)
 
 
 def _codes_in(table, wanted):
@@ -98,79 +109,30 @@ def _key_table(names):
     return code_of, keys
 
 
-def _parents_nested(s, e):
-    """Parents of one thread's events (sorted by start, -end), or None if they do not nest.
-
-    Depth of i = earlier events still open at its start (end > start_i); its parent is the
-    last earlier event one level up. The result is accepted only if every parent contains
-    its child and every previous sibling ended before it starts: then the events form a
-    proper tree and torch's stack walk finds exactly this one.
-    """
-    n = len(s)
-    pos = np.arange(n, dtype=np.int64)
-    ended = np.searchsorted(np.sort(e), s, side="right")          # events with end <= start_i
-    first = np.searchsorted(s, s, side="left")
-    past = np.searchsorted(s, s, side="right")
-    zero = e == s
-    zeros = np.concatenate(([0], np.cumsum(zero)))
-    # zero-length events at start_i sort last in its start group; those at/after i are not "earlier"
-    later_ended = np.where(zero, past - pos, zeros[past] - zeros[first])
-    depth = pos - (ended - later_ended)
-    stride = n + 1
-    order_key = np.sort(depth * stride + pos)
-
-    def last_before(level):
-        k = np.searchsorted(order_key, level * stride + pos) - 1
-        found = k >= 0
-        hit = order_key[np.maximum(k, 0)]
-        found &= hit // stride == level
-        return np.where(found, hit % stride, -1)
-
-    parent = np.where(depth > 0, last_before(depth - 1), -1)
-    if np.any((depth > 0) & (parent < 0)):
-        return None
-    has = parent >= 0
-    p = parent[has]
-    if np.any(s[has] >= e[p]) or np.any(e[has] > e[p]):
-        return None
-    sib = last_before(depth)
-    check = (sib >= 0) & (sib > parent)
-    if np.any(e[sib[check]] > s[check]):
-        return None
-    return parent
-
-
-def _parents_stack_walk(s, e):
-    """torch's own walk (``EventList._populate_cpu_children``), for threads that do not nest."""
-    parent = np.full(len(s), -1, dtype=np.int64)
-    stack = []
-    for i, (start, end) in enumerate(zip(s.tolist(), e.tolist())):
-        while stack:
-            top = stack[-1]
-            if start >= e[top] or end > e[top]:
-                stack.pop()
-            else:
-                parent[i] = top
-                break
-        stack.append(i)
-    return parent
-
-
 def op_tree(trace):
-    """The :class:`OpTree` of ``trace``."""
+    """The :class:`OpTree` of ``trace``.
+
+    Asynchronous events (:func:`tracemerge.nesting.asynchronous`) stay out of the nesting,
+    as torch leaves them: never a parent or a child, self time 0. Spans a merged trace moved
+    to a lane of their thread (:func:`tracemerge.nesting.lane_origins`) count on the thread
+    they came from.
+    """
     idx = host_ops(trace)
-    thread = trace.thread_keys(idx)
+    # spans a merged trace moved to a lane count on the thread they came from
+    thread = trace.pid[idx].astype(np.int64) * trace.thread_stride + lane_origins(trace)[trace.tid[idx]]
     start = trace.ts[idx]
     end = start + trace.dur[idx]
     order = nest_order(thread, start, end)
     idx, thread, start, end = idx[order], thread[order], start[order], end[order]
+    is_async = asynchronous(trace)[idx]
     parent = np.full(len(idx), -1, dtype=np.int64)
     for lo, hi in thread_runs(thread):
-        s, e = start[lo:hi], end[lo:hi]
-        local = _parents_nested(s, e)
+        at = lo + np.flatnonzero(~is_async[lo:hi])
+        s, e = start[at], end[at]
+        local = parents_nested(s, e)
         if local is None:
-            local = _parents_stack_walk(s, e)
-        parent[lo:hi] = np.where(local >= 0, local + lo, -1)
+            local = parents_stack_walk(s, e)
+        parent[at] = np.where(local >= 0, at[np.maximum(local, 0)], -1)
 
     code_of, keys = _key_table(trace.names)
     name = code_of[trace.name[idx]]
@@ -191,9 +153,9 @@ def op_tree(trace):
     counted = kept & (eff >= 0)
     child_ns = np.zeros(len(idx), dtype=np.int64)
     np.add.at(child_ns, eff[counted], dur[counted])
-    self_ns = np.where(kept, dur - child_ns, 0)
+    self_ns = np.where(kept & ~is_async, dur - child_ns, 0)
     return OpTree(index=idx, start=start, end=end, parent=eff, kept=kept, self_ns=self_ns,
-                  name=name, keys=keys)
+                  name=name, keys=keys, is_async=is_async, thread=thread)
 
 
 def remote_op_names(tree):
@@ -209,6 +171,15 @@ def remote_op_names(tree):
     n = len(tree.name)
     owner = np.where(is_span[tree.name], np.arange(n), -1)
     parent = tree.parent
+    # an asynchronous callee span (async_execution) is no parent: the top-level ops of its
+    # thread that run inside it, and not in a span of their own, are its ops
+    for span in np.flatnonzero(is_span[tree.name] & tree.is_async).tolist():
+        t_lo, t_hi = np.searchsorted(tree.thread, tree.thread[span], side="left"), \
+            np.searchsorted(tree.thread, tree.thread[span], side="right")
+        lo = t_lo + np.searchsorted(tree.start[t_lo:t_hi], tree.start[span], side="left")
+        hi = t_lo + np.searchsorted(tree.start[t_lo:t_hi], tree.end[span], side="left")
+        inside = lo + np.flatnonzero((parent[lo:hi] < 0) & ~tree.is_async[lo:hi] & (tree.end[lo:hi] <= tree.end[span]))
+        owner[inside[owner[inside] < 0]] = span
     while True:
         inherit = (owner < 0) & (parent >= 0)
         inherit &= owner[np.maximum(parent, 0)] >= 0

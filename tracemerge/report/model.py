@@ -7,15 +7,19 @@ or an HTML page.
 """
 
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 
 import numpy as np
 
 from tracemerge.analysis.job import build_job
 from tracemerge.analysis.summary import analyse, analysis_dict
 from tracemerge.analysis.timeline import rank_timeline
+from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, reading
+from tracemerge.inputs.head import read_head
 from tracemerge.kernel import read_file
+from tracemerge.model import RankTrace
 from tracemerge.report.collectives import collective_report
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads
@@ -47,9 +51,26 @@ def is_merged(trace):
     return isinstance(block.get("pids"), dict) and "inputs" in block
 
 
-def _busy(trace, tree, to_ref, start_ns, bin_ns):
-    """Average number of busy threads per time bin: top-level host ops, clipped to bins."""
-    top = tree.kept & (tree.parent < 0)
+# the keys `tracemerge combine` writes before a merged trace's events (its summary comes last)
+MERGED_HEAD = {"schemaVersion", "displayTimeUnit", "baseTimeNanoseconds"}
+
+
+def read_merged(path: str) -> Optional[RankTrace]:
+    """The trace of ``path`` if it is a merged trace written by ``combine``, else None.
+    Only a file that starts as combine's output does is read (rank files and Kineto traces
+    are told apart by their heads)."""
+    head = read_head(path)
+    if head is None or set(head) != MERGED_HEAD:
+        return None
+    trace = read_file(path)
+    return trace if is_merged(trace) else None
+
+
+def _busy(tree, rows, to_ref, start_ns, bin_ns):
+    """Average number of busy threads per time bin: top-level host ops (of ``rows`` of the
+    tree), clipped to bins. Asynchronous spans (calls in flight, gloo work) keep no thread
+    busy: they are left out."""
+    top = rows & tree.kept & (tree.parent < 0) & ~tree.is_async
     s = to_ref(tree.start[top]) - start_ns
     e = to_ref(tree.end[top]) - start_ns
     edges = np.arange(TIMELINE_BINS + 1, dtype=np.int64) * bin_ns
@@ -63,9 +84,9 @@ def build_report(paths, session_opener, align_args=(), group_by="name", remote_o
     if group_by not in GROUP_BY:
         raise TracemergeError(f"--group-by {group_by!r}: choose from {', '.join(GROUP_BY)}")
     if len(paths) == 1:
-        trace = read_file(paths[0])
-        if is_merged(trace):
-            return _merged_report(trace, group_by, remote_ops)
+        trace = read_merged(paths[0])
+        if trace is not None:
+            return merged_report(trace, group_by, remote_ops)
     session = session_opener(paths)
     return session_report(session, session.align(*align_args), group_by, remote_ops, analysis)
 
@@ -90,40 +111,84 @@ def session_report(session, alignment, group_by="name", remote_ops=False, analys
                 timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
                                                      {r.get("name", "") for r in info.rpcs})
         threads[info.rank] = server_threads(trace)
-        busy[info.rank] = _busy(trace, op_tree(trace), clocks[info.rank].to_reference, first, bin_ns)
+        tree = op_tree(trace)
+        busy[info.rank] = _busy(tree, np.ones(len(tree.index), bool), clocks[info.rank].to_reference, first, bin_ns)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
         del trace  # freed before the next rank is read
-    match = match_rpcs(session.infos, session.rpc_memo)
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
+    _add_records(report, session.infos, clocks, threads, session.rpc_memo)
+    if analysis:
+        match = match_rpcs(session.infos, session.rpc_memo)
+        report.analysis = analyse(build_job(timelines, match.calls, match_collectives(session.infos), clocks))
+    return report
+
+
+def _add_records(report, infos, clocks, threads, memo=None):
+    """The RPC and collective sections, from the ranks' records (RankInfo-like: rank, rpcs,
+    remote_rpcs, collectives, has_block, job_id) and clock models."""
+    match = match_rpcs(infos, memo)
     if match.calls:
         report.rpc = rpc_report(match, clocks, threads)
         report.notes += [c.hint for c in report.rpc.callees if c.hint]
         if match.caller_only or match.callee_only:
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
-    collectives = match_collectives(session.infos)
-    report.collectives = collective_report(collectives, clocks)
-    if analysis:
-        report.analysis = analyse(build_job(timelines, match.calls, collectives, clocks))
-    if not any(i.has_block for i in session.infos):
+    report.collectives = collective_report(match_collectives(infos), clocks)
+    if not any(i.has_block for i in infos):
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
-    return report
 
 
-def _merged_report(trace, group_by, remote_ops):
-    block = trace.tracemerge
+@dataclass
+class Recorded:
+    """What a merged trace's summary keeps of one input (``records``): enough of its
+    RankInfo for the RPC and collective sections."""
+
+    rank: int
+    rpcs: list
+    collectives: list
+    has_block: bool
+    remote_rpcs: list = field(default_factory=list)   # callee sides the caller's file carried
+    job_id: Optional[str] = None
+
+
+def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = False) -> Report:
+    """The :class:`Report` of a merged trace: the one its inputs give, from its events
+    (already on the reference clock) and its summary (pid -> rank map, clock models,
+    records)."""
+    block = trace.tracemerge or {}
     rank_of_pid = {out: int(rank) for rank, m in block["pids"].items() for out in m.values()}
     node = np.array([rank_of_pid.get(p, -1) for p in trace.pids], dtype=np.int64)
     rows = key_averages(trace, node, remote_ops)
     inputs = block.get("inputs") or []
-    return Report(
+    clocks = {int(c["rank"]): ClockModel(**c) for c in block.get("alignment") or []}
+    report = Report(
         key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by,
         ranks=[{k: i.get(k) for k in ("rank", "worker_name", "hostname", "path")} for i in inputs],
-        clocks=list(block.get("alignment") or []), reference=block.get("reference", 0), align=block.get("align", ""),
-        notes=["a merged trace carries no RPC or collective records: report on the rank files for those"])
+        clocks=list(block.get("alignment") or []), reference=block.get("reference", 0), align=block.get("align", ""))
+    span = trace.time_span()
+    if span is not None:
+        first, last = span
+        bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
+        tree = op_tree(trace)
+        rank_of_row = node[trace.pid[tree.index]]
+        report.timeline = {"start_ns": first, "bin_ns": bin_ns,
+                           "busy": {r: _busy(tree, rank_of_row == r, _same, first, bin_ns) for r in sorted(clocks)}}
+    if "records" not in block:
+        report.notes.append("a merged trace written before tracemerge kept its records: no RPC or collectives report")
+        return report
+    records = [Recorded(int(r["rank"]), r.get("rpcs") or [], r.get("collectives") or [], bool(r.get("has_block")),
+                        r.get("remote_rpcs") or [], r.get("job_id"))
+               for r in block["records"]]
+    threads = {r.rank: server_threads(trace, np.flatnonzero(node == r.rank)) for r in records}
+    _add_records(report, records, clocks, threads)
+    return report
+
+
+def _same(ns):
+    return ns
 
 
 def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):

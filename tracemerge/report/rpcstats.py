@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracemerge.nesting import lane_origins
+
 PERCENTILES = (50, 95, 99)
 # A callee is called thread-limited when its observed server threads were all busy for at
 # least this share of the time calls were in flight, and calls waited at least this
@@ -76,11 +78,15 @@ def _callee_name(call):
     return inner.partition(" -> ")[2] or f"rank {call.callee}"
 
 
-def server_threads(trace):
-    """Number of distinct threads that ran callee spans (``...#remote``) in one rank's trace."""
+def server_threads(trace, pid_codes=None):
+    """Number of distinct threads that ran callee spans (``...#remote``) in one rank's trace
+    (of the processes ``pid_codes`` only, when given: one rank of a merged trace, whose
+    spans moved to a lane of their thread count on that thread)."""
     codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.endswith("#remote")]
     hits = np.isin(trace.name, codes) & (trace.ph == ord("X"))
-    return len(np.unique(trace.tid[hits]))
+    if pid_codes is not None:
+        hits &= np.isin(trace.pid, pid_codes)
+    return len(np.unique(lane_origins(trace)[trace.tid[hits]]))
 
 
 def _covered_ns(starts, ends, level):

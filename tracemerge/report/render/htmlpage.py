@@ -18,6 +18,7 @@ STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{bord
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
 th{background:#f3f3f3}.hint{background:#fff3cd;padding:8px;border:1px solid #e0c060}svg{display:block;margin:6px 0 20px}
 text{font:11px system-ui,sans-serif}"""
+LABEL_CHAR_PX = 6.5   # the width of a character of an 11 px label, generously
 COLORS = {"queue": "#e4572e", "exec": "#4c8bf5", "other overhead": "#a0a0a0"}
 
 
@@ -55,13 +56,17 @@ def _latency(keys, width=720):
     keys = [k for k in keys if k.e2e_us]  # calls seen from one side only have no times
     if not keys:
         return ""
-    row, left = 44, 260
+    # the labels are whole (RPC keys that differ only at their end, like one function
+    # called by several trainers, must read differently): the plot starts right of the longest
+    row = 44
+    left = max(260, int(12 + LABEL_CHAR_PX * max(len(k.name) for k in keys)))
+    width += left - 260
     top = max([k.e2e_us.get("max", 0) for k in keys] + [1e-9])
     x = lambda us: left + us / top * (width - left)  # noqa: E731
     parts = []
     for i, k in enumerate(keys):
         y, e = i * row, k.e2e_us
-        parts.append(f'<text x="4" y="{y + 14}">{escape(k.name[:40])}</text>')
+        parts.append(f'<text x="4" y="{y + 14}">{escape(k.name)}</text>')
         parts.append(f'<line x1="{x(e["p50"]):.1f}" y1="{y + 9}" x2="{x(e["max"]):.1f}" y2="{y + 9}" stroke="#222"/>')
         parts.append(f'<rect x="{x(e["p50"]):.1f}" y="{y + 3}" width="{max(x(e["p99"]) - x(e["p50"]), 1):.1f}" '
                      f'height="12" fill="#cfe0fc" stroke="#4c8bf5"/>')

@@ -17,10 +17,41 @@ def _fixed_table(headers, rows, first_width):
     return lines
 
 
+def short_name(key: str, width: int = 55) -> str:
+    """A name cut to fit the column as torch's ``table()`` cuts it (the first ``width - 3``
+    characters, then "..."), except RPC keys: those keep their end — ``(caller -> callee)``,
+    ``#remote`` and a ``--remote-ops`` op — and lose the middle, since rows that differ only
+    there (one function called by several trainers, its ops) would read the same."""
+    if len(key) < width - 3:
+        return key
+    arrow = key.find(" -> ")
+    opening = key.rfind("(", 0, arrow) if arrow >= 0 else -1
+    closing = key.find(")", arrow) if opening >= 0 else -1
+    if closing < 0:
+        return key[:width - 3] + "..."
+    total, paren, rest = width - 3, key[opening:closing + 1], key[closing + 1:]
+    head = total - 3 - len(paren) - len(rest)
+    if head >= 8:
+        return key[:head] + "..." + paren + rest
+    keep = total - 8 - 3 - len(paren) - 3
+    if keep >= 8:
+        return key[:8] + "..." + paren + "..." + rest[-keep:]
+    return key[:8] + "..." + key[-(total - 11):]
+
+
+RPC_NAME_WIDTH = 120
+
+
+def _is_rpc_key(key):
+    return isinstance(key, str) and " -> " in key
+
+
 def key_table(rows, all_rows, width=55):
+    """torch's table; the name column widens for RPC keys (up to RPC_NAME_WIDTH), which
+    tell rows apart by their ends."""
+    width = max([width] + [min(len(r.key) + 4, RPC_NAME_WIDTH) for r in rows if _is_rpc_key(r.key)])
     name_w = min(max([len(r.key) for r in rows] + [4]) + 4, width)
-    headers, body, total_self = key_rows(rows, all_rows,
-                                         lambda key: key if len(key) < width - 3 else key[:width - 3] + "...")
+    headers, body, total_self = key_rows(rows, all_rows, lambda key: short_name(key, width))
     lines = _fixed_table(headers, body, name_w)
     lines.append(f"Self CPU time total: {format_time(total_self)}")
     return lines
