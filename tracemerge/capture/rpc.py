@@ -115,12 +115,7 @@ def _rref_type(rref):
 
 
 def _on_done(record, span, fut):
-    try:
-        fut.value()
-        ok = True
-    except BaseException:
-        ok = False
-    _complete(record, span, ok)
+    _complete(record, span, _succeeded(fut))
 
 
 def _complete(record, span, ok):
@@ -147,37 +142,39 @@ def _register(rec, record):
 
 def _serve(header, func, args, kwargs):
     """Runs on the callee in place of ``func``."""
-    side = recorder.served.begin(header)
-    try:
-        result = _run_served(header, func, args, kwargs, is_async=False)
-    except BaseException:
-        recorder.served.end(side, ok=False)
-        raise
-    recorder.served.end(side, ok=True)
-    return result
+    return _served_side(header, func, args, kwargs, False)
 
 
 @rpc.functions.async_execution
 def _serve_async(header, func, args, kwargs):
     """``_serve`` for ``async_execution`` functions: the span and record end when the
     returned future completes, not when ``func`` returns it."""
+    return _served_side(header, func, args, kwargs, True)
+
+
+def _served_side(header, func, args, kwargs, is_async):
+    """:func:`_run_served` with the callee's side of the call noted for its caller (recorder.served):
+    it ends when that returns, or, for async functions, when the returned future completes."""
     side = recorder.served.begin(header)
     try:
-        fut = _run_served(header, func, args, kwargs, is_async=True)
+        result = _run_served(header, func, args, kwargs, is_async)
     except BaseException:
         recorder.served.end(side, ok=False)
         raise
-    fut.add_done_callback(functools.partial(_side_done, side))
-    return fut
+    if is_async:
+        result.add_done_callback(lambda fut: recorder.served.end(side, _succeeded(fut)))
+    else:
+        recorder.served.end(side, ok=True)
+    return result
 
 
-def _side_done(side, fut):
+def _succeeded(fut):
+    """Whether a completed future holds a value (not an exception)."""
     try:
         fut.value()
-        ok = True
+        return True
     except BaseException:
-        ok = False
-    recorder.served.end(side, ok)
+        return False
 
 
 def collect_remote_sides(records, timeout_s=10.0):
