@@ -51,7 +51,10 @@ def replay(paths):
 
     from tracemerge.kernel.differential import check_bytes
     seen = Counter()
-    files = [f for p in paths for f in (sorted(glob.glob(os.path.join(p, "*"))) if os.path.isdir(p) else [p])]
+    # directories are walked whole (the malformed-file corpus keeps its rank-file pairs in one)
+    files = [f for p in paths
+             for f in (sorted(glob.glob(os.path.join(p, "**", "*"), recursive=True)) if os.path.isdir(p) else [p])
+             if os.path.isfile(f)]
     for f in files:
         with open(f, "rb") as fh:
             data = fh.read()
