@@ -207,10 +207,16 @@ def parse_offsets(ctx, param, values):
 
 
 files_argument = click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-rank_from_option = click.option(
-    "--rank-from", type=click.Choice(["auto", "order"]), default="auto", show_default=True,
-    help="auto: the rank file's metadata, Kineto distributedInfo.rank, then the file name; "
-         "order: number the files 0, 1, … in the order given.")
+
+
+def rank_options(fn):
+    fn = click.option("--cycle", type=click.IntRange(min=0), default=None, metavar="N",
+                      help="Keep only cycle N of torch.profiler.schedule cycle files (rank{R}.cycle{N}.json.gz; "
+                           "default: every cycle, the cycles of a rank joined into one process).")(fn)
+    return click.option(
+        "--rank-from", type=click.Choice(["auto", "order"]), default="auto", show_default=True,
+        help="auto: the rank file's metadata, Kineto distributedInfo.rank, then the file name; "
+             "order: number the files 0, 1, … in the order given (cycle files too: not joined).")(fn)
 
 
 def _parsed(parse):
@@ -258,14 +264,15 @@ def align_options(fn):
     return fn
 
 
-def core_line(cores):
-    """Which core read the ranks: "core: native (8 ranks)", with each rank the Python path
-    read instead and why (the output is the same bytes either way)."""
+def core_line(cores, unit="ranks"):
+    """Which core read the inputs: "core: native (8 ranks)", with each rank the Python path
+    read instead and why (the output is the same bytes either way); ``unit``: "files" when
+    some rank is several cycle files, each read on its own."""
     native = sum(core == "native" for _, core in cores)
     if not native:
-        return f"core: python ({len(cores)} ranks; {kernel.describe().split('(', 1)[-1].rstrip(')')})"
+        return f"core: python ({len(cores)} {unit}; {kernel.describe().split('(', 1)[-1].rstrip(')')})"
     fallback = [(path, core.partition(": ")[2] or "not taken") for path, core in cores if core != "native"]
-    return f"core: native ({native} of {len(cores)} ranks)" + "".join(
+    return f"core: native ({native} of {len(cores)} {unit})" + "".join(
         f"; {path} read by the Python path: {why}" for path, why in fallback)
 
 
@@ -296,7 +303,7 @@ def main():
               help="Merged trace: .json, .json.gz (gzip), .json.zst (zstd), .pftrace (Perfetto protobuf; "
                    "also .gz, .zst), or - for stdout.")
 @align_options
-@rank_from_option
+@rank_options
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
 @input_options
 @click.option("--enforce-causality", is_flag=True,
@@ -311,7 +318,7 @@ def main():
               help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
                    "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
                    "in it. Reads every rank once more.")
-def combine(files, output, method, reference, offsets, rank_from, force, enforce_causality, fmt, ranks, window,
+def combine(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, fmt, ranks, window,
             min_duration, drop_categories, engine, jobs, scheduler, report_path, critical_path, skip_bad, strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
@@ -337,7 +344,7 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
     runner.progress = Progress.for_terminal(quiet=_quiet())
     try:
         # the merge reads every rank anyway: rank files are described from their heads
-        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner, head=True)
+        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner, head=True, cycle=cycle)
         alignment = session.align(method, reference, offsets, enforce_causality)
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))
@@ -357,7 +364,8 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
         say(f"tracemerge: {sides['calls']} RPCs: {sides['both_sides']} with both sides, {sides['caller_only']} "
             f"caller only, {sides['callee_only']} callee only", err=True)
     say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
-    say(f"tracemerge: {core_line(session.cores)}", err=True)
+    say(f"tracemerge: {core_line(session.cores, 'files' if any(i.parts for i in session.infos) else 'ranks')}",
+        err=True)
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
     for info in session.infos:
@@ -376,11 +384,11 @@ def combine(files, output, method, reference, offsets, rank_from, force, enforce
 @files_argument
 @max_inflate_option
 @align_options
-@rank_from_option
+@rank_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help='table for reading; json: {"reference": R, "ranks": [{rank, method, offset_ns, drift_ppm, '
                    'anchor_ns, error_bound_ns, samples, peers}, ...]}.')
-def offsets(files, method, reference, offsets, rank_from, fmt):
+def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
     """Estimate each rank's clock against the reference rank, with error bounds.
 
     Per rank: the method that produced it, offset_ns (its clock minus the reference's at
@@ -393,7 +401,7 @@ def offsets(files, method, reference, offsets, rank_from, fmt):
       tracemerge offsets rank*.json.gz --align rpc --reference 1 --format json
     """
     # only the clocks are needed: rank files' heads, other files' light scans, in parallel
-    session = Session.open(files, rank_from, engine=LocalEngine(), head=True)
+    session = Session.open(files, rank_from, engine=LocalEngine(), head=True, cycle=cycle)
     alignment = session.align(method, reference, offsets)
     click.echo(offsets_json(alignment) if fmt == "json" else offsets_table(alignment))
     for line in clock_notes(alignment):
@@ -438,9 +446,9 @@ def open_trace(trace, port, browser):
 @main.command()
 @quiet_option
 @files_argument
-@rank_from_option
+@rank_options
 @input_options
-def info(files, rank_from, skip_bad, strict):
+def info(files, rank_from, cycle, skip_bad, strict):
     """Describe each trace file: rank, worker, events, time span, threads, metadata, warnings.
 
     A merged trace written by `tracemerge combine` is described by its summary: its ranks,
@@ -456,17 +464,20 @@ def info(files, rank_from, skip_bad, strict):
     if rest:
         runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
         try:
-            session = open_inputs(rest, rank_from, skip_bad, strict, engine=runner)  # light scans, in parallel
+            session = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle)  # light scans, in parallel
         finally:
             runner.close()
-    described = {i.path: i for i in session.infos} if session else {}
+    # every file of a rank names the rank; a rank of several cycle files is described once
+    described = {part.path: i for i in session.infos for part in i.files} if session else {}
+    shown = set()
     for path in files:
         if path in merged:
             click.echo("\n".join(merged[path]))
             continue
         i = described.get(path)
-        if i is None:
-            continue  # left out by --skip-bad (named on stderr)
+        if i is None or id(i) in shown:
+            continue  # left out by --skip-bad (named on stderr), or --cycle; or described already
+        shown.add(id(i))
         span_ms = (i.last_ns - i.first_ns) / 1e6
         meta = []
         if i.has_block:
@@ -478,6 +489,9 @@ def info(files, rank_from, skip_bad, strict):
         click.echo(f"{i.path}\n  rank {i.rank} (from {i.rank_source}) · worker {i.worker_name} · host {i.hostname}\n"
                    f"  {i.events} events · {i.threads} threads · span {span_ms:.3f} ms · profiler start from {i.start_source}\n"
                    f"  metadata: {', '.join(meta) or 'none'}")
+        if i.parts:
+            click.echo(f"  {len(i.parts)} schedule cycles, one process: "
+                       + ", ".join(f"cycle {p.cycle} {p.path} ({p.events} events)" for p in i.parts))
         for w in i.warnings:
             click.echo(f"  warning: {w}")
     sys.stdout.flush()
@@ -530,10 +544,10 @@ def merged_lines(path, trace):
               help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
                    "critical path's segments, the wait states, per-step times or the stragglers.")
 @align_options
-@rank_from_option
+@rank_options
 @input_options
 def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, analysis, section, method,
-           reference, offsets, rank_from, skip_bad, strict):
+           reference, offsets, rank_from, cycle, skip_bad, strict):
     """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
@@ -555,7 +569,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
             check_output(path, files, force=True)  # before any input is read
 
     def opener(paths):
-        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True)
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle)
 
     rep = reports.build_report(list(files), opener, (method, reference, offsets), group_by, remote_ops,
                                analysis or section != CSV_SECTIONS[0])
@@ -595,9 +609,10 @@ def run_files(arg):
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the diff here (default: stdout).")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page.")
 @align_options
-@rank_from_option
+@rank_options
 @input_options
-def diff(before, after, row_limit, fmt, output, html_path, method, reference, offsets, rank_from, skip_bad, strict):
+def diff(before, after, row_limit, fmt, output, html_path, method, reference, offsets, rank_from, cycle, skip_bad,
+         strict):
     """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
 
     BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst files: one run's rank
@@ -616,7 +631,7 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
             check_output(path, sides[0] + sides[1], force=True)  # before any input is read
 
     def opener(paths):
-        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True)
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle)
 
     runs = [reports.build_report(paths, opener, (method, reference, offsets)) for paths in sides]
     result = diff_reports(*runs, *sides)

@@ -16,7 +16,8 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.correlate import RpcMemo
 from tracemerge.clocks.methods import align
 from tracemerge.errors import TraceError, TracemergeError
-from tracemerge.inputs.jobchecks import check_job, rpc_peers
+from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle, refresh
+from tracemerge.inputs.jobchecks import check_job, check_windows, rpc_peers
 from tracemerge.inputs.rankinfo import EVENT_FACTS, RankInfo, assign_ranks, describe, learn
 from tracemerge.inputs.scan import scan, scan_head
 from tracemerge.kernel import read_file
@@ -35,11 +36,11 @@ class Alignment:
 
 
 class Session:
-    def __init__(self, infos: List[RankInfo], traces: Dict[int, RankTrace], engine: Any = None,
+    def __init__(self, infos: List[RankInfo], traces: Dict[str, RankTrace], engine: Any = None,
                  inputs: Optional[Sequence[str]] = None, skipped: Iterable[Tuple[str, str]] = (),
                  warnings: Iterable[str] = (), rpc_memo: Optional[RpcMemo] = None) -> None:
         self.infos = sorted(infos, key=_rank)
-        self._traces = traces  # {rank: RankTrace} kept in memory
+        self._traces = traces  # {path: RankTrace} kept in memory
         self.engine = engine   # runs per-rank work (tracemerge.merge.executors); None: inline
         self.inputs = list(inputs) if inputs is not None else [i.path for i in self.infos]  # every file given
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
@@ -51,7 +52,7 @@ class Session:
     @classmethod
     def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto", engine: Any = None,
              skip_bad: bool = False, strict: bool = False, head: bool = False,
-             columns_only: bool = False) -> "Session":
+             columns_only: bool = False, cycle: Optional[int] = None) -> "Session":
         """With an ``engine``, files are described by its workers and events are never kept.
 
         ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
@@ -62,6 +63,8 @@ class Session:
         ``columns_only``: events kept in memory are columns and args only, without the
         typed reader's per-event structs (for reports: not for a merge, whose JSON writer
         encodes those structs).
+        The cycle files of one rank (``rank{R}.cycle{N}``) are one rank made of several
+        files (:mod:`tracemerge.inputs.cycles`); ``cycle`` keeps only cycle N of each.
         """
         files: List[str] = [os.fspath(p) for p in paths]
         keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
@@ -84,11 +87,15 @@ class Session:
         skipped = [(path, problem) for path, (_, problem) in zip(files, found) if problem is not None]
         if not infos:
             raise TracemergeError(f"no readable input: all {len(files)} files were skipped as bad")
+        if cycle is not None:
+            infos = keep_cycle(infos, cycle)
+        if rank_from != "order":  # numbered in the order given, every file is a rank of its own
+            infos = join_cycles(infos)
         assign_ranks(infos, rank_from)
         memo = RpcMemo()
-        warnings = check_job(infos, strict) + rpc_peers(infos, memo)
-        return cls(infos, {i.rank: kept[i.path] for i in infos if i.path in kept}, engine, files, skipped, warnings,
-                   memo)
+        warnings = check_job(infos, strict) + check_windows(infos, memo, strict) + rpc_peers(infos, memo)
+        taken = {part.path for i in infos for part in i.files}
+        return cls(infos, {p: t for p, t in kept.items() if p in taken}, engine, files, skipped, warnings, memo)
 
     @property
     def ranks(self) -> List[int]:
@@ -100,20 +107,34 @@ class Session:
     def trace(self, rank: int, columns_only: bool = False) -> RankTrace:
         """The events of ``rank``, from memory or read again (``columns_only``: without the
         typed reader's per-event structs and extra keys, for readers of columns and args)."""
-        trace = self._traces.get(rank)
-        return trace if trace is not None else read_file(self.info(rank).path, columns_only)
+        return joined_trace([read_file(s, columns_only) if isinstance(s, str) else s for s in self.sources(rank)])
+
+    def paths(self, rank: int) -> List[str]:
+        """The files ``rank`` is read from: one, or its cycle files in cycle order."""
+        return [part.path for part in self.info(rank).files]
 
     def source(self, rank: int) -> Union[RankTrace, str]:
-        """What a worker reads ``rank`` from: the events already in memory, else the path."""
-        trace = self._traces.get(rank)
-        return trace if trace is not None else self.info(rank).path
+        """What a worker reads ``rank`` from: the events already in memory, else the path
+        (a rank of several cycle files: their events joined, read here)."""
+        if len(self.info(rank).files) > 1:
+            return self.trace(rank)
+        return self.sources(rank)[0]
+
+    def sources(self, rank: int) -> List[Union[RankTrace, str]]:
+        """What workers read each file of ``rank`` from (:meth:`paths`): the events already
+        in memory, else the path."""
+        return [self._traces.get(p, p) for p in self.paths(rank)]
 
     def complete(self, ranks: Collection[Optional[int]]) -> None:
         """Read the events of the partial infos of ``ranks`` for what only events tell."""
-        todo = [i for i in self.infos if i.partial and i.rank in ranks]
+        whole = [i for i in self.infos if i.partial and i.rank in ranks]
+        todo = [part for i in whole for part in i.files if part.partial]
         if todo:
             for info, full in zip(todo, (self.engine or LocalEngine(1)).map(scan, [i.path for i in todo])):
                 learn(info, {key: getattr(full, key) for key in EVENT_FACTS})
+        for info in whole:
+            if info.parts:
+                refresh(info)
 
     def align(self, method: str = "auto", reference: Optional[int] = None,
               offsets: Optional[Dict[int, int]] = None, enforce_causality: bool = False) -> Alignment:

@@ -23,6 +23,13 @@ def _name(ann, names):
     return names[ann.name_iid] if ann.HasField("name_iid") else ann.name
 
 
+def _same_track(a, b):
+    """Perfetto's rule for a descriptor emitted again (TrackEventTracker's reservation
+    check): the same parent, process and thread."""
+    return (a.parent_uuid, a.process.pid, a.thread.pid, a.thread.tid) == (b.parent_uuid, b.process.pid, b.thread.pid,
+                                                                          b.thread.tid)
+
+
 def read_pftrace(path):
     """Tracks, slices, instants and counters of a .pftrace, replayed in timestamp order the
     way Perfetto does; asserts that BEGIN/END nest properly on every track."""
@@ -41,8 +48,11 @@ def read_pftrace(path):
         for e in p.interned_data.debug_annotation_names:
             interned["anns"][e.iid] = e.name
         if p.HasField("track_descriptor"):
-            assert p.track_descriptor.uuid not in tracks
-            tracks[p.track_descriptor.uuid] = p.track_descriptor
+            d = p.track_descriptor
+            if d.uuid in tracks:  # re-emitted (a rank's schedule cycles): Perfetto takes it for the same track only
+                assert _same_track(tracks[d.uuid], d), f"track {d.uuid} declared twice, differently"
+            else:
+                tracks[d.uuid] = d
         if p.HasField("track_event"):
             assert p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
             timed.append((p.timestamp, n, p.track_event, dict(interned)))

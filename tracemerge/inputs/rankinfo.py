@@ -17,6 +17,7 @@ from tracemerge.inputs.kineto_collectives import collectives as kineto_collectiv
 from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
+_CYCLE_IN_NAME = re.compile(r"\.cycle(\d+)(?=\.|$)")
 
 PROFILER_SPAN = "PyTorch Profiler (0)"
 ITERATION_START = "Iteration Start: PyTorch Profiler"
@@ -49,11 +50,28 @@ class RankInfo:
     job: Dict[str, Any] = field(default_factory=dict)  # job_id / world_size / backend the file states (rankchecks.job_facts)
     boot_id: str = ""               # the machine's boot id: ranks with the same non-empty one share a wall clock
     remote_rpcs: List[Dict[str, Any]] = field(default_factory=list)  # callee sides the caller fetched (remote_records)
+    cycle: Optional[int] = None     # the torch.profiler.schedule cycle the file holds (rank{R}.cycle{N}), else None
+    # a rank made of several cycle files (tracemerge.inputs.cycles): their own infos, in
+    # cycle order; the fields above are then the whole process's
+    parts: List["RankInfo"] = field(default_factory=list)
+
+    @property
+    def files(self) -> List["RankInfo"]:
+        """The infos of the files this rank is read from: its cycles' infos, else itself."""
+        return self.parts or [self]
 
 
 def rank_from_name(path):
     """The rank spelled in a file name (``rank3``, ``rank-3``, ``worker_3`` …), or None."""
     found = _RANK_IN_NAME.findall(os.path.basename(path))
+    return int(found[-1]) if found else None
+
+
+def cycle_of(path, block):
+    """The schedule cycle a file holds: the block's ``cycle``, else ``.cycle{N}`` in its name, else None."""
+    if _is_int(block.get("cycle")) and block["cycle"] >= 0:
+        return block["cycle"]
+    found = _CYCLE_IN_NAME.findall(os.path.basename(path))
     return int(found[-1]) if found else None
 
 
@@ -248,7 +266,7 @@ def _identity(path, block, meta):
     return dict(path=path, rank=rank, rank_source=source, worker_name=str(block.get("worker_name") or stem),
                 hostname=str(host), job_id=block.get("job_id"), rpcs=rpcs,
                 job=job_facts(block, meta), boot_id=boot if isinstance(boot, str) else "",
-                remote_rpcs=remote_records(path, block, rpcs))
+                remote_rpcs=remote_records(path, block, rpcs), cycle=cycle_of(path, block))
 
 
 def remote_records(path, block, rpcs):

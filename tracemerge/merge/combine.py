@@ -4,7 +4,9 @@ import functools
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import tracemerge
+from tracemerge import kernel
 from tracemerge.formats import FORMATS, output_format
+from tracemerge.inputs.cycles import pids_agree, recoded, refresh
 from tracemerge.inputs.rankinfo import learn
 from tracemerge.merge import selection as select
 from tracemerge.merge.assembly import write_merged
@@ -40,7 +42,8 @@ def placements(session, alignment):
     out_base = first - first % SECOND_NS
     return {
         info.rank: Placement(rank=info.rank, label=rank_label(info.rank, info.worker_name, info.hostname),
-                             pid_base=(n + 1) * stride, clock=alignment.clocks[info.rank], out_base_ns=out_base)
+                             pid_base=(n + 1) * stride, clock=alignment.clocks[info.rank], out_base_ns=out_base,
+                             pids=tuple(info.pids) if info.parts else ())
         for n, info in enumerate(session.infos)
     }
 
@@ -67,8 +70,9 @@ def combine(session: "Session", alignment: "Alignment", output: str, force: bool
     selection = selection or select.Selection()
     select.check_ranks(selection, session.ranks)
     kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
-    # a window is measured from the job's first event, and left-out ranks are counted
-    session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept])
+    # a window is measured from the job's first event, and left-out ranks are counted; the
+    # cycles of a rank are written with the pid table of all its cycles, known before they are
+    session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept or i.parts])
     sides = drawn_sides(session.infos, {i.rank for i in kept})
     rpc = RpcFlows.plan(session.infos, {i.rank for i in kept} | set(sides), session.rpc_memo,
                         {r["rpc_id"] for recs in sides.values() for r in recs})
@@ -96,14 +100,19 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, for
     start = aligned_start(session, alignment) - next(iter(places.values())).out_base_ns
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
 
+    files = [part for i in kept for part in i.files]  # a job per file: a rank's cycles one after the other
+
     def footer(results):
-        session.cores = [(info.path, r.get("core", "python")) for info, r in zip(kept, results)]
-        for info, r in zip(kept, results):
+        session.cores = [(part.path, r.get("core", "python")) for part, r in zip(files, results)]
+        for part, r in zip(files, results):
             if r["facts"] is not None:
-                learn(info, r["facts"])
+                learn(part, r["facts"])
+        for info in kept:
+            if info.parts:
+                refresh(info)
         if placements(session, alignment) != places:
             raise _Moved()
-        for r in results[len(kept):]:  # the drawn callee spans and path are added, not input
+        for r in results[len(files):]:  # the drawn callee spans and path are added, not input
             c = r["counts"]
             c["added"] = c.get("added", 0) + c.pop("in", 0)
         for r in results:
@@ -115,7 +124,7 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, for
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine, into its part of the output
-    jobs = [(session.source(i.rank), places[i.rank]) for i in kept]
+    jobs = [(source, places[i.rank]) for i in kept for source in session.sources(i.rank)]
     remote = remote_spans(session.infos, alignment.clocks, places, {i.rank for i in kept})
     jobs += remote.jobs
     drawn = None
@@ -146,6 +155,10 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
     are freed as they are encoded."""
     n_in = len(trace)
+    if place.pids and not pids_agree(trace, place.pids):  # a cycle of a rank of several
+        if kernel.core_of(trace) == "native":  # its splice writer writes the pid codes it read
+            raise kernel.Declined("a cycle whose pids are not in the order of the rank's other cycles")
+        trace = recoded(trace, place.pids)
     form = FORMATS[fmt]
     if form.columns_only and consume:
         trace.drop_events()  # the encoder reads the columns
@@ -160,7 +173,9 @@ def build_summary(session, alignment, places, counts):
         "version": tracemerge.__version__,
         "inputs": [
             {"path": i.path, "rank": i.rank, "rank_source": i.rank_source, "worker_name": i.worker_name,
-             "hostname": i.hostname, "events": i.events, "truncated": i.truncated, "warnings": i.warnings}
+             "hostname": i.hostname, "events": i.events, "truncated": i.truncated, "warnings": i.warnings,
+             **({"cycles": [{"cycle": p.cycle, "path": p.path, "events": p.events} for p in i.parts]}
+                if i.parts else {})}
             for i in session.infos
         ],
         "skipped": [{"path": path, "problem": problem} for path, problem in session.skipped],

@@ -31,6 +31,9 @@ class Placement:
     pid_base: int           # output pid = pid_base + pid code (pid codes < pid_stride)
     clock: ClockModel
     out_base_ns: int        # reference-clock ns that becomes ts 0 in the output
+    # a rank of several cycle files: the pid table of the whole rank, whose codes every
+    # cycle's events are written with (tracemerge.inputs.cycles.recoded); () for one file
+    pids: tuple = ()
 
 
 def rank_label(rank, worker_name, hostname):

@@ -69,7 +69,7 @@ def remote_spans(infos, clocks, places, ranks) -> RemoteSpans:
         trace = _trace(callee, recs)
         if callee in places:
             # the last pid slot of the callee's block: one more process of its group
-            place = replace(places[callee], pid_base=places[callee].pid_base + stride - 1)
+            place = replace(places[callee], pid_base=places[callee].pid_base + stride - 1, pids=())
         else:
             first = recs[0]
             place = Placement(rank=callee, label=rank_label(callee, first.get("callee_name", f"rank{callee}"),

@@ -1,0 +1,221 @@
+"""Schedule cycles (issue 15, item 4): the ``rank{R}.cycle{N}.json.gz`` files a
+``torch.profiler.schedule`` writes are windows of one process. A real 2-worker RPC job on
+loopback, both workers profiling with a 3-cycle schedule; combine, info, report and offsets
+take every cycle of a rank as one process, ``--cycle N`` keeps one cycle."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.tracefiles import cli  # noqa: E402
+
+JOB_TIMEOUT_S = 120
+CYCLES = 3
+
+# Each worker profiles with the same schedule: steps 2-3, 6-7 and 10-11 are recorded.
+# worker0 calls worker1 once per step (its RPC n at step n); worker1 adds tensors.
+JOB = textwrap.dedent("""
+    import os, sys
+    import torch
+    import torch.distributed.rpc as rpc
+    import torch.multiprocessing as mp
+    from tracemerge.capture import profile
+
+    def worker(rank, port, out):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+        schedule = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=3)
+        with profile(out, schedule=schedule) as p:
+            for step in range(14):
+                if rank == 0:
+                    rpc.rpc_sync("worker1", torch.add, args=(torch.ones(2), step))
+                else:
+                    torch.add(torch.ones(2), step)
+                p.step()
+        rpc.shutdown()
+
+    if __name__ == "__main__":
+        port, out = int(sys.argv[1]), sys.argv[2]
+        mp.spawn(worker, args=(port, out), nprocs=2)
+""")
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cycle_files(tmp_path_factory):
+    where = tmp_path_factory.mktemp("cycles")
+    script = where / "job.py"
+    script.write_text(JOB)
+    out = where / "traces"
+    env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
+    subprocess.run([sys.executable, str(script), str(_free_port()), str(out)],
+                   check=True, timeout=JOB_TIMEOUT_S, capture_output=True, env=env)
+    files = sorted(str(p) for p in out.iterdir())
+    assert [os.path.basename(f) for f in files] == [f"rank{r}.cycle{c}.json.gz" for r in (0, 1) for c in range(CYCLES)]
+    return files
+
+
+def _load(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path) as f:
+        return json.load(f)
+
+
+def _by_rank(files):
+    return {r: [f for f in files if os.path.basename(f).startswith(f"rank{r}.")] for r in (0, 1)}
+
+
+def _ops(doc):
+    """The complete events of an input or output document."""
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+
+
+def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_path):
+    out = tmp_path / "merged.json"
+    res = cli("combine", *cycle_files, "-o", out)
+    assert res.returncode == 0, res.stderr
+    doc = _load(out)
+    summary = doc["tracemerge"]
+    assert [i["rank"] for i in summary["inputs"]] == [0, 1]
+    by_rank = _by_rank(cycle_files)
+    inputs = {r: [_load(f) for f in by_rank[r]] for r in (0, 1)}
+    for entry in summary["inputs"]:
+        r = entry["rank"]
+        assert [c["path"] for c in entry["cycles"]] == by_rank[r]
+        assert [c["cycle"] for c in entry["cycles"]] == list(range(CYCLES))
+        assert entry["events"] == sum(len(d["traceEvents"]) for d in inputs[r])
+    # one process per rank: every pid of a rank's cycles maps to one output pid
+    for r in (0, 1):
+        os_pids = {e["pid"] for d in inputs[r] for e in d["traceEvents"] if isinstance(e.get("pid"), int)
+                   and e["pid"] > 1000}
+        assert len(os_pids) == 1
+        [os_pid] = os_pids
+        assert str(os_pid) in summary["pids"][str(r)]
+    # every input span of every cycle is in the output exactly once, on its rank's process,
+    # and one machine means one clock: at its recorded time (ts relative to the output's base)
+    for r in (0, 1):
+        pids = set(summary["pids"][str(r)].values())
+        want = sorted((e["name"], round((d["baseTimeNanoseconds"] - doc["baseTimeNanoseconds"]) / 1000 + e["ts"], 3),
+                       e["dur"]) for d in inputs[r] for e in _ops(d))
+        got = sorted((e["name"], e["ts"], e["dur"]) for e in _ops(doc) if e["pid"] in pids)
+        assert got == want
+    # the RPCs of every cycle are joined, with both sides
+    assert summary["rpc_sides"]["calls"] == 2 * CYCLES
+    assert summary["rpc_sides"]["both_sides"] == 2 * CYCLES
+    flows = [e for e in doc["traceEvents"] if e.get("ph") in ("s", "f") and e.get("cat") == "rpc"]
+    assert len(flows) == 4 * 2 * CYCLES  # request and response, two halves each, per call
+
+
+def test_cycle_option_keeps_one_cycle(cycle_files, tmp_path):
+    out = tmp_path / "one.json"
+    res = cli("combine", *cycle_files, "--cycle", "1", "-o", out)
+    assert res.returncode == 0, res.stderr
+    summary = _load(out)["tracemerge"]
+    assert [i["path"] for i in summary["inputs"]] == [f for f in cycle_files if ".cycle1." in f]
+    assert all("cycles" not in i for i in summary["inputs"])
+    cycle1 = [_load(f) for f in cycle_files if ".cycle1." in f]
+    assert summary["events"]["in"] == sum(len(d["traceEvents"]) for d in cycle1)
+    # worker0 issued RPCs 6 and 7 in its cycle 1 (RPC n at step n); worker1 served
+    # whichever calls reached it in its own cycle 1, which its own pace set
+    calls = {r["rpc_id"] for rec in summary["records"] for r in rec["rpcs"] if r["role"] == "caller"}
+    assert {i.split(":")[1] for i in calls} == {"6", "7"}
+
+    res = cli("combine", *cycle_files, "--cycle", "5", "-o", tmp_path / "none.json")
+    assert res.returncode == 2 and b"--cycle 5: no input holds cycle 5" in res.stderr
+    assert b"Traceback" not in res.stderr
+    assert not (tmp_path / "none.json").exists()
+
+
+def test_info_report_and_offsets_take_the_cycles_together(cycle_files):
+    res = cli("info", *cycle_files)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.decode()
+    assert out.count("\n  rank ") == 2
+    assert out.count("3 schedule cycles, one process") == 2
+
+    res = cli("offsets", *cycle_files, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
+    assert set(clocks) == {0, 1}
+    assert clocks[1]["method"] == "shared-clock"
+
+    res = cli("report", *cycle_files, "--format", "json", "--group-by", "name,rank")
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(res.stdout)
+    # aten::add of each rank's cycles, counted from the input files
+    adds = {r: sum(1 for f in _by_rank(cycle_files)[r] for e in _ops(_load(f)) if e["name"] == "aten::add")
+            for r in (0, 1)}
+    got = {row["node_id"]: row["count"] for row in rep["key_averages"] if row["key"] == "aten::add"}
+    assert got == {r: n for r, n in adds.items() if n}
+    [calls] = rep["rpc"]["keys"]
+    assert (calls["count"], calls["complete"], calls["caller"], calls["callee"]) == (2 * CYCLES, 2 * CYCLES, 0, 1)
+
+
+def test_order_numbering_keeps_cycle_files_apart(cycle_files, tmp_path):
+    res = cli("combine", *cycle_files, "--rank-from", "order", "-o", tmp_path / "o.json")
+    assert res.returncode == 0, res.stderr
+    assert len(_load(tmp_path / "o.json")["tracemerge"]["inputs"]) == 2 * CYCLES
+
+
+def _rewrite(src, dst, change):
+    doc = _load(src)
+    change(doc)
+    with gzip.open(dst, "wt") as f:
+        json.dump(doc, f)
+
+
+@pytest.mark.parametrize("kernel", ["native", "python"])
+@pytest.mark.parametrize("suffix", [".json", ".pftrace"])
+def test_a_cycle_whose_pids_come_in_another_order_stays_on_its_process(cycle_files, tmp_path, kernel, suffix):
+    files = []
+    for f in _by_rank(cycle_files)[0]:
+        dst = tmp_path / os.path.basename(f)
+        # cycle 1 names its processes in reverse order: its pid codes differ from cycle 0's
+        _rewrite(f, dst, lambda d: d["traceEvents"].reverse() if ".cycle1." in f else None)
+        files.append(str(dst))
+    out = tmp_path / f"merged{suffix}"
+    env = "" if kernel == "native" else "import os; os.environ['TRACEMERGE_KERNEL'] = 'python'; "
+    res = cli("combine", *files, "-o", out, code=env + "from tracemerge.cli import main; main()")
+    assert res.returncode == 0, res.stderr
+    if kernel == "native":
+        assert b"read by the Python path: a cycle whose pids are not in the order" in res.stderr
+    if suffix == ".json":
+        doc = _load(out)
+        pids = doc["tracemerge"]["pids"]["0"]
+        os_pid = next(p for p in pids if p.isdigit())
+        for cycle, f in enumerate(files):
+            steps = {e["name"] for e in _ops(_load(f)) if e["name"].startswith("ProfilerStep")}
+            assert len(steps) == 2
+            placed = {e["pid"] for e in _ops(doc) if e["name"] in steps}
+            assert placed == {pids[os_pid]}, cycle
+    else:
+        from tests.support.pftrace import read_pftrace, thread_of
+        got = read_pftrace(out)
+        steps = [s for s in got["slices"] if s["name"].startswith("ProfilerStep")]
+        assert len(steps) == 2 * CYCLES
+        assert len({thread_of(got["tracks"], s["track"])[0] for s in steps}) == 1  # one process
+
+
+def test_cycles_of_two_processes_are_refused(cycle_files, tmp_path):
+    files = []
+    for f in _by_rank(cycle_files)[0]:
+        dst = tmp_path / os.path.basename(f)
+        _rewrite(f, dst, lambda d: d["tracemerge"].update(job_id="another run") if ".cycle2." in f else None)
+        files.append(str(dst))
+    res = cli("combine", *files, "-o", tmp_path / "o.json")
+    assert res.returncode == 4
+    assert b"cycle 2 of rank 0 is not from the process of" in res.stderr and b"job_id" in res.stderr
+    assert not (tmp_path / "o.json").exists()

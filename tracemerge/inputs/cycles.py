@@ -1,0 +1,152 @@
+"""Schedule cycles: the files a ``torch.profiler.schedule`` writes for one rank
+(``rank{R}.cycle{N}.json.gz``, one per completed recording cycle) are windows of one
+process, not ranks of their own.
+
+:func:`join_cycles` makes one :class:`RankInfo` of a rank's cycle files: its ``parts`` are
+the files' own infos in cycle order, and its fields are the whole process's (the earliest
+start, the latest stop, every cycle's RPC and collective records), so the rank is one
+process of the merged trace and its clock is fitted to the records of every cycle.
+:func:`joined_trace` is the events of such a rank as one trace, for the readers that
+take a rank whole (reports, analyses); ``combine`` writes the cycles one after the other
+instead, each read by the compiled core where it can.
+"""
+
+import os
+from dataclasses import replace
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from tracemerge.errors import RankConflict, UsageError
+from tracemerge.inputs.rankinfo import RankInfo
+from tracemerge.model import Args, Extra, RankTrace
+
+# what the files of one process share; cycle files that differ in any are not one process
+SAME_PROCESS = ("job_id", "hostname", "boot_id", "worker_name")
+
+
+def keep_cycle(infos: List[RankInfo], cycle: int) -> List[RankInfo]:
+    """``--cycle N``: the files of cycle ``cycle``, and the files that hold no cycle."""
+    given = sorted({i.cycle for i in infos if i.cycle is not None})
+    if not given:
+        raise UsageError(f"--cycle {cycle}: no input is a schedule cycle file (rank{{R}}.cycle{{N}}.json.gz)")
+    if cycle not in given:
+        raise UsageError(f"--cycle {cycle}: no input holds cycle {cycle} (the inputs hold cycles "
+                              f"{', '.join(map(str, given))})")
+    return [i for i in infos if i.cycle is None or i.cycle == cycle]
+
+
+def join_cycles(infos: List[RankInfo]) -> List[RankInfo]:
+    """``infos`` with the cycle files of each rank joined into one info (:func:`joined`).
+
+    Only files whose rank is known and that all hold distinct cycles are joined; two files
+    of one rank that are not such a set (a whole-run file beside cycle files, one cycle
+    given twice) are left apart, for the rank check to refuse.
+    """
+    by_rank: Dict[int, List[RankInfo]] = {}
+    for info in infos:
+        if info.cycle is not None and info.rank is not None:
+            by_rank.setdefault(info.rank, []).append(info)
+    groups = {}
+    for rank, group in by_rank.items():
+        alone = sum(i.rank == rank and i.cycle is None for i in infos)
+        if len(group) > 1 and not alone and len({i.cycle for i in group}) == len(group):
+            groups[rank] = joined(group)
+    out, done = [], set()
+    for info in infos:
+        whole = groups.get(info.rank) if info.cycle is not None else None
+        if whole is None:
+            out.append(info)
+        elif info.rank not in done:
+            done.add(info.rank)
+            out.append(whole)
+    return out
+
+
+def joined(parts: List[RankInfo]) -> RankInfo:
+    """One info of a rank's cycle files (``parts``, any order), refused when they are not
+    files of one process."""
+    parts = sorted(parts, key=lambda p: p.cycle)
+    first = parts[0]
+    for part in parts[1:]:
+        for key in SAME_PROCESS:
+            if getattr(part, key) != getattr(first, key):
+                raise RankConflict(f"{part.path}: cycle {part.cycle} of rank {part.rank} is not from the process of "
+                                   f"{first.path} ({key} {getattr(part, key)!r}, not {getattr(first, key)!r}); pass "
+                                   "--cycle N to keep one cycle, or give the files of one run")
+    info = replace(first, cycle=None, parts=parts)
+    refresh(info)
+    return info
+
+
+def refresh(info: RankInfo) -> None:
+    """Set the fields of a joined ``info`` from its parts (again, once the parts learned
+    the facts of their events)."""
+    parts = info.parts
+    timed = [p for p in parts if p.timed] or parts
+    info.start_ns, info.start_source = min((p.start_ns, p.start_source) for p in parts)
+    info.stop_ns = max(p.stop_ns for p in parts)
+    info.first_ns = min(p.first_ns for p in timed)
+    info.last_ns = max(p.last_ns for p in timed)
+    info.events = sum(p.events for p in parts)
+    info.threads = max(p.threads for p in parts)  # the threads of its busiest cycle: the files do not name them
+    info.pids = list(dict.fromkeys(pid for p in parts for pid in p.pids))
+    info.rpcs = [r for p in parts for r in p.rpcs]
+    info.collectives = [c for p in parts for c in p.collectives]
+    info.remote_rpcs = [r for p in parts for r in p.remote_rpcs]
+    info.warnings = [f"cycle {p.cycle} ({os.path.basename(p.path)}): {w}" for p in parts for w in p.warnings]
+    info.truncated = any(p.truncated for p in parts)
+    info.timed = any(p.timed for p in parts)
+    info.has_block = any(p.has_block for p in parts)
+    info.partial = any(p.partial for p in parts)
+
+
+def pids_agree(trace: RankTrace, pids: Tuple) -> bool:
+    """Whether the pid codes of ``trace`` (one cycle) are those of ``pids`` (the table of
+    its whole rank): every output pid of a rank is its pid code's, so the cycles of one
+    process must agree on them."""
+    return tuple(trace.pids) == tuple(pids[:len(trace.pids)])
+
+
+def recoded(trace: RankTrace, pids: Tuple) -> RankTrace:
+    """``trace`` (read by the Python path) with the pid codes of ``pids``, the table of its
+    whole rank, in which every pid of the trace is found."""
+    index = {pid: code for code, pid in enumerate(pids)}
+    table = np.array([index[p] for p in trace.pids] or [0], dtype=np.int32)
+    return replace(trace, pids=list(pids), pid=table[trace.pid])
+
+
+def joined_trace(traces: List[RankTrace]) -> RankTrace:
+    """The events of a rank's cycles (``traces``, in cycle order) as one trace: the tables
+    are the union of theirs, the columns theirs one after the other. The cycles of one
+    process share its clock, so times stay as they are."""
+    if len(traces) == 1:
+        return traces[0]
+    names: Dict[str, int] = {}
+    pids: Dict[object, int] = {}
+    tids: Dict[object, int] = {}
+    name, cat, pid, tid = [], [], [], []
+    for t in traces:
+        codes = _codes(names, t.names)
+        name.append(codes[t.name])
+        cat.append(np.where(t.cat >= 0, codes[np.maximum(t.cat, 0)], -1))
+        pid.append(_codes(pids, t.pids)[t.pid])
+        tid.append(_codes(tids, t.tids)[t.tid])
+    raw = all(t.args.raw for t in traces)
+    # raw (undecoded) args of one cycle and decoded ones of another: all decoded
+    args = [a for t in traces for a in (t.args.items if raw or not t.args.raw else list(t.args))]
+    first = traces[0]
+    return RankTrace(
+        path=first.path, meta=first.meta, tracemerge=first.tracemerge, base_ns=first.base_ns,
+        names=list(names), pids=list(pids), tids=list(tids),
+        ph=np.concatenate([t.ph for t in traces]), name=np.concatenate(name).astype(np.int32),
+        cat=np.concatenate(cat).astype(np.int32), pid=np.concatenate(pid).astype(np.int32),
+        tid=np.concatenate(tid).astype(np.int32), ts=np.concatenate([t.ts for t in traces]),
+        dur=np.concatenate([t.dur for t in traces]), args=Args(args, raw),
+        extra=Extra([e for t in traces for e in t.extra]),
+        warnings=[w for t in traces for w in t.warnings], truncated=any(t.truncated for t in traces))
+
+
+def _codes(table: Dict, values: list) -> np.ndarray:
+    """The codes of ``values`` in ``table`` (added where new), as an array indexed by the old code."""
+    return np.array([table.setdefault(v, len(table)) for v in values] or [0], dtype=np.int64)
