@@ -169,7 +169,8 @@ def _set_max_inflate(ctx, param, value):
 def input_options(fn):
     fn = max_inflate_option(fn)
     fn = click.option("--strict", is_flag=True,
-                      help="Refuse files of different jobs (job_id, world_size or backend differ) instead of warning.")(fn)
+                      help="Refuse files of different jobs (job_id, world_size or backend differ), or ranks whose "
+                           "profiling windows never meet and that no RPC or collective joins, instead of warning.")(fn)
     fn = click.option("--skip-bad", is_flag=True,
                       help="Leave out files that cannot be read and go on with the rest (each is named, with why).")(fn)
     return fn
