@@ -83,3 +83,27 @@ def test_without_boot_ids_each_rank_is_its_own_machine(tmp_path):
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert all(c["method"] != "shared-clock" for c in clocks.values())
     assert clocks[1]["error_bound_ns"] > 0  # estimated, not known
+
+
+def test_a_rank_whose_records_contradict_its_machine_clock_is_estimated(tmp_path):
+    # ranks 2 and 3 claim machine A's boot_id, but their clocks are machine B's (3 ms
+    # ahead, 40 ppm): their RPCs with ranks 0 and 1 cannot all hold on one clock
+    files, end = _job(tmp_path)
+    for path in files[2:]:
+        with open(path) as f:
+            doc = json.load(f)
+        doc["tracemerge"].update(boot_id="boot-A", hostname="hostA")
+        write(path, doc)
+    res = cli("offsets", *files, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
+    assert (clocks[1]["method"], clocks[1]["offset_ns"], clocks[1]["error_bound_ns"]) == ("shared-clock", 0, 0)
+    for r in (2, 3):
+        c = clocks[r]
+        assert c["method"] != "shared-clock" and c["error_bound_ns"] > 0
+        for t in (BASE + 10_000_000, end):
+            estimate = c["offset_ns"] + c["drift_ppm"] * 1e-6 * (t - c["anchor_ns"])
+            assert abs(estimate - (_skew(r, t) - t)) <= c["error_bound_ns"]
+        assert f"rank {r}: shares a boot_id with rank 0, but".encode() in res.stderr
+    assert b"contradict one clock" in res.stderr and b"rank 1: shares" not in res.stderr
+    assert b"causality: 0 violations" in res.stderr

@@ -404,7 +404,8 @@ def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
     # only the clocks are needed: rank files' heads, other files' light scans, in parallel
     session = Session.open(files, rank_from, engine=LocalEngine(), head=True, cycle=cycle)
     alignment = session.align(method, reference, offsets)
-    click.echo(offsets_json(alignment) if fmt == "json" else offsets_table(alignment))
+    render = offsets_json if fmt == "json" else offsets_table
+    click.echo(render(alignment, session.infos))
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
     say(f"tracemerge: {causality_line(alignment.causality)}", err=True)

@@ -9,6 +9,8 @@ a new method is one function and one line there.
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict
 
+import numpy as np
+
 from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
@@ -74,11 +76,11 @@ def align_auto(infos, reference, memo=None):
     their wall clock. Ranks with one boot id read one wall clock (:func:`machines`): those
     of the reference's machine are exact (``shared-clock``), and every other machine gets
     one model, fitted from all exchanges between its ranks and the others'."""
-    rep = machines(infos, reference)
-    if all(r == m for r, m in rep.items()):
-        return exchange_clocks(infos, reference, memo=memo)
     found = list(infos.values())
     calls = match_rpcs(found, memo).calls
+    rep, contradicted = split_contradicted(machines(infos, reference), calls)
+    if all(r == m for r, m in rep.items()):
+        return _noted(exchange_clocks(infos, reference, memo=memo), contradicted)
     pooled = replace(calls, caller=_remapped(calls.caller, rep), callee=_remapped(calls.callee, rep))
     heads = set(rep.values())
     collectives = {pair: c for pair, c in collective_constraints(match_collectives(found)).items()
@@ -94,7 +96,57 @@ def align_auto(infos, reference, memo=None):
         else:
             out[r] = replace(models[head], rank=r, peers=list(models[head].peers), corrections=[], note=" ".join(
                 filter(None, (f"shares rank {head}'s clock (same boot_id).", models[head].note))))
-    return out
+    return _noted(out, contradicted)
+
+
+# a callee's start before its caller's send, or its end after the caller's completion, by
+# more than this is a contradiction of one clock: time.time_ns() on both sides, ns apart
+# at most by the resolution of the clock and the order of the two reads
+SHARED_CLOCK_SLACK_NS = 1_000
+
+
+def split_contradicted(rep, calls):
+    """(``rep`` with the ranks whose RPCs contradict their machine's one clock on a machine
+    of their own, {rank: why}).
+
+    An RPC between two ranks of one machine contradicts the shared clock when its callee
+    side lies outside the caller's call by more than SHARED_CLOCK_SLACK_NS. The rank with
+    the most such RPCs (never the one speaking for the machine) leaves it, and so on until
+    none is left: one rank off its machine's clock contradicts every peer, its peers only it.
+    """
+    if not len(calls):
+        return rep, {}
+    t1, t2, t3, t4 = calls.times
+    has = calls.has
+    early = has[0] & has[1] & (t2 < t1 - SHARED_CLOCK_SLACK_NS)   # served before it was sent
+    late = has[2] & has[3] & (t3 > t4 + SHARED_CLOCK_SLACK_NS)    # served after it completed
+    by = np.maximum(np.where(early, t1 - t2, 0), np.where(late, t3 - t4, 0))
+    bad = [(a, b, int(d)) for a, b, d in zip(calls.caller[early | late].tolist(), calls.callee[early | late].tolist(),
+                                            by[early | late].tolist())
+           if a != b and a in rep and b in rep and rep[a] == rep[b]]
+    out, why = dict(rep), {}
+    while bad:
+        counts = {}
+        for a, b, _ in bad:
+            for r in (a, b):
+                if r != rep[r]:
+                    counts[r] = counts.get(r, 0) + 1
+        moved = max(counts, key=lambda r: (counts[r], r))
+        mine = [(a, b, d) for a, b, d in bad if moved in (a, b)]
+        why[moved] = (f"shares a boot_id with rank {rep[moved]}, but {len(mine)} RPC{'s' if len(mine) > 1 else ''} "
+                      f"with ranks of its machine contradict one clock (by up to {max(d for *_, d in mine) / 1000:.1f} "
+                      "µs): estimated from its exchanges instead")
+        out[moved] = moved
+        bad = [(a, b, d) for a, b, d in bad if moved not in (a, b)]
+    return out, why
+
+
+def _noted(models, notes):
+    """``models`` with ``notes`` ({rank: text}) added to their ranks' notes."""
+    for r, text in notes.items():
+        if r in models:
+            models[r] = replace(models[r], note=" ".join(filter(None, (text, models[r].note))))
+    return models
 
 
 def machines(infos, reference):

@@ -5,28 +5,49 @@ import orjson
 FIELDS = ("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers")
 
 
-def offsets_document(alignment):
-    """``{"reference": R, "ranks": [{rank, method, offset_ns, …, peers}, …]}`` (docs/alignment.md)."""
+def offsets_document(alignment, infos=()):
+    """``{"reference": R, "ranks": [{rank, method, offset_ns, …, peers, machine, hostname}, …],
+    "machines": [{machine, hostname, boot_id, ranks}, …]}`` (docs/alignment.md). A machine is
+    one boot_id (one wall clock); a rank without one is a machine of its own."""
+    found = machine_list(infos)
+    where = {r: m for m in found for r in m["ranks"]}
     ranks = []
     for rank in sorted(alignment.clocks):
         row = alignment.clocks[rank].as_dict()
-        ranks.append({k: row[k] for k in FIELDS})
-    return {"reference": alignment.reference, "ranks": ranks}
+        m = where.get(rank)
+        ranks.append({**{k: row[k] for k in FIELDS},
+                      **({"machine": m["machine"], "hostname": m["hostname"]} if m else {})})
+    return {"reference": alignment.reference, "ranks": ranks, **({"machines": found} if found else {})}
 
 
-def offsets_json(alignment):
-    return orjson.dumps(offsets_document(alignment), option=orjson.OPT_INDENT_2).decode()
+def machine_list(infos):
+    """The machines of ``infos`` (RankInfo), numbered from 0 in the order of their lowest rank."""
+    groups = {}
+    for info in sorted(infos, key=lambda i: i.rank):
+        groups.setdefault(info.boot_id or ("", info.rank), []).append(info)
+    return [{"machine": n, "hostname": group[0].hostname, "boot_id": group[0].boot_id,
+             "ranks": [i.rank for i in group]} for n, group in enumerate(groups.values())]
 
 
-def offsets_table(alignment):
-    rows = [("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers")]
-    for r in offsets_document(alignment)["ranks"]:
+def offsets_json(alignment, infos=()):
+    return orjson.dumps(offsets_document(alignment, infos), option=orjson.OPT_INDENT_2).decode()
+
+
+def offsets_table(alignment, infos=()):
+    doc = offsets_document(alignment, infos)
+    rows = [("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers", "machine")]
+    for r in doc["ranks"]:
         rows.append((str(r["rank"]), r["method"], str(r["offset_ns"]), f"{r['drift_ppm']:.4f}", str(r["anchor_ns"]),
                      "-" if r["error_bound_ns"] is None else str(r["error_bound_ns"]), str(r["samples"]),
-                     ",".join(map(str, r["peers"])) or "-"))
+                     ",".join(map(str, r["peers"])) or "-", str(r.get("machine", "-"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-                     for row in rows)
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    for m in doc.get("machines", []):
+        boot = f"boot_id {m['boot_id'][:8]}…" if m["boot_id"] else "no boot_id"
+        lines.append(f"machine {m['machine']}: {m['hostname']} ({boot}): "
+                     f"rank{'s' if len(m['ranks']) > 1 else ''} {', '.join(map(str, m['ranks']))}")
+    return "\n".join(lines)
 
 
 def clock_notes(alignment):
