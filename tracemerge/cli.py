@@ -388,13 +388,15 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
 @rank_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help='table for reading; json: {"reference": R, "ranks": [{rank, method, offset_ns, drift_ppm, '
-                   'anchor_ns, error_bound_ns, samples, peers}, ...]}.')
+                   'anchor_ns, error_bound_ns, samples, peers, machine, hostname}, ...], "machines": [{machine, '
+                   'hostname, boot_id, ranks}, ...]}.')
 def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
     """Estimate each rank's clock against the reference rank, with error bounds.
 
     Per rank: the method that produced it, offset_ns (its clock minus the reference's at
     anchor_ns), drift_ppm, error_bound_ns (the true error never exceeds it; "-" when
-    unknown), samples, and the ranks it was measured against (peers).
+    unknown), samples, the ranks it was measured against (peers), and its machine
+    (ranks of one boot_id read one wall clock); then one line per machine.
 
     \b
     Examples:
