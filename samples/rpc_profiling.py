@@ -6,6 +6,11 @@ RRef it then uses through a proxy. Part 2 (-> OUT/threads_1, OUT/threads_8): the
 ``num_worker_threads`` exercise, four concurrent CPU-heavy UDFs served by 1 vs 8 threads.
 
     python samples/rpc_profiling.py OUT
+
+Every worker runs the README's block that records everything, ``rpc.init_rpc`` and
+``rpc.shutdown`` inside ``profile``; nothing else coordinates the workers. ``init_rpc``
+waits for every worker, so each is recording before the first call; a graceful shutdown
+waits for all of them too, so each records until the job is done.
 """
 
 import sys
@@ -14,7 +19,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed.rpc as rpc
-from common import captured, launch
+from common import launch
+
+from tracemerge.capture import profile
 
 
 def udf_with_ops():
@@ -41,8 +48,8 @@ def heavy_udf():
 
 
 def recipe(rank, world_size, out):
-    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size)
-    with captured(out, rank, world_size):
+    with profile(out):
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size)
         if rank == 0:
             t1, t2 = torch.randn(4, 4), torch.randn(4, 4)
             fut1 = rpc.rpc_async("worker1", torch.add, args=(t1, t2))
@@ -52,16 +59,16 @@ def recipe(rank, world_size, out):
             rpc.rpc_sync("worker1", udf_with_ops)
             acc = rpc.remote("worker1", Accumulator)
             acc.rpc_sync().add(torch.ones(4))
-    rpc.shutdown()
+        rpc.shutdown()
 
 
 def thread_tuning(rank, world_size, out, num_worker_threads):
     options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads)
-    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
-    with captured(out, rank, world_size):
+    with profile(out):
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
         if rank == 0:
             torch.futures.wait_all([rpc.rpc_async("worker1", heavy_udf) for _ in range(4)])
-    rpc.shutdown()
+        rpc.shutdown()
 
 
 if __name__ == "__main__":

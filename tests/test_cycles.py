@@ -99,10 +99,10 @@ def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_pat
         assert entry["events"] == sum(len(d["traceEvents"]) for d in inputs[r])
     # one process per rank: every pid of a rank's cycles maps to one output pid
     for r in (0, 1):
-        os_pids = {e["pid"] for d in inputs[r] for e in d["traceEvents"] if isinstance(e.get("pid"), int)
-                   and e["pid"] > 1000}
+        os_pids = {d["tracemerge"]["pid"] for d in inputs[r]}  # the worker process, as its capture saw it
         assert len(os_pids) == 1
         [os_pid] = os_pids
+        assert all(any(e.get("pid") == os_pid for e in d["traceEvents"]) for d in inputs[r])
         assert str(os_pid) in summary["pids"][str(r)]
     # every input span of every cycle is in the output exactly once, on its rank's process,
     # and one machine means one clock: at its recorded time (ts relative to the output's base)
@@ -190,7 +190,7 @@ def test_a_cycle_whose_pids_come_in_another_order_stays_on_its_process(cycle_fil
     env = "" if kernel == "native" else "import os; os.environ['TRACEMERGE_KERNEL'] = 'python'; "
     res = cli("combine", *files, "-o", out, code=env + "from tracemerge.cli import main; main()")
     assert res.returncode == 0, res.stderr
-    if kernel == "native":
+    if kernel == "native" and suffix == ".json":  # a .pftrace encodes a rank's cycles joined, in one piece
         assert b"read by the Python path: a cycle whose pids are not in the order" in res.stderr
     if suffix == ".json":
         doc = _load(out)

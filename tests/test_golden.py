@@ -31,7 +31,7 @@ SETS = ("rpc_profiling", "parameter_server", "kineto_rpc")
 SHA256 = {
     "kineto_rpc json": "64318764ef219cdb863f74140bf05db64313c3b49ac2fc04bb0822248e597a03",
     "kineto_rpc json.gz": "64318764ef219cdb863f74140bf05db64313c3b49ac2fc04bb0822248e597a03",
-    "kineto_rpc offsets.json": "6bc7eabfe58ee2c7afcd7a2298d210117cd3237f55c58b0cd7843d853cdd421c",
+    "kineto_rpc offsets.json": "87cfd51aba2dd610bcd18dd9cc91eb4ff595e1c745c4c5bc9306612fdfe2ed84",
     "kineto_rpc pftrace": "610bafd44af3c3b67894d68e6787de659be6c78049aac01a4013f273d83318ac",
     "kineto_rpc report.csv": "3d32a9eb203c70fc947f5fe3b7c9c06334a383334fed4e2a9faacf78597ace40",
     "kineto_rpc report.html": "81138d7a2ff989d2f305ae1248ab1c476bcb7c8aba50f19ee8def210a993b4f6",
@@ -41,7 +41,7 @@ SHA256 = {
     "kineto_rpc selected.pftrace": "c5c76ca109087ff89293e8a41fb21db160e8f0287e1ddc758481411055b0093f",
     "parameter_server json": "83f05caf2e88c85bbe3be6fed022d56c18d12b91a38db496a43a1a095265583b",
     "parameter_server json.gz": "83f05caf2e88c85bbe3be6fed022d56c18d12b91a38db496a43a1a095265583b",
-    "parameter_server offsets.json": "a723f4dbb77420d05d0d2bc7527fc1d0602f2d952af922398752c990f593595b",
+    "parameter_server offsets.json": "f88a59ec834c0f14d8928c21ed1ace2674e36e12b1ade795cd7c6de4b5b34c33",
     "parameter_server pftrace": "15770a1a136ee5f1f37dca59085c65b7d5ad65fab31f577215e2bb7c284cf396",
     "parameter_server report.csv": "3e51fc0b473fdcf43906ac80277ee66feb6ed9a477eb52fe2f3dbbf1aa4c239e",
     "parameter_server report.html": "22887859e1c2f8934afdf9f41b7fb63938412468460eadad9de94f9fef2911e2",
@@ -49,16 +49,16 @@ SHA256 = {
     "parameter_server report.markdown": "1e6a59da4fad5f7a01eaca9e91d770285cc96310bfd602b09181e3072119c7a0",
     "parameter_server report.table": "12f75cbae95d8be8a1b2fbf4e5af71b201e78d78ec3dd9954d801029ebdfda68",
     "parameter_server selected.pftrace": "257b3b0998860b9b18f552b457ae6287d4a177422415d65006ef83c4b29c2b9b",
-    "rpc_profiling json": "7d93a60e0c1a525722e0bdf297e7365c873363224fbde67288ca292ac957f8b4",
-    "rpc_profiling json.gz": "7d93a60e0c1a525722e0bdf297e7365c873363224fbde67288ca292ac957f8b4",
-    "rpc_profiling offsets.json": "306336eb55c0ff1d02041186787955474bb5ba2b9ff8191f6fc0bab8f1aae790",
-    "rpc_profiling pftrace": "0ad38bc7cff392bd766f6a8fe7d6cc18f046b6255baa557e8c201eb6fdda13c0",
-    "rpc_profiling report.csv": "4b23fbbe8356b1ae184dd2096d119f8e3027070007ae902c5927fddda7bed3e0",
-    "rpc_profiling report.html": "dc586770ae9e9ce445db340e24ed5de8bb887caac823cf3b9355f6a7cef0b079",
-    "rpc_profiling report.json": "7be59f421acaed2c39f7876d99bb83c512a56702f30d5f9d63880c4908632a5c",
-    "rpc_profiling report.markdown": "4f4769442f3507e4de93f605fe74cfdeaa0d6f6978282c3c893a795e3641643c",
-    "rpc_profiling report.table": "4f9489d3f8840ba44166c0d116f9e0f88c988a9b21de7c04ac0b127591bf6284",
-    "rpc_profiling selected.pftrace": "6ed23fe825f66a84cb734142e650a3188b496abc00b752fedb7f4880b8bdb65a"
+    "rpc_profiling json": "4d0af1891b6994a1addafba6822d9914e7fb6ce969e996c7d4be86c9b182d796",
+    "rpc_profiling json.gz": "4d0af1891b6994a1addafba6822d9914e7fb6ce969e996c7d4be86c9b182d796",
+    "rpc_profiling offsets.json": "c62e1055e7bccfceb7aa9b4a14d4f492669366eb58104fa809ba842583edbeca",
+    "rpc_profiling pftrace": "3fa302b06ac3879f085cf96f9efad476e38edd0972bc32e0d880cda785f8372a",
+    "rpc_profiling report.csv": "de295af2e60753fb0ea2498a1f79a8324cb48c5984aee384bd8c946d8d8a7c15",
+    "rpc_profiling report.html": "7a6020d7c87e0a011505ac5151cce8438a6b77fd88c62a93d4ab4d9a0ba344a1",
+    "rpc_profiling report.json": "e4e2e3b770aa11398e679e75357d7857d9ba02b0816b1a3fd6ed51fec25380a8",
+    "rpc_profiling report.markdown": "bc271b99d43e3b5b05a2c299c625c7a0b5daa072088eb67de81f8cb3afe2f30c",
+    "rpc_profiling report.table": "d7c7b650e9baab47372ddf51acfcabe0e0e41612b07694b314686689db5132d6",
+    "rpc_profiling selected.pftrace": "4cb25b768571ae93c1a72962fda898018b97f14636ac379ba7e0794ad776630b"
 }
 
 

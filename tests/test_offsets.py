@@ -1,6 +1,7 @@
 """The `tracemerge offsets` command."""
 
 import json
+import re
 
 from click.testing import CliRunner
 from support import synth
@@ -22,7 +23,10 @@ def test_json_has_documented_fields_and_recovers_truth(tmp_path):
     doc = json.loads(res.stdout)
     assert doc["reference"] == 0 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
     for row in doc["ranks"]:
-        assert list(row) == FIELDS
+        assert list(row) == FIELDS + ["machine", "hostname"]
+    # files without a boot_id are a machine each
+    assert [(m["machine"], m["ranks"], m["boot_id"]) for m in doc["machines"]] == [(r, [r], "") for r in range(3)]
+    assert [row["machine"] for row in doc["ranks"]] == [0, 1, 2]
     for row in doc["ranks"][1:]:
         truth = synth.true_relative(job.truth, row["rank"], 0, job.span_true)
         assert row["method"] == "rpc" and row["samples"] == 50 and row["peers"] == [0]
@@ -47,7 +51,9 @@ def test_table_and_fallback_warning(tmp_path):
     res = CliRunner().invoke(main, ["offsets", *paths])
     assert res.exit_code == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0].split() == FIELDS
+    assert lines[0].split() == FIELDS + ["machine"]
+    for r, line in enumerate(lines[-3:]):
+        assert re.fullmatch(rf"machine {r}: \S+ \(no boot_id\): rank {r}", line), line
     assert lines[3].split()[:2] == ["2", "wall"] and lines[3].split()[5] == "-"
     assert "rank 2: no exchange links rank 2 to reference rank 0" in res.stderr
 

@@ -19,8 +19,10 @@ from tests.tracefiles import cli  # noqa: E402
 JOB_TIMEOUT_S = 120
 
 # The recipe: worker0 issues the calls inside the README's snippet; worker1 enters the same
-# snippet with nothing in it, then serves until rpc.shutdown(). CALLEE_PROFILES=0: worker1
-# never enters profile.
+# snippet with nothing in it, then serves until rpc.shutdown() (mode "after"). "silent":
+# worker1 never enters profile. "inside": every worker calls rpc.shutdown() inside its block
+# (the callee records while it serves). "everything": rpc.init_rpc() and rpc.shutdown()
+# both inside the block in every worker (the README's pattern that records everything).
 JOB = textwrap.dedent("""
     import os, sys, time
     import torch
@@ -35,28 +37,42 @@ JOB = textwrap.dedent("""
     def fails():
         raise ValueError("on purpose")
 
-    def worker(rank, port, out, callee_profiles):
+    def calls():
+        t1, t2 = torch.ones(2), torch.ones(2)
+        results = [rpc.rpc_async("worker1", torch.add, args=(t1, t2)).wait() for _ in range(5)]
+        results.append(rpc.rpc_sync("worker1", slow_add, args=(t1, 3)))
+        results.append(rpc.remote("worker1", slow_add, args=(t1, 4)).to_here())
+        try:
+            rpc.rpc_sync("worker1", fails)
+        except ValueError as e:
+            assert "on purpose" in str(e)
+        assert [r.tolist() for r in results] == [[2.0, 2.0]] * 5 + [[4.0, 4.0], [5.0, 5.0]]
+
+    def worker(rank, port, out, mode):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if mode == "everything":  # the README's block that records everything
+            with profile(out) as p:
+                rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+                if rank == 0:
+                    calls()
+                rpc.shutdown()
+            return
         rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
         if rank == 0:
-            t1, t2 = torch.ones(2), torch.ones(2)
             with profile(out) as p:
-                results = [rpc.rpc_async("worker1", torch.add, args=(t1, t2)).wait() for _ in range(5)]
-                results.append(rpc.rpc_sync("worker1", slow_add, args=(t1, 3)))
-                results.append(rpc.remote("worker1", slow_add, args=(t1, 4)).to_here())
-                try:
-                    rpc.rpc_sync("worker1", fails)
-                except ValueError as e:
-                    assert "on purpose" in str(e)
-            assert [r.tolist() for r in results] == [[2.0, 2.0]] * 5 + [[4.0, 4.0], [5.0, 5.0]]
-        elif callee_profiles:
+                calls()
+                if mode == "inside":
+                    rpc.shutdown()
+        elif mode != "silent":
             with profile(out) as p:
-                pass
-        rpc.shutdown()
+                if mode == "inside":
+                    rpc.shutdown()
+        if mode != "inside":
+            rpc.shutdown()
 
     if __name__ == "__main__":
-        port, out, callee_profiles = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
-        mp.spawn(worker, args=(port, out, callee_profiles), nprocs=2)
+        port, out, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+        mp.spawn(worker, args=(port, out, mode), nprocs=2)
 """)
 
 
@@ -67,12 +83,12 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run(tmp_path, callee_profiles, port=None):
+def _run(tmp_path, mode, port=None):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     out = tmp_path / "traces"
     env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
-    subprocess.run([sys.executable, str(script), str(port or _free_port()), str(out), "1" if callee_profiles else "0"],
+    subprocess.run([sys.executable, str(script), str(port or _free_port()), str(out), mode],
                    check=True, timeout=JOB_TIMEOUT_S, capture_output=True, env=env)
     return out
 
@@ -84,18 +100,18 @@ def snippet_port():
 
 @pytest.fixture(scope="module")
 def snippet_job(tmp_path_factory, snippet_port):
-    return _run(tmp_path_factory.mktemp("snippet"), callee_profiles=True, port=snippet_port)
+    return _run(tmp_path_factory.mktemp("snippet"), "after", port=snippet_port)
 
 
 @pytest.fixture(scope="module")
 def second_run(tmp_path_factory, snippet_job, snippet_port):
     """The same script again on the same MASTER_ADDR:MASTER_PORT."""
-    return _run(tmp_path_factory.mktemp("again"), callee_profiles=True, port=snippet_port)
+    return _run(tmp_path_factory.mktemp("again"), "after", port=snippet_port)
 
 
 @pytest.fixture(scope="module")
 def silent_callee_job(tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("silent"), callee_profiles=False)
+    return _run(tmp_path_factory.mktemp("silent"), "silent")
 
 
 def _block(path):
@@ -218,3 +234,55 @@ def test_a_callee_with_no_file_gets_its_own_process_group(silent_callee_job, tmp
     for rpc_id, caller in spans["caller"].items():
         callee = spans["callee"][rpc_id]
         assert caller["ts"] <= callee["ts"] and callee["ts"] + callee["dur"] <= caller["ts"] + caller["dur"]
+
+
+@pytest.fixture(scope="module")
+def inside_job(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("inside"), "inside")
+
+
+def test_shutdown_inside_the_block_records_the_callee_ops_and_keeps_every_side(inside_job, tmp_path):
+    caller, callee = _block(inside_job / "rank0.json.gz"), _block(inside_job / "rank1.json.gz")
+    calls = {r["rpc_id"] for r in caller["rpcs"] if r["role"] == "caller"}
+    assert len(calls) == 8
+    # asked for when rpc.shutdown() ran in the block: RPC is down when the file is written
+    assert {c["rpc_id"] for side in caller["remote_sides"] for c in side["calls"]} == calls
+    own = {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"}
+    assert own and own <= calls  # worker1 recorded the calls it served while its profiler ran
+    files = [str(inside_job / "rank0.json.gz"), str(inside_job / "rank1.json.gz")]
+    doc, err = _merged(files, tmp_path / "merged.json")
+    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    callee_spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"
+                    and (e.get("args") or {}).get("role") == "callee"]
+    assert sorted(e["args"]["rpc_id"] for e in callee_spans) == sorted(calls)  # each once: own or drawn
+    with gzip.open(inside_job / "rank1.json.gz") as f:
+        served_ops = [e for e in json.load(f)["traceEvents"] if e.get("name") == "aten::add"]
+    assert served_ops  # the callee's own ops, under its spans
+
+
+@pytest.fixture(scope="module")
+def everything_job(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("everything"), "everything")
+
+
+def test_init_and_shutdown_inside_the_block_record_every_side_and_every_callee_op(everything_job, tmp_path):
+    assert sorted(p.name for p in everything_job.iterdir()) == ["rank0.json.gz", "rank1.json.gz"]
+    caller, callee = _block(everything_job / "rank0.json.gz"), _block(everything_job / "rank1.json.gz")
+    # who each worker is was told once RPC was up: names, ranks and one job id
+    assert (caller["rank"], caller["worker_name"], callee["rank"], callee["worker_name"]) == \
+        (0, "worker0", 1, "worker1")
+    assert caller["world_size"] == callee["world_size"] == 2
+    assert caller["job_id"] == callee["job_id"] and "@" in caller["job_id"]
+    calls = {r["rpc_id"] for r in caller["rpcs"] if r["role"] == "caller"}
+    assert len(calls) == 8
+    # init_rpc waits for every worker: worker1 was recording before the first call came
+    assert {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"} == calls
+    with gzip.open(everything_job / "rank1.json.gz") as f:
+        events = json.load(f)["traceEvents"]
+    remote = [e for e in events if e.get("name", "").endswith("#remote") and e.get("ph") == "X"]
+    assert len(remote) == 8
+    adds = [e for e in events if e.get("name") == "aten::add" and e.get("ph") == "X"]
+    assert len(adds) == 7  # 5 torch.add calls and 2 slow_add, each on the callee
+    doc, err = _merged([str(everything_job / "rank0.json.gz"), str(everything_job / "rank1.json.gz")],
+                       tmp_path / "merged.json")
+    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err

@@ -7,6 +7,11 @@ import torch.distributed as dist
 from torch.distributed import rpc
 
 
+def in_job():
+    """Whether RPC or torch.distributed is initialised in this process (who it is can be told)."""
+    return (rpc.is_available() and rpc.api._is_current_rpc_agent_set()) or dist.is_initialized()
+
+
 def identify(rank=None, worker_name=None):
     """(rank, worker_name, world_size), from RPC when initialised, else torch.distributed.
 

@@ -9,6 +9,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 
 @dataclass
@@ -27,11 +28,15 @@ class Span:
 
 @dataclass
 class Recorder:
-    rank: int
-    worker_name: str
+    # called just before RPC shuts down inside the block, while every worker still answers
+    # (the capture learns who it is there when RPC started inside the block)
+    on_rpc_end: Optional[Callable[[], None]] = None
     rpcs: list = field(default_factory=list)
     collectives: list = field(default_factory=list)
     spans: list = field(default_factory=list)
+    # callee sides asked for when rpc.shutdown() ran inside the block (the file is written
+    # after it, when no callee can be asked any more): "clock_rank" objects, as fetched
+    fetched: list = field(default_factory=list)
     _seq: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -40,9 +45,10 @@ class Recorder:
         with self._lock:
             getattr(self, kind).append(item)
 
-    def next_rpc_id(self):
+    def next_rpc_id(self, caller):
+        """A new id of a call from RPC worker ``caller`` (its id: unique in the RPC world)."""
         # next() on itertools.count is atomic under the GIL: ids stay unique across threads
-        return f"{self.rank}:{next(self._seq)}"
+        return f"{caller}:{next(self._seq)}"
 
     def take(self, start_ns, stop_ns):
         """Records and spans that began in [start_ns, stop_ns]; drops everything begun
@@ -53,6 +59,35 @@ class Recorder:
                 items = getattr(self, name)
                 out[name] = [x for x in items if start_ns <= when(x) <= stop_ns]
                 setattr(self, name, [x for x in items if when(x) > stop_ns])
+        return out
+
+
+    def caller_records(self):
+        """The calls this process issued so far (records stay for ``take``)."""
+        with self._lock:
+            return [r for r in self.rpcs if r["role"] == "caller"]
+
+    def keep_sides(self, sides):
+        with self._lock:
+            self.fetched += sides
+
+    def fetched_sides(self, calls):
+        """The fetched sides of ``calls`` (caller records), taken out of ``fetched``; a
+        callee's error object comes along when one of ``calls`` went to that callee."""
+        ids = {r["rpc_id"] for r in calls}
+        callees = {r["callee"] for r in calls}
+        out, rest = [], []
+        with self._lock:
+            for side in self.fetched:
+                if "calls" not in side:
+                    (out if side["clock_rank"] in callees else rest).append(side)
+                    continue
+                mine = [c for c in side["calls"] if c["rpc_id"] in ids]
+                if mine:
+                    out.append(dict(side, calls=mine))
+                if len(mine) < len(side["calls"]):
+                    rest.append(dict(side, calls=[c for c in side["calls"] if c["rpc_id"] not in ids]))
+            self.fetched = rest
         return out
 
 

@@ -46,19 +46,44 @@ def instrumented():
         rpc.rpc_sync: functools.partial(_traced_api, "rpc_sync"),
         rpc.rpc_async: functools.partial(_traced_api, "rpc_async"),
         rpc.remote: functools.partial(_traced_api, "remote"),
+        rpc.shutdown: _fetching_shutdown,
     })
+
+
+def _fetching_shutdown(original):
+    """rpc.shutdown inside a ``profile`` block (every worker then records until all are
+    done): the callee sides of this process's calls are asked for first, while every
+    callee still answers (a graceful shutdown waits for all workers), since the file is
+    written after it."""
+    def shutdown(*args, **kwargs):
+        rec = recorder.current
+        if rec is not None:
+            if rec.on_rpc_end is not None:
+                rec.on_rpc_end()
+            calls = rec.caller_records()
+            fetched = {c["rpc_id"] for side in rec.fetched for c in side.get("calls", ())}
+            rec.keep_sides(collect_remote_sides([r for r in calls if r["rpc_id"] not in fetched]))
+        return original(*args, **kwargs)
+
+    return shutdown
 
 
 def _traced_api(kind, original):
     def traced(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
         rec = recorder.current
-        if rec is None or _is_script(func):
+        if rec is None or _is_script(func) or _is_rpc_machinery(func):
             # TorchScript functions cannot be wrapped by a Python function without
             # changing how the callee runs them, so they go out untraced.
             return original(to, func, args, kwargs, timeout)
         return _issue(rec, kind, original, to, func, args or (), kwargs or {}, timeout)
 
     return traced
+
+
+def _is_rpc_machinery(func):
+    """torch.distributed.rpc's own calls (the barrier of a graceful rpc.shutdown(), which
+    may run inside the block) are not the job's RPCs."""
+    return getattr(func, "__module__", None) == api.__name__
 
 
 def _is_script(func):
@@ -70,7 +95,7 @@ def _issue(rec, kind, original, to, func, args, kwargs, timeout):
     dst = api._to_worker_info(to)
     func_name = _func_name(func, args)
     record = {
-        "rpc_id": rec.next_rpc_id(), "role": "caller", "kind": kind, "func": func_name,
+        "rpc_id": rec.next_rpc_id(me.id), "role": "caller", "kind": kind, "func": func_name,
         "name": f"{kind}#{func_name}({me.name} -> {dst.name})",
         "caller": me.id, "callee": dst.id, "caller_name": me.name, "callee_name": dst.name,
         "status": "pending",

@@ -11,7 +11,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from tracemerge.capture import collectives, recorder, rpc, writer
-from tracemerge.capture.identity import boot_id, identify, job_id
+from tracemerge.capture.identity import boot_id, identify, in_job, job_id
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -46,13 +46,10 @@ class profile:
         self.profiler = torch.profiler.profile(**kwargs)
 
     def __enter__(self):
-        rank, worker_name, world_size = identify(self._rank, self._worker_name)
-        self.rank = rank
-        self._meta = {"job_id": job_id(), "rank": rank, "world_size": world_size,
-                      "worker_name": worker_name, "hostname": socket.gethostname(),
-                      "boot_id": boot_id(), "pid": os.getpid()}
+        self._meta, self._known = {}, False
+        self._identify()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._recorder = recorder.Recorder(rank, worker_name)
+        self._recorder = recorder.Recorder(on_rpc_end=self._identify)
         with contextlib.ExitStack() as stack:
             recorder.activate(self._recorder)
             stack.callback(recorder.deactivate)
@@ -68,8 +65,22 @@ class profile:
             stop_ns = time.time_ns()
             self.profiler.__exit__(*exc_info)
             if self._cycle is None:
-                self._write(f"rank{self.rank}.json.gz", stop_ns, self.profiler)
+                self._write("rank{rank}.json.gz", stop_ns, self.profiler)
         return False
+
+    def _identify(self):
+        """Who this worker is (rank, name, world size, job id): told when the block starts
+        if RPC or torch.distributed is up, else as soon as it is — ``rpc.init_rpc`` inside
+        the block (every worker then records before any call, since init_rpc waits for all),
+        told at ``rpc.shutdown()`` in the block or when the file is written."""
+        if self._known:
+            return
+        self._known = in_job() or self._rank is not None
+        rank, worker_name, world_size = identify(self._rank, self._worker_name)
+        self.rank = rank
+        self._meta = {"job_id": job_id(), "rank": rank, "world_size": world_size,
+                      "worker_name": worker_name, "hostname": socket.gethostname(),
+                      "boot_id": boot_id(), "pid": os.getpid()}
 
     def step(self):
         """``self.profiler.step()``: marks a step for ``schedule``."""
@@ -91,16 +102,21 @@ class profile:
         return watched
 
     def _cycle_ready(self, prof):
-        self._write(f"rank{self.rank}.cycle{self._cycle}.json.gz", time.time_ns(), prof)
+        self._write(f"rank{{rank}}.cycle{self._cycle}.json.gz", time.time_ns(), prof)
         self._cycle += 1
 
     def _write(self, name, stop_ns, prof):
+        self._identify()
+        name = name.format(rank=self.rank)
         kineto_json = self.out_dir / f".{name}.kineto.json"
         prof.export_chrome_trace(str(kineto_json))
         meta = dict(self._meta, cycle=self._cycle,
                     profile_start_ns=self._window_start_ns, profile_stop_ns=stop_ns)
         taken = self._recorder.take(self._window_start_ns, stop_ns)
-        taken["remote_sides"] = rpc.collect_remote_sides(taken["rpcs"])
+        calls = [r for r in taken["rpcs"] if r["role"] == "caller"]
+        early = self._recorder.fetched_sides(calls)  # asked for when rpc.shutdown() ran in the block
+        got = {c["rpc_id"] for side in early for c in side.get("calls", ())}
+        taken["remote_sides"] = early + rpc.collect_remote_sides([r for r in calls if r["rpc_id"] not in got])
         writer.write(self.out_dir / name, kineto_json, meta, taken)
 
 

@@ -33,6 +33,7 @@ from tracemerge.codecs import codec_for
 from tracemerge.errors import OutputError, TraceError, reading
 from tracemerge.formats import FORMATS
 from tracemerge.inputs import read_trace
+from tracemerge.inputs.cycles import joined_trace
 from tracemerge.inputs.rankinfo import event_facts
 from tracemerge.merge.executors import Abandoned, LocalEngine, gc_paused
 from tracemerge.model import RankTrace
@@ -51,11 +52,16 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     gzip member or zstd frame, so the ranks concatenate into one stream.
     """
     try:
-        with gc_paused(), reading(source if isinstance(source, str) else source.path):
+        with gc_paused(), reading(_named(source)):
             owned = not isinstance(source, RankTrace)
-            # the compiled core reads a file it takes; the Python path the others (and the
-            # traces a Session keeps in memory): the same columns, the same output bytes
-            trace, core = kernel.read_rank(source) if owned else (source, kernel.core_of(source))
+            if isinstance(source, tuple):  # the cycle files of one rank, encoded whole
+                read = [(s, kernel.core_of(s)) if isinstance(s, RankTrace) else kernel.read_rank(s) for s in source]
+                trace = joined_trace([t for t, _ in read])
+                core = next((c for _, c in read if c != "native"), "native")
+            else:
+                # the compiled core reads a file it takes; the Python path the others (and the
+                # traces a Session keeps in memory): the same columns, the same output bytes
+                trace, core = kernel.read_rank(source) if owned else (source, kernel.core_of(source))
             path = trace.path
             known = event_facts(trace) if facts else None
             try:
@@ -74,6 +80,13 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
         sink.abandon()
         raise
     return {"counts": counts, "bytes": size, "facts": known, "core": core}
+
+
+def _named(source):
+    """The file a source is read from, for messages (a rank's cycles: its first)."""
+    if isinstance(source, tuple):
+        source = source[0]
+    return source if isinstance(source, str) else source.path
 
 
 def _encoded(form, events, codec):

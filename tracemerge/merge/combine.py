@@ -100,19 +100,19 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, for
     start = aligned_start(session, alignment) - next(iter(places.values())).out_base_ns
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
 
-    files = [part for i in kept for part in i.files]  # a job per file: a rank's cycles one after the other
+    jobs, owners = rank_jobs(session, kept, places, FORMATS[fmt])
 
     def footer(results):
-        session.cores = [(part.path, r.get("core", "python")) for part, r in zip(files, results)]
-        for part, r in zip(files, results):
-            if r["facts"] is not None:
-                learn(part, r["facts"])
+        session.cores = [(part.path, r.get("core", "python")) for own, r in zip(owners, results) for part in own]
+        for own, r in zip(owners, results):
+            if r["facts"] is not None and len(own) == 1:
+                learn(own[0], r["facts"])
         for info in kept:
             if info.parts:
                 refresh(info)
         if placements(session, alignment) != places:
             raise _Moved()
-        for r in results[len(files):]:  # the drawn callee spans and path are added, not input
+        for r in results[len(owners):]:  # the drawn callee spans and path are added, not input
             c = r["counts"]
             c["added"] = c.get("added", 0) + c.pop("in", 0)
         for r in results:
@@ -124,7 +124,6 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, for
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the session's engine, into its part of the output
-    jobs = [(source, places[i.rank]) for i in kept for source in session.sources(i.rank)]
     remote = remote_spans(session.infos, alignment.clocks, places, {i.rank for i in kept})
     jobs += remote.jobs
     drawn = None
@@ -133,6 +132,24 @@ def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, for
         jobs.append(job)
     return write_merged(session.engine or LocalEngine(1), rank_fn, fmt,
                         jobs, output, header, footer, facts=any(i.partial for i in kept), force=force)
+
+
+def rank_jobs(session, kept, places, form):
+    """(the (source, Placement) jobs of the ranks ``kept``, the infos of the files each job
+    reads). A rank of several cycle files is a job per file, written one after the other,
+    each by the compiled core where it can; for a format that encodes a rank whole
+    (``columns_only``: Perfetto's tracks and interning are per rank), one job that reads and
+    joins its cycles (a tuple of sources; its facts were learned before)."""
+    jobs, owners = [], []
+    for info in kept:
+        sources = session.sources(info.rank)
+        if info.parts and form.columns_only:
+            jobs.append((tuple(sources), places[info.rank]))
+            owners.append(info.parts)
+        else:
+            jobs += [(source, places[info.rank]) for source in sources]
+            owners += [[part] for part in info.files]
+    return jobs, owners
 
 
 def _path_job(windows, places, taken):
