@@ -270,7 +270,7 @@ def core_line(cores, unit="ranks"):
     read instead and why (the output is the same bytes either way); ``unit``: "files" when
     some rank is several cycle files, each read on its own."""
     native = sum(core == "native" for _, core in cores)
-    if not native:
+    if not native and kernel.active() != "native":  # no kernel: one reason for all
         return f"core: python ({len(cores)} {unit}; {kernel.describe().split('(', 1)[-1].rstrip(')')})"
     fallback = [(path, core.partition(": ")[2] or "not taken") for path, core in cores if core != "native"]
     return f"core: native ({native} of {len(cores)} {unit})" + "".join(
