@@ -18,7 +18,7 @@ from tracemerge.codecs import codec_for
 from tracemerge.formats.base import Format
 from tracemerge.merge.ids import namespaced_args
 from tracemerge.merge.placement import _rewrite_process_metadata as rewrite_process_metadata
-from tracemerge.merge.placement import aligned_ns, transform_chunks
+from tracemerge.merge.placement import aligned_ns, lane_tid, transform_chunks
 from tracemerge.model import Args
 from tracemerge.nesting import lanes
 
@@ -60,12 +60,10 @@ def rank_body(trace, place, rpc, found, counts, consume):
         counts["lanes_spans"] = len(moved)
         counts["lanes_lanes"] = len({(int(trace.pid[i]), int(trace.tid[i]), k) for i, k in moved.items()})
     if kernel.core_of(trace) == "native":  # read by the compiled core, which writes the events too
-        if moved:  # the splice writer keeps each event's thread
-            raise kernel.Declined("spans that go to lanes of their thread")
-        body = kernel_body(trace, place, *times)
+        body = kernel_body(trace, place, *times, moved)
         if body is None:
             raise kernel.Declined("a ts or dur of 1e16 µs or more")
-        chunks, made = [body], transform_chunks(trace, place, times)[1]
+        chunks, made = [body], transform_chunks(trace, place, times, lanes=moved)[1]
     else:
         chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args", lanes=moved)
     if found:
@@ -75,12 +73,13 @@ def rank_body(trace, place, rpc, found, counts, consume):
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
 
 
-def kernel_body(trace, place, start, dur):
+def kernel_body(trace, place, start, dur, moved=None):
     """The body :func:`~tracemerge.merge.placement.transform_chunks` and
     :func:`encode_events` make of the own events of ``trace`` (read by the compiled core),
     written by the core's splice writer; None when it cannot write it. The renamed process
     metadata (a few events per rank) is made by the transform's own code and handed to the
-    writer as replacement args."""
+    writer as replacement args; the spans ``moved`` to lanes ({event index: lane}) get
+    their lane's tid, encoded as the Python path encodes it."""
     overrides = {}
     for i in np.flatnonzero(trace.ph == ord("M")).tolist():
         if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
@@ -90,7 +89,8 @@ def kernel_body(trace, place, start, dur):
         rewrite_process_metadata(trace, place, args, [i], i)
         a = args[0]
         overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)
-    return kernel.json_body(trace, place, start, dur, overrides)
+    tids = {i: msgspec.json.encode(lane_tid(trace.tids[trace.tid[i]], lane)) for i, lane in (moved or {}).items()}
+    return kernel.json_body(trace, place, start, dur, overrides, tids)
 
 
 def size_warning(output, summary):

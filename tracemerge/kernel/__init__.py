@@ -251,13 +251,15 @@ def _extra_columns(s, n):
     return out
 
 
-def json_body(trace, place, start, dur, overrides) -> bytes | None:
+def json_body(trace, place, start, dur, overrides, tids=None) -> bytes | None:
     """One rank's events as the comma-joined body the Python path writes for them, given
-    their aligned ``start``/``dur`` ns (:func:`tracemerge.merge.placement.aligned_ns`) and ``overrides``
-    ({trace index: args bytes}); None when a value is out of the kernel's reach."""
+    their aligned ``start``/``dur`` ns (:func:`tracemerge.merge.placement.aligned_ns`),
+    ``overrides`` ({trace index: args bytes}) and ``tids`` ({trace index: tid bytes}, the
+    spans moved to lanes); None when a value is out of the kernel's reach."""
     scan = trace.scan
     index = trace.index if trace.index is not None else np.arange(len(trace), dtype=np.int64)
     over = {int(index[i]): v for i, v in overrides.items()}
+    moved = {int(index[i]): v for i, v in (tids or {}).items()}
     return scan.write(np.ascontiguousarray(index, np.int64), np.ascontiguousarray(start, np.int64),
-                      np.ascontiguousarray(dur, np.int64), int(place.pid_base), int(place.rank), over)
+                      np.ascontiguousarray(dur, np.int64), int(place.pid_base), int(place.rank), over, moved)
 

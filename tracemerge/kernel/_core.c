@@ -992,17 +992,19 @@ static int get_array(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, Py_ssize_t 
     return 1;
 }
 
-/* write(idx, ts_ns, dur_ns, pid_base, rank, overrides) -> bytes or None
+/* write(idx, ts_ns, dur_ns, pid_base, rank, overrides[, tids]) -> bytes or None
  *   idx: int64 event indices to write (the selection), ts_ns/dur_ns: int64 aligned values
  *   for those events (read only where the event has ts / ts and dur), overrides: {event
- *   index: args bytes} for the args the Python side rewrites (process metadata).
+ *   index: args bytes} for the args the Python side rewrites (process metadata), tids:
+ *   {event index: tid bytes} for the spans the Python side moves to lanes of their thread.
  * None when a value would be written in a form the kernel does not produce (the caller
  * reads the rank with the Python path). */
 static PyObject *Scan_write(Scan *s, PyObject *args) {
-    PyObject *idx_o, *ts_o, *dur_o, *over;
+    PyObject *idx_o, *ts_o, *dur_o, *over, *tid_over = NULL;
     long long pid_base;
     long rank;
-    if (!PyArg_ParseTuple(args, "OOOLlO!", &idx_o, &ts_o, &dur_o, &pid_base, &rank, &PyDict_Type, &over)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOLlO!|O!", &idx_o, &ts_o, &dur_o, &pid_base, &rank, &PyDict_Type, &over,
+                          &PyDict_Type, &tid_over)) return NULL;
     if (rank < 0 || rank > 0x7FFFFFFF || pid_base < 0 || pid_base > ((long long)1 << 40)) {
         PyErr_SetString(PyExc_ValueError, "rank or pid_base out of range");
         return NULL;
@@ -1025,17 +1027,19 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
         bound += 200 + (size_t)e->name_len + e->cat_len + e->tid_len + e->args_len + (size_t)e->argid_count * 48 + 2 * 48;
         for (uint32_t k = 0; k < e->extra_count; k++) bound += s->ex[e->extra_first + k].len + 16;
     }
-    uint8_t *marked = NULL;  /* per scanned event: has replacement args */
-    if (PyDict_GET_SIZE(over)) {
-        marked = calloc(s->n ? s->n : 1, 1);
+    uint8_t *marked = NULL;  /* per scanned event: MARK_ARGS / MARK_TID, has a replacement */
+    PyObject *dicts[2] = {over, tid_over};
+    for (int d = 0; d < 2; d++) {
+        if (!dicts[d] || !PyDict_GET_SIZE(dicts[d])) continue;
+        if (!marked) marked = calloc(s->n ? s->n : 1, 1);
         if (!marked) { PyBuffer_Release(&ib); PyBuffer_Release(&tb); PyBuffer_Release(&db); return PyErr_NoMemory(); }
         PyObject *key, *value;
         Py_ssize_t pos = 0;
-        while (PyDict_Next(over, &pos, &key, &value)) {
+        while (PyDict_Next(dicts[d], &pos, &key, &value)) {
             if (PyBytes_Check(value)) bound += (size_t)PyBytes_GET_SIZE(value);
             long long k = PyLong_Check(key) ? PyLong_AsLongLong(key) : -1;
             if (k == -1 && PyErr_Occurred()) PyErr_Clear();
-            if (k >= 0 && (size_t)k < s->n) marked[k] = 1;
+            if (k >= 0 && (size_t)k < s->n) marked[k] |= (uint8_t)(1 << d);
         }
     }
     PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
@@ -1046,23 +1050,26 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
         int64_t i = idx[j];
         if (i < 0 || (size_t)i >= s->n) { PyErr_SetString(PyExc_IndexError, "event index out of range"); status = 0; break; }
         Ev *e = &s->ev[i];
-        const char *ov = NULL;
-        Py_ssize_t ovlen = 0;
-        if (marked && marked[i]) {  /* only the few events with replacement args ask the dict */
+        const char *ov = NULL, *tv = NULL;
+        Py_ssize_t ovlen = 0, tvlen = 0;
+        if (marked && marked[i]) {  /* only the few events with replacements ask the dicts */
             PyObject *key = PyLong_FromLongLong(i);
             if (!key) { status = 0; break; }
-            PyObject *v = PyDict_GetItemWithError(over, key);
-            Py_DECREF(key);
-            if (!v && PyErr_Occurred()) { status = 0; break; }
-            if (v) {
-                if (!PyBytes_Check(v)) { PyErr_SetString(PyExc_TypeError, "override args must be bytes"); status = 0; break; }
-                ov = PyBytes_AS_STRING(v);
-                ovlen = PyBytes_GET_SIZE(v);
+            for (int d = 0; d < 2 && status; d++) {
+                if (!(marked[i] & (1 << d))) continue;
+                PyObject *v = PyDict_GetItemWithError(dicts[d], key);
+                if (!v && PyErr_Occurred()) { status = 0; break; }
+                if (!v) continue;
+                if (!PyBytes_Check(v)) { PyErr_SetString(PyExc_TypeError, "replacements must be bytes"); status = 0; break; }
+                if (d == 0) { ov = PyBytes_AS_STRING(v); ovlen = PyBytes_GET_SIZE(v); }
+                else { tv = PyBytes_AS_STRING(v); tvlen = PyBytes_GET_SIZE(v); }
             }
+            Py_DECREF(key);
+            if (!status) break;
         }
         /* an upper bound of this event's size */
-        size_t need = 200 + e->name_len + e->cat_len + e->tid_len + (ov ? (size_t)ovlen : e->args_len)
-                      + (size_t)e->argid_count * 48 + 2 * 48;
+        size_t need = 200 + e->name_len + e->cat_len + (tv ? (size_t)tvlen : e->tid_len)
+                      + (ov ? (size_t)ovlen : e->args_len) + (size_t)e->argid_count * 48 + 2 * 48;
         for (uint32_t k = 0; k < e->extra_count; k++) need += s->ex[e->extra_first + k].len + 16;
         if (b.len + need > b.cap) { PyErr_SetString(PyExc_SystemError, "write: size bound exceeded"); status = 0; break; }
         if (j) b.p[b.len++] = ',';
@@ -1073,7 +1080,10 @@ static PyObject *Scan_write(Scan *s, PyObject *args) {
         if (e->flags & F_NAME) { put(&b, ",\"name\":", 8); put(&b, base + e->name_off, e->name_len); }
         put(&b, ",\"pid\":", 7);
         put_i64(&b, pid_base + e->pid_code);
-        if (!(e->flags & F_TID_NULL)) {
+        if (tv) {  /* a lane of the span's thread: its tid, whatever the thread's was */
+            put(&b, ",\"tid\":", 7);
+            put(&b, tv, (size_t)tvlen);
+        } else if (!(e->flags & F_TID_NULL)) {
             put(&b, ",\"tid\":", 7);
             if (e->flags & F_TID_ABSENT) b.p[b.len++] = '0';
             else put(&b, base + e->tid_off, e->tid_len);

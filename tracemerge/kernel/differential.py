@@ -21,6 +21,7 @@ from tracemerge.formats.chrome import kernel_body
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
 from tracemerge.model import NO_TS
+from tracemerge.nesting import lanes
 
 SCALAR_FIELDS = ("meta", "tracemerge", "base_ns", "names", "pids", "tids", "warnings", "truncated")
 ARRAY_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur")
@@ -94,9 +95,10 @@ def _body_or_error(write, *args):
         return f"{type(e).__name__}: {e}"
 
 
-def python_body(trace, place):
-    """The Python path's body of ``trace``'s own events (transform, then the JSON writer)."""
-    chunks, _ = transform_chunks(trace, place, aligned_ns(trace, place.clock, place.out_base_ns))
+def python_body(trace, place, moved=None):
+    """The Python path's body of ``trace``'s own events (transform, then the JSON writer);
+    ``moved``: the spans that go to lanes ({event index: lane})."""
+    chunks, _ = transform_chunks(trace, place, aligned_ns(trace, place.clock, place.out_base_ns), lanes=moved)
     return b",".join(chrome.encode_events(c) for c in chunks if c)
 
 
@@ -121,10 +123,11 @@ def check_bytes(data, name="input.json"):
             raise Mismatch(f"read: {why}")
         for place in placements(p):
             start, dur = aligned_ns(k, place.clock, place.out_base_ns)
-            body = _body_or_error(kernel_body, k, place, start, dur)
+            moved = lanes(p, start, start + np.maximum(dur, 0))  # as formats.chrome.rank_body finds them
+            body = _body_or_error(kernel_body, k, place, start, dur, moved)
             if body is None:
                 continue  # out of the writer's reach: that rank is written by the Python path
-            expected = _body_or_error(python_body, p, place)
+            expected = _body_or_error(python_body, p, place, moved)
             if body.__class__ is str or expected.__class__ is str:  # args that cannot be decoded
                 if body != expected:
                     raise Mismatch(f"rank {place.rank}: {body!r:.200} != {expected!r:.200}")
