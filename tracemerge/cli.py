@@ -186,10 +186,14 @@ def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
     for w in session.warnings:
         say(f"tracemerge: warning: {w}", err=True)
     if file_warnings:
-        for info in session.infos:
-            for w in info.warnings:
-                say(f"tracemerge: warning: {info.path}: {w}", err=True)
+        file_warnings_of([i for i in session.infos if not i.partial])  # the others' once their events are read
     return session
+
+
+def file_warnings_of(infos):
+    for info in infos:
+        for w in info.warnings:
+            say(f"tracemerge: warning: {info.path}: {w}", err=True)
 
 
 def parse_offsets(ctx, param, values):
@@ -572,11 +576,18 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
         if path is not None:
             check_output(path, files, force=True)  # before any input is read
 
+    headed = []  # infos described from their heads: their warnings once the report read their events
+
     def opener(paths):
-        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle)
+        # rank files are described from their heads: the report reads each rank's events once
+        session = open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
+                              head=not skip_bad)
+        headed.extend(i for i in session.infos if i.partial)
+        return session
 
     rep = reports.build_report(list(files), opener, (method, reference, offsets), group_by, remote_ops,
                                analysis or section != CSV_SECTIONS[0])
+    file_warnings_of(headed)
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)

@@ -90,6 +90,18 @@ class KernelArgs(Args):
         o, n = self._spans[i].tolist()
         return msgspec.json.decode(self._view[o:o + n]) if n else None
 
+    def dicts(self, idx):
+        """Args.dicts without making every item: the reports ask for a few events' args
+        (metadata, RPC spans) of ranks with a million."""
+        if self._items is not None:
+            return super().dicts(idx)
+        return Args(list(map(self.raw_item, idx)), raw=True).dicts(range(len(idx)))
+
+    def take(self, idx):
+        if self._items is not None:
+            return super().take(idx)
+        return Args(list(map(self.raw_item, idx)), raw=True)
+
     def raw_item(self, i):
         """``items[i]`` without making the other items."""
         o, n = self._spans[i].tolist()

@@ -18,6 +18,7 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
+from tracemerge.inputs.rankinfo import event_facts, learn
 from tracemerge.kernel import read_file
 from tracemerge.model import RankTrace
 from tracemerge.report.collectives import collective_report
@@ -66,13 +67,18 @@ def read_merged(path: str) -> Optional[RankTrace]:
     return trace if is_merged(trace) else None
 
 
-def _busy(tree, rows, to_ref, start_ns, bin_ns):
-    """Average number of busy threads per time bin: top-level host ops (of ``rows`` of the
-    tree), clipped to bins. Asynchronous spans (calls in flight, gloo work) keep no thread
-    busy: they are left out."""
+def _top_spans(tree, to_ref, rows=True):
+    """(start, end) reference-clock ns of the top-level host ops of an op tree (of its
+    ``rows``): what keeps a thread busy. Asynchronous spans (calls in flight, gloo work)
+    keep no thread busy: they are left out."""
     top = rows & tree.kept & (tree.parent < 0) & ~tree.is_async
-    s = to_ref(tree.start[top]) - start_ns
-    e = to_ref(tree.end[top]) - start_ns
+    return to_ref(tree.start[top]), to_ref(tree.end[top])
+
+
+def _busy(spans, start_ns, bin_ns):
+    """Average number of busy threads per time bin of the ``spans`` (:func:`_top_spans`),
+    clipped to bins."""
+    s, e = spans[0] - start_ns, spans[1] - start_ns
     edges = np.arange(TIMELINE_BINS + 1, dtype=np.int64) * bin_ns
     busy = [(np.clip(e, lo, hi) - np.clip(s, lo, hi)).sum() / bin_ns for lo, hi in zip(edges[:-1], edges[1:])]
     return [round(float(b), 4) for b in busy]
@@ -96,26 +102,30 @@ def session_report(session, alignment, group_by="name", remote_ops=False, analys
     ``analysis``: with the critical path, wait states and stragglers (``report --analysis``)."""
     clocks = alignment.clocks
     rows, threads, traces_info = [], {}, []
-    first = min(clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
-    last = max(clocks[i.rank].to_reference(i.last_ns) for i in session.infos)
-    bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
-    busy, timelines = {}, {}
+    session.complete([i.rank for i in session.infos if i.partial and i.parts])  # cycles: their parts' own facts
+    spans, timelines = {}, {}
     for info in session.infos:
-        # one rank's columns at a time: rows, threads and busy bins are all that is kept of it
+        # one rank's columns at a time, read once: rows, threads and the top-level spans
+        # (for the busy bins, once every rank's time span is known) are all that is kept of it
         trace = session.trace(info.rank, columns_only=True)
         if is_merged(trace):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
         with reading(info.path):
+            if info.partial:  # described from its head: what only the events tell comes from this read
+                learn(info, event_facts(trace))
             rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
                 timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
                                                      {r.get("name", "") for r in info.rpcs})
         threads[info.rank] = server_threads(trace)
-        tree = op_tree(trace)
-        busy[info.rank] = _busy(tree, np.ones(len(tree.index), bool), clocks[info.rank].to_reference, first, bin_ns)
+        spans[info.rank] = _top_spans(op_tree(trace), clocks[info.rank].to_reference)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
         del trace  # freed before the next rank is read
+    first = min(clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
+    last = max(clocks[i.rank].to_reference(i.last_ns) for i in session.infos)
+    bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
+    busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
@@ -175,7 +185,8 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
         tree = op_tree(trace)
         rank_of_row = node[trace.pid[tree.index]]
         report.timeline = {"start_ns": first, "bin_ns": bin_ns,
-                           "busy": {r: _busy(tree, rank_of_row == r, _same, first, bin_ns) for r in sorted(clocks)}}
+                           "busy": {r: _busy(_top_spans(tree, _same, rank_of_row == r), first, bin_ns)
+                                    for r in sorted(clocks)}}
     if "records" not in block:
         report.notes.append("a merged trace written before tracemerge kept its records: no RPC or collectives report")
         return report
