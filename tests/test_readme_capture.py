@@ -1,0 +1,98 @@
+"""The README's two capture blocks, taken from README.md as they are and pasted unchanged
+into the worker of a real 2-process RPC job (loopback, a free port): the short block,
+where worker1 only serves and its block ends at once, and the block that records
+everything. Each is merged with the README's command; every RPC has both sides."""
+
+import gzip
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.tracefiles import ROOT, cli  # noqa: E402
+
+JOB_TIMEOUT_S = 120
+
+# What the README leaves to the user around its block: imports, the rank, the tensors.
+JOB = """\
+import os, sys
+import torch
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
+
+
+def worker(rank, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    t1, t2 = torch.ones(2), torch.ones(2)
+{block}
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(int(sys.argv[1]),), nprocs=2)
+"""
+
+
+def _blocks():
+    """The python code blocks of the README's Capture section, in order."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = readme.split("## Capture", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(tmp_path, block):
+    (tmp_path / "job.py").write_text(JOB.format(block=textwrap.indent(block, "    ")))
+    env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
+    subprocess.run([sys.executable, "job.py", str(_free_port())], cwd=tmp_path, check=True,
+                   timeout=JOB_TIMEOUT_S, capture_output=True, env=env)
+    return sorted(str(p) for p in (tmp_path / "traces").iterdir())
+
+
+def _events(path):
+    with gzip.open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def test_the_readme_has_the_two_blocks():
+    short, everything = _blocks()
+    # the short block: RPC up before the block, shut down after it
+    assert short.index("rpc.init_rpc") < short.index("with profile(") < short.index("\nrpc.shutdown()")
+    # the block that records everything: RPC started and shut down inside it
+    assert everything.index("with profile(") < everything.index("    rpc.init_rpc") < everything.index("    rpc.shutdown()")
+    for block in (short, everything):  # each can be pasted alone
+        assert "from tracemerge.capture import profile" in block
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["short block", "block that records everything"])
+def test_the_readme_block_pasted_into_each_worker(tmp_path, which):
+    files = _run(tmp_path, _blocks()[which])
+    assert [os.path.basename(f) for f in files] == ["rank0.json.gz", "rank1.json.gz"]
+    out = tmp_path / "trace.json"
+    res = cli("combine", *files, "-o", out, "--force", "--report")
+    assert res.returncode == 0, res.stderr
+    assert b"1 RPCs: 1 with both sides, 0 caller only, 0 callee only" in res.stderr
+    with open(out) as f:
+        doc = json.load(f)
+    spans = {e["args"]["role"]: e for e in doc["traceEvents"] if e.get("ph") == "X" and "rpc_id" in e.get("args", {})}
+    caller, callee = spans["caller"], spans["callee"]
+    assert caller["name"] == "rpc_async#aten::add(worker0 -> worker1)" and callee["name"] == caller["name"] + "#remote"
+    # one machine, one clock: the callee's span lies inside the caller's
+    assert caller["ts"] <= callee["ts"] and callee["ts"] + callee["dur"] <= caller["ts"] + caller["dur"]
+    served = [e for e in _events(files[1]) if e.get("name") == "aten::add"]
+    if which == 1:
+        assert served  # worker1 recorded while it served: its own op is in its file
+    else:
+        assert served == []  # worker1's block ended at once: its side came back to worker0
+    assert (tmp_path / "trace.report.txt").read_text().count("rpc_async#aten::add(worker0 -> worker1)") >= 2
