@@ -171,6 +171,12 @@ def read_file(path, columns_only=False):
     return read_rank(path, columns_only)[0]
 
 
+def annotations(items, start, rank, iids, new_names):
+    """The compiled core's debug annotations of raw args (``formats.perfetto.encoder._Annotations``):
+    (encoded args of ``items[start:]``, the index of the first one it declined)."""
+    return _core.annotations(items, start, rank, iids, new_names)
+
+
 def scan(data):
     """The kernel's scan of a document, or a str saying why the kernel does not take it."""
     if _core is None:

@@ -1186,6 +1186,289 @@ static PyObject *Scan_keys(Scan *s, void *c) {
     return out;
 }
 
+/* ---- debug annotations (.pftrace) ----------------------------------------------------- */
+/* The Perfetto writer's per-event args work (formats.perfetto.encoder._Annotations.encode
+ * of ids.namespace_args(rank, args)), for raw args objects: each top-level key becomes a
+ * TrackEvent.debug_annotations entry with an interned name, its value encoded as the
+ * Python reference encodes it. An event whose args it cannot spell byte for byte (escapes,
+ * repeated keys, integers of more than 18 digits, a number beyond a double, deep nesting,
+ * an id key that is not a plain integer below 2**32) stops the batch: the caller encodes
+ * that event with the Python path, which also interns its names, and resumes after it, so
+ * names are interned in the same order either way. */
+
+typedef struct { uint8_t *p; size_t len, cap; } Out;
+
+static int out_reserve(Out *o, size_t n) {
+    if (o->len + n <= o->cap) return 1;
+    size_t cap = o->cap ? o->cap : 256;
+    while (cap < o->len + n) {
+        if (cap > ((size_t)1 << 40)) return 0;
+        cap *= 2;
+    }
+    uint8_t *p = realloc(o->p, cap);
+    if (!p) return 0;
+    o->p = p; o->cap = cap;
+    return 1;
+}
+
+static int out_put(Out *o, const void *s, size_t n) {
+    if (!out_reserve(o, n)) return 0;
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+    return 1;
+}
+
+static int out_varint(Out *o, uint64_t v) {
+    uint8_t t[10];
+    int k = 0;
+    while (v >= 0x80) { t[k++] = (uint8_t)(v | 0x80); v >>= 7; }
+    t[k++] = (uint8_t)v;
+    return out_put(o, t, (size_t)k);
+}
+
+/* tag, length, then the bytes of ``inner`` */
+static int out_field(Out *o, uint8_t tag, const Out *inner) {
+    return out_put(o, &tag, 1) && out_varint(o, inner->len) && out_put(o, inner->p, inner->len);
+}
+
+typedef struct {
+    const uint8_t *p, *end;
+    PyObject *iids, *new_names;   /* {str: name field bytes}, [interned entry bytes] */
+    long rank;
+    int declined;                 /* 1: this event is the Python path's */
+} Anns;
+
+#define ANN_DEPTH 64
+#define DECLINE(a) do { (a)->declined = 1; return 0; } while (0)
+
+static void ann_ws(Anns *a) {
+    while (a->p < a->end && (*a->p == ' ' || *a->p == '\t' || *a->p == '\n' || *a->p == '\r')) a->p++;
+}
+
+/* a string token without escapes: its bytes (between the quotes) */
+static int ann_string(Anns *a, const uint8_t **s, size_t *n) {
+    if (a->p >= a->end || *a->p != '"') DECLINE(a);
+    const uint8_t *q = ++a->p;
+    while (q < a->end && *q != '"') {
+        if (*q == '\\') DECLINE(a);   /* escapes: the Python path decodes them */
+        q++;
+    }
+    if (q >= a->end) DECLINE(a);
+    *s = a->p; *n = (size_t)(q - a->p);
+    a->p = q + 1;
+    return 1;
+}
+
+/* the name field (DebugAnnotation.name_iid) of a key, interned on first use */
+static int ann_name(Anns *a, Out *o, const uint8_t *s, size_t n) {
+    PyObject *key = PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, "surrogatepass");
+    if (!key) return -1;
+    PyObject *field = PyDict_GetItemWithError(a->iids, key);
+    if (!field) {
+        if (PyErr_Occurred()) { Py_DECREF(key); return -1; }
+        Out f = {0}, entry = {0};
+        uint64_t iid = (uint64_t)PyDict_GET_SIZE(a->iids) + 1;
+        int ok = out_put(&f, "\x08", 1) && out_varint(&f, iid);
+        /* InternedData.debug_annotation_names entry: field 3 { iid, name } */
+        Out body = {0};
+        ok = ok && out_put(&body, f.p, f.len) && out_put(&body, "\x12", 1) && out_varint(&body, n) && out_put(&body, s, n);
+        ok = ok && out_field(&entry, 0x1a, &body);
+        PyObject *fb = ok ? PyBytes_FromStringAndSize((const char *)f.p, (Py_ssize_t)f.len) : NULL;
+        PyObject *eb = ok ? PyBytes_FromStringAndSize((const char *)entry.p, (Py_ssize_t)entry.len) : NULL;
+        free(f.p); free(body.p); free(entry.p);
+        if (!ok) { Py_DECREF(key); PyErr_NoMemory(); return -1; }
+        if (!fb || !eb || PyDict_SetItem(a->iids, key, fb) < 0 || PyList_Append(a->new_names, eb) < 0) {
+            Py_XDECREF(fb); Py_XDECREF(eb); Py_DECREF(key); return -1;
+        }
+        Py_DECREF(eb);
+        field = fb;
+        Py_DECREF(fb);  /* the dict holds it */
+    }
+    Py_DECREF(key);
+    return out_put(o, PyBytes_AS_STRING(field), (size_t)PyBytes_GET_SIZE(field)) ? 1 : (PyErr_NoMemory(), -1);
+}
+
+/* a number token: 1 int (*iv), 2 float (*dv); 0 declined */
+static int ann_number(Anns *a, int64_t *iv, double *dv) {
+    const uint8_t *s = a->p;
+    const uint8_t *q = s;
+    int is_float = 0, digits = 0;
+    if (q < a->end && *q == '-') q++;
+    while (q < a->end && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' || *q == 'E' || *q == '+' || *q == '-')) {
+        if (*q == '.' || *q == 'e' || *q == 'E') is_float = 1;
+        if (*q >= '0' && *q <= '9') digits++;
+        q++;
+    }
+    if (q == s || !digits) DECLINE(a);
+    a->p = q;
+    if (!is_float) {
+        if (digits > 18) DECLINE(a);   /* the Python path keeps big integers exact */
+        uint64_t m = 0;
+        const uint8_t *d = s + (*s == '-');
+        for (; d < q; d++) {
+            if (*d < '0' || *d > '9') DECLINE(a);
+            m = m * 10 + (uint64_t)(*d - '0');
+        }
+        *iv = *s == '-' ? -(int64_t)m : (int64_t)m;
+        return 1;
+    }
+    char buf[64];
+    size_t n = (size_t)(q - s);
+    if (n >= sizeof buf) DECLINE(a);
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    char *end = NULL;
+    double x = PyOS_string_to_double(buf, &end, NULL);
+    if (x == -1.0 && PyErr_Occurred()) { PyErr_Clear(); DECLINE(a); }
+    if (end != buf + n || isinf(x) || isnan(x)) DECLINE(a);  /* beyond a double: msgspec refuses it */
+    *dv = x;
+    return 2;
+}
+
+static int ann_value(Anns *a, Out *o, int depth);
+
+/* the entries of an object: ``tag`` { name, value } each (top level: 0x22, nested: 0x5a);
+ * id keys namespaced at the top level */
+static int ann_object(Anns *a, Out *o, uint8_t tag, int depth) {
+    const uint8_t *keys[64];
+    size_t lens[64];
+    int nkeys = 0;
+    a->p++;  /* '{' */
+    ann_ws(a);
+    if (a->p < a->end && *a->p == '}') { a->p++; return 1; }
+    for (;;) {
+        const uint8_t *ks;
+        size_t kn;
+        ann_ws(a);
+        if (!ann_string(a, &ks, &kn)) return 0;
+        for (int j = 0; j < nkeys; j++)
+            if (lens[j] == kn && memcmp(keys[j], ks, kn) == 0) DECLINE(a);  /* the last one wins in Python */
+        if (nkeys == 64) DECLINE(a);
+        keys[nkeys] = ks; lens[nkeys++] = kn;
+        ann_ws(a);
+        if (a->p >= a->end || *a->p != ':') DECLINE(a);
+        a->p++;
+        ann_ws(a);
+        Out entry = {0};
+        int r = ann_name(a, &entry, ks, kn);
+        if (r < 0) { free(entry.p); return -1; }
+        int is_id = -1;
+        if (tag == 0x22)
+            for (int k = 0; k < 4; k++)
+                if (ARG_ID_LEN[k] == kn && memcmp(ARG_ID_KEYS[k], ks, kn) == 0) is_id = k;
+        if (is_id >= 0) {  /* ids.namespace_id: an int below 2**32 becomes (rank + 1) << 32 | id */
+            int64_t v;
+            double d;
+            if (a->p >= a->end || !((*a->p >= '0' && *a->p <= '9') || *a->p == '-')) { free(entry.p); DECLINE(a); }
+            if (ann_number(a, &v, &d) != 1 || v < 0 || v >= ((int64_t)1 << 32)) { free(entry.p); DECLINE(a); }
+            uint64_t ns = ((uint64_t)(a->rank + 1) << 32) | (uint64_t)v;
+            r = out_put(&entry, "\x20", 1) && out_varint(&entry, ns);
+        } else {
+            r = ann_value(a, &entry, depth + 1);
+        }
+        if (r <= 0 || !out_field(o, tag, &entry)) {
+            free(entry.p);
+            if (r > 0) { PyErr_NoMemory(); return -1; }
+            return r;
+        }
+        free(entry.p);
+        ann_ws(a);
+        if (a->p < a->end && *a->p == ',') { a->p++; continue; }
+        if (a->p < a->end && *a->p == '}') { a->p++; return 1; }
+        DECLINE(a);
+    }
+}
+
+/* a value as _Annotations.value encodes it (the DebugAnnotation fields after the name) */
+static int ann_value(Anns *a, Out *o, int depth) {
+    if (depth > ANN_DEPTH || a->p >= a->end) DECLINE(a);
+    uint8_t c = *a->p;
+    if (c == '"') {
+        const uint8_t *s;
+        size_t n;
+        if (!ann_string(a, &s, &n)) return 0;
+        return (out_put(o, "\x32", 1) && out_varint(o, n) && out_put(o, s, n)) ? 1 : (PyErr_NoMemory(), -1);
+    }
+    if (c == '{') return ann_object(a, o, 0x5a, depth);
+    if (c == '[') {
+        a->p++;
+        ann_ws(a);
+        if (a->p < a->end && *a->p == ']') { a->p++; return out_put(o, "\x4a\x02[]", 4) ? 1 : (PyErr_NoMemory(), -1); }
+        for (;;) {
+            Out item = {0};
+            ann_ws(a);
+            int r = ann_value(a, &item, depth + 1);
+            if (r <= 0) { free(item.p); return r; }
+            if (!out_field(o, 0x62, &item)) { free(item.p); PyErr_NoMemory(); return -1; }
+            free(item.p);
+            ann_ws(a);
+            if (a->p < a->end && *a->p == ',') { a->p++; continue; }
+            if (a->p < a->end && *a->p == ']') { a->p++; return 1; }
+            DECLINE(a);
+        }
+    }
+    if (c == 't' && a->end - a->p >= 4 && memcmp(a->p, "true", 4) == 0) { a->p += 4; return out_put(o, "\x10\x01", 2) ? 1 : -1; }
+    if (c == 'f' && a->end - a->p >= 5 && memcmp(a->p, "false", 5) == 0) { a->p += 5; return out_put(o, "\x10\x00", 2) ? 1 : -1; }
+    if (c == 'n' && a->end - a->p >= 4 && memcmp(a->p, "null", 4) == 0) { a->p += 4; return out_put(o, "\x4a\x04null", 6) ? 1 : -1; }
+    int64_t v;
+    double d;
+    int kind = ann_number(a, &v, &d);
+    if (kind == 1) return (out_put(o, "\x20", 1) && out_varint(o, (uint64_t)v)) ? 1 : (PyErr_NoMemory(), -1);
+    if (kind == 2) {
+        uint8_t b[9] = {0x29};
+        memcpy(b + 1, &d, 8);  /* little-endian, as struct.pack("<d") on the machines this builds on */
+        return out_put(o, b, 9) ? 1 : (PyErr_NoMemory(), -1);
+    }
+    return 0;
+}
+
+/* annotations(items, start, rank, iids, new_names) -> (list of bytes, stopped)
+ *   items: the raw args (bytes-like, or None) of the events, in the order they are encoded;
+ *   from items[start], each event's debug annotations; stops at the first event it
+ *   declines (``stopped``: its index, len(items) when none), which the caller encodes with
+ *   the Python path before calling again from stopped + 1. */
+static PyObject *core_annotations(PyObject *mod, PyObject *args) {
+    PyObject *items, *iids, *new_names;
+    Py_ssize_t start;
+    long rank;
+    if (!PyArg_ParseTuple(args, "O!nlO!O!", &PyList_Type, &items, &start, &rank, &PyDict_Type, &iids,
+                          &PyList_Type, &new_names)) return NULL;
+    if (rank < 0 || rank > 0x7FFFFFFF) { PyErr_SetString(PyExc_ValueError, "rank out of range"); return NULL; }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t i = start < 0 ? 0 : start;
+    for (; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (item == Py_None) {
+            PyObject *e = PyBytes_FromStringAndSize(NULL, 0);
+            if (!e || PyList_Append(out, e) < 0) { Py_XDECREF(e); Py_DECREF(out); return NULL; }
+            Py_DECREF(e);
+            continue;
+        }
+        Py_buffer view;
+        if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0) { Py_DECREF(out); return NULL; }
+        Anns a = {(const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len, iids, new_names, rank, 0};
+        Out o = {0};
+        ann_ws(&a);
+        int r;
+        if (a.p < a.end && *a.p == '{') {
+            r = ann_object(&a, &o, 0x22, 0);
+            if (r > 0) { ann_ws(&a); if (a.p != a.end) { a.declined = 1; r = 0; } }
+        } else {
+            r = 0; a.declined = 1;  /* not an object: the Python path says what it is */
+        }
+        PyBuffer_Release(&view);
+        if (r < 0) { free(o.p); Py_DECREF(out); return NULL; }
+        if (r == 0) { free(o.p); break; }
+        PyObject *e = PyBytes_FromStringAndSize((const char *)o.p, (Py_ssize_t)o.len);
+        free(o.p);
+        if (!e || PyList_Append(out, e) < 0) { Py_XDECREF(e); Py_DECREF(out); return NULL; }
+        Py_DECREF(e);
+    }
+    return Py_BuildValue("(Nn)", out, i);
+}
+
 static PyMethodDef Scan_methods[] = {
     {"columns", (PyCFunction)Scan_columns, METH_NOARGS, "(ph, codes, times, flags) as bytes"},
     {"flow_ids", (PyCFunction)Scan_flow_ids, METH_O, "(indices, ints) of id (0) or bind_id (1)"},
@@ -1217,6 +1500,8 @@ static PyTypeObject ScanType = {
 
 static PyMethodDef core_methods[] = {
     {"scan", core_scan, METH_O, "scan(data) -> Scan, or a str: why the kernel does not take it"},
+    {"annotations", core_annotations, METH_VARARGS,
+     "annotations(items, start, rank, iids, new_names) -> (debug annotations of each event, stopped)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "_core", NULL, -1, core_methods};

@@ -18,6 +18,7 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import TracemergeError
 from tracemerge.formats import chrome
 from tracemerge.formats.chrome import kernel_body
+from tracemerge.formats.perfetto.encoder import _Annotations
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
 from tracemerge.model import NO_TS
@@ -136,4 +137,29 @@ def check_bytes(data, name="input.json"):
                 at = next((i for i, (a, b) in enumerate(zip(body, expected)) if a != b), min(len(body), len(expected)))
                 raise Mismatch(f"rank {place.rank}: bytes differ at {at}: {body[at - 60:at + 60]!r} != "
                                f"{expected[at - 60:at + 60]!r}")
+        why = same_annotations(k, p)
+        if why:
+            raise Mismatch(why)
         return "same"
+
+
+def same_annotations(k, p, rank=5):
+    """None when the compiled core's debug annotations of every event's args (the .pftrace
+    encoder's) are the Python encoder's, with the same names interned, else what differs."""
+    events = list(range(len(k)))
+    native, python = _Annotations(), _Annotations()
+    try:
+        want = python.encode_python(p.args, events, rank)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        try:
+            native.encode_events(k.args, events, rank)
+        except type(e):
+            return None
+        return f"annotations: the core encoded args the Python path refuses ({e})"
+    got = native.encode_events(k.args, events, rank)
+    if got != want:
+        at = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+        return f"annotations of event {at}: {got[at]!r:.120} != {want[at]!r:.120}"
+    if native.take_interned() != python.take_interned():
+        return "annotations: the interned names differ"
+    return None

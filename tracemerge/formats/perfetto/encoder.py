@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from tracemerge import kernel
 from tracemerge.formats.perfetto.flows import bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.merge.flows import NO_FLOWS
@@ -155,6 +156,30 @@ class _Annotations:
                 key = (k, cls, repr(v)) if cls is list or cls is dict else (k, cls, v)
                 out.append(pairs.get(key) or self._cached_pair(key, k, v))
         return b"".join(out)
+
+    def encode_events(self, args, events, rank):
+        """The debug annotations of the args of ``events`` (indices into ``args``), ids
+        namespaced for ``rank``, in order (names are interned in first-use order). Raw args
+        are encoded by the compiled core where it is active, every event it declines by
+        :meth:`encode_python`, in turn."""
+        if not args.raw or kernel.active() != "native":
+            return self.encode_python(args, events, rank)
+        raw = args.take(events).items
+        out, at = [], 0
+        while at < len(raw):
+            done, at = kernel.annotations(raw, at, rank, self.iids, self.new)
+            out += done
+            if at < len(raw):  # declined: the Python path encodes this one, then the core goes on
+                out += self.encode_python(args, [events[at]], rank)
+                at += 1
+        return out
+
+    def encode_python(self, args, events, rank):
+        """:meth:`encode_events` by the Python path: the reference."""
+        encoded = []
+        for lo in range(0, len(events), CHUNK):  # the decoded args of one chunk at a time
+            encoded += [self.encode(namespace_args(rank, a)) if a else b"" for a in args.dicts(events[lo:lo + CHUNK])]
+        return encoded
 
     def _cached_pair(self, key, k, v):
         field = _bytes(4, self.name(str(k)) + self.value(v))
@@ -433,10 +458,8 @@ class _Bodies:
     def _bodies(self):
         """Every body, in the order added: head, encoded args, flows."""
         with_args = [k for k, i in enumerate(self.args_event) if i >= 0]
-        encoded, encode, rank = [], self.anns.encode, self.rank
-        for lo in range(0, len(with_args), CHUNK):  # the decoded args of one chunk at a time
-            events = [self.args_event[k] for k in with_args[lo:lo + CHUNK]]
-            encoded += [encode(namespace_args(rank, a)) if a else b"" for a in self.args.dicts(events)]
+        events = [self.args_event[k] for k in with_args]
+        encoded = self.anns.encode_events(self.args, events, self.rank)
         args = [b""] * len(self.heads)
         for k, data in zip(with_args, encoded):
             args[k] = data
