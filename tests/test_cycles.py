@@ -113,8 +113,8 @@ def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_pat
         got = sorted((e["name"], e["ts"], e["dur"]) for e in _ops(doc) if e["pid"] in pids)
         assert got == want
     # the RPCs of every cycle are joined, with both sides
-    assert summary["rpc_sides"]["calls"] == 2 * CYCLES
-    assert summary["rpc_sides"]["both_sides"] == 2 * CYCLES
+    assert summary["rpc_sides"] == {"calls": 2 * CYCLES, "both_sides": 2 * CYCLES, "caller_only": 0,
+                                    "callee_only": 0}, (summary["rpc_sides"], summary["records"], res.stderr)
     flows = [e for e in doc["traceEvents"] if e.get("ph") in ("s", "f") and e.get("cat") == "rpc"]
     assert len(flows) == 4 * 2 * CYCLES  # request and response, two halves each, per call
 
@@ -159,7 +159,7 @@ def test_info_report_and_offsets_take_the_cycles_together(cycle_files):
     adds = {r: sum(1 for f in _by_rank(cycle_files)[r] for e in _ops(_load(f)) if e["name"] == "aten::add")
             for r in (0, 1)}
     got = {row["node_id"]: row["count"] for row in rep["key_averages"] if row["key"] == "aten::add"}
-    assert got == {r: n for r, n in adds.items() if n}
+    assert got == {r: n for r, n in adds.items() if n}, (got, adds)
     [calls] = rep["rpc"]["keys"]
     assert (calls["count"], calls["complete"], calls["caller"], calls["callee"]) == (2 * CYCLES, 2 * CYCLES, 0, 1)
 
