@@ -130,7 +130,20 @@ def records(path, block, key):
         raise TraceError(path, f"'tracemerge.{key}' is a {type(found).__name__}, not a list")
     if not _records_ok(found, key):
         _name_bad_record(path, found, key)
-    return list(found)
+    return _shared_strings(found)
+
+
+def _shared_strings(found):
+    """The records with each repeated string value one object: JSON decoding makes a new
+    str for every occurrence, and a rank's thousands of records repeat a few names, kinds
+    and statuses (the parent holds every rank's records for the whole merge)."""
+    seen = {}
+    out = []
+    for rec in found:
+        if rec.__class__ is dict:
+            rec = {k: seen.setdefault(v, v) if v.__class__ is str else v for k, v in rec.items()}
+        out.append(rec)
+    return out
 
 
 # optional fields of a record and what they must be when present (not None)
