@@ -177,13 +177,6 @@ def annotations(items, start, rank, iids, new_names):
     return _core.annotations(items, start, rank, iids, new_names)
 
 
-def packets(order, ts, heads, args, tails, flags, base_ns):
-    """The compiled core's TracePackets of the bodies head + args + tail, in ``order``, at
-    ``base_ns + ts`` (``formats.perfetto.encoder.framed`` is the Python path's)."""
-    return _core.packets(np.ascontiguousarray(order, np.int64), np.ascontiguousarray(ts, np.int64),
-                         heads, args, tails, flags, int(base_ns))
-
-
 def scan(data):
     """The kernel's scan of a document, or a str saying why the kernel does not take it."""
     if _core is None:

@@ -1469,83 +1469,6 @@ static PyObject *core_annotations(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(Nn)", out, i);
 }
 
-/* ---- packet framing (.pftrace) ------------------------------------------------------------ */
-/* packets(order, ts, heads, args, tails, flags, base_ns) -> bytes: the bodies head + args +
- * tail of each k in ``order`` as TracePackets (formats.perfetto.encoder._Bodies.packets):
- * 0x0a len { 0x40 timestamp varint, flags, 0x5a len { body } }, one after the other. */
-static size_t varint_len(uint64_t v) {
-    size_t n = 1;
-    while (v >= 0x80) { v >>= 7; n++; }
-    return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v) {
-    while (v >= 0x80) { *p++ = (uint8_t)(v | 0x80); v >>= 7; }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static PyObject *core_packets(PyObject *mod, PyObject *args) {
-    PyObject *order_o, *ts_o, *heads, *anns, *tails;
-    Py_buffer flags;
-    long long base_ns;
-    if (!PyArg_ParseTuple(args, "OOO!O!O!y*L", &order_o, &ts_o, &PyList_Type, &heads, &PyList_Type, &anns,
-                          &PyList_Type, &tails, &flags, &base_ns)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(heads);
-    Py_buffer ob, tb;
-    if (PyList_GET_SIZE(anns) != n || PyList_GET_SIZE(tails) != n) {
-        PyBuffer_Release(&flags);
-        PyErr_SetString(PyExc_ValueError, "heads, args and tails differ in length");
-        return NULL;
-    }
-    if (!get_array(order_o, &ob, 8, n, "order")) { PyBuffer_Release(&flags); return NULL; }
-    if (!get_array(ts_o, &tb, 8, n, "ts")) { PyBuffer_Release(&ob); PyBuffer_Release(&flags); return NULL; }
-    const int64_t *order = ob.buf, *ts = tb.buf;
-    PyObject *result = NULL;
-    size_t total = 0;
-    int ok = 1;
-    /* sizes first: one bytes object of the exact size, written in one pass */
-    for (Py_ssize_t j = 0; j < n && ok; j++) {
-        int64_t k = order[j];
-        if (k < 0 || k >= n) { PyErr_SetString(PyExc_IndexError, "order out of range"); ok = 0; break; }
-        PyObject *h = PyList_GET_ITEM(heads, k), *a = PyList_GET_ITEM(anns, k), *t = PyList_GET_ITEM(tails, k);
-        if (!PyBytes_Check(h) || !PyBytes_Check(a) || !PyBytes_Check(t)) {
-            PyErr_SetString(PyExc_TypeError, "bodies must be bytes"); ok = 0; break;
-        }
-        int64_t at = ts[k] + base_ns;
-        if (at < 0) { PyErr_Format(PyExc_ValueError, "varint of a negative number %lld", (long long)at); ok = 0; break; }
-        size_t body = (size_t)(PyBytes_GET_SIZE(h) + PyBytes_GET_SIZE(a) + PyBytes_GET_SIZE(t));
-        size_t payload = 1 + varint_len((uint64_t)at) + (size_t)flags.len + 1 + varint_len(body) + body;
-        total += 1 + varint_len(payload) + payload;
-    }
-    if (ok) result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (result) {
-        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
-        for (Py_ssize_t j = 0; j < n; j++) {
-            int64_t k = order[j];
-            PyObject *h = PyList_GET_ITEM(heads, k), *a = PyList_GET_ITEM(anns, k), *t = PyList_GET_ITEM(tails, k);
-            uint64_t at = (uint64_t)(ts[k] + base_ns);
-            size_t hl = (size_t)PyBytes_GET_SIZE(h), al = (size_t)PyBytes_GET_SIZE(a), tl = (size_t)PyBytes_GET_SIZE(t);
-            size_t body = hl + al + tl;
-            size_t payload = 1 + varint_len(at) + (size_t)flags.len + 1 + varint_len(body) + body;
-            *p++ = 0x0a;
-            p = put_varint(p, payload);
-            *p++ = 0x40;
-            p = put_varint(p, at);
-            memcpy(p, flags.buf, (size_t)flags.len); p += flags.len;
-            *p++ = 0x5a;
-            p = put_varint(p, body);
-            memcpy(p, PyBytes_AS_STRING(h), hl); p += hl;
-            memcpy(p, PyBytes_AS_STRING(a), al); p += al;
-            memcpy(p, PyBytes_AS_STRING(t), tl); p += tl;
-        }
-    }
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&tb);
-    PyBuffer_Release(&flags);
-    return result;
-}
-
 static PyMethodDef Scan_methods[] = {
     {"columns", (PyCFunction)Scan_columns, METH_NOARGS, "(ph, codes, times, flags) as bytes"},
     {"flow_ids", (PyCFunction)Scan_flow_ids, METH_O, "(indices, ints) of id (0) or bind_id (1)"},
@@ -1579,8 +1502,6 @@ static PyMethodDef core_methods[] = {
     {"scan", core_scan, METH_O, "scan(data) -> Scan, or a str: why the kernel does not take it"},
     {"annotations", core_annotations, METH_VARARGS,
      "annotations(items, start, rank, iids, new_names) -> (debug annotations of each event, stopped)"},
-    {"packets", core_packets, METH_VARARGS,
-     "packets(order, ts, heads, args, tails, flags, base_ns) -> the bodies as TracePackets, in order"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "_core", NULL, -1, core_methods};

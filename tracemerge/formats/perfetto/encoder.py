@@ -455,53 +455,44 @@ class _Bodies:
         self.add(ts, _uint(9, INSTANT) + _uint(11, uuid) + self.name_field[self.name_code[i]]
                  + self.cat_field[self.cat_code[i]], i, _flows(flow.begin, flow.begin_terminating) if flow else b"")
 
-    def _args(self):
-        """The encoded args of every body, in the order added (b"" where none)."""
+    def _bodies(self):
+        """Every body, in the order added: head, encoded args, flows."""
         with_args = [k for k, i in enumerate(self.args_event) if i >= 0]
         events = [self.args_event[k] for k in with_args]
         encoded = self.anns.encode_events(self.args, events, self.rank)
         args = [b""] * len(self.heads)
         for k, data in zip(with_args, encoded):
             args[k] = data
-        return args
+        return list(map(b"".join, zip(self.heads, args, self.tails)))
 
     def packets(self, base_ns, flags):
         """The bodies as TracePackets (``timestamp`` = base_ns + ts, ``flags``, ``track_event``)
-        in time order, ties in the order added: written by the compiled core where it is
-        active, else by :func:`framed`."""
+        in time order, ties in the order added; every packet's framing is built at once."""
         ts = np.array(self.ts, dtype=np.int64)
         order = np.argsort(ts, kind="stable")
-        heads, args, tails = self.heads, self._args(), self.tails
+        ts = ts[order] + base_ns
+        made = self._bodies()
         self.heads = self.args_event = self.tails = None
-        if kernel.active() == "native":
-            return [kernel.packets(order, ts, heads, args, tails, flags, base_ns)]
-        return framed(ts[order] + base_ns, [b"".join(parts) for parts in zip(heads, args, tails)], order, flags)
+        bodies = list(map(made.__getitem__, order.tolist()))
+        del made
+        size = np.fromiter(map(len, bodies), np.int64, len(bodies))
+        # TracePacket: 0x0a len | timestamp 0x40 varint | flags | track_event 0x5a len | body
+        ts_bytes, ts_len = _varints(ts)
+        size_bytes, size_len = _varints(size)
+        packet_bytes, packet_len = _varints(1 + ts_len + len(flags) + 1 + size_len + size)
+        n = len(bodies)
 
+        def const(data):
+            return np.tile(np.frombuffer(data, np.uint8), (n, 1)), np.ones((n, len(data)), bool)
 
-def framed(ts, made, order, flags):
-    """The Python path of :meth:`_Bodies.packets`: the bodies ``made`` (head, args, flows
-    joined, in the order added) framed in ``order`` at ``ts`` (already in that order), the
-    framing of every packet built at once with numpy."""
-    bodies = list(map(made.__getitem__, order.tolist()))
-    del made
-    size = np.fromiter(map(len, bodies), np.int64, len(bodies))
-    # TracePacket: 0x0a len | timestamp 0x40 varint | flags | track_event 0x5a len | body
-    ts_bytes, ts_len = _varints(ts)
-    size_bytes, size_len = _varints(size)
-    packet_bytes, packet_len = _varints(1 + ts_len + len(flags) + 1 + size_len + size)
-    n = len(bodies)
-
-    def const(data):
-        return np.tile(np.frombuffer(data, np.uint8), (n, 1)), np.ones((n, len(data)), bool)
-
-    parts = [const(b"\x0a"), packet_bytes, const(b"\x40"), ts_bytes, const(flags + b"\x5a"), size_bytes]
-    framing = np.concatenate([p[0] for p in parts], axis=1)[np.concatenate([p[1] for p in parts], axis=1)]
-    framing = framing.tobytes()
-    ends = np.cumsum(1 + packet_len + 1 + ts_len + len(flags) + 1 + size_len).tolist()
-    out = [b""] * (2 * n)
-    out[0::2] = [framing[a:b] for a, b in zip([0] + ends[:-1], ends)]
-    out[1::2] = bodies
-    return out
+        parts = [const(b"\x0a"), packet_bytes, const(b"\x40"), ts_bytes, const(flags + b"\x5a"), size_bytes]
+        framing = np.concatenate([p[0] for p in parts], axis=1)[np.concatenate([p[1] for p in parts], axis=1)]
+        framing = framing.tobytes()
+        ends = np.cumsum(1 + packet_len + 1 + ts_len + len(flags) + 1 + size_len).tolist()
+        out = [b""] * (2 * n)
+        out[0::2] = [framing[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        out[1::2] = bodies
+        return out
 
 
 def _varints(values):

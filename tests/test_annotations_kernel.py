@@ -1,8 +1,7 @@
-"""The compiled core's .pftrace pieces against the Python encoder, the reference. Debug
-annotations: the same bytes and the same interned names, in the same order, for any args
-object hypothesis makes (nested, escaped, repeated keys, big and odd numbers, id keys),
-with the events the core declines encoded by the Python path in turn. Packet framing: the
-same bytes for any bodies, timestamps and flags."""
+"""The compiled core's debug annotations (.pftrace args) against the Python encoder, the
+reference: the same bytes and the same interned names, in the same order, for any args
+object hypothesis makes (nested, escaped, repeated keys, big and odd numbers, id keys), and
+events it declines encoded by the Python path in turn."""
 
 import json
 
@@ -66,19 +65,3 @@ def test_odd_args_are_the_python_encoders(text):
         return
     got, want2, got_names, want_names = _both(raws, 3)
     assert got == want == want2 and got_names == want_names
-
-
-@native
-@settings(max_examples=200, deadline=None)
-@given(bodies=st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=300), st.binary(max_size=20),
-                                 st.integers(0, 2 ** 62)), max_size=40),
-       flags=st.sampled_from([b"", b"\x50\x01", b"\x68\x02"]), base=st.integers(0, 2 ** 40))
-def test_the_core_frames_packets_as_the_python_path(bodies, flags, base):
-    import numpy as np
-
-    from tracemerge.formats.perfetto.encoder import framed
-    heads, args, tails, ts = (list(x) for x in zip(*bodies)) if bodies else ([], [], [], [])
-    ts = np.array(ts, dtype=np.int64)
-    order = np.argsort(ts, kind="stable")
-    want = b"".join(framed(ts[order] + base, [b"".join(p) for p in zip(heads, args, tails)], order, flags))
-    assert kernel.packets(order, ts, heads, args, tails, flags, base) == want
