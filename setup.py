@@ -1,4 +1,4 @@
-"""Build of the optional compiled core (tracemerge/kernel/_core.c); everything else is in setup.cfg.
+"""Build of the optional compiled core (tracemerge/kernel/_core.c, _proto.c); everything else is in setup.cfg.
 
 The extension is built with the machine's C compiler. Where there is none (or it fails),
 the install still succeeds and tracemerge runs its pure-Python core: one line says so.
@@ -34,9 +34,12 @@ def _reason(e):
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
+         "-Wno-cast-function-type"]
+
 setup(
-    ext_modules=[Extension("tracemerge.kernel._core", ["tracemerge/kernel/_core.c"],
-                           extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                               "-Wno-missing-field-initializers", "-Wno-cast-function-type"])],
+    # each extension is optional on its own: without _proto the .pftrace writer's loops run in Python
+    ext_modules=[Extension("tracemerge.kernel._core", ["tracemerge/kernel/_core.c"], extra_compile_args=FLAGS),
+                 Extension("tracemerge.kernel._proto", ["tracemerge/kernel/_proto.c"], extra_compile_args=FLAGS)],
     cmdclass={"build_ext": optional_build_ext},
 )

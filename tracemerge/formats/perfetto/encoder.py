@@ -341,7 +341,10 @@ def encode_rank(trace, place, flows=None):
         counts.drop(reason, n)
     flows = merge_flows(flows or {}, bound)
 
-    bodies = _Bodies(trace, place.rank, flows)
+    proto = kernel.proto()
+    if proto is not None and len(trace) and int(trace.name.min()) < 0:
+        proto = None    # a nameless event: the Python path's name field of code -1 is its own quirk
+    bodies = _Bodies(trace, place.rank, flows) if proto is None else _ColumnBodies(trace, place.rank, flows, proto)
 
     def track_uuid(track, lane):
         if track >= 0:
@@ -351,16 +354,23 @@ def encode_rank(trace, place, flows=None):
 
     # Per track, slices sorted by (start, -end) are split into nested lanes.
     for track, (lo, hi) in ranges.items():
-        gs, ge = slices.start[lo:hi].tolist(), slices.end[lo:hi].tolist()
-        lanes = np.array(nest(gs, ge))
+        if proto is None:
+            gs, ge = slices.start[lo:hi].tolist(), slices.end[lo:hi].tolist()
+            lanes = np.array(nest(gs, ge))
+        else:
+            gs, ge = _int64(slices.start[lo:hi]), _int64(slices.end[lo:hi])
+            lanes = np.frombuffer(proto.nest(gs, ge), np.int64)
         for lane in np.unique(lanes).tolist():
             sel = np.flatnonzero(lanes == lane)
             if lane:
                 counts.overlapping += len(sel)
             uuid = track_uuid(track, lane)
-            begin, close = slices.begin[lo:hi][sel].tolist(), slices.close[lo:hi][sel].tolist()
-            bodies.lane(uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
-                        begin, close)
+            begin, close = slices.begin[lo:hi][sel], slices.close[lo:hi][sel]
+            if proto is None:
+                bodies.lane(uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
+                            begin.tolist(), close.tolist())
+            else:
+                bodies.lane(uuid, proto.slice_order(_int64(gs[sel]), _int64(ge[sel])), begin, close)
     counts.overlap_tracks = tracks.overlap_tracks
 
     for i in np.flatnonzero(is_instant).tolist():
@@ -381,7 +391,7 @@ def encode_rank(trace, place, flows=None):
         for key, v in numeric.items():
             uuid = tracks.counter(int(trace.pid[i]), names[trace.name[i]], key)
             value = _int(30, v) if isinstance(v, int) and -INT64_MAX <= v <= INT64_MAX else _double(44, float(v))
-            bodies.add(int(start[i]), _uint(9, COUNTER) + _uint(11, uuid) + value)
+            bodies.counter(int(start[i]), uuid, value)
         counts.counters += 1
 
     # Interned names and categories up front; the sequence starts from a clean state.
@@ -429,6 +439,10 @@ class _Bodies:
         self.heads.append(head)
         self.args_event.append(args_event)
         self.tails.append(tail)
+
+    def counter(self, ts, uuid, value):
+        """A counter's body: its type and track, then ``value`` (its counter_value field)."""
+        self.add(ts, _uint(9, COUNTER) + _uint(11, uuid) + value)
 
     def lane(self, uuid, records, begin, close):
         """A lane's slices: ``records`` (ts, SLICE_BEGIN/SLICE_END, n) of its slices n, whose
@@ -493,6 +507,88 @@ class _Bodies:
         out[0::2] = [framing[a:b] for a, b in zip([0] + ends[:-1], ends)]
         out[1::2] = bodies
         return out
+
+
+class _ColumnBodies:
+    """:class:`_Bodies` as numpy columns, framed by the compiled packet writer (``_proto``).
+
+    The same bodies in the same order added, so the same bytes: the lanes' records come
+    from ``_proto.slice_order`` and become whole columns (type, track, name and category
+    codes, the event whose args the body carries, its flows) instead of one head per
+    record; the args are encoded in the order added (argument names intern in first-use
+    order); ``_proto.packets`` writes the sorted bodies and their framing into one bytes.
+    Only the bodies with flows, instants and counters are made one by one here.
+    """
+
+    def __init__(self, trace, rank, flows, proto):
+        self.args, self.rank, self.flows, self.proto = trace.args, rank, flows, proto
+        self.name_code, self.cat_code = _int64(trace.name), _int64(trace.cat)
+        self.flow_events = np.fromiter(flows, np.int64, len(flows))
+        self.anns = _Annotations()
+        self.columns = []        # (ts, kind, uuid, name, cat, args event, tail slot) per lane
+        self.one = []            # the same, one row per instant or counter, in the order added
+        self.tails = []          # flow fields and counter values, by tail slot
+
+    def _tail(self, data):
+        if not data:
+            return -1
+        self.tails.append(data)
+        return len(self.tails) - 1
+
+    def _flush_one(self):
+        if self.one:
+            self.columns.append(tuple(np.array(c, np.int64) for c in zip(*self.one)))
+            self.one = []
+
+    def counter(self, ts, uuid, value):
+        """:meth:`_Bodies.counter`."""
+        self.one.append((ts, COUNTER, uuid, -1, -1, -1, self._tail(value)))
+
+    def lane(self, uuid, records, begin, close):
+        """A lane's slices: ``records`` (ts, kind, n) as ``_proto.slice_order`` gives them, the
+        slices' named events ``begin`` and closing events ``close`` (-1 for ``X``)."""
+        self._flush_one()
+        ts, kind, n = (np.frombuffer(r, np.int64) for r in records)
+        is_begin = kind == SLICE_BEGIN
+        named = begin[n]
+        event = np.where(is_begin, named, close[n])
+        name = np.where(is_begin, self.name_code[named], -1)
+        cat = np.where(is_begin, self.cat_code[named], -1)
+        tail = np.full(len(ts), -1, np.int64)
+        if len(self.flow_events):
+            flows = self.flows
+            for k in np.flatnonzero(np.isin(named, self.flow_events)).tolist():
+                flow = flows[int(named[k])]
+                tail[k] = self._tail(_flows(flow.begin, flow.begin_terminating) if is_begin[k]
+                                     else _flows(flow.end, flow.end_terminating))
+        self.columns.append((ts, kind, np.full(len(ts), uuid, np.uint64).view(np.int64), name, cat, event, tail))
+
+    def instant(self, ts, uuid, i):
+        flow = self.flows.get(i)
+        tail = self._tail(_flows(flow.begin, flow.begin_terminating) if flow else b"")
+        self.one.append((ts, INSTANT, uuid, int(self.name_code[i]), int(self.cat_code[i]), i, tail))
+
+    def packets(self, base_ns, flags):
+        """:meth:`_Bodies.packets`: the framed packets in time order, ties in the order added."""
+        self._flush_one()
+        ts, kind, uuid, name, cat, event, tail = (np.concatenate(c) if c else np.zeros(0, np.int64)
+                                                  for c in zip(*self.columns))
+        self.columns = []
+        with_args = np.flatnonzero(event >= 0)
+        encoded = self.anns.encode_events(self.args, event[with_args].tolist(), self.rank)
+        args_slot = np.full(len(ts), -1, np.int64)
+        args_slot[with_args] = np.arange(len(with_args))
+        order = np.argsort(ts, kind="stable")
+        ts = ts[order] + base_ns
+        if len(ts) and ts.min() < 0:
+            raise ValueError(f"varint of a negative number {ts.min()}")
+        return [self.proto.packets(ts, kind[order], uuid[order], name[order], cat[order], args_slot[order],
+                                   tail[order], encoded, self.tails, flags)]
+
+
+def _int64(values):
+    """A contiguous int64 copy or view of ``values``, as the compiled writer takes them."""
+    return np.ascontiguousarray(values, np.int64)
 
 
 def _varints(values):
