@@ -3,10 +3,11 @@
  * The Python encoder (tracemerge/formats/perfetto/encoder.py) stays the reference and makes
  * every decision: which events become slices, instants or counters, their tracks and
  * uuids, the lanes' records, the flows bound to them, the debug annotations (_core). This
- * module does the three loops that ran once per event in Python:
+ * module does the loops that ran once per event in Python:
  *
  *   nest(start, end)        the lane of each slice of one track (nesting.nest)
  *   slice_order(start, end) a lane's begin/end records in emission order (nesting.slice_order)
+ *   chains(...)             the input's flow points bound to slices (flows.bind_input_flows)
  *   packets(...)            TrackEvent bodies framed as TracePackets (encoder._Bodies.packets)
  *
  * The inputs are numpy columns the encoder made (int64, through the buffer protocol) and
@@ -178,41 +179,50 @@ static int slot_bytes(PyObject *list, int64_t slot, const char **data, Py_ssize_
     return 0;
 }
 
-#define N_COLUMNS 7
+#define N_COLUMNS 11
+#define N_RECORD_COLUMNS 9   /* the columns of one row per packet; then the flows' two */
 
-/* packets(ts, kind, uuid, name, cat, args_slot, tail_slot, args, tails, flags) -> bytes
+/* packets(ts, kind, uuid, name, cat, args_slot, tail_slot, flow_lo, flow_hi, flow_id,
+ *         flow_slot, args, tails, flags) -> bytes
  *
  * Every body k as a TracePacket, in the columns' order (the caller sorts them):
  *   0x0a len | timestamp 0x40 ts[k] | flags | track_event 0x5a len | body
  * body: type 0x48 kind[k] | track_uuid 0x58 uuid[k] | name_iid 0x50 name[k]+1 (name >= 0)
  *       | category_iids 0x18 cat[k]+1 (cat >= 0) | args[args_slot[k]] | tails[tail_slot[k]]
- * which is the field order of encoder._Bodies (head, debug annotations, flows or a
- * counter's value). ts and kind are written as unsigned varints (the caller checks
- * they are not negative, as the Python path's varints refuse them), uuid as a uint64. */
+ *       | for j in flow_lo[k]..flow_hi[k]: flow_ids (47) or, where flow_slot[j] is odd,
+ *         terminating_flow_ids (48), fixed64 flow_id[j]
+ * which is the field order of encoder._Bodies (head, debug annotations, a counter's value,
+ * flows; the caller orders each packet's flows, outgoing before terminating). ts and kind
+ * are written as unsigned varints (the caller checks they are not negative, as the Python
+ * path's varints refuse them), uuid and flow ids as uint64. */
 static PyObject *proto_packets(PyObject *self, PyObject *args) {
     PyObject *cols[N_COLUMNS], *arg_list, *tail_list;
     const char *flags;
     Py_ssize_t flags_len;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO!O!y#", &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5],
-                          &cols[6], &PyList_Type, &arg_list, &PyList_Type, &tail_list, &flags, &flags_len))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO!O!y#", &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5],
+                          &cols[6], &cols[7], &cols[8], &cols[9], &cols[10], &PyList_Type, &arg_list,
+                          &PyList_Type, &tail_list, &flags, &flags_len))
         return NULL;
-    static const char *const names[N_COLUMNS] = {"ts", "kind", "uuid", "name", "cat", "args_slot", "tail_slot"};
+    static const char *const names[N_COLUMNS] = {"ts", "kind", "uuid", "name", "cat", "args_slot", "tail_slot",
+                                                 "flow_lo", "flow_hi", "flow_id", "flow_slot"};
     Column c[N_COLUMNS];
     int got = 0;
     PyObject *result = NULL;
     for (; got < N_COLUMNS; got++)
         if (column_get(cols[got], &c[got], names[got]) < 0) goto done;
-    Py_ssize_t n = c[0].n;
-    for (int k = 1; k < N_COLUMNS; k++)
+    Py_ssize_t n = c[0].n, n_flows = c[9].n;
+    for (int k = 1; k < N_RECORD_COLUMNS; k++)
         if (c[k].n != n) { PyErr_Format(PyExc_ValueError, "%s differs in length from ts", names[k]); goto done; }
+    if (c[10].n != n_flows) { PyErr_SetString(PyExc_ValueError, "flow_slot differs in length from flow_id"); goto done; }
     const int64_t *ts = c[0].v, *kind = c[1].v, *uuid = c[2].v, *name = c[3].v, *cat = c[4].v;
-    const int64_t *aslot = c[5].v, *tslot = c[6].v;
+    const int64_t *aslot = c[5].v, *tslot = c[6].v, *flo = c[7].v, *fhi = c[8].v, *fid = c[9].v, *fslot = c[10].v;
 
     /* sizes first (and every check), so the output is one allocation written once */
     Py_ssize_t total = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         if (ts[k] < 0 || kind[k] < 0 || name[k] < -1 || cat[k] < -1
-            || name[k] == INT64_MAX || cat[k] == INT64_MAX) {
+            || name[k] == INT64_MAX || cat[k] == INT64_MAX
+            || flo[k] < 0 || flo[k] > fhi[k] || fhi[k] > n_flows) {
             PyErr_Format(PyExc_ValueError, "packet %zd: a negative or out-of-range field", k);
             goto done;
         }
@@ -222,7 +232,8 @@ static PyObject *proto_packets(PyObject *self, PyObject *args) {
         if (slot_bytes(tail_list, tslot[k], &d, &tlen, "tails") < 0) goto done;
         Py_ssize_t body = 1 + varint_len((uint64_t)kind[k]) + 1 + varint_len((uint64_t)uuid[k])
                           + (name[k] >= 0 ? 1 + varint_len((uint64_t)name[k] + 1) : 0)
-                          + (cat[k] >= 0 ? 1 + varint_len((uint64_t)cat[k] + 1) : 0) + alen + tlen;
+                          + (cat[k] >= 0 ? 1 + varint_len((uint64_t)cat[k] + 1) : 0) + alen + tlen
+                          + 10 * (fhi[k] - flo[k]);
         Py_ssize_t packet = 1 + varint_len((uint64_t)ts[k]) + flags_len + 1 + varint_len((uint64_t)body) + body;
         Py_ssize_t whole = 1 + varint_len((uint64_t)packet) + packet;
         if (whole > PY_SSIZE_T_MAX - total) { PyErr_NoMemory(); goto done; }
@@ -238,7 +249,8 @@ static PyObject *proto_packets(PyObject *self, PyObject *args) {
         slot_bytes(tail_list, tslot[k], &t, &tlen, "tails"); /* changed in between (GIL held) */
         Py_ssize_t body = 1 + varint_len((uint64_t)kind[k]) + 1 + varint_len((uint64_t)uuid[k])
                           + (name[k] >= 0 ? 1 + varint_len((uint64_t)name[k] + 1) : 0)
-                          + (cat[k] >= 0 ? 1 + varint_len((uint64_t)cat[k] + 1) : 0) + alen + tlen;
+                          + (cat[k] >= 0 ? 1 + varint_len((uint64_t)cat[k] + 1) : 0) + alen + tlen
+                          + 10 * (fhi[k] - flo[k]);
         Py_ssize_t packet = 1 + varint_len((uint64_t)ts[k]) + flags_len + 1 + varint_len((uint64_t)body) + body;
         *p++ = 0x0a;
         p = varint_put(p, (uint64_t)packet);
@@ -255,6 +267,13 @@ static PyObject *proto_packets(PyObject *self, PyObject *args) {
         if (cat[k] >= 0) { *p++ = 0x18; p = varint_put(p, (uint64_t)cat[k] + 1); }
         memcpy(p, a, (size_t)alen), p += alen;
         memcpy(p, t, (size_t)tlen), p += tlen;
+        for (int64_t j = flo[k]; j < fhi[k]; j++) {
+            /* tag 47 or 48, wire type 1 (fixed64), as varints; then the id little-endian */
+            *p++ = (fslot[j] & 1) ? (char)0x81 : (char)0xF9;
+            *p++ = (fslot[j] & 1) ? 0x03 : 0x02;
+            uint64_t v = (uint64_t)fid[j];
+            for (int b = 0; b < 8; b++) *p++ = (char)(v >> (8 * b));
+        }
     }
     if (p != PyBytes_AS_STRING(result) + total) {  /* sizes and writes disagree: a bug, not input */
         Py_CLEAR(result);
@@ -265,12 +284,77 @@ done:
     return result;
 }
 
+/* ---- flow chains -------------------------------------------------------------------- */
+
+enum { ROLE_OUT = 0, ROLE_STEP = 1, ROLE_IN = 2 };
+enum { DROP_NONE, DROP_IN_FLIGHT, DROP_STEP_NO_START, DROP_END_NO_START, DROP_ENDS_BEFORE };
+
+/* chains(fid, role, v1, begin_ns, end_ns, has_end) -> (slot, drop) as int64 bytes
+ *
+ * The points of the input's flows, each chain's points together in time order (the
+ * caller sorts them), walked as Perfetto reads them (flows.bind_input_flows, the
+ * reference): a start binds to its slice's begin unless the id is in flight; a later
+ * point to its slice's begin when that begins after the previous point, else to its end
+ * when that ends after it, else nowhere. slot: -1 (not bound), else 2 * at_end +
+ * terminating (the SliceFlows field); drop: why a v1 point was not bound (DROP_*). */
+static PyObject *proto_chains(PyObject *self, PyObject *args) {
+    PyObject *cols[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5])) return NULL;
+    static const char *const names[6] = {"fid", "role", "v1", "begin_ns", "end_ns", "has_end"};
+    Column c[6];
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *slot = NULL, *drop = NULL;
+    for (; got < 6; got++)
+        if (column_get(cols[got], &c[got], names[got]) < 0) goto done;
+    Py_ssize_t n = c[0].n;
+    for (int k = 1; k < 6; k++)
+        if (c[k].n != n) { PyErr_Format(PyExc_ValueError, "%s differs in length from fid", names[k]); goto done; }
+    const int64_t *fid = c[0].v, *role = c[1].v, *v1 = c[2].v, *begin = c[3].v, *end = c[4].v, *has_end = c[5].v;
+    slot = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    drop = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!slot || !drop) { PyErr_NoMemory(); goto done; }
+    int in_flight = 0;
+    int64_t last = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (k == 0 || fid[k] != fid[k - 1]) in_flight = 0;   /* a new chain */
+        int64_t at;
+        int at_end = 0, why = DROP_NONE;
+        slot[k] = -1;
+        if (role[k] == ROLE_OUT) {
+            if (in_flight) why = DROP_IN_FLIGHT;
+            else at = begin[k];
+        } else if (!in_flight) {
+            why = role[k] == ROLE_STEP ? DROP_STEP_NO_START : DROP_END_NO_START;
+        } else if (begin[k] > last) {
+            at = begin[k];
+        } else if (has_end[k] && end[k] > last) {
+            at = end[k], at_end = 1;
+        } else {
+            why = DROP_ENDS_BEFORE;
+        }
+        drop[k] = v1[k] ? why : DROP_NONE;   /* a v2 point rides on an event that is kept */
+        if (why != DROP_NONE) continue;
+        slot[k] = 2 * at_end + (role[k] == ROLE_IN);
+        in_flight = role[k] != ROLE_IN;
+        last = at;
+    }
+    result = Py_BuildValue("(NN)", int64_bytes(slot, n), int64_bytes(drop, n));
+done:
+    free(slot), free(drop);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&c[k].view);
+    return result;
+}
+
 static PyMethodDef proto_methods[] = {
+    {"chains", proto_chains, METH_VARARGS,
+     "chains(fid, role, v1, begin_ns, end_ns, has_end) -> (slot, drop) int64 bytes of flow points"},
     {"nest", proto_nest, METH_VARARGS, "nest(start, end) -> int64 bytes: each slice's lane"},
     {"slice_order", proto_slice_order, METH_VARARGS,
      "slice_order(start, end) -> (ts, kind, slice) int64 bytes of one lane's records"},
     {"packets", proto_packets, METH_VARARGS,
-     "packets(ts, kind, uuid, name, cat, args_slot, tail_slot, args, tails, flags) -> framed TracePackets"},
+     "packets(ts, kind, uuid, name, cat, args_slot, tail_slot, flow_lo, flow_hi, flow_id, flow_slot, args, tails,"
+     " flags) -> framed TracePackets"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef proto_module = {PyModuleDef_HEAD_INIT, "_proto", NULL, -1, proto_methods};

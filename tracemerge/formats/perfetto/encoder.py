@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from tracemerge import kernel
-from tracemerge.formats.perfetto.flows import bind_input_flows, event_id, merge_flows
+from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.merge.flows import NO_FLOWS
 from tracemerge.merge.ids import namespace_args
@@ -334,17 +334,21 @@ def encode_rank(trace, place, flows=None):
 
     slices, async_instants = collect_slices(trace, start, dur, counts)
     ranges = slices.ranges()
-    bound, flow_counts = bind_input_flows(trace, place.rank, start, slices, ranges)
+    proto = kernel.proto()
+    if proto is not None and len(trace) and int(trace.name.min()) < 0:
+        proto = None    # a nameless event: the Python path's name field of code -1 is its own quirk
+    if proto is None:
+        bound, flow_counts = bind_input_flows(trace, place.rank, start, slices, ranges)
+    else:
+        rows, flow_counts = bind_input_flow_rows(trace, place.rank, start, slices, ranges, proto.chains)
     counts.flows = flow_counts.pop("converted")
     counts.out += counts.flows
     for reason, n in flow_counts.items():
         counts.drop(reason, n)
-    flows = merge_flows(flows or {}, bound)
-
-    proto = kernel.proto()
-    if proto is not None and len(trace) and int(trace.name.min()) < 0:
-        proto = None    # a nameless event: the Python path's name field of code -1 is its own quirk
-    bodies = _Bodies(trace, place.rank, flows) if proto is None else _ColumnBodies(trace, place.rank, flows, proto)
+    if proto is None:
+        bodies = _Bodies(trace, place.rank, merge_flows(flows or {}, bound))
+    else:
+        bodies = _ColumnBodies(trace, place.rank, FlowRows.of(flows or {}) + rows, proto)
 
     def track_uuid(track, lane):
         if track >= 0:
@@ -517,17 +521,21 @@ class _ColumnBodies:
     codes, the event whose args the body carries, its flows) instead of one head per
     record; the args are encoded in the order added (argument names intern in first-use
     order); ``_proto.packets`` writes the sorted bodies and their framing into one bytes.
-    Only the bodies with flows, instants and counters are made one by one here.
+    The flows come as :class:`~tracemerge.formats.perfetto.flows.FlowRows`, sorted by
+    (event, field) once; a body's flows are the rows of its event's begin (or end) fields.
+    Only instants and counters are made one by one here.
     """
 
     def __init__(self, trace, rank, flows, proto):
-        self.args, self.rank, self.flows, self.proto = trace.args, rank, flows, proto
+        self.args, self.rank, self.proto = trace.args, rank, proto
         self.name_code, self.cat_code = _int64(trace.name), _int64(trace.cat)
-        self.flow_events = np.fromiter(flows, np.int64, len(flows))
+        key = flows.event * 4 + flows.slot
+        order = np.argsort(key, kind="stable")   # per field, the ids in the order bound
+        self.flow_key, self.flow_id, self.flow_slot = key[order], flows.fid[order], flows.slot[order]
         self.anns = _Annotations()
-        self.columns = []        # (ts, kind, uuid, name, cat, args event, tail slot) per lane
+        self.columns = []        # (ts, kind, uuid, name, cat, args event, tail slot, flow event, half) per lane
         self.one = []            # the same, one row per instant or counter, in the order added
-        self.tails = []          # flow fields and counter values, by tail slot
+        self.tails = []          # counter values, by tail slot
 
     def _tail(self, data):
         if not data:
@@ -542,7 +550,7 @@ class _ColumnBodies:
 
     def counter(self, ts, uuid, value):
         """:meth:`_Bodies.counter`."""
-        self.one.append((ts, COUNTER, uuid, -1, -1, -1, self._tail(value)))
+        self.one.append((ts, COUNTER, uuid, -1, -1, -1, self._tail(value), -1, 0))
 
     def lane(self, uuid, records, begin, close):
         """A lane's slices: ``records`` (ts, kind, n) as ``_proto.slice_order`` gives them, the
@@ -554,26 +562,23 @@ class _ColumnBodies:
         event = np.where(is_begin, named, close[n])
         name = np.where(is_begin, self.name_code[named], -1)
         cat = np.where(is_begin, self.cat_code[named], -1)
-        tail = np.full(len(ts), -1, np.int64)
-        if len(self.flow_events):
-            flows = self.flows
-            for k in np.flatnonzero(np.isin(named, self.flow_events)).tolist():
-                flow = flows[int(named[k])]
-                tail[k] = self._tail(_flows(flow.begin, flow.begin_terminating) if is_begin[k]
-                                     else _flows(flow.end, flow.end_terminating))
-        self.columns.append((ts, kind, np.full(len(ts), uuid, np.uint64).view(np.int64), name, cat, event, tail))
+        none = np.full(len(ts), -1, np.int64)
+        self.columns.append((ts, kind, np.full(len(ts), uuid, np.uint64).view(np.int64), name, cat, event, none,
+                             named, np.where(is_begin, 0, 2)))
 
     def instant(self, ts, uuid, i):
-        flow = self.flows.get(i)
-        tail = self._tail(_flows(flow.begin, flow.begin_terminating) if flow else b"")
-        self.one.append((ts, INSTANT, uuid, int(self.name_code[i]), int(self.cat_code[i]), i, tail))
+        self.one.append((ts, INSTANT, uuid, int(self.name_code[i]), int(self.cat_code[i]), i, -1, i, 0))
 
     def packets(self, base_ns, flags):
         """:meth:`_Bodies.packets`: the framed packets in time order, ties in the order added."""
         self._flush_one()
-        ts, kind, uuid, name, cat, event, tail = (np.concatenate(c) if c else np.zeros(0, np.int64)
-                                                  for c in zip(*self.columns))
+        if not self.columns:
+            self.columns = [tuple(np.zeros(0, np.int64) for _ in range(9))]
+        ts, kind, uuid, name, cat, event, tail, flow_event, half = map(np.concatenate, zip(*self.columns))
         self.columns = []
+        # a body's flows: the rows keyed (event, 0..1) for a begin or instant, (event, 2..3) for an end
+        flow_lo = np.searchsorted(self.flow_key, flow_event * 4 + half, "left")
+        flow_hi = np.where(flow_event >= 0, np.searchsorted(self.flow_key, flow_event * 4 + half + 2, "left"), flow_lo)
         with_args = np.flatnonzero(event >= 0)
         encoded = self.anns.encode_events(self.args, event[with_args].tolist(), self.rank)
         args_slot = np.full(len(ts), -1, np.int64)
@@ -583,7 +588,8 @@ class _ColumnBodies:
         if len(ts) and ts.min() < 0:
             raise ValueError(f"varint of a negative number {ts.min()}")
         return [self.proto.packets(ts, kind[order], uuid[order], name[order], cat[order], args_slot[order],
-                                   tail[order], encoded, self.tails, flags)]
+                                   tail[order], flow_lo[order], flow_hi[order], _int64(self.flow_id.view(np.int64)),
+                                   _int64(self.flow_slot), encoded, self.tails, flags)]
 
 
 def _int64(values):

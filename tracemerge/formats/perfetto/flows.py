@@ -6,6 +6,7 @@ slice's begin and end packets carry.
 """
 
 import hashlib
+from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
@@ -43,11 +44,119 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     Returns ({event index: SliceFlows}, {"converted": v1 events bound, reason: v1 events
     dropped}).
     """
-    ph, extra = trace.ph, trace.extra
     drops = {}
+    points = _points(trace, start, slices, ranges, drops)
+    kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
+    s_begin, s_start, s_end = slices.begin.tolist(), slices.start.tolist(), slices.end.tolist()
+    at_ns = start[[p[2] for p in points]].tolist()
+    fids = proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points])
+    by_id = {}
+    for (key, value, i, role, row), ts, fid in zip(points, at_ns, fids):
+        anchor = (s_begin[row], s_start[row], s_end[row]) if row is not None else (i, ts, None)
+        by_id.setdefault(fid, []).append((ts, i, role, anchor, key != "v2"))
+    bound, converted = {}, 0
+    for fid, chain in by_id.items():
+        chain.sort()        # by (ts, event index), which are unique
+        last = None         # when Perfetto sees the previous point of the chain; None: not in flight
+        for _, i, role, (event, begin_ns, end_ns), v1 in chain:
+            if role == OUT:
+                if last is not None:
+                    if v1:  # a v2 point rides on an event that is kept
+                        _drop(drops, "flow start while the same id is in flight")
+                    continue
+                at, at_end = begin_ns, False
+            elif last is None:
+                if v1:
+                    _drop(drops, f"flow {'step' if role == STEP else 'end'} without a start")
+                continue
+            elif begin_ns > last:
+                at, at_end = begin_ns, False
+            elif end_ns is not None and end_ns > last:
+                at, at_end = end_ns, True
+            else:
+                if v1:
+                    _drop(drops, "flow point on a slice that ends before its flow starts")
+                continue
+            bound[event] = bound.get(event, NO_FLOWS).add(fid, at_end, terminating=role == IN)
+            last = None if role == IN else at
+            converted += v1
+    return bound, {"converted": converted, **drops}
+
+
+# chains()' drop codes (tracemerge/kernel/_proto.c), as the reference above words them
+CHAIN_DROPS = {1: "flow start while the same id is in flight", 2: "flow step without a start",
+               3: "flow end without a start", 4: "flow point on a slice that ends before its flow starts"}
+ROLE_CODES = {OUT: 0, STEP: 1, IN: 2}
+
+
+@dataclass
+class FlowRows:
+    """Flow ids bound to slices as columns, in the order they were bound: the flow ids of
+    event ``event[k]``'s SliceFlows field ``slot[k]`` (0 begin, 1 begin terminating, 2 end,
+    3 end terminating) are ``fid[k]`` (uint64) in row order."""
+
+    event: np.ndarray
+    slot: np.ndarray
+    fid: np.ndarray
+
+    @classmethod
+    def of(cls, flows):
+        """The rows of a flow map {event index: SliceFlows} (the RPC arrows: few)."""
+        rows = [(i, slot, fid) for i, f in flows.items() for slot, ids in enumerate(f) for fid in ids]
+        event, slot, fid = zip(*rows) if rows else ((), (), ())
+        return cls(np.array(event, np.int64), np.array(slot, np.int64), np.array(fid, np.uint64))
+
+    def __add__(self, other):   # as merge_flows: per field, this map's ids before the other's
+        return FlowRows(*(np.concatenate((a, b)) for a, b in zip(
+            (self.event, self.slot, self.fid), (other.event, other.slot, other.fid))))
+
+
+def bind_input_flow_rows(trace, rank, start, slices, ranges, chains):
+    """:func:`bind_input_flows` as :class:`FlowRows`, the chains walked by the compiled
+    ``chains`` (``tracemerge.kernel._proto``); the same bindings in the same order, the same
+    counts."""
+    drops = {}
+    points = _points(trace, start, slices, ranges, drops)
+    n = len(points)
+    kinds = {k: m for m, k in enumerate(sorted({p[0] for p in points}, key=str))}
+    fid = np.array(proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points]), np.uint64)
+    i = np.fromiter((p[2] for p in points), np.int64, n)
+    role = np.fromiter((ROLE_CODES[p[3]] for p in points), np.int64, n)
+    v1 = np.fromiter((p[0] != "v2" for p in points), np.int64, n)
+    row = np.fromiter((-1 if p[4] is None else p[4] for p in points), np.int64, n)
+    ts = start[i].astype(np.int64)
+    has = row >= 0
+    at = np.maximum(row, 0)
+    if len(slices.begin):
+        event = np.where(has, slices.begin[at], i)
+        begin_ns, end_ns = np.where(has, slices.start[at], ts), np.where(has, slices.end[at], 0)
+    else:
+        event, begin_ns, end_ns = i, ts, np.zeros(n, np.int64)
+    # chains in the order their ids first appear, each in (ts, event index) order
+    _, first, inverse = np.unique(fid, return_index=True, return_inverse=True)
+    order = np.lexsort((i, ts, first[inverse.reshape(-1)]))
+    cols = (fid.view(np.int64), role, v1, begin_ns, end_ns, has.astype(np.int64))
+    slot, drop = (np.frombuffer(r, np.int64) for r in chains(*(np.ascontiguousarray(c[order], np.int64)
+                                                                for c in cols)))
+    codes, firsts, counts = np.unique(drop[drop > 0], return_index=True, return_counts=True)
+    for k in np.argsort(firsts, kind="stable").tolist():   # reasons in the order first met
+        drops[CHAIN_DROPS[int(codes[k])]] = drops.get(CHAIN_DROPS[int(codes[k])], 0) + int(counts[k])
+    kept = slot >= 0
+    converted = int((kept & (v1[order] == 1)).sum())
+    return FlowRows(event[order][kept], slot[kept].copy(), fid[order][kept]), {"converted": converted, **drops}
+
+
+def _drop(drops, reason):
+    drops[reason] = drops.get(reason, 0) + 1
+
+
+def _points(trace, start, slices, ranges, drops):
+    """The input's flow points bound to slice rows: [(flow key, id, event index, role, slice
+    row or None)]; points that bind nowhere are counted in ``drops``."""
+    ph, extra = trace.ph, trace.extra
 
     def drop(reason):
-        drops[reason] = drops.get(reason, 0) + 1
+        _drop(drops, reason)
 
     # v1: the slices of all points found at once, per thread
     v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
@@ -79,42 +188,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
         if row is None and ph[i] in (ord("X"), ord("B"), ord("b")):
             continue    # its slice was not written (unpaired begin): counted there
         points.append(("v2", bind_id, i, STEP if out and inn else OUT if out else IN, row))
-
-    kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
-    s_begin, s_start, s_end = slices.begin.tolist(), slices.start.tolist(), slices.end.tolist()
-    at_ns = start[[p[2] for p in points]].tolist()
-    fids = proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points])
-    by_id = {}
-    for (key, value, i, role, row), ts, fid in zip(points, at_ns, fids):
-        anchor = (s_begin[row], s_start[row], s_end[row]) if row is not None else (i, ts, None)
-        by_id.setdefault(fid, []).append((ts, i, role, anchor, key != "v2"))
-    bound, converted = {}, 0
-    for fid, chain in by_id.items():
-        chain.sort()        # by (ts, event index), which are unique
-        last = None         # when Perfetto sees the previous point of the chain; None: not in flight
-        for _, i, role, (event, begin_ns, end_ns), v1 in chain:
-            if role == OUT:
-                if last is not None:
-                    if v1:  # a v2 point rides on an event that is kept
-                        drop("flow start while the same id is in flight")
-                    continue
-                at, at_end = begin_ns, False
-            elif last is None:
-                if v1:
-                    drop(f"flow {'step' if role == STEP else 'end'} without a start")
-                continue
-            elif begin_ns > last:
-                at, at_end = begin_ns, False
-            elif end_ns is not None and end_ns > last:
-                at, at_end = end_ns, True
-            else:
-                if v1:
-                    drop("flow point on a slice that ends before its flow starts")
-                continue
-            bound[event] = bound.get(event, NO_FLOWS).add(fid, at_end, terminating=role == IN)
-            last = None if role == IN else at
-            converted += v1
-    return bound, {"converted": converted, **drops}
+    return points
 
 
 def event_id(id_, id2):
