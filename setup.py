@@ -13,20 +13,29 @@ from setuptools.errors import CompileError, ExecError, LinkError, PlatformError
 NO_KERNEL = "tracemerge: the compiled core was not built ({}); the pure-Python core will be used"
 
 
+NO_WRITER = "tracemerge: the compiled .pftrace writer was not built ({}); its loops will run in Python"
+
+
 class optional_build_ext(build_ext):
     """build_ext that reports a missing or failing compiler in one line instead of failing."""
 
     def run(self):
+        self.failed = {}   # extension name -> why; one line for the whole build, not one per extension
         try:
             super().run()
         except PlatformError as e:  # no compiler configured at all
             print(NO_KERNEL.format(_reason(e)), file=sys.stderr)
+            return
+        if "tracemerge.kernel._core" in self.failed:   # _proto is used only beside _core
+            print(NO_KERNEL.format(self.failed["tracemerge.kernel._core"]), file=sys.stderr)
+        elif self.failed:
+            print(NO_WRITER.format(next(iter(self.failed.values()))), file=sys.stderr)
 
     def build_extension(self, ext):
         try:
             super().build_extension(ext)
         except (CompileError, LinkError, ExecError) as e:  # CC=false, no gcc, a compile error
-            print(NO_KERNEL.format(_reason(e)), file=sys.stderr)
+            self.failed[ext.name] = _reason(e)
 
 
 def _reason(e):
