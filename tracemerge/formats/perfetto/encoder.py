@@ -308,12 +308,16 @@ def collect_slices(trace, start, dur, counts):
     return slices, instants
 
 
-def encode_rank(trace, place, flows=None):
+def encode_rank(trace, place, flows=None, reference=False):
     """(bytes, ProtoCounts) of one rank: a self-contained run of packets of its sequence.
 
     ``flows`` maps an event index to its :class:`~tracemerge.merge.flows.SliceFlows` for
     the RPC arrows; input flow events are bound
     here (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
+
+    The per-event loops run in the compiled writer (``kernel.proto()``) where it is active;
+    ``reference``: in Python, the debug annotations too, whatever the core (the
+    differential check compares the two).
     """
     counts = ProtoCounts()
     seq = _uint(10, place.rank + 1)
@@ -334,7 +338,7 @@ def encode_rank(trace, place, flows=None):
 
     slices, async_instants = collect_slices(trace, start, dur, counts)
     ranges = slices.ranges()
-    proto = kernel.proto()
+    proto = None if reference else kernel.proto()
     if proto is not None and len(trace) and int(trace.name.min()) < 0:
         proto = None    # a nameless event: the Python path's name field of code -1 is its own quirk
     if proto is None:
@@ -346,7 +350,7 @@ def encode_rank(trace, place, flows=None):
     for reason, n in flow_counts.items():
         counts.drop(reason, n)
     if proto is None:
-        bodies = _Bodies(trace, place.rank, merge_flows(flows or {}, bound))
+        bodies = _Bodies(trace, place.rank, merge_flows(flows or {}, bound), reference)
     else:
         bodies = _ColumnBodies(trace, place.rank, FlowRows.of(flows or {}) + rows, proto)
 
@@ -429,8 +433,8 @@ class _Bodies:
     chunk at a time when the packets are made, so a rank's decoded args never coexist.
     """
 
-    def __init__(self, trace, rank, flows):
-        self.args, self.rank, self.flows = trace.args, rank, flows
+    def __init__(self, trace, rank, flows, reference=False):
+        self.args, self.rank, self.flows, self.reference = trace.args, rank, flows, reference
         self.name_code, self.cat_code = trace.name.tolist(), trace.cat.tolist()
         n = len(trace.names)
         self.name_field = [_uint(10, c + 1) for c in range(n)]
@@ -477,7 +481,8 @@ class _Bodies:
         """Every body, in the order added: head, encoded args, flows."""
         with_args = [k for k, i in enumerate(self.args_event) if i >= 0]
         events = [self.args_event[k] for k in with_args]
-        encoded = self.anns.encode_events(self.args, events, self.rank)
+        encode = self.anns.encode_python if self.reference else self.anns.encode_events
+        encoded = encode(self.args, events, self.rank)
         args = [b""] * len(self.heads)
         for k, data in zip(with_args, encoded):
             args[k] = data
