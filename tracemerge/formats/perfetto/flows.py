@@ -6,6 +6,7 @@ slice's begin and end packets carry.
 """
 
 import hashlib
+import operator
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -116,14 +117,9 @@ def bind_input_flow_rows(trace, rank, start, slices, ranges, chains):
     ``chains`` (``tracemerge.kernel._proto``); the same bindings in the same order, the same
     counts."""
     drops = {}
-    points = _points(trace, start, slices, ranges, drops)
-    n = len(points)
-    kinds = {k: m for m, k in enumerate(sorted({p[0] for p in points}, key=str))}
-    fid = np.array(proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points]), np.uint64)
-    i = np.fromiter((p[2] for p in points), np.int64, n)
-    role = np.fromiter((ROLE_CODES[p[3]] for p in points), np.int64, n)
-    v1 = np.fromiter((p[0] != "v2" for p in points), np.int64, n)
-    row = np.fromiter((-1 if p[4] is None else p[4] for p in points), np.int64, n)
+    kind, values, i, role, v1, row = _point_columns(trace, start, slices, ranges, drops)
+    n = len(i)
+    fid = np.array(proto_flow_ids(rank, kind.tolist(), values), np.uint64)
     ts = start[i].astype(np.int64)
     has = row >= 0
     at = np.maximum(row, 0)
@@ -148,6 +144,48 @@ def bind_input_flow_rows(trace, rank, start, slices, ranges, chains):
 
 def _drop(drops, reason):
     drops[reason] = drops.get(reason, 0) + 1
+
+
+def _point_columns(trace, start, slices, ranges, drops):
+    """:func:`_points` as columns, the v1 points (nearly all) found with numpy: (flow kind
+    index, ids, event index, role code, v1 flag, slice row or -1), the same points in the
+    same order with the same drops; kinds numbered as :func:`bind_input_flows` numbers them
+    (flow keys sorted by their str)."""
+    ph, extra = trace.ph, trace.extra
+    v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
+    n = len(v1)
+    codes = ph[v1]
+    role = np.where(codes == ord("s"), 0, np.where(codes == ord("t"), 1, 2)).astype(np.int64)
+    values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
+    # bp == "e" by operator.eq: a str compared with any JSON value, never NotImplemented
+    at_e = np.fromiter(map(operator.eq, extra.column("bp", v1), repeat("e")), bool, n)
+    next_begin = (role == ROLE_CODES[IN]) & ~at_e
+    rows = _Enclosing(slices, ranges).rows(trace.thread_keys(v1), start[v1], next_begin)
+    has_id = np.fromiter(map(operator.is_not, values, repeat(None)), bool, n)
+    # the drops, reasons in the order the reference meets them (event order)
+    why = np.where(~has_id, 0, np.where(rows < 0, codes.astype(np.int64), -1))
+    reasons, firsts, counts = np.unique(why[why >= 0], return_index=True, return_counts=True)
+    for k in np.argsort(firsts, kind="stable").tolist():
+        code = int(reasons[k])
+        reason = "flow event without an id" if code == 0 else f"flow '{chr(code)}' with no slice on its thread at its time"
+        drops[reason] = drops.get(reason, 0) + int(counts[k])
+    kept = np.flatnonzero(has_id & (rows >= 0))
+    # the (cat, name) keys as one int each (cat -1 is no category; names are codes >= 0)
+    width = len(trace.names) + 1
+    pairs = (trace.cat[v1[kept]].astype(np.int64) + 1) * width + trace.name[v1[kept]]
+    unique_pairs, pair_of = np.unique(pairs, return_inverse=True)
+    keys = [(c // width - 1, c % width) for c in unique_pairs.tolist()]
+
+    v2 = _points_v2(trace, slices)
+    kinds = {k: m for m, k in enumerate(sorted(set(keys) | ({"v2"} if v2 else set()), key=str))}
+    kind = np.concatenate((np.array([kinds[k] for k in keys], np.int64)[pair_of.reshape(-1)] if keys else
+                           np.zeros(0, np.int64), np.full(len(v2), kinds.get("v2", 0), np.int64)))
+    values = [values[k] for k in kept.tolist()] + [p[1] for p in v2]
+    i = np.concatenate((v1[kept], np.array([p[2] for p in v2], np.int64))).astype(np.int64)
+    role = np.concatenate((role[kept], np.array([ROLE_CODES[p[3]] for p in v2], np.int64)))
+    is_v1 = np.concatenate((np.ones(len(kept), np.int64), np.zeros(len(v2), np.int64)))
+    row = np.concatenate((rows[kept], np.array([-1 if p[4] is None else p[4] for p in v2], np.int64)))
+    return kind, values, i, role, is_v1, row.astype(np.int64)
 
 
 def _points(trace, start, slices, ranges, drops):
@@ -175,7 +213,13 @@ def _points(trace, start, slices, ranges, drops):
         else:
             points.append((key, value, i, role, row))
 
-    # v2: a bind_id on the event itself
+    return points + _points_v2(trace, slices)
+
+
+def _points_v2(trace, slices):
+    """The v2 points of :func:`_points`: a bind_id on the event itself."""
+    ph, extra = trace.ph, trace.extra
+    points = []
     hosts = np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"]))
     bind = [(i, b) for i, b in zip(hosts.tolist(), extra.column("bind_id", hosts)) if b is not UNSET]
     hosts = [i for i, _ in bind]
