@@ -214,3 +214,24 @@ def test_chains_bind_as_perfetto_reads_and_check_lengths():
     assert drop == [0, 0, 0, 4, 3]      # ends before the flow's last point; an end without a start
     with pytest.raises(ValueError):
         kernel._proto.chains(fid, role[:4], v1, begin, end, v1)
+
+
+@built
+def test_instants_by_the_thousand_keep_their_tracks_and_order(tmp_path, monkeypatch):
+    # Kineto's memory profile: "[memory]" instants on many threads and both scopes, the
+    # tracks first used in a mixed order (the descriptors come out in that order), threads
+    # asked for again and again before others whose tids are near theirs (the Python
+    # encoder's _Tracks takes a tid at every request: instants stay its loop)
+    events = [{"ph": "X", "name": "op", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "dur": 5000}]
+    for k in range(3000):
+        e = {"ph": "i", "name": "[memory]", "pid": 1 + k % 3, "tid": k % 7, "ts": k, "args": {"Bytes": k * 8}}
+        if k % 5 == 0:
+            e["s"] = "p" if k % 10 else "g"
+        events.append(e)
+    path = write(tmp_path / "rank0.json", {"schemaVersion": 1, "traceEvents": events})
+    data, summary = _same_both_ways([path], tmp_path, monkeypatch, align="none")
+    got = read_pftrace(str(tmp_path / "n.pftrace"))
+    assert len(got["instants"]) == 3000 and summary["events"]["out"] == 3001
+    on_process = [i for i in got["instants"] if not got["tracks"][i["track"]].HasField("thread")]
+    assert len(on_process) == 600
+    assert [i["args"]["Bytes"] for i in got["instants"]] == [k * 8 for k in range(3000)]
