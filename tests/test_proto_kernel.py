@@ -235,3 +235,42 @@ def test_instants_by_the_thousand_keep_their_tracks_and_order(tmp_path, monkeypa
     on_process = [i for i in got["instants"] if not got["tracks"][i["track"]].HasField("thread")]
     assert len(on_process) == 600
     assert [i["args"]["Bytes"] for i in got["instants"]] == [k * 8 for k in range(3000)]
+
+
+# ---- flows the Python reader keeps (string ids, id2, odd bp): the compiled writer too ----
+
+ODD_IDS = st.one_of(st.integers(0, 3), st.sampled_from(["a", "0x1", ""]), st.none(), st.just(2 ** 60))
+
+
+@st.composite
+def odd_flow_docs(draw):
+    events = [{"ph": "X", "name": draw(st.sampled_from(["p", "q"])), "pid": 1, "tid": draw(st.integers(1, 2)),
+               "ts": draw(st.integers(0, 40)), "dur": draw(st.integers(0, 30))} for _ in range(draw(st.integers(1, 8)))]
+    for _ in range(draw(st.integers(0, 14))):
+        e = {"ph": draw(st.sampled_from("stf")), "name": draw(st.sampled_from(["ac2g", "fwdbwd"])), "pid": 1,
+             "tid": draw(st.integers(1, 2)), "ts": draw(st.integers(0, 60)), "cat": draw(st.sampled_from(["a", "b"]))}
+        if draw(st.integers(0, 3)):
+            e["id"] = draw(ODD_IDS)
+        else:
+            e["id2"] = draw(st.sampled_from([{"global": 1}, {"local": "x"}, {}, 5]))
+        if draw(st.booleans()):
+            e["bp"] = draw(st.sampled_from(["e", "s", 1, None, ["e"]]))
+        events.append(e)
+    for e in events[:3]:
+        if draw(st.booleans()):
+            e["bind_id"] = draw(ODD_IDS)
+            e.update({k: True for k in draw(st.lists(st.sampled_from(["flow_in", "flow_out"]), max_size=2, unique=True))})
+    return {"traceEvents": events}
+
+
+@built
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=odd_flow_docs())
+def test_flows_of_any_id_bind_the_same_in_both_encoders(doc):
+    from tracemerge.inputs.chrome import read_trace
+    from tracemerge.kernel.differential import same_pftrace
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.delenv(kernel.ENV, raising=False)
+        trace = read_trace(write(os.path.join(tmp, "rank0.json"), doc))   # the Python reader: ids as they are
+        # the compiled writer's packets and counts against encode_rank(reference=True)'s, three placements
+        assert same_pftrace(trace, trace) is None
