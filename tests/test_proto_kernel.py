@@ -214,6 +214,11 @@ def test_chains_bind_as_perfetto_reads_and_check_lengths():
     assert drop == [0, 0, 0, 4, 3]      # ends before the flow's last point; an end without a start
     with pytest.raises(ValueError):
         kernel._proto.chains(fid, role[:4], v1, begin, end, v1)
+    for loop in (kernel._proto.nest, kernel._proto.slice_order):
+        with pytest.raises(ValueError):
+            loop(begin, end[:3])
+        with pytest.raises(TypeError):
+            loop(begin.astype(np.float64), end)
 
 
 @built

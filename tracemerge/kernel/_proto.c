@@ -47,6 +47,22 @@ static PyObject *int64_bytes(const int64_t *v, Py_ssize_t n) {
     return PyBytes_FromStringAndSize((const char *)v, n * (Py_ssize_t)sizeof(int64_t));
 }
 
+/* The (start, end) columns of one track's or lane's slices, of equal length; on success
+ * the caller releases both views. */
+static int spans_get(PyObject *args, Column *start, Column *end) {
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "OO", &a, &b)) return -1;
+    if (column_get(a, start, "start") < 0) return -1;
+    if (column_get(b, end, "end") < 0) { PyBuffer_Release(&start->view); return -1; }
+    if (end->n != start->n) {
+        PyBuffer_Release(&start->view);
+        PyBuffer_Release(&end->view);
+        PyErr_SetString(PyExc_ValueError, "start and end differ in length");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- nest ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -69,16 +85,12 @@ static int stack_push(Stack *s, int64_t x) {
  * (start, -end). A slice goes to the first lane whose innermost open slice (after closing
  * those ended by its start) it nests in, else to a new lane: nesting.nest, the reference. */
 static PyObject *proto_nest(PyObject *self, PyObject *args) {
-    PyObject *a, *b;
-    if (!PyArg_ParseTuple(args, "OO", &a, &b)) return NULL;
     Column start, end;
-    if (column_get(a, &start, "start") < 0) return NULL;
-    if (column_get(b, &end, "end") < 0) { PyBuffer_Release(&start.view); return NULL; }
+    if (spans_get(args, &start, &end) < 0) return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = start.n, n_lanes = 0, cap_lanes = 0;
     Stack *lanes = NULL;
     int64_t *out = NULL;
-    if (end.n != n) { PyErr_SetString(PyExc_ValueError, "start and end differ in length"); goto done; }
     out = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
     if (!out) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -119,15 +131,11 @@ enum { SLICE_BEGIN = 1, SLICE_END = 2 };
 /* slice_order(start, end) -> (ts, kind, slice) as int64 bytes: one lane's begin and end
  * records, properly nested (an end is emitted before the first begin at or after it). */
 static PyObject *proto_slice_order(PyObject *self, PyObject *args) {
-    PyObject *a, *b;
-    if (!PyArg_ParseTuple(args, "OO", &a, &b)) return NULL;
     Column start, end;
-    if (column_get(a, &start, "start") < 0) return NULL;
-    if (column_get(b, &end, "end") < 0) { PyBuffer_Release(&start.view); return NULL; }
+    if (spans_get(args, &start, &end) < 0) return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = start.n, m = 0, depth = 0;
     int64_t *ts = NULL, *kind = NULL, *which = NULL, *stack = NULL;
-    if (end.n != n) { PyErr_SetString(PyExc_ValueError, "start and end differ in length"); goto done; }
     size_t records = (size_t)(2 * n + 1) * sizeof(int64_t);
     ts = malloc(records), kind = malloc(records), which = malloc(records);
     stack = malloc((size_t)(n + 1) * sizeof(int64_t));
