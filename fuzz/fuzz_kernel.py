@@ -14,8 +14,8 @@ libFuzzer's coverage instrumentation:
    corpus. Run under gcc's ASan it would get no coverage at all: gcc's libasan defines the
    ``__sanitizer_cov_*`` hooks libFuzzer needs, and the preloaded stubs win.
 2. ``--mutate``: the extension built with gcc's AddressSanitizer and
-   UndefinedBehaviorSanitizer (runtimes LD_PRELOADed, ``TRACEMERGE_FUZZ_CORE`` names that
-   build), replaying stage 1's corpus and then mutating it with a small byte/token
+   UndefinedBehaviorSanitizer (runtimes LD_PRELOADed, ``TRACEMERGE_FUZZ_CORE`` and
+   ``TRACEMERGE_FUZZ_PROTO`` name the builds of _core and _proto), replaying stage 1's corpus and then mutating it with a small byte/token
    mutator of its own; any sanitizer report aborts, any Mismatch is saved to
    fuzz/findings/.
 """
@@ -28,13 +28,15 @@ import zlib
 
 
 def _load_core():
-    so = os.environ.get("TRACEMERGE_FUZZ_CORE")
     from tracemerge import kernel
-    if so:
-        spec = importlib.util.spec_from_file_location("tracemerge.kernel._core", so)
-        core = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(core)
-        kernel._core = core
+    # the sanitized builds of the core and of the .pftrace writer, where fuzz/run made them
+    for env, name in (("TRACEMERGE_FUZZ_CORE", "_core"), ("TRACEMERGE_FUZZ_PROTO", "_proto")):
+        so = os.environ.get(env)
+        if so:
+            spec = importlib.util.spec_from_file_location(f"tracemerge.kernel.{name}", so)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            setattr(kernel, name, module)
     if kernel.active() != "native":
         sys.exit("fuzz_kernel: the compiled core is not active (not built, or TRACEMERGE_KERNEL=python)")
     return kernel

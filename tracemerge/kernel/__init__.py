@@ -35,6 +35,10 @@ except ImportError as e:  # not built (no compiler at install time), or built fo
     _IMPORT_ERROR: str | None = str(e)
 else:
     _IMPORT_ERROR = None
+try:  # the .pftrace packet writer's loops (_proto.c); built apart from _core, optional on its own
+    from tracemerge.kernel import _proto
+except ImportError:
+    _proto = None
 
 ENV = "TRACEMERGE_KERNEL"
 READS = "chrome"  # the input format (tracemerge.inputs.READERS) whose files the kernel reads
@@ -100,7 +104,10 @@ class KernelArgs(Args):
     def take(self, idx):
         if self._items is not None:
             return super().take(idx)
-        return Args(list(map(self.raw_item, idx)), raw=True)
+        # the spans of all of idx in one numpy step (a .pftrace takes the args of nearly every event)
+        view, raw = self._view, msgspec.Raw
+        spans = self._spans[np.asarray(idx, np.int64)].tolist() if len(idx) else []
+        return Args([raw(view[o:o + n]) if n else None for o, n in spans], raw=True)
 
     def raw_item(self, i):
         """``items[i]`` without making the other items."""
@@ -175,6 +182,12 @@ def annotations(items, start, rank, iids, new_names):
     """The compiled core's debug annotations of raw args (``formats.perfetto.encoder._Annotations``):
     (encoded args of ``items[start:]``, the index of the first one it declined)."""
     return _core.annotations(items, start, rank, iids, new_names)
+
+
+def proto():
+    """The compiled .pftrace packet writer (``_proto``: lanes, slice order, packet framing) where
+    the compiled core is active and it is built, else None (the Python encoder's own loops)."""
+    return _proto if _proto is not None and active() == "native" else None
 
 
 def scan(data):

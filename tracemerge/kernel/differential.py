@@ -3,7 +3,8 @@
 For any bytes, either the kernel declines (the Python path then reads the rank, so the
 output is the Python path's by construction), or the kernel's trace has the same columns
 as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.formats.chrome.kernel_body` writes the
-same bytes as the transform and the JSON writer. Used by the tests, the fuzz target and
+same bytes as the transform and the JSON writer, and the .pftrace encoder's compiled writer
+the same packets as its Python loops. Used by the tests, the fuzz target and
 ``.ci/run``.
 """
 
@@ -18,7 +19,7 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import TracemergeError
 from tracemerge.formats import chrome
 from tracemerge.formats.chrome import kernel_body
-from tracemerge.formats.perfetto.encoder import _Annotations
+from tracemerge.formats.perfetto.encoder import _Annotations, encode_rank
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
 from tracemerge.model import NO_TS
@@ -96,6 +97,20 @@ def _body_or_error(write, *args):
         return f"{type(e).__name__}: {e}"
 
 
+def _packets_or_error(*args):
+    """``encode_rank(*args)``, or the error it raises as a str: an args decode error, or a
+    timestamp before the output's origin (a varint of a negative number), which both
+    encoders must refuse alike. A decode error is told by its class alone, as in
+    :func:`same_annotations`: its ``$[k]`` is the event's place in the batch decoded, and
+    the core hands the Python path one event at a time."""
+    try:
+        return encode_rank(*args)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        return type(e).__name__
+    except ValueError as e:
+        return f"{type(e).__name__}: {e}"
+
+
 def python_body(trace, place, moved=None):
     """The Python path's body of ``trace``'s own events (transform, then the JSON writer);
     ``moved``: the spans that go to lanes ({event index: lane})."""
@@ -137,10 +152,29 @@ def check_bytes(data, name="input.json"):
                 at = next((i for i, (a, b) in enumerate(zip(body, expected)) if a != b), min(len(body), len(expected)))
                 raise Mismatch(f"rank {place.rank}: bytes differ at {at}: {body[at - 60:at + 60]!r} != "
                                f"{expected[at - 60:at + 60]!r}")
-        why = same_annotations(k, p)
+        why = same_annotations(k, p) or same_pftrace(k, p)
         if why:
             raise Mismatch(why)
         return "same"
+
+
+def same_pftrace(k, p):
+    """None when the .pftrace packets of the kernel's trace by the compiled writer
+    (``kernel._proto``, with the core's annotations) are the Python encoder's of the Python
+    reader's trace, with the same counts, for each placement; else what differs."""
+    for place in placements(p):
+        got, want = _packets_or_error(k, place), _packets_or_error(p, place, None, True)
+        if got.__class__ is str or want.__class__ is str:
+            if got != want:
+                return f".pftrace rank {place.rank}: {got!r:.200} != {want!r:.200}"
+            continue
+        if got[0] != want[0]:
+            at = next((i for i, (a, b) in enumerate(zip(got[0], want[0])) if a != b), min(len(got[0]), len(want[0])))
+            return f".pftrace rank {place.rank}: bytes differ at {at}: {got[0][at - 40:at + 40]!r} != " \
+                   f"{want[0][at - 40:at + 40]!r}"
+        if got[1] != want[1]:
+            return f".pftrace rank {place.rank}: counts {got[1]} != {want[1]}"
+    return None
 
 
 def same_annotations(k, p, rank=5):

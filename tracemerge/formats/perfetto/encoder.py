@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from tracemerge import kernel
-from tracemerge.formats.perfetto.flows import bind_input_flows, event_id, merge_flows
+from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.merge.flows import NO_FLOWS
 from tracemerge.merge.ids import namespace_args
@@ -308,12 +308,16 @@ def collect_slices(trace, start, dur, counts):
     return slices, instants
 
 
-def encode_rank(trace, place, flows=None):
+def encode_rank(trace, place, flows=None, reference=False):
     """(bytes, ProtoCounts) of one rank: a self-contained run of packets of its sequence.
 
     ``flows`` maps an event index to its :class:`~tracemerge.merge.flows.SliceFlows` for
     the RPC arrows; input flow events are bound
     here (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
+
+    The per-event loops run in the compiled writer (``kernel.proto()``) where it is active;
+    ``reference``: in Python, the debug annotations too, whatever the core (the
+    differential check compares the two).
     """
     counts = ProtoCounts()
     seq = _uint(10, place.rank + 1)
@@ -334,14 +338,21 @@ def encode_rank(trace, place, flows=None):
 
     slices, async_instants = collect_slices(trace, start, dur, counts)
     ranges = slices.ranges()
-    bound, flow_counts = bind_input_flows(trace, place.rank, start, slices, ranges)
+    proto = None if reference else kernel.proto()
+    if proto is not None and len(trace) and int(trace.name.min()) < 0:
+        proto = None    # a nameless event: the Python path's name field of code -1 is its own quirk
+    if proto is None:
+        bound, flow_counts = bind_input_flows(trace, place.rank, start, slices, ranges)
+    else:
+        rows, flow_counts = bind_input_flow_rows(trace, place.rank, start, slices, ranges, proto.chains)
     counts.flows = flow_counts.pop("converted")
     counts.out += counts.flows
     for reason, n in flow_counts.items():
         counts.drop(reason, n)
-    flows = merge_flows(flows or {}, bound)
-
-    bodies = _Bodies(trace, place.rank, flows)
+    if proto is None:
+        bodies = _Bodies(trace, place.rank, merge_flows(flows or {}, bound), reference)
+    else:
+        bodies = _ColumnBodies(trace, place.rank, FlowRows.of(flows or {}) + rows, proto)
 
     def track_uuid(track, lane):
         if track >= 0:
@@ -351,16 +362,23 @@ def encode_rank(trace, place, flows=None):
 
     # Per track, slices sorted by (start, -end) are split into nested lanes.
     for track, (lo, hi) in ranges.items():
-        gs, ge = slices.start[lo:hi].tolist(), slices.end[lo:hi].tolist()
-        lanes = np.array(nest(gs, ge))
+        if proto is None:
+            gs, ge = slices.start[lo:hi].tolist(), slices.end[lo:hi].tolist()
+            lanes = np.array(nest(gs, ge))
+        else:
+            gs, ge = _int64(slices.start[lo:hi]), _int64(slices.end[lo:hi])
+            lanes = np.frombuffer(proto.nest(gs, ge), np.int64)
         for lane in np.unique(lanes).tolist():
             sel = np.flatnonzero(lanes == lane)
             if lane:
                 counts.overlapping += len(sel)
             uuid = track_uuid(track, lane)
-            begin, close = slices.begin[lo:hi][sel].tolist(), slices.close[lo:hi][sel].tolist()
-            bodies.lane(uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
-                        begin, close)
+            begin, close = slices.begin[lo:hi][sel], slices.close[lo:hi][sel]
+            if proto is None:
+                bodies.lane(uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
+                            begin.tolist(), close.tolist())
+            else:
+                bodies.lane(uuid, proto.slice_order(_int64(gs[sel]), _int64(ge[sel])), begin, close)
     counts.overlap_tracks = tracks.overlap_tracks
 
     for i in np.flatnonzero(is_instant).tolist():
@@ -381,7 +399,7 @@ def encode_rank(trace, place, flows=None):
         for key, v in numeric.items():
             uuid = tracks.counter(int(trace.pid[i]), names[trace.name[i]], key)
             value = _int(30, v) if isinstance(v, int) and -INT64_MAX <= v <= INT64_MAX else _double(44, float(v))
-            bodies.add(int(start[i]), _uint(9, COUNTER) + _uint(11, uuid) + value)
+            bodies.counter(int(start[i]), uuid, value)
         counts.counters += 1
 
     # Interned names and categories up front; the sequence starts from a clean state.
@@ -415,8 +433,8 @@ class _Bodies:
     chunk at a time when the packets are made, so a rank's decoded args never coexist.
     """
 
-    def __init__(self, trace, rank, flows):
-        self.args, self.rank, self.flows = trace.args, rank, flows
+    def __init__(self, trace, rank, flows, reference=False):
+        self.args, self.rank, self.flows, self.reference = trace.args, rank, flows, reference
         self.name_code, self.cat_code = trace.name.tolist(), trace.cat.tolist()
         n = len(trace.names)
         self.name_field = [_uint(10, c + 1) for c in range(n)]
@@ -429,6 +447,10 @@ class _Bodies:
         self.heads.append(head)
         self.args_event.append(args_event)
         self.tails.append(tail)
+
+    def counter(self, ts, uuid, value):
+        """A counter's body: its type and track, then ``value`` (its counter_value field)."""
+        self.add(ts, _uint(9, COUNTER) + _uint(11, uuid) + value)
 
     def lane(self, uuid, records, begin, close):
         """A lane's slices: ``records`` (ts, SLICE_BEGIN/SLICE_END, n) of its slices n, whose
@@ -459,7 +481,8 @@ class _Bodies:
         """Every body, in the order added: head, encoded args, flows."""
         with_args = [k for k, i in enumerate(self.args_event) if i >= 0]
         events = [self.args_event[k] for k in with_args]
-        encoded = self.anns.encode_events(self.args, events, self.rank)
+        encode = self.anns.encode_python if self.reference else self.anns.encode_events
+        encoded = encode(self.args, events, self.rank)
         args = [b""] * len(self.heads)
         for k, data in zip(with_args, encoded):
             args[k] = data
@@ -493,6 +516,90 @@ class _Bodies:
         out[0::2] = [framing[a:b] for a, b in zip([0] + ends[:-1], ends)]
         out[1::2] = bodies
         return out
+
+
+class _ColumnBodies:
+    """:class:`_Bodies` as numpy columns, framed by the compiled packet writer (``_proto``).
+
+    The same bodies in the same order added, so the same bytes: the lanes' records come
+    from ``_proto.slice_order`` and become whole columns (type, track, name and category
+    codes, the event whose args the body carries, its flows) instead of one head per
+    record; the args are encoded in the order added (argument names intern in first-use
+    order); ``_proto.packets`` writes the sorted bodies and their framing into one bytes.
+    The flows come as :class:`~tracemerge.formats.perfetto.flows.FlowRows`, sorted by
+    (event, field) once; a body's flows are the rows of its event's begin (or end) fields.
+    Only instants and counters are made one by one here.
+    """
+
+    def __init__(self, trace, rank, flows, proto):
+        self.args, self.rank, self.proto = trace.args, rank, proto
+        self.name_code, self.cat_code = _int64(trace.name), _int64(trace.cat)
+        key = flows.event * 4 + flows.slot
+        order = np.argsort(key, kind="stable")   # per field, the ids in the order bound
+        self.flow_key, self.flow_id, self.flow_slot = key[order], flows.fid[order], flows.slot[order]
+        self.anns = _Annotations()
+        self.columns = []        # (ts, kind, uuid, name, cat, args event, tail slot, flow event, half) per lane
+        self.one = []            # the same, one row per instant or counter, in the order added
+        self.tails = []          # counter values, by tail slot
+
+    def _tail(self, data):
+        if not data:
+            return -1
+        self.tails.append(data)
+        return len(self.tails) - 1
+
+    def _flush_one(self):
+        if self.one:
+            self.columns.append(tuple(np.array(c, np.int64) for c in zip(*self.one)))
+            self.one = []
+
+    def counter(self, ts, uuid, value):
+        """:meth:`_Bodies.counter`."""
+        self.one.append((ts, COUNTER, uuid, -1, -1, -1, self._tail(value), -1, 0))
+
+    def lane(self, uuid, records, begin, close):
+        """A lane's slices: ``records`` (ts, kind, n) as ``_proto.slice_order`` gives them, the
+        slices' named events ``begin`` and closing events ``close`` (-1 for ``X``)."""
+        self._flush_one()
+        ts, kind, n = (np.frombuffer(r, np.int64) for r in records)
+        is_begin = kind == SLICE_BEGIN
+        named = begin[n]
+        event = np.where(is_begin, named, close[n])
+        name = np.where(is_begin, self.name_code[named], -1)
+        cat = np.where(is_begin, self.cat_code[named], -1)
+        none = np.full(len(ts), -1, np.int64)
+        self.columns.append((ts, kind, np.full(len(ts), uuid, np.uint64).view(np.int64), name, cat, event, none,
+                             named, np.where(is_begin, 0, 2)))
+
+    def instant(self, ts, uuid, i):
+        self.one.append((ts, INSTANT, uuid, int(self.name_code[i]), int(self.cat_code[i]), i, -1, i, 0))
+
+    def packets(self, base_ns, flags):
+        """:meth:`_Bodies.packets`: the framed packets in time order, ties in the order added."""
+        self._flush_one()
+        if not self.columns:
+            self.columns = [tuple(np.zeros(0, np.int64) for _ in range(9))]
+        ts, kind, uuid, name, cat, event, tail, flow_event, half = map(np.concatenate, zip(*self.columns))
+        self.columns = []
+        # a body's flows: the rows keyed (event, 0..1) for a begin or instant, (event, 2..3) for an end
+        flow_lo = np.searchsorted(self.flow_key, flow_event * 4 + half, "left")
+        flow_hi = np.where(flow_event >= 0, np.searchsorted(self.flow_key, flow_event * 4 + half + 2, "left"), flow_lo)
+        with_args = np.flatnonzero(event >= 0)
+        encoded = self.anns.encode_events(self.args, event[with_args].tolist(), self.rank)
+        args_slot = np.full(len(ts), -1, np.int64)
+        args_slot[with_args] = np.arange(len(with_args))
+        order = np.argsort(ts, kind="stable")
+        ts = ts[order] + base_ns
+        if len(ts) and ts.min() < 0:
+            raise ValueError(f"varint of a negative number {ts.min()}")
+        return [self.proto.packets(ts, kind[order], uuid[order], name[order], cat[order], args_slot[order],
+                                   tail[order], flow_lo[order], flow_hi[order], _int64(self.flow_id.view(np.int64)),
+                                   _int64(self.flow_slot), encoded, self.tails, flags)]
+
+
+def _int64(values):
+    """A contiguous int64 copy or view of ``values``, as the compiled writer takes them."""
+    return np.ascontiguousarray(values, np.int64)
 
 
 def _varints(values):

@@ -6,6 +6,8 @@ slice's begin and end packets carry.
 """
 
 import hashlib
+import operator
+from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
@@ -43,11 +45,156 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     Returns ({event index: SliceFlows}, {"converted": v1 events bound, reason: v1 events
     dropped}).
     """
-    ph, extra = trace.ph, trace.extra
     drops = {}
+    points = _points(trace, start, slices, ranges, drops)
+    kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
+    s_begin, s_start, s_end = slices.begin.tolist(), slices.start.tolist(), slices.end.tolist()
+    at_ns = start[[p[2] for p in points]].tolist()
+    fids = proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points])
+    by_id = {}
+    for (key, value, i, role, row), ts, fid in zip(points, at_ns, fids):
+        anchor = (s_begin[row], s_start[row], s_end[row]) if row is not None else (i, ts, None)
+        by_id.setdefault(fid, []).append((ts, i, role, anchor, key != "v2"))
+    bound, converted = {}, 0
+    for fid, chain in by_id.items():
+        chain.sort()        # by (ts, event index), which are unique
+        last = None         # when Perfetto sees the previous point of the chain; None: not in flight
+        for _, i, role, (event, begin_ns, end_ns), v1 in chain:
+            if role == OUT:
+                if last is not None:
+                    if v1:  # a v2 point rides on an event that is kept
+                        _drop(drops, "flow start while the same id is in flight")
+                    continue
+                at, at_end = begin_ns, False
+            elif last is None:
+                if v1:
+                    _drop(drops, f"flow {'step' if role == STEP else 'end'} without a start")
+                continue
+            elif begin_ns > last:
+                at, at_end = begin_ns, False
+            elif end_ns is not None and end_ns > last:
+                at, at_end = end_ns, True
+            else:
+                if v1:
+                    _drop(drops, "flow point on a slice that ends before its flow starts")
+                continue
+            bound[event] = bound.get(event, NO_FLOWS).add(fid, at_end, terminating=role == IN)
+            last = None if role == IN else at
+            converted += v1
+    return bound, {"converted": converted, **drops}
+
+
+# chains()' drop codes (tracemerge/kernel/_proto.c), as the reference above words them
+CHAIN_DROPS = {1: "flow start while the same id is in flight", 2: "flow step without a start",
+               3: "flow end without a start", 4: "flow point on a slice that ends before its flow starts"}
+ROLE_CODES = {OUT: 0, STEP: 1, IN: 2}
+
+
+@dataclass
+class FlowRows:
+    """Flow ids bound to slices as columns, in the order they were bound: the flow ids of
+    event ``event[k]``'s SliceFlows field ``slot[k]`` (0 begin, 1 begin terminating, 2 end,
+    3 end terminating) are ``fid[k]`` (uint64) in row order."""
+
+    event: np.ndarray
+    slot: np.ndarray
+    fid: np.ndarray
+
+    @classmethod
+    def of(cls, flows):
+        """The rows of a flow map {event index: SliceFlows} (the RPC arrows: few)."""
+        rows = [(i, slot, fid) for i, f in flows.items() for slot, ids in enumerate(f) for fid in ids]
+        event, slot, fid = zip(*rows) if rows else ((), (), ())
+        return cls(np.array(event, np.int64), np.array(slot, np.int64), np.array(fid, np.uint64))
+
+    def __add__(self, other):   # as merge_flows: per field, this map's ids before the other's
+        return FlowRows(*(np.concatenate((a, b)) for a, b in zip(
+            (self.event, self.slot, self.fid), (other.event, other.slot, other.fid))))
+
+
+def bind_input_flow_rows(trace, rank, start, slices, ranges, chains):
+    """:func:`bind_input_flows` as :class:`FlowRows`, the chains walked by the compiled
+    ``chains`` (``tracemerge.kernel._proto``); the same bindings in the same order, the same
+    counts."""
+    drops = {}
+    kind, values, i, role, v1, row = _point_columns(trace, start, slices, ranges, drops)
+    n = len(i)
+    fid = np.array(proto_flow_ids(rank, kind.tolist(), values), np.uint64)
+    ts = start[i].astype(np.int64)
+    has = row >= 0
+    at = np.maximum(row, 0)
+    if len(slices.begin):
+        event = np.where(has, slices.begin[at], i)
+        begin_ns, end_ns = np.where(has, slices.start[at], ts), np.where(has, slices.end[at], 0)
+    else:
+        event, begin_ns, end_ns = i, ts, np.zeros(n, np.int64)
+    # chains in the order their ids first appear, each in (ts, event index) order
+    _, first, inverse = np.unique(fid, return_index=True, return_inverse=True)
+    order = np.lexsort((i, ts, first[inverse.reshape(-1)]))
+    cols = (fid.view(np.int64), role, v1, begin_ns, end_ns, has.astype(np.int64))
+    slot, drop = (np.frombuffer(r, np.int64) for r in chains(*(np.ascontiguousarray(c[order], np.int64)
+                                                                for c in cols)))
+    codes, firsts, counts = np.unique(drop[drop > 0], return_index=True, return_counts=True)
+    for k in np.argsort(firsts, kind="stable").tolist():   # reasons in the order first met
+        drops[CHAIN_DROPS[int(codes[k])]] = drops.get(CHAIN_DROPS[int(codes[k])], 0) + int(counts[k])
+    kept = slot >= 0
+    converted = int((kept & (v1[order] == 1)).sum())
+    return FlowRows(event[order][kept], slot[kept].copy(), fid[order][kept]), {"converted": converted, **drops}
+
+
+def _drop(drops, reason):
+    drops[reason] = drops.get(reason, 0) + 1
+
+
+def _point_columns(trace, start, slices, ranges, drops):
+    """:func:`_points` as columns, the v1 points (nearly all) found with numpy: (flow kind
+    index, ids, event index, role code, v1 flag, slice row or -1), the same points in the
+    same order with the same drops; kinds numbered as :func:`bind_input_flows` numbers them
+    (flow keys sorted by their str)."""
+    ph, extra = trace.ph, trace.extra
+    v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
+    n = len(v1)
+    codes = ph[v1]
+    role = np.where(codes == ord("s"), 0, np.where(codes == ord("t"), 1, 2)).astype(np.int64)
+    values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
+    # bp == "e" by operator.eq: a str compared with any JSON value, never NotImplemented
+    at_e = np.fromiter(map(operator.eq, extra.column("bp", v1), repeat("e")), bool, n)
+    next_begin = (role == ROLE_CODES[IN]) & ~at_e
+    rows = _Enclosing(slices, ranges).rows(trace.thread_keys(v1), start[v1], next_begin)
+    has_id = np.fromiter(map(operator.is_not, values, repeat(None)), bool, n)
+    # the drops, reasons in the order the reference meets them (event order)
+    why = np.where(~has_id, 0, np.where(rows < 0, codes.astype(np.int64), -1))
+    reasons, firsts, counts = np.unique(why[why >= 0], return_index=True, return_counts=True)
+    for k in np.argsort(firsts, kind="stable").tolist():
+        code = int(reasons[k])
+        reason = "flow event without an id" if code == 0 else f"flow '{chr(code)}' with no slice on its thread at its time"
+        drops[reason] = drops.get(reason, 0) + int(counts[k])
+    kept = np.flatnonzero(has_id & (rows >= 0))
+    # the (cat, name) keys as one int each (cat -1 is no category; names are codes >= 0)
+    width = len(trace.names) + 1
+    pairs = (trace.cat[v1[kept]].astype(np.int64) + 1) * width + trace.name[v1[kept]]
+    unique_pairs, pair_of = np.unique(pairs, return_inverse=True)
+    keys = [(c // width - 1, c % width) for c in unique_pairs.tolist()]
+
+    v2 = _points_v2(trace, slices)
+    kinds = {k: m for m, k in enumerate(sorted(set(keys) | ({"v2"} if v2 else set()), key=str))}
+    kind = np.concatenate((np.array([kinds[k] for k in keys], np.int64)[pair_of.reshape(-1)] if keys else
+                           np.zeros(0, np.int64), np.full(len(v2), kinds.get("v2", 0), np.int64)))
+    values = [values[k] for k in kept.tolist()] + [p[1] for p in v2]
+    i = np.concatenate((v1[kept], np.array([p[2] for p in v2], np.int64))).astype(np.int64)
+    role = np.concatenate((role[kept], np.array([ROLE_CODES[p[3]] for p in v2], np.int64)))
+    is_v1 = np.concatenate((np.ones(len(kept), np.int64), np.zeros(len(v2), np.int64)))
+    row = np.concatenate((rows[kept], np.array([-1 if p[4] is None else p[4] for p in v2], np.int64)))
+    return kind, values, i, role, is_v1, row.astype(np.int64)
+
+
+def _points(trace, start, slices, ranges, drops):
+    """The input's flow points bound to slice rows: [(flow key, id, event index, role, slice
+    row or None)]; points that bind nowhere are counted in ``drops``."""
+    ph, extra = trace.ph, trace.extra
 
     def drop(reason):
-        drops[reason] = drops.get(reason, 0) + 1
+        _drop(drops, reason)
 
     # v1: the slices of all points found at once, per thread
     v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
@@ -66,7 +213,13 @@ def bind_input_flows(trace, rank, start, slices, ranges):
         else:
             points.append((key, value, i, role, row))
 
-    # v2: a bind_id on the event itself
+    return points + _points_v2(trace, slices)
+
+
+def _points_v2(trace, slices):
+    """The v2 points of :func:`_points`: a bind_id on the event itself."""
+    ph, extra = trace.ph, trace.extra
+    points = []
     hosts = np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"]))
     bind = [(i, b) for i, b in zip(hosts.tolist(), extra.column("bind_id", hosts)) if b is not UNSET]
     hosts = [i for i, _ in bind]
@@ -79,42 +232,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
         if row is None and ph[i] in (ord("X"), ord("B"), ord("b")):
             continue    # its slice was not written (unpaired begin): counted there
         points.append(("v2", bind_id, i, STEP if out and inn else OUT if out else IN, row))
-
-    kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
-    s_begin, s_start, s_end = slices.begin.tolist(), slices.start.tolist(), slices.end.tolist()
-    at_ns = start[[p[2] for p in points]].tolist()
-    fids = proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points])
-    by_id = {}
-    for (key, value, i, role, row), ts, fid in zip(points, at_ns, fids):
-        anchor = (s_begin[row], s_start[row], s_end[row]) if row is not None else (i, ts, None)
-        by_id.setdefault(fid, []).append((ts, i, role, anchor, key != "v2"))
-    bound, converted = {}, 0
-    for fid, chain in by_id.items():
-        chain.sort()        # by (ts, event index), which are unique
-        last = None         # when Perfetto sees the previous point of the chain; None: not in flight
-        for _, i, role, (event, begin_ns, end_ns), v1 in chain:
-            if role == OUT:
-                if last is not None:
-                    if v1:  # a v2 point rides on an event that is kept
-                        drop("flow start while the same id is in flight")
-                    continue
-                at, at_end = begin_ns, False
-            elif last is None:
-                if v1:
-                    drop(f"flow {'step' if role == STEP else 'end'} without a start")
-                continue
-            elif begin_ns > last:
-                at, at_end = begin_ns, False
-            elif end_ns is not None and end_ns > last:
-                at, at_end = end_ns, True
-            else:
-                if v1:
-                    drop("flow point on a slice that ends before its flow starts")
-                continue
-            bound[event] = bound.get(event, NO_FLOWS).add(fid, at_end, terminating=role == IN)
-            last = None if role == IN else at
-            converted += v1
-    return bound, {"converted": converted, **drops}
+    return points
 
 
 def event_id(id_, id2):
