@@ -300,3 +300,16 @@ def test_flow_end_on_a_slice_that_began_before_the_source_goes_on_its_end(tmp_pa
     ((_, a, b),) = got["arcs"]
     assert (a["name"], b["name"]) == ("src", "long") and b["end_terminating"] == [_]
     assert summary["events"]["dropped"] == 0
+
+
+@pytest.mark.parametrize("core", ["native", "python"])
+def test_a_thread_keeps_its_tid_whatever_was_asked_before(tmp_path, monkeypatch, core):
+    # five instants on thread 7, then one on thread 8: asking for thread 7's track again
+    # must not take tids 8, 9, ... from the threads that come later
+    monkeypatch.setenv("TRACEMERGE_KERNEL", core)
+    events = [{"ph": "i", "name": f"tick{n}", "pid": 100, "tid": 7, "ts": 10 + n, "s": "t"} for n in range(5)]
+    events += [{"ph": "i", "name": "tock", "pid": 100, "tid": 8, "ts": 20, "s": "t"}, x("op", 30, 5, tid=9)]
+    out, _ = merge(tmp_path, [kineto(events, rank=0)])
+    got = read_pftrace(out)
+    tids = {item["name"]: thread_of(got["tracks"], item["track"])[1] for item in got["instants"] + got["slices"]}
+    assert tids == {**{f"tick{n}": 7 for n in range(5)}, "tock": 8, "op": 9}

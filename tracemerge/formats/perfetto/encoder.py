@@ -656,6 +656,9 @@ class _Tracks:
             label = name if name is not None else f"thread {self.trace.tids[tid_code]}"
             return self._emit(("thread", pid_code, tid_code, lane),
                               lambda pid: _uint(5, parent) + _str(2, f"{label} (overlap {lane})"))
+        known = self.uuids.get(("thread", pid_code, tid_code, 0))
+        if known is not None:  # a tid is taken once per thread: asking again must not take another
+            return known
         tid = self._tid(pid_code, tid_code)
         thread = _int(1, self.place.pid_base + pid_code) + _int(2, tid)
         if name is not None:
