@@ -100,14 +100,10 @@ def _body_or_error(write, *args):
 def _packets_or_error(*args):
     """``encode_rank(*args)``, or the error it raises as a str: an args decode error, or a
     timestamp before the output's origin (a varint of a negative number), which both
-    encoders must refuse alike. A decode error is told by its class alone, as in
-    :func:`same_annotations`: its ``$[k]`` is the event's place in the batch decoded, and
-    the core hands the Python path one event at a time."""
+    encoders must refuse alike, with the same text."""
     try:
         return encode_rank(*args)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        return type(e).__name__
-    except ValueError as e:
+    except ValueError as e:  # msgspec's decode errors are ValueErrors too
         return f"{type(e).__name__}: {e}"
 
 
@@ -187,8 +183,8 @@ def same_annotations(k, p, rank=5):
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
         try:
             native.encode_events(k.args, events, rank)
-        except type(e):
-            return None
+        except type(e) as again:
+            return None if str(again) == str(e) else f"annotations: the core's error {again} != {e}"
         return f"annotations: the core encoded args the Python path refuses ({e})"
     got = native.encode_events(k.args, events, rank)
     if got != want:

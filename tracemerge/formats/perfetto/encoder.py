@@ -22,6 +22,7 @@ event than the bytes themselves); tests parse the output with ``perfetto_trace_p
 import struct
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -170,7 +171,14 @@ class _Annotations:
             done, at = kernel.annotations(raw, at, rank, self.iids, self.new)
             out += done
             if at < len(raw):  # declined: the Python path encodes this one, then the core goes on
-                out += self.encode_python(args, [events[at]], rank)
+                try:
+                    out += self.encode_python(args, [events[at]], rank)
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    # args that cannot be decoded: the error the reference gives, which names
+                    # the event's place in the chunk it decodes, not in a batch of one
+                    lo = at - at % CHUNK
+                    args.dicts(events[lo:lo + CHUNK])
+                    raise
                 at += 1
         return out
 
