@@ -1,6 +1,6 @@
 """Side-by-side benchmark: tracemerge against the parsing floor and its peers, on the same inputs.
 
-    python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers] [--scale 16]
+    python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers] [--scale 16] [--only NAME]
 
 Generates ``ranks`` Kineto-like rank files of ``mb`` MB each with gen_kineto.py (Kineto
 traces plus the "tracemerge" block with RPC and collective records, so tracemerge aligns
@@ -20,6 +20,8 @@ time and memory with ``ranks``.
 - ``tracemerge combine`` to .json (default jobs, and --jobs 1), .json.gz, .json.zst (when
   zstandard is installed) and .pftrace, with the compiled core when it is built, and the
   main row again with ``TRACEMERGE_KERNEL=python`` (the reference path);
+- ``tracemerge report`` of the first 4 ranks (~1 M events at the default size), with the
+  compiled core and with ``TRACEMERGE_KERNEL=python``: seconds per million events and the ratio;
 - ``viztracer --combine`` and HTA's ``TraceAnalysis`` load, when installed (``bench`` extra).
 
 Other engineers share the machine: the load average is printed with the table.
@@ -140,6 +142,11 @@ PYTHON_CORE = "tracemerge combine .json (--jobs {jobs}), TRACEMERGE_KERNEL=pytho
 PFTRACE = "tracemerge combine .pftrace (--jobs {jobs})"
 CAT = "cat of the inputs into one file"
 TARGET_MB = 600
+# the report's target is about ~1 M events: 4 ranks of the default 60 MB hold 956 k
+REPORT_RANKS = 4
+REPORT = "tracemerge report ({n} ranks)"
+REPORT_PYTHON = "tracemerge report ({n} ranks), TRACEMERGE_KERNEL=python"
+REPORT_TARGET_S_PER_M = 1.5
 
 
 def contenders(paths, out, jobs):
@@ -159,6 +166,12 @@ def contenders(paths, out, jobs):
         yield f"tracemerge combine .json.zst (--jobs {jobs})", tm + ["-o", out + "tm.json.zst"]
     if importlib.util.find_spec("tracemerge.formats.perfetto.encoder"):
         yield PFTRACE.format(jobs=jobs), tm + ["-o", out + "tm.pftrace"]
+    # report reads every event of its ranks but writes a few lines: its own rows, with the
+    # Python core beside it for the ratio (the golden tests pin that both give the same bytes)
+    some = paths[:REPORT_RANKS]
+    report = [sys.executable, "-m", "tracemerge", "report", *some, "-q"]
+    yield REPORT.format(n=len(some)), report + ["-o", out + "report.txt"]
+    yield REPORT_PYTHON.format(n=len(some)), ["env", "TRACEMERGE_KERNEL=python", *report, "-o", out + "reportp.txt"]
     if shutil.which("viztracer"):
         yield "viztracer --combine", ["viztracer", "--combine", *paths, "-o", out + "viz.json"]
     if importlib.util.find_spec("hta"):
@@ -185,6 +198,32 @@ def measure(name, cmd, outdir):
         os.unlink(os.path.join(outdir, f))
     print(f"  {name}: {wall:.2f} s, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""), flush=True)
     return name, wall, peak, rc, err
+
+
+def count_events(paths):
+    """The number of trace events in ``paths`` (every event has one "ph" key; the generated
+    files spell it only there)."""
+    n = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            n += f.read().count(b'"ph"')
+    return n
+
+
+def report_verdict(rows, paths):
+    """The report's target line (seconds per million events, and the ratio to the Python
+    core), or None when its row did not run."""
+    by = {r[0]: r for r in rows if not r[3]}
+    some = paths[:REPORT_RANKS]
+    fast, slow = by.get(REPORT.format(n=len(some))), by.get(REPORT_PYTHON.format(n=len(some)))
+    if fast is None:
+        return None
+    events = count_events(some)
+    per_m = fast[1] / (events / 1e6)
+    line = f"report, {len(some)} ranks ({events / 1e3:.0f} k events): {fast[1]:.2f} s = {per_m:.2f} s per M events"
+    if slow:
+        line += f" ({slow[1] / fast[1]:.2f}x faster than the Python core's {slow[1]:.2f} s)"
+    return line + f": <= {REPORT_TARGET_S_PER_M} s per M events: {'met' if per_m <= REPORT_TARGET_S_PER_M else 'NOT met'}"
 
 
 def verdicts(rows, jobs, scaled):
@@ -231,6 +270,7 @@ def main(argv=None):
     directory = a.dir or tempfile.mkdtemp(prefix="tracemerge-bench-")
     paths = inputs(directory, a.ranks, a.mb)
     total_mb = sum(os.path.getsize(x) for x in paths) / 1e6
+    report_mb = sum(os.path.getsize(x) for x in paths[:REPORT_RANKS]) / 1e6
     outdir = tempfile.mkdtemp(prefix="tracemerge-bench-out-")
     out = os.path.join(outdir, "")
     print(f"inputs: {a.ranks} ranks × {a.mb:g} MB = {total_mb:.0f} MB in {os.path.dirname(paths[0])}; "
@@ -257,10 +297,15 @@ def main(argv=None):
         ratio_floor = f"{wall / floor:.2f}" if floor else "-"
         ratio_viz = f"{viz / wall:.1f}" if viz else "-"
         status = "" if not rc else f" (failed: {err})"
-        print(f"| {name}{status} | {wall:.2f} | {total_mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
+        # the report rows read only the first REPORT_RANKS ranks
+        mb = report_mb if name.startswith("tracemerge report") else total_mb
+        print(f"| {name}{status} | {wall:.2f} | {mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
               f"| {ratio_viz} |")
     for line in verdicts(rows, a.jobs, scaled):
         print(f"target: {line}")
+    report = report_verdict(rows, paths)
+    if report:
+        print(f"target: {report}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Lanes, as a property: arbitrary spans on a few threads, overlapping however they like,
-some of them asynchronous RPC caller spans (calls in flight together, as ``rpc_async``
-leaves them), with the callee's side in a second rank file. After ``combine`` to JSON, under
-either core:
+some of them RPC caller spans (``rpc_async`` and ``remote`` calls in flight together, with
+``args.async`` true, false or absent as captures old and new write it), with the callee's
+side in a second rank file. After ``combine`` to JSON, under either core:
 
 - no two X events of one output thread partly overlap (Perfetto's JSON import would drop
   or move one);
 - every input span is there exactly once, with its name, time, duration and args;
+- a thread whose spans already nest (no crossing, nothing starting inside an asynchronous
+  span) keeps every span: lanes only take what cannot nest;
 - each lane is named by a ``thread_name`` event whose ``lane_of`` is the thread it left;
 - every RPC flow arrow starts and ends inside a span of its thread;
 - key averages of the merged trace are those of the rank files: counts and CPU totals
@@ -25,7 +27,8 @@ from tracefiles import BASE, rank_file, write
 from tracemerge.cli import main
 
 THREADS = (1, 2, 3)
-CALL = "rpc_async#f(worker0 -> worker1)"
+KINDS = ("rpc_async", "remote")
+ABSENT = object()   # a caller span without args.async, as files of older captures have it
 
 
 @st.composite
@@ -43,18 +46,53 @@ def jobs(draw):
             spans.append((tid, f"op{n}", ts, dur, {"n": n}))
             continue
         rid = f"0:{n}"
-        spans.append((tid, CALL, ts, dur, {"rpc_id": rid, "role": "caller", "async": True}))
+        kind = draw(st.sampled_from(KINDS))
+        # a function of its own per call, as for the ops: a synchronous call (async false)
+        # can be the only child of a same-named one, which torch would merge into it
+        call = f"{kind}#f{n}(worker0 -> worker1)"
+        # args.async as the capture writes it: true when the future completed on an agent
+        # thread, false when the span ended on its own thread, absent in older files (then
+        # the span is taken as asynchronous, docs/rank-file-format.md)
+        flag = draw(st.sampled_from([True, True, False, ABSENT]))
+        args = {"rpc_id": rid, "role": "caller"}
+        if flag is not ABSENT:
+            args["async"] = flag
+        spans.append((tid, call, ts, dur, args))
         # the callee served it inside the call, on its own clock (the same machine here)
         inner = draw(st.integers(0, max(0, dur - 1)))
         served = draw(st.integers(0, dur - inner)) if dur else 0
         # each served on a server thread of its own (one thread serves one call at a time)
-        callee.append((100 + n, CALL + "#remote", ts + inner, served, {"rpc_id": rid, "role": "callee"}))
-        common = {"rpc_id": rid, "kind": "rpc_async", "func": "f", "name": CALL, "caller": 0, "callee": 1,
+        callee.append((100 + n, call + "#remote", ts + inner, served, {"rpc_id": rid, "role": "callee"}))
+        common = {"rpc_id": rid, "kind": kind, "func": f"f{n}", "name": call, "caller": 0, "callee": 1,
                   "caller_name": "worker0", "callee_name": "worker1", "status": "ok"}
         records.append(dict(common, role="caller", send_ns=BASE + ts * 1000, complete_ns=BASE + (ts + dur) * 1000))
         records.append(dict(common, role="callee", start_ns=BASE + (ts + inner) * 1000,
                             end_ns=BASE + (ts + inner + served) * 1000))
     return spans, callee, records
+
+
+def _asynchronous(name, args):
+    """Whether a generated span is asynchronous, by the rule of docs/rank-file-format.md."""
+    if "async" in args:
+        return args["async"]
+    return args.get("role") == "caller" and name.startswith(tuple(k + "#" for k in KINDS))
+
+
+def _already_nests(thread_spans):
+    """True when a thread's spans need no lane by any reading: every two are disjoint or one
+    contains the other, and no other span starts inside an asynchronous one (torch never
+    makes it a parent). Conservative: ties at an asynchronous span's start are left out."""
+    for i, (_, n1, s1, d1, a1) in enumerate(thread_spans):
+        e1 = s1 + d1
+        for j, (_, _, s2, d2, _) in enumerate(thread_spans):
+            if i == j:
+                continue
+            e2 = s2 + d2
+            if not (s2 >= e1 or s1 >= e2 or (s1 <= s2 and e2 <= e1) or (s2 <= s1 and e1 <= e2)):
+                return False
+            if _asynchronous(n1, a1) and s1 <= s2 < e1:
+                return False
+    return True
 
 
 def _events(spans):
@@ -117,6 +155,14 @@ def test_lanes_keep_every_span_and_nothing_partly_overlaps(tmp_path_factory, mon
                 if s2 >= e1:
                     break
                 assert e2 <= e1, f"{thread}: [{s1}, {e1}] and [{s2}, {e2}] partly overlap"
+
+    # a thread whose spans already nest keeps them all (lanes only for what cannot nest)
+    pid0 = min(pids["0"])
+    for tid in THREADS:
+        mine = [sp for sp in spans if sp[0] == tid]
+        if _already_nests(mine):
+            event("a thread that nests and has an rpc span" if any(len(sp[4]) > 1 for sp in mine) else "a thread that nests")
+            assert len(by_thread.get((pid0, tid), ())) == len(mine), f"thread {tid} nests but lost spans to lanes"
 
     # each lane names the thread it left
     lane_threads = {t for t in by_thread if "(overlap" in str(t[1])}

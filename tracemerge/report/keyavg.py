@@ -201,13 +201,15 @@ def remote_op_names(tree):
     return codes, keys
 
 
-def key_averages(trace, node_of_pid, remote_ops=False):
+def key_averages(trace, node_of_pid, remote_ops=False, tree=None):
     """[KeyAverage] of one trace, one row per (key, node, user annotation), in first-seen order.
 
     ``node_of_pid`` maps the trace's pid codes to node ids (ranks): an int array, so a
-    merged trace's processes map back to the ranks they came from.
+    merged trace's processes map back to the ranks they came from. ``tree``: the trace's
+    :func:`op_tree` when the caller has built it already (the report needs it for the busy
+    timeline too, and building it is a quarter of a report's time).
     """
-    tree = op_tree(trace)
+    tree = op_tree(trace) if tree is None else tree
     codes, keys = remote_op_names(tree) if remote_ops else (tree.name, tree.keys)
     keep = tree.kept
     idx = tree.index[keep]

@@ -113,15 +113,16 @@ def session_report(session, alignment, group_by="name", remote_ops=False, analys
         with reading(info.path):
             if info.partial:  # described from its head: what only the events tell comes from this read
                 learn(info, event_facts(trace))
-            rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops)
+            tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
+            rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops, tree)
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
                 timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
                                                      {r.get("name", "") for r in info.rpcs})
         threads[info.rank] = server_threads(trace)
-        spans[info.rank] = _top_spans(op_tree(trace), clocks[info.rank].to_reference)
+        spans[info.rank] = _top_spans(tree, clocks[info.rank].to_reference)
         traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
-        del trace  # freed before the next rank is read
+        del trace, tree  # freed before the next rank is read
     first = min(clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
     last = max(clocks[i.rank].to_reference(i.last_ns) for i in session.infos)
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
