@@ -302,7 +302,7 @@ def remote_records(path, block, rpcs):
         calls = side.get("calls") or []
         if not isinstance(calls, list):
             raise TraceError(path, f"tracemerge.remote_sides[{n}].calls is not a list")
-        for call in calls:
+        for j, call in enumerate(calls):
             caller = mine.get(call.get("rpc_id")) if isinstance(call, dict) and isinstance(call.get("rpc_id"), str) else None
             if caller is None or caller["callee"] != side["clock_rank"]:
                 continue
@@ -311,7 +311,13 @@ def remote_records(path, block, rpcs):
             rec.update(role="callee", status=str(call.get("status", "ok")), source="remote",
                        tid=call["tid"] if _is_int(call.get("tid")) else 0,
                        hostname=str(side.get("hostname") or ""), boot_id=str(side.get("boot_id") or ""))
-            rec.update({k: call[k] for k in ("start_ns", "end_ns") if _is_int(call.get(k))})
+            for k in ("start_ns", "end_ns"):
+                value = call.get(k)
+                if _is_int(value):
+                    if not -NS_LIMIT < value < NS_LIMIT:  # as a record's own times are checked
+                        raise TraceError(path, f"tracemerge.remote_sides[{n}].calls[{j}]: '{k}' {value} is out of "
+                                               "range (beyond year 2116: 2**62 ns)")
+                    rec[k] = value
             out.append(rec)
     return out
 
