@@ -7,9 +7,6 @@ wrote with gzip + json and the outcomes each worker reported.
 import gzip
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -23,6 +20,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from tracefiles import free_port, run_job  # noqa: E402
 
 from tracemerge.capture import profile  # noqa: E402
 
@@ -151,14 +149,8 @@ def _worker(rank, rpc_port, pg_port, out):
     dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
-    mp.spawn(_worker, args=(_free_port(), _free_port(), sys.argv[1]), nprocs=WORLD)
+    mp.spawn(_worker, args=(free_port(), free_port(), sys.argv[1]), nprocs=WORLD)
 
 
 # ---------------------------------------------------------------- fixtures and helpers
@@ -166,15 +158,7 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     out = tmp_path_factory.mktemp("capture_job")
-    proc = subprocess.Popen([sys.executable, __file__, str(out)], start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        log, _ = proc.communicate(timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        pytest.fail("capture job timed out:\n" + log[-5000:])
-    assert proc.returncode == 0, log[-5000:]
+    run_job([__file__, out], JOB_TIMEOUT_S)
     ranks = {r: _load(out / f"rank{r}.json.gz") for r in range(WORLD)}
     reports = {r: json.loads((out / f"report{r}.json").read_text()) for r in range(WORLD)}
     return ranks, reports, out
@@ -385,7 +369,7 @@ def test_file_written_when_block_raises(tmp_path):
 def solo_rpc(monkeypatch):
     """RPC with one worker in this process, which can call itself."""
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     rpc.init_rpc("solo", rank=0, world_size=1)
     yield
     rpc.shutdown()

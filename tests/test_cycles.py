@@ -6,15 +6,13 @@ take every cycle of a rank as one process, ``--cycle N`` keeps one cycle."""
 import gzip
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli  # noqa: E402
+from tests.tracefiles import cli, free_port, load_output, run_job  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 CYCLES = 3
@@ -47,31 +45,16 @@ JOB = textwrap.dedent("""
 """)
 
 
-def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cycle_files(tmp_path_factory):
     where = tmp_path_factory.mktemp("cycles")
     script = where / "job.py"
     script.write_text(JOB)
     out = where / "traces"
-    env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
-    subprocess.run([sys.executable, str(script), str(_free_port()), str(out)],
-                   check=True, timeout=JOB_TIMEOUT_S, capture_output=True, env=env)
+    run_job([script, free_port(), out], JOB_TIMEOUT_S)
     files = sorted(str(p) for p in out.iterdir())
     assert [os.path.basename(f) for f in files] == [f"rank{r}.cycle{c}.json.gz" for r in (0, 1) for c in range(CYCLES)]
     return files
-
-
-def _load(path):
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path) as f:
-        return json.load(f)
 
 
 def _by_rank(files):
@@ -87,11 +70,11 @@ def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_pat
     out = tmp_path / "merged.json"
     res = cli("combine", *cycle_files, "-o", out)
     assert res.returncode == 0, res.stderr
-    doc = _load(out)
+    doc = load_output(out)
     summary = doc["tracemerge"]
     assert [i["rank"] for i in summary["inputs"]] == [0, 1]
     by_rank = _by_rank(cycle_files)
-    inputs = {r: [_load(f) for f in by_rank[r]] for r in (0, 1)}
+    inputs = {r: [load_output(f) for f in by_rank[r]] for r in (0, 1)}
     for entry in summary["inputs"]:
         r = entry["rank"]
         assert [c["path"] for c in entry["cycles"]] == by_rank[r]
@@ -123,10 +106,10 @@ def test_cycle_option_keeps_one_cycle(cycle_files, tmp_path):
     out = tmp_path / "one.json"
     res = cli("combine", *cycle_files, "--cycle", "1", "-o", out)
     assert res.returncode == 0, res.stderr
-    summary = _load(out)["tracemerge"]
+    summary = load_output(out)["tracemerge"]
     assert [i["path"] for i in summary["inputs"]] == [f for f in cycle_files if ".cycle1." in f]
     assert all("cycles" not in i for i in summary["inputs"])
-    cycle1 = [_load(f) for f in cycle_files if ".cycle1." in f]
+    cycle1 = [load_output(f) for f in cycle_files if ".cycle1." in f]
     assert summary["events"]["in"] == sum(len(d["traceEvents"]) for d in cycle1)
     # worker0 issued RPCs 6 and 7 in its cycle 1 (RPC n at step n); worker1 served
     # whichever calls reached it in its own cycle 1, which its own pace set
@@ -156,7 +139,7 @@ def test_info_report_and_offsets_take_the_cycles_together(cycle_files):
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
     # aten::add of each rank's cycles, counted from the input files
-    adds = {r: sum(1 for f in _by_rank(cycle_files)[r] for e in _ops(_load(f)) if e["name"] == "aten::add")
+    adds = {r: sum(1 for f in _by_rank(cycle_files)[r] for e in _ops(load_output(f)) if e["name"] == "aten::add")
             for r in (0, 1)}
     got = {row["node_id"]: row["count"] for row in rep["key_averages"] if row["key"] == "aten::add"}
     assert got == {r: n for r, n in adds.items() if n}, (got, adds)
@@ -167,11 +150,11 @@ def test_info_report_and_offsets_take_the_cycles_together(cycle_files):
 def test_order_numbering_keeps_cycle_files_apart(cycle_files, tmp_path):
     res = cli("combine", *cycle_files, "--rank-from", "order", "-o", tmp_path / "o.json")
     assert res.returncode == 0, res.stderr
-    assert len(_load(tmp_path / "o.json")["tracemerge"]["inputs"]) == 2 * CYCLES
+    assert len(load_output(tmp_path / "o.json")["tracemerge"]["inputs"]) == 2 * CYCLES
 
 
 def _rewrite(src, dst, change):
-    doc = _load(src)
+    doc = load_output(src)
     change(doc)
     with gzip.open(dst, "wt") as f:
         json.dump(doc, f)
@@ -196,11 +179,11 @@ def test_a_cycle_whose_pids_come_in_another_order_stays_on_its_process(cycle_fil
     if kernel == "native" and suffix == ".json":  # a .pftrace encodes a rank's cycles joined, in one piece
         assert b"read by the Python path: a cycle whose pids are not in the order" in res.stderr
     if suffix == ".json":
-        doc = _load(out)
+        doc = load_output(out)
         pids = doc["tracemerge"]["pids"]["0"]
         os_pid = next(p for p in pids if p.isdigit())
         for cycle, f in enumerate(files):
-            steps = {e["name"] for e in _ops(_load(f)) if e["name"].startswith("ProfilerStep")}
+            steps = {e["name"] for e in _ops(load_output(f)) if e["name"].startswith("ProfilerStep")}
             assert len(steps) == 2
             placed = {e["pid"] for e in _ops(doc) if e["name"] in steps}
             assert placed == {pids[os_pid]}, cycle

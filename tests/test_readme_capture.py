@@ -7,16 +7,13 @@ import gzip
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import ROOT, cli  # noqa: E402
+from tests.tracefiles import ROOT, cli, free_port, run_job  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 
@@ -46,17 +43,9 @@ def _blocks():
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(tmp_path, block):
     (tmp_path / "job.py").write_text(JOB.format(block=textwrap.indent(block, "    ")))
-    env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
-    subprocess.run([sys.executable, "job.py", str(_free_port())], cwd=tmp_path, check=True,
-                   timeout=JOB_TIMEOUT_S, capture_output=True, env=env)
+    run_job(["job.py", free_port()], JOB_TIMEOUT_S, cwd=tmp_path)
     return sorted(str(p) for p in (tmp_path / "traces").iterdir())
 
 

@@ -4,9 +4,6 @@ at once, and a callee that never enters ``profile`` at all. Real torch RPC on lo
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -14,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli  # noqa: E402
+from tests.tracefiles import cli, free_port, run_job  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 
@@ -76,26 +73,17 @@ JOB = textwrap.dedent("""
 """)
 
 
-def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(tmp_path, mode, port=None):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     out = tmp_path / "traces"
-    env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
-    subprocess.run([sys.executable, str(script), str(port or _free_port()), str(out), mode],
-                   check=True, timeout=JOB_TIMEOUT_S, capture_output=True, env=env)
+    run_job([script, port or free_port(), out, mode], JOB_TIMEOUT_S)
     return out
 
 
 @pytest.fixture(scope="module")
 def snippet_port():
-    return _free_port()
+    return free_port()
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,8 @@ all be in the merged JSON with their flow arrows, no two X events on a thread ma
 overlap, and the report's rows must equal torch's (count, CPU total, self CPU).
 """
 
-import gzip
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
 from collections import defaultdict
@@ -26,13 +22,13 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from tracefiles import cli, free_port, load_output, run_job  # noqa: E402
 
 from tracemerge.capture import profile  # noqa: E402
 
 WORLD = 2
 CONCURRENT = 16
 JOB_TIMEOUT_S = 120
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------- served functions
@@ -124,14 +120,8 @@ def _worker(rank, rpc_port, pg_port, out):
     dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
-    mp.spawn(_worker, args=(_free_port(), _free_port(), sys.argv[1]), nprocs=WORLD)
+    mp.spawn(_worker, args=(free_port(), free_port(), sys.argv[1]), nprocs=WORLD)
 
 
 # ---------------------------------------------------------------- fixtures and helpers
@@ -139,28 +129,9 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     out = tmp_path_factory.mktemp("concurrent_job")
-    proc = subprocess.Popen([sys.executable, __file__, str(out)], start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        log, _ = proc.communicate(timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        pytest.fail("capture job timed out:\n" + log[-5000:])
-    assert proc.returncode == 0, log[-5000:]
+    run_job([__file__, out], JOB_TIMEOUT_S)
     torch_rows = {r: json.loads((out / f"torch{r}.json").read_text()) for r in range(WORLD)}
     return out, [str(out / f"rank{r}.json.gz") for r in range(WORLD)], torch_rows
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "tracemerge", *map(str, args)], capture_output=True, timeout=120,
-                          cwd=ROOT)
-
-
-def _load(path):
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        return json.loads(f.read())
 
 
 def _is_rpc_key(key):
@@ -178,7 +149,7 @@ def merged_path(job, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def merged(merged_path):
-    return _load(merged_path)
+    return load_output(merged_path)
 
 
 # ---------------------------------------------------------------- tests
@@ -186,7 +157,7 @@ def merged(merged_path):
 def test_the_job_ran_its_calls_concurrently(job):
     _, paths, torch_rows = job
     assert torch_rows[0]["outcome"] == [CONCURRENT, [1, 2, 3], 3]
-    rank0 = _load(paths[0])
+    rank0 = load_output(paths[0])
     spans = [e for e in rank0["traceEvents"] if e.get("ph") == "X" and e.get("args", {}).get("role") == "caller"
              and e["name"].startswith("rpc_async#slow_udf")]
     assert len(spans) == CONCURRENT
@@ -197,7 +168,7 @@ def test_the_job_ran_its_calls_concurrently(job):
     assert len({e["tid"] for e in spans}) == 1
     # the capture marks which RPC spans end on another thread (torch's "async")
     assert all(e["args"]["async"] is True for e in spans)
-    callee = {e["name"]: e["args"]["async"] for e in _load(paths[1])["traceEvents"]
+    callee = {e["name"]: e["args"]["async"] for e in load_output(paths[1])["traceEvents"]
               if e.get("args", {}).get("role") == "callee"}
     assert callee["rpc_sync#async_now(worker0 -> worker1)#remote"] is False
     assert callee["rpc_async#async_later(worker0 -> worker1)#remote"] is True
@@ -228,7 +199,7 @@ def _enclosing(spans, ts):
 
 def test_every_caller_span_is_there_with_its_flows(job, merged):
     _, paths, _ = job
-    records = [r for r in _load(paths[0])["tracemerge"]["rpcs"] if r["role"] == "caller"]
+    records = [r for r in load_output(paths[0])["tracemerge"]["rpcs"] if r["role"] == "caller"]
     wanted = {r["rpc_id"]: r["name"] for r in records}
     assert sum(n.startswith("rpc_async#slow_udf") for n in wanted.values()) == CONCURRENT
     spans = defaultdict(list)

@@ -3,6 +3,8 @@
 import gzip
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 
@@ -73,3 +75,31 @@ def sigint_default():
     with SIGINT ignored (a background job, nohup), which children would inherit."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def free_port():
+    """A free TCP port on loopback (a job's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(args, timeout, cwd=None):
+    """Run a multi-process job (``python`` with ``args``) in a session of its own and return
+    its log; on timeout the whole session is killed, torch's spawned workers with it (a
+    plain timeout would leave them running), and the test fails with the log's tail, as it
+    does when the job fails. The job agrees a job id of its own, as a real run does, even
+    when the test run sets ``TRACEMERGE_JOB_ID``."""
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
+    proc = subprocess.Popen([sys.executable, *map(str, args)], cwd=cwd, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        pytest.fail("job timed out:\n" + log[-5000:])
+    assert proc.returncode == 0, log[-5000:]
+    return log
