@@ -149,14 +149,19 @@ def _noted(models, notes):
     return models
 
 
+def machine_of(info):
+    """The key of a rank's machine: its boot id (ranks with the same non-empty one share one
+    wall clock); a rank without one is a machine of its own."""
+    return info.boot_id or ("", info.rank)
+
+
 def machines(infos, reference):
-    """{rank: the rank that speaks for its machine}: ranks with the same non-empty boot id
-    share one wall clock; the reference speaks for its machine, the lowest rank for others."""
+    """{rank: the rank that speaks for its machine} (:func:`machine_of`): the reference
+    speaks for its machine, the lowest rank for others."""
     heads = {}
     for r in sorted(infos, key=lambda r: (r != reference, r)):
-        boot = infos[r].boot_id
-        heads.setdefault(boot or ("", r), r)
-    return {r: heads[infos[r].boot_id or ("", r)] for r in infos}
+        heads.setdefault(machine_of(infos[r]), r)
+    return {r: heads[machine_of(infos[r])] for r in infos}
 
 
 def _remapped(ranks, rep):

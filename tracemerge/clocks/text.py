@@ -2,6 +2,8 @@
 
 import orjson
 
+from tracemerge.clocks.methods import machine_of
+
 FIELDS = ("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers")
 
 
@@ -24,7 +26,7 @@ def machine_list(infos):
     """The machines of ``infos`` (RankInfo), numbered from 0 in the order of their lowest rank."""
     groups = {}
     for info in sorted(infos, key=lambda i: i.rank):
-        groups.setdefault(info.boot_id or ("", info.rank), []).append(info)
+        groups.setdefault(machine_of(info), []).append(info)
     return [{"machine": n, "hostname": group[0].hostname, "boot_id": group[0].boot_id,
              "ranks": [i.rank for i in group]} for n, group in enumerate(groups.values())]
 
