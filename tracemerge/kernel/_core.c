@@ -865,6 +865,16 @@ fail:
     return NULL;
 }
 
+/* appends event index ``i`` to ``idx`` and ``value`` (a new reference, taken over; NULL
+ * when making it failed) to ``val``; 0 on failure, with the error set */
+static int append_pair(PyObject *idx, PyObject *val, size_t i, PyObject *value) {
+    PyObject *a = PyLong_FromSize_t(i);
+    int ok = a && value && PyList_Append(idx, a) == 0 && PyList_Append(val, value) == 0;
+    Py_XDECREF(a);
+    Py_XDECREF(value);
+    return ok;
+}
+
 /* (indices, values) of the events with flow id key "id" (0) or "bind_id" (1) */
 static PyObject *Scan_flow_ids(Scan *s, PyObject *arg) {
     long which = PyLong_AsLong(arg);
@@ -875,9 +885,7 @@ static PyObject *Scan_flow_ids(Scan *s, PyObject *arg) {
     for (size_t i = 0; i < s->n; i++) {
         Ev *e = &s->ev[i];
         if (!(e->flags & flag)) continue;
-        PyObject *a = PyLong_FromSize_t(i), *b = PyLong_FromLongLong(which == 0 ? e->id : e->bind_id);
-        if (!a || !b || PyList_Append(idx, a) < 0 || PyList_Append(val, b) < 0) { Py_XDECREF(a); Py_XDECREF(b); goto fail; }
-        Py_DECREF(a); Py_DECREF(b);
+        if (!append_pair(idx, val, i, PyLong_FromLongLong(which == 0 ? e->id : e->bind_id))) goto fail;
     }
     return Py_BuildValue("(NN)", idx, val);
 fail:
@@ -899,9 +907,7 @@ static PyObject *Scan_extra_tokens(Scan *s, PyObject *arg) {
         for (uint32_t j = 0; j < e->extra_count; j++) {
             Extra *x = &s->ex[e->extra_first + j];
             if (x->key != k) continue;
-            PyObject *a = PyLong_FromSize_t(i), *b = PyBytes_FromStringAndSize(base + x->off, x->len);
-            if (!a || !b || PyList_Append(idx, a) < 0 || PyList_Append(val, b) < 0) { Py_XDECREF(a); Py_XDECREF(b); goto fail; }
-            Py_DECREF(a); Py_DECREF(b);
+            if (!append_pair(idx, val, i, PyBytes_FromStringAndSize(base + x->off, x->len))) goto fail;
         }
     }
     return Py_BuildValue("(NN)", idx, val);
