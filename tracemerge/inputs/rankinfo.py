@@ -134,16 +134,16 @@ def records(path, block, key):
 
 
 def _shared_strings(found):
-    """The records with each repeated string value one object: JSON decoding makes a new
-    str for every occurrence, and a rank's thousands of records repeat a few names, kinds
-    and statuses (the parent holds every rank's records for the whole merge)."""
+    """The records (freshly decoded, checked dicts) with each repeated string value one
+    object: JSON decoding makes a new str for every occurrence, and a rank's thousands of
+    records repeat a few names, kinds and statuses (the parent holds every rank's records
+    for the whole merge)."""
     seen = {}
-    out = []
     for rec in found:
-        if rec.__class__ is dict:
-            rec = {k: seen.setdefault(v, v) if v.__class__ is str else v for k, v in rec.items()}
-        out.append(rec)
-    return out
+        for k, v in rec.items():
+            if v.__class__ is str:
+                rec[k] = seen.setdefault(v, v)
+    return list(found)
 
 
 # optional fields of a record and what they must be when present (not None)

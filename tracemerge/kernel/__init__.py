@@ -99,7 +99,7 @@ class KernelArgs(Args):
         (metadata, RPC spans) of ranks with a million."""
         if self._items is not None:
             return super().dicts(idx)
-        return Args(list(map(self.raw_item, idx)), raw=True).dicts(range(len(idx)))
+        return self.take(idx).dicts(range(len(idx)))
 
     def take(self, idx):
         if self._items is not None:
