@@ -408,9 +408,8 @@ def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
       tracemerge offsets rank*.json.gz --align rpc --reference 1 --format json
     """
     # only the clocks are needed: rank files' heads, other files' light scans, in parallel
-    session = Session.open(files, rank_from, engine=LocalEngine(), head=True, cycle=cycle)
-    for w in session.warnings:  # files of different runs, windows that never meet, absent peers
-        say(f"tracemerge: warning: {w}", err=True)
+    # the job-wide warnings too (files of different runs, windows that never meet, absent peers)
+    session = open_inputs(files, rank_from, skip_bad=False, strict=False, engine=LocalEngine(), head=True, cycle=cycle)
     alignment = session.align(method, reference, offsets)
     render = offsets_json if fmt == "json" else offsets_table
     click.echo(render(alignment, session.infos))
