@@ -8,6 +8,7 @@
 import numpy as np
 
 from tracemerge.clocks.correlate import match_collectives, match_rpcs
+from tracemerge.clocks.graph import components
 from tracemerge.errors import RankConflict
 from tracemerge.inputs.rankchecks import JOB_KEYS
 
@@ -82,44 +83,29 @@ def check_windows(infos, memo=None, strict=False):
     alignment can place on one timeline. Refused with ``strict`` (:class:`RankConflict`)."""
     if len(infos) < 2:
         return []
-    group = {info.rank: info.rank for info in infos}
-
-    def root(r):
-        while group[r] != r:
-            group[r] = group[group[r]]
-            r = group[r]
-        return r
-
-    def join(a, b):
-        if a in group and b in group:
-            group[root(a)] = root(b)
-
+    links = []
     # windows that overlap, in one sweep by start: each window meets the running end
     ordered = sorted(infos, key=lambda i: (min(i.start_ns, i.first_ns), i.rank))
     reach, last = None, None
     for info in ordered:
         start, end = min(info.start_ns, info.first_ns), max(info.stop_ns, info.last_ns)
         if reach is not None and start <= reach:
-            join(info.rank, last)
+            links.append((info.rank, last))
         if reach is None or end > reach:
             reach, last = end, info.rank
     calls = match_rpcs(infos, memo).calls
     if len(calls):
         has = calls.has  # rows t1..t4: the caller's send and complete, the callee's start and end
         both = (has[0] | has[3]) & (has[1] | has[2])
-        for a, b in zip(calls.caller[both].tolist(), calls.callee[both].tolist()):
-            join(a, b)
+        links += zip(calls.caller[both].tolist(), calls.callee[both].tolist())
     coll = match_collectives(infos)
     for row in coll.last:
         seen = [coll.ranks[c] for c in np.flatnonzero(row >= 0).tolist()]
-        for r in seen[1:]:
-            join(r, seen[0])
-    groups = {}
-    for info in infos:
-        groups.setdefault(root(info.rank), []).append(info.rank)
+        links += [(r, seen[0]) for r in seen[1:]]
+    groups = components([info.rank for info in infos], links)
     if len(groups) < 2:
         return []
-    listed = " / ".join(_ranks(sorted(g)) for g in sorted(groups.values()))
+    listed = " / ".join(_ranks(g) for g in sorted(groups))
     problem = (f"the profiling windows of {listed} do not overlap (on the files' own clocks) and no RPC or "
                "collective joins them: files of different runs? They are placed by their clocks alone")
     if strict:
