@@ -1,4 +1,4 @@
-"""Build of the optional compiled core (tracemerge/kernel/_core.c, _proto.c); everything else is in setup.cfg.
+"""Build of the optional compiled core (tracemerge/native/_core.c, _proto.c); everything else is in setup.cfg.
 
 The extension is built with the machine's C compiler. Where there is none (or it fails),
 the install still succeeds and tracemerge runs its pure-Python core: one line says so.
@@ -10,7 +10,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CompileError, ExecError, LinkError, PlatformError
 
-NO_KERNEL = "tracemerge: the compiled core was not built ({}); the pure-Python core will be used"
+NO_CORE = "tracemerge: the compiled core was not built ({}); the pure-Python core will be used"
 
 
 NO_WRITER = "tracemerge: the compiled .pftrace writer was not built ({}); its loops will run in Python"
@@ -24,10 +24,10 @@ class optional_build_ext(build_ext):
         try:
             super().run()
         except PlatformError as e:  # no compiler configured at all
-            print(NO_KERNEL.format(_reason(e)), file=sys.stderr)
+            print(NO_CORE.format(_reason(e)), file=sys.stderr)
             return
-        if "tracemerge.kernel._core" in self.failed:   # _proto is used only beside _core
-            print(NO_KERNEL.format(self.failed["tracemerge.kernel._core"]), file=sys.stderr)
+        if "tracemerge.native._core" in self.failed:   # _proto is used only beside _core
+            print(NO_CORE.format(self.failed["tracemerge.native._core"]), file=sys.stderr)
         elif self.failed:
             print(NO_WRITER.format(next(iter(self.failed.values()))), file=sys.stderr)
 
@@ -48,7 +48,7 @@ FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-m
 
 setup(
     # each extension is optional on its own: without _proto the .pftrace writer's loops run in Python
-    ext_modules=[Extension("tracemerge.kernel._core", ["tracemerge/kernel/_core.c"], extra_compile_args=FLAGS),
-                 Extension("tracemerge.kernel._proto", ["tracemerge/kernel/_proto.c"], extra_compile_args=FLAGS)],
+    ext_modules=[Extension("tracemerge.native._core", ["tracemerge/native/_core.c"], extra_compile_args=FLAGS),
+                 Extension("tracemerge.native._proto", ["tracemerge/native/_proto.c"], extra_compile_args=FLAGS)],
     cmdclass={"build_ext": optional_build_ext},
 )

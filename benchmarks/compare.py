@@ -19,9 +19,9 @@ time and memory with ``ranks``.
 - cat: ``cat`` of the inputs into one file, the I/O limit of a merge on this machine;
 - ``tracemerge combine`` to .json (default jobs, and --jobs 1), .json.gz, .json.zst (when
   zstandard is installed) and .pftrace, with the compiled core when it is built, and the
-  main row again with ``TRACEMERGE_KERNEL=python`` (the reference path);
+  main row again with ``TRACEMERGE_CORE=python`` (the reference path);
 - ``tracemerge report`` of the first 4 ranks (~1 M events at the default size), with the
-  compiled core and with ``TRACEMERGE_KERNEL=python``: seconds per million events and the ratio;
+  compiled core and with ``TRACEMERGE_CORE=python``: seconds per million events and the ratio;
 - ``viztracer --combine`` and HTA's ``TraceAnalysis`` load, when installed (``bench`` extra).
 
 Other engineers share the machine: the load average is printed with the table.
@@ -138,14 +138,14 @@ main(int(sys.argv[1]), sys.argv[2], sys.argv[3:])
 
 
 MAIN = "tracemerge combine .json (--jobs {jobs})"  # the row the targets are about
-PYTHON_CORE = "tracemerge combine .json (--jobs {jobs}), TRACEMERGE_KERNEL=python"
+PYTHON_CORE = "tracemerge combine .json (--jobs {jobs}), TRACEMERGE_CORE=python"
 PFTRACE = "tracemerge combine .pftrace (--jobs {jobs})"
 CAT = "cat of the inputs into one file"
 TARGET_MB = 600
 # the report's target is about ~1 M events: 4 ranks of the default 60 MB hold 956 k
 REPORT_RANKS = 4
 REPORT = "tracemerge report ({n} ranks)"
-REPORT_PYTHON = "tracemerge report ({n} ranks), TRACEMERGE_KERNEL=python"
+REPORT_PYTHON = "tracemerge report ({n} ranks), TRACEMERGE_CORE=python"
 REPORT_TARGET_S_PER_M = 1.5
 
 
@@ -159,7 +159,7 @@ def contenders(paths, out, jobs):
     yield "cat of the inputs through a pipe", ["sh", "-c", 'out="$1"; shift; cat "$@" | cat > "$out"', "cat",
                                                out + "catp.json", *paths]
     yield MAIN.format(jobs=jobs), tm + ["-o", out + "tm.json"]
-    yield PYTHON_CORE.format(jobs=jobs), ["env", "TRACEMERGE_KERNEL=python", *tm, "-o", out + "tmp.json"]
+    yield PYTHON_CORE.format(jobs=jobs), ["env", "TRACEMERGE_CORE=python", *tm, "-o", out + "tmp.json"]
     yield "tracemerge combine .json (--jobs 1)", tm + ["-o", out + "tm1.json", "--jobs", "1"]
     yield f"tracemerge combine .json.gz (--jobs {jobs})", tm + ["-o", out + "tm.json.gz"]
     if importlib.util.find_spec("zstandard"):
@@ -171,7 +171,7 @@ def contenders(paths, out, jobs):
     some = paths[:REPORT_RANKS]
     report = [sys.executable, "-m", "tracemerge", "report", *some, "-q"]
     yield REPORT.format(n=len(some)), report + ["-o", out + "report.txt"]
-    yield REPORT_PYTHON.format(n=len(some)), ["env", "TRACEMERGE_KERNEL=python", *report, "-o", out + "reportp.txt"]
+    yield REPORT_PYTHON.format(n=len(some)), ["env", "TRACEMERGE_CORE=python", *report, "-o", out + "reportp.txt"]
     if shutil.which("viztracer"):
         yield "viztracer --combine", ["viztracer", "--combine", *paths, "-o", out + "viz.json"]
     if importlib.util.find_spec("hta"):

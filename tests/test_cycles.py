@@ -173,7 +173,7 @@ def test_a_cycle_whose_pids_come_in_another_order_stays_on_its_process(cycle_fil
     if kernel == "native" and _core_missing():
         pytest.skip("the compiled core is not built")
     # the core asked for, whatever the test run itself selected
-    env = f"import os; os.environ['TRACEMERGE_KERNEL'] = {'' if kernel == 'native' else 'python'!r}; "
+    env = f"import os; os.environ['TRACEMERGE_CORE'] = {'' if kernel == 'native' else 'python'!r}; "
     res = cli("combine", *files, "-o", out, code=env + "from tracemerge.cli import main; main()")
     assert res.returncode == 0, res.stderr
     if kernel == "native" and suffix == ".json":  # a .pftrace encodes a rank's cycles joined, in one piece
@@ -196,8 +196,8 @@ def test_a_cycle_whose_pids_come_in_another_order_stays_on_its_process(cycle_fil
 
 
 def _core_missing():
-    from tracemerge import kernel
-    return kernel._core is None
+    from tracemerge import native
+    return native._core is None
 
 
 def test_cycles_of_two_processes_are_refused(cycle_files, tmp_path):

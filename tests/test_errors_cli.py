@@ -101,7 +101,7 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
     out.parent.mkdir()
     # the reference core: the compiled one may finish before the interrupt lands
     proc = subprocess.Popen(CMD + ["combine", trace, "-o", out, "-j", "1"], stderr=subprocess.PIPE,
-                            preexec_fn=sigint_default, env=dict(os.environ, TRACEMERGE_KERNEL="python"))
+                            preexec_fn=sigint_default, env=dict(os.environ, TRACEMERGE_CORE="python"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not writing(proc.pid, out.parent) and proc.poll() is None:
         time.sleep(0.01)  # interrupt once writing has begun: shards or the temporary output exist

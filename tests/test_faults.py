@@ -61,7 +61,7 @@ def wait_for(cond, timeout=60.0, step=0.02):
 
 def start_combine(paths, out, *extra):
     # the reference core: the compiled one merges these ranks before a signal can land
-    env = dict(os.environ, TRACEMERGE_KERNEL="python")
+    env = dict(os.environ, TRACEMERGE_CORE="python")
     return subprocess.Popen(preexec_fn=sigint_default, args=CMD + ["combine", *paths, "-o", str(out), "-j", "2", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
 

@@ -123,7 +123,7 @@ def _run(*args):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(job=jobs())
 def test_lanes_keep_every_span_and_nothing_partly_overlaps(tmp_path_factory, monkeypatch, core, job):
-    monkeypatch.setenv("TRACEMERGE_KERNEL", core)
+    monkeypatch.setenv("TRACEMERGE_CORE", core)
     where = str(tmp_path_factory.mktemp("lanes"))
     files = _files(where, job)
     out = os.path.join(where, "merged.json")

@@ -306,7 +306,7 @@ def test_flow_end_on_a_slice_that_began_before_the_source_goes_on_its_end(tmp_pa
 def test_a_thread_keeps_its_tid_whatever_was_asked_before(tmp_path, monkeypatch, core):
     # five instants on thread 7, then one on thread 8: asking for thread 7's track again
     # must not take tids 8, 9, ... from the threads that come later
-    monkeypatch.setenv("TRACEMERGE_KERNEL", core)
+    monkeypatch.setenv("TRACEMERGE_CORE", core)
     events = [{"ph": "i", "name": f"tick{n}", "pid": 100, "tid": 7, "ts": 10 + n, "s": "t"} for n in range(5)]
     events += [{"ph": "i", "name": "tock", "pid": 100, "tid": 8, "ts": 20, "s": "t"}, x("op", 30, 5, tid=9)]
     out, _ = merge(tmp_path, [kineto(events, rank=0)])

@@ -10,7 +10,7 @@ import threading
 import click
 
 import tracemerge
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.analysis.diff import diff_reports
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
@@ -273,18 +273,18 @@ def core_line(cores, unit="ranks"):
     """Which core read the inputs: "core: native (8 ranks)", with each rank the Python path
     read instead and why (the output is the same bytes either way); ``unit``: "files" when
     some rank is several cycle files, each read on its own."""
-    native = sum(core == "native" for _, core in cores)
-    if not native and kernel.active() != "native":  # no kernel: one reason for all
-        return f"core: python ({len(cores)} {unit}; {kernel.describe().split('(', 1)[-1].rstrip(')')})"
+    n_native = sum(core == "native" for _, core in cores)
+    if not n_native and native.active() != "native":  # no compiled core: one reason for all
+        return f"core: python ({len(cores)} {unit}; {native.describe().split('(', 1)[-1].rstrip(')')})"
     fallback = [(path, core.partition(": ")[2] or "not taken") for path, core in cores if core != "native"]
-    return f"core: native ({native} of {len(cores)} {unit})" + "".join(
+    return f"core: native ({n_native} of {len(cores)} {unit})" + "".join(
         f"; {path} read by the Python path: {why}" for path, why in fallback)
 
 
 def _version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    click.echo(f"tracemerge, version {tracemerge.__version__}\n{kernel.describe()}")
+    click.echo(f"tracemerge, version {tracemerge.__version__}\n{native.describe()}")
     ctx.exit()
 
 

@@ -20,9 +20,9 @@ from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle, refr
 from tracemerge.inputs.jobchecks import check_job, check_windows, rpc_peers
 from tracemerge.inputs.rankinfo import EVENT_FACTS, RankInfo, assign_ranks, describe, learn
 from tracemerge.inputs.scan import scan, scan_head
-from tracemerge.kernel import read_file
 from tracemerge.merge.executors import LocalEngine
 from tracemerge.model import RankTrace
+from tracemerge.native import read_file
 
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 
@@ -46,7 +46,7 @@ class Session:
         self.skipped = list(skipped)    # [(path, problem)] of files left out by skip_bad
         self.warnings = list(warnings)  # job-wide warnings (tracemerge.inputs.jobchecks)
         self.rpc_memo = rpc_memo or RpcMemo()  # the RPC join of these infos, made once
-        # [(path, core)] of the last combine: which core read each rank (tracemerge.kernel)
+        # [(path, core)] of the last combine: which core read each rank (tracemerge.native)
         self.cores: List[Tuple[str, str]] = []
 
     @classmethod

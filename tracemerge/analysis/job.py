@@ -100,7 +100,7 @@ def job_timeline(session: "Session", alignment: "Alignment", engine: Optional[An
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
     sources = [session.source(r) for r in ranks]
     if any(not isinstance(s, str) for s in sources):
-        # traces the session keeps are already in this process (and a kernel trace holds a
+        # traces the session keeps are already in this process (and a core-read trace holds a
         # map of its file, which does not pickle): their timelines are made here
         made = list(map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names))
     else:

@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.codecs import codec_for
 from tracemerge.formats.base import Format
 from tracemerge.merge.ids import namespaced_args
@@ -52,17 +52,17 @@ def close_document(footer):
 def rank_body(trace, place, rpc, found, counts, consume):
     """One rank's events as lists made lazily (the worker encodes and frees one list at a
     time), or as the body the compiled core writes for a trace it read (raising
-    :class:`tracemerge.kernel.Declined` where it cannot), with its RPC flow events last."""
+    :class:`tracemerge.native.Declined` where it cannot), with its RPC flow events last."""
     times = aligned_ns(trace, place.clock, place.out_base_ns)
     # spans Perfetto's JSON importer could not show on their thread go to lanes of it
     moved = lanes(trace, times[0], times[0] + np.maximum(times[1], 0))
     if moved:
         counts["lanes_spans"] = len(moved)
         counts["lanes_lanes"] = len({(int(trace.pid[i]), int(trace.tid[i]), k) for i, k in moved.items()})
-    if kernel.core_of(trace) == "native":  # read by the compiled core, which writes the events too
-        body = kernel_body(trace, place, *times, moved)
+    if native.core_of(trace) == "native":  # read by the compiled core, which writes the events too
+        body = native_body(trace, place, *times, moved)
         if body is None:
-            raise kernel.Declined("a ts or dur of 1e16 µs or more")
+            raise native.Declined("a ts or dur of 1e16 µs or more")
         chunks, made = [body], transform_chunks(trace, place, times, lanes=moved)[1]
     else:
         chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args", lanes=moved)
@@ -73,7 +73,7 @@ def rank_body(trace, place, rpc, found, counts, consume):
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
 
 
-def kernel_body(trace, place, start, dur, moved=None):
+def native_body(trace, place, start, dur, moved=None):
     """The body :func:`~tracemerge.merge.placement.transform_chunks` and
     :func:`encode_events` make of the own events of ``trace`` (read by the compiled core),
     written by the core's splice writer; None when it cannot write it. The renamed process
@@ -84,13 +84,13 @@ def kernel_body(trace, place, start, dur, moved=None):
     for i in np.flatnonzero(trace.ph == ord("M")).tolist():
         if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
             continue
-        item = trace.args.raw_item(i) if isinstance(trace.args, kernel.KernelArgs) else trace.args.items[i]
+        item = trace.args.raw_item(i) if isinstance(trace.args, native.NativeArgs) else trace.args.items[i]
         args = namespaced_args(place.rank, Args([item], raw=True))
         rewrite_process_metadata(trace, place, args, [i], i)
         a = args[0]
         overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)
     tids = {i: msgspec.json.encode(lane_tid(trace.tids[trace.tid[i]], lane)) for i, lane in (moved or {}).items()}
-    return kernel.json_body(trace, place, start, dur, overrides, tids)
+    return native.json_body(trace, place, start, dur, overrides, tids)
 
 
 def size_warning(output, summary):

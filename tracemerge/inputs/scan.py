@@ -6,7 +6,7 @@ own."""
 
 import os
 
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.errors import reading
 from tracemerge.inputs import READERS, reader_for
 from tracemerge.inputs.rankinfo import describe
@@ -31,7 +31,7 @@ def scan(path):
     path = os.fspath(path)
     form = reader_for(path)
     with gc_paused(), reading(path):
-        if form.name == kernel.READS and kernel.active() == "native":
+        if form.name == native.READS and native.active() == "native":
             # the compiled core reads every key faster than the format's narrow decode
-            return describe(kernel.read_file(path))
+            return describe(native.read_file(path))
         return form.describe(path)

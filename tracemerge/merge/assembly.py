@@ -28,7 +28,7 @@ import tempfile
 
 import msgspec
 
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.codecs import codec_for
 from tracemerge.errors import OutputError, TraceError, reading
 from tracemerge.formats import FORMATS
@@ -44,7 +44,7 @@ from tracemerge.output import atomic_output
 def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
     {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked,
-    "core": which core read it, "native" or "python[: why the kernel did not]"}.
+    "core": which core read it, "native" or "python[: why the core did not]"}.
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
@@ -55,19 +55,19 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
         with gc_paused(), reading(_named(source)):
             owned = not isinstance(source, RankTrace)
             if isinstance(source, tuple):  # the cycle files of one rank, encoded whole
-                read = [(s, kernel.core_of(s)) if isinstance(s, RankTrace) else kernel.read_rank(s) for s in source]
+                read = [(s, native.core_of(s)) if isinstance(s, RankTrace) else native.read_rank(s) for s in source]
                 trace = joined_trace([t for t, _ in read])
                 core = next((c for _, c in read if c != "native"), "native")
             else:
                 # the compiled core reads a file it takes; the Python path the others (and the
                 # traces a Session keeps in memory): the same columns, the same output bytes
-                trace, core = kernel.read_rank(source) if owned else (source, kernel.core_of(source))
+                trace, core = native.read_rank(source) if owned else (source, native.core_of(source))
             path = trace.path
             known = event_facts(trace) if facts else None
             try:
                 try:
                     events, counts = rank_fn(trace, place, consume=owned)
-                except kernel.Declined as e:  # the source may be a trace the kernel read and a Session kept
+                except native.Declined as e:  # the source may be a trace the core read and a Session kept
                     trace, core = read_trace(path), f"python: {e}"
                     events, counts = rank_fn(trace, place, consume=owned)
                 del trace
@@ -249,7 +249,7 @@ class _Pieces:
         with open(path, "rb") as f:
             done = 0
             try:
-                # in the kernel: the shard's bytes make no trip through this process
+                # in the core: the shard's bytes make no trip through this process
                 self.raw.flush()
                 out, size = self.raw.fileno(), os.fstat(f.fileno()).st_size
                 while done < size:

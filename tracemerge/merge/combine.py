@@ -4,7 +4,7 @@ import functools
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import tracemerge
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.formats import FORMATS, output_format
 from tracemerge.inputs.cycles import pids_agree, recoded, refresh
 from tracemerge.inputs.rankinfo import learn
@@ -173,8 +173,8 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     are freed as they are encoded."""
     n_in = len(trace)
     if place.pids and not pids_agree(trace, place.pids):  # a cycle of a rank of several
-        if kernel.core_of(trace) == "native":  # its splice writer writes the pid codes it read
-            raise kernel.Declined("a cycle whose pids are not in the order of the rank's other cycles")
+        if native.core_of(trace) == "native":  # its splice writer writes the pid codes it read
+            raise native.Declined("a cycle whose pids are not in the order of the rank's other cycles")
         trace = recoded(trace, place.pids)
     form = FORMATS[fmt]
     if form.columns_only and consume:

@@ -19,8 +19,8 @@ from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import event_facts, learn
-from tracemerge.kernel import read_file
 from tracemerge.model import RankTrace
+from tracemerge.native import read_file
 from tracemerge.report.collectives import collective_report
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads

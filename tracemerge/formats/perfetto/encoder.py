@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.merge.flows import NO_FLOWS
@@ -163,12 +163,12 @@ class _Annotations:
         namespaced for ``rank``, in order (names are interned in first-use order). Raw args
         are encoded by the compiled core where it is active, every event it declines by
         :meth:`encode_python`, in turn."""
-        if not args.raw or kernel.active() != "native":
+        if not args.raw or native.active() != "native":
             return self.encode_python(args, events, rank)
         raw = args.take(events).items
         out, at = [], 0
         while at < len(raw):
-            done, at = kernel.annotations(raw, at, rank, self.iids, self.new)
+            done, at = native.annotations(raw, at, rank, self.iids, self.new)
             out += done
             if at < len(raw):  # declined: the Python path encodes this one, then the core goes on
                 try:
@@ -323,7 +323,7 @@ def encode_rank(trace, place, flows=None, reference=False):
     the RPC arrows; input flow events are bound
     here (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
 
-    The per-event loops run in the compiled writer (``kernel.proto()``) where it is active;
+    The per-event loops run in the compiled writer (``native.proto()``) where it is active;
     ``reference``: in Python, the debug annotations too, whatever the core (the
     differential check compares the two).
     """
@@ -346,7 +346,7 @@ def encode_rank(trace, place, flows=None, reference=False):
 
     slices, async_instants = collect_slices(trace, start, dur, counts)
     ranges = slices.ranges()
-    proto = None if reference else kernel.proto()
+    proto = None if reference else native.proto()
     if proto is not None and len(trace) and int(trace.name.min()) < 0:
         proto = None    # a nameless event: the Python path's name field of code -1 is its own quirk
     if proto is None:

@@ -84,7 +84,7 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     return bound, {"converted": converted, **drops}
 
 
-# chains()' drop codes (tracemerge/kernel/_proto.c), as the reference above words them
+# chains()' drop codes (tracemerge/native/_proto.c), as the reference above words them
 CHAIN_DROPS = {1: "flow start while the same id is in flight", 2: "flow step without a start",
                3: "flow end without a start", 4: "flow point on a slice that ends before its flow starts"}
 ROLE_CODES = {OUT: 0, STEP: 1, IN: 2}
@@ -114,7 +114,7 @@ class FlowRows:
 
 def bind_input_flow_rows(trace, rank, start, slices, ranges, chains):
     """:func:`bind_input_flows` as :class:`FlowRows`, the chains walked by the compiled
-    ``chains`` (``tracemerge.kernel._proto``); the same bindings in the same order, the same
+    ``chains`` (``tracemerge.native._proto``); the same bindings in the same order, the same
     counts."""
     drops = {}
     kind, values, i, role, v1, row = _point_columns(trace, start, slices, ranges, drops)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.formats.perfetto.encoder import _Annotations
 from tracemerge.model import Args
 
-native = pytest.mark.skipif(kernel.active() != "native", reason="the compiled core is not active")
+needs_core = pytest.mark.skipif(native.active() != "native", reason="the compiled core is not active")
 
 KEYS = st.sampled_from(["External id", "correlation", "Correlation ID", "External ID", "Input Dims", "name",
                         "Ev Idx", "é", "a\\b", "device", "x"])
@@ -39,7 +39,7 @@ def _both(raws, rank):
     return got, want, n.take_interned(), p.take_interned()
 
 
-@native
+@needs_core
 @settings(max_examples=300, deadline=None)
 @given(objs=st.lists(st.dictionaries(KEYS, VALUES, max_size=6), min_size=1, max_size=6),
        rank=st.integers(0, 5000), spaced=st.booleans())
@@ -49,7 +49,7 @@ def test_the_core_encodes_args_as_the_python_encoder(objs, rank, spaced):
     assert got_names == want_names
 
 
-@native
+@needs_core
 @pytest.mark.parametrize("text", [
     b'{"a": 1, "a": 2}', b'{"a": {"b": 1, "b": 2}}', b'{"big": 123456789012345678901234}', b'{"x": 1e400}',
     b'{"External id": -1}', b'{"External id": "7"}', b'{"External id": 4294967296}', b'{"k\\u00e9": 1}',

@@ -8,7 +8,7 @@
  * structs: keys in the struct's order, compact) with pid, ts, dur and the ids rewritten
  * and the args copied byte for byte.
  *
- * The kernel takes a strict subset of valid documents and gives up (returns a reason
+ * The core takes a strict subset of valid documents and gives up (returns a reason
  * string) on anything else: a key it does not know, a repeated key, an escaped key or
  * name, a float where the output would re-encode it, ids that are not plain integers,
  * args the Python path would decode and re-encode. The caller then reads that rank with
@@ -170,7 +170,7 @@ static const uint8_t ZERO_KEY[] = "0";
 
 typedef struct {
     const uint8_t *base, *p, *end;
-    const char *why;            /* the reason the kernel gives up, or NULL */
+    const char *why;            /* the reason the core gives up, or NULL */
     Ev *ev; size_t n, cap;
     Extra *ex; size_t nex, capex;
     ArgId *ai; size_t nai, capai;
@@ -549,7 +549,7 @@ static int event(P *ps) {
         if (!string(ps, &esc)) return 0;
         if (esc) FAIL(ps, "an escaped key");
         int k = key_id((const char *)k0 + 1, (size_t)(ps->p - k0) - 2);
-        if (k < 0) FAIL(ps, "a key the kernel does not know");
+        if (k < 0) FAIL(ps, "a key the core does not know");
         if (seen & (1u << k)) FAIL(ps, "a repeated key");
         seen |= 1u << k;
         ws(ps);
@@ -1003,7 +1003,7 @@ static int get_array(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, Py_ssize_t 
  *   for those events (read only where the event has ts / ts and dur), overrides: {event
  *   index: args bytes} for the args the Python side rewrites (process metadata), tids:
  *   {event index: tid bytes} for the spans the Python side moves to lanes of their thread.
- * None when a value would be written in a form the kernel does not produce (the caller
+ * None when a value would be written in a form the core does not produce (the caller
  * reads the rank with the Python path). */
 static PyObject *Scan_write(Scan *s, PyObject *args) {
     PyObject *idx_o, *ts_o, *dur_o, *over, *tid_over = NULL;
@@ -1495,7 +1495,7 @@ static PyGetSetDef Scan_getset[] = {
 
 static PyTypeObject ScanType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracemerge.kernel._core.Scan",
+    .tp_name = "tracemerge.native._core.Scan",
     .tp_basicsize = sizeof(Scan),
     .tp_dealloc = (destructor)Scan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1505,7 +1505,7 @@ static PyTypeObject ScanType = {
 };
 
 static PyMethodDef core_methods[] = {
-    {"scan", core_scan, METH_O, "scan(data) -> Scan, or a str: why the kernel does not take it"},
+    {"scan", core_scan, METH_O, "scan(data) -> Scan, or a str: why the core does not take it"},
     {"annotations", core_annotations, METH_VARARGS,
      "annotations(items, start, rank, iids, new_names) -> (debug annotations of each event, stopped)"},
     {NULL, NULL, 0, NULL}};

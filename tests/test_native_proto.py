@@ -1,5 +1,5 @@
-"""The compiled .pftrace writer (``tracemerge.kernel._proto``) against the Python encoder,
-the reference (``TRACEMERGE_KERNEL=python``): the same bytes for the samples, generated
+"""The compiled .pftrace writer (``tracemerge.native._proto``) against the Python encoder,
+the reference (``TRACEMERGE_CORE=python``): the same bytes for the samples, generated
 ranks, the test corpus and hypothesis traces (overlapping spans, begin/end and async
 pairs, instants, counters, v1 and v2 flows); its loops against the Python ones they
 replace; its inputs checked."""
@@ -15,22 +15,22 @@ from hypothesis import strategies as st
 from support.pftrace import read_pftrace
 from tracefiles import write
 
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.errors import TraceError
 from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, nest, slice_order
 from tracemerge.merge.combine import combine
 from tracemerge.session import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-built = pytest.mark.skipif(kernel._proto is None or kernel._core is None, reason="the compiled writer is not built")
+built = pytest.mark.skipif(native._proto is None or native._core is None, reason="the compiled writer is not built")
 SAMPLE_DIRS = sorted(d for d in glob.glob(os.path.join(ROOT, "samples", "*")) if glob.glob(os.path.join(d, "*.json*")))
 CORPUS = sorted(p for p in glob.glob(os.path.join(ROOT, "tests", "corpus", "*.json*")))
 
 
 def _pftrace(paths, out, core, monkeypatch, align="auto"):
     """(bytes, summary) of combining ``paths`` to ``out`` with ``core``, or the error's text."""
-    monkeypatch.setenv(kernel.ENV, core)
-    assert (kernel.proto() is not None) == (core == "native")
+    monkeypatch.setenv(native.ENV, core)
+    assert (native.proto() is not None) == (core == "native")
     try:
         session = Session.open([str(p) for p in paths])
         summary = combine(session, session.align(align), str(out), force=True)
@@ -139,11 +139,11 @@ SPANS = st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), max_size=60)
 def test_nest_and_slice_order_are_the_python_ones(spans):
     spans = sorted(((s, s + d) for s, d in spans), key=lambda t: (t[0], -t[1]))
     start, end = np.array([s for s, _ in spans], np.int64), np.array([e for _, e in spans], np.int64)
-    lanes = np.frombuffer(kernel._proto.nest(start, end), np.int64).tolist()
+    lanes = np.frombuffer(native._proto.nest(start, end), np.int64).tolist()
     assert lanes == nest(start.tolist(), end.tolist())
     for lane in set(lanes):
         sel = [k for k, v in enumerate(lanes) if v == lane]
-        ts, kind, n = (np.frombuffer(r, np.int64).tolist() for r in kernel._proto.slice_order(start[sel], end[sel]))
+        ts, kind, n = (np.frombuffer(r, np.int64).tolist() for r in native._proto.slice_order(start[sel], end[sel]))
         assert list(zip(ts, kind, n)) == slice_order(start[sel].tolist(), end[sel].tolist())
         assert kind.count(SLICE_BEGIN) == len(sel)
 
@@ -157,7 +157,7 @@ def _columns(n, **changed):
 
 
 def _packets(cols, flow_id=np.zeros(0, np.int64), flow_slot=np.zeros(0, np.int64), args=(), tails=()):
-    return kernel._proto.packets(*cols.values(), flow_id, flow_slot, list(args), list(tails), b"\x68\x02")
+    return native._proto.packets(*cols.values(), flow_id, flow_slot, list(args), list(tails), b"\x68\x02")
 
 
 @built
@@ -208,13 +208,13 @@ def test_chains_bind_as_perfetto_reads_and_check_lengths():
     v1 = np.ones(5, np.int64)
     begin = np.array([10, 20, 15, 5, 1], np.int64)
     end = np.array([12, 30, 40, 8, 2], np.int64)
-    slot, drop = (np.frombuffer(r, np.int64).tolist() for r in kernel._proto.chains(fid, role, v1, begin, end,
+    slot, drop = (np.frombuffer(r, np.int64).tolist() for r in native._proto.chains(fid, role, v1, begin, end,
                                                                                      np.ones(5, np.int64)))
     assert slot == [0, 0, 2, -1, -1]
     assert drop == [0, 0, 0, 4, 3]      # ends before the flow's last point; an end without a start
     with pytest.raises(ValueError):
-        kernel._proto.chains(fid, role[:4], v1, begin, end, v1)
-    for loop in (kernel._proto.nest, kernel._proto.slice_order):
+        native._proto.chains(fid, role[:4], v1, begin, end, v1)
+    for loop in (native._proto.nest, native._proto.slice_order):
         with pytest.raises(ValueError):
             loop(begin, end[:3])
         with pytest.raises(TypeError):
@@ -272,10 +272,10 @@ def odd_flow_docs(draw):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=odd_flow_docs())
 def test_flows_of_any_id_bind_the_same_in_both_encoders(doc):
+    from fuzz.differential import same_pftrace
     from tracemerge.inputs.chrome import read_trace
-    from tracemerge.kernel.differential import same_pftrace
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.delenv(kernel.ENV, raising=False)
+        monkeypatch.delenv(native.ENV, raising=False)
         trace = read_trace(write(os.path.join(tmp, "rank0.json"), doc))   # the Python reader: ids as they are
         # the compiled writer's packets and counts against encode_rank(reference=True)'s, three placements
         assert same_pftrace(trace, trace) is None

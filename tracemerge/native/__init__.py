@@ -5,7 +5,7 @@ columns the Python readers make (tables, codes, ns times, args, flow ids) and ke
 scan, from which :func:`json_body` writes the rank's events exactly as the Python path's
 JSON writer does, with pid, ts, dur and the ids rewritten and everything else copied.
 
-The Python path is the reference: ``TRACEMERGE_KERNEL=python`` selects it, and a rank the
+The Python path is the reference: ``TRACEMERGE_CORE=python`` selects it, and a rank the
 kernel does not take (an unknown or repeated key, escapes where the output would
 re-encode them, ids that are not plain integers, args the Python path would decode, a
 file that the Python reader reports or salvages) is read by the Python path, with the
@@ -29,38 +29,44 @@ from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
 from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
 
 try:
-    from tracemerge.kernel import _core
+    from tracemerge.native import _core
 except ImportError as e:  # not built (no compiler at install time), or built for another Python
     _core = None
     _IMPORT_ERROR: str | None = str(e)
 else:
     _IMPORT_ERROR = None
 try:  # the .pftrace packet writer's loops (_proto.c); built apart from _core, optional on its own
-    from tracemerge.kernel import _proto
+    from tracemerge.native import _proto
 except ImportError:
     _proto = None
 
-ENV = "TRACEMERGE_KERNEL"
-READS = "chrome"  # the input format (tracemerge.inputs.READERS) whose files the kernel reads
+ENV = "TRACEMERGE_CORE"
+OLD_ENV = "TRACEMERGE_KERNEL"  # its name before the package was renamed: still honoured
+READS = "chrome"  # the input format (tracemerge.inputs.READERS) whose files the core reads
+
+
+def chosen() -> str:
+    """The core the environment asks for: ``TRACEMERGE_CORE``, else its older name."""
+    return os.environ.get(ENV, os.environ.get(OLD_ENV, "")).strip().lower()
 
 
 def active() -> str:
     """"native" when the compiled core runs, else "python" (chosen, or not built)."""
-    return "native" if _core is not None and os.environ.get(ENV, "").strip().lower() != "python" else "python"
+    return "native" if _core is not None and chosen() != "python" else "python"
 
 
 def describe() -> str:
     """One line for ``--version``: which core is active and why."""
     if _core is None:
-        return "core: python (the compiled kernel is not built here)"
+        return "core: python (the compiled core is not built here)"
     if active() == "python":
         return f"core: python ({ENV}=python)"
-    return "core: native (compiled kernel; TRACEMERGE_KERNEL=python selects the reference path)"
+    return "core: native (compiled core; TRACEMERGE_CORE=python selects the reference path)"
 
 
 @dataclass(eq=False)
-class KernelTrace(RankTrace):
-    """A RankTrace read by the kernel: ``scan`` holds the event spans the JSON writer
+class NativeTrace(RankTrace):
+    """A RankTrace read by the core: ``scan`` holds the event spans the JSON writer
     splices; ``index`` maps this trace's events to the scan's (None: one to one; a
     selection keeps a subset)."""
 
@@ -68,7 +74,7 @@ class KernelTrace(RankTrace):
     index: np.ndarray | None = None
 
 
-class KernelArgs(Args):
+class NativeArgs(Args):
     """Args whose raw items (views of the input bytes) are made on first use: a merge to
     JSON never needs them, :meth:`with_key` searches the spans in C."""
 
@@ -119,15 +125,15 @@ class KernelArgs(Args):
 
 
 class Declined(Exception):
-    """The kernel cannot write this rank (a value it does not spell as the Python path
+    """The core cannot write this rank (a value it does not spell as the Python path
     does): the caller reads the rank again with the Python path."""
 
 
 def read_rank(path, columns_only=False):
-    """(trace, core) of the file ``path``: the kernel's trace and "native", or, where the
+    """(trace, core) of the file ``path``: the core's trace and "native", or, where the
     kernel is not active or does not take the file, :func:`read_trace`'s (``columns_only``:
     :func:`~tracemerge.inputs.chrome.read_columns`'s, without per-event structs) and "python"
-    or "python: <why>". Errors are the Python reader's own (it reads every file the kernel
+    or "python: <why>". Errors are the Python reader's own (it reads every file the core
     does not take, bad ones included)."""
     from tracemerge.inputs import read_trace as read_all
     from tracemerge.inputs import reader_for
@@ -169,7 +175,7 @@ def _mapped(path):
 
 
 def core_of(trace):
-    """"native" for a trace the kernel read (and will write), else "python"."""
+    """"native" for a trace the core read (and will write), else "python"."""
     return "native" if getattr(trace, "scan", None) is not None else "python"
 
 
@@ -191,15 +197,15 @@ def proto():
 
 
 def scan(data):
-    """The kernel's scan of a document, or a str saying why the kernel does not take it."""
+    """The core's scan of a document, or a str saying why the core does not take it."""
     if _core is None:
-        return "the compiled kernel is not built"
+        return "the compiled core is not built"
     return _core.scan(data)
 
 
-def read(path, data) -> str | KernelTrace:
-    """The KernelTrace of ``data`` (the complete bytes of ``path``), equal in every column
-    to what :func:`tracemerge.inputs.chrome.read_trace` makes; or a str saying why the kernel does
+def read(path, data) -> str | NativeTrace:
+    """The NativeTrace of ``data`` (the complete bytes of ``path``), equal in every column
+    to what :func:`tracemerge.inputs.chrome.read_trace` makes; or a str saying why the core does
     not take it (the caller reads the file with the Python path, which reports or salvages
     what is wrong with it)."""
     s = scan(data)
@@ -241,11 +247,11 @@ def read(path, data) -> str | KernelTrace:
         ts, dur = float_times_ns(path, times[0], ts_missing, times[1], (flags & _core.F_DUR) == 0, base)
     except TraceError as e:
         return f"a time the Python path refuses ({e.problem})"
-    # every extra-key column on first use: the kernel's own JSON writer reads none of them
+    # every extra-key column on first use: the core's own JSON writer reads none of them
     # (only the Python transform reads the flow ids up front, with Extra.read)
-    trace = KernelTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=s.pids,
+    trace = NativeTrace(path=path, meta=meta, tracemerge=block, base_ns=base, names=names, pids=s.pids,
                         tids=s.tids, ph=ph.copy(), name=name, cat=cat, pid=codes[2].copy(), tid=codes[3].copy(),
-                        ts=ts, dur=dur, args=KernelArgs(s, data),
+                        ts=ts, dur=dur, args=NativeArgs(s, data),
                         extra=Extra(columns={}, n=n, rest=lambda: _extra_columns(s, n)))
     trace.scan = s
     return trace
@@ -254,7 +260,7 @@ def read(path, data) -> str | KernelTrace:
 def _flow_ids(s, key, n):
     """The column of flow id ``key`` (UNSET where absent), None when no event has it."""
     if key == "id2":
-        return None  # the kernel does not take id2
+        return None  # the core does not take id2
     idx, values = s.flow_ids(0 if key == "id" else 1)
     if not idx:
         return None
@@ -286,7 +292,7 @@ def json_body(trace, place, start, dur, overrides, tids=None) -> bytes | None:
     """One rank's events as the comma-joined body the Python path writes for them, given
     their aligned ``start``/``dur`` ns (:func:`tracemerge.merge.placement.aligned_ns`),
     ``overrides`` ({trace index: args bytes}) and ``tids`` ({trace index: tid bytes}, the
-    spans moved to lanes); None when a value is out of the kernel's reach."""
+    spans moved to lanes); None when a value is out of the core's reach."""
     scan = trace.scan
     index = trace.index if trace.index is not None else np.arange(len(trace), dtype=np.int64)
     over = {int(index[i]): v for i, v in overrides.items()}

@@ -1,8 +1,8 @@
 """The differential check: the compiled core against the Python path on one input.
 
-For any bytes, either the kernel declines (the Python path then reads the rank, so the
-output is the Python path's by construction), or the kernel's trace has the same columns
-as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.formats.chrome.kernel_body` writes the
+For any bytes, either the core declines (the Python path then reads the rank, so the
+output is the Python path's by construction), or the core's trace has the same columns
+as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.formats.chrome.native_body` writes the
 same bytes as the transform and the JSON writer, and the .pftrace encoder's compiled writer
 the same packets as its Python loops. Used by the tests, the fuzz target and
 ``.ci/run``.
@@ -14,11 +14,11 @@ import tempfile
 import msgspec
 import numpy as np
 
-from tracemerge import kernel
+from tracemerge import native
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import TracemergeError
 from tracemerge.formats import chrome
-from tracemerge.formats.chrome import kernel_body
+from tracemerge.formats.chrome import native_body
 from tracemerge.formats.perfetto.encoder import _Annotations, encode_rank
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
@@ -30,7 +30,7 @@ ARRAY_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur")
 
 
 class Mismatch(AssertionError):
-    """The kernel and the Python path disagree."""
+    """The core and the Python path disagree."""
 
 
 def _typed(value):
@@ -52,7 +52,7 @@ def _decoded_or_error(args, i):
 
 
 def same_trace(k, p):
-    """None when the kernel's trace ``k`` and the Python reader's ``p`` agree, else what differs."""
+    """None when the core's trace ``k`` and the Python reader's ``p`` agree, else what differs."""
     for f in SCALAR_FIELDS:
         if _typed(getattr(k, f)) != _typed(getattr(p, f)):
             return f"{f}: {getattr(k, f)!r:.200} != {getattr(p, f)!r:.200}"
@@ -121,12 +121,12 @@ def check_bytes(data, name="input.json"):
         path = os.path.join(tmp, name)
         with open(path, "wb") as f:
             f.write(data)
-        k = kernel.read(path, data)
+        k = native.read(path, data)
         try:
             p = read_trace(path)
         except TracemergeError as e:
             if not isinstance(k, str):
-                raise Mismatch(f"the kernel took an input the Python path refuses ({e})") from None
+                raise Mismatch(f"the core took an input the Python path refuses ({e})") from None
             return "python error"
         if isinstance(k, str):
             return f"declined: {k}"
@@ -136,7 +136,7 @@ def check_bytes(data, name="input.json"):
         for place in placements(p):
             start, dur = aligned_ns(k, place.clock, place.out_base_ns)
             moved = lanes(p, start, start + np.maximum(dur, 0))  # as formats.chrome.rank_body finds them
-            body = _body_or_error(kernel_body, k, place, start, dur, moved)
+            body = _body_or_error(native_body, k, place, start, dur, moved)
             if body is None:
                 continue  # out of the writer's reach: that rank is written by the Python path
             expected = _body_or_error(python_body, p, place, moved)
@@ -155,8 +155,8 @@ def check_bytes(data, name="input.json"):
 
 
 def same_pftrace(k, p):
-    """None when the .pftrace packets of the kernel's trace by the compiled writer
-    (``kernel._proto``, with the core's annotations) are the Python encoder's of the Python
+    """None when the .pftrace packets of the core's trace by the compiled writer
+    (``native._proto``, with the core's annotations) are the Python encoder's of the Python
     reader's trace, with the same counts, for each placement; else what differs."""
     for place in placements(p):
         got, want = _packets_or_error(k, place), _packets_or_error(p, place, None, True)

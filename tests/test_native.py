@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracemerge import kernel
-from tracemerge.kernel.differential import check_bytes
+from fuzz.differential import check_bytes
+from tracemerge import native
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-native = pytest.mark.skipif(kernel.active() != "native", reason="the compiled core is not active")
+needs_core = pytest.mark.skipif(native.active() != "native", reason="the compiled core is not active")
 
 
 def _bytes(path):
@@ -30,20 +30,28 @@ CORPUS = sorted(p for p in glob.glob(os.path.join(ROOT, "tests", "corpus", "*.js
 
 
 def test_active_core_follows_the_environment(monkeypatch):
-    monkeypatch.setenv(kernel.ENV, "python")
-    assert kernel.active() == "python"
-    assert kernel.describe().startswith("core: python")
-    monkeypatch.delenv(kernel.ENV)
-    assert kernel.active() == ("native" if kernel._core is not None else "python")
+    monkeypatch.setenv(native.ENV, "python")
+    assert native.active() == "python"
+    assert native.describe().startswith("core: python")
+    monkeypatch.delenv(native.ENV)
+    assert native.active() == ("native" if native._core is not None else "python")
 
 
-@native
+def test_the_older_name_of_the_environment_variable_still_selects_the_core(monkeypatch):
+    monkeypatch.delenv(native.ENV, raising=False)
+    monkeypatch.setenv("TRACEMERGE_KERNEL", "python")
+    assert native.active() == "python"
+    monkeypatch.setenv(native.ENV, "native")  # the new name wins where both are set
+    assert native.active() == ("native" if native._core is not None else "python")
+
+
+@needs_core
 @pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
 def test_samples_are_taken_and_the_same(path):
     assert check_bytes(_bytes(path)) == "same"
 
 
-@native
+@needs_core
 @pytest.mark.parametrize("path", CORPUS, ids=os.path.basename)
 def test_corpus_same_or_declined(path):
     # malformed files must be declined (the Python path reports them); the others the same
@@ -51,7 +59,7 @@ def test_corpus_same_or_declined(path):
     assert result == "same" or result == "python error" or result.startswith("declined")
 
 
-@native
+@needs_core
 def test_generated_ranks_are_the_same(tmp_path):
     for args in (["--rank-files"], ["--seed", "7"]):
         out = tmp_path / args[0].strip("-")
@@ -63,7 +71,7 @@ def test_generated_ranks_are_the_same(tmp_path):
             assert check_bytes(f.read_bytes(), f.name) == "same", f
 
 
-@native
+@needs_core
 @pytest.mark.parametrize("event, reason", [
     ({"ph": "X", "name": "a\\u00e9", "ts": 1, "dur": 1, "pid": 1, "tid": 1}, "escaped"),
     ({"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "id": "7"}, "flow id"),
@@ -80,7 +88,7 @@ def test_what_the_kernel_does_not_take_is_declined(event, reason):
     assert result.startswith("declined") and reason in result, result
 
 
-@native
+@needs_core
 def test_repeated_key_is_declined():
     data = b'{"traceEvents": [{"ph": "X", "name": "a", "name": "b", "ts": 1, "pid": 1, "tid": 1}]}'
     assert check_bytes(data).startswith("declined: a repeated key")
@@ -156,7 +164,7 @@ def documents(draw):
     return text.encode()
 
 
-@native
+@needs_core
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_hypothesis_traces_same_or_declined(data):
@@ -164,7 +172,7 @@ def test_hypothesis_traces_same_or_declined(data):
     assert result == "same" or result == "python error" or result.startswith("declined")
 
 
-@native
+@needs_core
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300), st.sampled_from([b"", b'{"traceEvents": [', b'{"traceEvents": [{"ph": "X", ']))
 def test_arbitrary_bytes_never_disagree(tail, head):
@@ -202,9 +210,9 @@ def test_times_beyond_int64_are_a_one_line_error(tmp_path, base, ts):
 
 def _combine(files, out, env_core, *options):
     env = dict(os.environ)
-    env.pop(kernel.ENV, None)
+    env.pop(native.ENV, None)
     if env_core == "python":
-        env[kernel.ENV] = "python"
+        env[native.ENV] = "python"
     run = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *map(str, files), "-o", str(out), *options],
                          capture_output=True, text=True, env=env, check=False)
     return run
@@ -217,7 +225,7 @@ def generated(tmp_path_factory):
     return gen_kineto.generate(str(tmp_path_factory.mktemp("kranks")), 3, 0.6, seed=5, rank_files=True, jobs=1)
 
 
-@native
+@needs_core
 @pytest.mark.parametrize("suffix, options", [
     (".json", ["--jobs", "2"]), (".json", ["--jobs", "1"]), (".json.gz", []), (".pftrace", []),
     (".json", ["--window", "1:40", "--min-duration", "3", "--drop-category", "python_function"]),
@@ -233,10 +241,10 @@ def test_combine_is_the_same_bytes_under_both_cores(tmp_path, generated, suffix,
         kept = 2 if "--ranks" in options else len(files)
         # rl_agent's rank 0 has calls in flight together: the kernel writes them to lanes too
         assert f"core: native ({kept} of {kept} ranks)" in a.stderr
-        assert "core: python" in b.stderr and "TRACEMERGE_KERNEL=python" in b.stderr
+        assert "core: python" in b.stderr and "TRACEMERGE_CORE=python" in b.stderr
 
 
-@native
+@needs_core
 def test_spans_moved_to_lanes_are_written_by_the_kernel(tmp_path):
     # rl_agent's rank 0 has calls in flight together, and the recipe's workers cross spans
     for sample in ("rl_agent", "rpc_profiling"):
@@ -253,7 +261,7 @@ def test_spans_moved_to_lanes_are_written_by_the_kernel(tmp_path):
         assert (tmp_path / "n.json").read_bytes() == (tmp_path / "p.json").read_bytes()
 
 
-@native
+@needs_core
 def test_a_rank_the_kernel_declines_falls_back_and_is_counted(tmp_path, generated):
     odd = tmp_path / "odd.json"
     with open(generated[1], "rb") as f:
@@ -268,7 +276,7 @@ def test_a_rank_the_kernel_declines_falls_back_and_is_counted(tmp_path, generate
     assert f"core: native (2 of 3 ranks); {odd} read by the Python path: an escaped name or cat" in a.stderr
 
 
-@native
+@needs_core
 @pytest.mark.parametrize("name", ["missing_ts.json", "negative_dur.json", "truncated.json", "trailing_zeros.json",
                                   "not_json.json", "wrong_shape_events_object.json"])
 def test_bad_inputs_give_the_same_error_or_output_under_both_cores(tmp_path, name):
@@ -282,12 +290,12 @@ def test_bad_inputs_give_the_same_error_or_output_under_both_cores(tmp_path, nam
         assert a.stderr == b.stderr
 
 
-@native
+@needs_core
 def test_traces_a_session_keeps_in_memory_are_written_the_same(tmp_path, monkeypatch, generated):
     from tracemerge import Session, combine
     outs = {}
     for core in ("native", "python"):
-        monkeypatch.setenv(kernel.ENV, core)
+        monkeypatch.setenv(native.ENV, core)
         session = Session.open(generated)  # small inputs: the events stay in memory
         assert session._traces, "the session was expected to keep its traces"
         outs[core] = tmp_path / f"{core}.json"

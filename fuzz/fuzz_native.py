@@ -1,10 +1,10 @@
 """Fuzz target of the compiled core: every input goes through the differential check
-(:mod:`tracemerge.kernel.differential`): the kernel declines, or it agrees with the Python
+(:mod:`fuzz.differential`): the core declines, or it agrees with the Python
 path in every column and every written byte, or both paths refuse the input. A crash, a
 sanitizer report or a Mismatch is a finding.
 
     fuzz/run [SECONDS]                     # builds the sanitized extension, then fuzzes
-    python fuzz/fuzz_kernel.py --replay fuzz/seeds tests/corpus    # the check on files only
+    python fuzz/fuzz_native.py --replay fuzz/seeds tests/corpus    # the check on files only
 
 Two stages (fuzz/run), because the machine has gcc and no clang, so the C code cannot get
 libFuzzer's coverage instrumentation:
@@ -26,24 +26,28 @@ import os
 import sys
 import zlib
 
+# the checker lives beside this script (fuzz/differential.py), imported as fuzz.differential
+# from the checkout's root, as the tests import it
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def _load_core():
-    from tracemerge import kernel
+    from tracemerge import native
     # the sanitized builds of the core and of the .pftrace writer, where fuzz/run made them
     for env, name in (("TRACEMERGE_FUZZ_CORE", "_core"), ("TRACEMERGE_FUZZ_PROTO", "_proto")):
         so = os.environ.get(env)
         if so:
-            spec = importlib.util.spec_from_file_location(f"tracemerge.kernel.{name}", so)
+            spec = importlib.util.spec_from_file_location(f"tracemerge.native.{name}", so)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-            setattr(kernel, name, module)
-    if kernel.active() != "native":
-        sys.exit("fuzz_kernel: the compiled core is not active (not built, or TRACEMERGE_KERNEL=python)")
-    return kernel
+            setattr(native, name, module)
+    if native.active() != "native":
+        sys.exit("fuzz_native: the compiled core is not active (not built, or TRACEMERGE_CORE=python)")
+    return native
 
 
 def test_one_input(data):
-    from tracemerge.kernel.differential import check_bytes
+    from fuzz.differential import check_bytes
     check_bytes(data)
 
 
@@ -51,7 +55,7 @@ def replay(paths):
     import gzip
     from collections import Counter
 
-    from tracemerge.kernel.differential import check_bytes
+    from fuzz.differential import check_bytes
     seen = Counter()
     # directories are walked whole (the malformed-file corpus keeps its rank-file pairs in one)
     files = [f for p in paths
@@ -63,7 +67,7 @@ def replay(paths):
         if f.endswith(".gz"):
             try:
                 data = gzip.decompress(data)
-            except (OSError, EOFError, zlib.error):  # corrupt or cut: the reader's business, not the kernel's
+            except (OSError, EOFError, zlib.error):  # corrupt or cut: the reader's business, not the core's
                 seen["unreadable gzip"] += 1
                 continue
         seen[check_bytes(data, os.path.basename(f).removesuffix(".gz")).split(":")[0]] += 1
@@ -104,7 +108,7 @@ def mutate_loop(corpus_dirs, seconds, findings="fuzz/findings"):
     import random
     import time
 
-    from tracemerge.kernel.differential import Mismatch, check_bytes
+    from fuzz.differential import Mismatch, check_bytes
     inputs = []
     for d in corpus_dirs:
         for f in sorted(glob.glob(os.path.join(d, "*"))):
@@ -125,10 +129,10 @@ def mutate_loop(corpus_dirs, seconds, findings="fuzz/findings"):
             path = os.path.join(findings, f"mismatch-{runs}.json")
             with open(path, "wb") as fh:
                 fh.write(data)
-            print(f"fuzz_kernel: MISMATCH, input saved to {path}")
+            print(f"fuzz_native: MISMATCH, input saved to {path}")
             raise
         runs += 1
-    print(f"fuzz_kernel --mutate: {runs} inputs ({len(inputs)} from the corpus) under the sanitizers, no finding")
+    print(f"fuzz_native --mutate: {runs} inputs ({len(inputs)} from the corpus) under the sanitizers, no finding")
 
 
 def main():
@@ -143,7 +147,7 @@ def main():
         return
     import atheris
     with atheris.instrument_imports(include=["tracemerge"]):  # Python-side coverage guides the mutations
-        import tracemerge.kernel.differential  # noqa: F401
+        import fuzz.differential  # noqa: F401
     _load_core()
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
