@@ -336,6 +336,12 @@ def event_facts(trace):
                 truncated=trace.truncated)
 
 
+def rank_of(info: RankInfo) -> int:
+    """The rank of a described file once ranks are assigned (:func:`assign_ranks`)."""
+    assert info.rank is not None, f"{info.path}: no rank assigned yet"
+    return info.rank
+
+
 def assign_ranks(infos, rank_from="auto"):
     """Give every info its rank; ``rank_from="order"`` numbers files in the order given.
 
