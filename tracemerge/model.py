@@ -49,7 +49,7 @@ class Args(Sequence):
     def __reduce__(self) -> tuple:
         return Args, (self.items, self.raw)
 
-    def dicts(self, idx: list[int]) -> list[Optional[dict]]:
+    def dicts(self, idx: Sequence[int]) -> list[Optional[dict]]:
         """The args of the events ``idx`` (a list of indices), decoded together; None for
         args that are not an object."""
         items = list(map(self.items.__getitem__, idx))
@@ -57,7 +57,7 @@ class Args(Sequence):
             items = _LIST.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
         return [a if a.__class__ is dict else None for a in items]
 
-    def take(self, idx: list[int]) -> "Args":
+    def take(self, idx: Sequence[int]) -> "Args":
         """The args of the events ``idx`` (a list of indices), still undecoded."""
         return Args(list(map(self.items.__getitem__, idx)), self.raw)
 
@@ -112,7 +112,7 @@ class Extra(Sequence):
         """The column of ``key`` (None when no event has it) among those given up front."""
         return cast("dict[str, list]", self._columns).get(key)
 
-    def column(self, key: str, idx: list[int]) -> list:
+    def column(self, key: str, idx: Sequence[int]) -> list:
         """``key``'s value for each event of ``idx`` (indices), ``msgspec.UNSET`` where an
         event lacks the key: no dict per event."""
         if self.items is not None:
@@ -135,7 +135,7 @@ class Extra(Sequence):
     def __reduce__(self) -> tuple:
         return Extra, (self.items, self.columns if self.items is None else None, self.n)
 
-    def take(self, idx: list[int]) -> "Extra":
+    def take(self, idx: Sequence[int]) -> "Extra":
         """The extra keys of the events ``idx`` (a list of indices)."""
         if self.items is not None:
             return Extra(list(map(self.items.__getitem__, idx)))
