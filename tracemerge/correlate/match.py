@@ -9,9 +9,29 @@ same joins as :class:`RpcCall` and :class:`CollectiveMatch` objects.
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import itemgetter
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple, cast
 
 import numpy as np
+
+
+class Records(Protocol):
+    """What the joins read of a rank: a :class:`~tracemerge.inputs.rankinfo.RankInfo`, or what a
+    merged trace's summary keeps of one (``report.build.Recorded``)."""
+
+    @property
+    def rank(self) -> Optional[int]: ...
+
+    @property
+    def job_id(self) -> Optional[str]: ...
+
+    @property
+    def rpcs(self) -> List[Dict[str, Any]]: ...
+
+    @property
+    def remote_rpcs(self) -> List[Dict[str, Any]]: ...
+
+    @property
+    def collectives(self) -> List[Dict[str, Any]]: ...
 
 
 @dataclass
@@ -31,7 +51,7 @@ class RpcCall:
     status: str = "ok"
 
     @property
-    def complete(self):
+    def complete(self) -> bool:
         """Both sides were captured, so the call is a full NTP quadruple."""
         return None not in (self.send_ns, self.start_ns, self.end_ns, self.complete_ns)
 
@@ -46,18 +66,18 @@ class RpcCalls:
     """Every RPC seen, one per ``rpc_id`` in the order of first sight, as columns; iterating
     gives them as :class:`RpcCall`."""
 
-    first: list          # each call's first record (rpc_id, kind, func, name, caller, callee)
+    first: List[Dict[str, Any]]  # each call's first record (rpc_id, kind, func, name, caller, callee)
     caller: np.ndarray   # int64
     callee: np.ndarray
     times: np.ndarray    # int64 (4, calls): t1..t4 as in TIMES, 0 where ``has`` is False
     has: np.ndarray      # bool (4, calls): the time was recorded
-    status: list         # "ok", or the last other status any record of the call gave
+    status: List[str]    # "ok", or the last other status any record of the call gave
     ok: np.ndarray       # bool: status is "ok"
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.first)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[RpcCall]:
         times = [[t if h else None for t, h in zip(*row)] for row in zip(self.times.tolist(), self.has.tolist())]
         for rec, caller, callee, t1, t2, t3, t4, status in zip(
                 self.first, self.caller.tolist(), self.callee.tolist(), *times, self.status):
@@ -66,7 +86,7 @@ class RpcCalls:
                           end_ns=t3, complete_ns=t4, status=status)
 
     @property
-    def quadruples(self):
+    def quadruples(self) -> np.ndarray:
         """Which calls are complete and succeeded: their four times bound the clocks."""
         return self.has.all(axis=0) & self.ok
 
@@ -76,10 +96,10 @@ class RpcMatch:
     calls: RpcCalls
     caller_only: int = 0                          # the callee's record is missing
     callee_only: int = 0                          # the caller's record is missing
-    missing_peer: dict = field(default_factory=dict)  # {rank: calls whose peer rank has no input}
+    missing_peer: Dict[int, int] = field(default_factory=dict)  # {rank: calls whose peer rank has no input}
 
 
-def match_rpcs(infos: Sequence[Any]) -> RpcMatch:
+def match_rpcs(infos: Sequence[Records]) -> RpcMatch:
     """Join the caller's and the callee's record of every RPC by ``rpc_id``; when a side has
     several records, the last time given for each field and the last non-ok status count."""
     match = _match_rpcs(infos)
@@ -88,16 +108,16 @@ def match_rpcs(infos: Sequence[Any]) -> RpcMatch:
     return match
 
 
-def _match_rpcs(infos):
+def _match_rpcs(infos: Sequence[Records]) -> RpcMatch:
     # the callee sides a caller fetched come first: a field both give is the callee's own
     # file's (the last given counts), and they fill in what the callee did not record
     records = [rec for info in infos for rec in info.remote_rpcs] + [rec for info in infos for rec in info.rpcs]
-    keys = [rec["rpc_id"] for rec in records]
+    keys: List[Any] = [rec["rpc_id"] for rec in records]
     if _several_jobs(infos):  # rpc_ids restart in every run: never join records of two jobs
         jobs = [info.job_id for info in infos for _ in info.remote_rpcs] + [info.job_id for info in infos
                                                                               for _ in info.rpcs]
         keys = list(zip(jobs, keys))
-    index = {}
+    index: Dict[Any, int] = {}
     row = np.fromiter([index.setdefault(key, len(index)) for key in keys], np.int64, len(records))
     first = np.full(len(index), len(records))
     np.minimum.at(first, row, np.arange(len(records)))
@@ -106,10 +126,10 @@ def _match_rpcs(infos):
     callee = np.fromiter(map(itemgetter("callee"), firsts), np.int64, len(firsts))
     is_caller = np.equal(np.fromiter(map(itemgetter("role"), records), object, len(records)), "caller")
     times = np.zeros((len(TIMES), len(index)), dtype=np.int64)
-    has = np.zeros((len(TIMES), len(index)), dtype=bool)
-    for side, keys in ((is_caller, CALLER_FIELDS), (~is_caller, CALLEE_FIELDS)):
+    has = np.zeros((len(TIMES), len(index)), dtype=np.bool_)
+    for side, fields in ((is_caller, CALLER_FIELDS), (~is_caller, CALLEE_FIELDS)):
         recs, side = list(compress(records, side.tolist())), np.flatnonzero(side)
-        for key in keys:
+        for key in fields:
             given, values = _given(recs, key)
             last = _last(row[side[given]], np.arange(len(given)), len(index))
             k = TIMES.index(key)
@@ -122,9 +142,9 @@ def _match_rpcs(infos):
     for r in np.flatnonzero(last_failed >= 0).tolist():
         status[r] = statuses[last_failed[r]]
     calls = RpcCalls(firsts, caller, callee, times, has, status, last_failed < 0)
-    present = {info.rank for info in infos}
+    present: Set[Any] = {info.rank for info in infos}
     peers = np.stack([caller, callee], axis=1).reshape(-1)
-    missing = {}
+    missing: Dict[int, int] = {}
     for peer in peers[~np.isin(peers, list(present))].tolist():
         missing[peer] = missing.get(peer, 0) + 1
     sent, started = has[TIMES.index("send_ns")], has[TIMES.index("start_ns")]
@@ -132,17 +152,17 @@ def _match_rpcs(infos):
                     missing_peer=missing)
 
 
-def _given(records, key):
+def _given(records: List[Dict[str, Any]], key: str) -> Tuple[np.ndarray, np.ndarray]:
     """(positions, int64 values) of the ``records`` that give ``key`` (an int or None)."""
     try:
         return np.arange(len(records)), np.fromiter(map(dict.get, records, repeat(key)), np.int64, len(records))
     except TypeError:  # some leave it out or give None
         values = np.fromiter(map(dict.get, records, repeat(key)), object, len(records))
-        given = np.flatnonzero(np.not_equal(values, None))
+        given = np.flatnonzero(np.not_equal(values, None))  # type: ignore[call-overload]
         return given, values[given].astype(np.int64)
 
 
-def _last(rows, positions, count):
+def _last(rows: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
     """Per row (of ``count``), the last of ``positions`` given for it, -1 for none."""
     last = np.full(count, -1)
     np.maximum.at(last, rows, positions)
@@ -156,13 +176,13 @@ class CollectiveMatch:
     group: str
     seq: int
     op: str
-    group_ranks: list
-    start_ns: dict = field(default_factory=dict)  # {rank: ns}
-    end_ns: dict = field(default_factory=dict)
-    bytes: dict = field(default_factory=dict)
+    group_ranks: List[int]
+    start_ns: Dict[int, int] = field(default_factory=dict)  # {rank: ns}
+    end_ns: Dict[int, int] = field(default_factory=dict)
+    bytes: Dict[int, int] = field(default_factory=dict)
 
     @property
-    def complete(self):
+    def complete(self) -> bool:
         """Every rank of the group recorded it."""
         return set(self.group_ranks) <= set(self.end_ns)
 
@@ -173,19 +193,19 @@ class Collectives:
     column per rank (in the order of the infos); iterating gives them as
     :class:`CollectiveMatch`."""
 
-    records: list        # every record, infos in order
-    keys: list           # (group, seq), or (job_id, group, seq) when the inputs come from several jobs
+    records: List[Dict[str, Any]]  # every record, infos in order
+    keys: List[Tuple[Any, ...]]  # (group, seq), or (job_id, group, seq) when the inputs come from several jobs
     first: np.ndarray    # each collective's first record (op, group_ranks)
-    ranks: list          # the rank of each column
+    ranks: List[int]     # the rank of each column
     last: np.ndarray     # (collectives, ranks): the rank's last record of it, -1 for none
     start: np.ndarray    # int64 (collectives, ranks), from ``last``; 0 where it is -1
     end: np.ndarray      # int64, 0 where not ``ended``
     ended: np.ndarray    # bool: the rank recorded its end (its last end given counts)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.keys)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[CollectiveMatch]:
         for (*_, group, seq), first, last, start, ended, end in zip(
                 self.keys, self.first.tolist(), self.last.tolist(), self.start.tolist(), self.ended.tolist(),
                 self.end.tolist()):
@@ -198,16 +218,16 @@ class Collectives:
                                   bytes={self.ranks[c]: int(self.records[last[c]].get("bytes", 0)) for c in cols})
 
     @property
-    def ops(self):
+    def ops(self) -> List[str]:
         """Each collective's op, as its first record names it."""
         return [self.records[i].get("op", "") for i in self.first.tolist()]
 
 
-def match_collectives(infos):
+def match_collectives(infos: Sequence[Records]) -> Collectives:
     """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
     its last start, bytes and end given count."""
     records = [rec for info in infos for rec in info.collectives]
-    keys = list(zip(map(str, map(itemgetter("group"), records)), map(int, map(itemgetter("seq"), records))))
+    keys: List[Tuple[Any, ...]] = list(zip(map(str, map(itemgetter("group"), records)), map(int, map(itemgetter("seq"), records))))
     if _several_jobs(infos):  # sequence numbers restart in every run: never join two jobs' collectives
         keys = [(job, *key) for job, key in zip((info.job_id for info in infos for _ in info.collectives), keys)]
     index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
@@ -224,10 +244,11 @@ def match_collectives(infos):
     ended = last_end >= 0
     end = np.zeros(shape, np.int64)
     end[ended] = ends[last_end[ended]]
-    return Collectives(records, list(index), first, [info.rank for info in infos], last, start, end, ended)
+    ranks = cast(List[int], [info.rank for info in infos])  # assigned by now
+    return Collectives(records, list(index), first, ranks, last, start, end, ended)
 
 
-def _several_jobs(infos):
+def _several_jobs(infos: Sequence[Records]) -> bool:
     """The inputs come from more than one job (their ``job_id`` differs)."""
     return len({info.job_id for info in infos}) > 1
 
@@ -242,7 +263,7 @@ class Correlation:
     collectives: Collectives
 
 
-def correlate(infos: Sequence[Any]) -> Correlation:
+def correlate(infos: Sequence[Records]) -> Correlation:
     """The RPC and collective joins of ``infos`` (RankInfo-like: rank, job_id, rpcs,
     remote_rpcs, collectives)."""
     return Correlation(match_rpcs(infos), match_collectives(infos))
