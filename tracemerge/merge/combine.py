@@ -83,9 +83,9 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     fmt = output_format(output, fmt)
     selection = selection or select.Selection()
     select.check_ranks(selection, job.ranks)
-    kept = [i for i in job.infos if selection.keeps_rank(i.rank)]
-    sides = drawn_sides(job.infos, {i.rank for i in kept})
-    rpc = RpcFlows.plan(job.infos, job.links.rpcs, {i.rank for i in kept} | set(sides),
+    kept = [i for i in job.infos if selection.keeps_rank(rank_of(i))]
+    sides = drawn_sides(job.infos, {rank_of(i) for i in kept})
+    rpc = RpcFlows.plan(job.infos, job.links.rpcs, {rank_of(i) for i in kept} | set(sides),
                         {r["rpc_id"] for recs in sides.values() for r in recs})
     path = find_critical_path(job_timeline(job, alignment)) if critical_path else None
     places = placements(job, alignment)
@@ -116,7 +116,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the job's engine, into its part of the output
-    remote = remote_spans(job.infos, alignment.clocks, places, {i.rank for i in kept})
+    remote = remote_spans(job.infos, alignment.clocks, places, {rank_of(i) for i in kept})
     jobs += remote.jobs
     drawn = None
     if path is not None:

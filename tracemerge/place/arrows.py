@@ -18,14 +18,16 @@ the protobuf output by :mod:`tracemerge.formats.perfetto.flows`; JSON passes the
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import NamedTuple, Tuple
+from typing import Any, Collection, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 
+from tracemerge.correlate.match import RpcMatch
 from tracemerge.errors import TraceError
-from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.inputs.rankinfo import RankInfo
+from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import nest_order, thread_runs
-from tracemerge.place.placement import lane_tid
+from tracemerge.place.placement import Placement, lane_tid
 
 FLOW_CAT = "rpc"
 
@@ -45,11 +47,13 @@ class SliceFlows(NamedTuple):
         ids[2 * at_end + terminating] += (flow_id,)   # the fields' order: begin, begin_terminating, end, …
         return _new_tuple(SliceFlows, ids)            # (not _replace: ~4x slower, called per flow point)
 
-    def __add__(self, other):   # the flows of both, field by field
+    def __add__(self, other: "SliceFlows") -> "SliceFlows":  # type: ignore[override]  # the flows of both, field by field
         return SliceFlows(*(a + b for a, b in zip(self, other)))
 
 
 _new_tuple = tuple.__new__
+# {event index: (rpc_id, role)} of a rank's RPC spans (RpcFlows.find)
+Found = Dict[int, Tuple[str, Optional[str]]]
 NO_FLOWS = SliceFlows()
 # RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
 # (``(rank + 1) << 32 | id``) and below 2**53, where JSON readers lose integer precision.
@@ -65,10 +69,11 @@ class RpcFlows:
     no rank waits for another; the halves meet in the output by flow id.
     """
 
-    calls: dict        # {rpc_id: (index, caller rank, callee rank)}
+    calls: Dict[str, Tuple[int, int, int]]  # {rpc_id: (index, caller rank, callee rank)}
 
     @classmethod
-    def plan(cls, infos, match, ranks, drawn=frozenset()):
+    def plan(cls, infos: Iterable[RankInfo], match: RpcMatch, ranks: Collection[int],
+             drawn: Iterable[str] = frozenset()) -> "RpcFlows":
         """Calls of ``match`` (the job's RPC join) with both records whose two ranks are both
         in the output; ``drawn``: calls whose callee span is drawn from the caller's file
         (place.remote_spans)."""
@@ -78,17 +83,19 @@ class RpcFlows:
                     if c.send_ns is not None and c.start_ns is not None and c.rpc_id in spanned
                     and c.caller in ranks and c.callee in ranks})
 
-    def ids(self, rpc_id):
+    def ids(self, rpc_id: str) -> Tuple[int, int]:
         """(request flow id, response flow id) of a call."""
         n = self.calls[rpc_id][0]
         return FLOW_ID_BASE + 2 * n, FLOW_ID_BASE + 2 * n + 1
 
-    def find(self, trace, rank):
+    def find(self, trace: RankTrace, rank: int) -> Tuple[Found, Dict[str, int]]:
         """({event index: (rpc_id, role)} of the rank's RPC spans, counts).
 
         A span counts only on the rank its role names, and only once per (rpc_id, role).
         """
-        found, seen, duplicates = {}, set(), 0
+        found: Found = {}
+        seen: Set[Tuple[str, Optional[str]]] = set()
+        duplicates = 0
         if self.calls:
             span = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
             for i in trace.args.with_key("rpc_id"):  # args are decoded for these events only
@@ -113,18 +120,19 @@ class RpcFlows:
         return found, {"rpc_caller_spans": roles.count("caller"), "rpc_callee_spans": roles.count("callee"),
                        "rpc_duplicate_spans": duplicates}
 
-    def proto_flows(self, found):
+    def proto_flows(self, found: Found) -> Dict[int, SliceFlows]:
         """{event index: :class:`SliceFlows`} of the rank's RPC spans: the request leaves the
         caller's begin and ends at the callee's begin, the response leaves the callee's end
         and ends at the caller's end."""
-        out = {}
+        out: Dict[int, SliceFlows] = {}
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
             out[i] = (SliceFlows(begin=(req,), end_terminating=(resp,)) if role == "caller"
                       else SliceFlows(begin_terminating=(req,), end=(resp,)))
         return out
 
-    def json_events(self, found, trace, place, start, dur, lanes=None):
+    def json_events(self, found: Found, trace: RankTrace, place: Placement, start: np.ndarray, dur: np.ndarray,
+                    lanes: Optional[Dict[int, int]] = None) -> List[Dict[str, Any]]:
         """This rank's v1 flow events: 2 per span, just inside its start and its end.
 
         ``start``/``dur`` are the rank's aligned ns (``merge.placement.aligned_ns``); ``lanes``
@@ -132,7 +140,7 @@ class RpcFlows:
         points go there, where no other span overlaps them, and they are no longer spans
         of the thread they left.
         """
-        events = []
+        events: List[Dict[str, Any]] = []
         lanes = lanes or {}
         ends = start + np.maximum(dur, 0)
         threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found},
@@ -160,7 +168,9 @@ class RpcFlows:
         return events
 
 
-def _thread_spans(trace, start, ends, dur, wanted, moved=()):
+def _thread_spans(trace: RankTrace, start: np.ndarray, ends: np.ndarray, dur: np.ndarray,
+                  wanted: Iterable[Tuple[int, int]], moved: Collection[int] = (),
+                  ) -> Dict[Tuple[int, int], Tuple[List[int], List[int]]]:
     """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread in nesting
     order (:func:`~tracemerge.nesting.nest_order`), as lists of ints, leaving out the spans
     ``moved`` to lanes: one sort, then a binary search per call (in Python: thousands of
@@ -173,7 +183,7 @@ def _thread_spans(trace, start, ends, dur, wanted, moved=()):
     order = nest_order(keys, start[spans], ends[spans])
     spans, keys = spans[order], keys[order]
     by_key = {pid * trace.thread_stride + tid: (pid, tid) for pid, tid in wanted}
-    out = {thread: ([], []) for thread in wanted}
+    out: Dict[Tuple[int, int], Tuple[List[int], List[int]]] = {thread: ([], []) for thread in wanted}
     for lo, hi in thread_runs(keys):
         thread = by_key.get(int(keys[lo]))
         if thread is not None:
@@ -184,10 +194,11 @@ def _thread_spans(trace, start, ends, dur, wanted, moved=()):
 ROLES = {"caller": 1, "callee": 2}  # role -> position of its rank in a planned call
 
 
-def _gaps(start, end, children):
+def _gaps(start: int, end: int, children: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:
     """The stretches of [start, end] no other span covers (the whole span when they tile
     it), so a flow point placed there binds to the span itself, not to a child."""
-    gaps, at = [], start
+    gaps: List[Tuple[int, int]] = []
+    at = start
     for cs, ce in children:
         if cs > at:
             gaps.append((at, cs))
@@ -197,15 +208,15 @@ def _gaps(start, end, children):
     return gaps or [(start, end)]
 
 
-def _inside(start, end, at_end):
+def _inside(start: int, end: int, at_end: bool) -> int:
     """A point just inside a stretch (up to 1 µs, at most a quarter of it in), clear of its
     edges even after µs float rounding."""
     margin = min(1000, (end - start) // 4)
     return end - margin if at_end else start + margin
 
 
-def _flow(ph, flow_id, rpc_id, pid, tid, ts_ns):
-    e = {"ph": ph, "cat": FLOW_CAT, "name": "rpc", "id": flow_id, "pid": pid, "tid": tid,
+def _flow(ph: str, flow_id: int, rpc_id: str, pid: int, tid: Any, ts_ns: int) -> Dict[str, Any]:
+    e: Dict[str, Any] = {"ph": ph, "cat": FLOW_CAT, "name": "rpc", "id": flow_id, "pid": pid, "tid": tid,
          "ts": ts_ns / 1000.0, "args": {"rpc_id": rpc_id}}
     if ph == "f":
         e["bp"] = "e"

@@ -8,28 +8,30 @@ Metadata (``M``) and untimed events are always kept: they name processes and thr
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Dict, FrozenSet, Iterable, Optional, Tuple
 
 import numpy as np
 
 from tracemerge.errors import TracemergeError, UsageError
-from tracemerge.model import NO_DUR
-from tracemerge.place.placement import aligned_ns
+from tracemerge.model import NO_DUR, RankTrace
+from tracemerge.place.placement import Placement, aligned_ns
 
 REASONS = ("ranks", "category", "min_duration", "window")
+# (start, end) ms, either None for an open side
+Window = Tuple[Optional[float], Optional[float]]
 
 
 @dataclass
 class Selection:
-    ranks: Optional[frozenset] = None            # None: every rank
-    window_ms: Optional[tuple] = None            # (start, end) ms from the aligned start; None = open
+    ranks: Optional[FrozenSet[int]] = None       # None: every rank
+    window_ms: Optional[Window] = None           # (start, end) ms from the aligned start; None = open
     min_duration_us: Optional[float] = None      # complete events shorter than this are dropped
-    drop_categories: frozenset = field(default_factory=frozenset)
+    drop_categories: FrozenSet[str] = field(default_factory=frozenset)
 
-    def keeps_rank(self, rank):
+    def keeps_rank(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
 
-    def window_ns(self, start_ns):
+    def window_ns(self, start_ns: int) -> Tuple[Optional[int], Optional[int]]:
         """(lo, hi) ns bounds of the window on the clock ``start_ns`` is on (None: unbounded)."""
         if not self.window_ms:
             return None, None
@@ -38,9 +40,9 @@ class Selection:
                 None if hi is None else start_ns + round(hi * 1e6))
 
 
-def parse_ranks(text):
+def parse_ranks(text: str) -> FrozenSet[int]:
     """``0-3,7`` -> frozenset({0, 1, 2, 3, 7})."""
-    ranks = set()
+    ranks: set = set()
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("-")
         try:
@@ -53,11 +55,11 @@ def parse_ranks(text):
     return frozenset(ranks)
 
 
-def parse_window(text):
+def parse_window(text: str) -> Window:
     """``START:END`` in ms (either side may be empty) -> (start or None, end or None)."""
     lo, sep, hi = text.partition(":")
     try:
-        bounds = tuple(float(v) if v.strip() else None for v in (lo, hi))
+        bounds: Any = tuple(float(v) if v.strip() else None for v in (lo, hi))
     except ValueError:
         bounds = None
     if not sep or bounds is None or bounds == (None, None) or (None not in bounds and bounds[1] <= bounds[0]):
@@ -65,20 +67,21 @@ def parse_window(text):
     return bounds
 
 
-def check_ranks(selection, ranks):
+def check_ranks(selection: Selection, ranks: Iterable[int]) -> None:
     """Refuse a --ranks that matches no input: an empty trace is never what was meant."""
     if selection.ranks is not None and not selection.ranks & set(ranks):
         raise UsageError(f"--ranks: no input has any of the ranks {sorted(selection.ranks)} "
                               f"(ranks: {sorted(ranks)})")
 
 
-def event_mask(trace, place, selection, window):
+def event_mask(trace: RankTrace, place: Placement, selection: Selection,
+               window: Tuple[Optional[int], Optional[int]]) -> Tuple[np.ndarray, Dict[str, int]]:
     """(keep mask, {reason: dropped count}) of one rank; ``window`` is (lo, hi) output ns."""
     keep = np.ones(len(trace), dtype=bool)
-    dropped = {}
+    dropped: Dict[str, int] = {}
     always = (trace.ph == ord("M")) | ~trace.timed
 
-    def drop(reason, mask):
+    def drop(reason: str, mask: np.ndarray) -> None:
         mask = mask & keep & ~always
         n = int(mask.sum())
         if n:
@@ -105,14 +108,14 @@ def event_mask(trace, place, selection, window):
     return keep, dropped
 
 
-def subset(trace, keep):
+def subset(trace: RankTrace, keep: np.ndarray) -> RankTrace:
     """The trace restricted to ``keep``; string and pid/tid tables are shared, so codes hold."""
     if keep.all():
         return trace
     idx = np.flatnonzero(keep)
     args, extra = trace.args, trace.extra
     # a trace read by the compiled core keeps which of its scan's events it holds
-    index = {"index": idx if trace.index is None else trace.index[idx]} if hasattr(trace, "index") else {}
+    index: Dict[str, Any] = {"index": idx if trace.index is None else trace.index[idx]} if hasattr(trace, "index") else {}
     return dataclasses.replace(
         trace, ph=trace.ph[idx], name=trace.name[idx], cat=trace.cat[idx], pid=trace.pid[idx],
         tid=trace.tid[idx], ts=trace.ts[idx], dur=trace.dur[idx],
@@ -120,7 +123,8 @@ def subset(trace, keep):
         events=None if trace.events is None else list(map(trace.events.__getitem__, idx.tolist())), **index)
 
 
-def apply(trace, place, selection, window):
+def apply(trace: RankTrace, place: Placement, selection: Optional[Selection],
+          window: Tuple[Optional[int], Optional[int]]) -> Tuple[RankTrace, Dict[str, Any]]:
     """(selected trace, {"filtered": n, "filtered_by": {reason: n}}) of one rank."""
     if selection is None or not (selection.drop_categories or selection.min_duration_us or selection.window_ms):
         return trace, {}
@@ -129,7 +133,7 @@ def apply(trace, place, selection, window):
     return subset(trace, keep), counts
 
 
-def describe(selection):
+def describe(selection: Selection) -> Dict[str, Any]:
     """The selection as plain JSON data for the summary."""
     return {"ranks": sorted(selection.ranks) if selection.ranks is not None else None,
             "window_ms": list(selection.window_ms) if selection.window_ms else None,
