@@ -22,6 +22,8 @@ NO_DUR = -1                     # an event without "dur"
 # The keys held in columns; every other key of an event is kept in ``extra``.
 COLUMN_KEYS = frozenset(("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
 FLOW_ID_KEYS = ("id", "id2", "bind_id")   # the keys a flow or async event is keyed by
+# event indices: a list, or an int array
+Indices = Union[Sequence[int], np.ndarray]
 
 
 class Args(Sequence):
@@ -49,7 +51,7 @@ class Args(Sequence):
     def __reduce__(self) -> tuple:
         return Args, (self.items, self.raw)
 
-    def dicts(self, idx: Sequence[int]) -> list[Optional[dict]]:
+    def dicts(self, idx: Indices) -> list[Optional[dict]]:
         """The args of the events ``idx`` (a list of indices), decoded together; None for
         args that are not an object."""
         items = list(map(self.items.__getitem__, idx))
@@ -57,7 +59,7 @@ class Args(Sequence):
             items = _LIST.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
         return [a if a.__class__ is dict else None for a in items]
 
-    def take(self, idx: Sequence[int]) -> "Args":
+    def take(self, idx: Indices) -> "Args":
         """The args of the events ``idx`` (a list of indices), still undecoded."""
         return Args(list(map(self.items.__getitem__, idx)), self.raw)
 
@@ -112,7 +114,7 @@ class Extra(Sequence):
         """The column of ``key`` (None when no event has it) among those given up front."""
         return cast("dict[str, list]", self._columns).get(key)
 
-    def column(self, key: str, idx: Sequence[int]) -> list:
+    def column(self, key: str, idx: Indices) -> list:
         """``key``'s value for each event of ``idx`` (indices), ``msgspec.UNSET`` where an
         event lacks the key: no dict per event."""
         if self.items is not None:
@@ -135,7 +137,7 @@ class Extra(Sequence):
     def __reduce__(self) -> tuple:
         return Extra, (self.items, self.columns if self.items is None else None, self.n)
 
-    def take(self, idx: Sequence[int]) -> "Extra":
+    def take(self, idx: Indices) -> "Extra":
         """The extra keys of the events ``idx`` (a list of indices)."""
         if self.items is not None:
             return Extra(list(map(self.items.__getitem__, idx)))

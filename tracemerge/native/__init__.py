@@ -19,7 +19,7 @@ import mmap
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -27,7 +27,7 @@ import numpy as np
 from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.errors import TraceError
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
-from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
+from tracemerge.model import FLOW_ID_KEYS, Args, Extra, Indices, RankTrace
 
 _core: Any
 _proto: Any
@@ -103,14 +103,14 @@ class NativeArgs(Args):
         o, n = self._spans[i].tolist()
         return msgspec.json.decode(self._view[o:o + n]) if n else None
 
-    def dicts(self, idx: Sequence[int]) -> list[dict | None]:
+    def dicts(self, idx: Indices) -> list[dict | None]:
         """Args.dicts without making every item: the reports ask for a few events' args
         (metadata, RPC spans) of ranks with a million."""
         if self._items is not None:
             return super().dicts(idx)
         return self.take(idx).dicts(range(len(idx)))
 
-    def take(self, idx: Sequence[int]) -> Args:
+    def take(self, idx: Indices) -> Args:
         if self._items is not None:
             return super().take(idx)
         # the spans of all of idx in one numpy step (a .pftrace takes the args of nearly every event)
@@ -187,7 +187,8 @@ def read_file(path: str, columns_only: bool = False) -> RankTrace:
     return read_rank(path, columns_only)[0]
 
 
-def debug_annotations(items: list, start: int, rank: int, iids: dict, new_names: list) -> tuple[bytes, int]:
+def debug_annotations(items: list, start: int, rank: int, iids: dict[str, bytes],
+                      new_names: list[bytes]) -> tuple[list[bytes], int]:
     """The compiled core's debug annotations of raw args (``formats.perfetto.encoder._Annotations``):
     (encoded args of ``items[start:]``, the index of the first one it declined)."""
     return _core.annotations(items, start, rank, iids, new_names)

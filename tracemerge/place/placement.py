@@ -260,7 +260,8 @@ def _objects(values: Sequence[Any]) -> np.ndarray:
 
 # One id key token of a flat args object and, when its value is a plain non-negative
 # integer, the value's digits. A match preceded by a backslash is inside a string.
-def _rewrite_process_metadata(trace: RankTrace, place: Placement, args: List[Any], meta: np.ndarray, lo: int) -> None:
+def _rewrite_process_metadata(trace: RankTrace, place: Placement, args: List[Any], meta: Iterable[int],
+                              lo: int) -> None:
     """Rename the rank's processes and sort them by rank, keeping the input events: rewrites,
     in place, the metadata events ``meta`` (trace indices) in ``args``, the args of the events
     from ``lo``."""
