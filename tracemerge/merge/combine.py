@@ -8,9 +8,11 @@ import tracemerge
 from tracemerge import native
 from tracemerge.engine import LocalEngine
 from tracemerge.formats import FORMATS, output_format
+from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.inputs.cycles import pids_agree, recoded
-from tracemerge.inputs.rankinfo import rank_of
-from tracemerge.merge.assembly import write_merged
+from tracemerge.inputs.rankinfo import RankInfo, rank_of
+from tracemerge.merge.assembly import Source, write_merged
+from tracemerge.model import RankTrace
 from tracemerge.output import check_output
 from tracemerge.place import selection as select
 from tracemerge.place.arrows import RpcFlows
@@ -20,6 +22,7 @@ from tracemerge.place.remote_spans import drawn_sides, remote_spans
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
 from tracemerge.analysis import drawing
+from tracemerge.analysis.critical_path import Window
 from tracemerge.analysis.critical_path import critical_path as find_critical_path
 from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.clocks.clock import ClockModel
@@ -102,7 +105,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
 
-    def footer(results):
+    def footer(results: List[Dict[str, Any]]) -> Dict[str, Any]:
         cores.extend((part.path, r.get("core", "python")) for own, r in zip(owners, results) for part in own)
         for r in results[len(owners):]:  # the drawn callee spans and path are added, not input
             c = r["counts"]
@@ -126,25 +129,28 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     return Written(summary, cores)
 
 
-def rank_jobs(job, kept, places, form):
+def rank_jobs(job: "Job", kept: List[RankInfo], places: Dict[int, Placement], form: Format,
+              ) -> Tuple[List[Tuple[Source, Placement]], List[List[RankInfo]]]:
     """(the (source, Placement) jobs of the ranks ``kept``, the infos of the files each job
     reads). A rank of several cycle files is a job per file, written one after the other,
     each by the compiled core where it can; for a format that encodes a rank whole
     (``columns_only``: Perfetto's tracks and interning are per rank), one job that reads and
     joins its cycles (a tuple of sources; its facts were learned before)."""
-    jobs, owners = [], []
+    jobs: List[Tuple[Source, Placement]] = []
+    owners: List[List[RankInfo]] = []
     for info in kept:
-        sources = job.sources(info.rank)
+        sources = job.sources(rank_of(info))
         if info.parts and form.columns_only:
-            jobs.append((tuple(sources), places[info.rank]))
+            jobs.append((tuple(sources), places[rank_of(info)]))
             owners.append(info.parts)
         else:
-            jobs += [(source, places[info.rank]) for source in sources]
+            jobs += [(source, places[rank_of(info)]) for source in sources]
             owners += [[part] for part in info.files]
     return jobs, owners
 
 
-def _path_job(windows, places, taken):
+def _path_job(windows: List[Window], places: Dict[int, Placement], taken: List[Placement],
+              ) -> Tuple[Tuple[RankTrace, Placement], Dict[str, Any]]:
     """((the critical path as a RankTrace, its Placement): one more process after the
     ranks' (and every placement in ``taken``), on the reference clock; the summary's
     ``critical_path`` entry)."""
@@ -159,7 +165,9 @@ def _path_job(windows, places, taken):
                                               "segments": sum(len(w.segments) for w in windows)}}
 
 
-def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None, consume=False):
+def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection: Optional[select.Selection] = None,
+                window: Tuple[Optional[int], Optional[int]] = (None, None), rpc: Optional[RpcFlows] = None,
+                consume: bool = False) -> Tuple[Body, Counts]:
     """(an iterable of event lists, or protobuf bytes; counts) of one rank; runs in the
     engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
     are freed as they are encoded."""
@@ -217,7 +225,7 @@ DETAIL = tuple(DETAIL_GROUPS.values())
 BY_REASON = ("filtered_by", "dropped_by")
 
 
-def add_counts(total, counts):
+def add_counts(total: Counts, counts: Counts) -> None:
     """Add one rank's counts into ``total``: numbers, and the by-reason groups reason by
     reason (a reason keeps the place it was first seen in)."""
     for k, v in counts.items():
