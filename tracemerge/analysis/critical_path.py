@@ -34,6 +34,7 @@ the path would be without it (tests use this to check that each edge is taken).
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 
@@ -58,7 +59,7 @@ _STALL = 64   # steps without moving back in time before dependencies are ignore
 @dataclass
 class Segment:
     rank: int
-    tid: object
+    tid: Any                    # the thread id as the trace spells it (a JSON scalar)
     name: str
     kind: str
     start_ns: int
@@ -70,20 +71,20 @@ class Window:
     window: str
     start_ns: int
     end_ns: int
-    segments: list = field(default_factory=list)    # [Segment] in time order
-    by_rank: dict = field(default_factory=dict)     # {rank: ns on the path}
-    by_kind: dict = field(default_factory=dict)     # {kind: ns on the path}
+    segments: List[Segment] = field(default_factory=list)    # in time order
+    by_rank: Dict[int, int] = field(default_factory=dict)     # {rank: ns on the path}
+    by_kind: Dict[str, int] = field(default_factory=dict)     # {kind: ns on the path}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Dict[str, Any]:
         return {"window": self.window, "start_ns": self.start_ns, "end_ns": self.end_ns,
                 "segments": [{"rank": s.rank, "tid": s.tid, "name": s.name, "kind": s.kind,
                               "start_ns": s.start_ns, "end_ns": s.end_ns} for s in self.segments]}
 
 
-def windows(job: JobTimeline) -> list:
+def windows(job: JobTimeline) -> List[Tuple[str, int, int, Tuple[int, int]]]:
     """[(name, start_ns, end_ns, (rank, thread index) the walk starts on)]: one per
     ProfilerStep#N over all ranks, else one for the whole trace."""
-    steps: dict = {}
+    steps: Dict[str, List[Any]] = {}   # {step: [start, end, (rank, thread) that ended last]}
     for rank, tl in job.ranks.items():
         for name, start, end, thread in tl.steps:
             s = steps.setdefault(name, [start, end, (rank, thread)])
@@ -99,9 +100,9 @@ def windows(job: JobTimeline) -> list:
     return [(WHOLE_TRACE, min(th.first_ns for th in threads), last.last_ns, (last.rank, last.index))]
 
 
-def critical_path(job: JobTimeline, edges: frozenset = EDGES) -> list:
+def critical_path(job: JobTimeline, edges: FrozenSet[str] = EDGES) -> List[Window]:
     """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job_timeline.JobTimeline`), in time order."""
-    out = []
+    out: List[Window] = []
     for name, start, end, at in windows(job):
         segments = walk(job, job.thread(*at), start, end, edges)
         w = Window(window=name, start_ns=start, end_ns=end, segments=segments)
@@ -112,11 +113,11 @@ def critical_path(job: JobTimeline, edges: frozenset = EDGES) -> list:
     return out
 
 
-def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset = EDGES) -> list:
+def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: FrozenSet[str] = EDGES) -> List[Segment]:
     """The segments of the path ending on thread ``th`` at ``wend``, back to ``wstart``."""
-    back: list = []
+    back: List[List[Any]] = []   # [rank, tid, name, kind, start, end] of each segment, last first
 
-    def emit(rank, tid, name, kind, lo, hi):
+    def emit(rank: int, tid: Any, name: str, kind: str, lo: int, hi: int) -> None:
         lo = max(lo, wstart)
         if hi <= lo:
             return
@@ -145,8 +146,8 @@ def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset 
                     hit = w
                     break
             if hit is not None:
-                kind, ref, ws = th.wait_kind[hit], th.wait_ref[hit], th.wait_start[hit]
-                if kind == RPC_WAIT:
+                wait, ref, ws = th.wait_kind[hit], th.wait_ref[hit], th.wait_start[hit]
+                if wait == RPC_WAIT:
                     name = job.call_name[ref]
                     where = job.callee_span.get(ref)
                     if rpc and where is not None and job.has[2, ref]:
@@ -158,11 +159,11 @@ def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset 
                         emit(rank, th.tid, name, TRANSFER, ws, t)
                         t = ws
                     continue
-                if kind == COLLECTIVE_WAIT:
+                if wait == COLLECTIVE_WAIT:
                     name = job.coll_op[ref]
                     last = job.coll_last[ref]
                     at = job.coll_thread.get((ref, last[0])) if last is not None else None
-                    if coll and at is not None and last[0] != rank:
+                    if coll and at is not None and last is not None and last[0] != rank:
                         lo = max(min(last[1], t), ws)
                         emit(rank, th.tid, name, COLLECTIVE, lo, t)
                         th, t = job.thread(last[0], at), lo
@@ -219,7 +220,7 @@ def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset 
     return [Segment(*s) for s in back]
 
 
-def _completer(job, th, t, lower):
+def _completer(job: JobTimeline, th: Thread, t: int, lower: int) -> Optional[Tuple[Thread, int]]:
     """(thread, time) of the other thread of ``th``'s rank whose last work before ``t``
     ended latest, if within CONTINUATION_NS of ``t`` and after ``lower``; else None."""
     callee_of = job.callee_of[th.rank]
@@ -242,10 +243,10 @@ def _completer(job, th, t, lower):
     return best
 
 
-def totals(windows_: list) -> tuple:
+def totals(windows_: List[Window]) -> Tuple[Dict[int, int], Dict[str, int]]:
     """({rank: ns}, {kind: ns}) over all windows."""
-    by_rank: dict = {}
-    by_kind: dict = {}
+    by_rank: Dict[int, int] = {}
+    by_kind: Dict[str, int] = {}
     for w in windows_:
         for r, v in w.by_rank.items():
             by_rank[r] = by_rank.get(r, 0) + v

@@ -15,6 +15,7 @@ result (a few arrays per thread) is all the analyses need of the events.
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class ThreadTimeline:
     """One thread: piece k is [bounds[k], bounds[k+1]) (the last one has no end: the thread
     ran nothing after it), run by span ``owner[k]`` (-1: none)."""
 
-    tid: object                 # the thread id as the trace spells it
+    tid: Any                    # the thread id as the trace spells it (a JSON scalar)
     bounds: np.ndarray          # int64 reference ns, strictly increasing
     owner: np.ndarray           # int64 span index, -1 for none
     first_ns: int               # first start of any host span on the thread, caller spans included
@@ -42,15 +43,15 @@ class ThreadTimeline:
 @dataclass
 class RankTimeline:
     rank: int
-    threads: list               # [ThreadTimeline]
-    names: list                 # span name strings, by code
+    threads: List[ThreadTimeline]
+    names: List[str]            # span name strings, by code
     span_start: np.ndarray      # int64 reference ns, per span
     span_end: np.ndarray
     span_name: np.ndarray       # int32 code into names
     span_thread: np.ndarray     # int32 index into threads
     callee_of: np.ndarray       # int64: the innermost callee span (``...#remote``) the span runs in, itself included; -1
-    rpc_spans: list = field(default_factory=list)   # [(rpc_id, role, span index)]; caller spans are not in the pieces
-    steps: list = field(default_factory=list)       # [(name, start_ns, end_ns, thread index)] of ProfilerStep#N spans
+    rpc_spans: List[Tuple[str, str, int]] = field(default_factory=list)   # [(rpc_id, role, span index)]; caller spans are not in the pieces
+    steps: List[Tuple[str, int, int, int]] = field(default_factory=list)  # [(name, start_ns, end_ns, thread index)] of ProfilerStep#N spans
 
 
 def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = ()) -> RankTimeline:
@@ -65,7 +66,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
                           (n in rpc_names or (n.endswith(REMOTE_SUFFIX) and n[:-len(REMOTE_SUFFIX)] in rpc_names))],
                          dtype=np.int32)
     candidates = idx[np.isin(trace.name[idx], rpc_codes)]
-    role = {}
+    role: Dict[int, Tuple[str, str]] = {}
     if len(candidates):
         for i, args in zip(candidates.tolist(), trace.args.dicts(candidates.tolist())):
             if args and isinstance(args.get("rpc_id"), str) and args.get("role") in ("caller", "callee"):
@@ -82,7 +83,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     thread = thread.astype(np.int32)
     is_caller = np.zeros(len(idx), dtype=bool)
     is_callee = np.zeros(len(idx), dtype=bool)
-    rpc_spans = []
+    rpc_spans: List[Tuple[str, str, int]] = []
     position = {int(i): p for p, i in enumerate(idx.tolist())} if role else {}
     for i, (rpc_id, r) in role.items():
         p = position[i]
@@ -92,7 +93,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     parent = np.full(len(idx), -1, dtype=np.int64)
     work = ~is_caller
     bounds_of = np.concatenate(([0], np.flatnonzero(np.diff(thread)) + 1, [len(idx)])) if len(idx) else np.zeros(1, int)
-    threads = []
+    threads: List[ThreadTimeline] = []
     for t, (lo, hi) in enumerate(zip(bounds_of[:-1].tolist(), bounds_of[1:].tolist())):
         sel = np.arange(lo, hi)[work[lo:hi]]
         s, e = start[sel], end[sel]
@@ -120,7 +121,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
                         steps=steps)
 
 
-def _read(path):
+def _read(path: str) -> RankTrace:
     """The trace at ``path`` without the extra keys the writers need (the typed reader's
     light form, as a rank is described); a file it does not take goes through read_trace."""
     data, cut = read_data(path)
@@ -129,7 +130,8 @@ def _read(path):
     return trace if trace is not None else read_trace(path)
 
 
-def _pieces(s, e, parent, sel, end_of):
+def _pieces(s: np.ndarray, e: np.ndarray, parent: np.ndarray, sel: np.ndarray,
+            end_of: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """(bounds, owner) of one thread's work spans ``sel`` (sorted by start, -end) with their
     ``parent`` positions: after a start the span itself runs, after an end its parent. At
     one instant ends come before starts, deeper ends first and deeper starts last, so the
