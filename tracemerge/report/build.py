@@ -7,23 +7,23 @@ or an HTML page.
 """
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from tracemerge.analysis.job_timeline import build_timeline
-from tracemerge.analysis.summary import analyse, analysis_dict
-from tracemerge.analysis.timeline import rank_timeline
+from tracemerge.analysis.summary import Analysis, analyse, analysis_dict
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.correlate.match import correlate
+from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
-from tracemerge.report.collectives import collective_report
-from tracemerge.report.keyavg import group_rows, key_averages, op_tree
-from tracemerge.report.rpcstats import rpc_report, server_threads
+from tracemerge.report.collectives import CollectiveStats, collective_report
+from tracemerge.report.keyavg import KeyAverage, OpTree, group_rows, key_averages, op_tree
+from tracemerge.report.rpcstats import RpcReport, rpc_report, server_threads
 
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")
 GROUP_BY = ("name", "name,rank")
@@ -33,20 +33,20 @@ TIMELINE_BINS = 120
 
 @dataclass
 class Report:
-    key_averages: list                 # [KeyAverage], grouped, unsorted
+    key_averages: List[KeyAverage]     # grouped, unsorted
     group_by: str
-    ranks: list                        # [{rank, worker_name, hostname, path}]
-    clocks: list                       # ClockModel dicts, one per rank
+    ranks: List[Dict[str, Any]]        # [{rank, worker_name, hostname, path}]
+    clocks: List[Dict[str, Any]]       # ClockModel dicts, one per rank
     reference: int
     align: str
-    rpc: object = None                 # RpcReport, None without RPC records
-    collectives: list = field(default_factory=list)
-    timeline: dict = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
-    notes: list = field(default_factory=list)
-    analysis: object = None            # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
+    rpc: Optional[RpcReport] = None    # None without RPC records
+    collectives: List[CollectiveStats] = field(default_factory=list)
+    timeline: Dict[str, Any] = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
+    notes: List[str] = field(default_factory=list)
+    analysis: Optional[Analysis] = None  # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
 
 
-def is_merged(trace):
+def is_merged(trace: RankTrace) -> bool:
     """A trace written by ``tracemerge combine``: its summary maps output pids to ranks."""
     block = trace.tracemerge or {}
     return isinstance(block.get("pids"), dict) and "inputs" in block
@@ -67,7 +67,8 @@ def read_merged(path: str) -> Optional[RankTrace]:
     return trace if is_merged(trace) else None
 
 
-def _top_spans(tree, to_ref, rows=True):
+def _top_spans(tree: OpTree, to_ref: Callable[[np.ndarray], np.ndarray],
+               rows: Union[bool, np.ndarray] = True) -> Tuple[np.ndarray, np.ndarray]:
     """(start, end) reference-clock ns of the top-level host ops of an op tree (of its
     ``rows``): what keeps a thread busy. Asynchronous spans (calls in flight, gloo work)
     keep no thread busy: they are left out."""
@@ -75,7 +76,7 @@ def _top_spans(tree, to_ref, rows=True):
     return to_ref(tree.start[top]), to_ref(tree.end[top])
 
 
-def _busy(spans, start_ns, bin_ns):
+def _busy(spans: Tuple[np.ndarray, np.ndarray], start_ns: int, bin_ns: int) -> List[float]:
     """Average number of busy threads per time bin of the ``spans`` (:func:`_top_spans`),
     clipped to bins."""
     s, e = spans[0] - start_ns, spans[1] - start_ns
@@ -84,7 +85,9 @@ def _busy(spans, start_ns, bin_ns):
     return [round(float(b), 4) for b in busy]
 
 
-def build_report(paths, job_opener, align=None, group_by="name", remote_ops=False, analysis=False):
+def build_report(paths: Sequence[str], job_opener: Callable[[Sequence[str]], Job],
+                 align: Union[AlignRequest, Tuple[Any, ...], None] = None, group_by: str = "name",
+                 remote_ops: bool = False, analysis: bool = False) -> Report:
     """The :class:`Report` of ``paths``; ``job_opener(paths)`` opens rank files as a
     :class:`~tracemerge.job.Job`, aligned by ``align`` (an AlignRequest, or its fields as a
     tuple) unless the opener aligned it. ``analysis``: also the cross-rank analyses
@@ -108,8 +111,11 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     (``report --analysis``)."""
     alignment = job.clock_model(alignment)
     clocks = alignment.clocks
-    rows, threads, traces_info = [], {}, []
-    spans, timelines = {}, {}
+    rows: List[KeyAverage] = []
+    threads: Dict[int, int] = {}
+    traces_info: List[Dict[str, Any]] = []
+    spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+    timelines: Dict[int, RankTimeline] = {}
     for rank, info in zip(job.ranks, job.infos):
         # one rank's columns at a time, read once: rows, threads and the top-level spans
         # (for the busy bins, once every rank's time span is known) are all that is kept of it
@@ -140,7 +146,8 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     return report
 
 
-def _add_records(report, infos, links, clocks, threads):
+def _add_records(report: Report, infos: Sequence[Any], links: Correlation, clocks: Mapping[int, ClockModel],
+                 threads: Mapping[int, int]) -> None:
     """The RPC and collective sections, from the ranks' joined records (``links``) and clock
     models; ``infos`` (RankInfo-like: has_block) say whether any input had records."""
     match = links.rpcs
@@ -161,10 +168,10 @@ class Recorded:
     RankInfo for the RPC and collective sections."""
 
     rank: int
-    rpcs: list
-    collectives: list
+    rpcs: List[Dict[str, Any]]
+    collectives: List[Dict[str, Any]]
     has_block: bool
-    remote_rpcs: list = field(default_factory=list)   # callee sides the caller's file carried
+    remote_rpcs: List[Dict[str, Any]] = field(default_factory=list)   # callee sides the caller's file carried
     job_id: Optional[str] = None
 
 
@@ -202,11 +209,11 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
     return report
 
 
-def _same(ns):
+def _same(ns: np.ndarray) -> np.ndarray:
     return ns
 
 
-def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):
+def sorted_rows(rows: List[KeyAverage], sort_by: str = "cpu_time_total", row_limit: int = 100) -> List[KeyAverage]:
     """Rows sorted as torch's table() sorts (numbers descending; key ascending), limited."""
     if sort_by not in SORT_KEYS:
         raise TracemergeError(f"--sort-by {sort_by!r}: choose from {', '.join(SORT_KEYS)}")
@@ -217,12 +224,12 @@ def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):
     return rows[:row_limit] if row_limit and row_limit > 0 else rows
 
 
-def row_dict(r):
+def row_dict(r: KeyAverage) -> Dict[str, Any]:
     return {f: getattr(r, f) for f in ROW_FIELDS}
 
 
 
-def report_dict(report, sort_by="cpu_time_total", row_limit=0):
+def report_dict(report: Report, sort_by: str = "cpu_time_total", row_limit: int = 0) -> Dict[str, Any]:
     return {
         "key_averages": [row_dict(r) for r in sorted_rows(report.key_averages, sort_by, row_limit)],
         "group_by": report.group_by,
