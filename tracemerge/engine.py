@@ -132,6 +132,8 @@ class DaskEngine:
     output must be on a filesystem every worker and the client share.
     """
 
+    progress: Optional["Progress"] = None  # not drawn: the workers' progress is Dask's own
+
     def __init__(self, scheduler: Optional[str] = None, jobs: Optional[int] = None) -> None:
         try:
             from distributed import Client, LocalCluster

@@ -85,7 +85,7 @@ def _busy(spans: Tuple[np.ndarray, np.ndarray], start_ns: int, bin_ns: int) -> L
     return [round(float(b), 4) for b in busy]
 
 
-def build_report(paths: Sequence[str], job_opener: Callable[[Sequence[str]], Job],
+def build_report(paths: List[str], job_opener: Callable[[List[str]], Job],
                  align: Union[AlignRequest, Tuple[Any, ...], None] = None, group_by: str = "name",
                  remote_ops: bool = False, analysis: bool = False) -> Report:
     """The :class:`Report` of ``paths``; ``job_opener(paths)`` opens rank files as a
