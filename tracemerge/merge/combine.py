@@ -35,10 +35,11 @@ def aligned_start(job: "Job", alignment: "Alignment") -> int:
     return min(alignment.clocks[rank_of(i)].to_reference(i.first_ns) for i in timed)
 
 
-def placements(job: "Job", alignment: "Alignment") -> Dict[int, Placement]:
-    """{rank: Placement}: pid blocks ordered by rank, ts 0 at the whole second before the first event."""
+def placements(job: "Job", alignment: "Alignment", first: Optional[int] = None) -> Dict[int, Placement]:
+    """{rank: Placement}: pid blocks ordered by rank, ts 0 at the whole second before the
+    first event (``first``: :func:`aligned_start`, when the caller has it)."""
     stride = 1000 * (1 + max(len(i.pids) for i in job.infos) // 1000)
-    first = aligned_start(job, alignment)
+    first = aligned_start(job, alignment) if first is None else first
     out_base = first - first % SECOND_NS
     return {
         rank: Placement(rank=rank, label=rank_label(rank, info.worker_name, info.hostname),
@@ -88,7 +89,8 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     rpc = RpcFlows.plan(job.infos, job.links.rpcs, {i.rank for i in kept} | set(sides),
                         {r["rpc_id"] for recs in sides.values() for r in recs})
     path = find_critical_path(job_timeline(job, alignment)) if critical_path else None
-    places = placements(job, alignment)
+    first = aligned_start(job, alignment)
+    places = placements(job, alignment, first)
     counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in job.infos:
         if info not in kept:
@@ -96,7 +98,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             counts["filtered"] += info.events
             by = counts.setdefault("filtered_by", {})
             by["ranks"] = by.get("ranks", 0) + info.events
-    start = aligned_start(job, alignment) - next(iter(places.values())).out_base_ns
+    start = first - next(iter(places.values())).out_base_ns
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
 
     jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
@@ -116,7 +118,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
     # each rank is transformed and encoded by the job's engine, into its part of the output
-    remote = remote_spans(job.infos, alignment.clocks, places, {i.rank for i in kept})
+    remote = remote_spans(job.infos, sides, alignment.clocks, places)
     jobs += remote.jobs
     drawn = None
     if path is not None:
