@@ -225,7 +225,8 @@ def check_base(path, base):
 def check_block(path, block):
     """The block's own fields that later steps rely on: a bad one is named here."""
     job_id = block.get("job_id")
-    if job_id is not None and not isinstance(job_id, (str, int)):
+    if job_id is not None and not (isinstance(job_id, str) or isinstance(job_id, int) and -2**63 <= job_id < 2**63):
+        # an int job id is taken as it is, but JSON writers refuse integers beyond 64 bits
         raise TraceError(path, f"'tracemerge.job_id' is not a string: {job_id!r}")
     for name in ("rank", "world_size"):
         value = block.get(name)
@@ -239,6 +240,7 @@ def check_block(path, block):
 
 def describe(trace):
     """The :class:`RankInfo` of one read trace."""
+    check_block(trace.path, trace.tracemerge or {})  # before anything reads its fields (the window, below)
     facts = event_facts(trace)
     span = (facts["first_ns"], facts["last_ns"])
     start, start_source = _profiler_start(trace, span[0])
