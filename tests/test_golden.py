@@ -1,8 +1,9 @@
 """Every output kind, byte for byte: sha256 of what the commands write for three sample
 sets (JSON, .json.gz decompressed, .pftrace with and without a selection, the report in
 each format and as HTML, the offsets), as the code before the package layout wrote them
-(commit 1aff0ac; since then the summary's rpc_sides gained drawn and spans_missing, and the tables show 0 as the CPU total % of asynchronous rows, as torch does). A change of output on purpose updates its digest here, in the same
-commit, saying why."""
+(commit 1aff0ac; since then the summary's rpc_sides gained drawn and spans_missing, and
+the tables show 0 as the CPU total % of asynchronous rows, as torch does). A change of
+output on purpose updates its digest here, in the same commit, saying why."""
 
 import gzip
 import hashlib
