@@ -55,11 +55,11 @@ def drawn_sides(infos: Sequence[RankInfo], ranks: Collection[int]) -> Dict[int, 
     return out
 
 
-def remote_spans(infos: Sequence[RankInfo], clocks: Mapping[int, ClockModel], places: Mapping[int, Placement],
-                 ranks: Collection[int]) -> RemoteSpans:
-    """The synthetic callee traces of a combine: ``clocks`` {rank: ClockModel}, ``places``
-    {rank: Placement} of the ranks with files, ``ranks`` the ranks kept."""
-    sides = drawn_sides(infos, ranks)
+def remote_spans(infos: Sequence[RankInfo], sides: Dict[int, List[Dict[str, Any]]],
+                 clocks: Mapping[int, ClockModel], places: Mapping[int, Placement]) -> RemoteSpans:
+    """The synthetic callee traces of a combine: ``sides`` the :func:`drawn_sides` of its
+    kept ranks, ``clocks`` {rank: ClockModel}, ``places`` {rank: Placement} of the ranks
+    with files."""
     if not sides:
         return RemoteSpans([], set(), {})
     stride = min(p.pid_base for p in places.values())

@@ -85,6 +85,11 @@ def _busy(spans: Tuple[np.ndarray, np.ndarray], start_ns: int, bin_ns: int) -> L
     return [round(float(b), 4) for b in busy]
 
 
+# said when --analysis is asked of a merged trace, which is reported without it
+MERGED_NO_ANALYSIS = ("--analysis: not done on a merged trace: the critical path, wait states and stragglers "
+                      "are found from the rank files' own events and records; give the rank files")
+
+
 def build_report(paths: List[str], job_opener: Callable[[List[str]], Job],
                  align: Union[AlignRequest, Tuple[Any, ...], None] = None, group_by: str = "name",
                  remote_ops: bool = False, analysis: bool = False) -> Report:
@@ -97,7 +102,10 @@ def build_report(paths: List[str], job_opener: Callable[[List[str]], Job],
     if len(paths) == 1:
         trace = read_merged(paths[0])
         if trace is not None:
-            return merged_report(trace, group_by, remote_ops)
+            report = merged_report(trace, group_by, remote_ops)
+            if analysis:
+                report.notes.append(MERGED_NO_ANALYSIS)
+            return report
     job = job_opener(paths)
     if job.alignment is None:
         job = job.aligned(align if isinstance(align, AlignRequest) else AlignRequest(*(align or ())))
