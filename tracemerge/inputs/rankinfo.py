@@ -78,7 +78,7 @@ def cycle_of(path: str, block: Dict[str, Any]) -> Optional[int]:
     return int(found[-1]) if found else None
 
 
-def _rank_candidates(path, block, meta):
+def _rank_candidates(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> tuple[Optional[int], str]:
     if isinstance(block.get("rank"), int):
         return block["rank"], "tracemerge"
     dist = meta.get("distributedInfo")

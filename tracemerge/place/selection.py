@@ -8,7 +8,7 @@ Metadata (``M``) and untimed events are always kept: they name processes and thr
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class Selection:
 
 def parse_ranks(text: str) -> FrozenSet[int]:
     """``0-3,7`` -> frozenset({0, 1, 2, 3, 7})."""
-    ranks: set = set()
+    ranks: Set[int] = set()
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("-")
         try:

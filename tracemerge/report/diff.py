@@ -18,7 +18,7 @@ are sorted by impact, |delta| of the time (counts have none), then by section an
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from tracemerge.report.build import Report
@@ -128,8 +128,8 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 class RunFiles:
     """The files one side of ``diff`` stands for, and what a directory held that was left out."""
 
-    files: list
-    left_out: list = field(default_factory=list)   # [(path, why)]
+    files: List[str]
+    left_out: List[Tuple[str, str]] = field(default_factory=list)   # [(path, why)]
 
 
 def run_files(arg: str) -> RunFiles:
