@@ -13,7 +13,7 @@ Capture (inside each worker, needs torch) lives in :mod:`tracemerge.capture`, th
 module that imports torch.
 """
 
-from typing import Any, List
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -43,5 +43,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> List[str]:
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

@@ -75,7 +75,7 @@ class JobTimeline:
     coll_arrive: Dict[Tuple[int, int], int]     # {(collective, rank): arrival ns}
     coll_last: List[Optional[Tuple[int, int]]]  # [(rank, arrival ns) of the last arriver, or None when not every rank recorded it]
     coll_thread: Dict[Tuple[int, int], int]     # {(collective, rank): thread index}
-    _names: Dict[Any, Any] = field(default_factory=dict)
+    _names: Dict[int, List[str]] = field(default_factory=dict)
 
     def thread(self, rank: int, index: int) -> Thread:
         return self.threads[(rank, index)]

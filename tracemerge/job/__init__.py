@@ -22,7 +22,7 @@ again, by the worker that needs it, so memory stays bounded by the largest rank.
 import functools
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from tracemerge.clocks.causality import review
 from tracemerge.clocks.clock import ClockModel
@@ -37,6 +37,7 @@ from tracemerge.job.describe_files import scan, scan_head
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 
+T = TypeVar("T")
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 
 
@@ -177,7 +178,7 @@ class Job:
 Session = Job  # the library's name for it in its first releases (README, docs/architecture.md)
 
 
-def _attempt(read: Callable[[str], Any], path: str, skip_bad: bool) -> Tuple[Any, Optional[str]]:
+def _attempt(read: Callable[[str], T], path: str, skip_bad: bool) -> Tuple[Optional[T], Optional[str]]:
     """(read(path), None); with ``skip_bad``, (None, problem) when the file is bad."""
     try:
         return read(path), None
