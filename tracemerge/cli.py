@@ -513,6 +513,14 @@ def info(files, rank_from, cycle, skip_bad, strict):
     sys.stdout.flush()
 
 
+def _sources(entry):
+    """The files a merged trace's input entry came from: its path, or each of its cycle files."""
+    cycles = entry.get("cycles") or []
+    if not cycles:
+        return entry.get("path")
+    return f"{len(cycles)} cycle files: " + ", ".join(str(c.get("path")) for c in cycles)
+
+
 def merged_lines(path, trace):
     """``info``'s description of a merged trace, from its summary."""
     block = trace.tracemerge
@@ -529,7 +537,7 @@ def merged_lines(path, trace):
         c = clocks.get(i.get("rank"), {})
         bound = c.get("error_bound_ns")
         lines.append(f"  rank {i.get('rank')} · worker {i.get('worker_name')} · host {i.get('hostname')} · "
-                     f"{i.get('events')} events · from {i.get('path')} · clock {c.get('method', '?')} offset "
+                     f"{i.get('events')} events · from {_sources(i)} · clock {c.get('method', '?')} offset "
                      f"{c.get('offset_ns', 0) / 1e3:.1f} µs" + (f" ± {bound / 1e3:.1f} µs" if bound is not None else ""))
     records = block.get("records")
     if records is not None:
