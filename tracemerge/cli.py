@@ -28,7 +28,7 @@ from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.job import AlignRequest, Job
 from tracemerge.merge.combine import write as write_trace
 from tracemerge.output import check_output
-from tracemerge.place.selection import Selection, parse_ranks, parse_window
+from tracemerge.place.selection import OVERVIEW_US, Selection, parse_ranks, parse_window
 from tracemerge.progress import Progress
 from tracemerge.report import build as reports
 from tracemerge.report.diff import diff_reports
@@ -233,6 +233,12 @@ def _parsed(parse):
 
 
 def selection_options(fn):
+    fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+                      default=None, metavar="[US]",
+                      help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
+                           f"other complete event at least US microseconds long (default {OVERVIEW_US:g}); the rest "
+                           "is left out and counted. Then merge the ranks and window of interest in full "
+                           "(--ranks, --window).")(fn)
     fn = click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
                       help="Leave out events of this category (e.g. python_function). Repeatable.")(fn)
     fn = click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
@@ -323,7 +329,8 @@ def main():
                    "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
                    "in it. Reads every rank once more.")
 def combine(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, fmt, ranks, window,
-            min_duration, drop_categories, engine, jobs, scheduler, report_path, critical_path, skip_bad, strict):
+            min_duration, drop_categories, overview, engine, jobs, scheduler, report_path, critical_path, skip_bad,
+            strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -351,7 +358,7 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories))
+                              drop_categories=frozenset(drop_categories), overview_us=overview)
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
         summary = written.summary
         if report_path is not None:
