@@ -28,7 +28,7 @@ from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.job import AlignRequest, Job
 from tracemerge.merge.combine import write as write_trace
 from tracemerge.output import check_output
-from tracemerge.place.selection import Selection, parse_ranks, parse_window
+from tracemerge.place.selection import OVERVIEW_US, Selection, parse_ranks, parse_window
 from tracemerge.progress import Progress
 from tracemerge.report import build as reports
 from tracemerge.report.diff import diff_reports
@@ -235,6 +235,12 @@ def _parsed(parse):
 
 
 def selection_options(fn: "click.decorators.FC") -> "click.decorators.FC":
+    fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+                      default=None, metavar="[US]",
+                      help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
+                           f"other complete event at least US microseconds long (default {OVERVIEW_US:g}); the rest "
+                           "is left out and counted. Then merge the ranks and window of interest in full "
+                           "(--ranks, --window).")(fn)
     fn = click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
                       help="Leave out events of this category (e.g. python_function). Repeatable.")(fn)
     fn = click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
@@ -327,7 +333,8 @@ def main() -> None:
 def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, reference: "int | None",
             offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, enforce_causality: bool,
             fmt: "str | None", ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
-            min_duration: "float | None", drop_categories: "tuple[str, ...]", engine: str, jobs: "int | None",
+            min_duration: "float | None", drop_categories: "tuple[str, ...]", overview: "float | None",
+            engine: str, jobs: "int | None",
             scheduler: "str | None", report_path: "str | None", critical_path: bool, skip_bad: bool,
             strict: bool) -> None:
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
@@ -357,7 +364,7 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories))
+                              drop_categories=frozenset(drop_categories), overview_us=overview)
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
         summary = written.summary
         if report_path is not None:
@@ -520,6 +527,14 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
     sys.stdout.flush()
 
 
+def _sources(entry):
+    """The files a merged trace's input entry came from: its path, or each of its cycle files."""
+    cycles = entry.get("cycles") or []
+    if not cycles:
+        return entry.get("path")
+    return f"{len(cycles)} cycle files: " + ", ".join(str(c.get("path")) for c in cycles)
+
+
 def merged_lines(path, trace):
     """``info``'s description of a merged trace, from its summary."""
     block = trace.tracemerge
@@ -536,7 +551,7 @@ def merged_lines(path, trace):
         c = clocks.get(i.get("rank"), {})
         bound = c.get("error_bound_ns")
         lines.append(f"  rank {i.get('rank')} · worker {i.get('worker_name')} · host {i.get('hostname')} · "
-                     f"{i.get('events')} events · from {i.get('path')} · clock {c.get('method', '?')} offset "
+                     f"{i.get('events')} events · from {_sources(i)} · clock {c.get('method', '?')} offset "
                      f"{c.get('offset_ns', 0) / 1e3:.1f} µs" + (f" ± {bound / 1e3:.1f} µs" if bound is not None else ""))
     records = block.get("records")
     if records is not None:
