@@ -450,31 +450,24 @@ class _Columns(_Timing, gc=False):
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _NULL = msgspec.Raw(b"null")
-_TIMING = msgspec.json.Decoder(list[_Timing])
 _COLUMNS = msgspec.json.Decoder(list[_Columns])
 
 
 def read_typed(path, data, extra=True, describing=False):
     """The RankTrace of ``data`` by the typed reader, or None when it does not take the file;
     with ``extra`` the trace keeps the event structs (``events``) for the transform, without
-    it the EXTRA_KEYS are left out (``extra`` is all None). ``describing``:
-    only for :func:`rankinfo.describe` — when the rank-file block lists its collectives,
-    describe reads no args, so neither args nor the extra keys are built (all None)."""
+    it the EXTRA_KEYS are left out (``extra`` is all None). ``describing``: only for
+    :func:`rankinfo.describe`, which reads the args of RPC spans (and, without a rank-file
+    block listing them, of collectives), so the args are kept as raw JSON."""
     try:
         top = _TOP.decode(data)
         block = msgspec.json.decode(top.pop("tracemerge")) if "tracemerge" in top else None
-        timing = describing and isinstance(block, dict) and "collectives" in block
-        events = (_TIMING if timing else _EVENTS if extra else _COLUMNS).decode(top.pop("traceEvents"))
+        events = (_EVENTS if extra and not describing else _COLUMNS).decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items()}
     except (msgspec.DecodeError, UnicodeDecodeError, KeyError):
         return None
     if block is not None and not isinstance(block, dict):
         return None
-    if timing:
-        columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS if k != "args"}
-        n = len(events)
-        del events
-        return from_columns(path, columns, Args([None] * n), Extra(columns={}, n=n), meta, block)
     columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS}
     _fill_absent(events, columns)
     n = len(events)
