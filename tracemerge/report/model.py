@@ -22,12 +22,17 @@ from tracemerge.inputs.rankinfo import event_facts, learn
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.report.collectives import collective_report
-from tracemerge.report.keyavg import group_rows, key_averages, op_tree
+from tracemerge.report.keyavg import KeyAverage, group_rows, has_device_time, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads
 
-SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")
+SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id",
+             "device_time_total", "self_device_time_total", "device_time",
+             # torch's sort_by takes "cuda" for "device" (_build_table)
+             "cuda_time_total", "self_cuda_time_total", "cuda_time")
 GROUP_BY = ("name", "name,rank")
 ROW_FIELDS = ("key", "count", "node_id", "cpu_time_total", "self_cpu_time_total", "cpu_time")
+# added to every row (JSON, CSV) when the report has device time, as torch's table adds its columns
+DEVICE_FIELDS = ("device_time_total", "self_device_time_total", "device_time", "device_type")
 TIMELINE_BINS = 120
 
 
@@ -210,18 +215,24 @@ def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):
     if sort_by == "key":
         rows = sorted(rows, key=lambda r: r.key)
     else:
-        rows = sorted(rows, key=lambda r: getattr(r, sort_by), reverse=True)
+        attr = sort_by.replace("cuda", "device")
+        rows = sorted(rows, key=lambda r: getattr(r, attr), reverse=True)
     return rows[:row_limit] if row_limit and row_limit > 0 else rows
 
 
-def row_dict(r):
-    return {f: getattr(r, f) for f in ROW_FIELDS}
+def row_fields(rows: list) -> tuple:
+    """The fields of the rows of a report with ``rows``: torch's device ones too when some
+    row has device time."""
+    return ROW_FIELDS + DEVICE_FIELDS if has_device_time(rows) else ROW_FIELDS
 
 
+def row_dict(r: KeyAverage, fields: tuple = ROW_FIELDS) -> dict:
+    return {f: getattr(r, f) for f in fields}
 
 def report_dict(report, sort_by="cpu_time_total", row_limit=0):
     return {
-        "key_averages": [row_dict(r) for r in sorted_rows(report.key_averages, sort_by, row_limit)],
+        "key_averages": [row_dict(r, row_fields(report.key_averages))
+                         for r in sorted_rows(report.key_averages, sort_by, row_limit)],
         "group_by": report.group_by,
         "ranks": report.ranks,
         "reference": report.reference,

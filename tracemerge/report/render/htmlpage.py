@@ -10,7 +10,7 @@ from html import escape
 
 from tracemerge.analysis.critical_path import KINDS
 from tracemerge.analysis.tables import analysis_sections, diff_table
-from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
 from tracemerge.report.model import sorted_rows
 from tracemerge.report.render.base import ReportFormat
 
@@ -175,8 +175,9 @@ def render_html(report, sort_by="cpu_time_total", row_limit=100):
     body.append("<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks))
     if report.analysis is not None:
         body.append(_analysis(report.analysis, row_limit))
-    head, table, total_self = key_rows(rows, report.key_averages)
-    body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>Self CPU time total: {format_time(total_self)}</p>")
+    head, table, _ = key_rows(rows, report.key_averages)
+    footer = "<br>".join(key_footer(report.key_averages))
+    body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>{footer}</p>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge report</title>'
             f'<style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
 
