@@ -26,6 +26,7 @@ from tracemerge.errors import (
     TracemergeError,
 )
 from tracemerge.formats import FORMATS as OUTPUT_FORMATS
+from tracemerge.inputs.rankinfo import ASSUMED_RANK
 from tracemerge.merge.combine import combine as combine_session
 from tracemerge.merge.executors import LocalEngine, make_engine
 from tracemerge.merge.selection import Selection, parse_ranks, parse_window
@@ -185,6 +186,10 @@ def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
         say(f"tracemerge: warning: skipped {path}: {problem}", err=True)
     for w in session.warnings:
         say(f"tracemerge: warning: {w}", err=True)
+    for info in session.infos:
+        if info.rank_source == ASSUMED_RANK:
+            say(f"tracemerge: note: {info.path}: no rank in the file (no distributedInfo.rank, none in its name): "
+                "the only input, taken as rank 0", err=True)
     if file_warnings:
         file_warnings_of([i for i in session.infos if not i.partial])  # the others' once their events are read
     return session

@@ -61,6 +61,10 @@ class RankInfo:
         return self.parts or [self]
 
 
+# rank_source of a single input that names no rank
+ASSUMED_RANK = "no rank given; the only input"
+
+
 def rank_from_name(path):
     """The rank spelled in a file name (``rank3``, ``rank-3``, ``worker_3`` …), or None."""
     found = _RANK_IN_NAME.findall(os.path.basename(path))
@@ -343,8 +347,9 @@ def learn(info, facts):
     info.partial = False
 
 
-def assign_ranks(infos, rank_from="auto"):
-    """Give every info its rank; ``rank_from="order"`` numbers files in the order given.
+def assign_ranks(infos: List[RankInfo], rank_from: str = "auto") -> List[RankInfo]:
+    """Give every info its rank; ``rank_from="order"`` numbers files in the order given; a
+    single file that names no rank is rank 0 (``rank_source`` :data:`ASSUMED_RANK`).
 
     Two files claiming one rank, or a file whose rank cannot be told, is an error: merging
     them silently would put two workers' events on one timeline row.
@@ -352,6 +357,11 @@ def assign_ranks(infos, rank_from="auto"):
     if rank_from == "order":
         for i, info in enumerate(infos):
             info.rank, info.rank_source = i, "order"
+        return infos
+    if len(infos) == 1 and infos[0].rank is None:
+        # one trace of a job without a process group (a plain torch.profiler run): nothing
+        # to tell apart, so it is rank 0, and the CLI says so in a note
+        infos[0].rank, infos[0].rank_source = 0, ASSUMED_RANK
         return infos
     for info in infos:
         if info.rank is None:
