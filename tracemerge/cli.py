@@ -12,6 +12,7 @@ import click
 import tracemerge
 from tracemerge import native
 from tracemerge.analysis.diff import diff_reports
+from tracemerge.clocks.correlate import inferred_order_cuts
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
@@ -185,6 +186,8 @@ def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
     for path, problem in session.skipped:
         say(f"tracemerge: warning: skipped {path}: {problem}", err=True)
     for w in session.warnings:
+        say(f"tracemerge: warning: {w}", err=True)
+    for w in inferred_order_cuts(session.infos)[1]:
         say(f"tracemerge: warning: {w}", err=True)
     for info in session.infos:
         if info.rank_source == ASSUMED_RANK:

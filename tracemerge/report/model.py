@@ -15,7 +15,7 @@ from tracemerge.analysis.job import build_job
 from tracemerge.analysis.summary import analyse, analysis_dict
 from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.clocks.correlate import match_collectives, match_rpcs
+from tracemerge.clocks.correlate import inferred_order_cuts, match_collectives, match_rpcs
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import event_facts, learn
@@ -153,7 +153,8 @@ def _add_records(report, infos, clocks, threads, memo=None):
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
     report.collectives = collective_report(match_collectives(infos), clocks)
-    if not any(i.has_block for i in infos):
+    report.notes += inferred_order_cuts(infos)[1]
+    if not any(i.has_block for i in infos) and not report.collectives:
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
 
 
