@@ -367,7 +367,7 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto") -> List[RankInf
         if info.rank is None:
             raise RankConflict(f"{info.path}: cannot tell the rank (no 'tracemerge' block, no "
                                "distributedInfo.rank, no rank in the file name); pass --rank-from order")
-    seen = {}
+    seen: Dict[Optional[int], RankInfo] = {}
     for info in infos:
         other = seen.setdefault(info.rank, info)
         if other is not info:

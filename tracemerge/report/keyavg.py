@@ -26,7 +26,7 @@ a stack of their own) — and every device event is also a row of its own with
 """
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -234,7 +234,7 @@ def remote_op_names(tree):
     return codes, keys
 
 
-def key_averages(trace: RankTrace, node_of_pid, remote_ops: bool = False,
+def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = False,
                  tree: Optional[OpTree] = None) -> List[KeyAverage]:
     """[KeyAverage] of one trace, one row per (key, node, user annotation), in first-seen
     order, then the device rows (:func:`device_rows`).
@@ -272,7 +272,7 @@ def key_averages(trace: RankTrace, node_of_pid, remote_ops: bool = False,
     return rows + device_rows(trace, node_of_pid)
 
 
-def _cat_codes(trace: RankTrace, test) -> np.ndarray:
+def _cat_codes(trace: RankTrace, test: Callable[[str], bool]) -> np.ndarray:
     """Category codes of ``trace`` whose lowercased name passes ``test``."""
     return np.array([i for i, s in enumerate(trace.names) if isinstance(s, str) and test(s.lower())], dtype=np.int32)
 
@@ -350,7 +350,7 @@ def device_times(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray
     return own, total
 
 
-def device_rows(trace: RankTrace, node_of_pid) -> List[KeyAverage]:
+def device_rows(trace: RankTrace, node_of_pid: np.ndarray) -> List[KeyAverage]:
     """One row per (device event name, node, user annotation or not): torch's device
     ``FunctionEvent`` rows — no CPU time, device time (total and self) their durations;
     ``gpu_user_annotation`` spans are user annotations, as torch marks them."""
