@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from tracemerge.cli import main
-from tracemerge.clocks.correlate import match_collectives
+from tracemerge.correlate.match import match_collectives
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.kineto_collectives import collectives
+from tracemerge.job import Job
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
-from tracemerge.session import Session
 
 GPU = os.path.join(os.path.dirname(__file__), "corpus", "gpu")
 NCCL = os.path.join(GPU, "hta_nccl_ddp_rank0.json.gz")          # DDP on 2 A100s, NCCL 2.17.1, 2024
@@ -296,8 +296,8 @@ def test_disagreeing_collective_order_is_said_not_guessed_through(tmp_path):
                           and "Collective name" in e.get("args", {})), key=lambda e: e["ts"])
         doc["traceEvents"].remove(kernels[5])
     rank1 = shifted(tmp_path, 0, drop_fifth_allreduce)
-    session = Session.open([NCCL, rank1])
-    matched = [m for m in match_collectives(session.infos) if m.complete]
+    job = Job.open([NCCL, rank1])
+    matched = [m for m in match_collectives(job.infos) if m.complete]
     assert sorted(m.seq for m in matched) == [0, 1, 2, 3, 4]
     result = CliRunner().invoke(main, ["offsets", NCCL, rank1])
     assert "process group 0 carry no sequence number and their order disagrees at #5" in result.output

@@ -80,8 +80,7 @@ def joined(parts: List[RankInfo]) -> RankInfo:
 
 
 def refresh(info: RankInfo) -> None:
-    """Set the fields of a joined ``info`` from its parts (again, once the parts learned
-    the facts of their events)."""
+    """Set the fields of a joined ``info`` from its parts."""
     parts = info.parts
     timed = [p for p in parts if p.timed] or parts
     info.start_ns, info.start_source = min((p.start_ns, p.start_source) for p in parts)

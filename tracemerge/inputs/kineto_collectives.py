@@ -11,7 +11,7 @@ collectives of one process group in the order every rank issued them (a rank tha
 them in another order would hang the job), so the k-th collective of a group on one rank
 is the k-th on every other: such records get that k as their ``seq``, with
 ``seq_inferred`` set and their ``dtype`` and ``nelems`` kept, so the join
-(:func:`tracemerge.clocks.correlate.match_collectives`) can check that the k-th agree
+(:func:`tracemerge.correlate.match.match_collectives`) can check that the k-th agree
 across ranks in op, size and dtype, and stop matching that group where they do not.
 """
 

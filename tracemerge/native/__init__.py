@@ -290,7 +290,7 @@ def _extra_columns(s, n):
 
 def json_body(trace, place, start, dur, overrides, tids=None) -> bytes | None:
     """One rank's events as the comma-joined body the Python path writes for them, given
-    their aligned ``start``/``dur`` ns (:func:`tracemerge.merge.placement.aligned_ns`),
+    their aligned ``start``/``dur`` ns (:func:`tracemerge.place.placement.aligned_ns`),
     ``overrides`` ({trace index: args bytes}) and ``tids`` ({trace index: tid bytes}, the
     spans moved to lanes); None when a value is out of the core's reach."""
     scan = trace.scan

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Tuple
 
 from tracemerge.inputs.chrome import build
-from tracemerge.merge.placement import Placement, rank_label
 from tracemerge.model import RankTrace
+from tracemerge.place.placement import Placement, rank_label
 
 PID = "rpc callee sides (from the caller's file)"
 CATEGORY = "user_annotation"   # what record_function spans are, as the callee's own would be
