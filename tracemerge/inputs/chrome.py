@@ -385,7 +385,14 @@ def _exact_ns(us: np.ndarray) -> np.ndarray:
     (exact as ``us - floor(us)``) are scaled apart.
     """
     whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+    split = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+    # below 2**43 µs the product is within half a ns and stays as it always was (the same
+    # output bytes: the two roundings may differ by 1 ns on sub-ns fractions)
+    return np.where(np.abs(us) < EXACT_PRODUCT_US, np.rint(us * 1000.0).astype(np.int64), split)
+
+
+# µs below which ``us * 1000.0`` is exact to within half a ns (2**53 ns / 1000)
+EXACT_PRODUCT_US = float(2**43)
 
 
 # ---- the typed reader ------------------------------------------------------------------
