@@ -12,6 +12,7 @@ from typing import List
 import numpy as np
 
 from tracemerge.model import RankTrace
+from tracemerge.nesting import DEVICE_CATS
 
 # A clock jump must be larger than this to be reported: smaller steps are within what
 # NTP slews and what a writer's own ordering can look like.
@@ -21,15 +22,12 @@ JUMP_TOLERANCE_NS = 1_000_000_000
 GAP_MIN_NS = 10_000_000_000
 GAP_FACTOR = 10
 FLOW_PHASES = np.array([ord("s"), ord("t"), ord("f")], dtype=np.uint8)
-# Kineto's device activity categories (older Kineto: "Kernel", "Memcpy", "Memset"), compared lowercased
-DEVICE_CATEGORIES = frozenset(("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation",
-                               "cuda_profiler_range", "mtia_ccp_events", "memcpy", "memset"))
 
 
 def _from_cupti(cat: str) -> bool:
     """A category of device activity or runtime calls (CUPTI/roctracer records, not the
     profiler's CPU ops)."""
-    return cat in DEVICE_CATEGORIES or cat.endswith("_runtime") or cat.endswith("_driver") or cat == "runtime"
+    return cat in DEVICE_CATS or cat.endswith("_runtime") or cat.endswith("_driver") or cat == "runtime"
 
 
 def _seconds(ns):

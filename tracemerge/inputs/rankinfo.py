@@ -340,6 +340,12 @@ def event_facts(trace):
                 truncated=trace.truncated)
 
 
+def rank_of(info: RankInfo) -> int:
+    """The rank of a described file once ranks are assigned (:func:`assign_ranks`)."""
+    assert info.rank is not None, f"{info.path}: no rank assigned yet"
+    return info.rank
+
+
 def assign_ranks(infos: List[RankInfo], rank_from: str = "auto") -> List[RankInfo]:
     """Give every info its rank; ``rank_from="order"`` numbers files in the order given; a
     single file that names no rank is rank 0 (``rank_source`` :data:`ASSUMED_RANK`).

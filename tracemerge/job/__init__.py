@@ -31,7 +31,7 @@ from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.engine import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
-from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe
+from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
 from tracemerge.job.checks import check_job, check_windows, rpc_peers
 from tracemerge.job.describe_files import scan, scan_head
 from tracemerge.model import RankTrace
@@ -116,7 +116,7 @@ class Job:
         if rank_from != "order":  # numbered in the order given, every file is a rank of its own
             infos = join_cycles(infos)
         assign_ranks(infos, rank_from)
-        infos.sort(key=_rank)
+        infos.sort(key=rank_of)
         links = correlate(infos)
         warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(links)
         taken = {part.path for i in infos for part in i.files}
@@ -126,7 +126,7 @@ class Job:
 
     @property
     def ranks(self) -> List[int]:
-        return [_rank(i) for i in self.infos]
+        return [rank_of(i) for i in self.infos]
 
     def info(self, rank: int) -> RankInfo:
         return next(i for i in self.infos if i.rank == rank)
@@ -191,12 +191,6 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-
-
-def _rank(info: RankInfo) -> int:
-    """A described file's rank (assigned by Job.open)."""
-    assert info.rank is not None
-    return info.rank
 
 
 __all__: Sequence[str] = ("AlignRequest", "Alignment", "Job", "Session")

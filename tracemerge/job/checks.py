@@ -5,7 +5,7 @@
 - :func:`check_windows`: ranks whose profiling windows never meet and that no exchange joins.
 """
 
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from tracemerge.clocks.graph import components
 from tracemerge.correlate.match import Correlation, RpcMatch
 from tracemerge.errors import RankConflict
 from tracemerge.inputs.rankchecks import JOB_KEYS
-from tracemerge.inputs.rankinfo import RankInfo
+from tracemerge.inputs.rankinfo import RankInfo, rank_of
 
 
 def check_job(infos: Sequence[RankInfo], strict: bool = False) -> List[str]:
@@ -24,7 +24,7 @@ def check_job(infos: Sequence[RankInfo], strict: bool = False) -> List[str]:
     """
     conflicts = []
     for key in JOB_KEYS:
-        seen = {}
+        seen: Dict[Any, List[str]] = {}
         for info in infos:
             if info.job.get(key) is not None:
                 seen.setdefault(info.job[key], []).append(info.path)
@@ -33,10 +33,10 @@ def check_job(infos: Sequence[RankInfo], strict: bool = False) -> List[str]:
             conflicts.append(f"the files come from different jobs: {key} differs ({parts})")
     if conflicts and strict:
         raise RankConflict(conflicts[0] + " (refused by --strict)")
-    sizes = {i.job.get("world_size") for i in infos if isinstance(i.job.get("world_size"), int)}
+    sizes = {size for i in infos if isinstance(size := i.job.get("world_size"), int)}
     if len(sizes) == 1:
         size = sizes.pop()
-        have = {info.rank for info in infos}
+        have = {rank_of(info) for info in infos}
         absent = sorted(set(range(size)) - have)
         if absent:
             conflicts.append(f"world_size is {size} but {_ranks(absent)} {'has' if len(absent) == 1 else 'have'} "

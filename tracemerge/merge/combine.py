@@ -9,6 +9,7 @@ from tracemerge import native
 from tracemerge.engine import LocalEngine
 from tracemerge.formats import FORMATS, output_format
 from tracemerge.inputs.cycles import pids_agree, recoded
+from tracemerge.inputs.rankinfo import rank_of
 from tracemerge.merge.assembly import write_merged
 from tracemerge.output import check_output
 from tracemerge.place import selection as select
@@ -31,7 +32,7 @@ SECOND_NS = 1_000_000_000
 def aligned_start(job: "Job", alignment: "Alignment") -> int:
     """The first event of the job on the reference clock."""
     timed = [i for i in job.infos if i.timed] or list(job.infos)
-    return min(alignment.clocks[i.rank].to_reference(i.first_ns) for i in timed)
+    return min(alignment.clocks[rank_of(i)].to_reference(i.first_ns) for i in timed)
 
 
 def placements(job: "Job", alignment: "Alignment") -> Dict[int, Placement]:
@@ -40,10 +41,10 @@ def placements(job: "Job", alignment: "Alignment") -> Dict[int, Placement]:
     first = aligned_start(job, alignment)
     out_base = first - first % SECOND_NS
     return {
-        info.rank: Placement(rank=info.rank, label=rank_label(info.rank, info.worker_name, info.hostname),
-                             pid_base=(n + 1) * stride, clock=alignment.clocks[info.rank], out_base_ns=out_base,
-                             pids=tuple(info.pids) if info.parts else ())
-        for n, info in enumerate(job.infos)
+        rank: Placement(rank=rank, label=rank_label(rank, info.worker_name, info.hostname),
+                        pid_base=(n + 1) * stride, clock=alignment.clocks[rank], out_base_ns=out_base,
+                        pids=tuple(info.pids) if info.parts else ())
+        for n, (rank, info) in enumerate(zip(job.ranks, job.infos))
     }
 
 
@@ -88,7 +89,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
                         {r["rpc_id"] for recs in sides.values() for r in recs})
     path = find_critical_path(job_timeline(job, alignment)) if critical_path else None
     places = placements(job, alignment)
-    counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
+    counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in job.infos:
         if info not in kept:
             counts["in"] += info.events
@@ -188,8 +189,8 @@ def build_summary(job: "Job", alignment: "Alignment", places: Dict[int, Placemen
         ],
         "skipped": [{"path": path, "problem": problem} for path, problem in job.skipped],
         "warnings": list(job.warnings),
-        "pids": {str(i.rank): {str(p): places[i.rank].pid_base + code for code, p in enumerate(i.pids)}
-                 for i in job.infos},
+        "pids": {str(r): {str(p): places[r].pid_base + code for code, p in enumerate(i.pids)}
+                 for r, i in zip(job.ranks, job.infos)},
         "reference": alignment.reference,
         "align": alignment.method,
         "alignment": [alignment.clocks[r].as_dict() for r in job.ranks],

@@ -15,7 +15,7 @@ alike.
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from tracemerge.inputs.chrome import build
 from tracemerge.model import RankTrace
@@ -63,7 +63,8 @@ def remote_spans(infos, clocks, places, ranks) -> RemoteSpans:
     next_base = max(p.pid_base for p in places.values()) + stride
     by_rank = {info.rank: info for info in infos}
     any_place = next(iter(places.values()))
-    jobs, ids = [], set()
+    jobs: List[Tuple[RankTrace, Placement]] = []
+    ids: Set[str] = set()
     for callee in sorted(sides):
         recs = sides[callee]
         trace = _trace(callee, recs)

@@ -115,25 +115,25 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     clocks = alignment.clocks
     rows, threads, traces_info = [], {}, []
     spans, timelines = {}, {}
-    for info in job.infos:
+    for rank, info in zip(job.ranks, job.infos):
         # one rank's columns at a time, read once: rows, threads and the top-level spans
         # (for the busy bins, once every rank's time span is known) are all that is kept of it
-        trace = job.trace(info.rank, columns_only=True)
+        trace = job.trace(rank, columns_only=True)
         if is_merged(trace):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
         with reading(info.path):
             tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
-            rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops, tree)
+            rows += key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree)
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
-                timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
+                timelines[rank] = rank_timeline(trace, rank, clocks[rank],
                                                      {r.get("name", "") for r in info.rpcs})
-        threads[info.rank] = server_threads(trace)
-        spans[info.rank] = _top_spans(tree, clocks[info.rank].to_reference)
-        traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
+        threads[rank] = server_threads(trace)
+        spans[rank] = _top_spans(tree, clocks[rank].to_reference)
+        traces_info.append({"rank": rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
         del trace, tree  # freed before the next rank is read
-    first = min(clocks[i.rank].to_reference(i.first_ns) for i in job.infos)
-    last = max(clocks[i.rank].to_reference(i.last_ns) for i in job.infos)
+    first = min(clocks[r].to_reference(i.first_ns) for r, i in zip(job.ranks, job.infos))
+    last = max(clocks[r].to_reference(i.last_ns) for r, i in zip(job.ranks, job.infos))
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
     busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,

@@ -26,13 +26,16 @@ a stack of their own) — and every device event is also a row of its own with
 """
 
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import (
+    DEVICE_CATS,
     asynchronous,
+    category_codes,
+    host_ops,
     lane_origins,
     nest_order,
     parents_nested,
@@ -40,17 +43,6 @@ from tracemerge.nesting import (
     thread_runs,
 )
 
-# torch's _filter_name: utility ops that never reach key_averages()
-DROPPED_NAMES = frozenset((
-    "[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
-    "profiler::_record_function_enter_new", "profiler::_record_function_exit",
-    "aten::is_leaf", "aten::output_nr", "aten::_version"))
-# Kineto categories that are profiler bookkeeping or device activity, not host events
-NOT_HOST_OPS = frozenset((
-    "Trace", "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "fwdbwd",
-    "overhead", "cuda_profiler_range",
-    "critical_path"))  # combine --critical-path's drawing (tracemerge.analysis.drawing)
-NOT_HOST_LOWER = frozenset(c.lower() for c in NOT_HOST_OPS)
 USER_ANNOTATION = "user_annotation"
 STEP_PREFIX = "ProfilerStep#"
 STEP_KEY = "ProfilerStep*"
@@ -58,10 +50,6 @@ REMOTE_SPAN_SUFFIX = "#remote"
 REMOTE_OP = "#remote_op: "
 NO_NODE = -1   # torch's node_id when a row has no single node
 CPU = "CPU"
-# Kineto categories of device activity, as torch's deviceTypeFromActivity makes them device
-# events (older Kineto wrote "Kernel", "Memcpy", "Memset": categories are compared lowercased)
-DEVICE_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation",
-                         "cuda_profiler_range", "mtia_ccp_events", "memcpy", "memset"))
 # device events torch never appends as kernels of an op: GPU-side copies of user annotations
 # carry no launch, and MTIA activity is not among the device types _parse_kineto_results links
 UNLINKED_DEVICE_CATS = frozenset(("gpu_user_annotation", "mtia_ccp_events"))
@@ -116,19 +104,6 @@ class OpTree:
     keys: list           # key strings (ProfilerStep#N already made ProfilerStep*)
     is_async: np.ndarray  # torch's asynchronous events: outside the nesting, self 0
     thread: np.ndarray   # thread of each event (these arrays are sorted by thread, then start)
-
-
-def _codes_in(table, wanted):
-    return np.array([i for i, s in enumerate(table) if s in wanted], dtype=np.int32)
-
-
-def host_ops(trace: RankTrace) -> np.ndarray:
-    """Indices of the events torch's key_averages() would count."""
-    mask = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
-    mask &= ~np.isin(trace.name, _codes_in(trace.names, DROPPED_NAMES))
-    not_host = _cat_codes(trace, lambda c: c in NOT_HOST_LOWER or c in DEVICE_CATS)
-    mask &= ~np.isin(trace.cat, not_host)
-    return np.flatnonzero(mask)
 
 
 def _key_table(names):
@@ -272,15 +247,10 @@ def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = F
     return rows + device_rows(trace, node_of_pid)
 
 
-def _cat_codes(trace: RankTrace, test: Callable[[str], bool]) -> np.ndarray:
-    """Category codes of ``trace`` whose lowercased name passes ``test``."""
-    return np.array([i for i, s in enumerate(trace.names) if isinstance(s, str) and test(s.lower())], dtype=np.int32)
-
-
 def device_events(trace: RankTrace) -> np.ndarray:
     """Indices of the complete device events of ``trace`` (:data:`DEVICE_CATS`)."""
     mask = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
-    return np.flatnonzero(mask & np.isin(trace.cat, _cat_codes(trace, DEVICE_CATS.__contains__)))
+    return np.flatnonzero(mask & np.isin(trace.cat, category_codes(trace, DEVICE_CATS.__contains__)))
 
 
 def device_name(trace: RankTrace) -> str:
@@ -306,11 +276,11 @@ def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
     the trace, launch from no op: they count on their own rows only.
     """
     dev = device_events(trace)
-    dev = dev[~np.isin(trace.cat[dev], _cat_codes(trace, UNLINKED_DEVICE_CATS.__contains__))]
+    dev = dev[~np.isin(trace.cat[dev], category_codes(trace, UNLINKED_DEVICE_CATS.__contains__))]
     owner = np.full(len(dev), -1, dtype=np.int64)
     if not len(dev):
         return dev, owner
-    runtime = np.flatnonzero(np.isin(trace.cat[tree.index], _cat_codes(trace, _is_runtime)))
+    runtime = np.flatnonzero(np.isin(trace.cat[tree.index], category_codes(trace, _is_runtime)))
     call_of: Dict[object, int] = {}
     for pos, a in zip(runtime.tolist(), trace.args.dicts(tree.index[runtime].tolist())):
         if a is not None and "correlation" in a:
@@ -319,7 +289,7 @@ def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
         return dev, owner
     calls = np.array([call_of.get(a.get("correlation"), -1) if a is not None else -1
                       for a in trace.args.dicts(dev.tolist())], dtype=np.int64)
-    launching = np.isin(trace.cat[tree.index], _cat_codes(trace, LAUNCHING_CATS.__contains__))
+    launching = np.isin(trace.cat[tree.index], category_codes(trace, LAUNCHING_CATS.__contains__))
     at = np.where(calls >= 0, tree.parent[np.maximum(calls, 0)], -1)
     while True:  # up past user annotations (and other non-dispatcher spans) to the launching op
         climb = (at >= 0) & ~launching[np.maximum(at, 0)]

@@ -168,7 +168,7 @@ class _Annotations:
         raw = args.take(events).items
         out, at = [], 0
         while at < len(raw):
-            done, at = native.annotations(raw, at, rank, self.iids, self.new)
+            done, at = native.debug_annotations(raw, at, rank, self.iids, self.new)
             out += done
             if at < len(raw):  # declined: the Python path encodes this one, then the core goes on
                 try:
