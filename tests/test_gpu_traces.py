@@ -245,11 +245,19 @@ def test_single_trace_without_rank_is_rank_0_with_a_note():
     assert result.exit_code == 0 and json.loads(result.stdout)["key_averages"][0]["node_id"] == 0
 
 
-def test_two_traces_without_ranks_are_still_refused(tmp_path):
+def test_several_traces_without_ranks_take_their_order_with_a_warning(tmp_path):
     other = tmp_path / "other.json.gz"
     other.write_bytes(open(NO_RANK, "rb").read())
-    result = CliRunner().invoke(main, ["info", NO_RANK, str(other)])
+    result = CliRunner().invoke(main, ["info", str(other), NO_RANK])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.index(str(other)) < result.stdout.index(NO_RANK)
+    assert "rank 0 (from order given" in result.stdout and "rank 1 (from order given" in result.stdout
+    assert result.output.count("by the order of the files given (--strict refuses)") == 2
+    result = CliRunner().invoke(main, ["info", str(other), NO_RANK, "--strict"])
     assert result.exit_code == 4 and "cannot tell the rank" in result.output
+    named = tmp_path / "rank5.json.gz"      # a rank in its name: unnamed ones are not renumbered around it
+    named.write_bytes(open(NO_RANK, "rb").read())
+    assert CliRunner().invoke(main, ["info", NO_RANK, str(named)]).exit_code == 4
 
 
 # ---- NCCL collectives without sequence numbers --------------------------------------------------

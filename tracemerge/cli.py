@@ -228,7 +228,8 @@ def rank_options(fn):
                            "default: every cycle, the cycles of a rank joined into one process).")(fn)
     return click.option(
         "--rank-from", type=click.Choice(["auto", "order"]), default="auto", show_default=True,
-        help="auto: the rank file's metadata, Kineto distributedInfo.rank, then the file name; "
+        help="auto: the rank file's metadata, Kineto distributedInfo.rank, then the file name (a single "
+             "file naming none is rank 0; several naming none take their order, with a warning); "
              "order: number the files 0, 1, … in the order given (cycle files too: not joined).")(fn)
 
 

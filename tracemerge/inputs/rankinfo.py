@@ -346,12 +346,15 @@ def rank_of(info: RankInfo) -> int:
     return info.rank
 
 
-def assign_ranks(infos: List[RankInfo], rank_from: str = "auto") -> List[RankInfo]:
+def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = False) -> List[RankInfo]:
     """Give every info its rank; ``rank_from="order"`` numbers files in the order given; a
-    single file that names no rank is rank 0 (``rank_source`` :data:`ASSUMED_RANK`).
+    single file that names no rank is rank 0 (``rank_source`` :data:`ASSUMED_RANK`), and
+    several files none of which names a rank take the order given, each with a warning
+    (``strict``: refused instead).
 
-    Two files claiming one rank, or a file whose rank cannot be told, is an error: merging
-    them silently would put two workers' events on one timeline row.
+    Two files claiming one rank, or a file whose rank cannot be told among files that name
+    theirs, is an error: merging them silently would put two workers' events on one
+    timeline row.
     """
     if rank_from == "order":
         for i, info in enumerate(infos):
@@ -361,6 +364,15 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto") -> List[RankInf
         # one trace of a job without a process group (a plain torch.profiler run): nothing
         # to tell apart, so it is rank 0, and the CLI says so in a note
         infos[0].rank, infos[0].rank_source = 0, ASSUMED_RANK
+        return infos
+    if len(infos) > 1 and not strict and all(info.rank is None for info in infos):
+        # traces of other people's jobs often name no rank at all: the order given is the
+        # only order there is, said on every file (a mix of named and unnamed is refused
+        # below: renumbering the named ones would contradict them)
+        for i, info in enumerate(infos):
+            info.rank, info.rank_source = i, "order given (no file names a rank)"
+            info.warnings = list(info.warnings) + [
+                f"no rank in the file: rank {i} by the order of the files given (--strict refuses)"]
         return infos
     for info in infos:
         if info.rank is None:
