@@ -378,6 +378,12 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
     if sides["calls"]:
         say(f"tracemerge: {sides['calls']} RPCs: {sides['both_sides']} with both sides, {sides['caller_only']} "
             f"caller only, {sides['callee_only']} callee only", err=True)
+        missing = sides.get("spans_missing") or {}
+        if sum(missing.values()):
+            say(f"tracemerge: warning: {sides['drawn']} RPCs are drawn with both spans and their arrows; "
+                f"{missing['caller']} caller and {missing['callee']} callee spans of the others are not in the "
+                "output (their file's events lack them — a cut file? — or --ranks/--window/--min-duration/"
+                "--drop-category left them out), so those calls have no arrows", err=True)
     say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
     say(f"tracemerge: {core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}",
         err=True)
