@@ -322,3 +322,53 @@ def test_report_has_a_collectives_section_on_nccl_traces(tmp_path):
     assert not any("no RPC or collectives" in n for n in doc["notes"])
     one = CliRunner().invoke(main, ["report", NCCL, "-q"]).stdout
     assert "Collectives" in one and "allreduce" in one
+
+
+# ---- GPU time per rank ------------------------------------------------------------------------
+
+def union_us(spans: List[Tuple[int, int]]) -> float:
+    """Length of the union of [start, end) ns spans, by a plain sweep."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return (total + (cur_e - cur_s if cur_e is not None else 0)) / 1000
+
+
+@pytest.mark.parametrize("path", [NCCL, ROCM])
+def test_gpu_time_split_by_hand(path):
+    _, events = raw_events(path)
+    work = [e for e in events if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
+    span = lambda e: (ns(e), ns(e) + ns(e, "dur"))  # noqa: E731
+    memory = [span(e) for e in work if e["cat"] != "kernel"]
+    comm = [span(e) for e in work if e["cat"] == "kernel" and "nccl" in e["name"].lower()]
+    compute = [span(e) for e in work if e["cat"] == "kernel" and "nccl" not in e["name"].lower()]
+    window = (max(b for _, b in map(span, work)) - min(a for a, _ in map(span, work))) / 1000
+    calls = {e["args"]["correlation"]: ns(e) for e in events if e["cat"] == "cuda_runtime" and "correlation" in e["args"]}
+    delays = sorted((ns(e) - calls[e["args"]["correlation"]]) / 1000 for e in work if e["args"].get("correlation") in calls)
+    doc = json.loads(CliRunner().invoke(main, ["report", path, "--format", "json", "-q"]).stdout)
+    (g,) = doc["gpu"]
+    assert g["window_us"] == pytest.approx(window, abs=0.002)
+    assert g["compute_us"] == pytest.approx(union_us(compute), abs=0.002)
+    assert g["communication_us"] == pytest.approx(union_us(comm), abs=0.002)
+    assert g["memory_us"] == pytest.approx(union_us(memory), abs=0.002)
+    assert g["idle_us"] == pytest.approx(window - union_us(memory + comm + compute), abs=0.002)
+    assert g["overlap_us"] == pytest.approx(union_us(comm) + union_us(compute) - union_us(comm + compute), abs=0.002)
+    assert g["launch_delay_us"]["count"] == len(delays)
+    assert g["launch_delay_us"]["p50"] == pytest.approx(float(np.percentile(delays, 50)), abs=0.002)
+    assert g["top_kernels"][0]["total_us"] == pytest.approx(max(
+        sum(ns(x, "dur") for x in work if x["name"] == e["name"]) for e in work) / 1000, abs=0.002)
+
+
+def test_gpu_section_in_every_format_and_absent_on_cpu_traces(tmp_path):
+    assert "GPU (per rank)" in CliRunner().invoke(main, ["report", ROCM, "-q"]).stdout
+    page = tmp_path / "r.html"
+    assert CliRunner().invoke(main, ["report", ROCM, "-q", "-o", str(tmp_path / "r.txt"), "--html", str(page)]).exit_code == 0
+    assert "<h2>GPU (per rank)</h2>" in page.read_text() and "Self CUDA time total" in page.read_text()
+    assert "## GPU (per rank)" in CliRunner().invoke(main, ["report", ROCM, "-q", "--format", "markdown"]).stdout
+    doc = json.loads(CliRunner().invoke(main, ["report", NO_RANK, "-q", "--format", "json"]).stdout)
+    assert "gpu" not in doc and "device_time_total" not in doc["key_averages"][0]

@@ -22,6 +22,7 @@ from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.report.collectives import collective_report
+from tracemerge.report.gpu import gpu_rank
 from tracemerge.report.keyavg import KeyAverage, group_rows, has_device_time, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads
 
@@ -49,6 +50,7 @@ class Report:
     timeline: dict = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
     notes: list = field(default_factory=list)
     analysis: object = None            # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
+    gpu: list = field(default_factory=list)        # [GpuRank] of the ranks with device activity
 
 
 def is_merged(trace):
@@ -114,7 +116,7 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     alignment = job.clock_model(alignment)
     clocks = alignment.clocks
     rows, threads, traces_info = [], {}, []
-    spans, timelines = {}, {}
+    spans, timelines, gpu = {}, {}, []
     for rank, info in zip(job.ranks, job.infos):
         # one rank's columns at a time, read once: rows, threads and the top-level spans
         # (for the busy bins, once every rank's time span is known) are all that is kept of it
@@ -124,6 +126,7 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
         with reading(info.path):
             tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
             rows += key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree)
+            gpu.append(gpu_rank(trace, rank))
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
                 timelines[rank] = rank_timeline(trace, rank, clocks[rank],
                                                      {r.get("name", "") for r in info.rpcs})
@@ -138,7 +141,8 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in job.ranks], reference=alignment.reference,
-                    align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
+                    align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy},
+                    gpu=[g for g in gpu if g is not None])
     _add_records(report, job.infos, job.links, clocks, threads)
     if analysis:
         report.analysis = analyse(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives, clocks))
@@ -188,6 +192,8 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
         key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by,
         ranks=[{k: i.get(k) for k in ("rank", "worker_name", "hostname", "path")} for i in inputs],
         clocks=list(block.get("alignment") or []), reference=block.get("reference", 0), align=block.get("align", ""))
+    found = (gpu_rank(trace, r, np.flatnonzero(node == r)) for r in sorted(set(node.tolist()) - {-1}))
+    report.gpu = [g for g in found if g is not None]
     span = trace.time_span()
     if span is not None:
         first, last = span
@@ -245,5 +251,7 @@ def report_dict(report, sort_by="cpu_time_total", row_limit=0):
         "rpc": asdict(report.rpc) if report.rpc is not None else None,
         "collectives": [asdict(c) for c in report.collectives],
         "notes": report.notes,
+        # GPU traces only, so CPU-only reports stay as they were
+        **({"gpu": [{**asdict(g), "overlap_share": g.overlap_share} for g in report.gpu]} if report.gpu else {}),
         **(analysis_dict(report.analysis) if report.analysis is not None else {}),
     }

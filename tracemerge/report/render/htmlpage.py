@@ -12,6 +12,7 @@ from tracemerge.analysis.critical_path import KINDS
 from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.build import sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
@@ -172,6 +173,8 @@ def render_html(report, sort_by="cpu_time_total", row_limit=100):
         body.append(_table(*rpc_rows(report.rpc)) + "<h3>Callees</h3>" + _table(*callee_rows(report.rpc)))
     if report.collectives:
         body.append("<h2>Collectives</h2>" + _table(*collective_rows(report.collectives)))
+    if report.gpu:
+        body.append("<h2>GPU (per rank)</h2>" + _table(*gpu_rows(report.gpu)))
     body.append("<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks))
     if report.analysis is not None:
         body.append(_analysis(report.analysis, row_limit))

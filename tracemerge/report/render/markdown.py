@@ -3,6 +3,7 @@
 from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.build import sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 
 
@@ -20,6 +21,8 @@ def render_markdown(report, sort_by, row_limit):
         lines += ["", "## RPC callees", ""] + _md_table(*callee_rows(report.rpc))
     if report.collectives:
         lines += ["", "## Collectives", ""] + _md_table(*collective_rows(report.collectives))
+    if report.gpu:
+        lines += ["", "## GPU (per rank)", ""] + _md_table(*gpu_rows(report.gpu))
     if report.analysis is not None:
         for title, table in analysis_sections(report.analysis, row_limit):
             lines += ["", f"## {title}", ""] + _md_table(*table)

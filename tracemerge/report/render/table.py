@@ -4,6 +4,7 @@ and collective sections."""
 from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.build import sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 
 
@@ -62,6 +63,8 @@ def render_table(report, sort_by, row_limit):
         sections += [("RPC latency", rpc_rows(report.rpc)), ("RPC callees", callee_rows(report.rpc))]
     if report.collectives:
         sections.append(("Collectives", collective_rows(report.collectives)))
+    if report.gpu:
+        sections.append(("GPU (per rank)", gpu_rows(report.gpu)))
     for title, (head, body) in sections:
         first = max([len(str(r[0])) for r in body] + [len(head[0])]) + 2
         lines += ["", title] + _fixed_table(head, body, first)
