@@ -372,3 +372,21 @@ def test_gpu_section_in_every_format_and_absent_on_cpu_traces(tmp_path):
     assert "## GPU (per rank)" in CliRunner().invoke(main, ["report", ROCM, "-q", "--format", "markdown"]).stdout
     doc = json.loads(CliRunner().invoke(main, ["report", NO_RANK, "-q", "--format", "json"]).stdout)
     assert "gpu" not in doc and "device_time_total" not in doc["key_averages"][0]
+
+
+def test_older_group_argument_name(tmp_path):
+    """torch 2.0-2.1 named the group "Process Group ID" (its index); "wait" ops are no collective."""
+    with gzip.open(NCCL, "rt") as f:
+        doc = json.load(f)
+    for e in doc["traceEvents"]:
+        a = e.get("args") or {}
+        if "Process Group Name" in a:
+            a["Process Group ID"] = int(a.pop("Process Group Name"))
+        if a.get("Collective name") == "wait":
+            a["Process Group ID"] = 0       # as 2.1 wrote them: with a group
+    path = tmp_path / "older.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    recs = collectives(read_trace(str(path)))
+    assert [(r["op"], r["group"], r["seq"]) for r in recs] == \
+        [(r["op"], r["group"], r["seq"]) for r in collectives(read_trace(NCCL))]

@@ -23,6 +23,8 @@ import numpy as np
 from tracemerge.model import RankTrace
 
 PARAM_COMMS = "record_param_comms"
+# record_param_comms ops that are no collective of their own (waiting on a work handle)
+NOT_COLLECTIVES = frozenset(("wait",))
 DTYPE_BYTES = {"float": 4, "float32": 4, "int": 4, "int32": 4, "half": 2, "float16": 2, "bfloat16": 2,
                "double": 8, "float64": 8, "long": 8, "int64": 8, "short": 2, "int16": 2, "byte": 1,
                "char": 1, "bool": 1, "uint8": 1, "int8": 1}
@@ -71,8 +73,9 @@ def _without_order_keys(rec: Dict[str, Any]) -> Dict[str, Any]:
 def _record(args: Optional[dict], ts: int, dur: int) -> Optional[Dict[str, Any]]:
     if not isinstance(args, dict):
         return None
-    group = args.get("Process Group Name")
-    if group is None:
+    # torch 2.0-2.1 wrote the group as "Process Group ID" (its index, the same on every rank)
+    group = args.get("Process Group Name", args.get("Process Group ID"))
+    if group is None or args.get("Collective name") in NOT_COLLECTIVES:
         return None
     seq = next((args[k] for k in ("Seq", "seq_num", "seq") if k in args), None)
     if not isinstance(seq, int) or isinstance(seq, bool):
