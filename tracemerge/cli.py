@@ -1,7 +1,6 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
 import contextlib
-import glob
 import os
 import signal
 import sys
@@ -578,7 +577,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
     FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
-    (which carries no records: key averages only).
+    (reported from its events and the records its summary keeps; --analysis needs the rank files).
 
     \b
     Examples:
@@ -608,24 +607,22 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     for note in rep.notes:
         if "thread-limited" in note:
             say(f"tracemerge: hint: {note}", err=True)
-
-
-TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+        elif note == reports.MERGED_NO_ANALYSIS:
+            say(f"tracemerge: warning: {note}", err=True)
 
 
 def run_files(arg):
-    """The files of one run given as a directory (its trace files), a quoted glob, or one file."""
-    if os.path.isdir(arg):
-        found = sorted(os.path.join(arg, f) for f in os.listdir(arg) if f.endswith(TRACE_SUFFIXES))
-        if not found:
-            raise click.BadParameter(f"{arg}: no {', '.join(TRACE_SUFFIXES)} files in the directory")
-        return found
-    if any(c in arg for c in "*?["):
-        found = sorted(glob.glob(arg))
-        if not found:
-            raise click.BadParameter(f"{arg}: the pattern matches no file")
-        return found
-    return [arg]
+    """The files of one run (:func:`tracemerge.report.diff.run_files`), each file a directory
+    held and left out named on stderr."""
+    from tracemerge.report.diff import run_files as files_of_run
+
+    try:
+        found = files_of_run(arg)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    for path, why in found.left_out:
+        say(f"tracemerge: note: {arg}: left out {path}: {why}", err=True)
+    return found.files
 
 
 @main.command()
@@ -644,9 +641,10 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
          strict):
     """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
 
-    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst files: one run's rank
-    files or one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged
-    trace, or one rank). Each is reported as `tracemerge report` would; rows give before,
+    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst traces: one run's rank
+    files, a merged trace beside them and JSON that is no trace left out and named; or its
+    one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged trace, or
+    one rank). Each is reported as `tracemerge report` would; rows give before,
     after, delta (after - before) and relative (delta / before), times totalled over the run.
 
     \b

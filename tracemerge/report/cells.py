@@ -69,7 +69,9 @@ def key_rows(rows: List[KeyAverage], all_rows: List[KeyAverage],
     body = []
     for r in rows:
         cells = [name(r.key), format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
-                 format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total), format_time(r.cpu_time)]
+                 # torch's table gives an asynchronous row (an rpc_async in flight) no CPU total share: 0
+                 0 if r.is_async else format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total),
+                 format_time(r.cpu_time)]
         if device:
             cells += [format_time(r.self_device_time_total), format_share(r.self_device_time_total, total_device),
                       format_time(r.device_time_total), format_time(r.device_time)]

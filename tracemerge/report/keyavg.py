@@ -74,6 +74,7 @@ class KeyAverage:
     device_time_total: float = 0.0        # kernels of the op and of every op under it (µs)
     self_device_time_total: float = 0.0   # kernels the op itself launched; a device row's own time
     device_type: str = CPU                # torch's device_type: CPU for host ops, the device's name for device rows
+    is_async: bool = False   # every event of the row is asynchronous: torch's table shows its CPU total % as 0
 
     @property
     def cpu_time(self) -> float:
@@ -237,13 +238,15 @@ def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = F
     own_dev, total_dev = device_times(trace, tree)
     dev_total = np.bincount(inv, weights=total_dev[keep][order], minlength=len(uniq))
     dev_self = np.bincount(inv, weights=own_dev[keep][order], minlength=len(uniq))
+    asynchronous = np.bincount(inv, weights=tree.is_async[keep][order], minlength=len(uniq)) == count
     rows = []
     for g in np.argsort(first, kind="stable"):
         key = int(uniq[g])
         rows.append(KeyAverage(key=keys[key >> 32], count=int(count[g]), node_id=((key >> 1) & 0x7FFFFFFF) - 1,
                                cpu_time_total=float(total[g]) / 1000.0, self_cpu_time_total=float(self_[g]) / 1000.0,
                                is_user_annotation=bool(key & 1), device_time_total=float(dev_total[g]) / 1000.0,
-                               self_device_time_total=float(dev_self[g]) / 1000.0))
+                               self_device_time_total=float(dev_self[g]) / 1000.0,
+                               is_async=bool(asynchronous[g])))
     return rows + device_rows(trace, node_of_pid)
 
 
@@ -379,6 +382,7 @@ def group_rows(rows: List[KeyAverage], by_rank: bool) -> List[KeyAverage]:
         acc.self_cpu_time_total += r.self_cpu_time_total
         acc.device_time_total += r.device_time_total
         acc.self_device_time_total += r.self_device_time_total
+        acc.is_async = acc.is_async and r.is_async
         if acc.node_id != r.node_id:
             acc.node_id = NO_NODE
     return list(out.values())
