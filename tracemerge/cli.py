@@ -30,7 +30,7 @@ from tracemerge.inputs.rankinfo import ASSUMED_RANK
 from tracemerge.job import AlignRequest, Job
 from tracemerge.merge.combine import write as write_trace
 from tracemerge.output import check_output
-from tracemerge.place.selection import Selection, parse_ranks, parse_window
+from tracemerge.place.selection import OVERVIEW_US, Selection, parse_ranks, parse_window
 from tracemerge.progress import Progress
 from tracemerge.report import build as reports
 from tracemerge.report.diff import diff_reports
@@ -242,6 +242,12 @@ def _parsed(parse):
 
 
 def selection_options(fn):
+    fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+                      default=None, metavar="[US]",
+                      help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
+                           f"other complete event at least US microseconds long (default {OVERVIEW_US:g}); the rest "
+                           "is left out and counted. Then merge the ranks and window of interest in full "
+                           "(--ranks, --window).")(fn)
     fn = click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
                       help="Leave out events of this category (e.g. python_function). Repeatable.")(fn)
     fn = click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
@@ -332,7 +338,8 @@ def main():
                    "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
                    "in it. Reads every rank once more.")
 def combine(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, fmt, ranks, window,
-            min_duration, drop_categories, engine, jobs, scheduler, report_path, critical_path, skip_bad, strict):
+            min_duration, drop_categories, overview, engine, jobs, scheduler, report_path, critical_path, skip_bad,
+            strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -360,7 +367,7 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories))
+                              drop_categories=frozenset(drop_categories), overview_us=overview)
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
         summary = written.summary
         if report_path is not None:
@@ -522,6 +529,14 @@ def info(files, rank_from, cycle, skip_bad, strict):
     sys.stdout.flush()
 
 
+def _sources(entry):
+    """The files a merged trace's input entry came from: its path, or each of its cycle files."""
+    cycles = entry.get("cycles") or []
+    if not cycles:
+        return entry.get("path")
+    return f"{len(cycles)} cycle files: " + ", ".join(str(c.get("path")) for c in cycles)
+
+
 def merged_lines(path, trace):
     """``info``'s description of a merged trace, from its summary."""
     block = trace.tracemerge
@@ -538,7 +553,7 @@ def merged_lines(path, trace):
         c = clocks.get(i.get("rank"), {})
         bound = c.get("error_bound_ns")
         lines.append(f"  rank {i.get('rank')} · worker {i.get('worker_name')} · host {i.get('hostname')} · "
-                     f"{i.get('events')} events · from {i.get('path')} · clock {c.get('method', '?')} offset "
+                     f"{i.get('events')} events · from {_sources(i)} · clock {c.get('method', '?')} offset "
                      f"{c.get('offset_ns', 0) / 1e3:.1f} µs" + (f" ± {bound / 1e3:.1f} µs" if bound is not None else ""))
     records = block.get("records")
     if records is not None:
