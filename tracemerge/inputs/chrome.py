@@ -369,10 +369,30 @@ def float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base):
             i = int(wraps[0])
             raise TraceError(path, f"'ts' {ts_f[i]:g} µs is out of range: baseTimeNanoseconds {base} + ts (+ dur) "
                                    "is beyond year 2116 (2**62 ns)", i)
-    ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
+    ts = _exact_ns(np.where(ts_missing, 0.0, ts_f)) + (base or 0)
     ts[ts_missing] = NO_TS
-    dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
+    dur = np.where(dur_missing, NO_DUR, _exact_ns(np.where(dur_missing, 0.0, dur_f)))
     return ts, dur
+
+
+def _exact_ns(us: np.ndarray) -> np.ndarray:
+    """int64 ns of float64 µs, whole µs converted exactly.
+
+    Older Kineto writes epoch µs (~1.7e15) with no base: ``us * 1000.0`` is then past
+    2**53 and off by up to 128 ns, enough to turn a child that ends with its parent into
+    one that ends after it (torch then nests it elsewhere and the parent's self time
+    goes negative). The whole µs (exact in float64 below 2**53) and the fraction
+    (exact as ``us - floor(us)``) are scaled apart.
+    """
+    whole = np.floor(us)
+    split = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+    # below 2**43 µs the product is within half a ns and stays as it always was (the same
+    # output bytes: the two roundings may differ by 1 ns on sub-ns fractions)
+    return np.where(np.abs(us) < EXACT_PRODUCT_US, np.rint(us * 1000.0).astype(np.int64), split)
+
+
+# µs below which ``us * 1000.0`` is exact to within half a ns (2**53 ns / 1000)
+EXACT_PRODUCT_US = float(2**43)
 
 
 # ---- the typed reader ------------------------------------------------------------------
