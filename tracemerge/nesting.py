@@ -263,3 +263,16 @@ def host_ops(trace: RankTrace) -> np.ndarray:
     mask &= ~np.isin(trace.name, _codes_in(trace.names, DROPPED_NAMES))
     mask &= ~np.isin(trace.cat, category_codes(trace, lambda c: c in NOT_HOST_LOWER or c in DEVICE_CATS))
     return np.flatnonzero(mask)
+
+
+def unfinished(trace: RankTrace) -> np.ndarray:
+    """Which events are spans still open when the profiler stopped: Kineto writes them with
+    ``args.finished`` false and a duration that runs to the stop, which is no duration of
+    the span's own (torch's key averages take another end for them, one the trace does not
+    hold). They nest as written; they are no row of the key averages."""
+    mask = np.zeros(len(trace), dtype=bool)
+    for i in trace.args.with_key("finished"):  # args are decoded for these events only
+        a = trace.args[i]
+        if isinstance(a, dict) and a.get("finished") is False:
+            mask[i] = True
+    return mask

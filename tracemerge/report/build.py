@@ -7,7 +7,7 @@ or an HTML page.
 """
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from tracemerge.inputs.head import read_head
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
+from tracemerge.nesting import unfinished
 from tracemerge.report.collectives import collective_report
 from tracemerge.report.gpu import gpu_rank
 from tracemerge.report.keyavg import KeyAverage, group_rows, has_device_time, key_averages, op_tree
@@ -125,6 +126,7 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     clocks = alignment.clocks
     rows, threads, traces_info = [], {}, []
     spans, timelines, gpu = {}, {}, []
+    open_at_stop: Dict[str, int] = {}   # {path: spans still open when its profiler stopped}
     for rank, info in zip(job.ranks, job.infos):
         # one rank's columns at a time, read once: rows, threads and the top-level spans
         # (for the busy bins, once every rank's time span is known) are all that is kept of it
@@ -134,6 +136,7 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
         with reading(info.path):
             tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
             rows += key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree)
+            open_at_stop[info.path] = int(unfinished(trace).sum())
             gpu.append(gpu_rank(trace, rank))
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
                 timelines[rank] = rank_timeline(trace, rank, clocks[rank],
@@ -152,9 +155,18 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy},
                     gpu=[g for g in gpu if g is not None])
     _add_records(report, job.infos, job.links, clocks, threads)
+    report.notes += unfinished_notes(open_at_stop)
     if analysis:
         report.analysis = analyse(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives, clocks))
     return report
+
+
+def unfinished_notes(open_at_stop: Dict[str, int]) -> List[str]:
+    """A note per input with spans still open when its profiler stopped (``args.finished``
+    false): they are in the trace as Kineto wrote them, and no row of the key averages."""
+    return [f"{path}: {n} span{'s were' if n != 1 else ' was'} still open when the profiler stopped (args.finished "
+            "false; the duration written runs to the stop, not to the span's end): left out of the key averages, "
+            "their children still counted under them" for path, n in open_at_stop.items() if n]
 
 
 def _add_records(report, infos, links, clocks, threads):
@@ -202,6 +214,7 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
         clocks=list(block.get("alignment") or []), reference=block.get("reference", 0), align=block.get("align", ""))
     found = (gpu_rank(trace, r, np.flatnonzero(node == r)) for r in sorted(set(node.tolist()) - {-1}))
     report.gpu = [g for g in found if g is not None]
+    report.notes += unfinished_notes({trace.path: int(unfinished(trace).sum())})
     span = trace.time_span()
     if span is not None:
         first, last = span

@@ -41,6 +41,7 @@ from tracemerge.nesting import (
     parents_nested,
     parents_stack_walk,
     thread_runs,
+    unfinished,
 )
 
 USER_ANNOTATION = "user_annotation"
@@ -222,7 +223,9 @@ def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = F
     """
     tree = op_tree(trace) if tree is None else tree
     codes, keys = remote_op_names(tree) if remote_ops else (tree.name, tree.keys)
-    keep = tree.kept
+    # a span still open at the stop nests as written (its children are its children), but
+    # its duration runs to the stop: it is no row (report says how many, nesting.unfinished)
+    keep = tree.kept & ~unfinished(trace)[tree.index]
     idx = tree.index[keep]
     order = np.argsort(idx, kind="stable")   # rows appear in the order of their first event
     idx = idx[order]
