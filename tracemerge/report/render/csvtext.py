@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any, Dict, Iterable, Sequence
 
 from tracemerge.errors import TracemergeError
-from tracemerge.report.build import ROW_FIELDS, Report, row_dict, sorted_rows
+from tracemerge.report.build import Report, row_dict, row_fields, sorted_rows
 from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
 
@@ -19,7 +19,8 @@ def render_csv(report: Report, sort_by: str, row_limit: int, section: str = "key
     if section not in SECTIONS:
         raise TracemergeError(f"--section {section!r}: choose from {', '.join(SECTIONS)}")
     if section == "key_averages":
-        return _csv(ROW_FIELDS, map(row_dict, sorted_rows(report.key_averages, sort_by, row_limit)))
+        fields = row_fields(report.key_averages)
+        return _csv(fields, (row_dict(r, fields) for r in sorted_rows(report.key_averages, sort_by, row_limit)))
     analysis = report.analysis
     if analysis is None:
         raise TracemergeError(f"--section {section}: a merged trace carries no records to analyse; "
