@@ -5,6 +5,11 @@ import pytest
 from support import gen_kineto
 
 
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="tests/test_golden.py: write the outputs as tests/golden/ files instead of comparing")
+
+
 @pytest.fixture(scope="session")
 def rank_files(tmp_path_factory):
     """Three generated gzip rank files (~0.4 MB of JSON each, RPC records in their blocks),
