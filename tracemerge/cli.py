@@ -6,15 +6,13 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
 import tracemerge
-from tracemerge import native
-from tracemerge.analysis.diff import diff_reports
-from tracemerge.clocks.methods import METHODS
-from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
-from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
+from tracemerge import corestatus
+from tracemerge.deferred import Deferred, RegistryChoice, RegistryOption
 from tracemerge.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -25,21 +23,58 @@ from tracemerge.errors import (
     Terminated,
     TracemergeError,
 )
-from tracemerge.formats import FORMATS as OUTPUT_FORMATS
-from tracemerge.merge.combine import combine as combine_session
-from tracemerge.merge.executors import LocalEngine, make_engine
-from tracemerge.merge.selection import Selection, parse_ranks, parse_window
-from tracemerge.output import check_output
-from tracemerge.progress import Progress
-from tracemerge.report import model as reports
-from tracemerge.report.render import FORMATS as REPORT_FORMATS
-from tracemerge.report.render import SECTIONS as CSV_SECTIONS
-from tracemerge.report.render import render as render_report
-from tracemerge.report.render import render_diff
-from tracemerge.report.write import combine_report_path, write_combine_report, write_text
-from tracemerge.serve import DEFAULT_PORT, serve
-from tracemerge.session import Session
 
+# What the commands use is imported when a command first uses it (tracemerge.deferred):
+# `tracemerge --version` and `--help` load click and these few modules, not numpy, msgspec,
+# orjson, the readers, the writers, the analyses or the HTTP server (docs/performance.md).
+if TYPE_CHECKING:
+    from tracemerge import native
+    from tracemerge import serve as serving
+    from tracemerge.analysis.diff import diff_reports
+    from tracemerge.clocks.methods import METHODS
+    from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+    from tracemerge.formats import FORMATS as OUTPUT_FORMATS
+    from tracemerge.merge.combine import combine as combine_session
+    from tracemerge.merge.executors import LocalEngine, make_engine
+    from tracemerge.merge.selection import Selection, parse_ranks, parse_window
+    from tracemerge.output import check_output
+    from tracemerge.progress import Progress
+    from tracemerge.report import model as reports
+    from tracemerge.report.render import FORMATS as REPORT_FORMATS
+    from tracemerge.report.render import SECTIONS as CSV_SECTIONS
+    from tracemerge.report.render import render as render_report
+    from tracemerge.report.render import render_diff
+    from tracemerge.report.write import combine_report_path, write_combine_report, write_text
+    from tracemerge.serve import serve
+    from tracemerge.session import Session
+else:
+    native = Deferred("tracemerge.native")
+    diff_reports = Deferred("tracemerge.analysis.diff", "diff_reports")
+    METHODS = Deferred("tracemerge.clocks.methods", "METHODS")
+    causality_line = Deferred("tracemerge.clocks.text", "causality_line")
+    clock_notes = Deferred("tracemerge.clocks.text", "clock_notes")
+    offsets_json = Deferred("tracemerge.clocks.text", "offsets_json")
+    offsets_table = Deferred("tracemerge.clocks.text", "offsets_table")
+    OUTPUT_FORMATS = Deferred("tracemerge.formats", "FORMATS")
+    combine_session = Deferred("tracemerge.merge.combine", "combine")
+    LocalEngine = Deferred("tracemerge.merge.executors", "LocalEngine")
+    make_engine = Deferred("tracemerge.merge.executors", "make_engine")
+    Selection = Deferred("tracemerge.merge.selection", "Selection")
+    parse_ranks = Deferred("tracemerge.merge.selection", "parse_ranks")
+    parse_window = Deferred("tracemerge.merge.selection", "parse_window")
+    check_output = Deferred("tracemerge.output", "check_output")
+    Progress = Deferred("tracemerge.progress", "Progress")
+    reports = Deferred("tracemerge.report.model")
+    REPORT_FORMATS = Deferred("tracemerge.report.render", "FORMATS")
+    CSV_SECTIONS = Deferred("tracemerge.report.render", "SECTIONS")
+    render_report = Deferred("tracemerge.report.render", "render")
+    render_diff = Deferred("tracemerge.report.render", "render_diff")
+    combine_report_path = Deferred("tracemerge.report.write", "combine_report_path")
+    write_combine_report = Deferred("tracemerge.report.write", "write_combine_report")
+    write_text = Deferred("tracemerge.report.write", "write_text")
+    serving = Deferred("tracemerge.serve")
+    serve = Deferred("tracemerge.serve", "serve")
+    Session = Deferred("tracemerge.session", "Session")
 
 class Group(click.Group):
     """Turns every failure into one line on stderr and its documented exit code (docs/errors.md);
@@ -150,6 +185,8 @@ def max_inflate_option(fn):
 def _set_max_inflate(ctx, param, value):
     """The bound travels in the environment: forked and Dask workers read it where they inflate."""
     if value is not None:
+        from tracemerge.codecs import MAX_INFLATE_ENV, parse_size  # here: gzip is not needed before
+
         try:
             parse_size(value)
         except ValueError as e:
@@ -243,7 +280,7 @@ def selection_options(fn):
                            "(either side may be empty).")(fn)
     fn = click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
                       help="Keep only these ranks, e.g. 0-3,7.")(fn)
-    fn = click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)), default=None,
+    fn = click.option("--format", "fmt", type=RegistryChoice(lambda: OUTPUT_FORMATS), default=None,
                       help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")(fn)
     return fn
 
@@ -263,9 +300,10 @@ def align_options(fn):
                       help="Force a known clock offset for a rank (its clock minus the reference's, ns). Repeatable.")(fn)
     fn = click.option("--reference", type=int, default=None, metavar="RANK",
                       help="Rank whose clock the others are aligned to (default: the lowest).")(fn)
-    fn = click.option("--align", "method", type=click.Choice(list(METHODS)), default="auto", show_default=True,
-                      help="Clock alignment: " + "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
-                           + " (see docs/alignment.md).")(fn)
+    fn = click.option("--align", "method", cls=RegistryOption, type=RegistryChoice(lambda: METHODS), default="auto",
+                      show_default=True,
+                      help_from=lambda: "Clock alignment: " + "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
+                      + " (see docs/alignment.md).")(fn)
     return fn
 
 
@@ -284,7 +322,8 @@ def core_line(cores, unit="ranks"):
 def _version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    click.echo(f"tracemerge, version {tracemerge.__version__}\n{native.describe()}")
+    # the core that would run, without importing it (numpy, msgspec: most of the start-up)
+    click.echo(f"tracemerge, version {tracemerge.__version__}\n{corestatus.describe(corestatus.built())}")
     ctx.exit()
 
 
@@ -433,7 +472,8 @@ def _by(reasons):
 
 @main.command("open")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+@click.option("--port", cls=RegistryOption, type=click.IntRange(0, 65535), default=lambda: serving.DEFAULT_PORT,
+              show_default=True,
               help="Port on 127.0.0.1 (the Perfetto UI only fetches from 9001; 0 picks a free one).")
 @click.option("--browser", is_flag=True, help="Open the link in the default web browser.")
 def open_trace(trace, port, browser):
@@ -535,12 +575,12 @@ def merged_lines(path, trace):
 @main.command()
 @quiet_option
 @files_argument
-@click.option("--group-by", type=click.Choice(reports.GROUP_BY), default="name", show_default=True,
+@click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
               help="name: one row per op name over all ranks (Node ID -1 when several); name,rank: one row per rank.")
-@click.option("--sort-by", type=click.Choice(reports.SORT_KEYS), default="cpu_time_total", show_default=True,
+@click.option("--sort-by", type=RegistryChoice(lambda: reports.SORT_KEYS), default="cpu_time_total", show_default=True,
               help="Key-averages order: times and counts descending, key ascending.")
 @click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True, help="Key-average rows shown; 0 for all.")
-@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("--format", "fmt", type=RegistryChoice(lambda: REPORT_FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the report here (default: stdout).")
 @click.option("--remote-ops", is_flag=True,
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
@@ -549,7 +589,8 @@ def merged_lines(path, trace):
               help="Add the cross-rank analyses of rank files: the critical path per window (ProfilerStep#N, "
                    "else the whole trace), wait states and stragglers, in every format (JSON: the "
                    "critical_path, critical_path_totals, wait_states and stragglers keys).")
-@click.option("--section", type=click.Choice(CSV_SECTIONS), default=CSV_SECTIONS[0], show_default=True,
+@click.option("--section", cls=RegistryOption, type=RegistryChoice(lambda: CSV_SECTIONS), default=lambda: CSV_SECTIONS[0],
+              show_default=True,
               help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
                    "critical path's segments, the wait states, per-step times or the stragglers.")
 @align_options
@@ -621,7 +662,7 @@ def run_files(arg):
 @click.argument("after", metavar="AFTER")
 @click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True,
               help="Rows shown in table, Markdown and HTML; 0 for all (CSV and JSON hold every row).")
-@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("--format", "fmt", type=RegistryChoice(lambda: REPORT_FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the diff here (default: stdout).")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page.")
 @align_options
