@@ -112,6 +112,7 @@ def _fields(data: bytes) -> list[tuple[int, int, Any]]:
     """(number, wire type, value) in wire order; a LEN value is its bytes."""
     out, i = [], 0
     while i < len(data):
+        value: Any
         key, i = _varint(data, i)
         number, wire = key >> 3, key & 7
         if wire == VARINT:
