@@ -8,10 +8,10 @@ import pytest
 from support.pftrace import read_pftrace, thread_of
 from tracefiles import BASE, SAMPLES, load_output, rank_file, write, x
 
-from tracemerge.clocks.correlate import match_rpcs
+from tracemerge.correlate.match import match_rpcs
+from tracemerge.job import Session
 from tracemerge.merge.combine import combine
-from tracemerge.merge.selection import Selection
-from tracemerge.session import Session
+from tracemerge.place.selection import Selection
 
 
 def rpc_pair(caller_ts=100.0, callee_ts=130.0, wrong_rank_span=False):

@@ -46,7 +46,7 @@ class RankInfo:
     truncated: bool = False
     timed: bool = True              # the file has at least one timestamped event
     has_block: bool = False         # the file carries a 'tracemerge' block
-    partial: bool = False           # described from the file's head: the event facts are not known yet (learn)
+    partial: bool = False           # described from the file's head alone (`offsets`): the event facts are unknown
     job: Dict[str, Any] = field(default_factory=dict)  # job_id / world_size / backend the file states (rankchecks.job_facts)
     boot_id: str = ""               # the machine's boot id: ranks with the same non-empty one share a wall clock
     remote_rpcs: List[Dict[str, Any]] = field(default_factory=list)  # callee sides the caller fetched (remote_records)
@@ -250,8 +250,8 @@ def describe(trace):
 def describe_head(path, head):
     """The :class:`RankInfo` of a rank file from its head alone (:func:`tracemerge.inputs.head.read_head`),
     or None when the head lacks what the clock model needs (profiling window, records) and
-    the events must be read. The facts about events are unknown (``partial``) until
-    :func:`learn` is given the :func:`event_facts` of the read trace."""
+    the events must be read. The facts about events are unknown (``partial``): only a
+    command that needs nothing of the events (``offsets``) describes files this way."""
     block = head.get("tracemerge")
     base = head.get("baseTimeNanoseconds")
     if (not isinstance(block, dict) or "collectives" not in block or (base is not None and not isinstance(base, int))
@@ -336,11 +336,10 @@ def event_facts(trace):
                 truncated=trace.truncated)
 
 
-def learn(info, facts):
-    """Fill a partial ``info`` in with the :func:`event_facts` of its events."""
-    for key, value in facts.items():
-        setattr(info, key, list(info.warnings) + value if key == "warnings" else value)
-    info.partial = False
+def rank_of(info: RankInfo) -> int:
+    """The rank of a described file once ranks are assigned (:func:`assign_ranks`)."""
+    assert info.rank is not None, f"{info.path}: no rank assigned yet"
+    return info.rank
 
 
 def assign_ranks(infos, rank_from="auto"):

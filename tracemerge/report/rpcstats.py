@@ -110,7 +110,7 @@ def _max_concurrent(starts, ends):
 
 
 def rpc_report(match, clocks, threads_by_rank=None):
-    """The :class:`RpcReport` of an :class:`~tracemerge.clocks.correlate.RpcMatch`.
+    """The :class:`RpcReport` of an :class:`~tracemerge.correlate.match.RpcMatch`.
 
     ``clocks`` is {rank: ClockModel}; ``threads_by_rank`` {rank: observed server threads}.
     """

@@ -1,6 +1,6 @@
 """RPC flow arrows: caller span -> callee span -> back to the caller.
 
-The arrows come from :func:`~tracemerge.clocks.correlate.match_rpcs` (which calls have both sides
+The arrows come from :func:`~tracemerge.correlate.match.match_rpcs` (which calls have both sides
 in the inputs) and the spans that carry ``args.rpc_id`` / ``args.role`` in the events. A
 span only counts on the rank its record names (caller spans on ``call.caller``, callee
 spans on ``call.callee``), so an arrow never joins two ranks by accident. Each call gets
@@ -22,11 +22,10 @@ from typing import NamedTuple, Tuple
 
 import numpy as np
 
-from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.errors import TraceError
-from tracemerge.merge.placement import lane_tid
 from tracemerge.model import NO_DUR, NO_TS
 from tracemerge.nesting import nest_order, thread_runs
+from tracemerge.place.placement import lane_tid
 
 FLOW_CAT = "rpc"
 
@@ -69,10 +68,10 @@ class RpcFlows:
     calls: dict        # {rpc_id: (index, caller rank, callee rank)}
 
     @classmethod
-    def plan(cls, infos, ranks, memo=None, drawn=frozenset()):
-        """Calls with both records whose two ranks are both in the output; ``drawn``: calls
-        whose callee span is drawn from the caller's file (merge.remote_spans)."""
-        match = match_rpcs(infos, memo)
+    def plan(cls, infos, match, ranks, drawn=frozenset()):
+        """Calls of ``match`` (the job's RPC join) with both records whose two ranks are both
+        in the output; ``drawn``: calls whose callee span is drawn from the caller's file
+        (place.remote_spans)."""
         # a callee side that only its caller's file gives has a span only where it is drawn
         spanned = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"} | set(drawn)
         return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)

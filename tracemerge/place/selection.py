@@ -13,8 +13,8 @@ from typing import Optional
 import numpy as np
 
 from tracemerge.errors import TracemergeError, UsageError
-from tracemerge.merge.placement import aligned_ns
 from tracemerge.model import NO_DUR
+from tracemerge.place.placement import aligned_ns
 
 REASONS = ("ranks", "category", "min_duration", "window")
 

@@ -15,11 +15,11 @@ alike.
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from tracemerge.inputs.chrome import build
-from tracemerge.merge.placement import Placement, rank_label
 from tracemerge.model import RankTrace
+from tracemerge.place.placement import Placement, rank_label
 
 PID = "rpc callee sides (from the caller's file)"
 CATEGORY = "user_annotation"   # what record_function spans are, as the callee's own would be
@@ -63,7 +63,8 @@ def remote_spans(infos, clocks, places, ranks) -> RemoteSpans:
     next_base = max(p.pid_base for p in places.values()) + stride
     by_rank = {info.rank: info for info in infos}
     any_place = next(iter(places.values()))
-    jobs, ids = [], set()
+    jobs: List[Tuple[RankTrace, Placement]] = []
+    ids: Set[str] = set()
     for callee in sorted(sides):
         recs = sides[callee]
         trace = _trace(callee, recs)
