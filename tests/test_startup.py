@@ -66,3 +66,24 @@ def test_a_command_still_finds_what_it_defers(tmp_path):
     r = CliRunner().invoke(main, ["report", *files, "--section", "nope"])
     assert r.exit_code == 2 and "'key_averages', 'critical_path'" in r.output
     assert "[default: 9001" in CliRunner().invoke(main, ["open", "--help"]).output
+
+
+def test_deferred_names_are_the_type_checked_imports():
+    """cli.py's deferred names and its TYPE_CHECKING imports name the same objects (mypy and
+    the layer test read the latter), and each deferred one resolves."""
+    import ast
+    import importlib
+
+    from tracemerge import cli
+    tree = ast.parse(open(cli.__file__).read())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    imported = {}
+    for node in block.body:
+        for alias in node.names:
+            module = importlib.import_module(node.module)
+            imported[alias.asname or alias.name] = getattr(module, alias.name, None) or importlib.import_module(
+                f"{node.module}.{alias.name}")
+    deferred = {node.targets[0].id for node in block.orelse}
+    assert deferred == set(imported)
+    for name in deferred:
+        assert getattr(cli, name).resolve() is imported[name], name
