@@ -7,7 +7,9 @@ The golden files are the outputs themselves, laid out to be read and diffed but 
 (tests/support/golden.py): equal golden text means equal output bytes. The merged JSON has
 one event per line, a .pftrace one packet per line with its fields named; the .json.gz
 output is compared with the JSON's golden file. They were made from the outputs whose
-sha256 this module pinned before (unchanged since commit 1aff0ac).
+sha256 this module pinned before: those of commit 1aff0ac, with the summary's rpc_sides
+gained drawn and spans_missing, and 0 as the tables' CPU total % of asynchronous rows, as
+torch shows it (main at 420f097).
 
 A change of output on purpose regenerates them, in the same commit, saying why::
 

@@ -12,7 +12,7 @@ import pytest
 from tracefiles import ROOT
 
 HEAVY = ("numpy", "msgspec", "orjson", "http.server", "perfetto", "torch", "tracemerge.inputs", "tracemerge.native",
-         "tracemerge.correlate", "tracemerge.clocks", "tracemerge.job", "tracemerge.place", "tracemerge.formats",
+         "tracemerge.correlate", "tracemerge.clocks", "tracemerge.job", "tracemerge.place.selection", "tracemerge.formats",
          "tracemerge.analysis", "tracemerge.merge", "tracemerge.report", "tracemerge.serve", "tracemerge.engine")
 
 # runs the command as the console script does, then prints what it imported and what it printed

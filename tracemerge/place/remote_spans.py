@@ -53,10 +53,10 @@ def drawn_sides(infos, ranks):
     return out
 
 
-def remote_spans(infos, clocks, places, ranks) -> RemoteSpans:
-    """The synthetic callee traces of a combine: ``clocks`` {rank: ClockModel}, ``places``
-    {rank: Placement} of the ranks with files, ``ranks`` the ranks kept."""
-    sides = drawn_sides(infos, ranks)
+def remote_spans(infos, sides, clocks, places) -> RemoteSpans:
+    """The synthetic callee traces of a combine: ``sides`` the :func:`drawn_sides` of its
+    kept ranks, ``clocks`` {rank: ClockModel}, ``places`` {rank: Placement} of the ranks
+    with files."""
     if not sides:
         return RemoteSpans([], set(), {})
     stride = min(p.pid_base for p in places.values())
