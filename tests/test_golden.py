@@ -8,8 +8,8 @@ The golden files are the outputs themselves, laid out to be read and diffed but 
 one event per line, a .pftrace one packet per line with its fields named; the .json.gz
 output is compared with the JSON's golden file. They were made from the outputs whose
 sha256 this module pinned before: those of commit 1aff0ac, with the summary's rpc_sides
-gained drawn and spans_missing, and 0 as the tables' CPU total % of asynchronous rows, as
-torch shows it (main at 420f097).
+gained drawn and spans_missing, its causality counting the drawn span pairs, and 0 as the
+tables' CPU total % of asynchronous rows, as torch shows it (main at 7829fc8).
 
 A change of output on purpose regenerates them, in the same commit, saying why::
 
