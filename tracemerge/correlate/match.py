@@ -257,12 +257,13 @@ def _said(what: tuple) -> str:
     return f"{op or '?'} of {nelems if nelems is not None else '?'} × {dtype or '?'}"
 
 
-def match_collectives(infos: Sequence[Records]) -> Collectives:
+def match_collectives(infos: Sequence[Records], cuts: Optional[Dict[tuple, int]] = None) -> Collectives:
     """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
     its last start, bytes and end given count. Records whose seq was inferred are matched
-    only up to where the ranks' orders disagree (:func:`inferred_order_cuts`)."""
+    only up to where the ranks' orders disagree (``cuts``: :func:`inferred_order_cuts`'s,
+    found here when not given)."""
     kept = [info.collectives for info in infos]
-    cuts, _ = inferred_order_cuts(infos)
+    cuts = inferred_order_cuts(infos)[0] if cuts is None else cuts
     if cuts:
         several = _several_jobs(infos)
         kept = [[rec for rec in info.collectives
@@ -304,9 +305,12 @@ class Correlation:
 
     rpcs: RpcMatch
     collectives: Collectives
+    # where collectives without sequence numbers stop agreeing across ranks, said once
+    order_warnings: Tuple[str, ...] = ()
 
 
 def correlate(infos: Sequence[Records]) -> Correlation:
     """The RPC and collective joins of ``infos`` (RankInfo-like: rank, job_id, rpcs,
     remote_rpcs, collectives)."""
-    return Correlation(match_rpcs(infos), match_collectives(infos))
+    cuts, said = inferred_order_cuts(list(infos))
+    return Correlation(match_rpcs(infos), match_collectives(infos, cuts), tuple(said))

@@ -5,7 +5,6 @@ concatenated traces are one trace, so the document needs no header, separator or
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 from tracemerge.formats.base import Counts, Format
-from tracemerge.formats.perfetto.encoder import encode_rank
 
 if TYPE_CHECKING:
     from tracemerge.model import RankTrace
@@ -18,6 +17,9 @@ PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 def rank_packets(trace: "RankTrace", place: "Placement",
                  flows: Optional[Dict[int, "SliceFlows"]] = None) -> Tuple[bytes, Counts]:
     """(bytes, counts) of one rank for combine: counts keyed like its summary."""
+    # imported here: the registry lists this format for every command, a JSON merge never encodes
+    from tracemerge.formats.perfetto.encoder import encode_rank
+
     data, c = encode_rank(trace, place, flows)
     counts: Counts = {"out": c.out, "added": 0, "dropped": sum(c.dropped.values()),
               "perfetto_overlapping_slices": c.overlapping, "perfetto_overlap_tracks": c.overlap_tracks,
