@@ -8,16 +8,17 @@ just asks whether this process is capturing.
 import itertools
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 
-@dataclass
-class Span:
+class Span(NamedTuple):
     """A profiler span this process opened whose trace event must carry ``args``.
 
     ``mark_ns`` is a ``time.time_ns()`` taken just after the span opened on thread
-    ``tid``; the writer finds the event by (tid, name) and start time.
+    ``tid``; the writer finds the event by (tid, name) and start time. A tuple: one is
+    made per RPC on each side, on the call's path.
     """
 
     name: str
@@ -37,20 +38,55 @@ class Recorder:
     # callee sides asked for when rpc.shutdown() ran inside the block (the file is written
     # after it, when no callee can be asked any more): "clock_rank" objects, as fetched
     fetched: list = field(default_factory=list)
+    # builtin calls that callers sent this process natively (see ``Peers``), handed over
+    # when this capture stops serving natively: one {"caller", "boot_id", "offset_ns",
+    # "rtt_ns", "calls"} per caller; the writer finds their ops in the trace
+    native: list = field(default_factory=list)
+    # Whether this process's profiler records the ops of RPC server threads (all threads,
+    # no schedule): only then may callers send builtins natively (their side is found in
+    # the trace). Set once the profiler runs.
+    serves_natively: bool = False
+    _stopping: bool = False
+    _askers: set = field(default_factory=set)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # the devices of the RPC agent, once read (rpc._devices)
+    devices: Optional[list] = None
     _seq: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, kind, item):
+    def add(self, kind: str, item: Any) -> None:
         """Append to ``rpcs``, ``collectives`` or ``spans`` (from any thread)."""
         with self._lock:
             getattr(self, kind).append(item)
 
-    def next_rpc_id(self, caller):
+    def add_call(self, record: dict, span: Span) -> None:
+        """Append an RPC record and its span under one lock (one per call and side)."""
+        with self._lock:
+            self.rpcs.append(record)
+            self.spans.append(span)
+
+    def admit(self, caller: int) -> Optional[str]:
+        """A caller asks whether it may send builtins natively: this capture's token when
+        it serves natively (the caller is then told before it stops), else None."""
+        with self._lock:
+            if not self.serves_natively or self._stopping:
+                return None
+            self._askers.add(caller)
+            return self.token
+
+    def stop_admitting(self) -> list:
+        """No caller is admitted any more; the callers admitted so far, to be told."""
+        with self._lock:
+            self._stopping = True
+            askers, self._askers = sorted(self._askers), set()
+        return askers
+
+    def next_rpc_id(self, caller: int) -> str:
         """A new id of a call from RPC worker ``caller`` (its id: unique in the RPC world)."""
         # next() on itertools.count is atomic under the GIL: ids stay unique across threads
         return f"{caller}:{next(self._seq)}"
 
-    def take(self, start_ns, stop_ns):
+    def take(self, start_ns: int, stop_ns: int) -> dict:
         """Records and spans that began in [start_ns, stop_ns]; drops everything begun
         before stop_ns, which no later window can contain."""
         out = {}
@@ -62,16 +98,16 @@ class Recorder:
         return out
 
 
-    def caller_records(self):
+    def caller_records(self) -> list:
         """The calls this process issued so far (records stay for ``take``)."""
         with self._lock:
             return [r for r in self.rpcs if r["role"] == "caller"]
 
-    def keep_sides(self, sides):
+    def keep_sides(self, sides: list) -> None:
         with self._lock:
             self.fetched += sides
 
-    def fetched_sides(self, calls):
+    def fetched_sides(self, calls: list) -> list:
         """The fetched sides of ``calls`` (caller records), taken out of ``fetched``; a
         callee's error object comes along when one of ``calls`` went to that callee."""
         ids = {r["rpc_id"] for r in calls}
@@ -91,15 +127,15 @@ class Recorder:
         return out
 
 
-def _rpc_start(record):
+def _rpc_start(record: dict) -> int:
     return record["send_ns"] if record["role"] == "caller" else record["start_ns"]
 
 
-def _start(record):
+def _start(record: dict) -> int:
     return record["start_ns"]
 
 
-def _mark(span):
+def _mark(span: Span) -> int:
     return span.mark_ns
 
 
@@ -113,12 +149,12 @@ class ServedSides:
 
     LIMIT = 1_000_000
 
-    def __init__(self):
-        self._sides = {}  # rpc_id -> side; dicts keep insertion order, so the oldest go first
+    def __init__(self) -> None:
+        self._sides: dict = {}  # rpc_id -> side; dicts keep insertion order, so the oldest go first
         self._lock = threading.Lock()
 
-    def begin(self, header):
-        side = {"rpc_id": header["rpc_id"], "start_ns": time.time_ns(), "tid": threading.get_native_id(),
+    def begin(self, rpc_id: str) -> dict:
+        side = {"rpc_id": rpc_id, "start_ns": time.time_ns(), "tid": threading.get_native_id(),
                 "status": "pending"}
         with self._lock:
             if len(self._sides) >= self.LIMIT:
@@ -127,24 +163,104 @@ class ServedSides:
         return side
 
     @staticmethod
-    def end(side, ok):
+    def end(side: dict, ok: bool) -> None:
         side["end_ns"] = time.time_ns()
         side["status"] = "ok" if ok else "error"
 
-    def take(self, rpc_ids):
+    def take(self, rpc_ids: list) -> list:
         """The sides of ``rpc_ids`` that are here (copies: an in-flight call may still end), removed."""
         with self._lock:
             found = [self._sides.pop(i, None) for i in rpc_ids]
         return [dict(side) for side in found if side is not None]
 
 
+class Peers:
+    """Which callees this process may send builtins to natively, and the calls it sent so.
+
+    A builtin (``torch.add``) sent as itself runs on the callee's C++ path, where no Python
+    runs: its callee side can only come from the callee's own profiler trace (its op on an
+    RPC server thread), and only the callee can match that op to an id, if it is told
+    which calls were sent to it. So a caller sends a callee builtins natively only after
+    the callee said that it records its server threads (``Recorder.admit``: the caller then
+    gets a token); until then, or when it said no, builtins go wrapped like Python
+    functions (whose served wrapper notes the side). Before that callee stops recording,
+    it tells every caller it admitted (``stop``): the caller stops sending natively, waits
+    for its native calls in flight to end, and hands their records over.
+
+    Process-wide, like ``served``: the callee asks whoever sent, whether or not that
+    process is still capturing. Notes not taken are bounded (oldest first out).
+    """
+
+    LIMIT = 1_000_000
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._token: dict = {}      # callee id -> token (native) or None (wrap); absent: not asked
+        self._stopped: set = set()  # tokens whose capture stopped (a late answer cannot revive one)
+        self._pending: dict = {}    # callee id -> native calls in flight
+        self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
+        self._count = 0
+
+    def route(self, callee: int, record: dict) -> Optional[bool]:
+        """True: send natively (``record`` is kept for the callee and counted in flight
+        until ``done``); False: wrap; None: wrap, and ask the callee (first call to it)."""
+        with self._cv:
+            token = self._token.get(callee, False)
+            if token is False:
+                self._token[callee] = None
+                return None
+            if token is None:
+                return False
+            self._pending[callee] = self._pending.get(callee, 0) + 1
+            if self._count >= self.LIMIT:
+                oldest = next(k for k, v in self._sent.items() if v)
+                self._sent[oldest].pop(0)
+                self._count -= 1
+            self._sent.setdefault(callee, []).append(record)
+            self._count += 1
+            return True
+
+    def done(self, callee: int) -> None:
+        """A native call to ``callee`` ended (its record holds its end)."""
+        with self._cv:
+            self._pending[callee] -= 1
+            if not self._pending[callee]:
+                self._cv.notify_all()
+
+    def answer(self, callee: int, token: Optional[str]) -> None:
+        """The callee's answer to the question ``route`` asked for."""
+        with self._cv:
+            if token is not None and token not in self._stopped and self._token.get(callee) is None:
+                self._token[callee] = token
+
+    def forget_refusals(self) -> None:
+        """A new capture here: callees that said no are asked again (they may record now)."""
+        with self._cv:
+            for callee in [c for c, t in self._token.items() if t is None]:
+                del self._token[callee]
+
+    def stop(self, callee: int, token: str, timeout_s: float) -> list:
+        """``callee``'s capture ``token`` stops: wrap from now on, wait (at most
+        ``timeout_s``) for the native calls in flight, and hand their records over."""
+        with self._cv:
+            self._stopped.add(token)
+            if self._token.get(callee) == token:
+                self._token[callee] = None
+            self._cv.wait_for(lambda: not self._pending.get(callee), timeout=timeout_s)
+            sent = self._sent.pop(callee, [])
+            self._count -= len(sent)
+        return [dict(r) for r in sent]
+
+
 _lock = threading.Lock()
-current = None  # the active Recorder, or None
+current: Optional[Recorder] = None  # the active Recorder, or None
 # Process-wide for the same reason as ``current``: RPC server threads serve any caller.
 served = ServedSides()
+# Process-wide for the same reason: a callee's capture asks this process what it sent there.
+peers = Peers()
 
 
-def activate(recorder):
+def activate(recorder: Recorder) -> None:
     global current
     with _lock:
         if current is not None:
@@ -152,6 +268,6 @@ def activate(recorder):
         current = recorder
 
 
-def deactivate():
+def deactivate() -> None:
     global current
     current = None

@@ -34,6 +34,10 @@ class profile:
         self._rank, self._worker_name = rank, worker_name
         kwargs = dict(torch_profiler_kwargs)
         kwargs.setdefault("activities", _default_activities())
+        # Builtins may reach this worker natively only when its trace holds the ops of
+        # its RPC server threads throughout: all threads (the default config; a config
+        # of the user's cannot be read back), no schedule (cycles skip steps).
+        self._serves_natively = "experimental_config" not in kwargs and kwargs.get("schedule") is None
         kwargs.setdefault("experimental_config",
                           torch._C._profiler._ExperimentalConfig(profile_all_threads=True))
         schedule = kwargs.pop("schedule", None)
@@ -57,11 +61,17 @@ class profile:
             stack.enter_context(collectives.instrumented())
             self.profiler.__enter__()
             self._window_start_ns = time.time_ns()
+            # callees that refused native builtins before may record now
+            recorder.peers.forget_refusals()
+            self._recorder.serves_natively = self._serves_natively
             self._undo = stack.pop_all()
         return self
 
     def __exit__(self, *exc_info):
         with self._undo:
+            # while the profiler still records: the builtins callers sent here natively
+            # end, and their records come over (their ops are in this trace)
+            rpc.stop_serving_natively(self._recorder)
             stop_ns = time.time_ns()
             self.profiler.__exit__(*exc_info)
             if self._cycle is None:
@@ -117,6 +127,7 @@ class profile:
         early = self._recorder.fetched_sides(calls)  # asked for when rpc.shutdown() ran in the block
         got = {c["rpc_id"] for side in early for c in side.get("calls", ())}
         taken["remote_sides"] = early + rpc.collect_remote_sides([r for r in calls if r["rpc_id"] not in got])
+        taken["native"] = self._recorder.native
         writer.write(self.out_dir / name, kineto_json, meta, taken)
 
 
