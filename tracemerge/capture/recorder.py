@@ -46,6 +46,9 @@ class Recorder:
     # no schedule): only then may callers send builtins natively (their side is found in
     # the trace). Set once the profiler runs.
     serves_natively: bool = False
+    # trace=False: builtins keep their C++ path to every callee, also one that does not
+    # trace (such a call then has the caller's side only)
+    builtins_always_native: bool = False
     _stopping: bool = False
     _askers: set = field(default_factory=set)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -112,7 +115,8 @@ class Recorder:
         callee's error object comes along when one of ``calls`` went to that callee."""
         ids = {r["rpc_id"] for r in calls}
         callees = {r["callee"] for r in calls}
-        out, rest = [], []
+        out: list = []
+        rest: list = []
         with self._lock:
             for side in self.fetched:
                 if "calls" not in side:

@@ -39,8 +39,8 @@ from tracemerge.capture.patching import swapped
 
 # The functions inside rpc_sync's and rpc_async's wrappers, which instrumented() swaps
 # (patching.py): the capture's own exchanges go out untraced.
-_ORIGINAL_RPC_SYNC = rpc.rpc_sync.__wrapped__
-_ORIGINAL_RPC_ASYNC = rpc.rpc_async.__wrapped__
+_ORIGINAL_RPC_SYNC: Callable = rpc.rpc_sync.__wrapped__  # type: ignore[attr-defined]
+_ORIGINAL_RPC_ASYNC: Callable = rpc.rpc_async.__wrapped__  # type: ignore[attr-defined]
 
 # How long a caller's hand-over waits for its native calls in flight, and the capture's
 # own questions.
@@ -128,14 +128,16 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
         "caller": me.id, "callee": dst.id, "caller_name": me.name, "callee_name": dst.name,
         "status": "pending",
     }
-    native = False
+    native, route = False, None
     if builtin is not None:
         # Builtins stay on the callee's C++ path when the callee finds their ops in its own
         # trace (recorder.Peers); else they go wrapped, like Python functions.
         route = recorder.peers.route(dst.id, record)
         if route is None:
             _ask_admission(me.id, dst)
-        native = bool(route)
+        native = bool(route) or rec.builtins_always_native
+    # a native call the callee was told of: peers counts it in flight until it ends
+    native_to = dst.id if native and route else None
     if native:
         record["native"] = True
         target, payload, kw = func, args, kwargs
@@ -149,12 +151,12 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     try:
         result = original(dst, target, payload, kw, timeout)
     except BaseException:
-        _end(record, span, handle, False, dst.id if native else None)
+        _end(record, span, handle, False, native_to)
         raise
     if kind == "rpc_sync":
-        _end(record, span, handle, True, dst.id if native else None)
+        _end(record, span, handle, True, native_to)
         return result
-    on_done = functools.partial(_on_done, record, span, handle, dst.id if native else None)
+    on_done = functools.partial(_on_done, record, span, handle, native_to)
     if kind == "remote":
         result._get_future().add_done_callback(on_done)
         return result
@@ -186,7 +188,7 @@ def _relayed(fut: Any, on_done: Callable, rec: Optional[recorder.Recorder]) -> A
     """A future that completes like ``fut`` once ``on_done(fut)`` ran. Not ``fut.then``: an
     exception raised in a ``then`` callback arrives as a RuntimeError, where the job's
     remote ``ValueError`` must stay a ``ValueError``."""
-    out = torch.futures.Future(devices=_devices(rec))
+    out: Any = torch.futures.Future(devices=_devices(rec))
     fut.add_done_callback(functools.partial(_relay, on_done, out))
     return out
 
@@ -197,7 +199,8 @@ def _devices(rec: Optional[recorder.Recorder]) -> list:
     if rec is not None and rec.devices is not None:
         return rec.devices
     try:
-        found = [str(d) for d in api._get_current_rpc_agent()._get_backend_options().devices]
+        agent: Any = api._get_current_rpc_agent()
+        found = [str(d) for d in agent._get_backend_options().devices]
     except Exception:  # an agent without devices: CPU futures
         found = []
     if rec is not None:
@@ -299,12 +302,12 @@ def collect_remote_sides(records: list, timeout_s: float = 10.0) -> list:
     """
     if not (rpc.is_available() and api._is_current_rpc_agent_set()):
         return []
-    wanted = {}
+    wanted: dict = {}
     for r in records:
         # a builtin sent natively has its side in the callee's own file, not in its notes
         if r.get("role") == "caller" and not r.get("native"):
             wanted.setdefault(r["callee_name"], []).append(r["rpc_id"])
-    out = []
+    out: list = []
     for name, ids in wanted.items():
         dst = api._to_worker_info(name)
         try:

@@ -22,15 +22,20 @@ FORMAT_VERSION = 1
 _MATCH_SLACK_NS = 10_000
 
 
-def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | str", meta: dict, taken: dict) -> None:
+def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | str | None",
+          meta: dict, taken: dict) -> None:
     """Write ``path`` from the Kineto export and the recorder's ``taken`` records.
 
     ``meta`` holds the other fields, in file order; ``taken`` is
-    ``Recorder.take(...)``'s output. The Kineto export is removed.
+    ``Recorder.take(...)``'s output. The Kineto export is removed; without one
+    (``trace=False``) the file has no events.
     """
-    with open(kineto_json_path, "rb") as f:
-        trace = orjson.loads(f.read())
-    os.unlink(kineto_json_path)
+    if kineto_json_path is None:  # trace=False: the records only
+        trace: dict = {"traceEvents": []}
+    else:
+        with open(kineto_json_path, "rb") as f:
+            trace = orjson.loads(f.read())
+        os.unlink(kineto_json_path)
     _annotate(trace, taken["spans"])
     # callee records of the builtins callers sent natively: their ops are in this trace
     served = native_sides.attach(trace, taken.get("native", []), meta.get("boot_id", ""))
@@ -56,8 +61,8 @@ def _annotate(trace: dict, spans: list) -> None:
     for e in trace.get("traceEvents", ()):
         if e.get("ph") == "X" and (e.get("tid"), e.get("name")) in wanted:
             starts[(e["tid"], e["name"])].append((base + round(e["ts"] * 1000), e))
-    for found in starts.values():
-        found.sort(key=lambda pair: pair[0])
+    for events in starts.values():
+        events.sort(key=lambda pair: pair[0])
     for span in spans:
         found = starts.get((span.tid, span.name))
         if not found:
