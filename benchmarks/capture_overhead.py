@@ -6,14 +6,22 @@ worker1:
 - ``none``: no profiler;
 - ``torch``: ``torch.profiler.profile`` with the configuration capture uses (CPU,
   all threads), which records nothing about the RPCs themselves;
-- ``capture``: ``tracemerge.capture.profile`` on both sides (RPC spans and records).
+- ``capture``: ``tracemerge.capture.profile`` on both sides (RPC spans and records);
+- ``capture_off``: ``profile(trace=False)`` on both sides: no torch profiler, the RPC
+  records only (the lighter mode).
 
 Cases: ``rpc_sync`` of ``torch.add`` and of a Python function, ``rpc_async`` of
-``torch.add`` awaited one at a time, and 50 ``rpc_async`` in flight then awaited
-(throughput). Modes are interleaved over several rounds; the table gives the median µs
-per RPC over rounds and the ratios capture/torch and capture/none.
+``torch.add`` awaited one at a time, 50 ``rpc_async`` in flight then awaited
+(throughput), ``remote(torch.add)`` then ``to_here()``, an RRef proxy call
+(``rref.rpc_sync().incr()``) and an ``async_execution`` function. Modes alternate within
+every round; the table gives the median µs per RPC over rounds, the ratios
+capture/torch and capture_off/none, and the spread (min-max) of the ``none`` column,
+which no mode touches: the machine's noise.
 
-    python benchmarks/capture_overhead.py [--calls 300] [--rounds 3]
+``--steps`` times instead, alone and in one process, each step of the capture's own work
+for one call on either side (µs per call, profiler running as under capture).
+
+    python benchmarks/capture_overhead.py [--calls 300] [--rounds 3] [--steps]
 """
 
 import argparse
@@ -32,7 +40,7 @@ import torch.multiprocessing as mp
 
 from tracemerge.capture import profile
 
-MODES = ("none", "torch", "capture")
+MODES = ("none", "torch", "capture", "capture_off")
 IN_FLIGHT = 50
 
 _commands = queue.Queue()
@@ -41,6 +49,22 @@ _entered = threading.Event()
 
 def py_add(a, b):
     return a + b
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def incr(self):
+        self.n += 1
+        return self.n
+
+
+@rpc.functions.async_execution
+def async_add(a, b):
+    fut = torch.futures.Future()
+    fut.set_result(a + b)
+    return fut
 
 
 def _case_sync_builtin(x, n):
@@ -64,11 +88,30 @@ def _case_async_in_flight(x, n):
                                 for _ in range(IN_FLIGHT)])
 
 
+def _case_remote_builtin(x, n):
+    for _ in range(n):
+        rpc.remote("worker1", torch.add, args=(x, 1)).to_here()
+
+
+def _case_rref_proxy(x, n):
+    counter = rpc.remote("worker1", Counter)
+    for _ in range(n):
+        counter.rpc_sync().incr()
+
+
+def _case_async_execution(x, n):
+    for _ in range(n):
+        rpc.rpc_sync("worker1", async_add, args=(x, 1))
+
+
 CASES = {
     "rpc_sync(torch.add)": _case_sync_builtin,
     "rpc_sync(python fn)": _case_sync_python,
     "rpc_async(torch.add).wait()": _case_async_one_by_one,
     f"rpc_async x{IN_FLIGHT} in flight": _case_async_in_flight,
+    "remote(torch.add).to_here()": _case_remote_builtin,
+    "rref.rpc_sync().incr()": _case_rref_proxy,
+    "rpc_sync(async_execution fn)": _case_async_execution,
 }
 
 
@@ -79,7 +122,7 @@ def _context(mode, out_dir):
         return torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True))
-    return profile(out_dir)
+    return profile(out_dir, trace=(mode == "capture"))
 
 
 def _command(cmd):
@@ -127,18 +170,99 @@ def _drive(calls, rounds, out_dir):
 def _print_table(us, calls, rounds):
     print(f"µs per RPC, median of {rounds} rounds x {calls} calls, loopback, "
           f"torch {torch.__version__}, {os.cpu_count()} CPUs")
-    print("| case | none | torch profiler | tracemerge capture | capture/torch | capture/none |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| case | none (min-max) | torch profiler | capture | capture/torch | capture, trace=False | "
+          "trace=False/none |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for case in CASES:
-        none, prof, cap = (statistics.median(us[(case, m)]) for m in MODES)
-        print(f"| {case} | {none:.0f} | {prof:.0f} | {cap:.0f} | {cap / prof:.2f} | {cap / none:.2f} |")
+        none, prof, cap, off = (statistics.median(us[(case, m)]) for m in MODES)
+        spread = f"{min(us[(case, 'none')]):.0f}-{max(us[(case, 'none')]):.0f}"
+        print(f"| {case} | {none:.0f} ({spread}) | {prof:.0f} | {cap:.0f} | {cap / prof:.2f} | "
+              f"{off:.0f} | {off / none:.2f} |")
+
+
+def _timed(fn, n=20_000):
+    """µs per call of ``fn()``, best of 5 runs of ``n`` (the least disturbed)."""
+    for _ in range(200):
+        fn()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter_ns() - t0) / n / 1000)
+    return best
+
+
+def _steps():
+    """Each step of the capture's own work for one RPC, timed alone (one process, RPC to
+    itself, the profiler running as under capture); the RPC itself is a stub."""
+    from torch.distributed.rpc.internal import PythonUDF, _internal_rpc_pickler
+
+    from tracemerge.capture import recorder
+    from tracemerge.capture import rpc as crpc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
+    rpc.init_rpc("worker0", rank=0, world_size=1)
+    x = torch.ones(16)
+    rows = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True)):
+        rec = recorder.Recorder()
+        recorder.peers.route(0, {})  # admitted: builtins to worker0 go natively
+        recorder.peers.answer(0, "bench")
+
+        def stub(to, func, args, kwargs, timeout):
+            return None
+
+        rows.append(("caller: builtin sent natively (all of _issue)",
+                     _timed(lambda: crpc._issue(rec, "rpc_sync", stub, "worker0", torch.add, (x, 1), {}, 0))))
+        rows.append(("caller: Python function, wrapped (all of _issue)",
+                     _timed(lambda: crpc._issue(rec, "rpc_sync", stub, "worker0", py_add, (x, 1), {}, 0))))
+        header = ("0:1", "rpc_sync", "py_add", "rpc_sync#py_add(worker0 -> worker1)", 0, 1, "worker0", "worker1")
+        plain = _timed(lambda: py_add(x, 1))
+        recorder.activate(rec)
+        try:
+            rows.append(("callee: _serve around the function, capturing",
+                         _timed(lambda: crpc._serve(header, py_add, (x, 1), {})) - plain))
+        finally:
+            recorder.deactivate()
+        rows.append(("callee: _serve around the function, not capturing (side note only)",
+                     _timed(lambda: crpc._serve(header, py_add, (x, 1), {})) - plain))
+        ser = _internal_rpc_pickler.serialize
+        rows.append(("both: pickling the wrapper and header (more than the function alone)",
+                     _timed(lambda: ser(PythonUDF(crpc._serve, (header, py_add, (x, 1), {}), {})))
+                     - _timed(lambda: ser(PythonUDF(py_add, (x, 1), {})))))
+        wrapped, bare = ser(PythonUDF(crpc._serve, (header, py_add, (x, 1), {}), {})), ser(PythonUDF(py_add, (x, 1), {}))
+        rows.append(("callee: unpickling the wrapper and header (more than the function alone)",
+                     _timed(lambda: _internal_rpc_pickler.deserialize(*wrapped))
+                     - _timed(lambda: _internal_rpc_pickler.deserialize(*bare))))
+        rows.append(("  of which: span open+close (_record_function_with_args_*)",
+                     _timed(lambda: crpc._span_exit(crpc._span_enter("rpc_sync#x(worker0 -> worker1)")))))
+        rows.append(("  for comparison: record_function open+close (before)",
+                     _timed(lambda: _record_function_once())))
+    rpc.shutdown()
+    print("| step (one call, timed alone) | µs |")
+    print("|---|---:|")
+    for label, us in rows:
+        print(f"| {label} | {us:.2f} |")
+
+
+def _record_function_once():
+    with torch.autograd.profiler.record_function("rpc_sync#x(worker0 -> worker1)"):
+        pass
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", action="store_true", help="time each step of one call's bookkeeping alone")
     args = parser.parse_args()
+    if args.steps:
+        _steps()
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -12,6 +12,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
+# The fields of an RPC that the caller sends with a wrapped call, as a tuple in this order
+# (cheaper to pickle than a dict); the callee's record has them too.
+HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+
 
 class Span(NamedTuple):
     """A profiler span this process opened whose trace event must carry ``args``.
@@ -35,6 +39,8 @@ class Recorder:
     rpcs: list = field(default_factory=list)
     collectives: list = field(default_factory=list)
     spans: list = field(default_factory=list)
+    # (header, side) of the calls served while capturing (add_served)
+    served: list = field(default_factory=list)
     # callee sides asked for when rpc.shutdown() ran inside the block (the file is written
     # after it, when no callee can be asked any more): "clock_rank" objects, as fetched
     fetched: list = field(default_factory=list)
@@ -54,6 +60,11 @@ class Recorder:
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     # the devices of the RPC agent, once read (rpc._devices)
     devices: Optional[list] = None
+    # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
+    # (rpc._worker_infos)
+    agent: Any = None
+    me: Any = None
+    workers: dict = field(default_factory=dict)
     _seq: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -89,15 +100,26 @@ class Recorder:
         # next() on itertools.count is atomic under the GIL: ids stay unique across threads
         return f"{caller}:{next(self._seq)}"
 
+    def add_served(self, header: tuple, side: dict) -> None:
+        """A call this process serves while capturing: its record and span are made from
+        the caller's ``header`` and the served ``side`` when taken, off the call's path."""
+        with self._lock:
+            self.served.append((header, side))
+
     def take(self, start_ns: int, stop_ns: int) -> dict:
         """Records and spans that began in [start_ns, stop_ns]; drops everything begun
         before stop_ns, which no later window can contain."""
         out = {}
         with self._lock:
-            for name, when in (("rpcs", _rpc_start), ("collectives", _start), ("spans", _mark)):
+            for name, when in (("rpcs", _rpc_start), ("collectives", _start), ("spans", _mark),
+                               ("served", _served_start)):
                 items = getattr(self, name)
                 out[name] = [x for x in items if start_ns <= when(x) <= stop_ns]
                 setattr(self, name, [x for x in items if when(x) > stop_ns])
+        for header, side in out.pop("served"):
+            record, span = callee_record(header, side)
+            out["rpcs"].append(record)
+            out["spans"].append(span)
         return out
 
 
@@ -135,6 +157,20 @@ def _rpc_start(record: dict) -> int:
     return record["send_ns"] if record["role"] == "caller" else record["start_ns"]
 
 
+def _served_start(served: tuple) -> int:
+    return served[1]["start_ns"]
+
+
+def callee_record(header: tuple, side: dict) -> tuple:
+    """(record, span) of a call served while capturing, from its header and side."""
+    record = dict(zip(HEADER_KEYS, header), role="callee", status=side["status"], start_ns=side["start_ns"])
+    args = {"rpc_id": record["rpc_id"], "role": "callee"}
+    if "end_ns" in side:
+        record["end_ns"] = side["end_ns"]
+        args["async"] = side.get("end_tid", side["tid"]) != side["tid"]
+    return record, Span(record["name"] + "#remote", side["tid"], side["start_ns"], args)
+
+
 def _start(record: dict) -> int:
     return record["start_ns"]
 
@@ -167,15 +203,17 @@ class ServedSides:
         return side
 
     @staticmethod
-    def end(side: dict, ok: bool) -> None:
+    def end(side: dict, ok: bool, is_async: bool = False) -> None:
         side["end_ns"] = time.time_ns()
         side["status"] = "ok" if ok else "error"
+        if is_async:  # where it ended: a span that ends on another thread is asynchronous
+            side["end_tid"] = threading.get_native_id()
 
     def take(self, rpc_ids: list) -> list:
         """The sides of ``rpc_ids`` that are here (copies: an in-flight call may still end), removed."""
         with self._lock:
             found = [self._sides.pop(i, None) for i in rpc_ids]
-        return [dict(side) for side in found if side is not None]
+        return [{k: v for k, v in side.items() if k != "end_tid"} for side in found if side is not None]
 
 
 class Peers:

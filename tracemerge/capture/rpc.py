@@ -56,9 +56,7 @@ _span_exit = torch._C._autograd._record_function_with_args_exit
 # What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
 _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
 
-# The record fields the callee needs to write its own record.
-# Sent as a tuple in this order (cheaper to pickle than a dict).
-_HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+_HEADER_KEYS = recorder.HEADER_KEYS
 _RPC_ID, _NAME = _HEADER_KEYS.index("rpc_id"), _HEADER_KEYS.index("name")
 
 
@@ -96,9 +94,10 @@ def _traced_api(kind: str, original: Callable) -> Callable:
     def traced(to: Any, func: Callable, args: Optional[tuple] = None, kwargs: Optional[dict] = None,
                timeout: float = UNSET_RPC_TIMEOUT) -> Any:
         rec = recorder.current
-        if rec is None or _is_script(func) or _is_rpc_machinery(func):
+        if rec is None or _is_script(func) or _is_rpc_machinery(func) or not api._is_current_rpc_agent_set():
             # TorchScript functions cannot be wrapped by a Python function without
-            # changing how the callee runs them, so they go out untraced.
+            # changing how the callee runs them, so they go out untraced; without RPC
+            # up, torch says so.
             return original(to, func, args, kwargs, timeout)
         return _issue(rec, kind, original, to, func, args or (), kwargs or {}, timeout)
 
@@ -117,8 +116,7 @@ def _is_script(func: Callable) -> bool:
 
 def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func: Callable,
            args: tuple, kwargs: dict, timeout: float) -> Any:
-    me = rpc.get_worker_info()
-    dst = api._to_worker_info(to)
+    me, dst = _worker_infos(rec, to)
     builtin = torch.jit._builtins._find_builtin(func)
     func_name = builtin if builtin is not None else _func_name(func, args)
     name = f"{kind}#{func_name}({me.name} -> {dst.name})"
@@ -163,6 +161,20 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     # The span ends when the future completes, as the legacy RPC profiler did; the future
     # handed back completes after that, so a caller's wait() sees the record complete.
     return _relayed(result, on_done, rec)
+
+
+def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
+    """(this worker, the callee) as WorkerInfo, read from the agent once per capture and
+    agent (init_rpc may run again inside the block) and callee name."""
+    agent = api._get_current_rpc_agent()
+    if agent is not rec.agent:
+        rec.agent, rec.me, rec.workers = agent, agent.get_worker_info(), {}
+    if not isinstance(to, str):
+        return rec.me, api._to_worker_info(to)
+    dst = rec.workers.get(to)
+    if dst is None:
+        dst = rec.workers[to] = api._to_worker_info(to)
+    return rec.me, dst
 
 
 def _func_name(func: Callable, args: tuple) -> str:
@@ -250,38 +262,35 @@ def _serve_async(header: tuple, func: Callable, args: tuple, kwargs: dict) -> An
 
 def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_async: bool) -> Any:
     """Run ``func`` with the callee's side of the call noted for its caller (recorder.served)
-    and, when this process is capturing, its ``#remote`` span and record: they end when
-    ``func`` returns, or, for async functions, when the returned future completes."""
+    and, when this process is capturing, its ``#remote`` span (its record is made from the
+    side when taken): they end when ``func`` returns, or, for async functions, when the
+    returned future completes."""
     rec = recorder.current
-    handle = record = span = None
+    handle = None
     if rec is not None:
-        name = header[_NAME] + "#remote"
-        handle = _span_enter(name)
+        handle = _span_enter(header[_NAME] + "#remote")
     side = recorder.served.begin(header[_RPC_ID])
     if rec is not None:
-        record = dict(zip(_HEADER_KEYS, header), role="callee", status="pending", start_ns=side["start_ns"])
-        span = recorder.Span(name, side["tid"], side["start_ns"], {"rpc_id": header[_RPC_ID], "role": "callee"})
-        rec.add_call(record, span)
+        rec.add_served(header, side)
     try:
         result = func(*args, **kwargs)
     except BaseException:
-        _served_end(side, record, span, handle, False)
+        _served_end(side, handle, False)
         raise
     if not is_async:
-        _served_end(side, record, span, handle, True)
+        _served_end(side, handle, True)
         return result
-    return _relayed(result, functools.partial(_served_ended, side, record, span, handle), rec)
+    return _relayed(result, functools.partial(_served_ended, side, handle), rec)
 
 
-def _served_end(side: dict, record: Optional[dict], span: Optional[recorder.Span], handle: Any, ok: bool) -> None:
-    recorder.served.end(side, ok)
-    if record is not None and span is not None:
-        _complete(record, span, ok)
+def _served_end(side: dict, handle: Any, ok: bool, is_async: bool = False) -> None:
+    recorder.served.end(side, ok, is_async)
+    if handle is not None:
         _span_exit(handle)  # after the noted end, which the span then covers
 
 
-def _served_ended(side: dict, record: Optional[dict], span: Optional[recorder.Span], handle: Any, fut: Any) -> None:
-    _served_end(side, record, span, handle, _succeeded(fut))
+def _served_ended(side: dict, handle: Any, fut: Any) -> None:
+    _served_end(side, handle, _succeeded(fut), True)
 
 
 def _succeeded(fut: Any) -> bool:
