@@ -7,15 +7,16 @@ builtins they sent natively over to the callee before it stops recording
 (``rpc.stop_serving_natively``); here each is paired with its op, which gives the callee
 record (``start_ns``/``end_ns`` are the op's) and a ``#remote`` span around the op.
 
-Pairing: an op is a candidate when it is outermost on a thread that serves RPCs (named
-``pt_thread_pool``, or unnamed), has the call's builtin name, and starts inside the
+Pairing: an op is a candidate when it is outermost on a thread that may serve RPCs (not
+the main thread; named ``pt_thread_pool``, ``python`` or not named), has the call's builtin name, and starts inside the
 caller's [send, complete] window put on this clock (exactly when both share one boot's
 clock, else with the hand-over's own offset estimate, within its RTT/2). Calls are taken
-in the order they were sent, each with the earliest candidate left: one caller's calls
-reach the callee over one connection in order, so its calls get its ops in order. Two
-calls of the same builtin from different callers in flight together can only be told
-apart by time; where their windows overlap they might swap ops (each keeps a real
-serving of its builtin, and its own caller's times).
+in the order their windows end, each with the earliest candidate left, which pairs as
+many calls as can be paired. A call alone in flight gets its own op. Calls of the same
+builtin in flight together (from one caller or several) can only be told apart by time:
+each gets an op of its builtin inside its window, used once, but two of them may have
+exchanged ops. ``profile(wrap_builtins=True)`` sends builtins wrapped instead (exact,
+at the Python path's cost).
 """
 
 import bisect
@@ -24,12 +25,15 @@ from collections import defaultdict
 # The profiler's op times and time.time_ns() agree to ±2 µs; a window this much wider
 # keeps an op that starts right at the caller's send (same clock) inside it.
 _SLACK_NS = 20_000
-_SERVER_THREAD = "(pt_thread_pool)"
+# RPC server threads are named pt_thread_pool, but Kineto reads a thread's name once, and
+# a pool thread read before it named itself is "python" (what unnamed threads inherit).
+_SERVER_THREADS = ("(pt_thread_pool)", "(python)")
 
 
-def attach(trace: dict, handed: list, own_boot_id: str) -> list:
+def attach(trace: dict, handed: list, own_boot_id: str, main_tid: int) -> list:
     """Callee records for the calls in ``handed`` (``Recorder.native``) found in
-    ``trace``; their ``#remote`` span events are appended to ``trace["traceEvents"]``."""
+    ``trace``; their ``#remote`` span events are appended to ``trace["traceEvents"]``.
+    ``main_tid``: the process's main thread (its pid), which serves no RPC."""
     calls = []
     for group in handed:
         same_clock = bool(own_boot_id) and group.get("boot_id") == own_boot_id
@@ -38,14 +42,16 @@ def attach(trace: dict, handed: list, own_boot_id: str) -> list:
         for call in group["calls"]:
             end = call.get("complete_ns")
             calls.append((call["send_ns"] - offset - slack,
-                          float("inf") if end is None else end - offset + slack, call))
+                          float("inf") if end is None else end - offset + slack, call, same_clock))
     if not calls:
         return []
     events = trace.setdefault("traceEvents", [])
-    ops = _served_ops(trace, {c["func"] for _, _, c in calls})
+    ops = _served_ops(trace, {c[2]["func"] for c in calls}, main_tid)
     used: dict = defaultdict(set)  # builtin name -> indices of its ops already paired
     records = []
-    for low, high, call in sorted(calls, key=lambda c: c[0]):
+    # Each call, by the end of its window, takes the earliest op left in it: this pairs
+    # every call that can be paired (intervals and points, matched greedily).
+    for low, high, call, same_clock in sorted(calls, key=lambda c: (c[1], c[0])):
         found, paired = ops.get(call["func"], []), used[call["func"]]
         i = bisect.bisect_left(found, low, key=lambda op: op[0])
         while i < len(found) and found[i][0] <= high and i in paired:
@@ -54,14 +60,14 @@ def attach(trace: dict, handed: list, own_boot_id: str) -> list:
             continue  # not in this trace (e.g. served before or after the profiler ran)
         paired.add(i)
         start_ns, end_ns, event = found[i]
-        records.append(_record(call, start_ns, end_ns))
+        records.append(_record(call, start_ns, end_ns, same_clock))
         events.append(_span(call, event, start_ns, end_ns, trace.get("baseTimeNanoseconds", 0)))
     return records
 
 
-def _served_ops(trace: dict, names: set) -> dict:
+def _served_ops(trace: dict, names: set, main_tid: int) -> dict:
     """name -> [(start ns, end ns, event)] of the outermost ops named ``names`` on
-    threads that serve RPCs, sorted by start."""
+    threads that may serve RPCs, sorted by start."""
     base = trace.get("baseTimeNanoseconds", 0)
     named = {}
     for e in trace.get("traceEvents", ()):
@@ -72,7 +78,7 @@ def _served_ops(trace: dict, names: set) -> dict:
         if e.get("ph") != "X" or "dur" not in e:
             continue
         where = (e.get("pid"), e.get("tid"))
-        if not named.get(where, _SERVER_THREAD).endswith(_SERVER_THREAD):
+        if e.get("tid") == main_tid or not named.get(where, _SERVER_THREADS[0]).endswith(_SERVER_THREADS):
             continue
         start = base + round(e["ts"] * 1000)
         by_thread[where].append((start, start + round(e["dur"] * 1000), e))
@@ -91,7 +97,12 @@ def _served_ops(trace: dict, names: set) -> dict:
     return out
 
 
-def _record(call: dict, start_ns: int, end_ns: int) -> dict:
+def _record(call: dict, start_ns: int, end_ns: int, same_clock: bool) -> dict:
+    if same_clock:
+        # The profiler's clock and time.time_ns() differ by up to ±2 µs: on one clock the op
+        # surely ran inside the call, and the records say so (the span keeps the op's times).
+        start_ns = max(start_ns, call["send_ns"])
+        end_ns = max(start_ns, min(end_ns, call.get("complete_ns", end_ns)))
     record = {k: call[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")}
     # the op ran, so it ended; an error is known to the caller (a remote()'s never is)
     record.update(role="callee", native=True, start_ns=start_ns, end_ns=end_ns,

@@ -281,13 +281,20 @@ class Peers:
             for callee in [c for c, t in self._token.items() if t is None]:
                 del self._token[callee]
 
-    def stop(self, callee: int, token: str, timeout_s: float) -> list:
-        """``callee``'s capture ``token`` stops: wrap from now on, wait (at most
-        ``timeout_s``) for the native calls in flight, and hand their records over."""
+    def admitted(self) -> list:
+        """(callee, token) of the callees builtins go to natively now."""
         with self._cv:
-            self._stopped.add(token)
-            if self._token.get(callee) == token:
-                self._token[callee] = None
+            return [(c, t) for c, t in self._token.items() if t]
+
+    def take(self, callee: int, token: str, stop: bool, timeout_s: float) -> list:
+        """The records of the native calls sent to ``callee``, to hand over to it, after
+        waiting (at most ``timeout_s``) for those in flight. ``stop``: its capture
+        ``token`` stops (or this process stops calling): wrap from now on."""
+        with self._cv:
+            if stop:
+                self._stopped.add(token)
+                if self._token.get(callee) == token:
+                    self._token[callee] = None
             self._cv.wait_for(lambda: not self._pending.get(callee), timeout=timeout_s)
             sent = self._sent.pop(callee, [])
             self._count -= len(sent)

@@ -74,14 +74,16 @@ def _fetching_shutdown(original: Callable) -> Callable:
     """rpc.shutdown inside a ``profile`` block (every worker then records until all are
     done): the callee sides of this process's calls are asked for first, while every
     callee still answers (a graceful shutdown waits for all workers), since the file is
-    written after it; so are the builtins callers sent here natively (the callers wrap
-    the ones they still send)."""
+    written after it; and the records of the builtins sent natively are handed to their
+    callees (a graceful shutdown returns only after every worker did so)."""
     def shutdown(*args: Any, **kwargs: Any) -> Any:
         rec = recorder.current
         if rec is not None:
             if rec.on_rpc_end is not None:
                 rec.on_rpc_end()
-            stop_serving_natively(rec)
+            # the builtins sent natively go to their callees now: a callee that shuts
+            # down inside its block writes its file after RPC is down
+            hand_over_sent(stop=True)
             calls = rec.caller_records()
             fetched = {c["rpc_id"] for side in rec.fetched for c in side.get("calls", ())}
             rec.keep_sides(collect_remote_sides([r for r in calls if r["rpc_id"] not in fetched]))
@@ -364,7 +366,38 @@ def _admit(caller: int) -> Optional[str]:
 def _hand_over(callee: int, token: str, timeout_s: float) -> tuple:
     """Runs on a caller when ``callee``'s capture stops: the records of the builtins it
     sent there natively (after those in flight ended), its clock and its boot id."""
-    return recorder.peers.stop(callee, token, timeout_s), time.time_ns(), boot_id()
+    return recorder.peers.take(callee, token, True, timeout_s), time.time_ns(), boot_id()
+
+
+def _receive_native(token: str, group: dict) -> None:
+    """Runs on the callee: a caller hands over the builtins it sent here natively."""
+    rec = recorder.current
+    if rec is not None and rec.token == token:
+        rec.add("native", group)
+
+
+def hand_over_sent(stop: bool) -> None:
+    """The caller's half (its capture ends, or rpc.shutdown() runs inside its block, when
+    a callee's capture may outlast RPC itself): hand every admitting callee the records
+    of the builtins sent there natively, with this clock's offset from the callee's.
+    ``stop``: builtins to them go wrapped from now on (this process calls no more)."""
+    if not (rpc.is_available() and api._is_current_rpc_agent_set()):
+        return
+    me = rpc.get_worker_info().id
+    for callee, token in recorder.peers.admitted():
+        calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S)
+        if not calls:
+            continue
+        try:
+            dst = api._to_worker_info(callee)
+            t1 = time.time_ns()
+            their_ns = _ORIGINAL_RPC_SYNC(dst, time.time_ns, timeout=_HANDSHAKE_TIMEOUT_S)
+            t4 = time.time_ns()
+            group = {"caller": me, "boot_id": boot_id(), "offset_ns": (t1 + t4) // 2 - their_ns,
+                     "rtt_ns": t4 - t1, "calls": calls}
+            _ORIGINAL_RPC_SYNC(dst, _receive_native, args=(token, group), timeout=_HANDSHAKE_TIMEOUT_S)
+        except Exception:  # the callee is gone: these calls keep the caller's side only
+            continue
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:
@@ -386,5 +419,5 @@ def stop_serving_natively(rec: recorder.Recorder) -> None:
             continue
         t4 = time.time_ns()
         # the caller's clock minus ours, to within rtt/2 (NTP): places its calls on our clock
-        rec.native.append({"caller": caller, "boot_id": their_boot, "offset_ns": their_ns - (t1 + t4) // 2,
+        rec.add("native", {"caller": caller, "boot_id": their_boot, "offset_ns": their_ns - (t1 + t4) // 2,
                            "rtt_ns": t4 - t1, "calls": calls})

@@ -81,8 +81,10 @@ class profile:
 
     def __exit__(self, *exc_info: Any) -> Literal[False]:
         with self._undo:
-            # while the profiler still records: the builtins callers sent here natively
-            # end, and their records come over (their ops are in this trace)
+            # while RPC is up: the builtins sent from here natively go to their callees'
+            # files; and, while the profiler still records, the builtins callers sent here
+            # natively end and their records come over (their ops are in this trace)
+            rpc.hand_over_sent(stop=False)
             rpc.stop_serving_natively(self._recorder)
             stop_ns = time.time_ns()
             if self.profiler is not None:

@@ -38,7 +38,7 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
         os.unlink(kineto_json_path)
     _annotate(trace, taken["spans"])
     # callee records of the builtins callers sent natively: their ops are in this trace
-    served = native_sides.attach(trace, taken.get("native", []), meta.get("boot_id", ""))
+    served = native_sides.attach(trace, taken.get("native", []), meta.get("boot_id", ""), meta.get("pid", -1))
     start, stop = meta.get("profile_start_ns"), meta.get("profile_stop_ns")
     served = [r for r in served if start is None or stop is None or start <= r["start_ns"] <= stop]
     block = {"version": FORMAT_VERSION, **meta,
