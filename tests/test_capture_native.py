@@ -97,10 +97,12 @@ def _calls(rank):
     return alone + (_together(rank),)
 
 
-def _worker(rank, port, out, trace):
+def _worker(rank, port, out, mode):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     # input shapes: the ground truth of which op served which call
-    capture = profile(out, record_shapes=True) if trace else profile(out, trace=False)
+    capture = {"trace": lambda: profile(out, record_shapes=True),
+               "light": lambda: profile(out, trace=False),
+               "exact": lambda: profile(out, record_shapes=True, wrap_builtins=True)}[mode]()
     with capture:
         rpc.init_rpc(f"worker{rank}", rank=rank, world_size=WORLD)
         report = _calls(rank) if rank != 1 else None
@@ -109,7 +111,7 @@ def _worker(rank, port, out, trace):
 
 
 if __name__ == "__main__":
-    mp.spawn(_worker, args=(free_port(), sys.argv[1], sys.argv[2] == "trace"), nprocs=WORLD)
+    mp.spawn(_worker, args=(free_port(), sys.argv[1], sys.argv[2]), nprocs=WORLD)
 
 
 def _load(path):
@@ -117,7 +119,7 @@ def _load(path):
         return json.load(f)
 
 
-@pytest.fixture(scope="module", params=["trace", "light"])
+@pytest.fixture(scope="module", params=["trace", "light", "exact"])
 def job(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     run_job([__file__, out, request.param], JOB_TIMEOUT_S)
@@ -157,8 +159,8 @@ def test_builtins_went_natively_and_each_got_its_own_op(job):
     """Ground truth: a call alone in flight gets exactly its op; calls in flight together
     (one caller, or two) get the ops of their sizes, each once, inside their windows."""
     mode, _, ranks, reports = job
-    if mode != "trace":
-        pytest.skip("the callee traces only in the first job")
+    if mode == "light":
+        pytest.skip("no callee traces with trace=False")
     trace = ranks[1]
     callee = {"served": {r["rpc_id"]: r for r in trace["tracemerge"]["rpcs"] if r["role"] == "callee"},
               "spans": {e["args"]["rpc_id"]: e for e in trace["traceEvents"]
@@ -170,9 +172,11 @@ def test_builtins_went_natively_and_each_got_its_own_op(job):
         calls = _builtin_calls(ranks[rank]["tracemerge"])
         assert len(calls) == len(sizes) + len(together) == IN_FLIGHT + 3 + TOGETHER
         for call in calls:
-            assert call.get("native") is True, call  # sent as itself, not wrapped
+            # sent as itself (wrapped with wrap_builtins=True)
+            assert call.get("native") is (True if mode == "trace" else None), call
             side = callee["served"][call["rpc_id"]]
-            assert side["native"] is True and side["name"] == call["name"] and side["kind"] == call["kind"]
+            assert side.get("native") is call.get("native")
+            assert side["name"] == call["name"] and side["kind"] == call["kind"]
             # one machine, one clock: served inside the call
             assert call["send_ns"] <= side["start_ns"] <= side["end_ns"] <= call["complete_ns"]
         alone, batch, mixed = calls[:1] + calls[IN_FLIGHT + 1:len(sizes)], calls[1:IN_FLIGHT + 1], calls[len(sizes):]
@@ -180,6 +184,9 @@ def test_builtins_went_natively_and_each_got_its_own_op(job):
             assert _paired_sizes(callee, call) == size, call
             assert callee["served"][call["rpc_id"]]["status"] == ("error" if size % 100 == 70 else "ok")
         assert sorted(_paired_sizes(callee, c) for c in batch) == sizes[1:IN_FLIGHT + 1]
+        if mode == "exact":  # wrapped: every call's side is its own, in flight or not
+            assert [_paired_sizes(callee, c) for c in batch] == sizes[1:IN_FLIGHT + 1]
+            assert [_paired_sizes(callee, c) for c in mixed] == together
         together_sent += together
         together_got += [_paired_sizes(callee, c) for c in mixed]
     assert sorted(together_got) == sorted(together_sent)
@@ -194,7 +201,7 @@ def test_combine_joins_both_sides_of_every_call(job, tmp_path):
     res = cli("combine", *files, "-o", tmp_path / "trace.json", "--report")
     assert res.returncode == 0, res.stderr
     calls = 2 * (IN_FLIGHT + 5 + TOGETHER) + 2  # and the two calls that take turns
-    if mode == "trace":
+    if mode != "light":
         assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only".encode() in res.stderr
     else:
         # trace=False: builtins keep their C++ path to every callee, so with no callee

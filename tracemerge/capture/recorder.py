@@ -55,6 +55,8 @@ class Recorder:
     # trace=False: builtins keep their C++ path to every callee, also one that does not
     # trace (such a call then has the caller's side only)
     builtins_always_native: bool = False
+    # profile(wrap_builtins=True): builtins go wrapped like Python functions
+    wrap_builtins: bool = False
     _stopping: bool = False
     _askers: set = field(default_factory=set)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)

@@ -129,7 +129,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
         "status": "pending",
     }
     native, route = False, None
-    if builtin is not None:
+    if builtin is not None and not rec.wrap_builtins:
         # Builtins stay on the callee's C++ path when the callee finds their ops in its own
         # trace (recorder.Peers); else they go wrapped, like Python functions.
         route = recorder.peers.route(dst.id, record)

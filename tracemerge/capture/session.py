@@ -26,6 +26,11 @@ class profile:
     writes ``rank{R}.cycle{N}.json.gz`` (N counts from 0) instead; ``on_trace_ready`` is
     taken for that, since a profiling session can be exported only once.
 
+    ``wrap_builtins=True`` sends builtins wrapped like Python functions, as before issue
+    27: every call of a builtin then gets its own callee side exactly, also among calls of
+    one builtin in flight together and from a callee that does not trace, at the cost of
+    the callee's Python path (docs/capture.md, "Builtins").
+
     ``trace=False`` runs no torch profiler (``self.profiler`` is None): the file holds the
     records only (ids and times of every RPC and collective, no events), and builtins
     keep their C++ path to every callee, so a callee that does not trace gives them no
@@ -33,7 +38,8 @@ class profile:
     """
 
     def __init__(self, out_dir: "str | os.PathLike[str]", rank: Optional[int] = None,
-                 worker_name: Optional[str] = None, trace: bool = True, **torch_profiler_kwargs: Any) -> None:
+                 worker_name: Optional[str] = None, trace: bool = True, wrap_builtins: bool = False,
+                 **torch_profiler_kwargs: Any) -> None:
         if "on_trace_ready" in torch_profiler_kwargs:
             raise TypeError("tracemerge.capture.profile writes the trace itself; "
                             "on_trace_ready cannot be given")
@@ -42,6 +48,7 @@ class profile:
         self.out_dir = Path(out_dir)
         self._rank, self._worker_name = rank, worker_name
         self._trace = trace
+        self._wrap_builtins = wrap_builtins
         kwargs = dict(torch_profiler_kwargs)
         kwargs.setdefault("activities", _default_activities())
         # Builtins may reach this worker natively only when its trace holds the ops of
@@ -64,7 +71,8 @@ class profile:
         self._known = False
         self._identify()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._recorder = recorder.Recorder(on_rpc_end=self._identify, builtins_always_native=not self._trace)
+        self._recorder = recorder.Recorder(on_rpc_end=self._identify, wrap_builtins=self._wrap_builtins,
+                                           builtins_always_native=not self._trace and not self._wrap_builtins)
         with contextlib.ExitStack() as stack:
             recorder.activate(self._recorder)
             stack.callback(recorder.deactivate)
