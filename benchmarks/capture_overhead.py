@@ -14,9 +14,9 @@ Cases: ``rpc_sync`` of ``torch.add`` and of a Python function, ``rpc_async`` of
 ``torch.add`` awaited one at a time, 50 ``rpc_async`` in flight then awaited
 (throughput), ``remote(torch.add)`` then ``to_here()``, an RRef proxy call
 (``rref.rpc_sync().incr()``) and an ``async_execution`` function. Modes alternate within
-every round; the table gives the median µs per RPC over rounds, the ratios
-capture/torch and capture_off/none, and the spread (min-max) of the ``none`` column,
-which no mode touches: the machine's noise.
+every round; the table gives the median µs per RPC over rounds, the medians of each
+round's ratios capture/torch and capture_off/none, and the spread (min-max) of the
+``none`` column, which no mode touches: the machine's noise.
 
 ``--steps`` times instead, alone and in one process, each step of the capture's own work
 for one call on either side (µs per call, profiler running as under capture).
@@ -168,16 +168,20 @@ def _drive(calls, rounds, out_dir):
 
 
 def _print_table(us, calls, rounds):
+    """Medians over rounds; the ratios are medians of each round's own ratio (the modes of
+    one round ran back to back, so a ratio cancels most of what the machine did)."""
     print(f"µs per RPC, median of {rounds} rounds x {calls} calls, loopback, "
           f"torch {torch.__version__}, {os.cpu_count()} CPUs")
     print("| case | none (min-max) | torch profiler | capture | capture/torch | capture, trace=False | "
           "trace=False/none |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for case in CASES:
-        none, prof, cap, off = (statistics.median(us[(case, m)]) for m in MODES)
-        spread = f"{min(us[(case, 'none')]):.0f}-{max(us[(case, 'none')]):.0f}"
-        print(f"| {case} | {none:.0f} ({spread}) | {prof:.0f} | {cap:.0f} | {cap / prof:.2f} | "
-              f"{off:.0f} | {off / none:.2f} |")
+        none, prof, cap, off = (us[(case, m)] for m in MODES)
+        cap_torch = statistics.median(c / t for c, t in zip(cap, prof))
+        off_none = statistics.median(o / n for o, n in zip(off, none))
+        print(f"| {case} | {statistics.median(none):.0f} ({min(none):.0f}-{max(none):.0f}) | "
+              f"{statistics.median(prof):.0f} | {statistics.median(cap):.0f} | {cap_torch:.2f} | "
+              f"{statistics.median(off):.0f} | {off_none:.2f} |")
 
 
 def _timed(fn, n=20_000):
