@@ -4,11 +4,11 @@ import glob
 
 import pytest
 
-from tracemerge.analysis.diff import diff_reports
+from tracemerge.job import Session
+from tracemerge.report.build import Report, build_report
+from tracemerge.report.diff import diff_reports
 from tracemerge.report.keyavg import KeyAverage
-from tracemerge.report.model import Report, build_report
 from tracemerge.report.rpcstats import RpcKeyStats, RpcReport
-from tracemerge.session import Session
 
 
 def report(rows, rpc_keys=(), callees=()):

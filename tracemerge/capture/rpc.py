@@ -39,8 +39,9 @@ from tracemerge.capture.patching import swapped
 
 # The functions inside rpc_sync's and rpc_async's wrappers, which instrumented() swaps
 # (patching.py): the capture's own exchanges go out untraced.
-_ORIGINAL_RPC_SYNC: Callable = rpc.rpc_sync.__wrapped__  # type: ignore[attr-defined]
-_ORIGINAL_RPC_ASYNC: Callable = rpc.rpc_async.__wrapped__  # type: ignore[attr-defined]
+# (__wrapped__ is set by torch's own decorator, unknown to its stubs)
+_ORIGINAL_RPC_SYNC: Callable = getattr(rpc.rpc_sync, "__wrapped__")
+_ORIGINAL_RPC_ASYNC: Callable = getattr(rpc.rpc_async, "__wrapped__")
 
 # How long a caller's hand-over waits for its native calls in flight, and the capture's
 # own questions.

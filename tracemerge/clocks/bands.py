@@ -73,7 +73,7 @@ class Constraints:
 
 def rpc_constraints(calls):
     """{(a, b): Constraints} with a < b from the complete, successful calls of an
-    :class:`~tracemerge.clocks.correlate.RpcCalls`, pairs in the order of their first call."""
+    :class:`~tracemerge.correlate.match.RpcCalls`, pairs in the order of their first call."""
     use = calls.quadruples & (calls.caller != calls.callee)
     caller, callee = calls.caller[use], calls.callee[use]
     t1, t2, t3, t4 = calls.times[:, use]
@@ -91,7 +91,7 @@ def rpc_constraints(calls):
 
 def collective_constraints(collectives):
     """{(a, b): Constraints} with a < b from the synchronising collectives of a
-    :class:`~tracemerge.clocks.correlate.Collectives` both ranks saw end, pairs in the order of
+    :class:`~tracemerge.correlate.match.Collectives` both ranks saw end, pairs in the order of
     their first collective, then by rank."""
     ranks, start, end, ended = synchronised(collectives)
     found = []
@@ -123,7 +123,7 @@ def _ends(*columns):
 
 
 def synchronised(collectives):
-    """(ranks, start, end, ended) of a :class:`~tracemerge.clocks.correlate.Collectives`, columns
+    """(ranks, start, end, ended) of a :class:`~tracemerge.correlate.match.Collectives`, columns
     in rank order, with ``ended`` False for collectives that do not synchronise."""
     cols = np.argsort(collectives.ranks, kind="stable")
     sync = np.fromiter(map(synchronising, collectives.ops), bool, len(collectives))

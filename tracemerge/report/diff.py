@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from tracemerge.report.model import Report
+    from tracemerge.report.build import Report
 
 RPC = "rpc"
 CALLEE = "callee"
