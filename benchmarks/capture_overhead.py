@@ -133,13 +133,13 @@ def _command(cmd):
         _entered.wait()
 
 
-def _worker(rank, port, calls, rounds, out_dir):
+def _worker(rank, port, calls, rounds, out_dir, cases):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 1:
         _serve_modes(out_dir)
     else:
-        _drive(calls, rounds, out_dir)
+        _drive(calls, rounds, out_dir, cases)
     rpc.shutdown()
 
 
@@ -150,24 +150,25 @@ def _serve_modes(out_dir):
             assert _commands.get() == ("exit",)
 
 
-def _drive(calls, rounds, out_dir):
+def _drive(calls, rounds, out_dir, cases):
     x = torch.ones(16)
     _case_sync_builtin(x, 200)  # warm up connections and code paths
-    us = {(case, mode): [] for case in CASES for mode in MODES}
+    us = {(case, mode): [] for case in cases for mode in MODES}
     for _ in range(rounds):
         for mode in MODES:
             rpc.rpc_sync("worker1", _command, args=(("enter", mode),))
             with _context(mode, os.path.join(out_dir, "w0")):
-                for case, run in CASES.items():
+                for case in cases:
+                    run = CASES[case]
                     t0 = time.perf_counter_ns()
                     run(x, calls)
                     us[(case, mode)].append((time.perf_counter_ns() - t0) / calls / 1000)
             rpc.rpc_sync("worker1", _command, args=(("exit",),))
     rpc.rpc_sync("worker1", _command, args=(None,))
-    _print_table(us, calls, rounds)
+    _print_table(us, calls, rounds, cases)
 
 
-def _print_table(us, calls, rounds):
+def _print_table(us, calls, rounds, cases):
     """Medians over rounds; the ratios are medians of each round's own ratio (the modes of
     one round ran back to back, so a ratio cancels most of what the machine did)."""
     print(f"µs per RPC, median of {rounds} rounds x {calls} calls, loopback, "
@@ -175,7 +176,7 @@ def _print_table(us, calls, rounds):
     print("| case | none (min-max) | torch profiler | capture | capture/torch | capture, trace=False | "
           "trace=False/none |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for case in CASES:
+    for case in cases:
         none, prof, cap, off = (us[(case, m)] for m in MODES)
         cap_torch = statistics.median(c / t for c, t in zip(cap, prof))
         off_none = statistics.median(o / n for o, n in zip(off, none))
@@ -263,6 +264,7 @@ def main():
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", action="store_true", help="time each step of one call's bookkeeping alone")
+    parser.add_argument("--case", action="append", choices=list(CASES), help="only these cases (repeatable)")
     args = parser.parse_args()
     if args.steps:
         _steps()
@@ -271,7 +273,7 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir), nprocs=2)
+        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES)), nprocs=2)
 
 
 if __name__ == "__main__":
