@@ -236,10 +236,14 @@ class Peers:
     """
 
     LIMIT = 1_000_000
+    # A callee that said no is asked again after this long: it may have been about to
+    # start its profiler (the answer costs one round trip).
+    RETRY_S = 1.0
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._token: dict = {}      # callee id -> token (native) or None (wrap); absent: not asked
+        self._asked: dict = {}      # callee id -> time.monotonic() of the last question
         self._stopped: set = set()  # tokens whose capture stopped (a late answer cannot revive one)
         self._pending: dict = {}    # callee id -> native calls in flight
         self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
@@ -247,11 +251,13 @@ class Peers:
 
     def route(self, callee: int, record: dict) -> Optional[bool]:
         """True: send natively (``record`` is kept for the callee and counted in flight
-        until ``done``); False: wrap; None: wrap, and ask the callee (first call to it)."""
+        until ``done``); False: wrap; None: ask the callee first (``answer``), then ask
+        again (the first call to it, or its last no is RETRY_S old)."""
         with self._cv:
             token = self._token.get(callee, False)
-            if token is False:
+            if token is False or (token is None and time.monotonic() - self._asked[callee] > self.RETRY_S):
                 self._token[callee] = None
+                self._asked[callee] = time.monotonic()
                 return None
             if token is None:
                 return False

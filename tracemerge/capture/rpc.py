@@ -37,11 +37,10 @@ from tracemerge.capture import recorder
 from tracemerge.capture.identity import boot_id
 from tracemerge.capture.patching import swapped
 
-# The functions inside rpc_sync's and rpc_async's wrappers, which instrumented() swaps
-# (patching.py): the capture's own exchanges go out untraced.
+# The function inside rpc_sync's wrapper, which instrumented() swaps (patching.py): the
+# capture's own exchanges go out untraced.
 # (__wrapped__ is set by torch's own decorator, unknown to its stubs)
 _ORIGINAL_RPC_SYNC: Callable = getattr(rpc.rpc_sync, "__wrapped__")
-_ORIGINAL_RPC_ASYNC: Callable = getattr(rpc.rpc_async, "__wrapped__")
 
 # How long a caller's hand-over waits for its native calls in flight, and the capture's
 # own questions.
@@ -136,6 +135,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
         route = recorder.peers.route(dst.id, record)
         if route is None:
             _ask_admission(me.id, dst)
+            route = recorder.peers.route(dst.id, record)
         native = bool(route) or rec.builtins_always_native
     # a native call the callee was told of: peers counts it in flight until it ends
     native_to = dst.id if native and route else None
@@ -341,21 +341,14 @@ def _take_sides(rpc_ids: list) -> dict:
 # ---------------------------------------------------------------- builtins sent natively
 
 def _ask_admission(me: int, dst: Any) -> None:
-    """Ask ``dst`` (once, without waiting) whether it finds builtin ops in its own trace;
-    builtins to it go wrapped until it said yes (recorder.Peers)."""
+    """Ask ``dst`` whether it finds builtin ops in its own trace (recorder.Peers): once,
+    at the first builtin to it (again after a no, now and then), one round trip waited
+    for, so that the calls that follow take one path."""
     try:
-        fut = _ORIGINAL_RPC_ASYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
-    except Exception:  # the callee cannot be asked: builtins to it stay wrapped
+        token = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
+    except Exception:  # e.g. the callee has no tracemerge: builtins to it go wrapped
         return
-    fut.add_done_callback(functools.partial(_admitted, dst.id))
-
-
-def _admitted(callee: int, fut: Any) -> None:
-    try:
-        token = fut.value()
-    except Exception:  # e.g. the callee has no tracemerge: builtins to it stay wrapped
-        return
-    recorder.peers.answer(callee, token)
+    recorder.peers.answer(dst.id, token)
 
 
 def _admit(caller: int) -> Optional[str]:
