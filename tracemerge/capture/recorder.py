@@ -244,6 +244,7 @@ class Peers:
         self._cv = threading.Condition()
         self._token: dict = {}      # callee id -> token (native) or None (wrap); absent: not asked
         self._asked: dict = {}      # callee id -> time.monotonic() of the last question
+        self._pushing: dict = {}    # callee id -> hand-overs of ours to it under way
         self._stopped: set = set()  # tokens whose capture stopped (a late answer cannot revive one)
         self._pending: dict = {}    # callee id -> native calls in flight
         self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
@@ -294,19 +295,31 @@ class Peers:
         with self._cv:
             return [(c, t) for c, t in self._token.items() if t]
 
-    def take(self, callee: int, token: str, stop: bool, timeout_s: float) -> list:
+    def take(self, callee: int, token: str, stop: bool, timeout_s: float, push: bool = False) -> list:
         """The records of the native calls sent to ``callee``, to hand over to it, after
         waiting (at most ``timeout_s``) for those in flight. ``stop``: its capture
-        ``token`` stops (or this process stops calling): wrap from now on."""
+        ``token`` stops (or this process stops calling): wrap from now on. ``push``: we
+        hand them over ourselves (``pushed`` when done); else the callee asked, and is
+        answered only once a hand-over of ours under way has arrived (its file is
+        written right after: one arriving later would be lost)."""
         with self._cv:
             if stop:
                 self._stopped.add(token)
                 if self._token.get(callee) == token:
                     self._token[callee] = None
-            self._cv.wait_for(lambda: not self._pending.get(callee), timeout=timeout_s)
+            self._cv.wait_for(lambda: not self._pending.get(callee) and (push or not self._pushing.get(callee)),
+                              timeout=timeout_s)
             sent = self._sent.pop(callee, [])
             self._count -= len(sent)
+            if push:
+                self._pushing[callee] = self._pushing.get(callee, 0) + 1
         return [dict(r) for r in sent]
+
+    def pushed(self, callee: int) -> None:
+        """A hand-over of ours to ``callee`` (``take(push=True)``) arrived or failed."""
+        with self._cv:
+            self._pushing[callee] -= 1
+            self._cv.notify_all()
 
 
 _lock = threading.Lock()

@@ -379,19 +379,20 @@ def hand_over_sent(stop: bool) -> None:
         return
     me = rpc.get_worker_info().id
     for callee, token in recorder.peers.admitted():
-        calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S)
-        if not calls:
-            continue
+        calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S, push=True)
         try:
-            dst = api._to_worker_info(callee)
-            t1 = time.time_ns()
-            their_ns = _ORIGINAL_RPC_SYNC(dst, time.time_ns, timeout=_HANDSHAKE_TIMEOUT_S)
-            t4 = time.time_ns()
-            group = {"caller": me, "boot_id": boot_id(), "offset_ns": (t1 + t4) // 2 - their_ns,
-                     "rtt_ns": t4 - t1, "calls": calls}
-            _ORIGINAL_RPC_SYNC(dst, _receive_native, args=(token, group), timeout=_HANDSHAKE_TIMEOUT_S)
+            if calls:
+                dst = api._to_worker_info(callee)
+                t1 = time.time_ns()
+                their_ns = _ORIGINAL_RPC_SYNC(dst, time.time_ns, timeout=_HANDSHAKE_TIMEOUT_S)
+                t4 = time.time_ns()
+                group = {"caller": me, "boot_id": boot_id(), "offset_ns": (t1 + t4) // 2 - their_ns,
+                         "rtt_ns": t4 - t1, "calls": calls}
+                _ORIGINAL_RPC_SYNC(dst, _receive_native, args=(token, group), timeout=_HANDSHAKE_TIMEOUT_S)
         except Exception:  # the callee is gone: these calls keep the caller's side only
-            continue
+            pass
+        finally:
+            recorder.peers.pushed(callee)
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:
