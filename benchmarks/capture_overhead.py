@@ -21,7 +21,12 @@ round's ratios capture/torch and capture_off/none, and the spread (min-max) of t
 ``--steps`` times instead, alone and in one process, each step of the capture's own work
 for one call on either side (µs per call, profiler running as under capture).
 
-    python benchmarks/capture_overhead.py [--calls 300] [--rounds 3] [--steps]
+``--paired trace|off`` runs one capture on both workers and alternates, per case, blocks
+of calls through capture's wrappers and through the torch functions inside them: the
+ratio is capture/torch.profiler (``off``: capture without profiler/none), each pair
+measured seconds apart.
+
+    python benchmarks/capture_overhead.py [--calls 300] [--rounds 3] [--steps | --paired trace|off]
 """
 
 import argparse
@@ -133,11 +138,13 @@ def _command(cmd):
         _entered.wait()
 
 
-def _worker(rank, port, calls, rounds, out_dir, cases):
+def _worker(rank, port, calls, rounds, out_dir, cases, paired=None):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 1:
         _serve_modes(out_dir)
+    elif paired is not None:
+        _paired(calls, rounds, out_dir, paired == "trace")
     else:
         _drive(calls, rounds, out_dir, cases)
     rpc.shutdown()
@@ -183,6 +190,76 @@ def _print_table(us, calls, rounds, cases):
         print(f"| {case} | {statistics.median(none):.0f} ({min(none):.0f}-{max(none):.0f}) | "
               f"{statistics.median(prof):.0f} | {statistics.median(cap):.0f} | {cap_torch:.2f} | "
               f"{statistics.median(off):.0f} | {off_none:.2f} |")
+
+
+def _untraced(api):
+    """The torch function inside a wrapper that capture swaps: a call without capture's
+    instrumentation, while the capture (and its profiler) runs."""
+    return getattr(api, "__wrapped__")
+
+
+def _paired_cases(x):
+    """case -> (traced call, the same call untraced), for --paired."""
+    from torch.distributed.rpc import rref_proxy
+
+    sync, async_, remote = _untraced(rpc.rpc_sync), _untraced(rpc.rpc_async), _untraced(rpc.remote)
+    counter = rpc.remote("worker1", Counter)
+    counter.rpc_sync().incr()  # the proxy's type, fetched once
+
+    def in_flight(api):
+        return lambda: torch.futures.wait_all([api("worker1", torch.add, args=(x, 1)) for _ in range(IN_FLIGHT)])
+
+    return {
+        "rpc_sync(torch.add)": (lambda: rpc.rpc_sync("worker1", torch.add, args=(x, 1)),
+                                lambda: sync("worker1", torch.add, args=(x, 1))),
+        "rpc_sync(python fn)": (lambda: rpc.rpc_sync("worker1", py_add, args=(x, 1)),
+                                lambda: sync("worker1", py_add, args=(x, 1))),
+        "rpc_async(torch.add).wait()": (lambda: rpc.rpc_async("worker1", torch.add, args=(x, 1)).wait(),
+                                        lambda: async_("worker1", torch.add, args=(x, 1)).wait()),
+        f"rpc_async x{IN_FLIGHT} in flight (per batch)": (in_flight(rpc.rpc_async), in_flight(async_)),
+        "remote(torch.add).to_here()": (lambda: rpc.remote("worker1", torch.add, args=(x, 1)).to_here(),
+                                        lambda: remote("worker1", torch.add, args=(x, 1)).to_here()),
+        "rref.rpc_sync().incr()": (lambda: counter.rpc_sync().incr(),
+                                   lambda: sync(counter.owner(), rref_proxy._local_invoke,
+                                                args=(counter, "incr", (), {}))),
+        "rpc_sync(async_execution fn)": (lambda: rpc.rpc_sync("worker1", async_add, args=(x, 1)),
+                                         lambda: sync("worker1", async_add, args=(x, 1))),
+    }
+
+
+def _paired(calls, rounds, out_dir, trace):
+    """Inside one capture on both workers, each case alternates blocks of ``calls`` calls
+    traced and untraced (the torch function inside capture's wrapper: the same profiler,
+    without capture's work), ``rounds`` times: traced/untraced of each pair is
+    capture/torch.profiler (``trace=False``: capture without profiler / none), measured
+    close together, which survives a loaded machine far better than separate jobs."""
+    rpc.rpc_sync("worker1", _command, args=(("enter", "capture" if trace else "capture_off"),))
+    x = torch.ones(16)
+    rows = []
+    with _context("capture" if trace else "capture_off", os.path.join(out_dir, "w0")):
+        rpc.rpc_sync("worker1", torch.add, args=(x, 1))  # asks worker1 whether builtins may go natively
+        for case, (traced, untraced) in _paired_cases(x).items():
+            n = max(1, calls // IN_FLIGHT) if "in flight" in case else calls
+            ratios, plain = [], []
+            for _ in range(rounds):
+                got = []
+                for fn in (traced, untraced):
+                    t0 = time.perf_counter_ns()
+                    for _ in range(n):
+                        fn()
+                    got.append((time.perf_counter_ns() - t0) / n / 1000)
+                ratios.append(got[0] / got[1])
+                plain.append(got[1])
+            rows.append((case, statistics.median(plain), min(plain), max(plain), statistics.median(ratios),
+                         min(ratios), max(ratios)))
+    rpc.rpc_sync("worker1", _command, args=(("exit",),))
+    rpc.rpc_sync("worker1", _command, args=(None,))
+    what = "capture / torch.profiler" if trace else "capture(trace=False) / no profiler"
+    print(f"{what}, paired blocks of {calls} calls x {rounds}, torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print("| case | untraced µs (min-max) | ratio, median (min-max) |")
+    print("|---|---:|---:|")
+    for case, med, lo, hi, ratio, rlo, rhi in rows:
+        print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.2f} ({rlo:.2f}-{rhi:.2f}) |")
 
 
 def _timed(fn, n=20_000):
@@ -265,6 +342,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", action="store_true", help="time each step of one call's bookkeeping alone")
     parser.add_argument("--case", action="append", choices=list(CASES), help="only these cases (repeatable)")
+    parser.add_argument("--paired", choices=["trace", "off"],
+                        help="one capture (trace=True, or trace=False) on both workers, traced and untraced "
+                             "calls in alternating blocks: capture/torch.profiler (or /no profiler) per case")
     args = parser.parse_args()
     if args.steps:
         _steps()
@@ -273,7 +353,8 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES)), nprocs=2)
+        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES), args.paired),
+                 nprocs=2)
 
 
 if __name__ == "__main__":
