@@ -115,7 +115,7 @@ class Job:
             infos = keep_cycle(infos, cycle)
         if rank_from != "order":  # numbered in the order given, every file is a rank of its own
             infos = join_cycles(infos)
-        assign_ranks(infos, rank_from)
+        assign_ranks(infos, rank_from, strict)
         infos.sort(key=rank_of)
         links = correlate(infos)
         warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links)
@@ -136,7 +136,7 @@ class Job:
         """The clock model of this job under ``method`` (a pure function of the job: the
         commands ask for it once, through ``Job.open(align=...)``)."""
         reference, clocks = align_clocks(list(self.infos), method, reference, dict(offsets or {}), self.links)
-        clocks, causality = review(list(self.infos), clocks, enforce_causality, self.links)
+        clocks, causality = review(list(self.infos), clocks, enforce_causality, self.links, reference)
         return Alignment(method=method, reference=reference, clocks=clocks, causality=causality)
 
     def aligned(self, request: AlignRequest) -> "Job":
