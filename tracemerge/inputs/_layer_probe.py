@@ -1,0 +1,2 @@
+def f():
+    from tracemerge.merge import combine  # noqa: F401
