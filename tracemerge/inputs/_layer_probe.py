@@ -1,2 +1,0 @@
-def f():
-    from tracemerge.merge import combine  # noqa: F401
