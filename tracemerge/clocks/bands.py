@@ -24,7 +24,7 @@ each pair over all of its points gets.
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -89,20 +89,50 @@ def rpc_constraints(calls):
             for k, i in sorted(enumerate(start.tolist()), key=lambda g: order[g[1]])}
 
 
-def collective_constraints(collectives):
+def collective_constraints(collectives: Any, ranks: Optional[Iterable[int]] = None) -> Dict[Tuple[int, int], "Constraints"]:
     """{(a, b): Constraints} with a < b from the synchronising collectives of a
-    :class:`~tracemerge.clocks.correlate.Collectives` both ranks saw end, pairs in the order of
-    their first collective, then by rank."""
-    ranks, start, end, ended = synchronised(collectives)
-    found = []
-    for x in range(len(ranks)):
-        for y in range(x + 1, len(ranks)):
-            rows = np.flatnonzero(ended[:, x] & ended[:, y])
-            if len(rows):
-                sx, sy, ex, ey = start[rows, x], start[rows, y], end[rows, x], end[rows, y]
-                found.append((rows[0], (ranks[x], ranks[y]), np.stack([sx, ey - sx, ex, sy - ex])))
-    found.sort(key=lambda f: f[0])
-    return {pair: _constraints(pair, rows, "collective") for _, pair, rows in found}
+    :class:`~tracemerge.clocks.correlate.Collectives`, pairs in the order of their first
+    collective, then by rank; ``ranks``: only these ranks' records count.
+
+    A collective of N members is N - 1 links, each member to the collective's hub, not the
+    N² pairs of its members: the members' constraints reach each other through the hub,
+    looser only by the hub's own time in the collective. So the hub is the member that
+    arrives last, which waits least: the one with the shortest time in it. One hub serves a
+    whole group (the member most often last, ties to the lower rank), so a group of N ranks
+    is N - 1 links however many collectives it ran, each fitted from all of them; a
+    collective its hub did not see end is hubbed by its own last arriver.
+    """
+    cols, start, end, ended = synchronised(collectives)
+    if ranks is not None:
+        ended = ended & np.isin(np.array(cols, np.int64), np.fromiter(ranks, np.int64))[None, :]
+    ended = ended & (ended.sum(axis=1) > 1)[:, None]
+    if not ended.any():
+        return {}
+    groups: Dict[Any, int] = {}
+    group = np.fromiter((groups.setdefault(tuple(k[:-1]), len(groups)) for k in collectives.keys), np.int64,
+                        len(collectives))
+    time_in = np.where(ended, end - start, np.iinfo(np.int64).max)
+    last = np.argmin(time_in, axis=1)  # columns are in rank order: ties go to the lower rank
+    counts = np.zeros((len(groups), len(cols)), np.int64)
+    used = ended.any(axis=1)
+    np.add.at(counts, (group[used], last[used]), 1)
+    hub = np.argmax(counts, axis=1)[group]
+    hub = np.where(ended[np.arange(len(hub)), hub], hub, last)
+    row, col = np.nonzero(ended & (np.arange(len(cols))[None, :] != hub[:, None]))
+    h = hub[row]
+    rank = np.array(cols, np.int64)
+    x_lower = rank[col] < rank[h]  # the member is a, the hub b; else the hub is a
+    a, b = np.where(x_lower, col, h), np.where(x_lower, h, col)
+    sa, sb, ea, eb = start[row, a], start[row, b], end[row, a], end[row, b]
+    rows = np.stack([sa, eb - sa, ea, sb - ea])
+    a, b = rank[a], rank[b]
+    order = np.lexsort((row, b, a))  # a pair's collectives stay in their order
+    a, b, row, rows = a[order], b[order], row[order], rows[:, order]
+    starts = _runs(a, b)
+    parts = np.split(rows, starts[1:], axis=1)
+    found = sorted(range(len(starts)), key=lambda k: (row[starts[k]], a[starts[k]], b[starts[k]]))
+    return {(int(a[starts[k]]), int(b[starts[k]])): _constraints((a[starts[k]], b[starts[k]]), parts[k], "collective")
+            for k in found}
 
 
 def _runs(*columns):
