@@ -91,11 +91,12 @@ def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairF
     # g and its bound at both ends for every link, read where each fit was made: the span
     # (t0, t1) on a's clock as the previous round modelled it
     y = np.array([[f.at(models[a].to_local(t)) for t in (t0, t1)] for (a, _), f in edges]).reshape(-1, 2)
-    group_of = {r: k for k, g in enumerate(components(ranks, fits)) for r in g}
-    slope = {}  # the drift a group's errors in where g is read can move it by
+    groups = components(ranks, fits)
+    group_of = {r: k for k, g in enumerate(groups) for r in g}
+    slope: Dict[int, float] = {}  # the drift a group's errors in where g is read can move it by
     for (a, _), f in edges:
         slope[group_of[a]] = max(slope.get(group_of[a], DRIFT_LIMIT_PPM * 1e-6), abs(f.drift_ppm) * 1e-6)
-    err = np.array([[f.bounds[end] + slope[group_of[a]] * bounds.get(a, (0.0, 0.0))[end] for end in (0, 1)]
+    err = np.array([[(f.bounds or (0.0, 0.0))[end] + slope[group_of[a]] * bounds.get(a, (0.0, 0.0))[end] for end in (0, 1)]
                     for (a, _), f in edges]).reshape(-1, 2)
     length = np.maximum(err.max(axis=1), 1.0).tolist()
     near: Dict[int, List[Tuple[int, int, int]]] = {r: [] for r in ranks}  # rank: (neighbour, link, sign)
@@ -105,16 +106,16 @@ def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairF
     # along the shortest paths: offsets and bounds at both ends, link kinds and samples
     found: Dict[int, Tuple[int, List[float], List[float], frozenset, int]] = {}  # rank: root, o, b, kinds, samples
     roots: Dict[int, str] = {}  # root: its note
-    for group in components(ranks, fits):
+    for group in groups:
         root = reference if reference in group else group[0]
         roots[root] = "" if root == reference else (
             f"no exchange links rank{'s' if len(group) > 1 else ''} {', '.join(map(str, group))} to reference "
             f"rank {reference}; rank {root}'s wall clock is trusted.")
         found[root] = (root, [0.0, 0.0], [0.0, 0.0], frozenset(), 0)
         for r, parent, e, sign in _shortest_paths(root, near, length):
-            _, o, b, kinds, samples = found[parent]
+            _, o, bd, kinds, samples = found[parent]
             f = edges[e][1]
-            found[r] = (root, [o[0] + sign * y[e, 0], o[1] + sign * y[e, 1]], [b[0] + err[e, 0], b[1] + err[e, 1]],
+            found[r] = (root, [o[0] + sign * y[e, 0], o[1] + sign * y[e, 1]], [bd[0] + err[e, 0], bd[1] + err[e, 1]],
                         kinds | f.kinds, samples + f.samples)
     index = {r: i for i, r in enumerate(found)}
     est = np.array([v[1] for v in found.values()]).reshape(-1, 2)
