@@ -75,3 +75,23 @@ def test_every_rank_of_a_large_job_with_drift_lies_within_its_bound(tmp_path, ra
     over = [(r, err[r], c.error_bound_ns) for r, c in clocks.items() if err[r] > c.error_bound_ns]
     assert not over, over[:5]
     assert {c.method for r, c in clocks.items() if r} <= {"rpc", "collective", "collective+rpc"}
+
+
+def test_many_small_groups_stay_entries_not_a_grid_of_collectives_by_ranks():
+    """512 ranks in tensor-parallel groups of 8, 20 collectives each: the join keeps one
+    entry per record and the clocks never build the dense (collectives × ranks) views."""
+    n, size, seqs = 512, 8, 20
+    infos = []
+    for r in range(n):
+        g = r // size
+        infos.append(_info(r, [{"op": "all_reduce", "group": f"tp{g}", "group_ranks": list(range(g * size, g * size + size)),
+                                "seq": k, "start_ns": 10_000 * k + r, "end_ns": 10_000 * k + 5_000} for k in range(seqs)]))
+    coll = match_collectives(infos)
+    assert len(coll) == n // size * seqs and len(coll.member_row) == n * seqs
+    links = collective_constraints(coll)
+    assert len(links) == n - n // size
+    # the last to arrive (highest start, shortest time) of each group is its hub
+    assert all(b == a // size * size + size - 1 for a, b in links)
+    assert not {"last", "start", "end", "ended"} & set(vars(coll))  # no dense view was built
+    first = next(iter(coll))
+    assert first.start_ns == {r: r for r in range(size)} and coll.ended[0, :size].all() and not coll.ended[0, size:].any()

@@ -100,32 +100,44 @@ def collective_constraints(collectives: Any, ranks: Optional[Iterable[int]] = No
     arrives last, which waits least: the one with the shortest time in it. One hub serves a
     whole group (the member most often last, ties to the lower rank), so a group of N ranks
     is N - 1 links however many collectives it ran, each fitted from all of them; a
-    collective its hub did not see end is hubbed by its own last arriver.
+    collective its hub did not see end is hubbed by its own last arriver. Everything is a
+    sort or a pass over the member entries: time and memory grow with the records.
     """
-    cols, start, end, ended = synchronised(collectives)
+    row, rank, start, end = synchronised(collectives)
     if ranks is not None:
-        ended = ended & np.isin(np.array(cols, np.int64), np.fromiter(ranks, np.int64))[None, :]
-    ended = ended & (ended.sum(axis=1) > 1)[:, None]
-    if not ended.any():
+        keep = np.isin(rank, np.fromiter(ranks, np.int64))
+        row, rank, start, end = row[keep], rank[keep], start[keep], end[keep]
+    several = np.bincount(row, minlength=len(collectives))[row] > 1
+    row, rank, start, end = row[several], rank[several], start[several], end[several]
+    if not len(row):
         return {}
     groups: Dict[Any, int] = {}
     group = np.fromiter((groups.setdefault(tuple(k[:-1]), len(groups)) for k in collectives.keys), np.int64,
                         len(collectives))
-    time_in = np.where(ended, end - start, np.iinfo(np.int64).max)
-    last = np.argmin(time_in, axis=1)  # columns are in rank order: ties go to the lower rank
-    counts = np.zeros((len(groups), len(cols)), np.int64)
-    used = ended.any(axis=1)
-    np.add.at(counts, (group[used], last[used]), 1)
-    hub = np.argmax(counts, axis=1)[group]
-    hub = np.where(ended[np.arange(len(hub)), hub], hub, last)
-    row, col = np.nonzero(ended & (np.arange(len(cols))[None, :] != hub[:, None]))
-    h = hub[row]
-    rank = np.array(cols, np.int64)
-    x_lower = rank[col] < rank[h]  # the member is a, the hub b; else the hub is a
-    a, b = np.where(x_lower, col, h), np.where(x_lower, h, col)
-    sa, sb, ea, eb = start[row, a], start[row, b], end[row, a], end[row, b]
-    rows = np.stack([sa, eb - sa, ea, sb - ea])
-    a, b = rank[a], rank[b]
+    # each collective's last arriver: its shortest time in it, ties to the lower rank
+    by_time = np.lexsort((rank, end - start, row))
+    last = by_time[_runs(row[by_time])]  # one member entry per collective that has members
+    # each group's hub: the rank most often last, ties to the lower rank
+    g, r = group[row[last]], rank[last]
+    pairs, times = np.unique(np.stack([g, r]), axis=1, return_counts=True)
+    best = np.lexsort((pairs[1], -times, pairs[0]))
+    best = best[_runs(pairs[0][best])]
+    group_hub = np.full(len(groups), -1, np.int64)
+    group_hub[pairs[0][best]] = pairs[1][best]
+    # the member entry of each collective's hub: the group's hub where it saw it end, else its last arriver
+    top = int(rank.max()) + 1
+    code = row * top + rank  # sorted: the entries are by collective, then rank
+    wanted = row[last] * top + group_hub[group[row[last]]]
+    at = np.minimum(np.searchsorted(code, wanted), len(code) - 1)
+    hub_entry = np.full(len(collectives), -1, np.int64)
+    hub_entry[row[last]] = np.where(code[at] == wanted, at, last)
+    h = hub_entry[row]
+    member = np.flatnonzero(np.arange(len(row)) != h)
+    h = h[member]
+    x_lower = rank[member] < rank[h]  # the member is a, the hub b; else the hub is a
+    a, b = np.where(x_lower, member, h), np.where(x_lower, h, member)
+    rows = np.stack([start[a], end[b] - start[a], end[a], start[b] - end[a]])
+    a, b, row = rank[a], rank[b], row[member]
     order = np.lexsort((row, b, a))  # a pair's collectives stay in their order
     a, b, row, rows = a[order], b[order], row[order], rows[:, order]
     starts = _runs(a, b)
@@ -152,13 +164,16 @@ def _ends(*columns):
     return end
 
 
-def synchronised(collectives):
-    """(ranks, start, end, ended) of a :class:`~tracemerge.clocks.correlate.Collectives`, columns
-    in rank order, with ``ended`` False for collectives that do not synchronise."""
-    cols = np.argsort(collectives.ranks, kind="stable")
+def synchronised(collectives: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(collective, rank, start, end) of every member entry of a
+    :class:`~tracemerge.clocks.correlate.Collectives` that saw a synchronising collective
+    end, by collective, then rank."""
     sync = np.fromiter(map(synchronising, collectives.ops), bool, len(collectives))
-    return ([collectives.ranks[c] for c in cols.tolist()], collectives.start[:, cols], collectives.end[:, cols],
-            collectives.ended[:, cols] & sync[:, None])
+    keep = collectives.member_ended & sync[collectives.member_row]
+    row = collectives.member_row[keep]
+    rank = np.array(collectives.ranks, np.int64)[collectives.member_col[keep]]
+    order = np.lexsort((rank, row))
+    return row[order], rank[order], collectives.member_start[keep][order], collectives.member_end[keep][order]
 
 
 def _constraints(pair, rows, kind):

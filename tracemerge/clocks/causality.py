@@ -38,10 +38,11 @@ def points(infos, memo=None):
     have = np.array(sorted(i.rank for i in infos), np.int64)
     use = calls.quadruples & np.isin(calls.caller, have) & np.isin(calls.callee, have)
     rpc = np.column_stack([calls.caller[use], calls.callee[use], *calls.times[:, use]]).reshape(-1, 6)
-    ranks, start, end, ended = synchronised(match_collectives(infos))
-    ended &= (ended.sum(axis=1) > 1)[:, None]
-    row, col = np.nonzero(ended)
-    coll = np.column_stack([np.array(ranks, np.int64)[col], start[row, col], end[row, col]]).reshape(-1, 3)
+    collectives = match_collectives(infos)
+    row, rank, start, end = synchronised(collectives)
+    keep = np.bincount(row, minlength=len(collectives))[row] > 1
+    row = row[keep]
+    coll = np.column_stack([rank[keep], start[keep], end[keep]]).reshape(-1, 3)
     return Points(rpc, coll, np.flatnonzero(np.diff(row, prepend=-1)))
 
 
