@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tests.support import synth  # noqa: E402
 from tracemerge.clocks.bands import rpc_constraints  # noqa: E402
 from tracemerge.clocks.causality import count  # noqa: E402
-from tracemerge.clocks.correlate import match_rpcs  # noqa: E402
 from tracemerge.clocks.methods import align, exchange_clocks  # noqa: E402
-from tracemerge.session import Session  # noqa: E402
+from tracemerge.correlate.match import match_rpcs  # noqa: E402
+from tracemerge.job import Session  # noqa: E402
 
 
 def theoretical(infos, reference):

@@ -26,9 +26,9 @@ from tests.support import gen_kineto  # noqa: E402
 ANALYSE = r'''
 import sys, time
 from tracemerge.analysis.critical_path import critical_path
-from tracemerge.analysis.job import job_timeline
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.session import Session
+from tracemerge.analysis.job_timeline import job_timeline
+from tracemerge.engine import LocalEngine
+from tracemerge.job import Session
 jobs = int(sys.argv[1]) or None
 start = time.perf_counter()
 engine = LocalEngine(jobs)

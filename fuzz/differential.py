@@ -21,9 +21,9 @@ from tracemerge.formats import chrome
 from tracemerge.formats.chrome import native_body
 from tracemerge.formats.perfetto.encoder import _Annotations, encode_rank
 from tracemerge.inputs.chrome import read_trace
-from tracemerge.merge.placement import Placement, aligned_ns, transform_chunks
 from tracemerge.model import NO_TS
 from tracemerge.nesting import lanes
+from tracemerge.place.placement import Placement, aligned_ns, transform_chunks
 
 SCALAR_FIELDS = ("meta", "tracemerge", "base_ns", "names", "pids", "tids", "warnings", "truncated")
 ARRAY_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur")

@@ -12,10 +12,10 @@ from support import synth
 from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, Constraints, _Lines, _lines, rpc_constraints, stack
 from tracemerge.clocks.causality import count
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.clocks.graph import solve
 from tracemerge.clocks.methods import align, exchange_clocks
-from tracemerge.session import Session
+from tracemerge.correlate.match import match_rpcs
+from tracemerge.job import Session
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")
 

@@ -17,11 +17,11 @@ from tracemerge.analysis.critical_path import (
     UNTRACED,
     critical_path,
 )
-from tracemerge.analysis.job import job_timeline
+from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.analysis.stragglers import stragglers
 from tracemerge.analysis.waits import wait_states
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.session import Session
+from tracemerge.engine import LocalEngine
+from tracemerge.job import Session
 
 US = 1000
 

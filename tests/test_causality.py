@@ -10,7 +10,7 @@ from support import synth
 from tracemerge.cli import main
 from tracemerge.clocks.causality import count, review
 from tracemerge.clocks.methods import align
-from tracemerge.session import Session
+from tracemerge.job import Session
 
 
 def _job(tmp_path, **kw):

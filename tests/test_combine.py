@@ -5,8 +5,8 @@ from tracefiles import BASE, kineto, load_output, rank_file, write, x
 
 from tracemerge.errors import RankConflict
 from tracemerge.inputs.rankinfo import rank_from_name
+from tracemerge.job import Session
 from tracemerge.merge.combine import combine
-from tracemerge.session import Session
 
 
 def two_ranks(tmp_path, skew_ns=0, start_gap_us=0.0):
@@ -171,7 +171,7 @@ def test_malformed_records_are_named(tmp_path, block, problem):
 
 
 def test_unfinished_collective_is_kept_without_end(tmp_path):
-    from tracemerge.clocks.correlate import match_collectives
+    from tracemerge.correlate.match import match_collectives
     coll = {"op": "all_reduce", "group": "0", "group_ranks": [0, 1], "seq": 1, "bytes": 4}
     a = write(tmp_path / "rank0.json", rank_file([x("a", 1, 1)], rank=0, collectives=[{**coll, "start_ns": BASE, "end_ns": BASE + 5}]))
     b = write(tmp_path / "rank1.json", rank_file([x("a", 1, 1)], rank=1, collectives=[{**coll, "start_ns": BASE}]))

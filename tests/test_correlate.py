@@ -1,12 +1,17 @@
 """Joining RPC and collective records across ranks: which record wins, what counts as complete."""
 
+import glob
+import os
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tracemerge.clocks.bands import collective_constraints, rpc_constraints
-from tracemerge.clocks.correlate import RpcCall, RpcMemo, match_collectives, match_rpcs
+from tracemerge.correlate import match
+from tracemerge.correlate.match import RpcCall, match_collectives, match_rpcs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def info(rank, rpcs=(), collectives=()):
@@ -59,19 +64,41 @@ def test_collectives_keep_each_ranks_last_start_and_last_end_given():
     assert pair == (0, 2) and np.array_equal(c.upper, [40 - 6]) and np.array_equal(c.lower, [10 - 30])
 
 
-def test_the_rpc_join_is_made_once_for_the_same_records_and_again_for_other_ones():
+def test_the_join_is_read_only_once_made():
     infos = [info(0, [caller("a", 0, 1, 10, 40)]), info(1, [callee("a", 0, 1, 20, 30)])]
-    memo = RpcMemo()
-    first = match_rpcs(infos, memo)
-    assert match_rpcs(list(infos), memo) is first  # the same record lists
-    assert match_rpcs(infos) is not first  # no memo: made again
+    first = match_rpcs(infos)
     with pytest.raises(ValueError):
-        first.calls.times[0, 0] = 1  # shared by every caller: read-only
-    infos[1].rpcs.append(callee("b", 0, 1, 50))  # a list that grew
-    grown = match_rpcs(infos, memo)
-    assert grown is not first and len(grown.calls) == 2 and grown.callee_only == 1
-    other = [info(0, [caller("a", 0, 1, 10, 40)]), info(1, [callee("a", 0, 1, 21, 30)])]  # equal lengths, other lists
-    assert match_rpcs(other, memo).calls.times[1].tolist() == [21]
+        first.calls.times[0, 0] = 1  # shared by every reader of the job: read-only
+
+
+def test_a_command_joins_the_records_once(monkeypatch, tmp_path):
+    """combine (with --critical-path and --report), report --analysis: the RPC and the
+    collective joins are each made once per job, and every stage reads that one."""
+    from tracemerge import AlignRequest, Job
+    from tracemerge.merge.combine import combine
+    from tracemerge.report.build import job_report
+    from tracemerge.report.write import write_combine_report
+
+    made = {"rpcs": 0, "collectives": 0}
+    real_rpcs, real_collectives = match._match_rpcs, match.match_collectives
+
+    def counted_rpcs(infos):
+        made["rpcs"] += 1
+        return real_rpcs(infos)
+
+    def counted_collectives(infos):
+        made["collectives"] += 1
+        return real_collectives(infos)
+
+    monkeypatch.setattr(match, "_match_rpcs", counted_rpcs)
+    monkeypatch.setattr(match, "match_collectives", counted_collectives)
+    paths = sorted(glob.glob(os.path.join(ROOT, "samples", "rpc_profiling", "rank*.json.gz")))
+    job = Job.open(paths, align=AlignRequest("auto"))
+    combine(job, None, str(tmp_path / "t.json"), critical_path=True)
+    write_combine_report(job, None, str(tmp_path / "t.json"), str(tmp_path / "t.report.txt"))
+    report = job_report(job, analysis=True)
+    assert report.rpc is not None and report.analysis is not None
+    assert made == {"rpcs": 1, "collectives": 1}
 
 
 def test_records_of_two_jobs_are_never_joined():

@@ -13,12 +13,12 @@ import pytest
 from support import gen_kineto  # (by name, so its functions pickle into worker processes)
 from tracefiles import cli, kineto, write, x
 
+from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import describe
-from tracemerge.inputs.scan import scan
+from tracemerge.job import Session
+from tracemerge.job.describe_files import scan
 from tracemerge.merge.combine import combine
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.session import Session
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def _die(code):
 
 
 def test_a_dead_worker_is_an_error_not_a_traceback():
-    from tracemerge.merge.executors import WorkerDied
+    from tracemerge.engine import WorkerDied
     with pytest.raises(WorkerDied, match="worker process died"):
         LocalEngine(2).map(_die, [1, 2])
 

@@ -8,13 +8,13 @@ import os
 import pytest
 from tracefiles import BASE, cli, kineto, rank_file, write, x
 
+from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
-from tracemerge.inputs.scan import scan_head
+from tracemerge.job import Session
+from tracemerge.job.describe_files import scan_head
 from tracemerge.merge.combine import combine
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.session import Session
 
 
 def rpc_pair(rpc_id, caller, callee, t1, t2, t3, t4):
@@ -33,10 +33,11 @@ def two_ranks(tmp_path, events0, events1, start_ns=BASE + 5 * 10**8):
     return [write(tmp_path / f"rank{r}.json.gz", d) for r, d in enumerate(docs)]
 
 
-def merged(paths, out, head, jobs=2):
-    session = Session.open(paths, engine=LocalEngine(jobs), head=head)
-    combine(session, session.align("auto"), str(out))
-    return open(out, "rb").read(), session
+def merged(paths, out, jobs=2):
+    """(the merged bytes, the job): files read by ``jobs`` workers, or kept in memory (``jobs`` None)."""
+    job = Session.open(paths, engine=None if jobs is None else LocalEngine(jobs))
+    combine(job, job.align("auto"), str(out))
+    return open(out, "rb").read(), job
 
 
 def test_head_holds_the_block_and_kineto_keys(rank_files):
@@ -69,28 +70,28 @@ def test_head_scan_is_the_full_scan_without_the_event_facts(rank_files, tmp_path
             assert getattr(quick, field) == getattr(full, field), field
     plain = write(tmp_path / "rank5.json", kineto([x("a", 1.0, 2.0)], rank=5))
     assert scan_head(plain) is None  # no block: the events are read
-    session = Session.open([rank_files[0], plain], engine=LocalEngine(2), head=True)
+    session = Session.open([rank_files[0], plain], engine=LocalEngine(2), heads_only=True)
     assert [i.partial for i in session.infos] == [True, False]
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_combine_from_heads_equals_combine_from_events(rank_files, tmp_path, jobs):
-    quick, session = merged(rank_files, tmp_path / "head.json", head=True, jobs=jobs)
-    full, _ = merged(rank_files, tmp_path / "full.json", head=False, jobs=jobs)
-    assert quick == full
-    # what the workers learned is what a full scan says
-    for info in session.infos:
+def test_every_rank_is_described_whole_before_anything_is_written(rank_files, tmp_path, jobs):
+    job = Session.open(rank_files, engine=LocalEngine(jobs))
+    for info in job.infos:  # the facts only events tell are there up front, as a full read says
         full_info = describe(read_trace(info.path))
         assert not info.partial
         assert {k: getattr(info, k) for k in EVENT_FACTS} == {k: getattr(full_info, k) for k in EVENT_FACTS}
+    by_workers, _ = merged(rank_files, tmp_path / "workers.json", jobs=jobs)
+    in_memory, _ = merged(rank_files, tmp_path / "memory.json", jobs=None)
+    assert by_workers == in_memory
 
 
 def test_events_before_the_profilers_second_move_the_origin(tmp_path):
-    # the profiler starts 0.5 s into a second, but rank 1 has an event 1.4 s earlier: the
-    # head's guess of ts 0 is a second too late, and the ranks are written again
+    # the profiler starts 0.5 s into a second, but rank 1 has an event 1.4 s earlier: ts 0
+    # is the second before that event, not the profiler's (its head alone would say)
     paths = two_ranks(tmp_path, [x("a", 600_000.0, 5.0)], [x("early", -900_000.0, 5.0), x("b", 600_100.0, 5.0)])
-    quick, session = merged(paths, tmp_path / "head.json", head=True)
-    full, _ = merged(paths, tmp_path / "full.json", head=False)
+    quick, _ = merged(paths, tmp_path / "workers.json")
+    full, _ = merged(paths, tmp_path / "memory.json", jobs=None)
     assert quick == full
     doc = json.loads(quick)
     assert doc["baseTimeNanoseconds"] == BASE - 10**9
@@ -100,8 +101,8 @@ def test_events_before_the_profilers_second_move_the_origin(tmp_path):
 def test_a_thousand_pids_widen_every_rank_block(tmp_path):
     many = [x("p", 600_000.0 + k, 0.5, pid=10_000 + k) for k in range(1001)]
     paths = two_ranks(tmp_path, [x("a", 600_000.0, 5.0)], many)
-    quick, _ = merged(paths, tmp_path / "head.json", head=True)
-    full, _ = merged(paths, tmp_path / "full.json", head=False)
+    quick, _ = merged(paths, tmp_path / "workers.json")
+    full, _ = merged(paths, tmp_path / "memory.json", jobs=None)
     assert quick == full
     pids = json.loads(quick)["tracemerge"]["pids"]
     assert set(pids["1"].values()).isdisjoint(pids["0"].values())

@@ -291,16 +291,17 @@ def test_bad_inputs_give_the_same_error_or_output_under_both_cores(tmp_path, nam
 
 
 @needs_core
-def test_traces_a_session_keeps_in_memory_are_written_the_same(tmp_path, monkeypatch, generated):
-    from tracemerge import Session, combine
+def test_traces_a_job_keeps_in_memory_are_written_the_same(tmp_path, monkeypatch, generated):
+    from tracemerge import AlignRequest, Job
+    from tracemerge.merge.combine import write
     outs = {}
     for core in ("native", "python"):
         monkeypatch.setenv(native.ENV, core)
-        session = Session.open(generated)  # small inputs: the events stay in memory
-        assert session._traces, "the session was expected to keep its traces"
+        job = Job.open(generated, align=AlignRequest())  # small inputs: the events stay in memory
+        assert job.traces, "the job was expected to keep its traces"
         outs[core] = tmp_path / f"{core}.json"
-        combine(session, session.align("auto"), str(outs[core]))
-        assert {c for _, c in session.cores} == {core}
+        written = write(job, None, str(outs[core]))
+        assert {c for _, c in written.cores} == {core}
     assert outs["native"].read_bytes() == outs["python"].read_bytes()
 
 

@@ -17,9 +17,9 @@ from tracefiles import write
 
 from tracemerge import native
 from tracemerge.errors import TraceError
-from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, nest, slice_order
+from tracemerge.formats.perfetto.slices import SLICE_BEGIN, nest, slice_order
+from tracemerge.job import Session
 from tracemerge.merge.combine import combine
-from tracemerge.session import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 built = pytest.mark.skipif(native._proto is None or native._core is None, reason="the compiled writer is not built")

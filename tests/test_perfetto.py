@@ -13,9 +13,9 @@ import pytest
 from support.pftrace import read_pftrace, thread_of
 from tracefiles import SAMPLES, kineto, load_output, write, x
 
-from tracemerge.formats.perfetto.nesting import nest
+from tracemerge.formats.perfetto.slices import nest
+from tracemerge.job import Session
 from tracemerge.merge.combine import combine
-from tracemerge.session import Session
 
 
 def merge(tmp_path, docs, name="out.pftrace", **kw):
@@ -280,7 +280,7 @@ def test_input_flows_join_the_slices_perfetto_binds_them_to(tmp_path):
                     ("aten::t", "sgemm"): 1, ("sgemm", "bwd_child"): 1, ("producer", "consumer"): 1}
     ids = {(a["name"], b["name"]): f for f, a, b in got["arcs"]}
     # ids are the JSON output's namespaced ids; the second flow kind sits above bit 56
-    from tracemerge.merge.ids import namespace_id
+    from tracemerge.place.ids import namespace_id
     assert {ids["aten::linear", "LinearBackward0"] & ((1 << 56) - 1), ids["cudaLaunchKernel", "sgemm"] & ((1 << 56) - 1)} \
         == {namespace_id(1, 5)}
     assert ids["aten::linear", "LinearBackward0"] != ids["cudaLaunchKernel", "sgemm"]

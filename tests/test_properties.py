@@ -14,8 +14,8 @@ from tracefiles import BASE, kineto
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs import read_trace
+from tracemerge.job import Session
 from tracemerge.merge.combine import combine
-from tracemerge.session import Session
 
 SETTINGS = settings(max_examples=int(os.environ.get("TRACEMERGE_FUZZ_EXAMPLES", 40)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

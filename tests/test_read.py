@@ -112,7 +112,7 @@ def test_typed_structs_become_the_generic_readers_output_events(tmp_path):
     from tracemerge.clocks.clock import ClockModel
     from tracemerge.formats.chrome import encode_events
     from tracemerge.inputs.chrome import build
-    from tracemerge.merge.placement import Placement, transform
+    from tracemerge.place.placement import Placement, transform
 
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}},

@@ -9,10 +9,10 @@ import pytest
 from support import synth
 
 from tracemerge.clocks.bands import Constraints, collective_constraints
-from tracemerge.clocks.correlate import match_collectives
 from tracemerge.clocks.graph import solve
 from tracemerge.clocks.methods import align
-from tracemerge.session import Session
+from tracemerge.correlate.match import match_collectives
+from tracemerge.job import Session
 
 
 def _info(rank: int, collectives: List[Dict[str, Any]]) -> SimpleNamespace:

@@ -7,9 +7,9 @@ import pytest
 from tracefiles import kineto, load_output, write, x
 
 from tracemerge.errors import TracemergeError
+from tracemerge.job import Session
 from tracemerge.merge.combine import combine
-from tracemerge.merge.selection import Selection, parse_ranks, parse_window
-from tracemerge.session import Session
+from tracemerge.place.selection import Selection, parse_ranks, parse_window
 
 
 def ranks(tmp_path, n=3):

@@ -2,10 +2,12 @@
 
 The library API the CLI is built on::
 
-    from tracemerge import Session, combine
-    session = Session.open(["rank0.json.gz", "rank1.json.gz"])   # read, rank, describe
-    alignment = session.align("auto")                             # clock model per rank
-    summary = combine(session, alignment, "trace.pftrace")       # write; returns the summary
+    from tracemerge import AlignRequest, Job, combine
+    job = Job.open(["rank0.json.gz", "rank1.json.gz"], align=AlignRequest("auto"))  # read, describe, join, align
+    summary = combine(job, job.alignment, "trace.pftrace")                         # write; returns the summary
+
+(``Session`` is ``Job`` under its first name; ``job.align("auto")`` solves another
+clock model of the same job.)
 
 Capture (inside each worker, needs torch) lives in :mod:`tracemerge.capture`, the only
 module that imports torch.
@@ -16,14 +18,16 @@ __version__ = "0.1.0"
 # Exports load on first use (PEP 562), so ``import tracemerge.capture`` inside a training
 # worker does not pull in the reader, the clock solver and the writers.
 _EXPORTS = {
-    "Alignment": "tracemerge.session",
+    "AlignRequest": "tracemerge.job",
+    "Alignment": "tracemerge.job",
     "ClockModel": "tracemerge.clocks.clock",
-    "Session": "tracemerge.session",
+    "Session": "tracemerge.job",
+    "Job": "tracemerge.job",
     "combine": "tracemerge.merge.combine",
     "read_trace": "tracemerge.inputs",
 }
 
-__all__ = ["Alignment", "ClockModel", "Session", "combine", "read_trace", "__version__"]
+__all__ = ["AlignRequest", "Alignment", "ClockModel", "Job", "Session", "combine", "read_trace", "__version__"]
 
 
 def __getattr__(name):

@@ -1,7 +1,6 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
 import contextlib
-import glob
 import os
 import signal
 import sys
@@ -11,10 +10,10 @@ import click
 
 import tracemerge
 from tracemerge import native
-from tracemerge.analysis.diff import diff_reports
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
+from tracemerge.engine import LocalEngine, make_engine
 from tracemerge.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -26,19 +25,19 @@ from tracemerge.errors import (
     TracemergeError,
 )
 from tracemerge.formats import FORMATS as OUTPUT_FORMATS
-from tracemerge.merge.combine import combine as combine_session
-from tracemerge.merge.executors import LocalEngine, make_engine
-from tracemerge.merge.selection import Selection, parse_ranks, parse_window
+from tracemerge.job import AlignRequest, Job
+from tracemerge.merge.combine import write as write_trace
 from tracemerge.output import check_output
+from tracemerge.place.selection import Selection, parse_ranks, parse_window
 from tracemerge.progress import Progress
-from tracemerge.report import model as reports
+from tracemerge.report import build as reports
+from tracemerge.report.diff import diff_reports
 from tracemerge.report.render import FORMATS as REPORT_FORMATS
 from tracemerge.report.render import SECTIONS as CSV_SECTIONS
 from tracemerge.report.render import render as render_report
 from tracemerge.report.render import render_diff
 from tracemerge.report.write import combine_report_path, write_combine_report, write_text
 from tracemerge.serve import DEFAULT_PORT, serve
-from tracemerge.session import Session
 
 
 class Group(click.Group):
@@ -177,17 +176,17 @@ def input_options(fn):
 
 
 def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
-    """Session.open, then say on stderr which files were skipped and what looks wrong
+    """Job.open, then say on stderr which files were skipped and what looks wrong
     (``file_warnings``: also each file's own warnings, a truncated file's salvage among
     them, for commands that do not print them later)."""
-    session = Session.open(files, rank_from, skip_bad=skip_bad, strict=strict, **kw)
-    for path, problem in session.skipped:
+    job = Job.open(files, rank_from, skip_bad=skip_bad, strict=strict, **kw)
+    for path, problem in job.skipped:
         say(f"tracemerge: warning: skipped {path}: {problem}", err=True)
-    for w in session.warnings:
+    for w in job.warnings:
         say(f"tracemerge: warning: {w}", err=True)
     if file_warnings:
-        file_warnings_of([i for i in session.infos if not i.partial])  # the others' once their events are read
-    return session
+        file_warnings_of([i for i in job.infos if not i.partial])  # a head says nothing of the events
+    return job
 
 
 def file_warnings_of(infos):
@@ -348,18 +347,19 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
     runner = make_engine(engine, jobs, scheduler)
     runner.progress = Progress.for_terminal(quiet=_quiet())
     try:
-        # the merge reads every rank anyway: rank files are described from their heads
-        session = open_inputs(files, rank_from, skip_bad, strict, engine=runner, head=True, cycle=cycle)
-        alignment = session.align(method, reference, offsets, enforce_causality)
+        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
+                          align=AlignRequest(method, reference, offsets, enforce_causality))
+        alignment = job.clock_model()
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories))
-        summary = combine_session(session, alignment, output, force, fmt, selection, critical_path)
+        written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
+        summary = written.summary
         if report_path is not None:
-            report_path = write_combine_report(session, alignment, output, report_path, files)
+            report_path = write_combine_report(job, alignment, output, report_path, files)
     finally:
         runner.close()
     ev = summary["events"]
-    say(f"tracemerge: {len(session.infos)} ranks, {ev['in']} events in, {ev['out']} out "
+    say(f"tracemerge: {len(job.infos)} ranks, {ev['in']} events in, {ev['out']} out "
                f"({ev['added']} added, {ev['filtered']} filtered{_by(ev.get('filtered_by'))}, "
                f"{ev['dropped']} dropped{_by(ev.get('dropped_by'))}), "
                f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
@@ -368,12 +368,18 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
     if sides["calls"]:
         say(f"tracemerge: {sides['calls']} RPCs: {sides['both_sides']} with both sides, {sides['caller_only']} "
             f"caller only, {sides['callee_only']} callee only", err=True)
+        missing = sides.get("spans_missing") or {}
+        if sum(missing.values()):
+            say(f"tracemerge: warning: {sides['drawn']} RPCs are drawn with both spans and their arrows; "
+                f"{missing['caller']} caller and {missing['callee']} callee spans of the others are not in the "
+                "output (their file's events lack them — a cut file? — or --ranks/--window/--min-duration/"
+                "--drop-category left them out), so those calls have no arrows", err=True)
     say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
-    say(f"tracemerge: {core_line(session.cores, 'files' if any(i.parts for i in session.infos) else 'ranks')}",
+    say(f"tracemerge: {core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}",
         err=True)
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
-    for info in session.infos:
+    for info in job.infos:
         for w in info.warnings:
             say(f"tracemerge: warning: {info.path}: {w}", err=True)
     unaccounted = ev["in"] + ev["added"] - ev["out"] - ev["filtered"] - ev["dropped"]
@@ -409,19 +415,20 @@ def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
     """
     # only the clocks are needed: rank files' heads, other files' light scans, in parallel
     # the job-wide warnings too (files of different runs, windows that never meet, absent peers)
-    session = open_inputs(files, rank_from, skip_bad=False, strict=False, engine=LocalEngine(), head=True, cycle=cycle)
-    alignment = session.align(method, reference, offsets)
+    job = open_inputs(files, rank_from, skip_bad=False, strict=False, engine=LocalEngine(), heads_only=True,
+                      cycle=cycle, align=AlignRequest(method, reference, offsets))
+    alignment = job.clock_model()
     render = offsets_json if fmt == "json" else offsets_table
-    click.echo(render(alignment, session.infos))
+    click.echo(render(alignment, list(job.infos)))
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
     say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
-    heads = [i.path for i in session.infos if i.partial]
+    heads = [i.path for i in job.infos if i.partial]
     if heads:
-        say(f"tracemerge: note: {len(heads)} of {len(session.infos)} files were read from their heads "
+        say(f"tracemerge: note: {len(heads)} of {len(job.infos)} files were read from their heads "
                    "(the clock records); their events were not read, so a bad event in them is not found here "
                    "(`tracemerge info` reads them)", err=True)
-    for i in session.infos:
+    for i in job.infos:
         if not i.partial:
             for w in i.warnings:
                 say(f"tracemerge: warning: {i.path}: {w}", err=True)
@@ -469,15 +476,15 @@ def info(files, rank_from, cycle, skip_bad, strict):
         if trace is not None:
             merged[path] = merged_lines(path, trace)
     rest = [f for f in files if f not in merged]
-    session = None
+    job = None
     if rest:
         runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
         try:
-            session = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle)  # light scans, in parallel
+            job = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle)  # scans, in parallel
         finally:
             runner.close()
     # every file of a rank names the rank; a rank of several cycle files is described once
-    described = {part.path: i for i in session.infos for part in i.files} if session else {}
+    described = {part.path: i for i in job.infos for part in i.files} if job else {}
     shown = set()
     for path in files:
         if path in merged:
@@ -561,7 +568,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
     FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
-    (which carries no records: key averages only).
+    (reported from its events and the records its summary keeps; --analysis needs the rank files).
 
     \b
     Examples:
@@ -577,42 +584,36 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
         if path is not None:
             check_output(path, files, force=True)  # before any input is read
 
-    headed = []  # infos described from their heads: their warnings once the report read their events
+    align = AlignRequest(method, reference, offsets)
 
     def opener(paths):
-        # rank files are described from their heads: the report reads each rank's events once
-        session = open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
-                              head=not skip_bad)
-        headed.extend(i for i in session.infos if i.partial)
-        return session
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
+                           align=align)
 
-    rep = reports.build_report(list(files), opener, (method, reference, offsets), group_by, remote_ops,
+    rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
                                analysis or section != CSV_SECTIONS[0])
-    file_warnings_of(headed)
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
     for note in rep.notes:
         if "thread-limited" in note:
             say(f"tracemerge: hint: {note}", err=True)
-
-
-TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+        elif note == reports.MERGED_NO_ANALYSIS:
+            say(f"tracemerge: warning: {note}", err=True)
 
 
 def run_files(arg):
-    """The files of one run given as a directory (its trace files), a quoted glob, or one file."""
-    if os.path.isdir(arg):
-        found = sorted(os.path.join(arg, f) for f in os.listdir(arg) if f.endswith(TRACE_SUFFIXES))
-        if not found:
-            raise click.BadParameter(f"{arg}: no {', '.join(TRACE_SUFFIXES)} files in the directory")
-        return found
-    if any(c in arg for c in "*?["):
-        found = sorted(glob.glob(arg))
-        if not found:
-            raise click.BadParameter(f"{arg}: the pattern matches no file")
-        return found
-    return [arg]
+    """The files of one run (:func:`tracemerge.report.diff.run_files`), each file a directory
+    held and left out named on stderr."""
+    from tracemerge.report.diff import run_files as files_of_run
+
+    try:
+        found = files_of_run(arg)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    for path, why in found.left_out:
+        say(f"tracemerge: note: {arg}: left out {path}: {why}", err=True)
+    return found.files
 
 
 @main.command()
@@ -631,9 +632,10 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
          strict):
     """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
 
-    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst files: one run's rank
-    files or one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged
-    trace, or one rank). Each is reported as `tracemerge report` would; rows give before,
+    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst traces: one run's rank
+    files, a merged trace beside them and JSON that is no trace left out and named; or its
+    one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged trace, or
+    one rank). Each is reported as `tracemerge report` would; rows give before,
     after, delta (after - before) and relative (delta / before), times totalled over the run.
 
     \b
@@ -646,10 +648,13 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
         if path is not None:
             check_output(path, sides[0] + sides[1], force=True)  # before any input is read
 
-    def opener(paths):
-        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle)
+    align = AlignRequest(method, reference, offsets)
 
-    runs = [reports.build_report(paths, opener, (method, reference, offsets)) for paths in sides]
+    def opener(paths):
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
+                           align=align)
+
+    runs = [reports.build_report(paths, opener, align) for paths in sides]
     result = diff_reports(*runs, *sides)
     inputs = sides[0] + sides[1]
     write_text(output, render_diff(result, fmt, row_limit), inputs)

@@ -24,7 +24,7 @@ calls into each other (:func:`lanes`); the report uses it to compute key average
 does (``report.keyavg``).
 """
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -227,3 +227,29 @@ def parents_stack_walk(s: np.ndarray, e: np.ndarray) -> np.ndarray:
                 break
         stack.append(i)
     return parent
+
+
+# ---- the ops torch counts: what key averages (report/) and the analyses' timelines (analysis/) read
+
+# torch's _filter_name: utility ops that never reach key_averages()
+DROPPED_NAMES = frozenset((
+    "[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
+    "profiler::_record_function_enter_new", "profiler::_record_function_exit",
+    "aten::is_leaf", "aten::output_nr", "aten::_version"))
+# Kineto categories that are profiler bookkeeping or device activity, not host events
+NOT_HOST_OPS = frozenset((
+    "Trace", "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "fwdbwd",
+    "overhead", "cuda_profiler_range",
+    "critical_path"))  # combine --critical-path's drawing (tracemerge.analysis.drawing)
+
+
+def _codes_in(table: Any, wanted: frozenset) -> np.ndarray:
+    return np.array([i for i, s in enumerate(table) if s in wanted], dtype=np.int32)
+
+
+def host_ops(trace: RankTrace) -> np.ndarray:
+    """Indices of the events torch's key_averages() would count."""
+    mask = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
+    mask &= ~np.isin(trace.name, _codes_in(trace.names, DROPPED_NAMES))
+    mask &= ~np.isin(trace.cat, _codes_in(trace.names, NOT_HOST_OPS))
+    return np.flatnonzero(mask)

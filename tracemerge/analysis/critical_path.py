@@ -35,7 +35,7 @@ the path would be without it (tests use this to check that each edge is taken).
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from tracemerge.analysis.job import COLLECTIVE_WAIT, RPC_WAIT, Job, Thread
+from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 
 COMPUTE = "compute"
 TRANSFER = "RPC transfer"
@@ -80,7 +80,7 @@ class Window:
                               "start_ns": s.start_ns, "end_ns": s.end_ns} for s in self.segments]}
 
 
-def windows(job: Job) -> list:
+def windows(job: JobTimeline) -> list:
     """[(name, start_ns, end_ns, (rank, thread index) the walk starts on)]: one per
     ProfilerStep#N over all ranks, else one for the whole trace."""
     steps: dict = {}
@@ -99,8 +99,8 @@ def windows(job: Job) -> list:
     return [(WHOLE_TRACE, min(th.first_ns for th in threads), last.last_ns, (last.rank, last.index))]
 
 
-def critical_path(job: Job, edges: frozenset = EDGES) -> list:
-    """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job.Job`), in time order."""
+def critical_path(job: JobTimeline, edges: frozenset = EDGES) -> list:
+    """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job_timeline.JobTimeline`), in time order."""
     out = []
     for name, start, end, at in windows(job):
         segments = walk(job, job.thread(*at), start, end, edges)
@@ -112,7 +112,7 @@ def critical_path(job: Job, edges: frozenset = EDGES) -> list:
     return out
 
 
-def walk(job: Job, th: Thread, wstart: int, wend: int, edges: frozenset = EDGES) -> list:
+def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset = EDGES) -> list:
     """The segments of the path ending on thread ``th`` at ``wend``, back to ``wstart``."""
     back: list = []
 

@@ -9,7 +9,7 @@ one per step. Times are reference-clock ns, written as µs after ``base_ns``.
 """
 
 PROCESS = "critical path"
-CATEGORY = "critical_path"   # not a host op: key averages leave it out (keyavg.NOT_HOST_OPS)
+CATEGORY = "critical_path"   # not a host op: key averages leave it out (nesting.NOT_HOST_OPS)
 PID = 0
 TRACK_NAME = "critical path {}"
 

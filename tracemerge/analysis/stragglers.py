@@ -27,7 +27,7 @@ from tracemerge.analysis.critical_path import (
     QUEUEING,
     TRANSFER,
 )
-from tracemerge.analysis.job import RPC_WAIT, Job
+from tracemerge.analysis.job_timeline import RPC_WAIT, JobTimeline
 
 Z_STRAGGLER = 3.5
 MIN_SPREAD = 0.01
@@ -55,7 +55,7 @@ class StepTimes:
     stragglers: list = field(default_factory=list)   # [Straggler], highest score first
 
 
-def stragglers(job: Job) -> StepTimes:
+def stragglers(job: JobTimeline) -> StepTimes:
     """The :class:`StepTimes` of a job (empty when it has no steps)."""
     at = {}
     for rank, tl in job.ranks.items():

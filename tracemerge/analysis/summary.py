@@ -4,7 +4,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from tracemerge.analysis.critical_path import critical_path, totals
-from tracemerge.analysis.job import Job
+from tracemerge.analysis.job_timeline import JobTimeline
 from tracemerge.analysis.stragglers import StepTimes, stragglers
 from tracemerge.analysis.waits import WaitStates, wait_states
 
@@ -16,8 +16,8 @@ class Analysis:
     steps: Optional[StepTimes] = None
 
 
-def analyse(job: Job) -> Analysis:
-    """The :class:`Analysis` of a :class:`~tracemerge.analysis.job.Job`."""
+def analyse(job: JobTimeline) -> Analysis:
+    """The :class:`Analysis` of a :class:`~tracemerge.analysis.job_timeline.JobTimeline`."""
     return Analysis(critical_path=critical_path(job), waits=wait_states(job), steps=stragglers(job))
 
 

@@ -1,6 +1,6 @@
 """What each thread of one rank was doing at every moment, on the reference clock.
 
-A rank's host spans (the events torch's key averages count, :func:`tracemerge.keyavg.host_ops`)
+A rank's host spans (the events torch's key averages count, :func:`tracemerge.nesting.host_ops`)
 are nested per thread by torch's rule and cut into *pieces*: the times where the
 innermost open span stays the same. A piece's owner is that span, or -1 where the thread
 ran no span (untraced or idle). Caller spans of RPCs are not work — the thread is waiting
@@ -21,8 +21,7 @@ import numpy as np
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.model import RankTrace
-from tracemerge.nesting import parents_nested, parents_stack_walk
-from tracemerge.report.keyavg import host_ops
+from tracemerge.nesting import host_ops, parents_nested, parents_stack_walk
 
 STEP_PREFIX = "ProfilerStep#"
 REMOTE_SUFFIX = "#remote"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracemerge.analysis.job import Job
+from tracemerge.analysis.job_timeline import JobTimeline
 
 
 @dataclass
@@ -48,8 +48,8 @@ class WaitStates:
     by_rank: dict = field(default_factory=dict)        # {rank: {"queueing_ns", "callee_idle_ns", "collective_ns"}}
 
 
-def wait_states(job: Job) -> WaitStates:
-    """The :class:`WaitStates` of a :class:`~tracemerge.analysis.job.Job`."""
+def wait_states(job: JobTimeline) -> WaitStates:
+    """The :class:`WaitStates` of a :class:`~tracemerge.analysis.job_timeline.JobTimeline`."""
     out = WaitStates()
     n = len(job.call_name)
     if n:

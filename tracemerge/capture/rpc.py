@@ -31,7 +31,7 @@ from tracemerge.capture.patching import swapped
 
 # The function inside rpc_sync's wrapper, which instrumented() swaps (patching.py): the
 # capture's own exchanges go out untraced.
-_ORIGINAL_RPC_SYNC = rpc.rpc_sync.__wrapped__
+_ORIGINAL_RPC_SYNC = getattr(rpc.rpc_sync, "__wrapped__")  # set by torch's own decorator, unknown to its stubs
 
 # What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
 _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)

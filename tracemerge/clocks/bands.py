@@ -73,7 +73,7 @@ class Constraints:
 
 def rpc_constraints(calls):
     """{(a, b): Constraints} with a < b from the complete, successful calls of an
-    :class:`~tracemerge.clocks.correlate.RpcCalls`, pairs in the order of their first call."""
+    :class:`~tracemerge.correlate.match.RpcCalls`, pairs in the order of their first call."""
     use = calls.quadruples & (calls.caller != calls.callee)
     caller, callee = calls.caller[use], calls.callee[use]
     t1, t2, t3, t4 = calls.times[:, use]
@@ -91,7 +91,7 @@ def rpc_constraints(calls):
 
 def collective_constraints(collectives: Any, ranks: Optional[Iterable[int]] = None) -> Dict[Tuple[int, int], "Constraints"]:
     """{(a, b): Constraints} with a < b from the synchronising collectives of a
-    :class:`~tracemerge.clocks.correlate.Collectives`, pairs in the order of their first
+    :class:`~tracemerge.correlate.match.Collectives`, pairs in the order of their first
     collective, then by rank; ``ranks``: only these ranks' records count.
 
     A collective of N members is N - 1 links, each member to the collective's hub, not the
@@ -166,7 +166,7 @@ def _ends(*columns):
 
 def synchronised(collectives: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(collective, rank, start, end) of every member entry of a
-    :class:`~tracemerge.clocks.correlate.Collectives` that saw a synchronising collective
+    :class:`~tracemerge.correlate.match.Collectives` that saw a synchronising collective
     end, by collective, then rank."""
     sync = np.fromiter(map(synchronising, collectives.ops), bool, len(collectives))
     keep = collectives.member_ended & sync[collectives.member_row]

@@ -17,7 +17,7 @@ import numpy as np
 
 from tracemerge.clocks.bands import synchronised
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.clocks.correlate import match_collectives, match_rpcs
+from tracemerge.correlate.match import correlate
 
 PASSES = 50          # each pass fixes every current violation; pushes may create a few new ones
 PINNED_WEIGHT = 1e9  # isotonic weight of a point that must land where it was moved to
@@ -32,13 +32,14 @@ class Points:
     first: np.ndarray   # the row in ``coll`` where each collective's members start
 
 
-def points(infos, memo=None):
-    calls = match_rpcs(infos, memo).calls
+def points(infos, links=None):
+    links = links or correlate(infos)
+    calls = links.rpcs.calls
     # a call whose records name a rank no file has (they disagree with the files) has no clock
     have = np.array(sorted(i.rank for i in infos), np.int64)
     use = calls.quadruples & np.isin(calls.caller, have) & np.isin(calls.callee, have)
     rpc = np.column_stack([calls.caller[use], calls.callee[use], *calls.times[:, use]]).reshape(-1, 6)
-    collectives = match_collectives(infos)
+    collectives = links.collectives
     row, rank, start, end = synchronised(collectives)
     keep = np.bincount(row, minlength=len(collectives))[row] > 1
     row = row[keep]
@@ -82,9 +83,9 @@ def count(infos, clocks, p=None):
     return {"rpc": n, "collective": m, "total": n + m}
 
 
-def review(infos, clocks, enforce_causality=False, memo=None):
+def review(infos, clocks, enforce_causality=False, links=None):
     """(clocks, report): violations under ``clocks`` and, when asked, the corrected clocks."""
-    p = points(infos, memo)
+    p = points(infos, links)
     before = count(infos, clocks, p)
     report = {"checked": {"rpc": len(p.rpc), "collective": len(p.first)}, "violations_before": before,
               "enforced": bool(enforce_causality)}

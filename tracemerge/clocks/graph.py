@@ -32,11 +32,11 @@ Pair = Tuple[int, int]
 Bounds = Dict[int, Tuple[float, float]]
 
 
-def components(ranks: Iterable[int], edges: Iterable[Pair]) -> List[List[int]]:
+def components(ranks: Iterable[Any], edges: Iterable[Tuple[Any, Any]]) -> List[List[Any]]:
     """Connected groups of ``ranks`` (each sorted) under ``edges`` {(a, b): ...}."""
     parent = {r: r for r in ranks}
 
-    def find(r: int) -> int:
+    def find(r: Any) -> Any:
         while parent[r] != r:
             parent[r] = parent[parent[r]]
             r = parent[r]
@@ -45,7 +45,7 @@ def components(ranks: Iterable[int], edges: Iterable[Pair]) -> List[List[int]]:
     for a, b in edges:
         if a in parent and b in parent:
             parent[find(a)] = find(b)
-    groups: Dict[int, List[int]] = {}
+    groups: Dict[Any, List[Any]] = {}
     for r in parent:
         groups.setdefault(find(r), []).append(r)
     return [sorted(g) for g in groups.values()]
@@ -66,7 +66,8 @@ def solve(infos: Mapping[int, Any], reference: int, constraints: Mapping[Pair, C
         t0 = min(models[r].to_reference(infos[r].start_ns) for r in ranks)
         t1 = max(models[r].to_reference(infos[r].stop_ns) for r in ranks)
         fits, conflicts = {}, []
-        spans = [(models[a].to_local(t0), models[a].to_local(t1)) for (a, _), _ in links]
+        ends = {r: (models[r].to_local(t0), models[r].to_local(t1)) for r in ranks}  # once per rank, not per link
+        spans = [ends[a] for (a, _), _ in links]
         for ((a, b), _), fit in zip(links, fit_pairs([c for _, c in links], sides, spans, drift)):
             if fit.feasible:
                 fits[(a, b)] = fit
@@ -90,14 +91,22 @@ def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairF
     edges = list(fits.items())
     # g and its bound at both ends for every link, read where each fit was made: the span
     # (t0, t1) on a's clock as the previous round modelled it
-    y = np.array([[f.at(models[a].to_local(t)) for t in (t0, t1)] for (a, _), f in edges]).reshape(-1, 2)
+    fit_of = [f for _, f in edges]
+    a_of = [a for (a, _), _ in edges]
+    ends = {r: (models[r].to_local(t0), models[r].to_local(t1)) for r in ranks}
+    anchor = np.array([f.anchor_ns for f in fit_of], np.int64).reshape(-1, 1)
+    x = (np.array([ends[a] for a in a_of], np.int64).reshape(-1, 2) - anchor).astype(np.float64)
+    # PairFit.at for every link at once, the same float operations in the same order
+    y = np.array([f.offset_ns for f in fit_of]).reshape(-1, 1) + np.array(
+        [f.drift_ppm for f in fit_of]).reshape(-1, 1) * 1e-6 * x
     groups = components(ranks, fits)
     group_of = {r: k for k, g in enumerate(groups) for r in g}
     slope: Dict[int, float] = {}  # the drift a group's errors in where g is read can move it by
-    for (a, _), f in edges:
+    for a, f in zip(a_of, fit_of):
         slope[group_of[a]] = max(slope.get(group_of[a], DRIFT_LIMIT_PPM * 1e-6), abs(f.drift_ppm) * 1e-6)
-    err = np.array([[(f.bounds or (0.0, 0.0))[end] + slope[group_of[a]] * bounds.get(a, (0.0, 0.0))[end] for end in (0, 1)]
-                    for (a, _), f in edges]).reshape(-1, 2)
+    err = (np.array([f.bounds or (0.0, 0.0) for f in fit_of], np.float64).reshape(-1, 2)  # feasible fits have bounds
+           + np.array([slope[group_of[a]] for a in a_of]).reshape(-1, 1)
+           * np.array([bounds.get(a, (0.0, 0.0)) for a in a_of], np.float64).reshape(-1, 2))
     length = np.maximum(err.max(axis=1), 1.0).tolist()
     near: Dict[int, List[Tuple[int, int, int]]] = {r: [] for r in ranks}  # rank: (neighbour, link, sign)
     for e, ((a, b), _) in enumerate(edges):
@@ -121,11 +130,11 @@ def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairF
     est = np.array([v[1] for v in found.values()]).reshape(-1, 2)
     bound = np.array([v[2] for v in found.values()]).reshape(-1, 2)
     if edges:
-        a_of = np.array([index[a] for (a, _), _ in edges])
-        b_of = np.array([index[b] for (_, b), _ in edges])
+        a_at = np.array([index[a] for (a, _), _ in edges])
+        b_at = np.array([index[b] for (_, b), _ in edges])
         fixed = np.array([index[r] for r in roots])
         for end in (0, 1):
-            est[:, end], bound[:, end] = _tightest(a_of, b_of, y[:, end], err[:, end], est[:, end], bound[:, end],
+            est[:, end], bound[:, end] = _tightest(a_at, b_at, y[:, end], err[:, end], est[:, end], bound[:, end],
                                                    fixed)
     for r, (root, _, _, kinds, samples) in found.items():
         note = roots[root]

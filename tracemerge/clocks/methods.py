@@ -7,14 +7,14 @@ a new method is one function and one line there.
 """
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
 from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.clocks.graph import solve
+from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.errors import TracemergeError, UsageError
 
 
@@ -23,21 +23,21 @@ class Method:
     """One alignment method: ``--align NAME``, its function, and what ``--help`` says of it."""
 
     name: str
-    align: Callable[[Dict[int, Any], int, Any], Dict[int, ClockModel]]   # (infos by rank, reference, memo)
+    align: Callable[[Dict[int, Any], int, Any], Dict[int, ClockModel]]   # (infos by rank, reference, the job's Correlation)
     summary: str
 
 
-def align_none(infos, reference, memo=None):
+def align_none(infos, reference, links=None):
     """Timestamps exactly as written in each file: Kineto's baseTimeNanoseconds is not applied."""
     return {r: ClockModel(rank=r, method="none", offset_ns=info.base_ns or 0) for r, info in infos.items()}
 
 
-def align_wall(infos, reference, memo=None):
+def align_wall(infos, reference, links=None):
     """Trust each file's wall clock (``baseTimeNanoseconds + ts``)."""
     return {r: ClockModel(rank=r, method="wall") for r in infos}
 
 
-def align_start(infos, reference, memo=None):
+def align_start(infos, reference, links=None):
     """Each rank's profiler start coincides with the reference's (PyTorch's RPC-profiler RFC)."""
     ref_start = infos[reference].start_ns
     return {r: ClockModel(rank=r, method="start", offset_ns=info.start_ns - ref_start,
@@ -45,45 +45,45 @@ def align_start(infos, reference, memo=None):
             for r, info in infos.items()}
 
 
-def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None, memo=None):
+def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None, links=None):
     """Clocks from the causal constraints of the exchanges in ``kinds`` (see bands, graph).
 
-    ``drift``: None fits it when the data pin it down, True/False force it on/off. ``memo``:
-    the session's :class:`~tracemerge.clocks.correlate.RpcMemo`.
+    ``drift``: None fits it when the data pin it down, True/False force it on/off. ``links``:
+    the job's :class:`~tracemerge.correlate.match.Correlation` (joined here when not given).
     """
-    found = list(infos.values())
+    links = links or correlate(list(infos.values()))
     sets = []
     if "rpc" in kinds:
-        sets.append(rpc_constraints(match_rpcs(found, memo).calls))
+        sets.append(rpc_constraints(links.rpcs.calls))
     if "collective" in kinds:
-        sets.append(collective_constraints(match_collectives(found)))
+        sets.append(collective_constraints(links.collectives))
     models, _ = solve(infos, reference, merge(*sets), drift)
     return models
 
 
-def align_rpc(infos, reference, memo=None):
+def align_rpc(infos, reference, links=None):
     """NTP quadruples of matched RPCs (caller send/complete, callee start/end), drift fitted."""
-    return exchange_clocks(infos, reference, ("rpc",), memo=memo)
+    return exchange_clocks(infos, reference, ("rpc",), links=links)
 
 
-def align_collective(infos, reference, memo=None):
+def align_collective(infos, reference, links=None):
     """Synchronising collectives matched by (group, seq): nobody leaves before all arrived."""
-    return exchange_clocks(infos, reference, ("collective",), memo=memo)
+    return exchange_clocks(infos, reference, ("collective",), links=links)
 
 
-def align_auto(infos, reference, memo=None):
+def align_auto(infos, reference, links=None):
     """Every exchange the data has (RPCs and collectives), per machine; ranks with none keep
     their wall clock. Ranks with one boot id read one wall clock (:func:`machines`): those
     of the reference's machine are exact (``shared-clock``), and every other machine gets
     one model, fitted from all exchanges between its ranks and the others'."""
-    found = list(infos.values())
-    calls = match_rpcs(found, memo).calls
+    links = links or correlate(list(infos.values()))
+    calls = links.rpcs.calls
     rep, contradicted = split_contradicted(machines(infos, reference), calls)
     if all(r == m for r, m in rep.items()):
-        return _noted(exchange_clocks(infos, reference, memo=memo), contradicted)
+        return _noted(exchange_clocks(infos, reference, links=links), contradicted)
     pooled = replace(calls, caller=_remapped(calls.caller, rep), callee=_remapped(calls.callee, rep))
     heads = set(rep.values())
-    collectives = collective_constraints(match_collectives(found), heads)  # machines meet through their heads
+    collectives = collective_constraints(links.collectives, heads)  # machines meet through their heads
     models, _ = solve({r: infos[r] for r in sorted(heads)}, reference, merge(rpc_constraints(pooled), collectives))
     out = {}
     for r in infos:
@@ -183,7 +183,7 @@ METHODS: Dict[str, Method] = {m.name: m for m in (
 )}
 
 
-def align(infos, method="wall", reference=None, offsets=None, memo=None):
+def align(infos, method="wall", reference=None, offsets=None, links: Optional[Correlation] = None):
     """{rank: ClockModel} for ``infos`` (a list of RankInfo with ranks assigned).
 
     ``offsets`` ({rank: ns}) forces known offsets over whatever the method found.
@@ -195,7 +195,7 @@ def align(infos, method="wall", reference=None, offsets=None, memo=None):
         raise UsageError(f"--reference {reference}: no input has that rank (ranks: {sorted(by_rank)})")
     if method not in METHODS:
         raise TracemergeError(f"unknown alignment method {method!r} (choose from {', '.join(METHODS)})")
-    models = METHODS[method].align(by_rank, reference, memo)
+    models = METHODS[method].align(by_rank, reference, links or correlate(infos))
     for rank, offset in (offsets or {}).items():
         if rank not in by_rank:
             raise UsageError(f"--offset {rank}={offset}: no input has rank {rank}")

@@ -24,7 +24,7 @@ class Format:
 
     ``rank(trace, place, rpc, found, counts, consume) -> (body, counts)`` runs in the
     workers, once per rank, on the selected events: ``rpc`` is the RPC flow plan
-    (:class:`~tracemerge.merge.flows.RpcFlows`, or None), ``found`` its spans on this rank,
+    (:class:`~tracemerge.place.arrows.RpcFlows`, or None), ``found`` its spans on this rank,
     ``counts`` this rank's counts so far, ``consume`` whether the trace may be used up.
     ``encode(events) -> bytes`` turns each event list of a body into bytes; ``open(header)``,
     ``separator`` (between non-empty rank bodies) and ``close(footer)`` are written by the

@@ -16,11 +16,11 @@ import orjson
 from tracemerge import native
 from tracemerge.codecs import codec_for
 from tracemerge.formats.base import Format
-from tracemerge.merge.ids import namespaced_args
-from tracemerge.merge.placement import _rewrite_process_metadata as rewrite_process_metadata
-from tracemerge.merge.placement import aligned_ns, lane_tid, transform_chunks
 from tracemerge.model import Args
 from tracemerge.nesting import lanes
+from tracemerge.place.ids import namespaced_args
+from tracemerge.place.placement import _rewrite_process_metadata as rewrite_process_metadata
+from tracemerge.place.placement import aligned_ns, lane_tid, transform_chunks
 
 SEPARATOR = b","
 # Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
@@ -74,7 +74,7 @@ def rank_body(trace, place, rpc, found, counts, consume):
 
 
 def native_body(trace, place, start, dur, moved=None):
-    """The body :func:`~tracemerge.merge.placement.transform_chunks` and
+    """The body :func:`~tracemerge.place.placement.transform_chunks` and
     :func:`encode_events` make of the own events of ``trace`` (read by the compiled core),
     written by the core's splice writer; None when it cannot write it. The renamed process
     metadata (a few events per rank) is made by the transform's own code and handed to the

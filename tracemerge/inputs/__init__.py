@@ -1,6 +1,6 @@
 """Reading rank files. The registry :data:`READERS` lists the input formats (each an
 :class:`~tracemerge.inputs.base.InputFormat`); :func:`read_trace` and pass 1
-(:mod:`~tracemerge.inputs.scan`) pick the reader by :func:`reader_for`. A new input format
+(:mod:`~tracemerge.job.describe_files`) pick the reader by :func:`reader_for`. A new input format
 is one new module and one line here.
 
 Modules: the Chrome/Kineto JSON reader (chrome), a rank file's head (head), cut-file

@@ -412,8 +412,10 @@ class _Event(_Timing, forbid_unknown_fields=True, omit_defaults=True, gc=False):
 
     # absent is tid 0, which the output writes (set by read_typed); typed so that the value the
     # output writes (the pid/tid table's, where 1, 1.0 and true are one) is the struct's own
-    tid: Union[int, str, None] = msgspec.UNSET
-    args: msgspec.Raw = None
+    # msgspec reads these annotations to decode: the defaults (UNSET, None) are msgspec's own
+    # markers of an absent key, outside the decoded types on purpose
+    tid: Union[int, str, None] = msgspec.UNSET  # type: ignore[assignment]
+    args: msgspec.Raw = None  # type: ignore[assignment]
     # absent (UNSET) and null (None) differ for the keys kept in ``extra``
     id: Any = msgspec.UNSET
     id2: Any = msgspec.UNSET
@@ -437,8 +439,10 @@ class _Columns(_Timing, gc=False):
     keys and raw args; other keys are skipped, not kept (``extra`` is not built), so each
     struct is ~120 bytes smaller than an :class:`_Event`."""
 
-    tid: Union[int, str, None] = msgspec.UNSET
-    args: msgspec.Raw = None
+    # msgspec reads these annotations to decode: the defaults (UNSET, None) are msgspec's own
+    # markers of an absent key, outside the decoded types on purpose
+    tid: Union[int, str, None] = msgspec.UNSET  # type: ignore[assignment]
+    args: msgspec.Raw = None  # type: ignore[assignment]
 
 
 # the extra keys the transform rewrites in the structs: read before it does, the others on first use

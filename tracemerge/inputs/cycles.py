@@ -54,7 +54,7 @@ def join_cycles(infos: List[RankInfo]) -> List[RankInfo]:
             groups[rank] = joined(group)
     out, done = [], set()
     for info in infos:
-        whole = groups.get(info.rank) if info.cycle is not None else None
+        whole = groups.get(info.rank) if info.cycle is not None and info.rank is not None else None
         if whole is None:
             out.append(info)
         elif info.rank not in done:
@@ -66,7 +66,7 @@ def join_cycles(infos: List[RankInfo]) -> List[RankInfo]:
 def joined(parts: List[RankInfo]) -> RankInfo:
     """One info of a rank's cycle files (``parts``, any order), refused when they are not
     files of one process."""
-    parts = sorted(parts, key=lambda p: p.cycle)
+    parts = sorted(parts, key=lambda p: -1 if p.cycle is None else p.cycle)
     first = parts[0]
     for part in parts[1:]:
         for key in SAME_PROCESS:
@@ -80,8 +80,7 @@ def joined(parts: List[RankInfo]) -> RankInfo:
 
 
 def refresh(info: RankInfo) -> None:
-    """Set the fields of a joined ``info`` from its parts (again, once the parts learned
-    the facts of their events)."""
+    """Set the fields of a joined ``info`` from its parts."""
     parts = info.parts
     timed = [p for p in parts if p.timed] or parts
     info.start_ns, info.start_source = min((p.start_ns, p.start_source) for p in parts)
@@ -94,6 +93,7 @@ def refresh(info: RankInfo) -> None:
     info.rpcs = [r for p in parts for r in p.rpcs]
     info.collectives = [c for p in parts for c in p.collectives]
     info.remote_rpcs = [r for p in parts for r in p.remote_rpcs]
+    info.rpc_spans = [s for p in parts for s in p.rpc_spans]
     info.warnings = [f"cycle {p.cycle} ({os.path.basename(p.path)}): {w}" for p in parts for w in p.warnings]
     info.truncated = any(p.truncated for p in parts)
     info.timed = any(p.timed for p in parts)

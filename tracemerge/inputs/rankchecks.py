@@ -1,7 +1,7 @@
 """Checks over one rank's trace, as warnings:
 
 - :func:`clock_jumps`: one rank's trace whose clock stepped while it was recorded.
-- :func:`job_facts`: what a file says about its job, for :func:`tracemerge.inputs.jobchecks.check_job`.
+- :func:`job_facts`: what a file says about its job, for :func:`tracemerge.job.checks.check_job`.
 
 Checks never change data; they say what looks wrong so a merged timeline is not trusted
 blindly.

@@ -1,16 +1,17 @@
 """Output assembly: each rank is read, transformed and encoded by a worker that writes its
 own part of the output; only small records travel back.
 
-This is pass 2 over the inputs (pass 1, :mod:`tracemerge.inputs.scan`, describes each rank
+This is pass 2 over the inputs (pass 1, :mod:`tracemerge.job.describe_files`, describes each rank
 for the clock model, which the parent solves between the passes): :func:`encode_rank` is
 the one full read of a rank, the caller's per-rank function (transform and counts) and the
-format's encoder; it returns the counts, the size written and, for a rank described from
-its head, the facts only its events tell.
+format's encoder; it returns the counts and the size written. Every rank was described
+completely before (:class:`~tracemerge.job.Job`), so nothing learned here can move a
+placement: the output is written once.
 
 Local workers write each rank's body straight into the output file at its offset, taking
 turns in rank order (:class:`OutputSlot`); Dask workers and stdout outputs go through
 shard files that the parent concatenates (:class:`Shard`). The engines that run the
-workers are in :mod:`tracemerge.merge.executors`.
+workers are in :mod:`tracemerge.engine`.
 """
 
 import contextlib
@@ -30,21 +31,20 @@ import msgspec
 
 from tracemerge import native
 from tracemerge.codecs import codec_for
+from tracemerge.engine import Abandoned, LocalEngine, gc_paused
 from tracemerge.errors import OutputError, TraceError, reading
 from tracemerge.formats import FORMATS
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.cycles import joined_trace
-from tracemerge.inputs.rankinfo import event_facts
-from tracemerge.merge.executors import Abandoned, LocalEngine, gc_paused
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
 
 # ---- pass 2: transform and encode ------------------------------------------------------
 
-def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
+def encode_rank(rank_fn, fmt, source, place, sink, codec):
     """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
-    {"counts", "bytes": the encoded size, "facts": the rank's event facts when asked,
-    "core": which core read it, "native" or "python[: why the core did not]"}.
+    {"counts", "bytes": the encoded size, "core": which core read it, "native" or
+    "python[: why the core did not]"}.
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
@@ -63,7 +63,6 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
                 # traces a Session keeps in memory): the same columns, the same output bytes
                 trace, core = native.read_rank(source) if owned else (source, native.core_of(source))
             path = trace.path
-            known = event_facts(trace) if facts else None
             try:
                 try:
                     events, counts = rank_fn(trace, place, consume=owned)
@@ -79,7 +78,7 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec, facts=False):
     except BaseException:
         sink.abandon()
         raise
-    return {"counts": counts, "bytes": size, "facts": known, "core": core}
+    return {"counts": counts, "bytes": size, "core": core}
 
 
 def _named(source):
@@ -188,11 +187,10 @@ def _pwrite_all(fd, pieces, offset):
             views[0] = views[0][done:]
 
 
-def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False, force=True):
+def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, force=True):
     """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
     the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
-    summary from the per-rank results (and may raise to abandon the output). Returns the
-    summary. Without ``force`` an output that another run wrote meanwhile is not replaced."""
+    summary from the per-rank results. Returns the summary. Without ``force`` an output that another run wrote meanwhile is not replaced."""
     global _TURNS
     form = FORMATS[fmt]
     codec = codec_for(output)
@@ -207,7 +205,7 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
             try:
                 separator = out.made(form.separator) if form.separator else b""
                 sinks = [OutputSlot(out.raw.fileno(), k, separator) for k in range(n)]
-                results = engine.map(encode_rank, *common, sinks, [codec] * n, [facts] * n)
+                results = engine.map(encode_rank, *common, sinks, [codec] * n)
                 out.raw.seek(_TURNS.offset.value)
             finally:
                 _TURNS = None
@@ -215,9 +213,7 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, facts=False
         else:
             with shard_dir(output) as tmp:
                 sinks = [Shard(os.path.join(tmp, f"shard{k:06d}")) for k in range(n)]
-                results = engine.map(encode_rank, *common, sinks, [codec] * n, [facts] * n)
-                # the footer may still abandon this try (the placement moved): nothing of it
-                # may have reached a stream that cannot be taken back, like stdout
+                results = engine.map(encode_rank, *common, sinks, [codec] * n)
                 summary = footer(results)
                 out.write(form.open(header))
                 first = True

@@ -1,140 +1,155 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
 import functools
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import tracemerge
 from tracemerge import native
+from tracemerge.engine import LocalEngine
 from tracemerge.formats import FORMATS, output_format
-from tracemerge.inputs.cycles import pids_agree, recoded, refresh
-from tracemerge.inputs.rankinfo import learn
-from tracemerge.merge import selection as select
+from tracemerge.inputs.cycles import pids_agree, recoded
+from tracemerge.inputs.rankinfo import rank_of
 from tracemerge.merge.assembly import write_merged
-from tracemerge.merge.executors import LocalEngine
-from tracemerge.merge.flows import RpcFlows
-from tracemerge.merge.placement import Placement, rank_label
-from tracemerge.merge.remote_spans import drawn_sides, remote_spans
 from tracemerge.output import check_output
+from tracemerge.place import selection as select
+from tracemerge.place.arrows import RpcFlows
+from tracemerge.place.placement import Placement, rank_label
+from tracemerge.place.remote_spans import drawn_sides, remote_spans
 
 if TYPE_CHECKING:
-    from tracemerge.session import Alignment, Session
+    from tracemerge.job import Alignment, Job
 from tracemerge.analysis import drawing
 from tracemerge.analysis.critical_path import critical_path as find_critical_path
-from tracemerge.analysis.job import job_timeline
+from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.clocks.correlate import match_rpcs
 from tracemerge.inputs.chrome import build
-from tracemerge.inputs.jobchecks import rpc_sides
+from tracemerge.job.checks import rpc_sides
 
 SECOND_NS = 1_000_000_000
 
 
-def aligned_start(session, alignment):
+def aligned_start(job: "Job", alignment: "Alignment") -> int:
     """The first event of the job on the reference clock."""
-    timed = [i for i in session.infos if i.timed] or session.infos
-    return min(alignment.clocks[i.rank].to_reference(i.first_ns) for i in timed)
+    timed = [i for i in job.infos if i.timed] or list(job.infos)
+    return min(alignment.clocks[rank_of(i)].to_reference(i.first_ns) for i in timed)
 
 
-def placements(session, alignment):
-    """{rank: Placement}: pid blocks ordered by rank, ts 0 at the whole second before the first event."""
-    stride = 1000 * (1 + max(len(i.pids) for i in session.infos) // 1000)
-    first = aligned_start(session, alignment)
+def placements(job: "Job", alignment: "Alignment", first: Optional[int] = None) -> Dict[int, Placement]:
+    """{rank: Placement}: pid blocks ordered by rank, ts 0 at the whole second before the
+    first event (``first``: :func:`aligned_start`, when the caller has it)."""
+    stride = 1000 * (1 + max(len(i.pids) for i in job.infos) // 1000)
+    first = aligned_start(job, alignment) if first is None else first
     out_base = first - first % SECOND_NS
     return {
-        info.rank: Placement(rank=info.rank, label=rank_label(info.rank, info.worker_name, info.hostname),
-                             pid_base=(n + 1) * stride, clock=alignment.clocks[info.rank], out_base_ns=out_base,
-                             pids=tuple(info.pids) if info.parts else ())
-        for n, info in enumerate(session.infos)
+        rank: Placement(rank=rank, label=rank_label(rank, info.worker_name, info.hostname),
+                        pid_base=(n + 1) * stride, clock=alignment.clocks[rank], out_base_ns=out_base,
+                        pids=tuple(info.pids) if info.parts else ())
+        for n, (rank, info) in enumerate(zip(job.ranks, job.infos))
     }
 
 
-def combine(session: "Session", alignment: "Alignment", output: str, force: bool = False, fmt: Optional[str] = None,
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write` made: the output's summary, and which core read each file."""
+
+    summary: Dict[str, Any]
+    cores: List[Tuple[str, str]]   # [(path, "native" or "python[: why]")], in the order written
+
+
+def combine(job: "Job", alignment: Optional["Alignment"], output: str, force: bool = False, fmt: Optional[str] = None,
             selection: Optional[select.Selection] = None, critical_path: bool = False) -> Dict[str, Any]:
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
 
-    ``fmt`` is "json" or "perfetto" (default: perfetto for .pftrace names); ``selection``
-    (:class:`~tracemerge.merge.selection.Selection`) keeps some ranks, a window, longer events.
-
-    Ranks described from their heads alone (``RankInfo.partial``) are placed by their
-    profiling windows; their workers report the facts of their events, and in the rare
-    case that those move the placement (events before the profiler's second, a thousand
-    pids in a rank) the ranks are written again, so the output never depends on how the
-    inputs were described.
+    ``alignment``: the clock model to place the ranks by (None: the job's own, from
+    ``Job.open(align=...)``). ``fmt`` is "json" or "perfetto" (default: perfetto for
+    .pftrace names); ``selection`` (:class:`~tracemerge.place.selection.Selection`) keeps
+    some ranks, a window, longer events.
 
     ``critical_path``: the cross-rank critical path (:mod:`tracemerge.analysis`) is found
     first — every rank is read once more for it — and drawn as one more process
     (:mod:`tracemerge.analysis.drawing`); the summary says where (``critical_path``).
     """
-    check_output(output, session.inputs, force)
+    return write(job, alignment, output, force, fmt, selection, critical_path).summary
+
+
+def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool = False, fmt: Optional[str] = None,
+          selection: Optional[select.Selection] = None, critical_path: bool = False) -> Written:
+    """:func:`combine`, also saying which core read each file (for the CLI's core line).
+
+    Every rank is placed before the first byte is written: the job describes each rank
+    completely up front, so what the workers read cannot move a placement."""
+    alignment = job.clock_model(alignment)
+    check_output(output, job.inputs, force)
     fmt = output_format(output, fmt)
     selection = selection or select.Selection()
-    select.check_ranks(selection, session.ranks)
-    kept = [i for i in session.infos if selection.keeps_rank(i.rank)]
-    # a window is measured from the job's first event, and left-out ranks are counted; the
-    # cycles of a rank are written with the pid table of all its cycles, known before they are
-    session.complete([i.rank for i in session.infos if selection.window_ms or i not in kept or i.parts])
-    sides = drawn_sides(session.infos, {i.rank for i in kept})
-    rpc = RpcFlows.plan(session.infos, {i.rank for i in kept} | set(sides), session.rpc_memo,
-                        {r["rpc_id"] for recs in sides.values() for r in recs})
-    path = find_critical_path(job_timeline(session, alignment)) if critical_path else None
-    while True:
-        try:
-            return _write(session, alignment, output, fmt, selection, kept, rpc, path, force)
-        except _Moved:
-            continue
-
-
-class _Moved(Exception):
-    """What the workers learned about their ranks' events changed the placement."""
-
-
-def _write(session, alignment, output, fmt, selection, kept, rpc, path=None, force=False):
-    places = placements(session, alignment)
-    counts = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
-    for info in session.infos:
+    select.check_ranks(selection, job.ranks)
+    kept = [i for i in job.infos if selection.keeps_rank(i.rank)]
+    path = find_critical_path(job_timeline(job, alignment)) if critical_path else None
+    first = aligned_start(job, alignment)
+    places = placements(job, alignment, first)
+    start = first - next(iter(places.values())).out_base_ns
+    window = selection.window_ns(start)
+    sides = drawn_sides(job.infos, {i.rank for i in kept})
+    spans = {(s["rpc_id"], s["role"], info.rank) for info in kept
+             for s, keep in zip(info.rpc_spans, select.kept_spans(info.rpc_spans, places[rank_of(info)], selection,
+                                                                   window))
+             if keep}
+    drawn_ids = {r["rpc_id"] for recs in sides.values() for r in recs}
+    rpc = RpcFlows.plan(job.links.rpcs, spans, {i.rank for i in kept} | set(sides), drawn_ids)
+    arrows = _arrows(job, rpc, spans, drawn_ids, {i.rank for i in kept} | set(sides))
+    counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
+    for info in job.infos:
         if info not in kept:
             counts["in"] += info.events
             counts["filtered"] += info.events
             by = counts.setdefault("filtered_by", {})
             by["ranks"] = by.get("ranks", 0) + info.events
-    start = aligned_start(session, alignment) - next(iter(places.values())).out_base_ns
-    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
+    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc)
 
-    jobs, owners = rank_jobs(session, kept, places, FORMATS[fmt])
+    jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
+    cores: List[Tuple[str, str]] = []
 
     def footer(results):
-        session.cores = [(part.path, r.get("core", "python")) for own, r in zip(owners, results) for part in own]
-        for own, r in zip(owners, results):
-            if r["facts"] is not None and len(own) == 1:
-                learn(own[0], r["facts"])
-        for info in kept:
-            if info.parts:
-                refresh(info)
-        if placements(session, alignment) != places:
-            raise _Moved()
+        cores.extend((part.path, r.get("core", "python")) for own, r in zip(owners, results) for part in own)
         for r in results[len(owners):]:  # the drawn callee spans and path are added, not input
             c = r["counts"]
             c["added"] = c.get("added", 0) + c.pop("in", 0)
         for r in results:
             add_counts(counts, r["counts"])
-        return {**build_summary(session, alignment, places, counts), "format": fmt,
+        summary = build_summary(job, alignment, places, counts)
+        summary["rpc_sides"].update(arrows)
+        return {**summary, "format": fmt,
                 "selection": select.describe(selection), **(drawn or {}),
                 **({"remote_spans": {str(r): n for r, n in remote.ranks.items()}} if remote.ranks else {})}
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
               "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
-    # each rank is transformed and encoded by the session's engine, into its part of the output
-    remote = remote_spans(session.infos, alignment.clocks, places, {i.rank for i in kept})
+    # each rank is transformed and encoded by the job's engine, into its part of the output
+    remote = remote_spans(job.infos, sides, alignment.clocks, places)
     jobs += remote.jobs
     drawn = None
     if path is not None:
-        job, drawn = _path_job(path, places, [p for _, p in jobs])
-        jobs.append(job)
-    return write_merged(session.engine or LocalEngine(1), rank_fn, fmt,
-                        jobs, output, header, footer, facts=any(i.partial for i in kept), force=force)
+        job_, drawn = _path_job(path, places, [p for _, p in jobs])
+        jobs.append(job_)
+    summary = write_merged(job.engine or LocalEngine(1), rank_fn, fmt, jobs, output, header, footer, force=force)
+    return Written(summary, cores)
 
 
-def rank_jobs(session, kept, places, form):
+def _arrows(job: "Job", rpc: RpcFlows, spans: set, drawn: set, ranks: set) -> Dict[str, Any]:
+    """What the output holds of the calls with both records between ranks it holds: how many
+    are drawn (both spans, and the arrows between them), and how many spans of the others
+    are not there (the events lack them — a cut file — or the size controls left them out)."""
+    missing = {"caller": 0, "callee": 0}
+    for c in job.links.rpcs.calls:
+        if c.send_ns is None or c.start_ns is None or c.caller not in ranks or c.callee not in ranks:
+            continue
+        missing["caller"] += (c.rpc_id, "caller", c.caller) not in spans
+        missing["callee"] += (c.rpc_id, "callee", c.callee) not in spans and c.rpc_id not in drawn
+    return {"drawn": len(rpc.calls), "spans_missing": missing}
+
+
+def rank_jobs(job, kept, places, form):
     """(the (source, Placement) jobs of the ranks ``kept``, the infos of the files each job
     reads). A rank of several cycle files is a job per file, written one after the other,
     each by the compiled core where it can; for a format that encodes a rank whole
@@ -142,7 +157,7 @@ def rank_jobs(session, kept, places, form):
     joins its cycles (a tuple of sources; its facts were learned before)."""
     jobs, owners = [], []
     for info in kept:
-        sources = session.sources(info.rank)
+        sources = job.sources(info.rank)
         if info.parts and form.columns_only:
             jobs.append((tuple(sources), places[info.rank]))
             owners.append(info.parts)
@@ -185,7 +200,7 @@ def rank_output(trace, place, fmt="json", selection=None, window=(None, None), r
     return form.rank(trace, place, rpc, found, counts, consume)
 
 
-def build_summary(session, alignment, places, counts):
+def build_summary(job: "Job", alignment: "Alignment", places: Dict[int, Placement], counts: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "version": tracemerge.__version__,
         "inputs": [
@@ -193,22 +208,22 @@ def build_summary(session, alignment, places, counts):
              "hostname": i.hostname, "events": i.events, "truncated": i.truncated, "warnings": i.warnings,
              **({"cycles": [{"cycle": p.cycle, "path": p.path, "events": p.events} for p in i.parts]}
                 if i.parts else {})}
-            for i in session.infos
+            for i in job.infos
         ],
-        "skipped": [{"path": path, "problem": problem} for path, problem in session.skipped],
-        "warnings": session.warnings,
-        "pids": {str(i.rank): {str(p): places[i.rank].pid_base + code for code, p in enumerate(i.pids)}
-                 for i in session.infos},
+        "skipped": [{"path": path, "problem": problem} for path, problem in job.skipped],
+        "warnings": list(job.warnings),
+        "pids": {str(r): {str(p): places[r].pid_base + code for code, p in enumerate(i.pids)}
+                 for r, i in zip(job.ranks, job.infos)},
         "reference": alignment.reference,
         "align": alignment.method,
-        "alignment": [alignment.clocks[r].as_dict() for r in session.ranks],
+        "alignment": [alignment.clocks[r].as_dict() for r in job.ranks],
         "causality": alignment.causality,
-        "rpc_sides": rpc_sides(match_rpcs(session.infos, session.rpc_memo)),
+        "rpc_sides": rpc_sides(job.links.rpcs),
         # what `tracemerge report` needs of the inputs to report on the merged trace alone
         "records": [{"rank": i.rank, "has_block": i.has_block, "rpcs": i.rpcs, "collectives": i.collectives,
                      **({"remote_rpcs": i.remote_rpcs} if i.remote_rpcs else {}),
                      **({"job_id": i.job_id} if i.job_id is not None else {})}
-                    for i in session.infos],
+                    for i in job.infos],
         "events": {**{k: v for k, v in counts.items() if k not in BY_REASON and not k.startswith(DETAIL)},
                    **{group: counts.get(group, {}) for group in BY_REASON}},
         **{group: detail for group, prefix in DETAIL_GROUPS.items()

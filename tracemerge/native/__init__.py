@@ -14,6 +14,7 @@ reason returned for the caller to count. Either way the output is the same bytes
 
 from __future__ import annotations  # the X | None annotations, on Python 3.9 too
 
+import importlib
 import mmap
 import os
 import stat
@@ -28,15 +29,17 @@ from tracemerge.errors import TraceError
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
 from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
 
-try:
-    from tracemerge.native import _core
+_core: Any
+_proto: Any
+try:  # compiled extensions: imported by name, as type checkers cannot read them
+    _core = importlib.import_module("tracemerge.native._core")
 except ImportError as e:  # not built (no compiler at install time), or built for another Python
     _core = None
     _IMPORT_ERROR: str | None = str(e)
 else:
     _IMPORT_ERROR = None
 try:  # the .pftrace packet writer's loops (_proto.c); built apart from _core, optional on its own
-    from tracemerge.native import _proto
+    _proto = importlib.import_module("tracemerge.native._proto")
 except ImportError:
     _proto = None
 
@@ -184,7 +187,7 @@ def read_file(path, columns_only=False):
     return read_rank(path, columns_only)[0]
 
 
-def annotations(items, start, rank, iids, new_names):
+def debug_annotations(items, start, rank, iids, new_names):
     """The compiled core's debug annotations of raw args (``formats.perfetto.encoder._Annotations``):
     (encoded args of ``items[start:]``, the index of the first one it declined)."""
     return _core.annotations(items, start, rank, iids, new_names)
@@ -290,7 +293,7 @@ def _extra_columns(s, n):
 
 def json_body(trace, place, start, dur, overrides, tids=None) -> bytes | None:
     """One rank's events as the comma-joined body the Python path writes for them, given
-    their aligned ``start``/``dur`` ns (:func:`tracemerge.merge.placement.aligned_ns`),
+    their aligned ``start``/``dur`` ns (:func:`tracemerge.place.placement.aligned_ns`),
     ``overrides`` ({trace index: args bytes}) and ``tids`` ({trace index: tid bytes}, the
     spans moved to lanes); None when a value is out of the core's reach."""
     scan = trace.scan

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tracemerge.model import NO_DUR, NO_TS
 from tracemerge.nesting import (
     asynchronous,
+    host_ops,
     lane_origins,
     nest_order,
     parents_nested,
@@ -31,16 +31,6 @@ from tracemerge.nesting import (
     thread_runs,
 )
 
-# torch's _filter_name: utility ops that never reach key_averages()
-DROPPED_NAMES = frozenset((
-    "[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
-    "profiler::_record_function_enter_new", "profiler::_record_function_exit",
-    "aten::is_leaf", "aten::output_nr", "aten::_version"))
-# Kineto categories that are profiler bookkeeping or device activity, not host events
-NOT_HOST_OPS = frozenset((
-    "Trace", "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "fwdbwd",
-    "overhead", "cuda_profiler_range",
-    "critical_path"))  # combine --critical-path's drawing (tracemerge.analysis.drawing)
 USER_ANNOTATION = "user_annotation"
 STEP_PREFIX = "ProfilerStep#"
 STEP_KEY = "ProfilerStep*"
@@ -59,6 +49,7 @@ class KeyAverage:
     cpu_time_total: float
     self_cpu_time_total: float
     is_user_annotation: bool = False
+    is_async: bool = False   # every event of the row is asynchronous: torch's table shows its CPU total % as 0
 
     @property
     def cpu_time(self):
@@ -84,18 +75,6 @@ class OpTree:
     keys: list           # key strings (ProfilerStep#N already made ProfilerStep*)
     is_async: np.ndarray  # torch's asynchronous events: outside the nesting, self 0
     thread: np.ndarray   # thread of each event (these arrays are sorted by thread, then start)
-
-
-def _codes_in(table, wanted):
-    return np.array([i for i, s in enumerate(table) if s in wanted], dtype=np.int32)
-
-
-def host_ops(trace):
-    """Indices of the events torch's key_averages() would count."""
-    mask = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
-    mask &= ~np.isin(trace.name, _codes_in(trace.names, DROPPED_NAMES))
-    mask &= ~np.isin(trace.cat, _codes_in(trace.names, NOT_HOST_OPS))
-    return np.flatnonzero(mask)
 
 
 def _key_table(names):
@@ -224,12 +203,13 @@ def key_averages(trace, node_of_pid, remote_ops=False, tree=None):
     count = np.bincount(inv, minlength=len(uniq))
     total = np.bincount(inv, weights=dur, minlength=len(uniq))
     self_ = np.bincount(inv, weights=tree.self_ns[keep][order], minlength=len(uniq))
+    asynchronous = np.bincount(inv, weights=tree.is_async[keep][order], minlength=len(uniq)) == count
     rows = []
     for g in np.argsort(first, kind="stable"):
         key = int(uniq[g])
         rows.append(KeyAverage(key=keys[key >> 32], count=int(count[g]), node_id=((key >> 1) & 0x7FFFFFFF) - 1,
                                cpu_time_total=float(total[g]) / 1000.0, self_cpu_time_total=float(self_[g]) / 1000.0,
-                               is_user_annotation=bool(key & 1)))
+                               is_user_annotation=bool(key & 1), is_async=bool(asynchronous[g])))
     return rows
 
 
@@ -248,6 +228,7 @@ def group_rows(rows, by_rank):
         acc.count += r.count
         acc.cpu_time_total += r.cpu_time_total
         acc.self_cpu_time_total += r.self_cpu_time_total
+        acc.is_async = acc.is_async and r.is_async
         if acc.node_id != r.node_id:
             acc.node_id = NO_NODE
     return list(out.values())

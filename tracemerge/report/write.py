@@ -7,7 +7,7 @@ import sys
 from tracemerge.codecs import plain_name
 from tracemerge.errors import OutputError
 from tracemerge.output import atomic_output, check_output
-from tracemerge.report.model import session_report
+from tracemerge.report.build import job_report
 from tracemerge.report.render import format_of, render
 
 
@@ -37,10 +37,10 @@ def combine_report_path(output, path, inputs, force):
     return path
 
 
-def write_combine_report(session, alignment, output, path, inputs=()):
+def write_combine_report(job, alignment, output, path, inputs=()):
     """``combine --report [PATH]``: the table (or the format PATH's extension asks for) beside the output."""
     path = path or report_path_for(output)
-    text = render(session_report(session, alignment), format_of(path))
+    text = render(job_report(job, alignment), format_of(path))
     if path == "-":
         sys.stderr.write(text)   # stdout carries the merged trace
     else:

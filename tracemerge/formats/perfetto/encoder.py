@@ -28,11 +28,11 @@ import orjson
 
 from tracemerge import native
 from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
-from tracemerge.formats.perfetto.nesting import SLICE_BEGIN, SLICE_END, nest, slice_order
-from tracemerge.merge.flows import NO_FLOWS
-from tracemerge.merge.ids import namespace_args
-from tracemerge.merge.placement import CHUNK, aligned_ns
+from tracemerge.formats.perfetto.slices import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.nesting import nest_order, thread_runs
+from tracemerge.place.arrows import NO_FLOWS
+from tracemerge.place.ids import namespace_args
+from tracemerge.place.placement import CHUNK, aligned_ns
 
 INSTANT, COUNTER = 3, 4   # TrackEvent.Type (the slice types are in nesting)
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
@@ -168,7 +168,7 @@ class _Annotations:
         raw = args.take(events).items
         out, at = [], 0
         while at < len(raw):
-            done, at = native.annotations(raw, at, rank, self.iids, self.new)
+            done, at = native.debug_annotations(raw, at, rank, self.iids, self.new)
             out += done
             if at < len(raw):  # declined: the Python path encodes this one, then the core goes on
                 try:
@@ -319,7 +319,7 @@ def collect_slices(trace, start, dur, counts):
 def encode_rank(trace, place, flows=None, reference=False):
     """(bytes, ProtoCounts) of one rank: a self-contained run of packets of its sequence.
 
-    ``flows`` maps an event index to its :class:`~tracemerge.merge.flows.SliceFlows` for
+    ``flows`` maps an event index to its :class:`~tracemerge.place.arrows.SliceFlows` for
     the RPC arrows; input flow events are bound
     here (:func:`~tracemerge.formats.perfetto.flows.bind_input_flows`).
 

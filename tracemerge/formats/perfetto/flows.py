@@ -1,7 +1,7 @@
 """The input's own flows (Kineto ``fwdbwd``, ``ac2g``, v2 ``bind_id``) bound to slices for
 the protobuf output; the JSON output passes them through as they are.
 
-A flow map is {event index: :class:`~tracemerge.merge.flows.SliceFlows`}: the ids a
+A flow map is {event index: :class:`~tracemerge.place.arrows.SliceFlows`}: the ids a
 slice's begin and end packets carry.
 """
 
@@ -13,8 +13,8 @@ from itertools import repeat
 import numpy as np
 from msgspec import UNSET
 
-from tracemerge.merge.flows import NO_FLOWS
-from tracemerge.merge.ids import namespace_id, namespace_ids
+from tracemerge.place.arrows import NO_FLOWS
+from tracemerge.place.ids import namespace_id, namespace_ids
 
 OUT, STEP, IN = "out", "step", "in"
 V1_ROLES = {ord("s"): OUT, ord("t"): STEP, ord("f"): IN}

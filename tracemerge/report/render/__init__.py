@@ -37,7 +37,7 @@ def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row
 
 
 def render_diff(diff: Any, fmt: str = DEFAULT, row_limit: int = 100) -> str:
-    """A :class:`~tracemerge.analysis.diff.Diff` in ``fmt`` (every report format has one)."""
+    """A :class:`~tracemerge.report.diff.Diff` in ``fmt`` (every report format has one)."""
     form = RENDERERS.get(fmt)
     if form is None or form.render_diff is None:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")

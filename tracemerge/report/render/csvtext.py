@@ -7,7 +7,7 @@ import io
 from dataclasses import asdict
 
 from tracemerge.errors import TracemergeError
-from tracemerge.report.model import ROW_FIELDS, row_dict, sorted_rows
+from tracemerge.report.build import ROW_FIELDS, row_dict, sorted_rows
 from tracemerge.report.render.base import ReportFormat
 
 SECTIONS = ("key_averages", "critical_path", "rpc_waits", "collective_waits", "step_times", "stragglers")

@@ -10,8 +10,8 @@ from html import escape
 
 from tracemerge.analysis.critical_path import KINDS
 from tracemerge.analysis.tables import analysis_sections, diff_table
+from tracemerge.report.build import sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
-from tracemerge.report.model import sorted_rows
 from tracemerge.report.render.base import ReportFormat
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}

@@ -1,10 +1,10 @@
-"""JSON: the whole report (:func:`~tracemerge.report.model.report_dict`)."""
+"""JSON: the whole report (:func:`~tracemerge.report.build.report_dict`)."""
 
 from dataclasses import asdict
 
 import orjson
 
-from tracemerge.report.model import report_dict
+from tracemerge.report.build import report_dict
 from tracemerge.report.render.base import ReportFormat
 
 

@@ -2,8 +2,8 @@
 and collective sections."""
 
 from tracemerge.analysis.tables import analysis_sections, diff_table
+from tracemerge.report.build import sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
-from tracemerge.report.model import sorted_rows
 from tracemerge.report.render.base import ReportFormat
 
 

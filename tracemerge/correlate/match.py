@@ -80,37 +80,13 @@ class RpcMatch:
     missing_peer: dict = field(default_factory=dict)  # {rank: calls whose peer rank has no input}
 
 
-def match_rpcs(infos, memo=None):
+def match_rpcs(infos: Sequence[Any]) -> RpcMatch:
     """Join the caller's and the callee's record of every RPC by ``rpc_id``; when a side has
-    several records, the last time given for each field and the last non-ok status count.
-
-    ``memo`` (an :class:`RpcMemo`, a session's) returns the join it made last when asked
-    for the same records again.
-    """
-    if memo is not None:
-        return memo.match(infos)
+    several records, the last time given for each field and the last non-ok status count."""
     match = _match_rpcs(infos)
     for column in (match.calls.caller, match.calls.callee, match.calls.times, match.calls.has, match.calls.ok):
-        column.setflags(write=False)  # shared by every caller
+        column.setflags(write=False)  # shared by every reader of the job
     return match
-
-
-class RpcMemo:
-    """The last RPC join of a session: alignment, the causality check, the flow plan, the
-    peer warnings and the report each ask for the join of the same records, so it is kept
-    (keyed by the record lists themselves, which the entry holds, and their lengths)."""
-
-    def __init__(self):
-        self._last = None  # (key, the record lists, RpcMatch)
-
-    def match(self, infos):
-        lists = [records for info in infos for records in (info.rpcs, info.remote_rpcs)]
-        key = [(id(rpcs), len(rpcs)) for rpcs in lists]
-        if self._last is not None and self._last[0] == key:
-            return self._last[2]
-        match = match_rpcs(infos)
-        self._last = key, lists, match
-        return match
 
 
 def _match_rpcs(infos):
@@ -286,3 +262,19 @@ def match_collectives(infos: Sequence[Any]) -> Collectives:
 def _several_jobs(infos):
     """The inputs come from more than one job (their ``job_id`` differs)."""
     return len({info.job_id for info in infos}) > 1
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """What ties the ranks of one job together, joined once (:func:`correlate`) and then only
+    read: by the clock model, the causality review, the job checks, the flow arrows, the
+    summary, the reports and the analyses."""
+
+    rpcs: RpcMatch
+    collectives: Collectives
+
+
+def correlate(infos: Sequence[Any]) -> Correlation:
+    """The RPC and collective joins of ``infos`` (RankInfo-like: rank, job_id, rpcs,
+    remote_rpcs, collectives)."""
+    return Correlation(match_rpcs(infos), match_collectives(infos))

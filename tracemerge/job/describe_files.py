@@ -7,10 +7,10 @@ own."""
 import os
 
 from tracemerge import native
+from tracemerge.engine import gc_paused
 from tracemerge.errors import reading
 from tracemerge.inputs import READERS, reader_for
 from tracemerge.inputs.rankinfo import describe
-from tracemerge.merge.executors import gc_paused
 
 
 def scan_head(path):

@@ -13,8 +13,8 @@ from typing import Optional
 import numpy as np
 
 from tracemerge.errors import TracemergeError, UsageError
-from tracemerge.merge.placement import aligned_ns
 from tracemerge.model import NO_DUR
+from tracemerge.place.placement import aligned_ns
 
 REASONS = ("ranks", "category", "min_duration", "window")
 
@@ -74,9 +74,46 @@ def check_ranks(selection, ranks):
 
 def event_mask(trace, place, selection, window):
     """(keep mask, {reason: dropped count}) of one rank; ``window`` is (lo, hi) output ns."""
-    keep = np.ones(len(trace), dtype=bool)
+    category = None
+    if selection.drop_categories:
+        category = np.isin(trace.cat, [c for c, name in enumerate(trace.names)
+                                       if isinstance(name, str) and _dropped_category(selection, name)])
+    return _mask(selection, window, always=(trace.ph == ord("M")) | ~trace.timed, category=category,
+                 x=trace.ph == ord("X"), dur=trace.dur,
+                 aligned=lambda: aligned_ns(trace, place.clock, place.out_base_ns))
+
+
+def kept_spans(spans, place, selection, window):
+    """Which of a rank's RPC spans (:mod:`tracemerge.inputs.rpc_spans` records: ts_ns,
+    dur_ns, cat on the file's clock) the selection keeps: the rules of :func:`event_mask`,
+    so the flow plan knows before any rank is written which spans the output will hold."""
+    if selection is None or not (selection.drop_categories or selection.min_duration_us or selection.window_ms):
+        return np.ones(len(spans), dtype=bool)
+    ts = np.array([s["ts_ns"] for s in spans], dtype=np.int64)
+    dur = np.array([s["dur_ns"] for s in spans], dtype=np.int64)
+
+    def aligned():
+        start = place.clock.to_reference(ts)
+        end = place.clock.to_reference(ts + dur)
+        return start - place.out_base_ns, end - start
+
+    keep, _ = _mask(selection, window, always=np.zeros(len(spans), dtype=bool),
+                    category=np.array([_dropped_category(selection, s["cat"]) for s in spans], dtype=bool),
+                    x=np.ones(len(spans), dtype=bool), dur=dur, aligned=aligned)
+    return keep
+
+
+def _dropped_category(selection, name):
+    """``--drop-category`` matches any of a comma-separated category's parts."""
+    return bool(selection.drop_categories & {p.strip() for p in name.split(",")})
+
+
+def _mask(selection, window, always, category, x, dur, aligned):
+    """(keep mask, {reason: dropped count}) by the size controls, in their order: category,
+    min_duration, window; ``always`` events are never dropped, ``aligned()`` gives the
+    (start, dur) output ns the window is measured in."""
+    keep = np.ones(len(always), dtype=bool)
     dropped = {}
-    always = (trace.ph == ord("M")) | ~trace.timed
 
     def drop(reason, mask):
         mask = mask & keep & ~always
@@ -86,17 +123,14 @@ def event_mask(trace, place, selection, window):
             keep[mask] = False
 
     if selection.drop_categories:
-        codes = [c for c, name in enumerate(trace.names)
-                 if isinstance(name, str) and selection.drop_categories & {p.strip() for p in name.split(",")}]
-        drop("category", np.isin(trace.cat, codes))
+        drop("category", category)
     if selection.min_duration_us:
-        short = (trace.ph == ord("X")) & (trace.dur != NO_DUR) & (trace.dur < selection.min_duration_us * 1000)
-        drop("min_duration", short)
+        drop("min_duration", x & (dur != NO_DUR) & (dur < selection.min_duration_us * 1000))
     lo, hi = window
     if lo is not None or hi is not None:
-        start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
-        end = start + np.maximum(dur, 0)
-        outside = np.zeros(len(trace), dtype=bool)
+        start, dur_out = aligned()
+        end = start + np.maximum(dur_out, 0)
+        outside = np.zeros(len(always), dtype=bool)
         if lo is not None:
             outside |= end < lo
         if hi is not None:

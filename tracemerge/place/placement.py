@@ -17,9 +17,9 @@ import msgspec
 import numpy as np
 
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.merge.ids import CHUNK, namespace_extra, namespaced_args, namespaced_ids
 from tracemerge.model import FLOW_ID_KEYS, NO_DUR, NO_TS, Args
 from tracemerge.nesting import LANE_OF
+from tracemerge.place.ids import CHUNK, namespace_extra, namespaced_args, namespaced_ids
 
 
 @dataclass

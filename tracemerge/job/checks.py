@@ -5,15 +5,18 @@
 - :func:`check_windows`: ranks whose profiling windows never meet and that no exchange joins.
 """
 
+from typing import Any, Dict, List, Sequence
+
 import numpy as np
 
-from tracemerge.clocks.correlate import match_collectives, match_rpcs
 from tracemerge.clocks.graph import components
+from tracemerge.correlate.match import Correlation, RpcMatch
 from tracemerge.errors import RankConflict
 from tracemerge.inputs.rankchecks import JOB_KEYS
+from tracemerge.inputs.rankinfo import RankInfo, rank_of
 
 
-def check_job(infos, strict=False):
+def check_job(infos: Sequence[RankInfo], strict: bool = False) -> List[str]:
     """Warnings when the files look like they come from different jobs, or ranks are missing.
 
     Disagreeing job_id, world_size or backend (``RankInfo.job``) is refused with
@@ -21,7 +24,7 @@ def check_job(infos, strict=False):
     """
     conflicts = []
     for key in JOB_KEYS:
-        seen = {}
+        seen: Dict[Any, List[str]] = {}
         for info in infos:
             if info.job.get(key) is not None:
                 seen.setdefault(info.job[key], []).append(info.path)
@@ -30,10 +33,10 @@ def check_job(infos, strict=False):
             conflicts.append(f"the files come from different jobs: {key} differs ({parts})")
     if conflicts and strict:
         raise RankConflict(conflicts[0] + " (refused by --strict)")
-    sizes = {i.job.get("world_size") for i in infos if isinstance(i.job.get("world_size"), int)}
+    sizes = {size for i in infos if isinstance(size := i.job.get("world_size"), int)}
     if len(sizes) == 1:
         size = sizes.pop()
-        have = {info.rank for info in infos}
+        have = {rank_of(info) for info in infos}
         absent = sorted(set(range(size)) - have)
         if absent:
             conflicts.append(f"world_size is {size} but {_ranks(absent)} {'has' if len(absent) == 1 else 'have'} "
@@ -44,15 +47,15 @@ def check_job(infos, strict=False):
     return conflicts
 
 
-def _ranks(ranks):
+def _ranks(ranks: List[int]) -> str:
     listed = ", ".join(map(str, ranks[:20])) + (f" … ({len(ranks)} in all)" if len(ranks) > 20 else "")
     return f"rank {listed}" if len(ranks) == 1 else f"ranks {listed}"
 
 
-def rpc_peers(infos, memo=None):
+def rpc_peers(links: Correlation) -> List[str]:
     """Warnings for RPC records whose peer rank has no input file, with counts per rank, and
     one for calls with a side missing: why, and what to do."""
-    match = match_rpcs(infos, memo)
+    match = links.rpcs
     warnings = [f"{n} RPC records name rank {rank} as their peer, but no input file has rank {rank}"
                 for rank, n in sorted(match.missing_peer.items())]
     sides = rpc_sides(match)
@@ -69,40 +72,40 @@ def rpc_peers(infos, memo=None):
     return warnings
 
 
-def rpc_sides(match):
+def rpc_sides(match: RpcMatch) -> Dict[str, int]:
     """{"calls", "both_sides", "caller_only", "callee_only"} of an RPC join (correlate.RpcMatch)."""
     calls = len(match.calls)
     return {"calls": calls, "both_sides": calls - match.caller_only - match.callee_only,
             "caller_only": match.caller_only, "callee_only": match.callee_only}
 
 
-def check_windows(infos, memo=None, strict=False):
+def check_windows(infos: Sequence[RankInfo], links: Correlation, strict: bool = False) -> List[str]:
     """A warning when the ranks fall into groups that nothing ties together: no group's
     profiling window overlaps another's (on the files' own clocks) and no RPC or
     collective of both sides joins them: most likely files of different runs, which no
     alignment can place on one timeline. Refused with ``strict`` (:class:`RankConflict`)."""
     if len(infos) < 2:
         return []
-    links = []
+    edges = []
     # windows that overlap, in one sweep by start: each window meets the running end
     ordered = sorted(infos, key=lambda i: (min(i.start_ns, i.first_ns), i.rank))
     reach, last = None, None
     for info in ordered:
         start, end = min(info.start_ns, info.first_ns), max(info.stop_ns, info.last_ns)
         if reach is not None and start <= reach:
-            links.append((info.rank, last))
+            edges.append((info.rank, last))
         if reach is None or end > reach:
             reach, last = end, info.rank
-    calls = match_rpcs(infos, memo).calls
+    calls = links.rpcs.calls
     if len(calls):
         has = calls.has  # rows t1..t4: the caller's send and complete, the callee's start and end
         both = (has[0] | has[3]) & (has[1] | has[2])
-        links += zip(calls.caller[both].tolist(), calls.callee[both].tolist())
-    coll = match_collectives(infos)  # each member joined to its collective's first member (entries, not a dense grid)
+        edges += zip(calls.caller[both].tolist(), calls.callee[both].tolist())
+    coll = links.collectives  # each member joined to its collective's first member (entries, not a dense grid)
     ranks = np.array(coll.ranks, np.int64)
     head = coll.member_col[np.searchsorted(coll.member_row, coll.member_row)]
-    links += zip(ranks[coll.member_col].tolist(), ranks[head].tolist())
-    groups = components([info.rank for info in infos], links)
+    edges += zip(ranks[coll.member_col].tolist(), ranks[head].tolist())
+    groups = components([info.rank for info in infos], edges)
     if len(groups) < 2:
         return []
     listed = " / ".join(_ranks(g) for g in sorted(groups))

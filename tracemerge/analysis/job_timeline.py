@@ -1,10 +1,10 @@
 """The whole job on the reference clock: every rank's thread timelines, plus the RPC calls
 and collectives that tie threads of different ranks together, as the analyses use them.
 
-Built from an open :class:`~tracemerge.session.Session` and an alignment: each rank's
-:class:`~tracemerge.analysis.timeline.RankTimeline` is made by a worker of the session's
-engine (the events never leave it), the records are joined as everywhere else
-(:mod:`tracemerge.correlate`) and put on the reference clock here.
+Built from a :class:`~tracemerge.job.Job` and its alignment: each rank's
+:class:`~tracemerge.analysis.timeline.RankTimeline` is made by a worker of the job's
+engine (the events never leave it); the calls and collectives are the job's own joins
+(``Job.links``), put on the reference clock here.
 
 A *wait* is an interval on one thread during which it may be blocked on another rank:
 an RPC it called, from send (t1) to completion (t4), or a collective, from its arrival to
@@ -19,17 +19,11 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from tracemerge.analysis.timeline import rank_timeline
-from tracemerge.clocks.correlate import (
-    TIMES,
-    Collectives,
-    RpcCalls,
-    match_collectives,
-    match_rpcs,
-)
-from tracemerge.merge.executors import LocalEngine
+from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
+from tracemerge.engine import LocalEngine
 
 if TYPE_CHECKING:
-    from tracemerge.session import Alignment, Session
+    from tracemerge.job import Alignment, Job
 
 RPC_WAIT = 0
 COLLECTIVE_WAIT = 1
@@ -54,7 +48,7 @@ class Thread:
 
 
 @dataclass
-class Job:
+class JobTimeline:
     ranks: dict                  # {rank: RankTimeline}
     threads: dict                # {(rank, thread index): Thread}
     span_start: dict             # {rank: array('q')}, as RankTimeline.span_start
@@ -91,26 +85,25 @@ class Job:
         return tl.names[tl.span_name[span]]
 
 
-def job_timeline(session: "Session", alignment: "Alignment", engine: Optional[Any] = None) -> "Job":
-    """The :class:`Job` of an open session under ``alignment``."""
-    clocks = alignment.clocks
-    infos = session.infos
-    runner = engine or session.engine or LocalEngine()
-    ranks: list = [i.rank for i in infos]   # every rank is assigned once a session is open
+def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Optional[Any] = None) -> "JobTimeline":
+    """The :class:`JobTimeline` of a job under ``alignment`` (None: the job's own)."""
+    clocks = job.clock_model(alignment).clocks
+    infos = job.infos
+    runner = engine or job.engine or LocalEngine()
+    ranks: list = job.ranks
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
-    sources = [session.source(r) for r in ranks]
+    sources = [job.source(r) for r in ranks]
     if any(not isinstance(s, str) for s in sources):
-        # traces the session keeps are already in this process (and a core-read trace holds a
+        # traces the job keeps are already in this process (and a core-read trace holds a
         # map of its file, which does not pickle): their timelines are made here
         made = list(map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names))
     else:
         made = runner.map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names)
-    return build_job({tl.rank: tl for tl in made}, match_rpcs(infos, session.rpc_memo).calls,
-                     match_collectives(infos), clocks)
+    return build_timeline({tl.rank: tl for tl in made}, job.links.rpcs.calls, job.links.collectives, clocks)
 
 
-def build_job(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks: dict) -> "Job":
-    """The :class:`Job` of rank timelines and the joined records (correlate's RpcCalls and
+def build_timeline(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks: dict) -> "JobTimeline":
+    """The :class:`JobTimeline` of rank timelines and the joined records (correlate's RpcCalls and
     Collectives) under ``clocks`` ({rank: ClockModel})."""
     threads = {}
     for rank, tl in timelines.items():
@@ -158,7 +151,7 @@ def build_job(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks
         th = threads[key]
         ws.sort(key=lambda w: (w[1], w[0]))
         th.wait_start, th.wait_end, th.wait_kind, th.wait_ref = (list(x) for x in zip(*ws))
-    return Job(ranks=timelines, threads=threads,
+    return JobTimeline(ranks=timelines, threads=threads,
                span_start={r: _ints(tl.span_start) for r, tl in timelines.items()},
                span_end={r: _ints(tl.span_end) for r, tl in timelines.items()},
                callee_of={r: _ints(tl.callee_of) for r, tl in timelines.items()}, names={},

@@ -11,14 +11,14 @@ from typing import Optional
 
 import numpy as np
 
-from tracemerge.analysis.job import build_job
+from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.analysis.summary import analyse, analysis_dict
 from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.clocks.correlate import match_collectives, match_rpcs
+from tracemerge.correlate.match import correlate
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
-from tracemerge.inputs.rankinfo import event_facts, learn
+from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.report.collectives import collective_report
@@ -84,70 +84,81 @@ def _busy(spans, start_ns, bin_ns):
     return [round(float(b), 4) for b in busy]
 
 
-def build_report(paths, session_opener, align_args=(), group_by="name", remote_ops=False, analysis=False):
-    """The :class:`Report` of ``paths``; ``session_opener(paths)`` opens rank files as a Session.
-    ``analysis``: also the cross-rank analyses (:mod:`tracemerge.analysis`), for rank files."""
+# said when --analysis is asked of a merged trace, which is reported without it
+MERGED_NO_ANALYSIS = ("--analysis: not done on a merged trace: the critical path, wait states and stragglers "
+                      "are found from the rank files' own events and records; give the rank files")
+
+
+def build_report(paths, job_opener, align=None, group_by="name", remote_ops=False, analysis=False):
+    """The :class:`Report` of ``paths``; ``job_opener(paths)`` opens rank files as a
+    :class:`~tracemerge.job.Job`, aligned by ``align`` (an AlignRequest, or its fields as a
+    tuple) unless the opener aligned it. ``analysis``: also the cross-rank analyses
+    (:mod:`tracemerge.analysis`), for rank files."""
     if group_by not in GROUP_BY:
         raise TracemergeError(f"--group-by {group_by!r}: choose from {', '.join(GROUP_BY)}")
     if len(paths) == 1:
         trace = read_merged(paths[0])
         if trace is not None:
-            return merged_report(trace, group_by, remote_ops)
-    session = session_opener(paths)
-    return session_report(session, session.align(*align_args), group_by, remote_ops, analysis)
+            report = merged_report(trace, group_by, remote_ops)
+            if analysis:
+                report.notes.append(MERGED_NO_ANALYSIS)
+            return report
+    job = job_opener(paths)
+    if job.alignment is None:
+        job = job.aligned(align if isinstance(align, AlignRequest) else AlignRequest(*(align or ())))
+    return job_report(job, None, group_by, remote_ops, analysis)
 
 
-def session_report(session, alignment, group_by="name", remote_ops=False, analysis=False):
-    """The :class:`Report` of an open Session under an alignment (what ``combine --report`` uses);
-    ``analysis``: with the critical path, wait states and stragglers (``report --analysis``)."""
+def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = "name", remote_ops: bool = False,
+               analysis: bool = False) -> "Report":
+    """The :class:`Report` of a job under ``alignment`` (None: the job's own; what ``combine
+    --report`` uses); ``analysis``: with the critical path, wait states and stragglers
+    (``report --analysis``)."""
+    alignment = job.clock_model(alignment)
     clocks = alignment.clocks
     rows, threads, traces_info = [], {}, []
-    session.complete([i.rank for i in session.infos if i.partial and i.parts])  # cycles: their parts' own facts
     spans, timelines = {}, {}
-    for info in session.infos:
+    for rank, info in zip(job.ranks, job.infos):
         # one rank's columns at a time, read once: rows, threads and the top-level spans
         # (for the busy bins, once every rank's time span is known) are all that is kept of it
-        trace = session.trace(info.rank, columns_only=True)
+        trace = job.trace(rank, columns_only=True)
         if is_merged(trace):
             raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
         with reading(info.path):
-            if info.partial:  # described from its head: what only the events tell comes from this read
-                learn(info, event_facts(trace))
             tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
-            rows += key_averages(trace, np.full(len(trace.pids), info.rank, dtype=np.int64), remote_ops, tree)
+            rows += key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree)
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
-                timelines[info.rank] = rank_timeline(trace, info.rank, clocks[info.rank],
+                timelines[rank] = rank_timeline(trace, rank, clocks[rank],
                                                      {r.get("name", "") for r in info.rpcs})
-        threads[info.rank] = server_threads(trace)
-        spans[info.rank] = _top_spans(tree, clocks[info.rank].to_reference)
-        traces_info.append({"rank": info.rank, "worker_name": info.worker_name, "hostname": info.hostname,
+        threads[rank] = server_threads(trace)
+        spans[rank] = _top_spans(tree, clocks[rank].to_reference)
+        traces_info.append({"rank": rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
         del trace, tree  # freed before the next rank is read
-    first = min(clocks[i.rank].to_reference(i.first_ns) for i in session.infos)
-    last = max(clocks[i.rank].to_reference(i.last_ns) for i in session.infos)
+    first = min(clocks[r].to_reference(i.first_ns) for r, i in zip(job.ranks, job.infos))
+    last = max(clocks[r].to_reference(i.last_ns) for r, i in zip(job.ranks, job.infos))
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
     busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
-                    clocks=[clocks[r].as_dict() for r in session.ranks], reference=alignment.reference,
+                    clocks=[clocks[r].as_dict() for r in job.ranks], reference=alignment.reference,
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
-    _add_records(report, session.infos, clocks, threads, session.rpc_memo)
+    _add_records(report, job.infos, job.links, clocks, threads)
     if analysis:
-        match = match_rpcs(session.infos, session.rpc_memo)
-        report.analysis = analyse(build_job(timelines, match.calls, match_collectives(session.infos), clocks))
+        report.analysis = analyse(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives, clocks))
     return report
 
 
-def _add_records(report, infos, clocks, threads, memo=None):
-    """The RPC and collective sections, from the ranks' records (RankInfo-like: rank, rpcs,
-    remote_rpcs, collectives, has_block, job_id) and clock models."""
-    match = match_rpcs(infos, memo)
+def _add_records(report, infos, links, clocks, threads):
+    """The RPC and collective sections, from the ranks' joined records (``links``) and clock
+    models; ``infos`` (RankInfo-like: has_block) say whether any input had records."""
+    match = links.rpcs
     if match.calls:
         report.rpc = rpc_report(match, clocks, threads)
         report.notes += [c.hint for c in report.rpc.callees if c.hint]
         if match.caller_only or match.callee_only:
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
-    report.collectives = collective_report(match_collectives(infos), clocks)
+    report.collectives = collective_report(links.collectives, clocks)
     if not any(i.has_block for i in infos):
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
 
@@ -195,7 +206,7 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
                         r.get("remote_rpcs") or [], r.get("job_id"))
                for r in block["records"]]
     threads = {r.rank: server_threads(trace, np.flatnonzero(node == r.rank)) for r in records}
-    _add_records(report, records, clocks, threads)
+    _add_records(report, records, correlate(records), clocks, threads)
     return report
 
 

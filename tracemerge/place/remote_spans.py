@@ -15,11 +15,11 @@ alike.
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from tracemerge.inputs.chrome import build
-from tracemerge.merge.placement import Placement, rank_label
 from tracemerge.model import RankTrace
+from tracemerge.place.placement import Placement, rank_label
 
 PID = "rpc callee sides (from the caller's file)"
 CATEGORY = "user_annotation"   # what record_function spans are, as the callee's own would be
@@ -53,17 +53,18 @@ def drawn_sides(infos, ranks):
     return out
 
 
-def remote_spans(infos, clocks, places, ranks) -> RemoteSpans:
-    """The synthetic callee traces of a combine: ``clocks`` {rank: ClockModel}, ``places``
-    {rank: Placement} of the ranks with files, ``ranks`` the ranks kept."""
-    sides = drawn_sides(infos, ranks)
+def remote_spans(infos, sides, clocks, places) -> RemoteSpans:
+    """The synthetic callee traces of a combine: ``sides`` the :func:`drawn_sides` of its
+    kept ranks, ``clocks`` {rank: ClockModel}, ``places`` {rank: Placement} of the ranks
+    with files."""
     if not sides:
         return RemoteSpans([], set(), {})
     stride = min(p.pid_base for p in places.values())
     next_base = max(p.pid_base for p in places.values()) + stride
     by_rank = {info.rank: info for info in infos}
     any_place = next(iter(places.values()))
-    jobs, ids = [], set()
+    jobs: List[Tuple[RankTrace, Placement]] = []
+    ids: Set[str] = set()
     for callee in sorted(sides):
         recs = sides[callee]
         trace = _trace(callee, recs)

@@ -1,0 +1,196 @@
+"""The job: every input file read and described, its ranks joined and aligned, once per
+command; afterwards only read.
+
+:meth:`Job.open` is the whole front of the pipeline (read → describe → correlate → align):
+
+- each file is described completely up front (:mod:`tracemerge.job.describe_files`: its rank,
+  worker, anchors and window, RPC and collective records, and what only its events tell:
+  pids, threads, first and last event, warnings), so no later stage learns or changes a
+  rank's facts, and a writer places every rank before it writes the first byte;
+- the records of all ranks are joined once (:func:`tracemerge.correlate.match.correlate`:
+  RPC calls with both sides, collectives grouped), and every consumer — the clock model,
+  the causality review, the job checks, the flow arrows, the summary, the reports, the
+  analyses — reads that one :class:`~tracemerge.correlate.match.Correlation`;
+- the clock model (:class:`Alignment`) is solved once, when asked for (``align=``).
+
+The events are kept in memory only while the inputs are small; otherwise each rank is read
+again, by the worker that needs it, so memory stays bounded by the largest rank.
+
+``Session`` is the same class under the name of the library's first releases.
+"""
+
+import functools
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from tracemerge.clocks.causality import review
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.methods import align as align_clocks
+from tracemerge.correlate.match import Correlation, correlate
+from tracemerge.engine import LocalEngine
+from tracemerge.errors import TraceError, TracemergeError
+from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
+from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
+from tracemerge.job.checks import check_job, check_windows, rpc_peers
+from tracemerge.job.describe_files import scan, scan_head
+from tracemerge.model import RankTrace
+from tracemerge.native import read_file
+
+KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
+
+
+@dataclass(frozen=True)
+class Alignment:
+    method: str                          # what was asked for
+    reference: int
+    clocks: Dict[int, ClockModel]        # {rank: ClockModel}
+    causality: Optional[Dict[str, Any]] = None  # violations before/after, time moved (tracemerge.clocks.causality.review)
+
+
+@dataclass(frozen=True)
+class AlignRequest:
+    """How to align a job: ``--align``, ``--reference``, ``--offset``, ``--enforce-causality``."""
+
+    method: str = "auto"
+    reference: Optional[int] = None
+    offsets: Mapping[int, int] = field(default_factory=dict)
+    enforce_causality: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job's inputs, described, joined and (when asked) aligned; see the module's doc."""
+
+    infos: Tuple[RankInfo, ...]          # one per rank, by rank, complete (``partial`` only with heads_only)
+    links: Correlation                   # the RPC and collective joins of ``infos``, made once
+    inputs: Tuple[str, ...]              # every file given, in the order given
+    skipped: Tuple[Tuple[str, str], ...] = ()   # (path, problem) of files left out by skip_bad
+    warnings: Tuple[str, ...] = ()       # job-wide warnings (tracemerge.job.checks)
+    alignment: Optional[Alignment] = None        # the clock model, when the job was opened with align=
+    engine: Any = None                   # runs per-rank work (tracemerge.engine); None: inline
+    traces: Mapping[str, RankTrace] = field(default_factory=dict, repr=False)  # {path: events} kept in memory
+
+    @classmethod
+    def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto", engine: Any = None,
+             skip_bad: bool = False, strict: bool = False, heads_only: bool = False,
+             columns_only: bool = False, cycle: Optional[int] = None,
+             align: Optional[AlignRequest] = None) -> "Job":
+        """Read, describe, rank, check and correlate ``paths``; with ``align``, solve the clocks too.
+
+        With an ``engine``, files are described by its workers and events are never kept.
+        ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
+        of failing; ``strict`` refuses files of different jobs instead of warning.
+        ``heads_only``: rank files are described from their heads alone (their events
+        unread, ``RankInfo.partial``), for a command that needs only the clocks (``offsets``);
+        not with ``skip_bad``, which must find every bad event.
+        ``columns_only``: events kept in memory are columns and args only, without the
+        typed reader's per-event structs (for reports: not for a merge, whose JSON writer
+        encodes those structs).
+        The cycle files of one rank (``rank{R}.cycle{N}``) are one rank made of several
+        files (:mod:`tracemerge.inputs.cycles`); ``cycle`` keeps only cycle N of each.
+        """
+        files: List[str] = [os.fspath(p) for p in paths]
+        keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
+        kept: Dict[str, RankTrace] = {}
+        if not keep:
+            # events are read again when needed: a head (heads_only), else a describing scan, in parallel
+            runner = engine or LocalEngine(1)
+            heads = runner.map_light(scan_head, files) if heads_only and not skip_bad else [None] * len(files)
+            rest = [p for p, info in zip(files, heads) if info is None]
+            scanned = iter(runner.map(_attempt, [scan] * len(rest), rest, [skip_bad] * len(rest)))
+            found = [(info, None) if info is not None else next(scanned) for info in heads]
+        else:
+            found = []
+            for path in files:
+                trace, problem = _attempt(functools.partial(read_file, columns_only=columns_only), path, skip_bad)
+                found.append((None if trace is None else describe(trace), problem))
+                if trace is not None:
+                    kept[path] = trace
+        infos = [info for info, _ in found if info is not None]
+        skipped = tuple((path, problem) for path, (_, problem) in zip(files, found) if problem is not None)
+        if not infos:
+            raise TracemergeError(f"no readable input: all {len(files)} files were skipped as bad")
+        if cycle is not None:
+            infos = keep_cycle(infos, cycle)
+        if rank_from != "order":  # numbered in the order given, every file is a rank of its own
+            infos = join_cycles(infos)
+        assign_ranks(infos, rank_from)
+        infos.sort(key=rank_of)
+        links = correlate(infos)
+        warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(links)
+        taken = {part.path for i in infos for part in i.files}
+        job = cls(tuple(infos), links, tuple(files), skipped, tuple(warnings), None, engine,
+                  {p: t for p, t in kept.items() if p in taken})
+        return job if align is None else job.aligned(align)
+
+    @property
+    def ranks(self) -> List[int]:
+        return [rank_of(i) for i in self.infos]
+
+    def info(self, rank: int) -> RankInfo:
+        return next(i for i in self.infos if i.rank == rank)
+
+    def align(self, method: str = "auto", reference: Optional[int] = None,
+              offsets: Optional[Mapping[int, int]] = None, enforce_causality: bool = False) -> Alignment:
+        """The clock model of this job under ``method`` (a pure function of the job: the
+        commands ask for it once, through ``Job.open(align=...)``)."""
+        reference, clocks = align_clocks(list(self.infos), method, reference, dict(offsets or {}), self.links)
+        clocks, causality = review(list(self.infos), clocks, enforce_causality, self.links)
+        return Alignment(method=method, reference=reference, clocks=clocks, causality=causality)
+
+    def aligned(self, request: AlignRequest) -> "Job":
+        """This job with its clock model solved (``alignment``)."""
+        return replace(self, alignment=self.align(request.method, request.reference, request.offsets,
+                                                  request.enforce_causality))
+
+    def clock_model(self, alignment: Optional[Alignment] = None) -> Alignment:
+        """``alignment``, else the job's own (a job opened without ``align=`` has none)."""
+        found = alignment or self.alignment
+        if found is None:
+            raise TracemergeError("the job was opened without an alignment: pass align= to Job.open")
+        return found
+
+    def trace(self, rank: int, columns_only: bool = False) -> RankTrace:
+        """The events of ``rank``, from memory or read again (``columns_only``: without the
+        typed reader's per-event structs and extra keys, for readers of columns and args)."""
+        return joined_trace([read_file(s, columns_only) if isinstance(s, str) else s for s in self.sources(rank)])
+
+    def paths(self, rank: int) -> List[str]:
+        """The files ``rank`` is read from: one, or its cycle files in cycle order."""
+        return [part.path for part in self.info(rank).files]
+
+    def source(self, rank: int) -> Union[RankTrace, str]:
+        """What a worker reads ``rank`` from: the events already in memory, else the path
+        (a rank of several cycle files: their events joined, read here)."""
+        if len(self.info(rank).files) > 1:
+            return self.trace(rank)
+        return self.sources(rank)[0]
+
+    def sources(self, rank: int) -> List[Union[RankTrace, str]]:
+        """What workers read each file of ``rank`` from (:meth:`paths`): the events already
+        in memory, else the path."""
+        return [self.traces.get(p, p) for p in self.paths(rank)]
+
+
+Session = Job  # the library's name for it in its first releases (README, docs/architecture.md)
+
+
+def _attempt(read: Any, path: str, skip_bad: bool) -> Tuple[Any, Optional[str]]:
+    """(read(path), None); with ``skip_bad``, (None, problem) when the file is bad."""
+    try:
+        return read(path), None
+    except TraceError as e:
+        if not skip_bad:
+            raise
+        return None, e.problem if e.index is None else f"event {e.index}: {e.problem}"
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+__all__: Sequence[str] = ("AlignRequest", "Alignment", "Job", "Session")

@@ -1,0 +1,4 @@
+"""Placing one rank in the merged trace, per rank and without other ranks' events: its pid
+block, label and clock (placement), rank-namespaced ids (ids), the size controls
+(selection), the RPC flow arrows' plan (arrows) and the callee spans drawn from callers'
+records (remote_spans). The formats encode what these make; ``merge`` drives them."""
