@@ -28,7 +28,7 @@ from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.job import AlignRequest, Job
 from tracemerge.merge.combine import write as write_trace
 from tracemerge.output import check_output
-from tracemerge.place.selection import Selection, parse_ranks, parse_window
+from tracemerge.place.selection import OVERVIEW_US, Selection, parse_ranks, parse_window
 from tracemerge.progress import Progress
 from tracemerge.report import build as reports
 from tracemerge.report.diff import diff_reports
@@ -233,6 +233,12 @@ def _parsed(parse):
 
 
 def selection_options(fn):
+    fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+                      default=None, metavar="[US]",
+                      help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
+                           f"other complete event at least US microseconds long (default {OVERVIEW_US:g}); the rest "
+                           "is left out and counted. Then merge the ranks and window of interest in full "
+                           "(--ranks, --window).")(fn)
     fn = click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
                       help="Leave out events of this category (e.g. python_function). Repeatable.")(fn)
     fn = click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
@@ -311,8 +317,8 @@ def main():
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
 @input_options
 @click.option("--enforce-causality", is_flag=True,
-              help="Remove the causality violations left after alignment with the smallest local clock "
-                   "correction (controlled logical clock) and report the time moved.")
+              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
+                   "constant shift that removes the contradiction (every duration kept); say what is left.")
 @selection_options
 @engine_options
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
@@ -323,7 +329,8 @@ def main():
                    "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
                    "in it. Reads every rank once more.")
 def combine(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, fmt, ranks, window,
-            min_duration, drop_categories, engine, jobs, scheduler, report_path, critical_path, skip_bad, strict):
+            min_duration, drop_categories, overview, engine, jobs, scheduler, report_path, critical_path, skip_bad,
+            strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -351,7 +358,7 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories))
+                              drop_categories=frozenset(drop_categories), overview_us=overview)
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
         summary = written.summary
         if report_path is not None:
@@ -374,7 +381,7 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
                 f"{missing['caller']} caller and {missing['callee']} callee spans of the others are not in the "
                 "output (their file's events lack them — a cut file? — or --ranks/--window/--min-duration/"
                 "--drop-category left them out), so those calls have no arrows", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
     say(f"tracemerge: {core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}",
         err=True)
     for line in clock_notes(alignment):
@@ -422,7 +429,7 @@ def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
     click.echo(render(alignment, list(job.infos)))
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
     heads = [i.path for i in job.infos if i.partial]
     if heads:
         say(f"tracemerge: note: {len(heads)} of {len(job.infos)} files were read from their heads "
@@ -513,6 +520,14 @@ def info(files, rank_from, cycle, skip_bad, strict):
     sys.stdout.flush()
 
 
+def _sources(entry):
+    """The files a merged trace's input entry came from: its path, or each of its cycle files."""
+    cycles = entry.get("cycles") or []
+    if not cycles:
+        return entry.get("path")
+    return f"{len(cycles)} cycle files: " + ", ".join(str(c.get("path")) for c in cycles)
+
+
 def merged_lines(path, trace):
     """``info``'s description of a merged trace, from its summary."""
     block = trace.tracemerge
@@ -529,7 +544,7 @@ def merged_lines(path, trace):
         c = clocks.get(i.get("rank"), {})
         bound = c.get("error_bound_ns")
         lines.append(f"  rank {i.get('rank')} · worker {i.get('worker_name')} · host {i.get('hostname')} · "
-                     f"{i.get('events')} events · from {i.get('path')} · clock {c.get('method', '?')} offset "
+                     f"{i.get('events')} events · from {_sources(i)} · clock {c.get('method', '?')} offset "
                      f"{c.get('offset_ns', 0) / 1e3:.1f} µs" + (f" ± {bound / 1e3:.1f} µs" if bound is not None else ""))
     records = block.get("records")
     if records is not None:

@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     from tracemerge.report.build import Report
 
+# said with every diff: the report shows per-call means, the diff totals (which add up)
+TOTALS_NOTE = ("times are totals over each run (the report's per-call means times the calls): "
+               "deltas of the rows add up")
+
 RPC = "rpc"
 CALLEE = "callee"
 KEY_AVERAGES = "key_averages"
@@ -111,6 +115,7 @@ def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str]
                                         relative=relative, impact=abs(delta) if metric in TIME_METRICS else 0.0))
     order = {s: i for i, s in enumerate(SECTIONS)}
     out.rows.sort(key=lambda r: (-r.impact, order[r.section], r.key, r.metric))
+    out.notes.append(TOTALS_NOTE)
     for side, report in (("before", before), ("after", after)):
         for note in report.notes:
             out.notes.append(f"{side}: {note}")
