@@ -34,6 +34,7 @@ the path would be without it (tests use this to check that each edge is taken).
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from typing import Optional
 
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 
@@ -42,7 +43,9 @@ TRANSFER = "RPC transfer"
 QUEUEING = "callee queueing"
 EXECUTION = "callee execution"
 COLLECTIVE = "waiting in a collective"
-KINDS = (COMPUTE, TRANSFER, QUEUEING, EXECUTION, COLLECTIVE)
+# only where a window's start has nothing running: a pool thread idle since it began
+IDLE = "idle"
+KINDS = (COMPUTE, TRANSFER, QUEUEING, EXECUTION, COLLECTIVE, IDLE)
 UNTRACED = "(untraced)"
 
 EDGES = frozenset(("rpc", "queue", "continuation", "collective"))
@@ -102,8 +105,9 @@ def windows(job: JobTimeline) -> list:
 def critical_path(job: JobTimeline, edges: frozenset = EDGES) -> list:
     """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job_timeline.JobTimeline`), in time order."""
     out = []
+    pool = pool_threads(job)
     for name, start, end, at in windows(job):
-        segments = walk(job, job.thread(*at), start, end, edges)
+        segments = walk(job, job.thread(*at), start, end, edges, pool)
         w = Window(window=name, start_ns=start, end_ns=end, segments=segments)
         for s in segments:
             w.by_rank[s.rank] = w.by_rank.get(s.rank, 0) + s.end_ns - s.start_ns
@@ -112,116 +116,289 @@ def critical_path(job: JobTimeline, edges: frozenset = EDGES) -> list:
     return out
 
 
-def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset = EDGES) -> list:
-    """The segments of the path ending on thread ``th`` at ``wend``, back to ``wstart``."""
-    back: list = []
+def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset = EDGES,
+         pool: Optional[frozenset] = None) -> list:
+    """The segments of the path ending on thread ``th`` at ``wend``, back to ``wstart``.
+    ``pool``: the (rank, thread index) of pool threads (:func:`pool_threads`; found when None)."""
+    w = Walker(job, edges, wstart, th, wend, pool_threads(job) if pool is None else pool)
+    while w.t > wstart:
+        w.step()
+    w.back.reverse()
+    return [Segment(*s) for s in w.back]
 
-    def emit(rank, tid, name, kind, lo, hi):
-        lo = max(lo, wstart)
+
+def pool_threads(job: JobTimeline) -> frozenset:
+    """The (rank, thread index) of threads that run work handed to them — RPC server threads
+    (they ran a served call) and, on ranks that take part in RPCs, threads that neither
+    issued a call or collective nor ran a step (RPC agent threads running future callbacks).
+    A pool thread that runs nothing is idle, not busy with untraced work of its own."""
+    serving = {(rank, int(job.ranks[rank].span_thread[span])) for rank, span in job.span_call}
+    in_rpc = set(job.call_caller) | set(job.call_callee)
+    stepping = {(rank, th) for rank, tl in job.ranks.items() for _, _, _, th in tl.steps}
+    quiet = {key for key, th in job.threads.items()
+             if key[0] in in_rpc and not th.wait_end and key not in stepping}
+    return frozenset(serving | quiet)
+
+
+class Walker:
+    """One walk back in time: where it is (``th``, ``t``) and the segments emitted so far,
+    newest first. :meth:`step` moves it back by one edge; each edge kind is its own method,
+    which either takes the walk somewhere earlier (returning True) or declines."""
+
+    def __init__(self, job: JobTimeline, edges: frozenset, wstart: int, th: Thread, t: int, pool: frozenset):
+        self.job, self.edges, self.wstart, self.pool = job, edges, wstart, pool
+        self.th, self.t = th, t
+        self.back: list = []
+        self.last_t: Optional[int] = None
+        self.stall = 0
+
+    # -- output -------------------------------------------------------------------------
+    def emit(self, th: Thread, name: str, kind: str, lo: int, hi: int) -> None:
+        """Put [lo, hi) of ``th`` on the path (clamped to the window's start)."""
+        lo = max(lo, self.wstart)
         if hi <= lo:
             return
-        if back and back[-1][4] == hi and back[-1][:4] == (rank, tid, name, kind):
+        back = self.back
+        if back and back[-1][5] == hi and back[-1][:4] == [th.rank, th.tid, name, kind]:
             back[-1][4] = lo  # the same thing continues further back
         else:
-            back.append([rank, tid, name, kind, lo, hi])
+            back.append([th.rank, th.tid, name, kind, lo, hi])
 
-    rpc, queue, cont, coll = ("rpc" in edges), ("queue" in edges), ("continuation" in edges), ("collective" in edges)
-    t, last_t, stall = wend, None, 0
-    while t > wstart:
-        stall = stall + 1 if t == last_t else 0
-        last_t = t
-        free = stall < _STALL
-        rank = th.rank
-        starts, ends, callee_of = job.span_start[rank], job.span_end[rank], job.callee_of[rank]
+    def go(self, th: Thread, t: int) -> bool:
+        self.th, self.t = th, t
+        return True
+
+    # -- one step -------------------------------------------------------------------------
+    def step(self) -> None:
+        t = self.t
+        self.stall = self.stall + 1 if t == self.last_t else 0
+        self.last_t = t
+        # after many steps without moving back, dependencies are ignored for one step, so
+        # the walk always ends (clock error can make edges point at the same instant)
+        free = self.stall < _STALL
+        p = self.piece()
+        if free and self.resume_edge(p):
+            return
+        if free:
+            p.lower = self.earlier_wait_end(p)
+        if p.owner < 0:
+            self.gap(p, free)
+            return
+        if free and p.callee == p.owner and "continuation" in self.edges and self.continuation_edge(p):
+            return
+        self.thread_order(p, free)
+
+    def piece(self) -> "Piece":
+        """What the thread was running just before ``t``."""
+        th, t, job = self.th, self.t, self.job
         k = bisect_left(th.bounds, t) - 1
-        lower, o = (th.bounds[k], th.owner[k]) if k >= 0 else (_NEG, -1)
-        ostart = starts[o] if o >= 0 else _NEG
-        # a wait of this thread that ends exactly here, begun inside the running span: the thread resumed
+        lower, owner = (th.bounds[k], th.owner[k]) if k >= 0 else (_NEG, -1)
+        rank = th.rank
+        ostart = job.span_start[rank][owner] if owner >= 0 else _NEG
+        callee = job.callee_of[rank][owner] if owner >= 0 else -1
+        return Piece(k=k, lower=lower, owner=owner, ostart=ostart, callee=callee)
+
+    # -- edges ------------------------------------------------------------------------------
+    def resume_edge(self, p: "Piece") -> bool:
+        """A wait of this thread that ends exactly here, begun inside the running span: the
+        thread resumed when that RPC or collective completed."""
+        th, t = self.th, self.t
         we = th.wait_end
-        if we and free:
-            hit = None
-            for w in range(bisect_left(we, t), bisect_right(we, t)):
-                if ostart < th.wait_start[w] < t:
-                    hit = w
-                    break
-            if hit is not None:
-                kind, ref, ws = th.wait_kind[hit], th.wait_ref[hit], th.wait_start[hit]
-                if kind == RPC_WAIT:
-                    name = job.call_name[ref]
-                    where = job.callee_span.get(ref)
-                    if rpc and where is not None and job.has[2, ref]:
-                        x = job.thread(where[0], int(job.ranks[where[0]].span_thread[where[1]]))
-                        nt = min(int(job.t_ref[2, ref]), t)
-                        emit(x.rank, x.tid, name, TRANSFER, nt, t)
-                        th, t = x, nt
-                    else:
-                        emit(rank, th.tid, name, TRANSFER, ws, t)
-                        t = ws
-                    continue
-                if kind == COLLECTIVE_WAIT:
-                    name = job.coll_op[ref]
-                    last = job.coll_last[ref]
-                    at = job.coll_thread.get((ref, last[0])) if last is not None else None
-                    if coll and at is not None and last[0] != rank:
-                        lo = max(min(last[1], t), ws)
-                        emit(rank, th.tid, name, COLLECTIVE, lo, t)
-                        th, t = job.thread(last[0], at), lo
-                    else:
-                        emit(rank, th.tid, name, COLLECTIVE, ws, t)
-                        t = ws
-                    continue
-            # an earlier wait begun inside the running span ended within this piece: stop there
-            j = bisect_left(we, t) - 1
-            for _ in range(64):
-                if j < 0 or we[j] <= lower:
-                    break
-                if th.wait_start[j] > ostart:
-                    lower = we[j]
-                    break
-                j -= 1
-        c = callee_of[o] if o >= 0 else -1
-        name = job.name_of(rank, o) if o >= 0 else UNTRACED
-        kind = EXECUTION if c >= 0 else COMPUTE
-        if (cont and free and c == o and c >= 0 and t - lower > CONTINUATION_NS
-                and t >= ends[c] - CONTINUATION_NS):
-            found = _completer(job, th, t, lower)
+        for w in range(bisect_left(we, t), bisect_right(we, t)):
+            if p.ostart < th.wait_start[w] < t:
+                if th.wait_kind[w] == RPC_WAIT:
+                    return self.rpc_edge(th.wait_ref[w], th.wait_start[w])
+                return self.collective_edge(th.wait_ref[w], th.wait_start[w])
+        return False
+
+    def rpc_edge(self, call: int, ws: int) -> bool:
+        """The call completed at ``t``: its response left the callee at t3 (``RPC transfer``),
+        so the path goes on in the callee span at t3; without the callee's side, the whole
+        wait is transfer on this thread."""
+        job, th, t = self.job, self.th, self.t
+        name = job.call_name[call]
+        where = job.callee_span.get(call)
+        if "rpc" in self.edges and where is not None and job.has[2, call]:
+            x = job.thread(where[0], int(job.ranks[where[0]].span_thread[where[1]]))
+            nt = min(int(job.t_ref[2, call]), t)
+            self.emit(x, name, TRANSFER, nt, t)
+            return self.go(x, nt)
+        self.emit(th, name, TRANSFER, ws, t)
+        return self.go(th, ws)
+
+    def collective_edge(self, coll: int, ws: int) -> bool:
+        """The collective completed at ``t``: this rank waited from the last rank's arrival,
+        and the path goes on at the last arriver's thread at its arrival."""
+        job, th, t = self.job, self.th, self.t
+        name = job.coll_op[coll]
+        last = job.coll_last[coll]
+        at = job.coll_thread.get((coll, last[0])) if last is not None else None
+        if "collective" in self.edges and last is not None and at is not None and last[0] != th.rank:
+            lo = max(min(last[1], t), ws)
+            self.emit(th, name, COLLECTIVE, lo, t)
+            return self.go(job.thread(last[0], at), lo)
+        self.emit(th, name, COLLECTIVE, ws, t)
+        return self.go(th, ws)
+
+    def earlier_wait_end(self, p: "Piece") -> int:
+        """The start of the stretch of this piece the walk covers now: an earlier wait begun
+        inside the running span that ended within the piece cuts it there (the next step
+        resumes from that wait)."""
+        th, t, lower = self.th, self.t, p.lower
+        we = th.wait_end
+        j = bisect_left(we, t) - 1
+        for _ in range(64):
+            if j < 0 or we[j] <= lower:
+                break
+            if th.wait_start[j] > p.ostart:
+                return we[j]
+            j -= 1
+        return lower
+
+    def gap(self, p: "Piece", free: bool) -> None:
+        """The thread ran no span just before ``t``. A pool thread was idle: the path does not
+        go through that; it follows what woke the thread (:meth:`wake_edge`). A thread of the
+        job's own (a caller's) was busy with untraced work."""
+        th, t = self.th, self.t
+        if (th.rank, th.index) not in self.pool:
+            self.emit(th, UNTRACED, COMPUTE, p.lower, t)
+            self.go(th, max(p.lower, self.wstart))
+            return
+        if free and self.wake_edge(p):
+            return
+        lo = max(p.lower, self.wstart)
+        if p.k < 0 or lo == self.wstart:
+            # nothing ran before on the thread, or since the window's start: idle from there
+            self.emit(th, IDLE, IDLE, lo, t)
+        else:
+            # nothing of the rank ran during the gap: what woke the thread is not in the trace
+            self.emit(th, UNTRACED, COMPUTE, lo, t)
+        self.go(th, lo)
+
+    def wake_edge(self, p: "Piece") -> bool:
+        """An idle pool thread started work at ``t``: it was handed that work when an RPC its
+        rank had called completed during the gap (a future's callbacks run on the thread
+        that completes it) — the latest such completion; else by the thread of its rank
+        whose work ended last before ``t``."""
+        job, th, t = self.job, self.th, self.t
+        ends, calls = job.rank_completions(th.rank)
+        i = bisect_right(ends, t) - 1
+        if i >= 0 and ends[i] > p.lower and "rpc" in self.edges:
+            # the callback's dispatch is part of delivering the response
+            self.emit(th, job.call_name[calls[i]], TRANSFER, ends[i], t)
+            self.t = ends[i]
+            return self.rpc_edge(calls[i], ends[i])
+        found = _completer(job, th, t, p.lower, window=None)
+        if found is not None:
+            y, y_end = found
+            self.emit(th, UNTRACED, COMPUTE, y_end, t)
+            return self.go(y, y_end)
+        return False
+
+    def continuation_edge(self, p: "Piece") -> bool:
+        """The walk is in a served call's own time. If the span is an ``async_execution``
+        function's, it ended when the future it returned completed: when the last of the
+        RPCs it issued completed (their waits are on its thread, begun inside it), then
+        whatever callback ran on the thread that completed it. Without RPCs of its own (its
+        future completed by other work of the rank), the thread whose work ended last, within
+        CONTINUATION_NS, is taken as the completer."""
+        job, th, t = self.job, self.th, self.t
+        c = p.callee
+        rank = th.rank
+        span_async = c in job.ranks[rank].async_spans
+        nested = self.last_nested_call(c) if span_async else None
+        if nested is not None:
+            call, done = nested
+            name = job.name_of(rank, c)
+            found = _completer(job, th, t, done, window=None)
+            if found is not None and found[1] < t:
+                y, y_end = found
+                self.emit(th, name, EXECUTION, y_end, t)
+                return self.go(y, y_end)
+            self.emit(th, name, EXECUTION, done, t)
+            return self.go(th, done)
+        ends = job.span_end[rank]
+        if t - p.lower > CONTINUATION_NS and t >= ends[c] - CONTINUATION_NS:
+            found = _completer(job, th, t, p.lower, window=CONTINUATION_NS)
             if found is not None:
                 y, y_end = found
-                emit(rank, th.tid, name, kind, y_end, t)
-                th, t = y, y_end
-                continue
-        at_callee = c >= 0 and starts[c] >= lower and free
+                self.emit(th, job.name_of(rank, c), EXECUTION, y_end, t)
+                return self.go(y, y_end)
+        return False
+
+    def last_nested_call(self, c: int) -> Optional[tuple]:
+        """(call, completion) of the RPC issued inside callee span ``c`` (on its thread) that
+        completed last before ``t``, or None."""
+        job, th, t = self.job, self.th, self.t
+        start = job.span_start[th.rank][c]
+        we = th.wait_end
+        j = bisect_right(we, t) - 1
+        for _ in range(256):
+            if j < 0 or we[j] <= start:
+                break
+            if th.wait_kind[j] == RPC_WAIT and th.wait_start[j] >= start:
+                return th.wait_ref[j], we[j]
+            j -= 1
+        return None
+
+    def thread_order(self, p: "Piece", free: bool) -> None:
+        """The running span's work is on the path, back to the piece's start; at the start
+        of a served call, the request it waited for (:meth:`served_start_edge`)."""
+        job, th, t = self.job, self.th, self.t
+        rank = th.rank
+        name = job.name_of(rank, p.owner)
+        kind = EXECUTION if p.callee >= 0 else COMPUTE
+        lower = p.lower
+        at_callee = p.callee >= 0 and job.span_start[rank][p.callee] >= lower and free
         if at_callee:
-            lower = starts[c]
-        lower = max(lower, wstart)
-        emit(rank, th.tid, name, kind, lower, t)
-        t = lower
-        if not at_callee or t <= wstart:
-            continue
-        call = job.span_call.get((rank, c))
-        if call is None or not rpc or not job.has[0, call]:
-            continue
-        # the served call started: when its request arrived, unless the thread was still busy
+            lower = job.span_start[rank][p.callee]
+        lower = max(lower, self.wstart)
+        self.emit(th, name, kind, lower, t)
+        self.go(th, lower)
+        if at_callee and lower > self.wstart:
+            self.served_start_edge(p.callee, name)
+
+    def served_start_edge(self, c: int, name: str) -> bool:
+        """A served call started at ``t``: when its request arrived (``callee queueing``
+        from t1 + the pair's fastest delivery, ``RPC transfer`` before that from the
+        caller's send), unless the thread was still busy with earlier work then — that work
+        is what the call waited for (the ``queue`` edge)."""
+        job, th, t = self.job, self.th, self.t
+        call = job.span_call.get((th.rank, c))
+        if call is None or "rpc" not in self.edges or not job.has[0, call]:
+            return False
         k = bisect_left(th.bounds, t) - 1
         busy_until = t if k >= 0 and th.owner[k] >= 0 else (th.bounds[k] if k >= 1 else _NEG)
         t1 = int(job.t_ref[0, call])
         arrival = min(max(t1 + int(job.floor[call]), t1), t)
         caller = job.caller_span.get(call)
-        if queue and busy_until > arrival:
-            emit(rank, th.tid, name, QUEUEING, busy_until, t)
-            t = busy_until
-        elif caller is not None:
-            y = job.thread(caller[0], int(job.ranks[caller[0]].span_thread[caller[1]]))
-            emit(rank, th.tid, name, QUEUEING, arrival, t)
-            emit(y.rank, y.tid, job.call_name[call], TRANSFER, min(t1, arrival), arrival)
-            th, t = y, min(t1, arrival)
-    back.reverse()
-    return [Segment(*s) for s in back]
+        if "queue" in self.edges and busy_until > arrival:
+            self.emit(th, name, QUEUEING, busy_until, t)
+            return self.go(th, busy_until)
+        if caller is None:
+            return False
+        y = job.thread(caller[0], int(job.ranks[caller[0]].span_thread[caller[1]]))
+        self.emit(th, name, QUEUEING, arrival, t)
+        self.emit(y, job.call_name[call], TRANSFER, min(t1, arrival), arrival)
+        return self.go(y, min(t1, arrival))
 
 
-def _completer(job, th, t, lower):
+@dataclass
+class Piece:
+    """What a thread ran just before the walk's time: piece ``k`` of the thread, from
+    ``lower``, run by span ``owner`` (-1: none) that started at ``ostart``, inside served
+    call ``callee`` (-1: none)."""
+
+    k: int
+    lower: int
+    owner: int
+    ostart: int
+    callee: int
+
+
+def _completer(job: JobTimeline, th: Thread, t: int, lower: int, window: Optional[int]) -> Optional[tuple]:
     """(thread, time) of the other thread of ``th``'s rank whose last work before ``t``
-    ended latest, if within CONTINUATION_NS of ``t`` and after ``lower``; else None."""
+    ended latest, after ``lower`` (and, with ``window``, within ``window`` of ``t``); else None."""
     callee_of = job.callee_of[th.rank]
     best = None
     for y in job.rank_threads(th.rank):
@@ -237,7 +414,7 @@ def _completer(job, th, t, lower):
             end = y.bounds[k]             # idle, or in a served call's own time, since its last op
         else:
             continue
-        if end >= t - CONTINUATION_NS and end > lower and (best is None or end > best[1]):
+        if (window is None or end >= t - window) and end > lower and (best is None or end > best[1]):
             best = (y, end)
     return best
 
