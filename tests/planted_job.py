@@ -4,9 +4,9 @@ Run as ``python tests/planted_job.py OUT_DIR``: three processes (tensorpipe RPC 
 gloo group on loopback, free ports) capture with ``tracemerge.capture.profile`` from a
 barrier to ``rpc.shutdown``. Rank 0 drives; ranks 1 and 2 only serve. After a warm-up
 (outside any step: first connections are slow), rank 0 runs one ``ProfilerStep#k`` per
-variant: step 0 with every delay as planted, step k (k ≥ 1) with the k-th place of
-``PLACES`` halved — the "same job re-run with one planted delay halved" that ``whatif``
-is checked against, without paying a job start per variant.
+variant, REPEATS times over: variant 0 with every delay as planted, variant k (k ≥ 1)
+with the k-th place of ``PLACES`` halved — the "same job re-run with one planted delay
+halved" that ``whatif`` is checked against, without paying a job start per variant.
 
 Each planted delay is a ``time.sleep`` inside ``record_function("planted:<place>")`` on
 the rank named in ``PLACES``, so the traces themselves say where and how long each one
@@ -42,6 +42,9 @@ PLACES = {
     "coll": (1, 30),       # rank 1's work before it joins an all_reduce rank 0 waits in
 }
 CONCURRENT_MS = (10, 20, 30, 40)   # the other concurrent calls, all shorter than "conc"
+# each variant runs this many times, interleaved: on a shared machine one step can be tens
+# of ms late (a delivery or a sleep's wake-up), so the tests compare medians
+REPEATS = 3
 
 
 def planted(place: str, ms: float) -> None:
@@ -108,12 +111,13 @@ def drive(out: str) -> None:
     box = rpc.remote("worker2", Box)
     warm = {p: 0.0 for p in PLACES}
     step(warm, box)                       # first connections and the RRef's type lookup
-    steps = variants()
-    for k, delays in enumerate(steps):
+    kinds = variants()
+    order = [v for _ in range(REPEATS) for v in range(len(kinds))]
+    for k, v in enumerate(order):
         with record_function(f"ProfilerStep#{k}"):
-            step(delays, box)
+            step(kinds[v], box)
         time.sleep(0.01)                  # a gap between steps, as a real loop has
-    Path(out, "planted.json").write_text(json.dumps({"places": PLACES, "steps": steps}))
+    Path(out, "planted.json").write_text(json.dumps({"places": PLACES, "variants": kinds, "steps": order}))
 
 
 def worker(rank: int, rpc_port: int, pg_port: int, out: str) -> None:
