@@ -4,8 +4,8 @@ Run as ``python tests/planted_job.py OUT_DIR``: three processes (tensorpipe RPC 
 gloo group on loopback, free ports) capture with ``tracemerge.capture.profile`` from a
 barrier to ``rpc.shutdown``. Rank 0 drives; ranks 1 and 2 only serve. After a warm-up
 (outside any step: first connections are slow), rank 0 runs one ``ProfilerStep#k`` per
-variant, REPEATS times over: variant 0 with every delay as planted, variant k (k ≥ 1)
-with the k-th place of ``PLACES`` halved — the "same job re-run with one planted delay
+variant, REPEATS times over: variant 0 with every delay as planted, then variant k (k ≥ 1)
+with the k-th place of ``PLACES`` halved, each variant k right after a variant 0 — the "same job re-run with one planted delay
 halved" that ``whatif`` is checked against, without paying a job start per variant.
 
 Each planted delay is a ``time.sleep`` inside ``record_function("planted:<place>")`` on
@@ -39,6 +39,8 @@ PLACES = {
     "nested": (1, 60),     # a UDF on rank 1 called by an async_execution function on rank 2
     "conc": (2, 50),       # the longest of five concurrent rpc_async to rank 2 (10..50 ms)
     "rref": (2, 30),       # a method of an object rank 2 owns, called through an RRef
+    "rrefchain": (1, 20),  # a method of an object rank 1 owns, called through an RRef by an async_execution
+                           # function on rank 2 that returns the call's future chained with .then()
     "coll": (1, 30),       # rank 1's work before it joins an all_reduce rank 0 waits in
 }
 CONCURRENT_MS = (10, 20, 30, 40)   # the other concurrent calls, all shorter than "conc"
@@ -74,9 +76,14 @@ def then_work(fut: torch.futures.Future) -> int:
 
 
 class Box:
-    def work(self, ms: float) -> int:
-        planted("rref", ms)
+    def work(self, ms: float, place: str = "rref") -> int:
+        planted(place, ms)
         return 2
+
+
+@rpc.functions.async_execution
+def async_rref_chain(box: rpc.RRef, ms: float) -> torch.futures.Future:
+    return box.rpc_async().work(ms, "rrefchain").then(then_work)
 
 
 def go_reduce(ms: float) -> float:
@@ -88,7 +95,7 @@ def go_reduce(ms: float) -> float:
     return float(t.sum())
 
 
-def step(delays: dict, box: rpc.RRef) -> None:
+def step(delays: dict, box: rpc.RRef, box1: rpc.RRef) -> None:
     planted("local", delays["local"])
     rpc.rpc_sync("worker1", udf, args=("udf", delays["udf"]))
     rpc.rpc_sync("worker2", async_chain, args=(delays["nested"],))
@@ -96,6 +103,7 @@ def step(delays: dict, box: rpc.RRef) -> None:
     futs.append(rpc.rpc_async("worker2", udf, args=("conc", delays["conc"])))
     torch.futures.wait_all(futs)
     box.rpc_sync().work(delays["rref"])
+    rpc.rpc_sync("worker2", async_rref_chain, args=(box1, delays["rrefchain"]))
     go = [rpc.rpc_async("worker1", go_reduce, args=(delays["coll"],)), rpc.rpc_async("worker2", go_reduce, args=(0,))]
     t = torch.ones(4)
     dist.all_reduce(t)
@@ -108,14 +116,15 @@ def variants() -> list:
 
 
 def drive(out: str) -> None:
-    box = rpc.remote("worker2", Box)
+    box, box1 = rpc.remote("worker2", Box), rpc.remote("worker1", Box)
     warm = {p: 0.0 for p in PLACES}
-    step(warm, box)                       # first connections and the RRef's type lookup
+    step(warm, box, box1)                     # first connections and the RRef's type lookup
     kinds = variants()
-    order = [v for _ in range(REPEATS) for v in range(len(kinds))]
+    # each variant right after a baseline step: the pair sees the same load on the machine
+    order = [v for _ in range(REPEATS) for k in range(1, len(kinds)) for v in (0, k)]
     for k, v in enumerate(order):
         with record_function(f"ProfilerStep#{k}"):
-            step(kinds[v], box)
+            step(kinds[v], box, box1)
         time.sleep(0.01)                  # a gap between steps, as a real loop has
     Path(out, "planted.json").write_text(json.dumps({"places": PLACES, "variants": kinds, "steps": order}))
 

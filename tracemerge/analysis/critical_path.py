@@ -8,9 +8,15 @@ asks what the thread it is on was doing just before, and follows whatever made t
 moment late.
 
 - **Thread order.** The thread ran a span (a piece of :mod:`~tracemerge.analysis.timeline`):
-  that work is on the path (``compute``, or ``callee execution`` inside a served call);
-  time on a thread in no span is untraced work of that thread (``compute``, named
-  ``(untraced)``).
+  that work is on the path (``compute``, or ``callee execution`` inside a served call).
+  Time on a thread in no span is untraced work of that thread (``compute``, named
+  ``(untraced)``) only on the job's own threads (a caller's, a step's); a *pool* thread
+  (:func:`pool_threads`: it serves RPCs, or runs future callbacks) that runs nothing is
+  idle, and the walk never goes back through that: it asks what woke the thread.
+- **Wake-ups.** A pool thread that started work after being idle was handed it when an
+  RPC its rank had called completed in the meantime (a future's callbacks run on the
+  thread that completes it): the latest such completion is followed, as an RPC edge;
+  without one, the thread of its rank whose work ended last before.
 - **RPC edges.** The thread resumed when an RPC it called completed (the end t4 of a
   wait falls exactly where the walk is): the response travelled from the callee's t3
   (``RPC transfer``), before that the callee span ran (``callee execution``), and it
@@ -19,14 +25,18 @@ moment late.
   from the caller's send t1) — unless the callee's thread was still busy with earlier
   work when the request arrived: then that earlier work is what the call waited for
   (``queue`` edge: thread order on the callee, the gap is ``callee queueing``).
-- **async_execution continuations.** A callee span that ended after a long stretch of its
-  own time (its thread had returned the future and ran nothing of it) ended when another
-  thread of the same rank completed the future: the thread whose last work ended latest,
-  within CONTINUATION_NS before, is followed.
+- **async_execution continuations, by cause.** An ``async_execution`` callee span (its
+  args say it ended on another thread) ends when the future it returned completes, which
+  is when the RPCs issued inside it complete (plain, or through an RRef): the one that
+  completed last is followed — through the callback that ran on the thread that received
+  its reply, when there was one. A span of that kind that issued no RPC (its future
+  completed by other work of the rank) falls back to the thread of its rank whose last
+  work ended latest, within CONTINUATION_NS before its end.
 - **Collectives.** A rank that resumed when a collective completed waited from the last
   rank's arrival (``waiting in a collective``); before that, the path is on the last
   arriver, at its arrival.
 
+Each edge kind is one method of :class:`Walker`.
 Segments tile the window from its start to its end; each is (rank, tid, name, kind,
 start_ns, end_ns) on the reference clock. Removing an edge kind from ``edges`` shows what
 the path would be without it (tests use this to check that each edge is taken).
@@ -128,16 +138,17 @@ def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset 
 
 
 def pool_threads(job: JobTimeline) -> frozenset:
-    """The (rank, thread index) of threads that run work handed to them — RPC server threads
-    (they ran a served call) and, on ranks that take part in RPCs, threads that neither
-    issued a call or collective nor ran a step (RPC agent threads running future callbacks).
-    A pool thread that runs nothing is idle, not busy with untraced work of its own."""
+    """The (rank, thread index) of threads that run work handed to them: RPC server threads
+    (they ran a served call) and, on ranks that serve RPCs, every thread but the process's
+    main thread and those that ran a step (RPC agent threads running future callbacks, which
+    may issue RPCs of their own). A pool thread that runs nothing is idle, not busy with
+    untraced work of its own."""
     serving = {(rank, int(job.ranks[rank].span_thread[span])) for rank, span in job.span_call}
-    in_rpc = set(job.call_caller) | set(job.call_callee)
+    callees = set(job.call_callee)
     stepping = {(rank, th) for rank, tl in job.ranks.items() for _, _, _, th in tl.steps}
-    quiet = {key for key, th in job.threads.items()
-             if key[0] in in_rpc and not th.wait_end and key not in stepping}
-    return frozenset(serving | quiet)
+    helpers = {(rank, i) for rank in callees if rank in job.ranks
+               for i, th in enumerate(job.ranks[rank].threads) if not th.main and (rank, i) not in stepping}
+    return frozenset(serving | helpers)
 
 
 class Walker:
@@ -208,7 +219,8 @@ class Walker:
             if p.ostart < th.wait_start[w] < t:
                 if th.wait_kind[w] == RPC_WAIT:
                     return self.rpc_edge(th.wait_ref[w], th.wait_start[w])
-                return self.collective_edge(th.wait_ref[w], th.wait_start[w])
+                if th.wait_kind[w] == COLLECTIVE_WAIT:
+                    return self.collective_edge(th.wait_ref[w], th.wait_start[w])
         return False
 
     def rpc_edge(self, call: int, ws: int) -> bool:
@@ -327,19 +339,10 @@ class Walker:
         return False
 
     def last_nested_call(self, c: int) -> Optional[tuple]:
-        """(call, completion) of the RPC issued inside callee span ``c`` (on its thread) that
-        completed last before ``t``, or None."""
-        job, th, t = self.job, self.th, self.t
-        start = job.span_start[th.rank][c]
-        we = th.wait_end
-        j = bisect_right(we, t) - 1
-        for _ in range(256):
-            if j < 0 or we[j] <= start:
-                break
-            if th.wait_kind[j] == RPC_WAIT and th.wait_start[j] >= start:
-                return th.wait_ref[j], we[j]
-            j -= 1
-        return None
+        """(call, completion) of the RPC issued inside async callee span ``c`` that completed
+        last before ``t`` (:func:`nested_calls`), or None."""
+        found = nested_calls(self.job, self.th, c, self.t)
+        return max(found, key=lambda cw: cw[1]) if found else None
 
     def thread_order(self, p: "Piece", free: bool) -> None:
         """The running span's work is on the path, back to the piece's start; at the start
@@ -381,6 +384,40 @@ class Walker:
         self.emit(th, name, QUEUEING, arrival, t)
         self.emit(y, job.call_name[call], TRANSFER, min(t1, arrival), arrival)
         return self.go(y, min(t1, arrival))
+
+
+def nested_calls(job: JobTimeline, th: Thread, c: int, t: int) -> list:
+    """[(call, completion)] of the RPCs callee span ``c`` (on ``th``) issued that completed
+    by ``t``: those issued on its own thread inside it (their waits are there), and those its
+    rank issued while it was open from a pool thread running no span — a callback the span
+    chained, as an RRef proxy's ``rpc_async()`` sends its call once the RRef's type is known."""
+    rank = th.rank
+    start = job.span_start[rank][c]
+    out = []
+    we = th.wait_end
+    j = bisect_right(we, t) - 1
+    while j >= 0 and we[j] > start:
+        if th.wait_kind[j] == RPC_WAIT and th.wait_start[j] >= start:
+            out.append((th.wait_ref[j], we[j]))
+        j -= 1
+    ends, calls = job.rank_completions(rank)
+    i = bisect_right(ends, t) - 1
+    mine = {call for call, _ in out}
+    while i >= 0 and ends[i] > start:
+        call = calls[i]
+        t1 = int(job.t_ref[0, call])
+        where = job.caller_span.get(call)
+        if call not in mine and where is not None and job.has[0, call] and t1 >= start:
+            y = job.thread(rank, int(job.ranks[rank].span_thread[where[1]]))
+            k = bisect_right(y.bounds, t1) - 1
+            if y is not th and (k < 0 or y.owner[k] < 0) and not _is_main(job, y):
+                out.append((call, ends[i]))
+        i -= 1
+    return out
+
+
+def _is_main(job: JobTimeline, y: Thread) -> bool:
+    return bool(job.ranks[y.rank].threads[y.index].main)
 
 
 @dataclass

@@ -37,6 +37,7 @@ class ThreadTimeline:
     owner: np.ndarray           # int64 span index, -1 for none
     first_ns: int               # first start of any host span on the thread, caller spans included
     last_ns: int                # last end of any host span on the thread, caller spans included
+    main: bool = False          # the process's main thread (its tid is the pid, as Linux numbers them)
 
 
 @dataclass
@@ -109,8 +110,9 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
         parent[sel] = np.where(local >= 0, sel[np.maximum(local, 0)], -1)
         bounds, owner = _pieces(s, e, local, sel, end)
         key = int(keys[t])
-        threads.append(ThreadTimeline(tid=trace.tids[key % ntids], bounds=bounds, owner=owner,
-                                      first_ns=int(start[lo]), last_ns=int(end[lo:hi].max())))
+        tid = trace.tids[key % ntids]
+        threads.append(ThreadTimeline(tid=tid, bounds=bounds, owner=owner, first_ns=int(start[lo]),
+                                      last_ns=int(end[lo:hi].max()), main=tid == trace.pids[key // ntids]))
     callee_of = np.where(is_callee, np.arange(len(idx)), -1)
     while True:  # inherit the innermost callee span from the parent, one level per pass
         need = (callee_of < 0) & (parent >= 0)

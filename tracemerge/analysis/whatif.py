@@ -41,6 +41,7 @@ from tracemerge.analysis.critical_path import (
     EXECUTION,
     TRANSFER,
     UNTRACED,
+    nested_calls,
     pool_threads,
     windows,
 )
@@ -181,7 +182,6 @@ class Replay:
 
     def _deps(self, key: tuple, th: Thread, b: int, prev: Optional[int], busy: bool) -> list:
         """[(source id, weight, label)] of the cross-thread edges into thread ``key``'s point at ``b``."""
-        job = self.job
         out = []
         for w in range(bisect_left(th.wait_end, b), bisect_right(th.wait_end, b)):
             ref = th.wait_ref[w]
@@ -193,8 +193,24 @@ class Replay:
         if c is not None:
             out.extend(self._request(th, c, b, prev, busy))
         elif not busy and prev is not None and key in self.pool and not out:
-            out.extend(self._wake(th, prev, b))
+            out.extend(self._wake(th, prev, b) or self._handoff(key, prev, b))
         return out
+
+    def _handoff(self, key: tuple, a: int, b: int) -> list:
+        """An idle pool thread woken by nothing the records name (an untraced callback, such as
+        an RRef's type lookup): the latest point of another thread of its rank during the gap
+        handed the work over."""
+        best: Optional[tuple] = None
+        for other in self.keys:
+            if other[0] != key[0] or other == key:
+                continue
+            ts = self.times[other]
+            i = bisect_right(ts, b) - 1
+            if i >= 0 and ts[i] > a and (best is None or ts[i] > best[1]):
+                best = (self.base[other] + i, ts[i])
+        if best is None:
+            return []
+        return [(best[0], b - best[1], (key[0], UNTRACED, COMPUTE))]
 
     def _completion(self, call: int, b: int, ws: int, key: tuple) -> list:
         job = self.job
@@ -223,6 +239,26 @@ class Replay:
             if src is not None:
                 # every arrival plus the time the collective took after the last one
                 out.append((src, max(b - last[1], 0), (rank, job.coll_op[coll], COLLECTIVE)))
+        return out
+
+    def _continuation(self, th: Thread, a: int, b: int) -> list:
+        """Edges into the end ``b`` of an ``async_execution`` span whose own time [a, b) ends it:
+        from the completion of each RPC it issued, plus the measured time after the last."""
+        job = self.job
+        k = bisect_right(th.bounds, a) - 1
+        o = th.owner[k] if k >= 0 else -1
+        rank = th.rank
+        if o < 0 or job.callee_of[rank][o] != o or o not in job.ranks[rank].async_spans or job.span_end[rank][o] != b:
+            return []
+        found = nested_calls(job, th, o, b)
+        if not found:
+            return []
+        last = max(done for _, done in found)
+        out = []
+        for call, _ in found:
+            src = self._completion_point(call)
+            if src is not None:
+                out.append((src, b - last, (rank, job.name_of(rank, o), EXECUTION)))
         return out
 
     def _served_start(self, th: Thread, b: int) -> Optional[int]:
@@ -277,10 +313,14 @@ class Replay:
             ts = self.times[key]
             best, pred = None, None
             busy = True
+            cont: list = []
             if i > 0:
                 w, label, busy = self._interval(key, th, ts[i - 1], t)
+                cont = self._continuation(th, ts[i - 1], t)
+                if cont:   # the async span's tail waited for its nested calls, not its thread
+                    w, label, busy = 0, None, False
                 best, pred = self.new[pid - 1] + w, (pid - 1, label)
-            deps = self._deps(key, th, t, ts[i - 1] if i > 0 else None, busy)
+            deps = self._deps(key, th, t, ts[i - 1] if i > 0 else None, busy) + cont
             if i > 0 and not busy and not deps:
                 # waiting for nothing known: the gap keeps its length
                 best, pred = self.new[pid - 1] + (t - ts[i - 1]), (pid - 1, (th.rank, UNTRACED, COMPUTE))
