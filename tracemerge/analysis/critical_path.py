@@ -272,6 +272,9 @@ class Walker:
         go through that; it follows what woke the thread (:meth:`wake_edge`). A thread of the
         job's own (a caller's) was busy with untraced work."""
         th, t = self.th, self.t
+        c = self.served_call_starting()
+        if free and c is not None and self.served_start_edge(c, self.job.name_of(th.rank, c)):
+            return
         if (th.rank, th.index) not in self.pool:
             self.emit(th, UNTRACED, COMPUTE, p.lower, t)
             self.go(th, max(p.lower, self.wstart))
@@ -287,6 +290,16 @@ class Walker:
             self.emit(th, UNTRACED, COMPUTE, lo, t)
         self.go(th, lo)
 
+    def served_call_starting(self) -> Optional[int]:
+        """The callee span that starts exactly at ``t`` on the thread (the walk arrived at a
+        served call's start from elsewhere), or None."""
+        job, th, t = self.job, self.th, self.t
+        k = bisect_right(th.bounds, t) - 1
+        if k < 0 or th.bounds[k] != t or th.owner[k] < 0:
+            return None
+        c = job.callee_of[th.rank][th.owner[k]]
+        return c if c >= 0 and job.span_start[th.rank][c] == t else None
+
     def wake_edge(self, p: "Piece") -> bool:
         """An idle pool thread started work at ``t``: it was handed that work when an RPC its
         rank had called completed during the gap (a future's callbacks run on the thread
@@ -300,6 +313,15 @@ class Walker:
             self.emit(th, job.call_name[calls[i]], TRANSFER, ends[i], t)
             self.t = ends[i]
             return self.rpc_edge(calls[i], ends[i])
+        opened = open_async_span(job, th.rank, t)
+        if opened is not None:
+            # work handed over by an untraced step of an async_execution function still in
+            # progress (an RRef proxy's type lookup): that served call's time
+            c, y = opened
+            k = bisect_right(y.bounds, t) - 1
+            since = max(min(y.bounds[k], t) if k >= 0 else t, job.span_start[th.rank][c])
+            self.emit(y, job.name_of(th.rank, c), EXECUTION, since, t)
+            return self.go(y, since)
         found = _completer(job, th, t, p.lower, window=None)
         if found is not None:
             y, y_end = found
@@ -414,6 +436,20 @@ def nested_calls(job: JobTimeline, th: Thread, c: int, t: int) -> list:
                 out.append((call, ends[i]))
         i -= 1
     return out
+
+
+def open_async_span(job: JobTimeline, rank: int, t: int) -> Optional[tuple]:
+    """(span, thread) of the ``async_execution`` callee span of ``rank`` open at ``t`` that
+    started last, or None."""
+    tl = job.ranks[rank]
+    starts, ends = job.span_start[rank], job.span_end[rank]
+    best = None
+    for c in tl.async_spans:
+        if starts[c] < t < ends[c] and (best is None or starts[c] > starts[best]):
+            best = c
+    if best is None:
+        return None
+    return best, job.thread(rank, int(tl.span_thread[best]))
 
 
 def _is_main(job: JobTimeline, y: Thread) -> bool:

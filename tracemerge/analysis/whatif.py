@@ -42,6 +42,7 @@ from tracemerge.analysis.critical_path import (
     TRANSFER,
     UNTRACED,
     nested_calls,
+    open_async_span,
     pool_threads,
     windows,
 )
@@ -200,6 +201,17 @@ class Replay:
         """An idle pool thread woken by nothing the records name (an untraced callback, such as
         an RRef's type lookup): the latest point of another thread of its rank during the gap
         handed the work over."""
+        job = self.job
+        opened = open_async_span(job, key[0], b)
+        if opened is not None:
+            # an untraced step of an async_execution function in progress handed it over
+            c, y = opened
+            src = self.point((y.rank, y.index), job.span_start[y.rank][c])
+            ts = self.times[(y.rank, y.index)]
+            i = bisect_right(ts, b) - 1
+            if src is not None and i >= 0:
+                at = max(ts[i], job.span_start[y.rank][c])
+                return [(self.point((y.rank, y.index), at) or src, b - at, (y.rank, job.name_of(y.rank, c), EXECUTION))]
         best: Optional[tuple] = None
         for other in self.keys:
             if other[0] != key[0] or other == key:
