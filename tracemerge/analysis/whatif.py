@@ -278,10 +278,10 @@ class Replay:
         k = bisect_right(th.bounds, b) - 1
         if k < 0 or th.bounds[k] != b:
             return None
-        o = th.owner[k]
-        if o < 0 or self.job.span_start[th.rank][o] != b:
+        c = self.job.callee_of[th.rank][th.owner[k]] if th.owner[k] >= 0 else -1
+        if c < 0 or self.job.span_start[th.rank][c] != b:
             return None
-        return self.job.span_call.get((th.rank, int(self.job.callee_of[th.rank][o])))
+        return self.job.span_call.get((th.rank, c))
 
     def _request(self, th: Thread, call: int, b: int, prev: Optional[int], busy: bool) -> list:
         job = self.job
