@@ -46,7 +46,7 @@ PLACES = {
 CONCURRENT_MS = (10, 20, 30, 40)   # the other concurrent calls, all shorter than "conc"
 # each variant runs this many times, interleaved: on a shared machine one step can be tens
 # of ms late (a delivery or a sleep's wake-up), so the tests compare medians
-REPEATS = 5
+REPEATS = 4
 
 
 def planted(place: str, ms: float) -> None:

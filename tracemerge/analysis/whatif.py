@@ -41,6 +41,7 @@ from tracemerge.analysis.critical_path import (
     EXECUTION,
     TRANSFER,
     UNTRACED,
+    WHOLE_TRACE,
     nested_calls,
     open_async_span,
     pool_threads,
@@ -390,8 +391,13 @@ def whatif(job: JobTimeline, speedups: list) -> list:
 
 
 def _window_starts(job: JobTimeline) -> dict:
-    """{step name: (rank, thread index)} of the rank whose step started first."""
+    """{window name: (rank, thread index)} where it starts: of a step, the rank's whose step
+    started first; of the whole trace, the thread's that began first."""
+    threads = [th for th in job.threads.values() if th.bounds or th.wait_end]
     first: dict = {}
+    if threads:
+        th = min(threads, key=lambda th: th.first_ns)
+        first[WHOLE_TRACE] = (th.first_ns, (th.rank, th.index))
     for rank, tl in job.ranks.items():
         for name, start, _, thread in tl.steps:
             if name not in first or start < first[name][0]:
