@@ -1,8 +1,9 @@
 """Every output kind, byte for byte: sha256 of what the commands write for three sample
 sets (JSON, .json.gz decompressed, .pftrace with and without a selection, the report in
 each format and as HTML, the offsets), as the code before the package layout wrote them
-(commit 1aff0ac; since then the summary's rpc_sides gained drawn and spans_missing, and
-the tables show 0 as the CPU total % of asynchronous rows, as torch does). A change of
+(commit 1aff0ac; since then the summary's rpc_sides gained drawn and spans_missing, its
+causality counts the drawn span pairs, and the tables show 0 as the CPU total % of
+asynchronous rows, as torch does). A change of
 output on purpose updates its digest here, in the same commit, saying why."""
 
 import gzip
@@ -30,8 +31,8 @@ CASES = {
 }
 SETS = ("rpc_profiling", "parameter_server", "kineto_rpc")
 SHA256 = {
-    "kineto_rpc json": "c44f503ae5b1533485da2a328a09c6054d32f366d7e4e04d806d3eb99ca3461a",
-    "kineto_rpc json.gz": "c44f503ae5b1533485da2a328a09c6054d32f366d7e4e04d806d3eb99ca3461a",
+    "kineto_rpc json": "3e78b7591a9b26d81a93fd557134aeba7b1b943362e51f224b556a4f0abd324d",
+    "kineto_rpc json.gz": "3e78b7591a9b26d81a93fd557134aeba7b1b943362e51f224b556a4f0abd324d",
     "kineto_rpc offsets.json": "87cfd51aba2dd610bcd18dd9cc91eb4ff595e1c745c4c5bc9306612fdfe2ed84",
     "kineto_rpc pftrace": "610bafd44af3c3b67894d68e6787de659be6c78049aac01a4013f273d83318ac",
     "kineto_rpc report.csv": "3d32a9eb203c70fc947f5fe3b7c9c06334a383334fed4e2a9faacf78597ace40",
@@ -40,8 +41,8 @@ SHA256 = {
     "kineto_rpc report.markdown": "8a7d7ad1db8f3248664c19e57598c5a17c8b88b0d78d60ce52aa1ff1de535874",
     "kineto_rpc report.table": "ef75925f675e4aa9a4354fcb9a79acb266b98a3fa152022043d797177609e13a",
     "kineto_rpc selected.pftrace": "c5c76ca109087ff89293e8a41fb21db160e8f0287e1ddc758481411055b0093f",
-    "parameter_server json": "eca3600ad40d11fdabd301ab1f8a7996356071b1650135c508a4258312f4676d",
-    "parameter_server json.gz": "eca3600ad40d11fdabd301ab1f8a7996356071b1650135c508a4258312f4676d",
+    "parameter_server json": "bcf8af0d29d9d5f7b5e1e6986059780a9dabc70cd215cf290e73e5526be8cac2",
+    "parameter_server json.gz": "bcf8af0d29d9d5f7b5e1e6986059780a9dabc70cd215cf290e73e5526be8cac2",
     "parameter_server offsets.json": "f88a59ec834c0f14d8928c21ed1ace2674e36e12b1ade795cd7c6de4b5b34c33",
     "parameter_server pftrace": "15770a1a136ee5f1f37dca59085c65b7d5ad65fab31f577215e2bb7c284cf396",
     "parameter_server report.csv": "3e51fc0b473fdcf43906ac80277ee66feb6ed9a477eb52fe2f3dbbf1aa4c239e",
@@ -50,8 +51,8 @@ SHA256 = {
     "parameter_server report.markdown": "d5ddd8a51c6b63e5bf991b3ad273361ea0cf6efe391f5156738624173206804d",
     "parameter_server report.table": "6d288e5e139b555e151174489757377cfa6296bfc3497f47f41c37ab60b739a7",
     "parameter_server selected.pftrace": "257b3b0998860b9b18f552b457ae6287d4a177422415d65006ef83c4b29c2b9b",
-    "rpc_profiling json": "32e8f84b4a4d99cbaafdbff207010b4588b75793f93422c6c5626c196e32fb66",
-    "rpc_profiling json.gz": "32e8f84b4a4d99cbaafdbff207010b4588b75793f93422c6c5626c196e32fb66",
+    "rpc_profiling json": "4845f0897e24572f135fcac1bba132391476e9d9958eed4eb02b183fd3979e9c",
+    "rpc_profiling json.gz": "4845f0897e24572f135fcac1bba132391476e9d9958eed4eb02b183fd3979e9c",
     "rpc_profiling offsets.json": "c62e1055e7bccfceb7aa9b4a14d4f492669366eb58104fa809ba842583edbeca",
     "rpc_profiling pftrace": "3fa302b06ac3879f085cf96f9efad476e38edd0972bc32e0d880cda785f8372a",
     "rpc_profiling report.csv": "de295af2e60753fb0ea2498a1f79a8324cb48c5984aee384bd8c946d8d8a7c15",

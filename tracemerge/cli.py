@@ -317,8 +317,8 @@ def main():
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
 @input_options
 @click.option("--enforce-causality", is_flag=True,
-              help="Remove the causality violations left after alignment with the smallest local clock "
-                   "correction (controlled logical clock) and report the time moved.")
+              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
+                   "constant shift that removes the contradiction (every duration kept); say what is left.")
 @selection_options
 @engine_options
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
@@ -381,7 +381,7 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
                 f"{missing['caller']} caller and {missing['callee']} callee spans of the others are not in the "
                 "output (their file's events lack them — a cut file? — or --ranks/--window/--min-duration/"
                 "--drop-category left them out), so those calls have no arrows", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
     say(f"tracemerge: {core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}",
         err=True)
     for line in clock_notes(alignment):
@@ -429,7 +429,7 @@ def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
     click.echo(render(alignment, list(job.infos)))
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
     heads = [i.path for i in job.infos if i.partial]
     if heads:
         say(f"tracemerge: note: {len(heads)} of {len(job.infos)} files were read from their heads "

@@ -136,7 +136,7 @@ class Job:
         """The clock model of this job under ``method`` (a pure function of the job: the
         commands ask for it once, through ``Job.open(align=...)``)."""
         reference, clocks = align_clocks(list(self.infos), method, reference, dict(offsets or {}), self.links)
-        clocks, causality = review(list(self.infos), clocks, enforce_causality, self.links)
+        clocks, causality = review(list(self.infos), clocks, enforce_causality, self.links, reference)
         return Alignment(method=method, reference=reference, clocks=clocks, causality=causality)
 
     def aligned(self, request: AlignRequest) -> "Job":

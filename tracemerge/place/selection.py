@@ -8,8 +8,9 @@ threads.
 
 ``--overview`` is the view of a large job a person opens first: per rank its steps
 (``ProfilerStep#N``), its RPC spans, its collectives (NCCL, gloo, c10d, ``record_param_comms``)
-and every other complete event at least ``overview_us`` long; the rest is left out and
-counted. The ranks and window of interest are then merged in full (``--ranks``, ``--window``).
+and every other complete event at least ``overview_us`` long; the rest, and the input's own
+flow arrows, are left out and counted. The ranks and window of interest are then merged
+in full (``--ranks``, ``--window``).
 """
 
 import dataclasses
@@ -23,6 +24,7 @@ from tracemerge.model import NO_DUR
 from tracemerge.place.placement import aligned_ns
 
 REASONS = ("ranks", "category", "min_duration", "overview", "window")
+FLOW_PHASES = [ord("s"), ord("t"), ord("f")]   # the input's own flow events (the RPC arrows are drawn, not input)
 OVERVIEW_US = 1000.0   # --overview without a value: complete events of 1 ms and more
 # what an overview keeps whatever its length: the structure of a step and what ties ranks together
 STRUCTURE_PREFIXES = ("ProfilerStep#",)
@@ -100,6 +102,7 @@ def event_mask(trace, place, selection, window):
         structural[trace.args.with_key("rpc_id")] = True   # RPC spans (and any event naming a call)
     return _mask(selection, window, always=(trace.ph == ord("M")) | ~trace.timed, category=category,
                  x=trace.ph == ord("X"), dur=trace.dur, structural=structural,
+                 flow=np.isin(trace.ph, FLOW_PHASES) if selection.overview_us is not None else None,
                  aligned=lambda: aligned_ns(trace, place.clock, place.out_base_ns))
 
 
@@ -126,7 +129,7 @@ def kept_spans(spans, place, selection, window):
     keep, _ = _mask(selection, window, always=np.zeros(len(spans), dtype=bool),
                     category=np.array([_dropped_category(selection, s["cat"]) for s in spans], dtype=bool),
                     x=np.ones(len(spans), dtype=bool), dur=dur, structural=np.ones(len(spans), dtype=bool),
-                    aligned=aligned)
+                    flow=np.zeros(len(spans), dtype=bool), aligned=aligned)
     return keep
 
 
@@ -135,10 +138,11 @@ def _dropped_category(selection, name):
     return bool(selection.drop_categories & {p.strip() for p in name.split(",")})
 
 
-def _mask(selection, window, always, category, x, dur, structural, aligned):
+def _mask(selection, window, always, category, x, dur, structural, flow, aligned):
     """(keep mask, {reason: dropped count}) by the size controls, in their order: category,
     min_duration, overview, window; ``always`` events are never dropped, ``structural`` ones
-    never by the overview, ``aligned()`` gives the (start, dur) output ns the window is
+    never by the overview, which drops the input's ``flow`` events (their slices are mostly
+    gone: Kineto's ac2g and fwdbwd arrows); ``aligned()`` gives the (start, dur) output ns the window is
     measured in."""
     keep = np.ones(len(always), dtype=bool)
     dropped = {}
@@ -155,7 +159,7 @@ def _mask(selection, window, always, category, x, dur, structural, aligned):
     if selection.min_duration_us:
         drop("min_duration", x & (dur != NO_DUR) & (dur < selection.min_duration_us * 1000))
     if selection.overview_us is not None:
-        drop("overview", x & (dur != NO_DUR) & (dur < selection.overview_us * 1000) & ~structural)
+        drop("overview", (x & (dur != NO_DUR) & (dur < selection.overview_us * 1000) & ~structural) | flow)
     lo, hi = window
     if lo is not None or hi is not None:
         start, dur_out = aligned()
