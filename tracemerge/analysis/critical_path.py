@@ -53,9 +53,10 @@ TRANSFER = "RPC transfer"
 QUEUEING = "callee queueing"
 EXECUTION = "callee execution"
 COLLECTIVE = "waiting in a collective"
+KINDS = (COMPUTE, TRANSFER, QUEUEING, EXECUTION, COLLECTIVE)
 # only where a window's start has nothing running: a pool thread idle since it began
 IDLE = "idle"
-KINDS = (COMPUTE, TRANSFER, QUEUEING, EXECUTION, COLLECTIVE, IDLE)
+ALL_KINDS = KINDS + (IDLE,)
 UNTRACED = "(untraced)"
 
 EDGES = frozenset(("rpc", "queue", "continuation", "collective"))
