@@ -73,6 +73,18 @@ class JobTimeline:
     coll_last: list              # [(rank, arrival ns) of the last arriver, or None when not every rank recorded it]
     coll_thread: dict            # {(collective, rank): thread index}
     _names: dict = field(default_factory=dict)
+    _completions: dict = field(default_factory=dict)   # rank_completions, per rank, made on first use
+
+    def rank_completions(self, rank: int) -> tuple:
+        """([t4 ns, sorted], [call]) of the calls ``rank`` made that completed: when a
+        future of the rank completed, and so ran its callbacks."""
+        found = self._completions.get(rank)
+        if found is None:
+            pairs = sorted((int(self.t_ref[3, c]), c) for c in range(len(self.call_caller))
+                           if self.call_caller[c] == rank and self.has[3, c])
+            found = ([e for e, _ in pairs], [c for _, c in pairs])
+            self._completions[rank] = found
+        return found
 
     def thread(self, rank: int, index: int) -> Thread:
         return self.threads[(rank, index)]

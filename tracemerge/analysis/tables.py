@@ -1,15 +1,21 @@
 """The analyses as titled tables (head, body of plain values), which every report format
 lays out its own way: the text table, Markdown, HTML, and one CSV per ``--section``."""
 
-from tracemerge.analysis.critical_path import KINDS, totals
+from tracemerge.analysis.critical_path import IDLE, KINDS, totals
 
 
 def _ms(ns):
     return f"{ns / 1e6:.3f}"
 
 
+def _kinds(windows: list) -> tuple:
+    """The kinds shown: the five, and idle where some window starts with it."""
+    return KINDS + (IDLE,) if any(w.by_kind.get(IDLE) for w in windows) else KINDS
+
+
 def path_windows(windows, limit=0):
     """One row per window: its duration and the time of each kind on its path."""
+    KINDS = _kinds(windows)
     head = ["Window", "Start ms", "Duration ms"] + [f"{k} ms" for k in KINDS] + ["Ranks on path (ms)"]
     t0 = windows[0].start_ns if windows else 0
     body = [[w.window, _ms(w.start_ns - t0), _ms(w.end_ns - w.start_ns)] + [_ms(w.by_kind.get(k, 0)) for k in KINDS]
@@ -32,6 +38,7 @@ def path_where(windows, limit=0):
 
 def path_totals(windows):
     by_rank, by_kind = totals(windows)
+    KINDS = _kinds(windows)
     head = ["Rank"] + [f"{k} ms" for k in KINDS] + ["Total ms"]
     per = {}
     for w in windows:
