@@ -6,14 +6,27 @@ worker1:
 - ``none``: no profiler;
 - ``torch``: ``torch.profiler.profile`` with the configuration capture uses (CPU,
   all threads), which records nothing about the RPCs themselves;
-- ``capture``: ``tracemerge.capture.profile`` on both sides (RPC spans and records).
+- ``capture``: ``tracemerge.capture.profile`` on both sides (RPC spans and records);
+- ``capture_off``: ``profile(trace=False)`` on both sides: no torch profiler, the RPC
+  records only (the lighter mode).
 
 Cases: ``rpc_sync`` of ``torch.add`` and of a Python function, ``rpc_async`` of
-``torch.add`` awaited one at a time, and 50 ``rpc_async`` in flight then awaited
-(throughput). Modes are interleaved over several rounds; the table gives the median µs
-per RPC over rounds and the ratios capture/torch and capture/none.
+``torch.add`` awaited one at a time, 50 ``rpc_async`` in flight then awaited
+(throughput), ``remote(torch.add)`` then ``to_here()``, an RRef proxy call
+(``rref.rpc_sync().incr()``) and an ``async_execution`` function. Modes alternate within
+every round; the table gives the median µs per RPC over rounds, the medians of each
+round's ratios capture/torch and capture_off/none, and the spread (min-max) of the
+``none`` column, which no mode touches: the machine's noise.
 
-    python benchmarks/capture_overhead.py [--calls 300] [--rounds 3]
+``--steps`` times instead, alone and in one process, each step of the capture's own work
+for one call on either side (µs per call, profiler running as under capture).
+
+``--paired trace|off`` runs one capture on both workers and alternates, per case, blocks
+of calls through capture's wrappers and through the torch functions inside them: the
+ratio is capture/torch.profiler (``off``: capture without profiler/none), each pair
+measured seconds apart.
+
+    python benchmarks/capture_overhead.py [--calls 300] [--rounds 3] [--steps | --paired trace|off]
 """
 
 import argparse
@@ -32,7 +45,7 @@ import torch.multiprocessing as mp
 
 from tracemerge.capture import profile
 
-MODES = ("none", "torch", "capture")
+MODES = ("none", "torch", "capture", "capture_off")
 IN_FLIGHT = 50
 
 _commands = queue.Queue()
@@ -41,6 +54,22 @@ _entered = threading.Event()
 
 def py_add(a, b):
     return a + b
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def incr(self):
+        self.n += 1
+        return self.n
+
+
+@rpc.functions.async_execution
+def async_add(a, b):
+    fut = torch.futures.Future()
+    fut.set_result(a + b)
+    return fut
 
 
 def _case_sync_builtin(x, n):
@@ -64,11 +93,30 @@ def _case_async_in_flight(x, n):
                                 for _ in range(IN_FLIGHT)])
 
 
+def _case_remote_builtin(x, n):
+    for _ in range(n):
+        rpc.remote("worker1", torch.add, args=(x, 1)).to_here()
+
+
+def _case_rref_proxy(x, n):
+    counter = rpc.remote("worker1", Counter)
+    for _ in range(n):
+        counter.rpc_sync().incr()
+
+
+def _case_async_execution(x, n):
+    for _ in range(n):
+        rpc.rpc_sync("worker1", async_add, args=(x, 1))
+
+
 CASES = {
     "rpc_sync(torch.add)": _case_sync_builtin,
     "rpc_sync(python fn)": _case_sync_python,
     "rpc_async(torch.add).wait()": _case_async_one_by_one,
     f"rpc_async x{IN_FLIGHT} in flight": _case_async_in_flight,
+    "remote(torch.add).to_here()": _case_remote_builtin,
+    "rref.rpc_sync().incr()": _case_rref_proxy,
+    "rpc_sync(async_execution fn)": _case_async_execution,
 }
 
 
@@ -79,7 +127,7 @@ def _context(mode, out_dir):
         return torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True))
-    return profile(out_dir)
+    return profile(out_dir, trace=(mode == "capture"))
 
 
 def _command(cmd):
@@ -90,13 +138,15 @@ def _command(cmd):
         _entered.wait()
 
 
-def _worker(rank, port, calls, rounds, out_dir):
+def _worker(rank, port, calls, rounds, out_dir, cases, paired=None):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 1:
         _serve_modes(out_dir)
+    elif paired is not None:
+        _paired(calls, rounds, out_dir, paired == "trace")
     else:
-        _drive(calls, rounds, out_dir)
+        _drive(calls, rounds, out_dir, cases)
     rpc.shutdown()
 
 
@@ -107,43 +157,204 @@ def _serve_modes(out_dir):
             assert _commands.get() == ("exit",)
 
 
-def _drive(calls, rounds, out_dir):
+def _drive(calls, rounds, out_dir, cases):
     x = torch.ones(16)
     _case_sync_builtin(x, 200)  # warm up connections and code paths
-    us = {(case, mode): [] for case in CASES for mode in MODES}
+    us = {(case, mode): [] for case in cases for mode in MODES}
     for _ in range(rounds):
         for mode in MODES:
             rpc.rpc_sync("worker1", _command, args=(("enter", mode),))
             with _context(mode, os.path.join(out_dir, "w0")):
-                for case, run in CASES.items():
+                for case in cases:
+                    run = CASES[case]
                     t0 = time.perf_counter_ns()
                     run(x, calls)
                     us[(case, mode)].append((time.perf_counter_ns() - t0) / calls / 1000)
             rpc.rpc_sync("worker1", _command, args=(("exit",),))
     rpc.rpc_sync("worker1", _command, args=(None,))
-    _print_table(us, calls, rounds)
+    _print_table(us, calls, rounds, cases)
 
 
-def _print_table(us, calls, rounds):
+def _print_table(us, calls, rounds, cases):
+    """Medians over rounds; the ratios are medians of each round's own ratio (the modes of
+    one round ran back to back, so a ratio cancels most of what the machine did)."""
     print(f"µs per RPC, median of {rounds} rounds x {calls} calls, loopback, "
           f"torch {torch.__version__}, {os.cpu_count()} CPUs")
-    print("| case | none | torch profiler | tracemerge capture | capture/torch | capture/none |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for case in CASES:
-        none, prof, cap = (statistics.median(us[(case, m)]) for m in MODES)
-        print(f"| {case} | {none:.0f} | {prof:.0f} | {cap:.0f} | {cap / prof:.2f} | {cap / none:.2f} |")
+    print("| case | none (min-max) | torch profiler | capture | capture/torch | capture, trace=False | "
+          "trace=False/none |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for case in cases:
+        none, prof, cap, off = (us[(case, m)] for m in MODES)
+        cap_torch = statistics.median(c / t for c, t in zip(cap, prof))
+        off_none = statistics.median(o / n for o, n in zip(off, none))
+        print(f"| {case} | {statistics.median(none):.0f} ({min(none):.0f}-{max(none):.0f}) | "
+              f"{statistics.median(prof):.0f} | {statistics.median(cap):.0f} | {cap_torch:.2f} | "
+              f"{statistics.median(off):.0f} | {off_none:.2f} |")
+
+
+def _untraced(api):
+    """The torch function inside a wrapper that capture swaps: a call without capture's
+    instrumentation, while the capture (and its profiler) runs."""
+    return getattr(api, "__wrapped__")
+
+
+def _paired_cases(x):
+    """case -> (traced call, the same call untraced), for --paired."""
+    from torch.distributed.rpc import rref_proxy
+
+    sync, async_, remote = _untraced(rpc.rpc_sync), _untraced(rpc.rpc_async), _untraced(rpc.remote)
+    counter = rpc.remote("worker1", Counter)
+    counter.rpc_sync().incr()  # the proxy's type, fetched once
+
+    def in_flight(api):
+        return lambda: torch.futures.wait_all([api("worker1", torch.add, args=(x, 1)) for _ in range(IN_FLIGHT)])
+
+    return {
+        "rpc_sync(torch.add)": (lambda: rpc.rpc_sync("worker1", torch.add, args=(x, 1)),
+                                lambda: sync("worker1", torch.add, args=(x, 1))),
+        "rpc_sync(python fn)": (lambda: rpc.rpc_sync("worker1", py_add, args=(x, 1)),
+                                lambda: sync("worker1", py_add, args=(x, 1))),
+        "rpc_async(torch.add).wait()": (lambda: rpc.rpc_async("worker1", torch.add, args=(x, 1)).wait(),
+                                        lambda: async_("worker1", torch.add, args=(x, 1)).wait()),
+        f"rpc_async x{IN_FLIGHT} in flight (per batch)": (in_flight(rpc.rpc_async), in_flight(async_)),
+        "remote(torch.add).to_here()": (lambda: rpc.remote("worker1", torch.add, args=(x, 1)).to_here(),
+                                        lambda: remote("worker1", torch.add, args=(x, 1)).to_here()),
+        "rref.rpc_sync().incr()": (lambda: counter.rpc_sync().incr(),
+                                   lambda: sync(counter.owner(), rref_proxy._local_invoke,
+                                                args=(counter, "incr", (), {}))),
+        "rpc_sync(async_execution fn)": (lambda: rpc.rpc_sync("worker1", async_add, args=(x, 1)),
+                                         lambda: sync("worker1", async_add, args=(x, 1))),
+    }
+
+
+def _paired(calls, rounds, out_dir, trace):
+    """Inside one capture on both workers, each case alternates blocks of ``calls`` calls
+    traced and untraced (the torch function inside capture's wrapper: the same profiler,
+    without capture's work), ``rounds`` times: traced/untraced of each pair is
+    capture/torch.profiler (``trace=False``: capture without profiler / none), measured
+    close together, which survives a loaded machine far better than separate jobs."""
+    rpc.rpc_sync("worker1", _command, args=(("enter", "capture" if trace else "capture_off"),))
+    x = torch.ones(16)
+    rows = []
+    with _context("capture" if trace else "capture_off", os.path.join(out_dir, "w0")):
+        rpc.rpc_sync("worker1", torch.add, args=(x, 1))  # asks worker1 whether builtins may go natively
+        for case, (traced, untraced) in _paired_cases(x).items():
+            n = max(1, calls // IN_FLIGHT) if "in flight" in case else calls
+            ratios, plain = [], []
+            for _ in range(rounds):
+                got = []
+                for fn in (traced, untraced):
+                    t0 = time.perf_counter_ns()
+                    for _ in range(n):
+                        fn()
+                    got.append((time.perf_counter_ns() - t0) / n / 1000)
+                ratios.append(got[0] / got[1])
+                plain.append(got[1])
+            rows.append((case, statistics.median(plain), min(plain), max(plain), statistics.median(ratios),
+                         min(ratios), max(ratios)))
+    rpc.rpc_sync("worker1", _command, args=(("exit",),))
+    rpc.rpc_sync("worker1", _command, args=(None,))
+    what = "capture / torch.profiler" if trace else "capture(trace=False) / no profiler"
+    print(f"{what}, paired blocks of {calls} calls x {rounds}, torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print("| case | untraced µs (min-max) | ratio, median (min-max) |")
+    print("|---|---:|---:|")
+    for case, med, lo, hi, ratio, rlo, rhi in rows:
+        print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.2f} ({rlo:.2f}-{rhi:.2f}) |")
+
+
+def _timed(fn, n=20_000):
+    """µs per call of ``fn()``, best of 5 runs of ``n`` (the least disturbed)."""
+    for _ in range(200):
+        fn()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter_ns() - t0) / n / 1000)
+    return best
+
+
+def _steps():
+    """Each step of the capture's own work for one RPC, timed alone (one process, RPC to
+    itself, the profiler running as under capture); the RPC itself is a stub."""
+    from torch.distributed.rpc.internal import PythonUDF, _internal_rpc_pickler
+
+    from tracemerge.capture import recorder
+    from tracemerge.capture import rpc as crpc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
+    rpc.init_rpc("worker0", rank=0, world_size=1)
+    x = torch.ones(16)
+    rows = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True)):
+        rec = recorder.Recorder()
+        recorder.peers.route(0, {})  # admitted: builtins to worker0 go natively
+        recorder.peers.answer(0, "bench")
+
+        def stub(to, func, args, kwargs, timeout):
+            return None
+
+        rows.append(("caller: builtin sent natively (all of _issue)",
+                     _timed(lambda: crpc._issue(rec, "rpc_sync", stub, "worker0", torch.add, (x, 1), {}, 0))))
+        rows.append(("caller: Python function, wrapped (all of _issue)",
+                     _timed(lambda: crpc._issue(rec, "rpc_sync", stub, "worker0", py_add, (x, 1), {}, 0))))
+        header = ("0:1", "rpc_sync", "py_add", "rpc_sync#py_add(worker0 -> worker1)", 0, 1, "worker0", "worker1")
+        plain = _timed(lambda: py_add(x, 1))
+        recorder.activate(rec)
+        try:
+            rows.append(("callee: _serve around the function, capturing",
+                         _timed(lambda: crpc._serve(header, py_add, (x, 1), {})) - plain))
+        finally:
+            recorder.deactivate()
+        rows.append(("callee: _serve around the function, not capturing (side note only)",
+                     _timed(lambda: crpc._serve(header, py_add, (x, 1), {})) - plain))
+        ser = _internal_rpc_pickler.serialize
+        rows.append(("both: pickling the wrapper and header (more than the function alone)",
+                     _timed(lambda: ser(PythonUDF(crpc._serve, (header, py_add, (x, 1), {}), {})))
+                     - _timed(lambda: ser(PythonUDF(py_add, (x, 1), {})))))
+        wrapped, bare = ser(PythonUDF(crpc._serve, (header, py_add, (x, 1), {}), {})), ser(PythonUDF(py_add, (x, 1), {}))
+        rows.append(("callee: unpickling the wrapper and header (more than the function alone)",
+                     _timed(lambda: _internal_rpc_pickler.deserialize(*wrapped))
+                     - _timed(lambda: _internal_rpc_pickler.deserialize(*bare))))
+        rows.append(("  of which: span open+close (_record_function_with_args_*)",
+                     _timed(lambda: crpc._span_exit(crpc._span_enter("rpc_sync#x(worker0 -> worker1)")))))
+        rows.append(("  for comparison: record_function open+close (before)",
+                     _timed(lambda: _record_function_once())))
+    rpc.shutdown()
+    print("| step (one call, timed alone) | µs |")
+    print("|---|---:|")
+    for label, us in rows:
+        print(f"| {label} | {us:.2f} |")
+
+
+def _record_function_once():
+    with torch.autograd.profiler.record_function("rpc_sync#x(worker0 -> worker1)"):
+        pass
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", action="store_true", help="time each step of one call's bookkeeping alone")
+    parser.add_argument("--case", action="append", choices=list(CASES), help="only these cases (repeatable)")
+    parser.add_argument("--paired", choices=["trace", "off"],
+                        help="one capture (trace=True, or trace=False) on both workers, traced and untraced "
+                             "calls in alternating blocks: capture/torch.profiler (or /no profiler) per case")
     args = parser.parse_args()
+    if args.steps:
+        _steps()
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir), nprocs=2)
+        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES), args.paired),
+                 nprocs=2)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from tracemerge.analysis.critical_path import (
     COMPUTE,
     EDGES,
     EXECUTION,
+    IDLE,
     KINDS,
     QUEUEING,
     TRANSFER,
@@ -417,7 +418,8 @@ def test_random_jobs_tile_every_window(tmp_path, seed):
     assert found or not any(j.events.values())
     for w in found:
         assert_tiles(w)
-        assert {s.kind for s in w.segments} <= set(KINDS)
+        assert {s.kind for s in w.segments} <= set(KINDS) | {IDLE}
+        assert all(s.kind != IDLE for s in w.segments[1:])   # idle only where a window starts
         assert sum(w.by_kind.values()) == w.end_ns - w.start_ns
     wait_states(job)
     stragglers(job)

@@ -736,3 +736,43 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
     write_text(output, render_diff(result, fmt, row_limit), inputs)
     if html_path:
         write_text(html_path, render_diff(result, "html", row_limit), inputs)
+
+
+@main.command()
+@quiet_option
+@files_argument
+@click.option("--speedup", "speedups", multiple=True, required=True, metavar="NAME[@RANK]=K",
+              help="Spans named NAME (on rank RANK; without @RANK on every rank) run K times faster; K 0 or inf: "
+                   "they take no time. Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("-o", "--output", default="-", metavar="PATH", help="Write the answer here (default: stdout).")
+@align_options
+@rank_options
+@input_options
+def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, cycle, skip_bad, strict):
+    """How long each window would take if some spans ran faster: per window (ProfilerStep#N, else
+    the whole trace) the measured time, the time predicted by replaying the job's dependencies
+    (thread order, RPCs, collectives, continuations) with the change, and the new critical
+    path's largest segments.
+
+    \b
+    Examples:
+      tracemerge whatif rank*.json.gz --speedup 'planted:udf@1=2'
+      tracemerge whatif rank*.json.gz --speedup 'aten::mm=inf' --format json -o whatif.json
+    """
+    import json
+
+    from tracemerge.analysis import whatif as what
+    from tracemerge.analysis.job_timeline import job_timeline
+
+    try:
+        parsed = [what.Speedup.parse(s) for s in speedups]
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--speedup'") from None
+    check_output(output, files, force=True)  # before any input is read
+    job = open_inputs(list(files), rank_from, skip_bad, strict, file_warnings=True, cycle=cycle,
+                      align=AlignRequest(method, reference, offsets))
+    predictions = what.whatif(job_timeline(job), parsed)
+    text = (json.dumps(what.as_json(predictions, parsed), indent=2) + "\n" if fmt == "json"
+            else what.table(predictions, parsed))
+    write_text(output, text, files)

@@ -8,9 +8,15 @@ asks what the thread it is on was doing just before, and follows whatever made t
 moment late.
 
 - **Thread order.** The thread ran a span (a piece of :mod:`~tracemerge.analysis.timeline`):
-  that work is on the path (``compute``, or ``callee execution`` inside a served call);
-  time on a thread in no span is untraced work of that thread (``compute``, named
-  ``(untraced)``).
+  that work is on the path (``compute``, or ``callee execution`` inside a served call).
+  Time on a thread in no span is untraced work of that thread (``compute``, named
+  ``(untraced)``) only on the job's own threads (a caller's, a step's); a *pool* thread
+  (:func:`pool_threads`: it serves RPCs, or runs future callbacks) that runs nothing is
+  idle, and the walk never goes back through that: it asks what woke the thread.
+- **Wake-ups.** A pool thread that started work after being idle was handed it when an
+  RPC its rank had called completed in the meantime (a future's callbacks run on the
+  thread that completes it): the latest such completion is followed, as an RPC edge;
+  without one, the thread of its rank whose work ended last before.
 - **RPC edges.** The thread resumed when an RPC it called completed (the end t4 of a
   wait falls exactly where the walk is): the response travelled from the callee's t3
   (``RPC transfer``), before that the callee span ran (``callee execution``), and it
@@ -19,14 +25,18 @@ moment late.
   from the caller's send t1) — unless the callee's thread was still busy with earlier
   work when the request arrived: then that earlier work is what the call waited for
   (``queue`` edge: thread order on the callee, the gap is ``callee queueing``).
-- **async_execution continuations.** A callee span that ended after a long stretch of its
-  own time (its thread had returned the future and ran nothing of it) ended when another
-  thread of the same rank completed the future: the thread whose last work ended latest,
-  within CONTINUATION_NS before, is followed.
+- **async_execution continuations, by cause.** An ``async_execution`` callee span (its
+  args say it ended on another thread) ends when the future it returned completes, which
+  is when the RPCs issued inside it complete (plain, or through an RRef): the one that
+  completed last is followed — through the callback that ran on the thread that received
+  its reply, when there was one. A span of that kind that issued no RPC (its future
+  completed by other work of the rank) falls back to the thread of its rank whose last
+  work ended latest, within CONTINUATION_NS before its end.
 - **Collectives.** A rank that resumed when a collective completed waited from the last
   rank's arrival (``waiting in a collective``); before that, the path is on the last
   arriver, at its arrival.
 
+Each edge kind is one method of :class:`Walker`.
 Segments tile the window from its start to its end; each is (rank, tid, name, kind,
 start_ns, end_ns) on the reference clock. Removing an edge kind from ``edges`` shows what
 the path would be without it (tests use this to check that each edge is taken).
@@ -44,6 +54,9 @@ QUEUEING = "callee queueing"
 EXECUTION = "callee execution"
 COLLECTIVE = "waiting in a collective"
 KINDS = (COMPUTE, TRANSFER, QUEUEING, EXECUTION, COLLECTIVE)
+# only where a window's start has nothing running: a pool thread idle since it began
+IDLE = "idle"
+ALL_KINDS = KINDS + (IDLE,)
 UNTRACED = "(untraced)"
 
 EDGES = frozenset(("rpc", "queue", "continuation", "collective"))
@@ -102,9 +115,10 @@ def windows(job: JobTimeline) -> List[Tuple[str, int, int, Tuple[int, int]]]:
 
 def critical_path(job: JobTimeline, edges: FrozenSet[str] = EDGES) -> List[Window]:
     """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job_timeline.JobTimeline`), in time order."""
-    out: List[Window] = []
+    out = []
+    pool = pool_threads(job)
     for name, start, end, at in windows(job):
-        segments = walk(job, job.thread(*at), start, end, edges)
+        segments = walk(job, job.thread(*at), start, end, edges, pool)
         w = Window(window=name, start_ns=start, end_ns=end, segments=segments)
         for s in segments:
             w.by_rank[s.rank] = w.by_rank.get(s.rank, 0) + s.end_ns - s.start_ns
@@ -113,116 +127,352 @@ def critical_path(job: JobTimeline, edges: FrozenSet[str] = EDGES) -> List[Windo
     return out
 
 
-def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: FrozenSet[str] = EDGES) -> List[Segment]:
-    """The segments of the path ending on thread ``th`` at ``wend``, back to ``wstart``."""
-    back: List[List[Any]] = []   # [rank, tid, name, kind, start, end] of each segment, last first
+def walk(job: JobTimeline, th: Thread, wstart: int, wend: int, edges: frozenset = EDGES,
+         pool: Optional[frozenset] = None) -> list:
+    """The segments of the path ending on thread ``th`` at ``wend``, back to ``wstart``.
+    ``pool``: the (rank, thread index) of pool threads (:func:`pool_threads`; found when None)."""
+    w = Walker(job, edges, wstart, th, wend, pool_threads(job) if pool is None else pool)
+    while w.t > wstart:
+        w.step()
+    w.back.reverse()
+    return [Segment(*s) for s in w.back]
 
-    def emit(rank: int, tid: Any, name: str, kind: str, lo: int, hi: int) -> None:
-        lo = max(lo, wstart)
+
+def pool_threads(job: JobTimeline) -> frozenset:
+    """The (rank, thread index) of threads that run work handed to them: RPC server threads
+    (they ran a served call) and, on ranks that serve RPCs, every thread but the process's
+    main thread and those that ran a step (RPC agent threads running future callbacks, which
+    may issue RPCs of their own). A pool thread that runs nothing is idle, not busy with
+    untraced work of its own."""
+    serving = {(rank, int(job.ranks[rank].span_thread[span])) for rank, span in job.span_call}
+    callees = set(job.call_callee)
+    stepping = {(rank, th) for rank, tl in job.ranks.items() for _, _, _, th in tl.steps}
+    helpers = {(rank, i) for rank in callees if rank in job.ranks
+               for i, th in enumerate(job.ranks[rank].threads) if not th.main and (rank, i) not in stepping}
+    return frozenset(serving | helpers)
+
+
+class Walker:
+    """One walk back in time: where it is (``th``, ``t``) and the segments emitted so far,
+    newest first. :meth:`step` moves it back by one edge; each edge kind is its own method,
+    which either takes the walk somewhere earlier (returning True) or declines."""
+
+    def __init__(self, job: JobTimeline, edges: frozenset, wstart: int, th: Thread, t: int, pool: frozenset):
+        self.job, self.edges, self.wstart, self.pool = job, edges, wstart, pool
+        self.th, self.t = th, t
+        self.back: list = []
+        self.last_t: Optional[int] = None
+        self.stall = 0
+
+    # -- output -------------------------------------------------------------------------
+    def emit(self, th: Thread, name: str, kind: str, lo: int, hi: int) -> None:
+        """Put [lo, hi) of ``th`` on the path (clamped to the window's start)."""
+        lo = max(lo, self.wstart)
         if hi <= lo:
             return
-        if back and back[-1][4] == hi and back[-1][:4] == (rank, tid, name, kind):
+        back = self.back
+        if back and back[-1][5] == hi and back[-1][:4] == [th.rank, th.tid, name, kind]:
             back[-1][4] = lo  # the same thing continues further back
         else:
-            back.append([rank, tid, name, kind, lo, hi])
+            back.append([th.rank, th.tid, name, kind, lo, hi])
 
-    rpc, queue, cont, coll = ("rpc" in edges), ("queue" in edges), ("continuation" in edges), ("collective" in edges)
-    t, last_t, stall = wend, None, 0
-    while t > wstart:
-        stall = stall + 1 if t == last_t else 0
-        last_t = t
-        free = stall < _STALL
-        rank = th.rank
-        starts, ends, callee_of = job.span_start[rank], job.span_end[rank], job.callee_of[rank]
+    def go(self, th: Thread, t: int) -> bool:
+        self.th, self.t = th, t
+        return True
+
+    # -- one step -------------------------------------------------------------------------
+    def step(self) -> None:
+        t = self.t
+        self.stall = self.stall + 1 if t == self.last_t else 0
+        self.last_t = t
+        # after many steps without moving back, dependencies are ignored for one step, so
+        # the walk always ends (clock error can make edges point at the same instant)
+        free = self.stall < _STALL
+        p = self.piece()
+        if free and self.resume_edge(p):
+            return
+        if free:
+            p.lower = self.earlier_wait_end(p)
+        if p.owner < 0:
+            self.gap(p, free)
+            return
+        if free and p.callee == p.owner and "continuation" in self.edges and self.continuation_edge(p):
+            return
+        self.thread_order(p, free)
+
+    def piece(self) -> "Piece":
+        """What the thread was running just before ``t``."""
+        th, t, job = self.th, self.t, self.job
         k = bisect_left(th.bounds, t) - 1
-        lower, o = (th.bounds[k], th.owner[k]) if k >= 0 else (_NEG, -1)
-        ostart = starts[o] if o >= 0 else _NEG
-        # a wait of this thread that ends exactly here, begun inside the running span: the thread resumed
+        lower, owner = (th.bounds[k], th.owner[k]) if k >= 0 else (_NEG, -1)
+        rank = th.rank
+        ostart = job.span_start[rank][owner] if owner >= 0 else _NEG
+        callee = job.callee_of[rank][owner] if owner >= 0 else -1
+        return Piece(k=k, lower=lower, owner=owner, ostart=ostart, callee=callee)
+
+    # -- edges ------------------------------------------------------------------------------
+    def resume_edge(self, p: "Piece") -> bool:
+        """A wait of this thread that ends exactly here, begun inside the running span: the
+        thread resumed when that RPC or collective completed."""
+        th, t = self.th, self.t
         we = th.wait_end
-        if we and free:
-            hit = None
-            for w in range(bisect_left(we, t), bisect_right(we, t)):
-                if ostart < th.wait_start[w] < t:
-                    hit = w
-                    break
-            if hit is not None:
-                wait, ref, ws = th.wait_kind[hit], th.wait_ref[hit], th.wait_start[hit]
-                if wait == RPC_WAIT:
-                    name = job.call_name[ref]
-                    where = job.callee_span.get(ref)
-                    if rpc and where is not None and job.has[2, ref]:
-                        x = job.thread(where[0], int(job.ranks[where[0]].span_thread[where[1]]))
-                        nt = min(int(job.t_ref[2, ref]), t)
-                        emit(x.rank, x.tid, name, TRANSFER, nt, t)
-                        th, t = x, nt
-                    else:
-                        emit(rank, th.tid, name, TRANSFER, ws, t)
-                        t = ws
-                    continue
-                if wait == COLLECTIVE_WAIT:
-                    name = job.coll_op[ref]
-                    last = job.coll_last[ref]
-                    at = job.coll_thread.get((ref, last[0])) if last is not None else None
-                    if coll and at is not None and last is not None and last[0] != rank:
-                        lo = max(min(last[1], t), ws)
-                        emit(rank, th.tid, name, COLLECTIVE, lo, t)
-                        th, t = job.thread(last[0], at), lo
-                    else:
-                        emit(rank, th.tid, name, COLLECTIVE, ws, t)
-                        t = ws
-                    continue
-            # an earlier wait begun inside the running span ended within this piece: stop there
-            j = bisect_left(we, t) - 1
-            for _ in range(64):
-                if j < 0 or we[j] <= lower:
-                    break
-                if th.wait_start[j] > ostart:
-                    lower = we[j]
-                    break
-                j -= 1
-        c = callee_of[o] if o >= 0 else -1
-        name = job.name_of(rank, o) if o >= 0 else UNTRACED
-        kind = EXECUTION if c >= 0 else COMPUTE
-        if (cont and free and c == o and c >= 0 and t - lower > CONTINUATION_NS
-                and t >= ends[c] - CONTINUATION_NS):
-            found = _completer(job, th, t, lower)
+        for w in range(bisect_left(we, t), bisect_right(we, t)):
+            if p.ostart < th.wait_start[w] < t:
+                if th.wait_kind[w] == RPC_WAIT:
+                    return self.rpc_edge(th.wait_ref[w], th.wait_start[w])
+                if th.wait_kind[w] == COLLECTIVE_WAIT:
+                    return self.collective_edge(th.wait_ref[w], th.wait_start[w])
+        return False
+
+    def rpc_edge(self, call: int, ws: int) -> bool:
+        """The call completed at ``t``: its response left the callee at t3 (``RPC transfer``),
+        so the path goes on in the callee span at t3; without the callee's side, the whole
+        wait is transfer on this thread."""
+        job, th, t = self.job, self.th, self.t
+        name = job.call_name[call]
+        where = job.callee_span.get(call)
+        if "rpc" in self.edges and where is not None and job.has[2, call]:
+            x = job.thread(where[0], int(job.ranks[where[0]].span_thread[where[1]]))
+            nt = min(int(job.t_ref[2, call]), t)
+            self.emit(x, name, TRANSFER, nt, t)
+            return self.go(x, nt)
+        self.emit(th, name, TRANSFER, ws, t)
+        return self.go(th, ws)
+
+    def collective_edge(self, coll: int, ws: int) -> bool:
+        """The collective completed at ``t``: this rank waited from the last rank's arrival,
+        and the path goes on at the last arriver's thread at its arrival."""
+        job, th, t = self.job, self.th, self.t
+        name = job.coll_op[coll]
+        last = job.coll_last[coll]
+        at = job.coll_thread.get((coll, last[0])) if last is not None else None
+        if "collective" in self.edges and last is not None and at is not None and last[0] != th.rank:
+            lo = max(min(last[1], t), ws)
+            self.emit(th, name, COLLECTIVE, lo, t)
+            return self.go(job.thread(last[0], at), lo)
+        self.emit(th, name, COLLECTIVE, ws, t)
+        return self.go(th, ws)
+
+    def earlier_wait_end(self, p: "Piece") -> int:
+        """The start of the stretch of this piece the walk covers now: an earlier wait begun
+        inside the running span that ended within the piece cuts it there (the next step
+        resumes from that wait)."""
+        th, t, lower = self.th, self.t, p.lower
+        we = th.wait_end
+        j = bisect_left(we, t) - 1
+        for _ in range(64):
+            if j < 0 or we[j] <= lower:
+                break
+            if th.wait_start[j] > p.ostart:
+                return we[j]
+            j -= 1
+        return lower
+
+    def gap(self, p: "Piece", free: bool) -> None:
+        """The thread ran no span just before ``t``. A pool thread was idle: the path does not
+        go through that; it follows what woke the thread (:meth:`wake_edge`). A thread of the
+        job's own (a caller's) was busy with untraced work."""
+        th, t = self.th, self.t
+        c = self.served_call_starting()
+        if free and c is not None and self.served_start_edge(c, self.job.name_of(th.rank, c)):
+            return
+        if (th.rank, th.index) not in self.pool:
+            self.emit(th, UNTRACED, COMPUTE, p.lower, t)
+            self.go(th, max(p.lower, self.wstart))
+            return
+        if free and self.wake_edge(p):
+            return
+        lo = max(p.lower, self.wstart)
+        if p.k < 0 or lo == self.wstart:
+            # nothing ran before on the thread, or since the window's start: idle from there
+            self.emit(th, IDLE, IDLE, lo, t)
+        else:
+            # nothing of the rank ran during the gap: what woke the thread is not in the trace
+            self.emit(th, UNTRACED, COMPUTE, lo, t)
+        self.go(th, lo)
+
+    def served_call_starting(self) -> Optional[int]:
+        """The callee span that starts exactly at ``t`` on the thread (the walk arrived at a
+        served call's start from elsewhere), or None."""
+        job, th, t = self.job, self.th, self.t
+        k = bisect_right(th.bounds, t) - 1
+        if k < 0 or th.bounds[k] != t or th.owner[k] < 0:
+            return None
+        c = job.callee_of[th.rank][th.owner[k]]
+        return c if c >= 0 and job.span_start[th.rank][c] == t else None
+
+    def wake_edge(self, p: "Piece") -> bool:
+        """An idle pool thread started work at ``t``: it was handed that work when an RPC its
+        rank had called completed during the gap (a future's callbacks run on the thread
+        that completes it) — the latest such completion; else by the thread of its rank
+        whose work ended last before ``t``."""
+        job, th, t = self.job, self.th, self.t
+        ends, calls = job.rank_completions(th.rank)
+        i = bisect_right(ends, t) - 1
+        if i >= 0 and ends[i] > p.lower and "rpc" in self.edges:
+            # the callback's dispatch is part of delivering the response
+            self.emit(th, job.call_name[calls[i]], TRANSFER, ends[i], t)
+            self.t = ends[i]
+            return self.rpc_edge(calls[i], ends[i])
+        opened = open_async_span(job, th.rank, t)
+        if opened is not None:
+            # work handed over by an untraced step of an async_execution function still in
+            # progress (an RRef proxy's type lookup): that served call's time
+            c, y = opened
+            k = bisect_right(y.bounds, t) - 1
+            since = max(min(y.bounds[k], t) if k >= 0 else t, job.span_start[th.rank][c])
+            self.emit(y, job.name_of(th.rank, c), EXECUTION, since, t)
+            return self.go(y, since)
+        found = _completer(job, th, t, p.lower, window=None)
+        if found is not None:
+            y, y_end = found
+            self.emit(th, UNTRACED, COMPUTE, y_end, t)
+            return self.go(y, y_end)
+        return False
+
+    def continuation_edge(self, p: "Piece") -> bool:
+        """The walk is in a served call's own time. If the span is an ``async_execution``
+        function's, it ended when the future it returned completed: when the last of the
+        RPCs it issued completed (their waits are on its thread, begun inside it), then
+        whatever callback ran on the thread that completed it. Without RPCs of its own (its
+        future completed by other work of the rank), the thread whose work ended last, within
+        CONTINUATION_NS, is taken as the completer."""
+        job, th, t = self.job, self.th, self.t
+        c = p.callee
+        rank = th.rank
+        span_async = c in job.ranks[rank].async_spans
+        nested = self.last_nested_call(c) if span_async else None
+        if nested is not None:
+            call, done = nested
+            name = job.name_of(rank, c)
+            found = _completer(job, th, t, done, window=None)
+            if found is not None and found[1] < t:
+                y, y_end = found
+                self.emit(th, name, EXECUTION, y_end, t)
+                return self.go(y, y_end)
+            self.emit(th, name, EXECUTION, done, t)
+            return self.go(th, done)
+        ends = job.span_end[rank]
+        if t - p.lower > CONTINUATION_NS and t >= ends[c] - CONTINUATION_NS:
+            found = _completer(job, th, t, p.lower, window=CONTINUATION_NS)
             if found is not None:
                 y, y_end = found
-                emit(rank, th.tid, name, kind, y_end, t)
-                th, t = y, y_end
-                continue
-        at_callee = c >= 0 and starts[c] >= lower and free
+                self.emit(th, job.name_of(rank, c), EXECUTION, y_end, t)
+                return self.go(y, y_end)
+        return False
+
+    def last_nested_call(self, c: int) -> Optional[tuple]:
+        """(call, completion) of the RPC issued inside async callee span ``c`` that completed
+        last before ``t`` (:func:`nested_calls`), or None."""
+        found = nested_calls(self.job, self.th, c, self.t)
+        return max(found, key=lambda cw: cw[1]) if found else None
+
+    def thread_order(self, p: "Piece", free: bool) -> None:
+        """The running span's work is on the path, back to the piece's start; at the start
+        of a served call, the request it waited for (:meth:`served_start_edge`)."""
+        job, th, t = self.job, self.th, self.t
+        rank = th.rank
+        name = job.name_of(rank, p.owner)
+        kind = EXECUTION if p.callee >= 0 else COMPUTE
+        lower = p.lower
+        at_callee = p.callee >= 0 and job.span_start[rank][p.callee] >= lower and free
         if at_callee:
-            lower = starts[c]
-        lower = max(lower, wstart)
-        emit(rank, th.tid, name, kind, lower, t)
-        t = lower
-        if not at_callee or t <= wstart:
-            continue
-        call = job.span_call.get((rank, c))
-        if call is None or not rpc or not job.has[0, call]:
-            continue
-        # the served call started: when its request arrived, unless the thread was still busy
+            lower = job.span_start[rank][p.callee]
+        lower = max(lower, self.wstart)
+        self.emit(th, name, kind, lower, t)
+        self.go(th, lower)
+        if at_callee and lower > self.wstart:
+            self.served_start_edge(p.callee, name)
+
+    def served_start_edge(self, c: int, name: str) -> bool:
+        """A served call started at ``t``: when its request arrived (``callee queueing``
+        from t1 + the pair's fastest delivery, ``RPC transfer`` before that from the
+        caller's send), unless the thread was still busy with earlier work then — that work
+        is what the call waited for (the ``queue`` edge)."""
+        job, th, t = self.job, self.th, self.t
+        call = job.span_call.get((th.rank, c))
+        if call is None or "rpc" not in self.edges or not job.has[0, call]:
+            return False
         k = bisect_left(th.bounds, t) - 1
         busy_until = t if k >= 0 and th.owner[k] >= 0 else (th.bounds[k] if k >= 1 else _NEG)
         t1 = int(job.t_ref[0, call])
         arrival = min(max(t1 + int(job.floor[call]), t1), t)
         caller = job.caller_span.get(call)
-        if queue and busy_until > arrival:
-            emit(rank, th.tid, name, QUEUEING, busy_until, t)
-            t = busy_until
-        elif caller is not None:
-            y = job.thread(caller[0], int(job.ranks[caller[0]].span_thread[caller[1]]))
-            emit(rank, th.tid, name, QUEUEING, arrival, t)
-            emit(y.rank, y.tid, job.call_name[call], TRANSFER, min(t1, arrival), arrival)
-            th, t = y, min(t1, arrival)
-    back.reverse()
-    return [Segment(*s) for s in back]
+        if "queue" in self.edges and busy_until > arrival:
+            self.emit(th, name, QUEUEING, busy_until, t)
+            return self.go(th, busy_until)
+        if caller is None:
+            return False
+        y = job.thread(caller[0], int(job.ranks[caller[0]].span_thread[caller[1]]))
+        self.emit(th, name, QUEUEING, arrival, t)
+        self.emit(y, job.call_name[call], TRANSFER, min(t1, arrival), arrival)
+        return self.go(y, min(t1, arrival))
 
 
-def _completer(job: JobTimeline, th: Thread, t: int, lower: int) -> Optional[Tuple[Thread, int]]:
+def nested_calls(job: JobTimeline, th: Thread, c: int, t: int) -> list:
+    """[(call, completion)] of the RPCs callee span ``c`` (on ``th``) issued that completed
+    by ``t``: those issued on its own thread inside it (their waits are there), and those its
+    rank issued while it was open from a pool thread running no span — a callback the span
+    chained, as an RRef proxy's ``rpc_async()`` sends its call once the RRef's type is known."""
+    rank = th.rank
+    start = job.span_start[rank][c]
+    out = []
+    we = th.wait_end
+    j = bisect_right(we, t) - 1
+    while j >= 0 and we[j] > start:
+        if th.wait_kind[j] == RPC_WAIT and th.wait_start[j] >= start:
+            out.append((th.wait_ref[j], we[j]))
+        j -= 1
+    ends, calls = job.rank_completions(rank)
+    i = bisect_right(ends, t) - 1
+    mine = {call for call, _ in out}
+    while i >= 0 and ends[i] > start:
+        call = calls[i]
+        t1 = int(job.t_ref[0, call])
+        where = job.caller_span.get(call)
+        if call not in mine and where is not None and job.has[0, call] and t1 >= start:
+            y = job.thread(rank, int(job.ranks[rank].span_thread[where[1]]))
+            k = bisect_right(y.bounds, t1) - 1
+            if y is not th and (k < 0 or y.owner[k] < 0) and not _is_main(job, y):
+                out.append((call, ends[i]))
+        i -= 1
+    return out
+
+
+def open_async_span(job: JobTimeline, rank: int, t: int) -> Optional[tuple]:
+    """(span, thread) of the ``async_execution`` callee span of ``rank`` open at ``t`` that
+    started last, or None."""
+    tl = job.ranks[rank]
+    starts, ends = job.span_start[rank], job.span_end[rank]
+    best = None
+    for c in tl.async_spans:
+        if starts[c] < t < ends[c] and (best is None or starts[c] > starts[best]):
+            best = c
+    if best is None:
+        return None
+    return best, job.thread(rank, int(tl.span_thread[best]))
+
+
+def _is_main(job: JobTimeline, y: Thread) -> bool:
+    return bool(job.ranks[y.rank].threads[y.index].main)
+
+
+@dataclass
+class Piece:
+    """What a thread ran just before the walk's time: piece ``k`` of the thread, from
+    ``lower``, run by span ``owner`` (-1: none) that started at ``ostart``, inside served
+    call ``callee`` (-1: none)."""
+
+    k: int
+    lower: int
+    owner: int
+    ostart: int
+    callee: int
+
+
+def _completer(job: JobTimeline, th: Thread, t: int, lower: int, window: Optional[int]) -> Optional[tuple]:
     """(thread, time) of the other thread of ``th``'s rank whose last work before ``t``
-    ended latest, if within CONTINUATION_NS of ``t`` and after ``lower``; else None."""
+    ended latest, after ``lower`` (and, with ``window``, within ``window`` of ``t``); else None."""
     callee_of = job.callee_of[th.rank]
     best = None
     for y in job.rank_threads(th.rank):
@@ -238,7 +488,7 @@ def _completer(job: JobTimeline, th: Thread, t: int, lower: int) -> Optional[Tup
             end = y.bounds[k]             # idle, or in a served call's own time, since its last op
         else:
             continue
-        if end >= t - CONTINUATION_NS and end > lower and (best is None or end > best[1]):
+        if (window is None or end >= t - window) and end > lower and (best is None or end > best[1]):
             best = (y, end)
     return best
 

@@ -69,13 +69,25 @@ class JobTimeline:
     callee_span: Dict[int, Tuple[int, int]]     # {call: (rank, span)}
     span_call: Dict[Tuple[int, int], int]       # {(rank, span): call} for callee spans
     # collectives (the order of correlate.Collectives)
-    coll_op: List[str]
-    coll_group: List[str]
-    coll_ranks: List[List[int]]  # [ranks that recorded it], per collective
-    coll_arrive: Dict[Tuple[int, int], int]     # {(collective, rank): arrival ns}
-    coll_last: List[Optional[Tuple[int, int]]]  # [(rank, arrival ns) of the last arriver, or None when not every rank recorded it]
-    coll_thread: Dict[Tuple[int, int], int]     # {(collective, rank): thread index}
-    _names: Dict[int, List[str]] = field(default_factory=dict)
+    coll_op: list
+    coll_group: list
+    coll_ranks: list             # [ranks that recorded it], per collective
+    coll_arrive: dict            # {(collective, rank): arrival ns}
+    coll_last: list              # [(rank, arrival ns) of the last arriver, or None when not every rank recorded it]
+    coll_thread: dict            # {(collective, rank): thread index}
+    _names: dict = field(default_factory=dict)
+    _completions: dict = field(default_factory=dict)   # rank_completions, per rank, made on first use
+
+    def rank_completions(self, rank: int) -> tuple:
+        """([t4 ns, sorted], [call]) of the calls ``rank`` made that completed: when a
+        future of the rank completed, and so ran its callbacks."""
+        found = self._completions.get(rank)
+        if found is None:
+            pairs = sorted((int(self.t_ref[3, c]), c) for c in range(len(self.call_caller))
+                           if self.call_caller[c] == rank and self.has[3, c])
+            found = ([e for e, _ in pairs], [c for _, c in pairs])
+            self._completions[rank] = found
+        return found
 
     def thread(self, rank: int, index: int) -> Thread:
         return self.threads[(rank, index)]

@@ -3,7 +3,7 @@ lays out its own way: the text table, Markdown, HTML, and one CSV per ``--sectio
 
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from tracemerge.analysis.critical_path import KINDS, Window, totals
+from tracemerge.analysis.critical_path import IDLE, KINDS, Window, totals
 from tracemerge.analysis.stragglers import StepTimes
 from tracemerge.analysis.summary import Analysis
 from tracemerge.analysis.waits import WaitStates
@@ -43,8 +43,14 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
+def _kinds(windows: List[Window]) -> Tuple[str, ...]:
+    """The kinds shown: the five, and idle where some window starts with it."""
+    return KINDS + (IDLE,) if any(w.by_kind.get(IDLE) for w in windows) else KINDS
+
+
 def path_windows(windows: List[Window], limit: int = 0) -> Table:
     """One row per window: its duration and the time of each kind on its path."""
+    KINDS = _kinds(windows)
     head = ["Window", "Start ms", "Duration ms"] + [f"{k} ms" for k in KINDS] + ["Ranks on path (ms)"]
     t0 = windows[0].start_ns if windows else 0
     body = [[w.window, _ms(w.start_ns - t0), _ms(w.end_ns - w.start_ns)] + [_ms(w.by_kind.get(k, 0)) for k in KINDS]
@@ -67,6 +73,7 @@ def path_where(windows: List[Window], limit: int = 0) -> Table:
 
 def path_totals(windows: List[Window]) -> Table:
     by_rank, by_kind = totals(windows)
+    KINDS = _kinds(windows)
     head = ["Rank"] + [f"{k} ms" for k in KINDS] + ["Total ms"]
     per: Dict[int, Dict[str, int]] = {}
     for w in windows:

@@ -15,7 +15,7 @@ result (a few arrays per thread) is all the analyses need of the events.
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -38,6 +38,7 @@ class ThreadTimeline:
     owner: np.ndarray           # int64 span index, -1 for none
     first_ns: int               # first start of any host span on the thread, caller spans included
     last_ns: int                # last end of any host span on the thread, caller spans included
+    main: bool = False          # the process's main thread (its tid is the pid, as Linux numbers them)
 
 
 @dataclass
@@ -50,8 +51,11 @@ class RankTimeline:
     span_name: np.ndarray       # int32 code into names
     span_thread: np.ndarray     # int32 index into threads
     callee_of: np.ndarray       # int64: the innermost callee span (``...#remote``) the span runs in, itself included; -1
-    rpc_spans: List[Tuple[str, str, int]] = field(default_factory=list)   # [(rpc_id, role, span index)]; caller spans are not in the pieces
-    steps: List[Tuple[str, int, int, int]] = field(default_factory=list)  # [(name, start_ns, end_ns, thread index)] of ProfilerStep#N spans
+    rpc_spans: list = field(default_factory=list)   # [(rpc_id, role, span index)]; caller spans are not in the pieces
+    steps: list = field(default_factory=list)       # [(name, start_ns, end_ns, thread index)] of ProfilerStep#N spans
+    # callee spans whose args say they ended on another thread than they began on: an
+    # async_execution function's span, open until the future it returned completed
+    async_spans: frozenset = frozenset()
 
 
 def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = ()) -> RankTimeline:
@@ -66,11 +70,14 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
                           (n in rpc_names or (n.endswith(REMOTE_SUFFIX) and n[:-len(REMOTE_SUFFIX)] in rpc_names))],
                          dtype=np.int32)
     candidates = idx[np.isin(trace.name[idx], rpc_codes)]
-    role: Dict[int, Tuple[str, str]] = {}
+    role = {}
+    ended_elsewhere = set()
     if len(candidates):
         for i, args in zip(candidates.tolist(), trace.args.dicts(candidates.tolist())):
             if args and isinstance(args.get("rpc_id"), str) and args.get("role") in ("caller", "callee"):
                 role[i] = (args["rpc_id"], args["role"])
+                if args["role"] == "callee" and args.get("async") is True:
+                    ended_elsewhere.add(i)
     ntids = max(len(trace.tids), 1)
     thread_key = trace.pid[idx].astype(np.int64) * ntids + trace.tid[idx]
     start_local = trace.ts[idx]
@@ -89,6 +96,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
         p = position[i]
         (is_caller if r == "caller" else is_callee)[p] = True
         rpc_spans.append((rpc_id, r, p))
+    async_spans = frozenset(position[i] for i in ended_elsewhere)
 
     parent = np.full(len(idx), -1, dtype=np.int64)
     work = ~is_caller
@@ -103,8 +111,9 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
         parent[sel] = np.where(local >= 0, sel[np.maximum(local, 0)], -1)
         bounds, owner = _pieces(s, e, local, sel, end)
         key = int(keys[t])
-        threads.append(ThreadTimeline(tid=trace.tids[key % ntids], bounds=bounds, owner=owner,
-                                      first_ns=int(start[lo]), last_ns=int(end[lo:hi].max())))
+        tid = trace.tids[key % ntids]
+        threads.append(ThreadTimeline(tid=tid, bounds=bounds, owner=owner, first_ns=int(start[lo]),
+                                      last_ns=int(end[lo:hi].max()), main=tid == trace.pids[key // ntids]))
     callee_of = np.where(is_callee, np.arange(len(idx)), -1)
     while True:  # inherit the innermost callee span from the parent, one level per pass
         need = (callee_of < 0) & (parent >= 0)
@@ -118,7 +127,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
              for p in np.flatnonzero(np.isin(span_name, step_codes)).tolist()]
     return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
                         span_name=span_name, span_thread=thread, callee_of=callee_of, rpc_spans=rpc_spans,
-                        steps=steps)
+                        steps=steps, async_spans=async_spans)
 
 
 def _read(path: str) -> RankTrace:

@@ -8,16 +8,21 @@ just asks whether this process is capturing.
 import itertools
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
+
+# The fields of an RPC that the caller sends with a wrapped call, as a tuple in this order
+# (cheaper to pickle than a dict); the callee's record has them too.
+HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
 
 
-@dataclass
-class Span:
+class Span(NamedTuple):
     """A profiler span this process opened whose trace event must carry ``args``.
 
     ``mark_ns`` is a ``time.time_ns()`` taken just after the span opened on thread
-    ``tid``; the writer finds the event by (tid, name) and start time.
+    ``tid``; the writer finds the event by (tid, name) and start time. A tuple: one is
+    made per RPC on each side, on the call's path.
     """
 
     name: str
@@ -34,49 +39,108 @@ class Recorder:
     rpcs: list = field(default_factory=list)
     collectives: list = field(default_factory=list)
     spans: list = field(default_factory=list)
+    # (header, side) of the calls served while capturing (add_served)
+    served: list = field(default_factory=list)
     # callee sides asked for when rpc.shutdown() ran inside the block (the file is written
     # after it, when no callee can be asked any more): "clock_rank" objects, as fetched
     fetched: list = field(default_factory=list)
+    # builtin calls that callers sent this process natively (see ``Peers``), handed over
+    # when this capture stops serving natively: one {"caller", "boot_id", "offset_ns",
+    # "rtt_ns", "calls"} per caller; the writer finds their ops in the trace
+    native: list = field(default_factory=list)
+    # Whether this process's profiler records the ops of RPC server threads (all threads,
+    # no schedule): only then may callers send builtins natively (their side is found in
+    # the trace). Set once the profiler runs.
+    serves_natively: bool = False
+    # trace=False: builtins keep their C++ path to every callee, also one that does not
+    # trace (such a call then has the caller's side only)
+    builtins_always_native: bool = False
+    # profile(wrap_builtins=True): builtins go wrapped like Python functions
+    wrap_builtins: bool = False
+    _stopping: bool = False
+    _askers: set = field(default_factory=set)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # the devices of the RPC agent, once read (rpc._devices)
+    devices: Optional[list] = None
+    # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
+    # (rpc._worker_infos)
+    agent: Any = None
+    me: Any = None
+    workers: dict = field(default_factory=dict)
     _seq: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, kind, item):
+    def add(self, kind: str, item: Any) -> None:
         """Append to ``rpcs``, ``collectives`` or ``spans`` (from any thread)."""
         with self._lock:
             getattr(self, kind).append(item)
 
-    def next_rpc_id(self, caller):
+    def add_call(self, record: dict, span: Span) -> None:
+        """Append an RPC record and its span under one lock (one per call and side)."""
+        with self._lock:
+            self.rpcs.append(record)
+            self.spans.append(span)
+
+    def admit(self, caller: int) -> Optional[str]:
+        """A caller asks whether it may send builtins natively: this capture's token when
+        it serves natively (the caller is then told before it stops), else None."""
+        with self._lock:
+            if not self.serves_natively or self._stopping:
+                return None
+            self._askers.add(caller)
+            return self.token
+
+    def stop_admitting(self) -> list:
+        """No caller is admitted any more; the callers admitted so far, to be told."""
+        with self._lock:
+            self._stopping = True
+            askers, self._askers = sorted(self._askers), set()
+        return askers
+
+    def next_rpc_id(self, caller: int) -> str:
         """A new id of a call from RPC worker ``caller`` (its id: unique in the RPC world)."""
         # next() on itertools.count is atomic under the GIL: ids stay unique across threads
         return f"{caller}:{next(self._seq)}"
 
-    def take(self, start_ns, stop_ns):
+    def add_served(self, header: tuple, side: dict) -> None:
+        """A call this process serves while capturing: its record and span are made from
+        the caller's ``header`` and the served ``side`` when taken, off the call's path."""
+        with self._lock:
+            self.served.append((header, side))
+
+    def take(self, start_ns: int, stop_ns: int) -> dict:
         """Records and spans that began in [start_ns, stop_ns]; drops everything begun
         before stop_ns, which no later window can contain."""
         out = {}
         with self._lock:
-            for name, when in (("rpcs", _rpc_start), ("collectives", _start), ("spans", _mark)):
+            for name, when in (("rpcs", _rpc_start), ("collectives", _start), ("spans", _mark),
+                               ("served", _served_start)):
                 items = getattr(self, name)
                 out[name] = [x for x in items if start_ns <= when(x) <= stop_ns]
                 setattr(self, name, [x for x in items if when(x) > stop_ns])
+        for header, side in out.pop("served"):
+            record, span = callee_record(header, side)
+            out["rpcs"].append(record)
+            out["spans"].append(span)
         return out
 
 
-    def caller_records(self):
+    def caller_records(self) -> list:
         """The calls this process issued so far (records stay for ``take``)."""
         with self._lock:
             return [r for r in self.rpcs if r["role"] == "caller"]
 
-    def keep_sides(self, sides):
+    def keep_sides(self, sides: list) -> None:
         with self._lock:
             self.fetched += sides
 
-    def fetched_sides(self, calls):
+    def fetched_sides(self, calls: list) -> list:
         """The fetched sides of ``calls`` (caller records), taken out of ``fetched``; a
         callee's error object comes along when one of ``calls`` went to that callee."""
         ids = {r["rpc_id"] for r in calls}
         callees = {r["callee"] for r in calls}
-        out, rest = [], []
+        out: list = []
+        rest: list = []
         with self._lock:
             for side in self.fetched:
                 if "calls" not in side:
@@ -91,15 +155,29 @@ class Recorder:
         return out
 
 
-def _rpc_start(record):
+def _rpc_start(record: dict) -> int:
     return record["send_ns"] if record["role"] == "caller" else record["start_ns"]
 
 
-def _start(record):
+def _served_start(served: tuple) -> int:
+    return served[1]["start_ns"]
+
+
+def callee_record(header: tuple, side: dict) -> tuple:
+    """(record, span) of a call served while capturing, from its header and side."""
+    record = dict(zip(HEADER_KEYS, header), role="callee", status=side["status"], start_ns=side["start_ns"])
+    args = {"rpc_id": record["rpc_id"], "role": "callee"}
+    if "end_ns" in side:
+        record["end_ns"] = side["end_ns"]
+        args["async"] = side.get("end_tid", side["tid"]) != side["tid"]
+    return record, Span(record["name"] + "#remote", side["tid"], side["start_ns"], args)
+
+
+def _start(record: dict) -> int:
     return record["start_ns"]
 
 
-def _mark(span):
+def _mark(span: Span) -> int:
     return span.mark_ns
 
 
@@ -113,12 +191,12 @@ class ServedSides:
 
     LIMIT = 1_000_000
 
-    def __init__(self):
-        self._sides = {}  # rpc_id -> side; dicts keep insertion order, so the oldest go first
+    def __init__(self) -> None:
+        self._sides: dict = {}  # rpc_id -> side; dicts keep insertion order, so the oldest go first
         self._lock = threading.Lock()
 
-    def begin(self, header):
-        side = {"rpc_id": header["rpc_id"], "start_ns": time.time_ns(), "tid": threading.get_native_id(),
+    def begin(self, rpc_id: str) -> dict:
+        side = {"rpc_id": rpc_id, "start_ns": time.time_ns(), "tid": threading.get_native_id(),
                 "status": "pending"}
         with self._lock:
             if len(self._sides) >= self.LIMIT:
@@ -127,24 +205,132 @@ class ServedSides:
         return side
 
     @staticmethod
-    def end(side, ok):
+    def end(side: dict, ok: bool, is_async: bool = False) -> None:
         side["end_ns"] = time.time_ns()
         side["status"] = "ok" if ok else "error"
+        if is_async:  # where it ended: a span that ends on another thread is asynchronous
+            side["end_tid"] = threading.get_native_id()
 
-    def take(self, rpc_ids):
+    def take(self, rpc_ids: list) -> list:
         """The sides of ``rpc_ids`` that are here (copies: an in-flight call may still end), removed."""
         with self._lock:
             found = [self._sides.pop(i, None) for i in rpc_ids]
-        return [dict(side) for side in found if side is not None]
+        return [{k: v for k, v in side.items() if k != "end_tid"} for side in found if side is not None]
+
+
+class Peers:
+    """Which callees this process may send builtins to natively, and the calls it sent so.
+
+    A builtin (``torch.add``) sent as itself runs on the callee's C++ path, where no Python
+    runs: its callee side can only come from the callee's own profiler trace (its op on an
+    RPC server thread), and only the callee can match that op to an id, if it is told
+    which calls were sent to it. So a caller sends a callee builtins natively only after
+    the callee said that it records its server threads (``Recorder.admit``: the caller then
+    gets a token); until then, or when it said no, builtins go wrapped like Python
+    functions (whose served wrapper notes the side). Before that callee stops recording,
+    it tells every caller it admitted (``stop``): the caller stops sending natively, waits
+    for its native calls in flight to end, and hands their records over.
+
+    Process-wide, like ``served``: the callee asks whoever sent, whether or not that
+    process is still capturing. Notes not taken are bounded (oldest first out).
+    """
+
+    LIMIT = 1_000_000
+    # A callee that said no is asked again after this long: it may have been about to
+    # start its profiler (the answer costs one round trip).
+    RETRY_S = 1.0
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._token: dict = {}      # callee id -> token (native) or None (wrap); absent: not asked
+        self._asked: dict = {}      # callee id -> time.monotonic() of the last question
+        self._pushing: dict = {}    # callee id -> hand-overs of ours to it under way
+        self._stopped: set = set()  # tokens whose capture stopped (a late answer cannot revive one)
+        self._pending: dict = {}    # callee id -> native calls in flight
+        self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
+        self._count = 0
+
+    def route(self, callee: int, record: dict) -> Optional[bool]:
+        """True: send natively (``record`` is kept for the callee and counted in flight
+        until ``done``); False: wrap; None: ask the callee first (``answer``), then ask
+        again (the first call to it, or its last no is RETRY_S old)."""
+        with self._cv:
+            token = self._token.get(callee, False)
+            if token is False or (token is None and time.monotonic() - self._asked[callee] > self.RETRY_S):
+                self._token[callee] = None
+                self._asked[callee] = time.monotonic()
+                return None
+            if token is None:
+                return False
+            self._pending[callee] = self._pending.get(callee, 0) + 1
+            if self._count >= self.LIMIT:
+                oldest = next(k for k, v in self._sent.items() if v)
+                self._sent[oldest].pop(0)
+                self._count -= 1
+            self._sent.setdefault(callee, []).append(record)
+            self._count += 1
+            return True
+
+    def done(self, callee: int) -> None:
+        """A native call to ``callee`` ended (its record holds its end)."""
+        with self._cv:
+            self._pending[callee] -= 1
+            if not self._pending[callee]:
+                self._cv.notify_all()
+
+    def answer(self, callee: int, token: Optional[str]) -> None:
+        """The callee's answer to the question ``route`` asked for."""
+        with self._cv:
+            if token is not None and token not in self._stopped and self._token.get(callee) is None:
+                self._token[callee] = token
+
+    def forget_refusals(self) -> None:
+        """A new capture here: callees that said no are asked again (they may record now)."""
+        with self._cv:
+            for callee in [c for c, t in self._token.items() if t is None]:
+                del self._token[callee]
+
+    def admitted(self) -> list:
+        """(callee, token) of the callees builtins go to natively now."""
+        with self._cv:
+            return [(c, t) for c, t in self._token.items() if t]
+
+    def take(self, callee: int, token: str, stop: bool, timeout_s: float, push: bool = False) -> list:
+        """The records of the native calls sent to ``callee``, to hand over to it, after
+        waiting (at most ``timeout_s``) for those in flight. ``stop``: its capture
+        ``token`` stops (or this process stops calling): wrap from now on. ``push``: we
+        hand them over ourselves (``pushed`` when done); else the callee asked, and is
+        answered only once a hand-over of ours under way has arrived (its file is
+        written right after: one arriving later would be lost)."""
+        with self._cv:
+            if stop:
+                self._stopped.add(token)
+                if self._token.get(callee) == token:
+                    self._token[callee] = None
+            self._cv.wait_for(lambda: not self._pending.get(callee) and (push or not self._pushing.get(callee)),
+                              timeout=timeout_s)
+            sent = self._sent.pop(callee, [])
+            self._count -= len(sent)
+            if push:
+                self._pushing[callee] = self._pushing.get(callee, 0) + 1
+        return [dict(r) for r in sent]
+
+    def pushed(self, callee: int) -> None:
+        """A hand-over of ours to ``callee`` (``take(push=True)``) arrived or failed."""
+        with self._cv:
+            self._pushing[callee] -= 1
+            self._cv.notify_all()
 
 
 _lock = threading.Lock()
-current = None  # the active Recorder, or None
+current: Optional[Recorder] = None  # the active Recorder, or None
 # Process-wide for the same reason as ``current``: RPC server threads serve any caller.
 served = ServedSides()
+# Process-wide for the same reason: a callee's capture asks this process what it sent there.
+peers = Peers()
 
 
-def activate(recorder):
+def activate(recorder: Recorder) -> None:
     global current
     with _lock:
         if current is not None:
@@ -152,6 +338,6 @@ def activate(recorder):
         current = recorder
 
 
-def deactivate():
+def deactivate() -> None:
     global current
     current = None

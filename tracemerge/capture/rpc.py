@@ -12,15 +12,23 @@ Whether or not the callee is capturing, ``_serve`` notes the callee's side of th
 ``profile`` fetches its calls' sides from each callee when it writes its file
 (:func:`collect_remote_sides`), so a callee that never records still gets its side drawn
 and used for alignment. Sides travel apart from the result, which stays ``func``'s own.
+
+Builtins (``torch.add``) are the exception when the callee records its RPC server
+threads: the wrapper would move them off the callee's C++ path onto the Python one, which
+costs more than the rest of the capture together. So they go out as themselves to a
+callee that said it records those threads (``recorder.Peers``); before it stops
+recording, the callee takes from each such caller the records of the builtins it sent
+there (:func:`stop_serving_natively`) and the writer finds their ops in the callee's
+trace (``native_sides``). TorchScript functions always go out as themselves, untraced.
 """
 
 import functools
 import socket
 import threading
 import time
+from typing import Any, Callable, Optional
 
 import torch
-from torch.autograd.profiler import record_function
 from torch.distributed import rpc
 from torch.distributed.rpc import api, rref_proxy
 from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
@@ -31,16 +39,28 @@ from tracemerge.capture.patching import swapped
 
 # The function inside rpc_sync's wrapper, which instrumented() swaps (patching.py): the
 # capture's own exchanges go out untraced.
-_ORIGINAL_RPC_SYNC = getattr(rpc.rpc_sync, "__wrapped__")  # set by torch's own decorator, unknown to its stubs
+# (__wrapped__ is set by torch's own decorator, unknown to its stubs)
+_ORIGINAL_RPC_SYNC: Callable = getattr(rpc.rpc_sync, "__wrapped__")
+
+# How long a caller's hand-over waits for its native calls in flight, and the capture's
+# own questions.
+_DRAIN_TIMEOUT_S = 10.0
+_HANDSHAKE_TIMEOUT_S = 10.0
+
+# Spans opened without the dispatcher (record_function's ops cost 4x more per span); a
+# handle ends on any thread, so an async span ends where its future completes. Both give
+# the same user_annotation event as record_function.
+_span_enter = torch._C._autograd._record_function_with_args_enter
+_span_exit = torch._C._autograd._record_function_with_args_exit
 
 # What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
 _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
 
-# The record fields the callee needs to write its own record.
-_HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+_HEADER_KEYS = recorder.HEADER_KEYS
+_RPC_ID, _NAME = _HEADER_KEYS.index("rpc_id"), _HEADER_KEYS.index("name")
 
 
-def instrumented():
+def instrumented() -> Any:
     """A context manager under which rpc_sync, rpc_async and remote are traced."""
     return swapped({
         rpc.rpc_sync: functools.partial(_traced_api, "rpc_sync"),
@@ -50,16 +70,20 @@ def instrumented():
     })
 
 
-def _fetching_shutdown(original):
+def _fetching_shutdown(original: Callable) -> Callable:
     """rpc.shutdown inside a ``profile`` block (every worker then records until all are
     done): the callee sides of this process's calls are asked for first, while every
     callee still answers (a graceful shutdown waits for all workers), since the file is
-    written after it."""
-    def shutdown(*args, **kwargs):
+    written after it; and the records of the builtins sent natively are handed to their
+    callees (a graceful shutdown returns only after every worker did so)."""
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
         rec = recorder.current
         if rec is not None:
             if rec.on_rpc_end is not None:
                 rec.on_rpc_end()
+            # the builtins sent natively go to their callees now: a callee that shuts
+            # down inside its block writes its file after RPC is down
+            hand_over_sent(stop=True)
             calls = rec.caller_records()
             fetched = {c["rpc_id"] for side in rec.fetched for c in side.get("calls", ())}
             rec.keep_sides(collect_remote_sides([r for r in calls if r["rpc_id"] not in fetched]))
@@ -68,82 +92,157 @@ def _fetching_shutdown(original):
     return shutdown
 
 
-def _traced_api(kind, original):
-    def traced(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
+def _traced_api(kind: str, original: Callable) -> Callable:
+    def traced(to: Any, func: Callable, args: Optional[tuple] = None, kwargs: Optional[dict] = None,
+               timeout: float = UNSET_RPC_TIMEOUT) -> Any:
         rec = recorder.current
-        if rec is None or _is_script(func) or _is_rpc_machinery(func):
+        if rec is None or _is_script(func) or _is_rpc_machinery(func) or not api._is_current_rpc_agent_set():
             # TorchScript functions cannot be wrapped by a Python function without
-            # changing how the callee runs them, so they go out untraced.
+            # changing how the callee runs them, so they go out untraced; without RPC
+            # up, torch says so.
             return original(to, func, args, kwargs, timeout)
         return _issue(rec, kind, original, to, func, args or (), kwargs or {}, timeout)
 
     return traced
 
 
-def _is_rpc_machinery(func):
+def _is_rpc_machinery(func: Callable) -> bool:
     """torch.distributed.rpc's own calls (the barrier of a graceful rpc.shutdown(), which
     may run inside the block) are not the job's RPCs."""
     return getattr(func, "__module__", None) == api.__name__
 
 
-def _is_script(func):
+def _is_script(func: Callable) -> bool:
     return isinstance(getattr(func, "_wrapped_async_rpc_function", func), torch.jit.ScriptFunction)
 
 
-def _issue(rec, kind, original, to, func, args, kwargs, timeout):
-    me = rpc.get_worker_info()
-    dst = api._to_worker_info(to)
-    func_name = _func_name(func, args)
+def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func: Callable,
+           args: tuple, kwargs: dict, timeout: float) -> Any:
+    me, dst = _worker_infos(rec, to)
+    builtin = torch.jit._builtins._find_builtin(func)
+    func_name = builtin if builtin is not None else _func_name(func, args)
+    name = f"{kind}#{func_name}({me.name} -> {dst.name})"
+    rpc_id = f"{me.id}:{next(rec._seq)}"
     record = {
-        "rpc_id": rec.next_rpc_id(me.id), "role": "caller", "kind": kind, "func": func_name,
-        "name": f"{kind}#{func_name}({me.name} -> {dst.name})",
+        "rpc_id": rpc_id, "role": "caller", "kind": kind, "func": func_name, "name": name,
         "caller": me.id, "callee": dst.id, "caller_name": me.name, "callee_name": dst.name,
         "status": "pending",
     }
-    serve = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
-    header = {k: record[k] for k in _HEADER_KEYS}
-    with record_function(record["name"]) as rf:
-        record["send_ns"] = time.time_ns()
-        span = _register(rec, record)
-        try:
-            result = original(dst, serve, (header, func, args, kwargs), None, timeout)
-        except BaseException:
-            _complete(record, span, ok=False)
-            raise
-        if kind == "rpc_sync":
-            _complete(record, span, ok=True)
-            return result
-        fut = result._get_future() if kind == "remote" else result
-        # registered just before the span's end: both run on the thread that completes
-        # the future (or both here, when it already has), so _on_done sees where it ends
-        fut.add_done_callback(functools.partial(_on_done, record, span))
-        # The span ends when the future completes, as the legacy RPC profiler did.
-        ended = rf._call_end_callbacks_on_future(fut)
-    return result if kind == "remote" else ended
+    native, route = False, None
+    if builtin is not None and not rec.wrap_builtins:
+        # Builtins stay on the callee's C++ path when the callee finds their ops in its own
+        # trace (recorder.Peers); else they go wrapped, like Python functions.
+        route = recorder.peers.route(dst.id, record)
+        if route is None:
+            _ask_admission(me.id, dst)
+            route = recorder.peers.route(dst.id, record)
+        native = bool(route) or rec.builtins_always_native
+    # a native call the callee was told of: peers counts it in flight until it ends
+    native_to = dst.id if native and route else None
+    if native:
+        record["native"] = True
+        target, payload, kw = func, args, kwargs
+    else:
+        target = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
+        payload, kw = (tuple(record[k] for k in _HEADER_KEYS), func, args, kwargs), None
+    handle = _span_enter(name)
+    record["send_ns"] = time.time_ns()
+    span = recorder.Span(name, threading.get_native_id(), record["send_ns"], {"rpc_id": rpc_id, "role": "caller"})
+    rec.add_call(record, span)
+    try:
+        result = original(dst, target, payload, kw, timeout)
+    except BaseException:
+        _end(record, span, handle, False, native_to)
+        raise
+    if kind == "rpc_sync":
+        _end(record, span, handle, True, native_to)
+        return result
+    on_done = functools.partial(_on_done, record, span, handle, native_to)
+    if kind == "remote":
+        result._get_future().add_done_callback(on_done)
+        return result
+    # The span ends when the future completes, as the legacy RPC profiler did; the future
+    # handed back completes after that, so a caller's wait() sees the record complete.
+    return _relayed(result, on_done, rec)
 
 
-def _func_name(func, args):
-    builtin = torch.jit._builtins._find_builtin(func)
-    if builtin is not None:
-        return builtin
+def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
+    """(this worker, the callee) as WorkerInfo, read from the agent once per capture and
+    agent (init_rpc may run again inside the block) and callee name."""
+    agent = api._get_current_rpc_agent()
+    if agent is not rec.agent:
+        rec.agent, rec.me, rec.workers = agent, agent.get_worker_info(), {}
+    if not isinstance(to, str):
+        return rec.me, api._to_worker_info(to)
+    dst = rec.workers.get(to)
+    if dst is None:
+        dst = rec.workers[to] = api._to_worker_info(to)
+    return rec.me, dst
+
+
+def _func_name(func: Callable, args: tuple) -> str:
+    """The name of a function that is not a builtin (builtins go by their schema name)."""
     if func in _PROXY_INVOKERS:
         rref, method = args[0], args[1]
         return f"{_rref_type(rref).__qualname__}.{method}"
     return getattr(func, "__qualname__", type(func).__qualname__)
 
 
-def _rref_type(rref):
+def _rref_type(rref: Any) -> type:
     # The proxy fetched the type before sending, so this is the PyRRef's cached answer:
     # a future when the proxy asked without blocking, else the type itself.
     found = rref._get_type(blocking=False)
     return found.value() if isinstance(found, torch._C.Future) else found
 
 
-def _on_done(record, span, fut):
-    _complete(record, span, _succeeded(fut))
+def _on_done(record: dict, span: recorder.Span, handle: Any, native_to: Optional[int], fut: Any) -> None:
+    _end(record, span, handle, _succeeded(fut), native_to)
 
 
-def _complete(record, span, ok):
+def _relayed(fut: Any, on_done: Callable, rec: Optional[recorder.Recorder]) -> Any:
+    """A future that completes like ``fut`` once ``on_done(fut)`` ran. Not ``fut.then``: an
+    exception raised in a ``then`` callback arrives as a RuntimeError, where the job's
+    remote ``ValueError`` must stay a ``ValueError``."""
+    out: Any = torch.futures.Future(devices=_devices(rec))
+    fut.add_done_callback(functools.partial(_relay, on_done, out))
+    return out
+
+
+def _devices(rec: Optional[recorder.Recorder]) -> list:
+    """The devices of this process's RPC agent, which the futures handed to the job carry
+    as torch's own do (read once per capture); [] for CPU-only agents."""
+    if rec is not None and rec.devices is not None:
+        return rec.devices
+    try:
+        agent: Any = api._get_current_rpc_agent()
+        found = [str(d) for d in agent._get_backend_options().devices]
+    except Exception:  # an agent without devices: CPU futures
+        found = []
+    if rec is not None:
+        rec.devices = found
+    return found
+
+
+def _relay(on_done: Callable, out: Any, fut: Any) -> None:
+    on_done(fut)
+    try:
+        value = fut.wait()
+    except BaseException as e:  # the job's own error, handed on as it is
+        out.set_exception(e)
+        return
+    out.set_result(value)
+
+
+def _end(record: dict, span: recorder.Span, handle: Any, ok: bool, native_to: Optional[int]) -> None:
+    """Note the end, close the span (after: it then covers the noted end), and for a
+    native builtin tell ``peers`` it ended."""
+    _complete(record, span, ok)
+    _span_exit(handle)
+    if native_to is not None:
+        recorder.peers.done(native_to)
+
+
+def _complete(record: dict, span: recorder.Span, ok: bool) -> None:
     """Note the end of an RPC. Its span's ``args.async`` says whether it ends on another
     thread than it began on: torch's ``key_averages()`` counts such an event as
     asynchronous (self CPU 0, never a parent or child), and the Kineto trace does not say so."""
@@ -152,48 +251,52 @@ def _complete(record, span, ok):
     span.args["async"] = threading.get_native_id() != span.tid
 
 
-def _register(rec, record):
-    """Keep the record, and its span for the writer to attach rpc_id, role and async to."""
-    rec.add("rpcs", record)
-    span = recorder.Span(
-        name=record["name"] if record["role"] == "caller" else record["name"] + "#remote",
-        tid=threading.get_native_id(),
-        mark_ns=record["send_ns" if record["role"] == "caller" else "start_ns"],
-        args={"rpc_id": record["rpc_id"], "role": record["role"]},
-    )
-    rec.add("spans", span)
-    return span
-
-
-def _serve(header, func, args, kwargs):
+def _serve(header: tuple, func: Callable, args: tuple, kwargs: dict) -> Any:
     """Runs on the callee in place of ``func``."""
     return _served_side(header, func, args, kwargs, False)
 
 
 @rpc.functions.async_execution
-def _serve_async(header, func, args, kwargs):
+def _serve_async(header: tuple, func: Callable, args: tuple, kwargs: dict) -> Any:
     """``_serve`` for ``async_execution`` functions: the span and record end when the
     returned future completes, not when ``func`` returns it."""
     return _served_side(header, func, args, kwargs, True)
 
 
-def _served_side(header, func, args, kwargs, is_async):
-    """:func:`_run_served` with the callee's side of the call noted for its caller (recorder.served):
-    it ends when that returns, or, for async functions, when the returned future completes."""
-    side = recorder.served.begin(header)
+def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_async: bool) -> Any:
+    """Run ``func`` with the callee's side of the call noted for its caller (recorder.served)
+    and, when this process is capturing, its ``#remote`` span (its record is made from the
+    side when taken): they end when ``func`` returns, or, for async functions, when the
+    returned future completes."""
+    rec = recorder.current
+    handle = None
+    if rec is not None:
+        handle = _span_enter(header[_NAME] + "#remote")
+    side = recorder.served.begin(header[_RPC_ID])
+    if rec is not None:
+        rec.add_served(header, side)
     try:
-        result = _run_served(header, func, args, kwargs, is_async)
+        result = func(*args, **kwargs)
     except BaseException:
-        recorder.served.end(side, ok=False)
+        _served_end(side, handle, False)
         raise
-    if is_async:
-        result.add_done_callback(lambda fut: recorder.served.end(side, _succeeded(fut)))
-    else:
-        recorder.served.end(side, ok=True)
-    return result
+    if not is_async:
+        _served_end(side, handle, True)
+        return result
+    return _relayed(result, functools.partial(_served_ended, side, handle), rec)
 
 
-def _succeeded(fut):
+def _served_end(side: dict, handle: Any, ok: bool, is_async: bool = False) -> None:
+    recorder.served.end(side, ok, is_async)
+    if handle is not None:
+        _span_exit(handle)  # after the noted end, which the span then covers
+
+
+def _served_ended(side: dict, handle: Any, fut: Any) -> None:
+    _served_end(side, handle, _succeeded(fut), True)
+
+
+def _succeeded(fut: Any) -> bool:
     """Whether a completed future holds a value (not an exception)."""
     try:
         fut.value()
@@ -202,7 +305,7 @@ def _succeeded(fut):
         return False
 
 
-def collect_remote_sides(records, timeout_s=10.0):
+def collect_remote_sides(records: list, timeout_s: float = 10.0) -> list:
     """The callee sides of this process's calls in ``records``, asked of each callee once
     (the caller's ``profile`` writes them, so the callee need not be recording).
 
@@ -211,11 +314,12 @@ def collect_remote_sides(records, timeout_s=10.0):
     """
     if not (rpc.is_available() and api._is_current_rpc_agent_set()):
         return []
-    wanted = {}
+    wanted: dict = {}
     for r in records:
-        if r.get("role") == "caller":
+        # a builtin sent natively has its side in the callee's own file, not in its notes
+        if r.get("role") == "caller" and not r.get("native"):
             wanted.setdefault(r["callee_name"], []).append(r["rpc_id"])
-    out = []
+    out: list = []
     for name, ids in wanted.items():
         dst = api._to_worker_info(name)
         try:
@@ -227,28 +331,88 @@ def collect_remote_sides(records, timeout_s=10.0):
     return out
 
 
-def _take_sides(rpc_ids):
+def _take_sides(rpc_ids: list) -> dict:
     """Runs on the callee: its sides of ``rpc_ids``, removed from its buffer."""
     me = rpc.get_worker_info()
     return {"clock_rank": me.id, "rank": me.id, "worker_name": me.name, "hostname": socket.gethostname(),
             "boot_id": boot_id(), "calls": recorder.served.take(rpc_ids)}
 
 
-def _run_served(header, func, args, kwargs, is_async):
+# ---------------------------------------------------------------- builtins sent natively
+
+def _ask_admission(me: int, dst: Any) -> None:
+    """Ask ``dst`` whether it finds builtin ops in its own trace (recorder.Peers): once,
+    at the first builtin to it (again after a no, now and then), one round trip waited
+    for, so that the calls that follow take one path."""
+    try:
+        token = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
+    except Exception:  # e.g. the callee has no tracemerge: builtins to it go wrapped
+        return
+    recorder.peers.answer(dst.id, token)
+
+
+def _admit(caller: int) -> Optional[str]:
+    """Runs on the callee: its capture's token if builtins may come natively, else None."""
     rec = recorder.current
-    if rec is None:
-        return func(*args, **kwargs)
-    record = dict(header, role="callee", status="pending")
-    with record_function(header["name"] + "#remote") as rf:
-        record["start_ns"] = time.time_ns()
-        span = _register(rec, record)
+    return None if rec is None else rec.admit(caller)
+
+
+def _hand_over(callee: int, token: str, timeout_s: float) -> tuple:
+    """Runs on a caller when ``callee``'s capture stops: the records of the builtins it
+    sent there natively (after those in flight ended), its clock and its boot id."""
+    return recorder.peers.take(callee, token, True, timeout_s), time.time_ns(), boot_id()
+
+
+def _receive_native(token: str, group: dict) -> None:
+    """Runs on the callee: a caller hands over the builtins it sent here natively."""
+    rec = recorder.current
+    if rec is not None and rec.token == token:
+        rec.add("native", group)
+
+
+def hand_over_sent(stop: bool) -> None:
+    """The caller's half (its capture ends, or rpc.shutdown() runs inside its block, when
+    a callee's capture may outlast RPC itself): hand every admitting callee the records
+    of the builtins sent there natively, with this clock's offset from the callee's.
+    ``stop``: builtins to them go wrapped from now on (this process calls no more)."""
+    if not (rpc.is_available() and api._is_current_rpc_agent_set()):
+        return
+    me = rpc.get_worker_info().id
+    for callee, token in recorder.peers.admitted():
+        calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S, push=True)
         try:
-            result = func(*args, **kwargs)
-        except BaseException:
-            _complete(record, span, ok=False)
-            raise
-        if not is_async:
-            _complete(record, span, ok=True)
-            return result
-        result.add_done_callback(functools.partial(_on_done, record, span))
-        return rf._call_end_callbacks_on_future(result)
+            if calls:
+                dst = api._to_worker_info(callee)
+                t1 = time.time_ns()
+                their_ns = _ORIGINAL_RPC_SYNC(dst, time.time_ns, timeout=_HANDSHAKE_TIMEOUT_S)
+                t4 = time.time_ns()
+                group = {"caller": me, "boot_id": boot_id(), "offset_ns": (t1 + t4) // 2 - their_ns,
+                         "rtt_ns": t4 - t1, "calls": calls}
+                _ORIGINAL_RPC_SYNC(dst, _receive_native, args=(token, group), timeout=_HANDSHAKE_TIMEOUT_S)
+        except Exception:  # the callee is gone: these calls keep the caller's side only
+            pass
+        finally:
+            recorder.peers.pushed(callee)
+
+
+def stop_serving_natively(rec: recorder.Recorder) -> None:
+    """Before this capture stops recording (at its end, or at rpc.shutdown() inside the
+    block, while every caller still answers): admit no more native builtins, and take
+    from each caller admitted so far the builtins it sent here natively (``rec.native``),
+    whose ops the writer then finds in this process's trace."""
+    askers = rec.stop_admitting()
+    if not askers or not (rpc.is_available() and api._is_current_rpc_agent_set()):
+        return
+    me = rpc.get_worker_info().id
+    for caller in askers:
+        t1 = time.time_ns()
+        try:
+            calls, their_ns, their_boot = _ORIGINAL_RPC_SYNC(
+                caller, _hand_over, args=(me, rec.token, _DRAIN_TIMEOUT_S),
+                timeout=_DRAIN_TIMEOUT_S + _HANDSHAKE_TIMEOUT_S)
+        except Exception:  # the caller is gone: its native calls keep the caller's side only
+            continue
+        t4 = time.time_ns()
+        # the caller's clock minus ours, to within rtt/2 (NTP): places its calls on our clock
+        rec.add("native", {"caller": caller, "boot_id": their_boot, "offset_ns": their_ns - (t1 + t4) // 2,
+                           "rtt_ns": t4 - t1, "calls": calls})

@@ -6,6 +6,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any, Literal, Optional
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
@@ -24,16 +25,36 @@ class profile:
     ops of RPC server threads are recorded. With ``schedule=``, every completed cycle
     writes ``rank{R}.cycle{N}.json.gz`` (N counts from 0) instead; ``on_trace_ready`` is
     taken for that, since a profiling session can be exported only once.
+
+    ``wrap_builtins=True`` sends builtins wrapped like Python functions, as before issue
+    27: every call of a builtin then gets its own callee side exactly, also among calls of
+    one builtin in flight together and from a callee that does not trace, at the cost of
+    the callee's Python path (docs/capture.md, "Builtins").
+
+    ``trace=False`` runs no torch profiler (``self.profiler`` is None): the file holds the
+    records only (ids and times of every RPC and collective, no events), and builtins
+    keep their C++ path to every callee, so a callee that does not trace gives them no
+    callee side (docs/capture.md, "Without the profiler").
     """
 
-    def __init__(self, out_dir, rank=None, worker_name=None, **torch_profiler_kwargs):
+    def __init__(self, out_dir: "str | os.PathLike[str]", rank: Optional[int] = None,
+                 worker_name: Optional[str] = None, trace: bool = True, wrap_builtins: bool = False,
+                 **torch_profiler_kwargs: Any) -> None:
         if "on_trace_ready" in torch_profiler_kwargs:
             raise TypeError("tracemerge.capture.profile writes the trace itself; "
                             "on_trace_ready cannot be given")
+        if not trace and torch_profiler_kwargs:
+            raise TypeError(f"trace=False runs no torch profiler: {sorted(torch_profiler_kwargs)} cannot be given")
         self.out_dir = Path(out_dir)
         self._rank, self._worker_name = rank, worker_name
+        self._trace = trace
+        self._wrap_builtins = wrap_builtins
         kwargs = dict(torch_profiler_kwargs)
         kwargs.setdefault("activities", _default_activities())
+        # Builtins may reach this worker natively only when its trace holds the ops of
+        # its RPC server threads throughout: all threads (the default config; a config
+        # of the user's cannot be read back), no schedule (cycles skip steps).
+        self._serves_natively = "experimental_config" not in kwargs and kwargs.get("schedule") is None
         kwargs.setdefault("experimental_config",
                           torch._C._profiler._ExperimentalConfig(profile_all_threads=True))
         schedule = kwargs.pop("schedule", None)
@@ -42,28 +63,40 @@ class profile:
             self._cycle = 0
             kwargs["schedule"] = self._watch(schedule)
             kwargs["on_trace_ready"] = self._cycle_ready
-        self._window_start_ns = None
-        self.profiler = torch.profiler.profile(**kwargs)
+        self._window_start_ns: Optional[int] = None
+        self.profiler = torch.profiler.profile(**kwargs) if trace else None
 
-    def __enter__(self):
-        self._meta, self._known = {}, False
+    def __enter__(self) -> "profile":
+        self._meta: dict = {}
+        self._known = False
         self._identify()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._recorder = recorder.Recorder(on_rpc_end=self._identify)
+        self._recorder = recorder.Recorder(on_rpc_end=self._identify, wrap_builtins=self._wrap_builtins,
+                                           builtins_always_native=not self._trace and not self._wrap_builtins)
         with contextlib.ExitStack() as stack:
             recorder.activate(self._recorder)
             stack.callback(recorder.deactivate)
             stack.enter_context(rpc.instrumented())
             stack.enter_context(collectives.instrumented())
-            self.profiler.__enter__()
+            if self.profiler is not None:
+                self.profiler.__enter__()
             self._window_start_ns = time.time_ns()
+            # callees that refused native builtins before may record now
+            recorder.peers.forget_refusals()
+            self._recorder.serves_natively = self._trace and self._serves_natively
             self._undo = stack.pop_all()
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: Any) -> Literal[False]:
         with self._undo:
+            # while RPC is up: the builtins sent from here natively go to their callees'
+            # files; and, while the profiler still records, the builtins callers sent here
+            # natively end and their records come over (their ops are in this trace)
+            rpc.hand_over_sent(stop=False)
+            rpc.stop_serving_natively(self._recorder)
             stop_ns = time.time_ns()
-            self.profiler.__exit__(*exc_info)
+            if self.profiler is not None:
+                self.profiler.__exit__(*exc_info)
             if self._cycle is None:
                 self._write("rank{rank}.json.gz", stop_ns, self.profiler)
         return False
@@ -82,9 +115,10 @@ class profile:
                       "worker_name": worker_name, "hostname": socket.gethostname(),
                       "boot_id": boot_id(), "pid": os.getpid()}
 
-    def step(self):
-        """``self.profiler.step()``: marks a step for ``schedule``."""
-        self.profiler.step()
+    def step(self) -> None:
+        """``self.profiler.step()``: marks a step for ``schedule`` (nothing with trace=False)."""
+        if self.profiler is not None:
+            self.profiler.step()
 
     def _watch(self, schedule):
         """Wrap ``schedule`` to note when each recording cycle begins."""
@@ -105,18 +139,21 @@ class profile:
         self._write(f"rank{{rank}}.cycle{self._cycle}.json.gz", time.time_ns(), prof)
         self._cycle += 1
 
-    def _write(self, name, stop_ns, prof):
+    def _write(self, name: str, stop_ns: int, prof: Optional[torch.profiler.profile]) -> None:
         self._identify()
         name = name.format(rank=self.rank)
-        kineto_json = self.out_dir / f".{name}.kineto.json"
-        prof.export_chrome_trace(str(kineto_json))
+        kineto_json = None
+        if prof is not None:
+            kineto_json = self.out_dir / f".{name}.kineto.json"
+            prof.export_chrome_trace(str(kineto_json))
         meta = dict(self._meta, cycle=self._cycle,
                     profile_start_ns=self._window_start_ns, profile_stop_ns=stop_ns)
-        taken = self._recorder.take(self._window_start_ns, stop_ns)
+        taken = self._recorder.take(self._window_start_ns or 0, stop_ns)
         calls = [r for r in taken["rpcs"] if r["role"] == "caller"]
         early = self._recorder.fetched_sides(calls)  # asked for when rpc.shutdown() ran in the block
         got = {c["rpc_id"] for side in early for c in side.get("calls", ())}
         taken["remote_sides"] = early + rpc.collect_remote_sides([r for r in calls if r["rpc_id"] not in got])
+        taken["native"] = self._recorder.native
         writer.write(self.out_dir / name, kineto_json, meta, taken)
 
 

@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import orjson
 
+from tracemerge.capture import native_sides
 from tracemerge.codecs import Gzip
 
 FORMAT_VERSION = 1
@@ -21,18 +22,27 @@ FORMAT_VERSION = 1
 _MATCH_SLACK_NS = 10_000
 
 
-def write(path, kineto_json_path, meta, taken):
+def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | str | None",
+          meta: dict, taken: dict) -> None:
     """Write ``path`` from the Kineto export and the recorder's ``taken`` records.
 
     ``meta`` holds the other fields, in file order; ``taken`` is
-    ``Recorder.take(...)``'s output. The Kineto export is removed.
+    ``Recorder.take(...)``'s output. The Kineto export is removed; without one
+    (``trace=False``) the file has no events.
     """
-    with open(kineto_json_path, "rb") as f:
-        trace = orjson.loads(f.read())
-    os.unlink(kineto_json_path)
+    if kineto_json_path is None:  # trace=False: the records only
+        trace: dict = {"traceEvents": []}
+    else:
+        with open(kineto_json_path, "rb") as f:
+            trace = orjson.loads(f.read())
+        os.unlink(kineto_json_path)
     _annotate(trace, taken["spans"])
+    # callee records of the builtins callers sent natively: their ops are in this trace
+    served = native_sides.attach(trace, taken.get("native", []), meta.get("boot_id", ""), meta.get("pid", -1))
+    start, stop = meta.get("profile_start_ns"), meta.get("profile_stop_ns")
+    served = [r for r in served if start is None or stop is None or start <= r["start_ns"] <= stop]
     block = {"version": FORMAT_VERSION, **meta,
-             "rpcs": taken["rpcs"], "collectives": taken["collectives"],
+             "rpcs": taken["rpcs"] + served, "collectives": taken["collectives"],
              "remote_sides": taken.get("remote_sides", [])}
     # "tracemerge" first, so readers can stop parsing after it.
     data = orjson.dumps({"tracemerge": block, **trace})
@@ -43,7 +53,7 @@ def write(path, kineto_json_path, meta, taken):
     os.replace(tmp, path)
 
 
-def _annotate(trace, spans):
+def _annotate(trace: dict, spans: list) -> None:
     """Add each span's args to the trace event it opened."""
     base = trace.get("baseTimeNanoseconds", 0)
     wanted = {(s.tid, s.name) for s in spans}
@@ -51,8 +61,8 @@ def _annotate(trace, spans):
     for e in trace.get("traceEvents", ()):
         if e.get("ph") == "X" and (e.get("tid"), e.get("name")) in wanted:
             starts[(e["tid"], e["name"])].append((base + round(e["ts"] * 1000), e))
-    for found in starts.values():
-        found.sort(key=lambda pair: pair[0])
+    for events in starts.values():
+        events.sort(key=lambda pair: pair[0])
     for span in spans:
         found = starts.get((span.tid, span.name))
         if not found:

@@ -118,6 +118,7 @@ def _timeline(timeline: Dict[str, Any], ranks: List[Dict[str, Any]], width: int 
 
 
 PATH_COLORS = dict(zip(KINDS, ("#4c8bf5", "#a0a0a0", "#e4572e", "#2ca58d", "#f4b942")))
+IDLE_COLOR = "#dddddd"   # a window that starts with nothing running (critical_path.IDLE)
 PATH_WINDOWS = 6   # the longest windows drawn
 
 
@@ -137,7 +138,7 @@ def _path(windows: List[Window], width: int = 840) -> str:
             x = left + (s.start_ns - w.start_ns) / span * (width - left)
             dx = max((s.end_ns - s.start_ns) / span * (width - left), 0.5)
             parts.append(f'<rect x="{x:.1f}" y="{ranks.index(s.rank) * row + 2}" width="{dx:.1f}" height="14" '
-                         f'fill="{PATH_COLORS[s.kind]}"><title>{escape(s.kind)}: {escape(str(s.name))} (rank '
+                         f'fill="{PATH_COLORS.get(s.kind, IDLE_COLOR)}"><title>{escape(s.kind)}: {escape(str(s.name))} (rank '
                          f'{s.rank}, thread {escape(str(s.tid))}) {(s.end_ns - s.start_ns) / 1e6:.3f} ms</title></rect>')
         out.append(f"<h3>{escape(w.window)} · {span / 1e6:.3f} ms</h3>"
                    f'<svg width="{width + 20}" height="{row * len(ranks) + 4}">{"".join(parts)}</svg>')

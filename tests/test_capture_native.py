@@ -1,0 +1,222 @@
+"""Builtins keep their C++ path under capture (issue 27), on a real 3-process RPC job.
+
+worker0 and worker2 both send builtins to worker1 while every worker records: after the
+first call to a callee (which asks it whether it records its server threads), builtins
+go out as themselves, and worker1 finds each one's op in its own trace. Ground truth: every
+call sends a tensor of a size of its own, and worker1 records input shapes, so the op that
+a call's ``rpc_id`` was paired with must have that call's size. A second job runs the
+lighter mode (``trace=False``): no events, the records only.
+"""
+
+import gzip
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed.rpc as rpc  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from tracefiles import cli, free_port, run_job  # noqa: E402
+
+from tracemerge.capture import profile  # noqa: E402
+
+WORLD = 3
+JOB_TIMEOUT_S = 120
+IN_FLIGHT = 50
+TOGETHER = 20
+ADMISSION_S = 0.5  # ample time for the callee's answer to the first call's question
+
+
+def py_add(x, k):
+    return x + k
+
+
+_turn = threading.Event()
+_both = threading.Event()
+
+
+def _go():
+    _turn.set()
+
+
+def _go_both():
+    _both.set()
+
+
+def _alone(rank):
+    """Calls of worker ``rank`` while the other caller waits; returns the sizes sent (one
+    per builtin call, in order) and the outcomes."""
+    base = 100 * (rank + 1)
+    sizes, out = [], {}
+    x = torch.ones(base)
+    out["sync"] = rpc.rpc_sync("worker1", torch.add, args=(x, 1)).sum().item()
+    sizes.append(base)
+    futs = []
+    for k in range(1, IN_FLIGHT + 1):  # in flight together, each with a size of its own
+        futs.append(rpc.rpc_async("worker1", torch.mul, args=(torch.ones(base + k), 2)))
+        sizes.append(base + k)
+    out["in_flight"] = sum(f.wait().sum().item() for f in futs)
+    out["remote"] = rpc.remote("worker1", torch.add, args=(torch.ones(base + 60), 2)).to_here().sum().item()
+    sizes.append(base + 60)
+    try:
+        rpc.rpc_sync("worker1", torch.add, args=(torch.ones(base + 70), torch.ones(3)))
+    except RuntimeError as e:
+        out["error"] = "must match" in str(e)
+    sizes.append(base + 70)
+    out["python"] = rpc.rpc_sync("worker1", py_add, args=(torch.ones(4), 1)).sum().item()
+    return sizes, out
+
+
+def _together(rank):
+    """In flight at the same time as the other caller's: sizes sent."""
+    base = 100 * (rank + 1) + 80
+    futs = [rpc.rpc_async("worker1", torch.mul, args=(torch.ones(base + k), 2)) for k in range(TOGETHER)]
+    torch.futures.wait_all(futs)
+    return [base + k for k in range(TOGETHER)]
+
+
+def _calls(rank):
+    """worker0's calls alone, then worker2's alone, then both together."""
+    rpc.rpc_sync("worker1", torch.add, args=(torch.ones(1), 1))  # asks worker1; goes wrapped
+    time.sleep(ADMISSION_S)
+    if rank == 2 and not _turn.wait(JOB_TIMEOUT_S):
+        raise TimeoutError("worker0 never finished")
+    alone = _alone(rank)
+    if rank == 0:
+        rpc.rpc_sync("worker2", _go)
+        if not _both.wait(JOB_TIMEOUT_S):
+            raise TimeoutError("worker2 never finished")
+    else:
+        rpc.rpc_sync("worker0", _go_both)
+    return alone + (_together(rank),)
+
+
+def _worker(rank, port, out, mode):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # input shapes: the ground truth of which op served which call
+    capture = {"trace": lambda: profile(out, record_shapes=True),
+               "light": lambda: profile(out, trace=False),
+               "exact": lambda: profile(out, record_shapes=True, wrap_builtins=True)}[mode]()
+    with capture:
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=WORLD)
+        report = _calls(rank) if rank != 1 else None
+        rpc.shutdown()  # graceful: every worker records until all are done
+    (Path(out) / f"report{rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    mp.spawn(_worker, args=(free_port(), sys.argv[1], sys.argv[2]), nprocs=WORLD)
+
+
+def _load(path):
+    with gzip.open(path) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module", params=["trace", "light", "exact"])
+def job(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param)
+    run_job([__file__, out, request.param], JOB_TIMEOUT_S)
+    ranks = {r: _load(out / f"rank{r}.json.gz") for r in range(WORLD)}
+    reports = {r: json.loads((out / f"report{r}.json").read_text()) for r in range(WORLD)}
+    return request.param, out, ranks, reports
+
+
+def _builtin_calls(block):
+    """The caller's builtin records after the first (asking) one, in the order sent."""
+    calls = [r for r in block["rpcs"] if r["role"] == "caller" and r["func"].startswith("aten::")]
+    return sorted(calls, key=lambda r: r["send_ns"])[1:]
+
+
+def test_results_are_those_of_torch(job):
+    _, _, _, reports = job
+    for rank in (0, 2):
+        _, got, _ = reports[rank]
+        base = 100 * (rank + 1)
+        assert got["sync"] == 2 * base
+        assert got["in_flight"] == sum(2 * (base + k) for k in range(1, IN_FLIGHT + 1))
+        assert got["remote"] == 3 * (base + 60)
+        assert got["error"] is True and got["python"] == 8
+
+
+def _paired_sizes(callee, call):
+    """The first input size of the op the callee paired ``call`` with (its span's op)."""
+    span = callee["spans"][call["rpc_id"]]
+    assert span["name"] == call["name"] + "#remote"
+    dims = {tuple(e["args"]["Input Dims"][0]) for e in callee["ops"] if e["tid"] == span["tid"]
+            and span["ts"] <= e["ts"] and e["ts"] + e["dur"] <= span["ts"] + span["dur"] and e["name"] == call["func"]}
+    assert len(dims) == 1, call
+    return dims.pop()[0]
+
+
+def test_builtins_went_natively_and_each_got_its_own_op(job):
+    """Ground truth: a call alone in flight gets exactly its op; calls in flight together
+    (one caller, or two) get the ops of their sizes, each once, inside their windows."""
+    mode, _, ranks, reports = job
+    if mode == "light":
+        pytest.skip("no callee traces with trace=False")
+    trace = ranks[1]
+    callee = {"served": {r["rpc_id"]: r for r in trace["tracemerge"]["rpcs"] if r["role"] == "callee"},
+              "spans": {e["args"]["rpc_id"]: e for e in trace["traceEvents"]
+                        if e.get("ph") == "X" and e.get("args", {}).get("role") == "callee"},
+              "ops": [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]}
+    together_sent, together_got = [], []
+    for rank in (0, 2):
+        sizes, _, together = reports[rank]
+        calls = _builtin_calls(ranks[rank]["tracemerge"])
+        assert len(calls) == len(sizes) + len(together) == IN_FLIGHT + 3 + TOGETHER
+        for call in calls:
+            # sent as itself (wrapped with wrap_builtins=True)
+            assert call.get("native") is (True if mode == "trace" else None), call
+            side = callee["served"][call["rpc_id"]]
+            assert side.get("native") is call.get("native")
+            assert side["name"] == call["name"] and side["kind"] == call["kind"]
+            # one machine, one clock: served inside the call
+            assert call["send_ns"] <= side["start_ns"] <= side["end_ns"] <= call["complete_ns"]
+        alone, batch, mixed = calls[:1] + calls[IN_FLIGHT + 1:len(sizes)], calls[1:IN_FLIGHT + 1], calls[len(sizes):]
+        for call, size in zip(alone, sizes[:1] + sizes[IN_FLIGHT + 1:]):
+            assert _paired_sizes(callee, call) == size, call
+            assert callee["served"][call["rpc_id"]]["status"] == ("error" if size % 100 == 70 else "ok")
+        assert sorted(_paired_sizes(callee, c) for c in batch) == sizes[1:IN_FLIGHT + 1]
+        if mode == "exact":  # wrapped: every call's side is its own, in flight or not
+            assert [_paired_sizes(callee, c) for c in batch] == sizes[1:IN_FLIGHT + 1]
+            assert [_paired_sizes(callee, c) for c in mixed] == together
+        together_sent += together
+        together_got += [_paired_sizes(callee, c) for c in mixed]
+    assert sorted(together_got) == sorted(together_sent)
+    # the Python function stays wrapped, with its side noted by the wrapper
+    python = [r for r in ranks[0]["tracemerge"]["rpcs"] if r["role"] == "caller" and r["func"] == "py_add"]
+    assert python and "native" not in python[0] and callee["served"][python[0]["rpc_id"]]["role"] == "callee"
+
+
+def test_combine_joins_both_sides_of_every_call(job, tmp_path):
+    mode, out, _, _ = job
+    files = [str(out / f"rank{r}.json.gz") for r in range(WORLD)]
+    res = cli("combine", *files, "-o", tmp_path / "trace.json", "--report")
+    assert res.returncode == 0, res.stderr
+    calls = 2 * (IN_FLIGHT + 5 + TOGETHER) + 2  # and the two calls that take turns
+    if mode != "light":
+        assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only".encode() in res.stderr
+    else:
+        # trace=False: builtins keep their C++ path to every callee, so with no callee
+        # tracing they have the caller's side only; the Python functions (wrapped) both
+        natively = 2 * (IN_FLIGHT + 4 + TOGETHER)
+        assert f"{calls} RPCs: {calls - natively} with both sides, {natively} caller only".encode() in res.stderr
+
+
+def test_light_mode_writes_records_and_no_events(job):
+    mode, _, ranks, _ = job
+    if mode != "light":
+        pytest.skip("the lighter mode is the second job")
+    for rank in (0, 2):
+        block = ranks[rank]["tracemerge"]
+        assert ranks[rank]["traceEvents"] == []
+        calls = _builtin_calls(block)
+        assert len(calls) == IN_FLIGHT + 3 + TOGETHER and all(c.get("native") for c in calls)
+        assert all(c["send_ns"] <= c["complete_ns"] for c in calls)

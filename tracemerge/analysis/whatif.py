@@ -1,0 +1,423 @@
+"""What if a span ran k× faster? Each window's time predicted by replaying the job's dependency graph.
+
+The graph is the one the critical path walks (:mod:`~tracemerge.analysis.critical_path`),
+made explicit: every thread's timeline is cut at its *points* — where the innermost span
+changes, where a wait (an RPC from send to completion, a collective from arrival to
+completion) begins or ends — and each point gets its new time as the latest of what it
+waits for:
+
+- **thread order**: the point before it on the thread, plus the time between them if the
+  thread was busy then (a span ran, or untraced work of the job's own thread), divided by
+  the speed-up where that time lies inside a sped-up span; plus nothing if the thread was
+  blocked (in a wait that ends at this point, begun inside the running span) or idle (a
+  pool thread running nothing, :func:`~tracemerge.analysis.critical_path.pool_threads`);
+- **RPC edges**: a call's completion (t4) waits for its callee span's end plus the measured
+  return transfer; a served call's start waits for the caller's send (t1) plus the measured
+  delivery, less the time the request queued behind work the thread was busy with (which
+  thread order accounts for);
+- **collectives**: each rank's completion waits for every rank's arrival plus the measured
+  time from the last arrival;
+- **continuations**: an ``async_execution`` span ends after the nested RPCs it issued
+  completed (their waits are on its thread, so thread order and the RPC edges carry it),
+  and a pool thread that wakes from idle waits for the latest completion of an RPC its
+  rank called during the gap (the future's callbacks run then).
+
+Every measured edge weight is the measured time difference, so with no speed-up each point
+keeps its measured time exactly; a speed-up moves what depends on the sped-up span earlier
+by no more than the slack its other dependencies leave. Windows are those of the critical
+path; the predicted window runs from its start's new time to its end's.
+"""
+
+import math
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from tracemerge.analysis.critical_path import (
+    COLLECTIVE,
+    COMPUTE,
+    EXECUTION,
+    TRANSFER,
+    UNTRACED,
+    WHOLE_TRACE,
+    nested_calls,
+    open_async_span,
+    pool_threads,
+    windows,
+)
+from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+
+TOP = 5   # segments of each window's new path shown
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """Spans named ``name`` (on ``rank``; None: every rank) take 1/``factor`` of their time
+    (``factor`` inf: none)."""
+
+    name: str
+    rank: Optional[int]
+    factor: float
+
+    @classmethod
+    def parse(cls, text: str) -> "Speedup":
+        """``NAME@RANK=K`` or ``NAME=K``; K a positive number, 0 or ``inf`` (the span takes no time)."""
+        head, sep, k = text.rpartition("=")
+        if not sep or not head:
+            raise ValueError(f"{text!r}: expected NAME[@RANK]=K")
+        try:
+            factor = float(k)
+        except ValueError:
+            raise ValueError(f"{text!r}: K must be a number, 0 or inf") from None
+        if factor == 0:
+            factor = math.inf
+        if not factor > 0:
+            raise ValueError(f"{text!r}: K must be positive (0 or inf: the span takes no time)")
+        name, at, rank = head.rpartition("@")
+        if at and rank.lstrip("-").isdigit() and name:
+            return cls(name=name, rank=int(rank), factor=factor)
+        return cls(name=head, rank=None, factor=factor)
+
+    def label(self) -> str:
+        k = "inf" if math.isinf(self.factor) else f"{self.factor:g}"
+        return f"{self.name}{'' if self.rank is None else f'@{self.rank}'}={k}"
+
+
+@dataclass
+class Prediction:
+    window: str
+    measured_ns: int
+    predicted_ns: int
+    top: list = field(default_factory=list)   # [{"rank", "name", "kind", "ns"}] of the new path, largest first
+
+    def as_dict(self) -> dict:
+        return {"window": self.window, "measured_ns": self.measured_ns, "predicted_ns": self.predicted_ns,
+                "top": self.top}
+
+
+class Replay:
+    """The job's points and edges, and their new times under some speed-ups."""
+
+    def __init__(self, job: JobTimeline, speedups: list):
+        self.job = job
+        self.pool = pool_threads(job)
+        self.keys = sorted(job.threads)
+        self.times: dict = {}          # {thread key: sorted point times}
+        self.base: dict = {}           # {thread key: id of its first point}
+        extra = self._arrivals()
+        n = 0
+        for key in self.keys:
+            th = job.threads[key]
+            ts = sorted(set(th.bounds) | set(th.wait_start) | set(th.wait_end) | extra.get(key, set()))
+            self.times[key], self.base[key] = ts, n
+            n += len(ts)
+        self.sped = self._sped(speedups)
+        self.new: list = [0] * n
+        self.pred: list = [None] * n   # (source id, (rank, name, kind)) of the edge that set each point
+
+    # -- points -------------------------------------------------------------------------------
+    def point(self, key: tuple, t: int) -> Optional[int]:
+        """The id of the point of thread ``key`` at ``t`` (the first at or after it)."""
+        ts = self.times.get(key)
+        if not ts:
+            return None
+        i = bisect_left(ts, t)
+        return self.base[key] + min(i, len(ts) - 1)
+
+    def _arrivals(self) -> dict:
+        """Collective arrivals as points on the threads they were issued on (a rank whose
+        collective never completed has no wait there, but others wait for its arrival)."""
+        out: dict = {}
+        for (coll, rank), index in self.job.coll_thread.items():
+            at = self.job.coll_arrive.get((coll, rank))
+            if at is not None:
+                out.setdefault((rank, index), set()).add(at)
+        return out
+
+    def _sped(self, speedups: list) -> dict:
+        """{thread key: ([start], [end], [factor])} of the sped-up spans, by start."""
+        job = self.job
+        found: dict = {}
+        for s in speedups:
+            for rank, tl in job.ranks.items():
+                if s.rank is not None and s.rank != rank:
+                    continue
+                codes = [i for i, name in enumerate(tl.names) if name == s.name]
+                for span in np.flatnonzero(np.isin(tl.span_name, codes)).tolist():
+                    key = (rank, int(tl.span_thread[span]))
+                    found.setdefault(key, []).append((job.span_start[rank][span], job.span_end[rank][span], s.factor))
+        return {k: ([a for a, _, _ in v], [b for _, b, _ in v], [f for _, _, f in v])
+                for k, v in ((k, sorted(v)) for k, v in found.items())}
+
+    def _scaled(self, key: tuple, a: int, b: int) -> int:
+        """The time [a, b) of thread ``key`` takes with the speed-ups (inside a sped-up span: divided)."""
+        sped = self.sped.get(key)
+        if sped is None:
+            return b - a
+        starts, ends, factors = sped
+        i = bisect_right(starts, a) - 1
+        while i >= 0:
+            if ends[i] >= b:
+                return 0 if math.isinf(factors[i]) else round((b - a) / factors[i])
+            i -= 1
+        return b - a
+
+    # -- edges into one point ------------------------------------------------------------------
+    def _interval(self, key: tuple, th: Thread, a: int, b: int) -> tuple:
+        """(weight, label, busy) of thread ``key``'s time [a, b): its duration if it was busy
+        (scaled), 0 if it was blocked in a wait ending at b or idle."""
+        job = self.job
+        k = bisect_right(th.bounds, a) - 1
+        o = th.owner[k] if k >= 0 else -1
+        ostart = job.span_start[th.rank][o] if o >= 0 else -(1 << 62)
+        for w in range(bisect_left(th.wait_end, b), bisect_right(th.wait_end, b)):
+            if ostart < th.wait_start[w] <= a:
+                return 0, None, False
+        if o < 0:
+            if key in self.pool:
+                return 0, None, False
+            return b - a, (th.rank, UNTRACED, COMPUTE), True
+        kind = EXECUTION if job.callee_of[th.rank][o] >= 0 else COMPUTE
+        return self._scaled(key, a, b), (th.rank, job.name_of(th.rank, o), kind), True
+
+    def _deps(self, key: tuple, th: Thread, b: int, prev: Optional[int], busy: bool) -> list:
+        """[(source id, weight, label)] of the cross-thread edges into thread ``key``'s point at ``b``."""
+        out = []
+        for w in range(bisect_left(th.wait_end, b), bisect_right(th.wait_end, b)):
+            ref = th.wait_ref[w]
+            if th.wait_kind[w] == RPC_WAIT:
+                out.extend(self._completion(ref, b, th.wait_start[w], key))
+            elif th.wait_kind[w] == COLLECTIVE_WAIT:
+                out.extend(self._collective(ref, b, th.rank))
+        c = self._served_start(th, b)
+        if c is not None:
+            out.extend(self._request(th, c, b, prev, busy))
+        elif not busy and prev is not None and key in self.pool and not out:
+            out.extend(self._wake(th, prev, b) or self._handoff(key, prev, b))
+        return out
+
+    def _handoff(self, key: tuple, a: int, b: int) -> list:
+        """An idle pool thread woken by nothing the records name (an untraced callback, such as
+        an RRef's type lookup): the latest point of another thread of its rank during the gap
+        handed the work over."""
+        job = self.job
+        opened = open_async_span(job, key[0], b)
+        if opened is not None:
+            # an untraced step of an async_execution function in progress handed it over
+            c, y = opened
+            src = self.point((y.rank, y.index), job.span_start[y.rank][c])
+            ts = self.times[(y.rank, y.index)]
+            i = bisect_right(ts, b) - 1
+            if src is not None and i >= 0:
+                at = max(ts[i], job.span_start[y.rank][c])
+                return [(self.point((y.rank, y.index), at) or src, b - at, (y.rank, job.name_of(y.rank, c), EXECUTION))]
+        best: Optional[tuple] = None
+        for other in self.keys:
+            if other[0] != key[0] or other == key:
+                continue
+            ts = self.times[other]
+            i = bisect_right(ts, b) - 1
+            if i >= 0 and ts[i] > a and (best is None or ts[i] > best[1]):
+                best = (self.base[other] + i, ts[i])
+        if best is None:
+            return []
+        return [(best[0], b - best[1], (key[0], UNTRACED, COMPUTE))]
+
+    def _completion(self, call: int, b: int, ws: int, key: tuple) -> list:
+        job = self.job
+        where = job.callee_span.get(call)
+        label = (job.call_callee[call], job.call_name[call], TRANSFER)
+        if where is not None:
+            rank, span = where
+            src = self.point((rank, int(job.ranks[rank].span_thread[span])), job.span_end[rank][span])
+            if src is not None:
+                return [(src, b - min(job.span_end[rank][span], b), label)]
+        src = self.point(key, ws)
+        return [(src, b - ws, label)] if src is not None else []
+
+    def _collective(self, coll: int, b: int, rank: int) -> list:
+        job = self.job
+        last = job.coll_last[coll]
+        if last is None:
+            return []
+        out = []
+        for q in job.coll_ranks[coll]:
+            index = job.coll_thread.get((coll, q))
+            at = job.coll_arrive.get((coll, q))
+            if index is None or at is None:
+                continue
+            src = self.point((q, index), at)
+            if src is not None:
+                # every arrival plus the time the collective took after the last one
+                out.append((src, max(b - last[1], 0), (rank, job.coll_op[coll], COLLECTIVE)))
+        return out
+
+    def _continuation(self, th: Thread, a: int, b: int) -> list:
+        """Edges into the end ``b`` of an ``async_execution`` span whose own time [a, b) ends it:
+        from the completion of each RPC it issued, plus the measured time after the last."""
+        job = self.job
+        k = bisect_right(th.bounds, a) - 1
+        o = th.owner[k] if k >= 0 else -1
+        rank = th.rank
+        if o < 0 or job.callee_of[rank][o] != o or o not in job.ranks[rank].async_spans or job.span_end[rank][o] != b:
+            return []
+        found = nested_calls(job, th, o, b)
+        if not found:
+            return []
+        last = max(done for _, done in found)
+        out = []
+        for call, _ in found:
+            src = self._completion_point(call)
+            if src is not None:
+                out.append((src, b - last, (rank, job.name_of(rank, o), EXECUTION)))
+        return out
+
+    def _served_start(self, th: Thread, b: int) -> Optional[int]:
+        """The served call whose callee span starts at ``b`` on ``th``, or None."""
+        k = bisect_right(th.bounds, b) - 1
+        if k < 0 or th.bounds[k] != b:
+            return None
+        c = self.job.callee_of[th.rank][th.owner[k]] if th.owner[k] >= 0 else -1
+        if c < 0 or self.job.span_start[th.rank][c] != b:
+            return None
+        return self.job.span_call.get((th.rank, c))
+
+    def _request(self, th: Thread, call: int, b: int, prev: Optional[int], busy: bool) -> list:
+        job = self.job
+        caller = job.caller_span.get(call)
+        if caller is None or not (job.has[0, call] and job.has[3, call]):
+            return []
+        rank, span = caller
+        t1 = int(job.t_ref[0, call])
+        src = self.point((rank, int(job.ranks[rank].span_thread[span])), t1)
+        if src is None:
+            return []
+        # the part of the delivery spent queued behind the thread's earlier work is thread order's
+        queued = max(0, (prev or t1) - (t1 + int(job.floor[call]))) if busy else 0
+        return [(src, max(b - t1 - queued, 0), (th.rank, job.call_name[call], TRANSFER))]
+
+    def _wake(self, th: Thread, a: int, b: int) -> list:
+        ends, calls = self.job.rank_completions(th.rank)
+        i = bisect_right(ends, b) - 1
+        if i < 0 or ends[i] <= a:
+            return []
+        call = calls[i]
+        src = self._completion_point(call)
+        return [(src, b - ends[i], (th.rank, self.job.call_name[call], TRANSFER))] if src is not None else []
+
+    def _completion_point(self, call: int) -> Optional[int]:
+        job = self.job
+        where = job.caller_span.get(call)
+        if where is None:
+            return None
+        rank, span = where
+        return self.point((rank, int(job.ranks[rank].span_thread[span])), int(job.t_ref[3, call]))
+
+    # -- the replay ----------------------------------------------------------------------------
+    def run(self) -> None:
+        """The new time of every point, in measured time order (an edge from a point not yet
+        replayed — clock error can order a cause after its effect — keeps its measured shift, 0)."""
+        order = sorted((t, self.base[key] + i, key, i) for key in self.keys for i, t in enumerate(self.times[key]))
+        done = [False] * len(self.new)
+        for t, pid, key, i in order:
+            th = self.job.threads[key]
+            ts = self.times[key]
+            best, pred = None, None
+            busy = True
+            cont: list = []
+            if i > 0:
+                w, label, busy = self._interval(key, th, ts[i - 1], t)
+                cont = self._continuation(th, ts[i - 1], t)
+                if cont:   # the async span's tail waited for its nested calls, not its thread
+                    w, label, busy = 0, None, False
+                best, pred = self.new[pid - 1] + w, (pid - 1, label)
+            deps = self._deps(key, th, t, ts[i - 1] if i > 0 else None, busy) + cont
+            if i > 0 and not busy and not deps:
+                # waiting for nothing known: the gap keeps its length
+                best, pred = self.new[pid - 1] + (t - ts[i - 1]), (pid - 1, (th.rank, UNTRACED, COMPUTE))
+            for src, w, label in deps:
+                at = (self.new[src] if done[src] else self._measured(src)) + w
+                if best is None or at > best:
+                    best, pred = at, (src, label)
+            self.new[pid] = t if best is None else best
+            self.pred[pid] = pred
+            done[pid] = True
+
+    def _measured(self, pid: int) -> int:
+        for key in reversed(self.keys):
+            if self.base[key] <= pid:
+                return self.times[key][pid - self.base[key]]
+        return 0
+
+    def path(self, end: int, start_new: int) -> list:
+        """The new critical path into point ``end``, back to ``start_new``: [(label, ns)]."""
+        out = []
+        p = end
+        seen = 0
+        while p is not None and self.pred[p] is not None and self.new[p] > start_new and seen < 1_000_000:
+            src, label = self.pred[p]
+            d = self.new[p] - max(self.new[src], start_new)
+            if label is not None and d > 0:
+                out.append((label, d))
+            p = src
+            seen += 1
+        return out
+
+
+def whatif(job: JobTimeline, speedups: list) -> list:
+    """[:class:`Prediction`] per window of ``job``: measured and predicted time with ``speedups``
+    ([:class:`Speedup`]), and the new critical path's largest segments."""
+    replay = Replay(job, speedups)
+    replay.run()
+    starts = _window_starts(job)
+    out = []
+    for name, start, end, at in windows(job):
+        skey = starts.get(name, at)
+        s = replay.point(skey, start)
+        e = replay.point(at, end)
+        if s is None or e is None:
+            continue
+        start_new = replay.new[s] - (replay.times[skey][s - replay.base[skey]] - start)
+        end_new = replay.new[e] + (end - replay.times[at][e - replay.base[at]])
+        totals: dict = {}
+        for label, ns in replay.path(e, start_new):
+            totals[label] = totals.get(label, 0) + ns
+        top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]
+        out.append(Prediction(window=name, measured_ns=end - start, predicted_ns=end_new - start_new,
+                              top=[{"rank": r, "name": n, "kind": k, "ns": ns} for (r, n, k), ns in top]))
+    return out
+
+
+def _window_starts(job: JobTimeline) -> dict:
+    """{window name: (rank, thread index)} where it starts: of a step, the rank's whose step
+    started first; of the whole trace, the thread's that began first."""
+    threads = [th for th in job.threads.values() if th.bounds or th.wait_end]
+    first: dict = {}
+    if threads:
+        th = min(threads, key=lambda th: th.first_ns)
+        first[WHOLE_TRACE] = (th.first_ns, (th.rank, th.index))
+    for rank, tl in job.ranks.items():
+        for name, start, _, thread in tl.steps:
+            if name not in first or start < first[name][0]:
+                first[name] = (start, (rank, thread))
+    return {name: key for name, (_, key) in first.items()}
+
+
+def as_json(predictions: list, speedups: list) -> dict:
+    """``{"speedups": [labels], "windows": [{window, measured_ns, predicted_ns, top}]}``."""
+    return {"speedups": [s.label() for s in speedups], "windows": [p.as_dict() for p in predictions]}
+
+
+def table(predictions: list, speedups: list) -> str:
+    """One row per window (measured, predicted, change, in ms), then each window's new path's largest segments."""
+    lines = ["what if: " + ", ".join(s.label() for s in speedups), "",
+             f"{'window':<24} {'measured ms':>12} {'predicted ms':>13} {'change':>8}"]
+    for p in predictions:
+        change = (p.predicted_ns - p.measured_ns) / p.measured_ns if p.measured_ns else 0.0
+        lines.append(f"{p.window:<24} {p.measured_ns / 1e6:>12.3f} {p.predicted_ns / 1e6:>13.3f} {change:>+8.1%}")
+    for p in predictions:
+        lines += ["", f"{p.window}: the new critical path's largest segments"]
+        lines += [f"  {s['ns'] / 1e6:>10.3f} ms  rank {s['rank']}  {s['kind']:<24} {s['name']}" for s in p.top]
+    return "\n".join(lines) + "\n"
