@@ -13,6 +13,8 @@ Capture (inside each worker, needs torch) lives in :mod:`tracemerge.capture`, th
 module that imports torch.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 # Exports load on first use (PEP 562), so ``import tracemerge.capture`` inside a training
@@ -30,7 +32,7 @@ _EXPORTS = {
 __all__ = ["AlignRequest", "Alignment", "ClockModel", "Job", "Session", "combine", "read_trace", "__version__"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tracemerge' has no attribute {name!r}")
@@ -41,5 +43,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

@@ -83,14 +83,15 @@ class Group(click.Group):
     """Turns every failure into one line on stderr and its documented exit code (docs/errors.md);
     TRACEMERGE_DEBUG=1 adds the traceback of an internal error."""
 
-    def make_context(self, info_name, args, parent=None, **extra):
+    def make_context(self, info_name: "str | None", args: "list[str]", parent: "click.Context | None" = None,
+                     **extra):
         # errors in the top-level options, before any subcommand runs
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
             usage_error(e, info_name)
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context):
         try:
             with _sigterm_raises():
                 return super().invoke(ctx)
@@ -128,7 +129,7 @@ def _sigterm_raises():
         yield
         return
 
-    def terminated(signum, frame):
+    def terminated(signum: int, frame: object) -> None:
         raise Terminated()
 
     before = signal.signal(signal.SIGTERM, terminated)
@@ -142,7 +143,7 @@ def _sigterm_raises():
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
-def usage_error(e, where):
+def usage_error(e: click.UsageError, where: "str | None") -> None:
     """One line like every other failure (click's own takes three), still exit 2."""
     if isinstance(e, NO_ARGS_IS_HELP):  # bare `tracemerge`: click shows the help
         raise e
@@ -151,7 +152,7 @@ def usage_error(e, where):
     raise click.exceptions.Exit(EXIT_USAGE)
 
 
-def say(line, err=True):
+def say(line: str, err: bool = True) -> None:
     """A line on stderr that is not an error (summary, warning, note, hint); ``--quiet``
     silences it."""
     ctx = click.get_current_context(silent=True)
@@ -159,13 +160,13 @@ def say(line, err=True):
         click.echo(line, err=err)
 
 
-def _quiet():
+def _quiet() -> bool:
     ctx = click.get_current_context(silent=True)
     return bool(ctx and ctx.find_root().meta.get("tracemerge.quiet"))
 
 
-def quiet_option(fn):
-    def set_quiet(ctx, param, value):
+def quiet_option(fn: "click.decorators.FC") -> "click.decorators.FC":
+    def set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
         if value:
             ctx.find_root().meta["tracemerge.quiet"] = True
         return value
@@ -173,19 +174,19 @@ def quiet_option(fn):
                         help="Print nothing on stderr but errors: no summary, warnings, notes or progress.")(fn)
 
 
-def fail(ctx, message, code):
+def fail(ctx: click.Context, message: str, code: int) -> None:
     click.echo(f"tracemerge: error: {message}", err=True)
     ctx.exit(code)
 
 
-def max_inflate_option(fn):
+def max_inflate_option(fn: "click.decorators.FC") -> "click.decorators.FC":
     return click.option("--max-inflate", callback=_set_max_inflate, default=None, metavar="SIZE", expose_value=False,
                         is_eager=True,
                         help="Refuse a gzip/zstd input that inflates to more than SIZE (e.g. 8G; 0: no limit; "
                              "default: 64x its compressed size, at least 256M; also TRACEMERGE_MAX_INFLATE).")(fn)
 
 
-def _set_max_inflate(ctx, param, value):
+def _set_max_inflate(ctx: click.Context, param: click.Parameter, value: "str | None") -> "str | None":
     """The bound travels in the environment: forked and Dask workers read it where they inflate."""
     if value is not None:
         from tracemerge.codecs import MAX_INFLATE_ENV, parse_size  # here: gzip is not needed before
@@ -197,7 +198,7 @@ def _set_max_inflate(ctx, param, value):
         before = os.environ.get(MAX_INFLATE_ENV)
         os.environ[MAX_INFLATE_ENV] = value
 
-        def restore():  # a command run inside another program leaves its environment as it was
+        def restore() -> None:  # a command run inside another program leaves its environment as it was
             if before is None:
                 os.environ.pop(MAX_INFLATE_ENV, None)
             else:
@@ -206,7 +207,7 @@ def _set_max_inflate(ctx, param, value):
     return value
 
 
-def input_options(fn):
+def input_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = max_inflate_option(fn)
     fn = click.option("--strict", is_flag=True,
                       help="Refuse files of different jobs (job_id, world_size or backend differ), or ranks whose "
@@ -216,7 +217,8 @@ def input_options(fn):
     return fn
 
 
-def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
+def open_inputs(files: "list[str] | tuple[str, ...]", rank_from: str, skip_bad: bool, strict: bool,
+                file_warnings: bool = False, **kw) -> Job:
     """Job.open, then say on stderr which files were skipped and what looks wrong
     (``file_warnings``: also each file's own warnings, a truncated file's salvage among
     them, for commands that do not print them later)."""
@@ -236,13 +238,13 @@ def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
     return job
 
 
-def file_warnings_of(infos):
+def file_warnings_of(infos: "list[tracemerge.inputs.rankinfo.RankInfo]") -> None:
     for info in infos:
         for w in info.warnings:
             say(f"tracemerge: warning: {info.path}: {w}", err=True)
 
 
-def parse_offsets(ctx, param, values):
+def parse_offsets(ctx: click.Context, param: click.Parameter, values: "tuple[str, ...]") -> "dict[int, int]":
     offsets = {}
     for v in values:
         rank, sep, ns = v.partition("=")
@@ -260,7 +262,7 @@ def parse_offsets(ctx, param, values):
 files_argument = click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 
 
-def rank_options(fn):
+def rank_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--cycle", type=click.IntRange(min=0), default=None, metavar="N",
                       help="Keep only cycle N of torch.profiler.schedule cycle files (rank{R}.cycle{N}.json.gz; "
                            "default: every cycle, the cycles of a rank joined into one process).")(fn)
@@ -272,7 +274,7 @@ def rank_options(fn):
 
 
 def _parsed(parse):
-    def callback(ctx, param, value):
+    def callback(ctx: click.Context, param: click.Parameter, value: "str | None") -> object:
         try:
             return None if value is None else parse(value)
         except TracemergeError as e:
@@ -280,7 +282,7 @@ def _parsed(parse):
     return callback
 
 
-def selection_options(fn):
+def selection_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
                       default=None, metavar="[US]",
                       help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
@@ -301,7 +303,7 @@ def selection_options(fn):
     return fn
 
 
-def engine_options(fn):
+def engine_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
                       help="Dask scheduler to run on (with --engine dask; default: a LocalCluster).")(fn)
     fn = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
@@ -311,7 +313,7 @@ def engine_options(fn):
     return fn
 
 
-def align_options(fn):
+def align_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--offset", "offsets", multiple=True, callback=parse_offsets, metavar="RANK=NS",
                       help="Force a known clock offset for a rank (its clock minus the reference's, ns). Repeatable.")(fn)
     fn = click.option("--reference", type=int, default=None, metavar="RANK",
@@ -323,7 +325,7 @@ def align_options(fn):
     return fn
 
 
-def core_line(cores, unit="ranks"):
+def core_line(cores: "list[tuple[str, str]]", unit: str = "ranks") -> str:
     """Which core read the inputs: "core: native (8 ranks)", with each rank the Python path
     read instead and why (the output is the same bytes either way); ``unit``: "files" when
     some rank is several cycle files, each read on its own."""
@@ -335,7 +337,7 @@ def core_line(cores, unit="ranks"):
         f"; {path} read by the Python path: {why}" for path, why in fallback)
 
 
-def _version(ctx, param, value):
+def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
     # the core that would run, without importing it (numpy, msgspec: most of the start-up)
@@ -346,7 +348,7 @@ def _version(ctx, param, value):
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Show the version and which core is active (compiled or Python), then exit.")
-def main():
+def main() -> None:
     """Merge the per-rank profiler traces of a distributed PyTorch job into one aligned timeline.
 
     \b
@@ -378,9 +380,13 @@ def main():
               help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
                    "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
                    "in it. Reads every rank once more.")
-def combine(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, fmt, ranks, window,
-            min_duration, drop_categories, overview, engine, jobs, scheduler, report_path, critical_path, skip_bad,
-            strict):
+def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, reference: "int | None",
+            offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, enforce_causality: bool,
+            fmt: "str | None", ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
+            min_duration: "float | None", drop_categories: "tuple[str, ...]", overview: "float | None",
+            engine: str, jobs: "int | None",
+            scheduler: "str | None", report_path: "str | None", critical_path: bool, skip_bad: bool,
+            strict: bool) -> None:
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -457,7 +463,8 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
               help='table for reading; json: {"reference": R, "ranks": [{rank, method, offset_ns, drift_ppm, '
                    'anchor_ns, error_bound_ns, samples, peers, machine, hostname}, ...], "machines": [{machine, '
                    'hostname, boot_id, ranks}, ...]}.')
-def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
+def offsets(files: "tuple[str, ...]", method: str, reference: "int | None", offsets: "dict[int, int]", rank_from: str,
+            cycle: "int | None", fmt: str) -> None:
     """Estimate each rank's clock against the reference rank, with error bounds.
 
     Per rank: the method that produced it, offset_ns (its clock minus the reference's at
@@ -491,7 +498,7 @@ def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
                 say(f"tracemerge: warning: {i.path}: {w}", err=True)
 
 
-def _by(reasons):
+def _by(reasons: "dict[str, int] | None") -> str:
     return f" ({', '.join(f'{k}: {v}' for k, v in reasons.items())})" if reasons else ""
 
 
@@ -501,12 +508,12 @@ def _by(reasons):
               show_default=True,
               help="Port on 127.0.0.1 (the Perfetto UI only fetches from 9001; 0 picks a free one).")
 @click.option("--browser", is_flag=True, help="Open the link in the default web browser.")
-def open_trace(trace, port, browser):
+def open_trace(trace: str, port: int, browser: bool) -> None:
     """Serve TRACE once to ui.perfetto.dev and print the link that opens it.
 
     Exits after the UI fetched the file, or on Ctrl-C.
     """
-    def ready(link):
+    def ready(link: str) -> None:
         click.echo(link)
         sys.stdout.flush()
 
@@ -522,7 +529,7 @@ def open_trace(trace, port, browser):
 @files_argument
 @rank_options
 @input_options
-def info(files, rank_from, cycle, skip_bad, strict):
+def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad: bool, strict: bool) -> None:
     """Describe each trace file: rank, worker, events, time span, threads, metadata, warnings.
 
     A merged trace written by `tracemerge combine` is described by its summary: its ranks,
@@ -629,8 +636,10 @@ def merged_lines(path, trace):
 @align_options
 @rank_options
 @input_options
-def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_path, analysis, section, method,
-           reference, offsets, rank_from, cycle, skip_bad, strict):
+def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int, fmt: str, output: str,
+           remote_ops: bool, html_path: "str | None", analysis: bool, section: str, method: str,
+           reference: "int | None", offsets: "dict[int, int]", rank_from: str, cycle: "int | None", skip_bad: bool,
+           strict: bool) -> None:
     """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
@@ -653,7 +662,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
 
     align = AlignRequest(method, reference, offsets)
 
-    def opener(paths):
+    def opener(paths: "list[str]") -> Job:
         return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
                            align=align)
 
@@ -669,7 +678,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
             say(f"tracemerge: warning: {note}", err=True)
 
 
-def run_files(arg):
+def run_files(arg: str) -> "list[str]":
     """The files of one run (:func:`tracemerge.report.diff.run_files`), each file a directory
     held and left out named on stderr."""
     from tracemerge.report.diff import run_files as files_of_run

@@ -10,8 +10,12 @@ import contextlib
 import gzip
 import os
 import zlib
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator, Optional, Union
 
 from tracemerge.errors import OutputError, TraceError
+
+# a writable binary stream: a file, a gzip.GzipFile, zstandard's stream writer
+Stream = Any
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -25,12 +29,12 @@ class Gzip:
     name = "gzip"
     level = 1  # gzip-1 costs ~1/3 of gzip-6 for ~3/4 of its ratio on trace JSON
 
-    def compress(self, data):
+    def compress(self, data: bytes) -> bytes:
         """``data`` as one complete member."""
         return gzip.compress(data, self.level, mtime=0)
 
     @contextlib.contextmanager
-    def writer(self, fileobj):
+    def writer(self, fileobj: BinaryIO) -> Iterator[gzip.GzipFile]:
         """A stream that writes one member into ``fileobj``, ended on exit."""
         with gzip.GzipFile(filename="", fileobj=fileobj, mode="wb", compresslevel=self.level, mtime=0) as out:
             yield out
@@ -49,35 +53,36 @@ class Zstd:
     name = "zstd"
     level = 1
 
-    def compress(self, data):
+    def compress(self, data: bytes) -> bytes:
         """``data`` as one complete frame."""
         return self._compressor().compress(data)
 
     @contextlib.contextmanager
-    def writer(self, fileobj):
+    def writer(self, fileobj: BinaryIO) -> Iterator[Stream]:
         """A stream that writes one frame into ``fileobj``, ended on exit."""
         with self._compressor().stream_writer(fileobj, closefd=False) as out:
             yield out
 
-    def _compressor(self):
+    def _compressor(self) -> Any:
         # the checksum (as the zstd tool writes by default) is what finds corrupt data, as
         # gzip's CRC does; without it a changed byte may just decode to other bytes
         return _zstandard(OutputError).ZstdCompressor(level=self.level, write_checksum=True)
 
 
-CODECS = {".gz": Gzip(), ".zst": Zstd()}
+Codec = Union[Gzip, Zstd]
+CODECS: dict[str, Codec] = {".gz": Gzip(), ".zst": Zstd()}
 
 
-def _suffix(path):
+def _suffix(path: str) -> str:
     return next((s for s in CODECS if path.endswith(s)), "")
 
 
-def plain_name(path):
+def plain_name(path: str) -> str:
     """``path`` without its compression suffix: ``t.pftrace.zst`` -> ``t.pftrace``."""
     return path[:len(path) - len(_suffix(path))]
 
 
-def codec_for(path):
+def codec_for(path: str) -> Optional[Codec]:
     """The codec an output name asks for, None for an uncompressed name or "-" (stdout).
 
     A ``.zst`` name without the zstandard module is refused here, before any work is done.
@@ -88,12 +93,12 @@ def codec_for(path):
     return codec
 
 
-def writer(codec, fileobj):
+def writer(codec: Optional[Codec], fileobj: BinaryIO) -> ContextManager[Stream]:
     """``codec.writer(fileobj)``, or ``fileobj`` itself when ``codec`` is None."""
     return codec.writer(fileobj) if codec else contextlib.nullcontext(fileobj)
 
 
-def decompress(path, data):
+def decompress(path: str, data: bytes) -> tuple[bytes, str]:
     """(bytes, cut) of the contents of file ``path``: gzip and zstd are undone, found by their
     magic; ``cut`` names the codec when its stream ends early (what it decompressed to is
     returned, for the reader to salvage), else it is "". Corrupt data is a TraceError."""
@@ -104,7 +109,7 @@ def decompress(path, data):
     return data, ""
 
 
-def decompressor(path, start):
+def decompressor(path: str, start: bytes) -> Optional["_Stream"]:
     """An object whose ``decompress(chunk)`` undoes the stream that begins with the bytes
     ``start`` one chunk at a time (its ``eof`` is true after the first member or frame), or
     None when ``start`` is not compressed: for reading the head of a file without the rest."""
@@ -119,17 +124,17 @@ def decompressor(path, start):
 class _Stream:
     """A decompressor whose corrupt data is a TraceError, whatever the codec."""
 
-    def __init__(self, path, name, inflate, errors):
+    def __init__(self, path: str, name: str, inflate: Any, errors: "type[Exception]") -> None:
         self.path, self.name, self.inflate, self.errors = path, name, inflate, errors
 
-    def decompress(self, chunk):
+    def decompress(self, chunk: bytes) -> bytes:
         try:
             return self.inflate.decompress(chunk)
         except self.errors as e:
             raise TraceError(self.path, f"corrupt {self.name}: {e}") from None
 
     @property
-    def eof(self):
+    def eof(self) -> bool:
         return self.inflate.eof
 
 
@@ -143,7 +148,7 @@ MAX_INFLATE_FLOOR = 256 << 20   # small files may inflate this far whatever thei
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def parse_size(text):
+def parse_size(text: Union[str, int]) -> int:
     """Bytes of a size like ``512M``, ``8G``, ``1000000``; 0 means no bound."""
     t = str(text).strip().upper().removesuffix("B").removesuffix("I")
     unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
@@ -156,7 +161,7 @@ def parse_size(text):
     return int(n * _UNITS[unit])
 
 
-def inflate_limit(compressed_size):
+def inflate_limit(compressed_size: int) -> Optional[int]:
     """The most bytes an input of ``compressed_size`` may inflate to (None: unbounded):
     ``TRACEMERGE_MAX_INFLATE`` (set by ``--max-inflate``), else 64x its size, at least 256 MiB."""
     given = os.environ.get(MAX_INFLATE_ENV)
@@ -167,12 +172,12 @@ def inflate_limit(compressed_size):
     return max(MAX_INFLATE_FLOOR, MAX_INFLATE_RATIO * compressed_size)
 
 
-def _too_big(path, name, limit):
+def _too_big(path: str, name: str, limit: int) -> TraceError:
     return TraceError(path, f"the {name} stream inflates to more than {_size(limit)} (the bound for this input; "
                             f"--max-inflate SIZE or {MAX_INFLATE_ENV} raises it, 0 lifts it)")
 
 
-def _size(n):
+def _size(n: int) -> str:
     for unit in ("TiB", "GiB", "MiB", "KiB"):
         scale = 1 << {"TiB": 40, "GiB": 30, "MiB": 20, "KiB": 10}[unit]
         if n >= scale:
@@ -180,7 +185,7 @@ def _size(n):
     return f"{n} bytes"
 
 
-def _gunzip(path, data):
+def _gunzip(path: str, data: bytes) -> tuple[bytes, str]:
     """Every member, each inflated by one call bounded by what is left of the limit (the
     same single pass as gzip.decompress, which cannot be bounded)."""
     limit = inflate_limit(len(data))
@@ -209,7 +214,7 @@ def _gunzip(path, data):
 _ZSTD_SLICE = 8 << 10
 
 
-def _unzstd(path, data):
+def _unzstd(path: str, data: bytes) -> tuple[bytes, str]:
     """Every frame, one decompressor each: zstandard's multi-frame mode cannot tell a stream
     that ends inside a frame from a whole one, so it would hide a cut."""
     zstandard = _zstandard(lambda message: TraceError(path, message))
@@ -240,7 +245,7 @@ def _unzstd(path, data):
     return b"".join(out), ""
 
 
-def _zstandard(fail):
+def _zstandard(fail: Callable[[str], Exception]) -> Any:
     """The zstandard module; without it, the exception ``fail(message)`` is raised."""
     try:
         import zstandard

@@ -11,12 +11,16 @@ import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Union, cast
 
 from tracemerge.errors import TracemergeError
 
+if TYPE_CHECKING:
+    from tracemerge.progress import Progress
+
 
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     """Trace documents are trees of fresh dicts without cycles: the cyclic collector would
     only rescan them (up to 2.8× the parse time), reference counting frees them anyway."""
     was = gc.isenabled()
@@ -37,7 +41,7 @@ class Abandoned(Exception):
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _worker_start(parent):
+def _worker_start(parent: int) -> None:
     """In each worker: die with the parent, also when it is killed (SIGKILL leaves no chance
     to stop its workers), and take SIGTERM as the plain end the parent sends, not as the
     parent's own clean-up (which the fork inherited)."""
@@ -51,7 +55,7 @@ def _worker_start(parent):
         os._exit(1)
 
 
-def _kill_workers(pool):
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
     """End a pool's worker processes at once (ProcessPoolExecutor has no terminate())."""
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -65,15 +69,15 @@ class WorkerDied(TracemergeError):
 class LocalEngine:
     """Per-rank tasks in up to ``jobs`` processes on this machine (inline with one job)."""
 
-    def __init__(self, jobs=None, progress=None):
+    def __init__(self, jobs: Optional[int] = None, progress: Optional["Progress"] = None) -> None:
         self.jobs = max(1, jobs or os.cpu_count() or 1)
         self.progress = progress  # called as each task ends (tracemerge.progress.Progress)
 
-    def map_light(self, fn, *columns):
+    def map_light(self, fn: Callable[..., Any], *columns: Iterable[Any]) -> list:
         """``map`` for calls cheaper than sending their results between processes."""
         return list(map(fn, *columns))
 
-    def map(self, fn, *columns):
+    def map(self, fn: Callable[..., Any], *columns: Iterable[Any]) -> list:
         calls = list(zip(*columns))
         if self.jobs == 1 or len(calls) <= 1:
             results = []
@@ -94,7 +98,7 @@ class LocalEngine:
                     finished += 1
                     if f.exception() is None:
                         self._tick(fn, finished, len(calls), calls[futures.index(f)], f.result())
-            failed = [f.exception() for f in futures if f.exception() is not None]
+            failed = [cast(BaseException, f.exception()) for f in futures if f.exception() is not None]
         except BaseException:
             # Ctrl-C, SIGTERM: the workers go now, not when their ranks are done
             _kill_workers(pool)
@@ -111,11 +115,11 @@ class LocalEngine:
             raise first
         return [f.result() for f in futures]
 
-    def _tick(self, fn, done, total, call, result):
+    def _tick(self, fn: Callable[..., Any], done: int, total: int, call: tuple, result: Any) -> None:
         if self.progress is not None:
             self.progress(fn, done, total, call, result)
 
-    def close(self):
+    def close(self) -> None:
         if self.progress is not None:
             self.progress.clear()
 
@@ -128,7 +132,9 @@ class DaskEngine:
     output must be on a filesystem every worker and the client share.
     """
 
-    def __init__(self, scheduler=None, jobs=None):
+    progress: Optional["Progress"] = None  # not drawn: the workers' progress is Dask's own
+
+    def __init__(self, scheduler: Optional[str] = None, jobs: Optional[int] = None) -> None:
         try:
             from distributed import Client, LocalCluster
         except ImportError:
@@ -148,28 +154,31 @@ class DaskEngine:
             where = f"--scheduler {scheduler}: cannot connect" if scheduler else "cannot start a Dask LocalCluster"
             raise TracemergeError(f"{where}: {e}") from None
 
-    def map_light(self, fn, *columns):
+    def map_light(self, fn: Callable[..., Any], *columns: Iterable[Any]) -> list:
         return self.map(fn, *columns)  # the files are on the workers' side of the network
 
-    def map(self, fn, *columns):
+    def map(self, fn: Callable[..., Any], *columns: Iterable[Any]) -> list:
         # an argument shared by every call (the per-rank function with its RPC plan) is
         # sent to the workers once, not pickled into each of the ranks' tasks
-        columns = [[self.client.scatter(c[0], broadcast=True, hash=False)] * len(c)
-                   if len(c) > 1 and all(x is c[0] for x in c) and not isinstance(c[0], (str, int)) else c
-                   for c in map(list, columns)]
-        futures = self.client.map(fn, *columns, pure=False)
+        lists = [[self.client.scatter(c[0], broadcast=True, hash=False)] * len(c)
+                 if len(c) > 1 and all(x is c[0] for x in c) and not isinstance(c[0], (str, int)) else c
+                 for c in map(list, columns)]
+        futures = self.client.map(fn, *lists, pure=False)
         try:
             return self.client.gather(futures)
         except self._killed as e:
             raise WorkerDied(f"a Dask worker died running a rank (killed, or out of memory): {e}") from None
 
-    def close(self):
+    def close(self) -> None:
         for thing in (getattr(self, "client", None), self.cluster):
             if thing is not None:
                 thing.close()
 
 
-def make_engine(engine="local", jobs=None, scheduler=None):
+Engine = Union[LocalEngine, DaskEngine]
+
+
+def make_engine(engine: str = "local", jobs: Optional[int] = None, scheduler: Optional[str] = None) -> Engine:
     if engine == "local":
         if scheduler:
             raise TracemergeError("--scheduler needs --engine dask")

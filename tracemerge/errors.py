@@ -1,7 +1,7 @@
 """Errors that end a command with a one-line message and a documented exit code."""
 
 import contextlib
-from typing import Optional
+from typing import Iterator, Optional
 
 # Exit codes (documented in README.md). click itself exits 2 on a usage error.
 EXIT_OK = 0
@@ -37,7 +37,7 @@ class TraceError(TracemergeError):
         self.problem = problem
         self.index = index
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         # rebuilt from its parts when it crosses from a worker process to the parent
         return type(self), (self.path, self.problem, self.index)
 
@@ -61,7 +61,7 @@ class Terminated(BaseException):
 
 
 @contextlib.contextmanager
-def reading(path):
+def reading(path: object) -> Iterator[None]:
     """Failures of Python itself on an input's content, as errors naming the file: JSON
     nested deeper than the interpreter's recursion limit (valid JSON, but no reader here
     follows ~1000 levels), text no UTF-8 holds found after the reader's own checks, memory
@@ -72,7 +72,7 @@ def reading(path):
         raise TraceError(path, "JSON nested too deeply (an event's args or a key nested ~1000 levels; "
                                "the readers follow fewer)") from None
     except UnicodeError as e:
-        raise TraceError(path, f"text that is not UTF-8 ({e.reason})") from None
+        raise TraceError(path, f"text that is not UTF-8 ({getattr(e, 'reason', e)})") from None
     except MemoryError:
         raise TraceError(path, "out of memory reading it (a process holds ~5x a rank's JSON size: "
                                "see docs/performance.md; fewer --jobs may help)") from None

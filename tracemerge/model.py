@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import is_not
-from typing import Optional
+from typing import Any, Callable, Iterator, Optional, SupportsIndex, Union, cast
 
 import msgspec
 import numpy as np
@@ -22,6 +22,8 @@ NO_DUR = -1                     # an event without "dur"
 # The keys held in columns; every other key of an event is kept in ``extra``.
 COLUMN_KEYS = frozenset(("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
 FLOW_ID_KEYS = ("id", "id2", "bind_id")   # the keys a flow or async event is keyed by
+# event indices: a list, or an int array
+Indices = Union[Sequence[int], np.ndarray]
 
 
 class Args(Sequence):
@@ -34,22 +36,22 @@ class Args(Sequence):
 
     __slots__ = ("items", "raw")
 
-    def __init__(self, items, raw=False):
+    def __init__(self, items: list, raw: bool = False) -> None:
         self.items, self.raw = items, raw
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: SupportsIndex) -> Any:  # type: ignore[override]
         return _decoded(self.items[i])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return map(_decoded, self.items)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         return Args, (self.items, self.raw)
 
-    def dicts(self, idx):
+    def dicts(self, idx: Indices) -> list[Optional[dict]]:
         """The args of the events ``idx`` (a list of indices), decoded together; None for
         args that are not an object."""
         items = list(map(self.items.__getitem__, idx))
@@ -57,11 +59,11 @@ class Args(Sequence):
             items = _LIST.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
         return [a if a.__class__ is dict else None for a in items]
 
-    def take(self, idx):
+    def take(self, idx: Indices) -> "Args":
         """The args of the events ``idx`` (a list of indices), still undecoded."""
         return Args(list(map(self.items.__getitem__, idx)), self.raw)
 
-    def with_key(self, key):
+    def with_key(self, key: str) -> list[int]:
         """Sorted indices of the events whose args may have the top-level ``key``: a
         superset (raw JSON is searched for the quoted key, which may be nested), so
         callers check ``args[i]``."""
@@ -80,7 +82,7 @@ class Args(Sequence):
 _LIST = msgspec.json.Decoder(list)
 
 
-def _decoded(a):
+def _decoded(a: Any) -> Any:
     return msgspec.json.decode(a) if a.__class__ is msgspec.Raw else a
 
 
@@ -97,21 +99,22 @@ class Extra(Sequence):
 
     __slots__ = ("items", "_columns", "_rest", "n")
 
-    def __init__(self, items=None, columns=None, n=None, rest=None):
+    def __init__(self, items: Optional[list] = None, columns: Optional[dict[str, list]] = None,
+                 n: Optional[int] = None, rest: Optional[Callable[[], dict[str, list]]] = None) -> None:
         self.items, self._columns, self._rest = items, columns, rest
-        self.n = len(items) if items is not None else n
+        self.n: int = len(items) if items is not None else cast(int, n)
 
     @property
-    def columns(self):
+    def columns(self) -> dict[str, list]:
         if self._rest is not None:
             self._columns, self._rest = self._rest(), None
-        return self._columns
+        return cast("dict[str, list]", self._columns)
 
-    def read(self, key):
+    def read(self, key: str) -> Optional[list]:
         """The column of ``key`` (None when no event has it) among those given up front."""
-        return self._columns.get(key)
+        return cast("dict[str, list]", self._columns).get(key)
 
-    def column(self, key, idx):
+    def column(self, key: str, idx: Indices) -> list:
         """``key``'s value for each event of ``idx`` (indices), ``msgspec.UNSET`` where an
         event lacks the key: no dict per event."""
         if self.items is not None:
@@ -119,22 +122,22 @@ class Extra(Sequence):
         values = self.columns.get(key)
         return list(map(values.__getitem__, idx)) if values is not None else [msgspec.UNSET] * len(idx)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: SupportsIndex) -> Optional[dict]:  # type: ignore[override]
         if self.items is not None:
             return self.items[i]
         out = {k: v[i] for k, v in self.columns.items() if v[i] is not msgspec.UNSET}
         return out or None
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Optional[dict]]:
         return iter(self.items) if self.items is not None else map(self.__getitem__, range(self.n))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         return Extra, (self.items, self.columns if self.items is None else None, self.n)
 
-    def take(self, idx):
+    def take(self, idx: Indices) -> "Extra":
         """The extra keys of the events ``idx`` (a list of indices)."""
         if self.items is not None:
             return Extra(list(map(self.items.__getitem__, idx)))
@@ -146,12 +149,12 @@ class RankTrace:
     """One input file: its events as columns plus the file-level facts."""
 
     path: str
-    meta: dict                      # top-level keys other than traceEvents / tracemerge
-    tracemerge: Optional[dict]      # the rank-file block, None for plain traces
+    meta: dict[str, Any]                      # top-level keys other than traceEvents / tracemerge
+    tracemerge: Optional[dict[str, Any]]      # the rank-file block, None for plain traces
     base_ns: Optional[int]          # baseTimeNanoseconds, None when the file has none
-    names: list                     # string table for ``name`` and ``cat`` codes
-    pids: list                      # original pid values (int or str), by pid code
-    tids: list                      # original tid values, by tid code
+    names: list[Any]                     # string table for ``name`` and ``cat`` codes
+    pids: list[Any]                      # original pid values (int or str), by pid code
+    tids: list[Any]                      # original tid values, by tid code
     ph: np.ndarray                  # uint8, ord(ph)
     name: np.ndarray                # int32 code into names
     cat: np.ndarray                 # int32 code into names, -1 when absent
@@ -161,22 +164,22 @@ class RankTrace:
     dur: np.ndarray                 # int64 ns, NO_DUR when absent
     args: Args                      # args per event (a plain list is wrapped)
     extra: Extra                    # the event's other keys per event (a plain list is wrapped)
-    warnings: list = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     truncated: bool = False         # read up to the last complete event of a cut file
     # the typed reader's event structs, which the transform patches into output events
     # (``inputs.chrome._Event``); None for the generic reader
     events: Optional[list] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.args, Args):
             self.args = Args(self.args)
         if not isinstance(self.extra, Extra):
             self.extra = Extra(self.extra)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.ph)
 
-    def drop_events(self):
+    def drop_events(self) -> None:
         """Free the typed reader's event structs (the JSON writer's), after reading the
         extra keys out of them: every column stays."""
         if self.events is not None:
@@ -184,21 +187,21 @@ class RankTrace:
             self.events = None
 
     @property
-    def thread_stride(self):
+    def thread_stride(self) -> int:
         """The number that makes ``pid code * thread_stride + tid code`` one key per thread."""
         return max(len(self.tids), 1)
 
-    def thread_keys(self, idx=slice(None)):
+    def thread_keys(self, idx: Union[slice, np.ndarray, list[int]] = slice(None)) -> np.ndarray:
         """int64 thread key (``pid code * thread_stride + tid code``) of the events ``idx``:
         one number per (pid, tid), which splits back by ``divmod(key, thread_stride)``."""
         return self.pid[idx].astype(np.int64) * self.thread_stride + self.tid[idx]
 
     @property
-    def timed(self):
+    def timed(self) -> np.ndarray:
         """Mask of events that carry a timestamp."""
         return self.ts != NO_TS
 
-    def time_span(self):
+    def time_span(self) -> Optional[tuple[int, int]]:
         """(first, last) ns over timed events, ends of complete events included."""
         mask = self.timed
         if not mask.any():
@@ -207,10 +210,10 @@ class RankTrace:
         ends = ts + np.maximum(self.dur[mask], 0)
         return int(ts.min()), int(ends.max())
 
-    def metadata(self, kind):
+    def metadata(self, kind: str) -> dict[tuple[int, int], Any]:
         """{(pid code, tid code): name} of the "M" events named ``kind`` (the last one wins)."""
         code = self.code_of(kind)
-        out = {}
+        out: dict[tuple[int, int], Any] = {}
         if code is None:
             return out
         for i in np.flatnonzero((self.ph == ord("M")) & (self.name == code)):
@@ -219,7 +222,7 @@ class RankTrace:
                 out[(int(self.pid[i]), int(self.tid[i]))] = a["name"]
         return out
 
-    def code_of(self, name):
+    def code_of(self, name: str) -> Optional[int]:
         try:
             return self.names.index(name)
         except ValueError:

@@ -24,19 +24,19 @@ calls into each other (:func:`lanes`); the report uses it to compute key average
 does (``report.keyavg``).
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 
 
-def nest_order(thread, start, end):
+def nest_order(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The order that sorts slices by (``thread``, ``start``, -``end``)."""
     return np.lexsort((-end, start, thread))
 
 
-def thread_runs(thread):
+def thread_runs(thread: np.ndarray) -> list[tuple[int, int]]:
     """[(first row, end row)] of the runs of equal keys of sorted ``thread`` keys."""
     cuts = np.flatnonzero(np.diff(thread)) + 1
     firsts = np.concatenate(([0], cuts)).tolist()
@@ -93,12 +93,12 @@ def lane_origins(trace: RankTrace) -> np.ndarray:
     return out
 
 
-def _hashable(v):
+def _hashable(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, type(None))) else repr(v)
 
 
 def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
-          is_async: Optional[np.ndarray] = None) -> dict:
+          is_async: Optional[np.ndarray] = None) -> dict[int, int]:
     """{event index: lane} of the ``X`` spans that must leave their thread for Perfetto's
     JSON importer to show every span of it (it drops or moves a span that partly overlaps
     another of its thread, and would nest concurrent calls into each other).
@@ -119,13 +119,13 @@ def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
     spans, thread, s, e = spans[order], thread[order], s[order], e[order]
     a = is_async[spans]
     bounds = np.flatnonzero(np.diff(thread)) + 1
-    out = {}
+    out: dict[int, int] = {}
     for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [len(spans)])).tolist()):
         ts, te, ta = s[lo:hi], e[lo:hi], a[lo:hi]
         if _nests(ts, te, ta):
             continue
         moved = _leaving(ts.tolist(), te.tolist(), ta.tolist())
-        ends: list = []  # last end of each lane
+        ends: list[int] = []  # last end of each lane
         for k in moved:
             lane = next((n for n, last in enumerate(ends) if last <= ts[k]), len(ends))
             if lane == len(ends):
@@ -135,7 +135,7 @@ def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
     return out
 
 
-def _nests(s, e, is_async):
+def _nests(s: np.ndarray, e: np.ndarray, is_async: np.ndarray) -> bool:
     """True when a thread's spans (sorted by start, then end descending) need no lane: they
     form a proper tree and no asynchronous span encloses another (the next span in this
     order starts at or after its end)."""
@@ -147,10 +147,11 @@ def _nests(s, e, is_async):
     return parents_nested(s, e) is not None
 
 
-def _leaving(s, e, is_async):
+def _leaving(s: Sequence[int], e: Sequence[int], is_async: Sequence[bool]) -> list[int]:
     """Positions (in this sorted order) of the spans that leave the thread: a walk like
     torch's over a stack of the spans that stay."""
-    moved, stack = [], []       # stack: positions of staying spans, each inside the one below
+    moved: list[int] = []
+    stack: list[int] = []       # stack: positions of staying spans, each inside the one below
     for i, (start, end) in enumerate(zip(s, e)):
         while stack and start >= e[stack[-1]]:
             stack.pop()
@@ -192,7 +193,7 @@ def parents_nested(s: np.ndarray, e: np.ndarray) -> Optional[np.ndarray]:
     stride = n + 1
     order_key = np.sort(depth * stride + pos)
 
-    def last_before(level):
+    def last_before(level: np.ndarray) -> np.ndarray:
         k = np.searchsorted(order_key, level * stride + pos) - 1
         found = k >= 0
         hit = order_key[np.maximum(k, 0)]
@@ -216,7 +217,7 @@ def parents_nested(s: np.ndarray, e: np.ndarray) -> Optional[np.ndarray]:
 def parents_stack_walk(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """torch's own walk (``EventList._populate_cpu_children``), for threads that do not nest."""
     parent = np.full(len(s), -1, dtype=np.int64)
-    stack: list = []
+    stack: list[int] = []
     for i, (start, end) in enumerate(zip(s.tolist(), e.tolist())):
         while stack:
             top = stack[-1]
@@ -253,7 +254,7 @@ def category_codes(trace: RankTrace, test: Callable[[str], bool]) -> np.ndarray:
     return np.array([i for i, s in enumerate(trace.names) if isinstance(s, str) and test(s.lower())], dtype=np.int32)
 
 
-def _codes_in(table: Any, wanted: frozenset) -> np.ndarray:
+def _codes_in(table: Iterable[Any], wanted: frozenset) -> np.ndarray:
     return np.array([i for i, s in enumerate(table) if s in wanted], dtype=np.int32)
 
 

@@ -12,12 +12,13 @@ import contextlib
 import os
 import sys
 import tempfile
+from typing import Iterable, Iterator, Optional
 
-from tracemerge.codecs import codec_for, writer
+from tracemerge.codecs import Stream, codec_for, writer
 from tracemerge.errors import OutputError
 
 
-def check_output(path, inputs, force):
+def check_output(path: str, inputs: Iterable[str], force: bool) -> None:
     """Refuse an output that would overwrite an input, or an existing file without ``force``."""
     if path == "-":
         return
@@ -38,7 +39,7 @@ def check_output(path, inputs, force):
         raise OutputError(f"{path}: the directory {directory} is not writable")
 
 
-def _can_create_in(directory):
+def _can_create_in(directory: str) -> bool:
     """Whether a file can be made in ``directory``: os.access says yes to root even where
     the filesystem or an immutable directory says no."""
     try:
@@ -49,7 +50,7 @@ def _can_create_in(directory):
 
 
 @contextlib.contextmanager
-def atomic_output(path, compress=True, force=True):
+def atomic_output(path: str, compress: bool = True, force: bool = True) -> Iterator[Stream]:
     """A binary stream for ``path`` ("-" is stdout); ``.gz`` and ``.zst`` names are
     compressed (unless ``compress`` is false: the caller writes members or frames itself).
     Without ``force`` an output that appeared meanwhile (another run) is not replaced.
@@ -84,7 +85,7 @@ def atomic_output(path, compress=True, force=True):
         raise
 
 
-def _temporary(directory, path):
+def _temporary(directory: str, path: str) -> tuple[int, Optional[str]]:
     """(descriptor, name) of a new temporary file in ``directory``; name None for an
     unnamed (O_TMPFILE) one, which vanishes by itself if the process is killed."""
     if hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd"):
@@ -95,7 +96,7 @@ def _temporary(directory, path):
     return tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
 
 
-def _commit(fd, tmp, path, force):
+def _commit(fd: int, tmp: Optional[str], path: str, force: bool) -> None:
     """Give the written file ``path`` as its name: without ``force`` only if no file has
     that name by now (an exclusive link), with it replacing what is there."""
     source = tmp if tmp is not None else f"/proc/self/fd/{fd}"
@@ -129,7 +130,7 @@ def _commit(fd, tmp, path, force):
     os.replace(tmp, path)
 
 
-def _link(source, path):
+def _link(source: str, path: str) -> None:
     """A hard link ``path`` to ``source``, following a /proc/self/fd link to the open file:
     os.link calls link(2), which does not follow it, unless given a directory descriptor
     (then linkat(2) with AT_SYMLINK_FOLLOW)."""
@@ -140,7 +141,7 @@ def _link(source, path):
         os.close(directory)
 
 
-def _umask():
+def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -7,7 +7,7 @@ nothing); ``--quiet`` turns it off too. Engines call it once per finished rank.
 import os
 import sys
 import time
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 # what a finished task of each per-rank function did to its rank
 VERBS = {"encode_rank": "written"}
@@ -16,8 +16,8 @@ VERBS = {"encode_rank": "written"}
 class Progress:
     def __init__(self, stream: Optional[TextIO] = None) -> None:
         self.stream = stream or sys.stderr
-        self.started: dict = {}
-        self.bytes: dict = {}
+        self.started: dict[str, float] = {}
+        self.bytes: dict[str, int] = {}
         self.shown = False
 
     @classmethod
@@ -29,7 +29,7 @@ class Progress:
             tty = False
         return cls() if tty and not quiet else None
 
-    def __call__(self, fn: Any, done: int, total: int, call: tuple, result: Any) -> None:
+    def __call__(self, fn: Callable[..., Any], done: int, total: int, call: tuple, result: Any) -> None:
         """Task ``done`` of ``total`` of ``fn`` finished; ``call`` are its arguments."""
         verb = VERBS.get(getattr(fn, "__name__", ""), "read")
         now = time.monotonic()

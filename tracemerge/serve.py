@@ -16,6 +16,7 @@ import http.server
 import os
 import urllib.parse
 import webbrowser
+from typing import Callable, Optional, Union
 
 from tracemerge.errors import OutputError, TraceError
 
@@ -23,7 +24,7 @@ UI_ORIGIN = "https://ui.perfetto.dev"
 DEFAULT_PORT = 9001
 
 
-def deep_link(port, name):
+def deep_link(port: int, name: str) -> str:
     return f"{UI_ORIGIN}/#!/?url=http://127.0.0.1:{port}/{urllib.parse.quote(name)}"
 
 
@@ -34,8 +35,9 @@ IDLE_SECONDS = 30  # a connection that sends no complete request in this time is
 class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "tracemerge"
     timeout = IDLE_SECONDS
+    server: "_Server"
 
-    def _headers(self, status, length=0):
+    def _headers(self, status: int, length: int = 0) -> None:
         self.send_response(status)
         self.send_header("Access-Control-Allow-Origin", UI_ORIGIN)
         self.send_header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
@@ -46,18 +48,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(length))
         self.end_headers()
 
-    def do_OPTIONS(self):  # CORS preflight
+    def do_OPTIONS(self) -> None:  # CORS preflight
         if self._local():
             self._headers(204)
 
-    def do_HEAD(self):
+    def do_HEAD(self) -> None:
         if self._ours():
             try:
                 self._headers(200, os.path.getsize(self.server.path))
             except OSError:
                 self._gone()
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         if not self._ours():
             return
         try:
@@ -74,12 +76,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 sent += len(chunk)
         self.server.fetched = sent == size
 
-    def _gone(self):
+    def _gone(self) -> None:
         """The file went away after the server started: nothing will ever be sent."""
         self._headers(404)
         self.server.gone = True
 
-    def _local(self):
+    def _local(self) -> bool:
         host = (self.headers.get("Host") or "").strip().lower()
         name, _, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
         if name in LOCAL_HOSTS and port in ("", str(self.server.server_address[1])):
@@ -88,7 +90,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.server.log(f"refused a request for Host {host!r}: only 127.0.0.1 and localhost are served")
         return False
 
-    def _ours(self):
+    def _ours(self) -> bool:
         if not self._local():
             return False
         if urllib.parse.unquote(urllib.parse.urlsplit(self.path).path) == "/" + self.server.name:
@@ -96,15 +98,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._headers(404)
         return False
 
-    def log_message(self, fmt, *args):
+    def log_message(self, fmt: str, *args: object) -> None:
         self.server.log(f"{self.address_string()} {fmt % args}")
 
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never keeps the command from exiting
+    path: str
+    name: str
+    fetched: bool
+    gone: bool
+    log: Callable[[str], None]
 
 
-def serve(path, port=DEFAULT_PORT, browser=False, on_ready=print, log=None):
+def serve(path: Union[str, "os.PathLike[str]"], port: int = DEFAULT_PORT, browser: bool = False,
+          on_ready: Callable[[str], object] = print, log: Optional[Callable[[str], None]] = None) -> bool:
     """Serve ``path`` until it was fetched whole; Ctrl-C raises KeyboardInterrupt, a file
     deleted before it was fetched is a TraceError.
 

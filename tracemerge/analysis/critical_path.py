@@ -44,7 +44,7 @@ the path would be without it (tests use this to check that each edge is taken).
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 
@@ -72,7 +72,7 @@ _STALL = 64   # steps without moving back in time before dependencies are ignore
 @dataclass
 class Segment:
     rank: int
-    tid: object
+    tid: Any                    # the thread id as the trace spells it (a JSON scalar)
     name: str
     kind: str
     start_ns: int
@@ -84,20 +84,20 @@ class Window:
     window: str
     start_ns: int
     end_ns: int
-    segments: list = field(default_factory=list)    # [Segment] in time order
-    by_rank: dict = field(default_factory=dict)     # {rank: ns on the path}
-    by_kind: dict = field(default_factory=dict)     # {kind: ns on the path}
+    segments: List[Segment] = field(default_factory=list)    # in time order
+    by_rank: Dict[int, int] = field(default_factory=dict)     # {rank: ns on the path}
+    by_kind: Dict[str, int] = field(default_factory=dict)     # {kind: ns on the path}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Dict[str, Any]:
         return {"window": self.window, "start_ns": self.start_ns, "end_ns": self.end_ns,
                 "segments": [{"rank": s.rank, "tid": s.tid, "name": s.name, "kind": s.kind,
                               "start_ns": s.start_ns, "end_ns": s.end_ns} for s in self.segments]}
 
 
-def windows(job: JobTimeline) -> list:
+def windows(job: JobTimeline) -> List[Tuple[str, int, int, Tuple[int, int]]]:
     """[(name, start_ns, end_ns, (rank, thread index) the walk starts on)]: one per
     ProfilerStep#N over all ranks, else one for the whole trace."""
-    steps: dict = {}
+    steps: Dict[str, List[Any]] = {}   # {step: [start, end, (rank, thread) that ended last]}
     for rank, tl in job.ranks.items():
         for name, start, end, thread in tl.steps:
             s = steps.setdefault(name, [start, end, (rank, thread)])
@@ -113,7 +113,7 @@ def windows(job: JobTimeline) -> list:
     return [(WHOLE_TRACE, min(th.first_ns for th in threads), last.last_ns, (last.rank, last.index))]
 
 
-def critical_path(job: JobTimeline, edges: frozenset = EDGES) -> list:
+def critical_path(job: JobTimeline, edges: FrozenSet[str] = EDGES) -> List[Window]:
     """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job_timeline.JobTimeline`), in time order."""
     out = []
     pool = pool_threads(job)
@@ -493,10 +493,10 @@ def _completer(job: JobTimeline, th: Thread, t: int, lower: int, window: Optiona
     return best
 
 
-def totals(windows_: list) -> tuple:
+def totals(windows_: List[Window]) -> Tuple[Dict[int, int], Dict[str, int]]:
     """({rank: ns}, {kind: ns}) over all windows."""
-    by_rank: dict = {}
-    by_kind: dict = {}
+    by_rank: Dict[int, int] = {}
+    by_kind: Dict[str, int] = {}
     for w in windows_:
         for r, v in w.by_rank.items():
             by_rank[r] = by_rank.get(r, 0) + v

@@ -8,16 +8,20 @@ or starts differ) go to the next free one, so a step loop needs one or two track
 one per step. Times are reference-clock ns, written as µs after ``base_ns``.
 """
 
+from typing import Any, Dict, List
+
+from tracemerge.analysis.critical_path import Window
+
 PROCESS = "critical path"
 CATEGORY = "critical_path"   # not a host op: key averages leave it out (nesting.NOT_HOST_OPS)
 PID = 0
 TRACK_NAME = "critical path {}"
 
 
-def tracks(windows: list) -> list:
+def tracks(windows: List[Window]) -> List[int]:
     """The track (1, 2, …) of each window: the first whose last window ended by its start."""
-    ends: list = []
-    out: list = []
+    ends: List[int] = []
+    out: List[int] = []
     for w in windows:
         for k, end in enumerate(ends):
             if end <= w.start_ns:
@@ -30,14 +34,14 @@ def tracks(windows: list) -> list:
     return out
 
 
-def _us(ns):
+def _us(ns: int) -> float:
     return ns / 1000
 
 
-def path_events(windows: list, base_ns: int) -> list:
+def path_events(windows: List[Window], base_ns: int) -> List[Dict[str, Any]]:
     """Chrome trace events of ``windows`` (critical_path.Window) with ``ts`` in µs after ``base_ns``."""
     on = tracks(windows)
-    events = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PROCESS}},
+    events: List[Dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PROCESS}},
               {"ph": "M", "name": "process_sort_index", "pid": PID, "tid": 0, "args": {"sort_index": -1}}]
     for k in range(1, max(on, default=0) + 1):
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": k, "args": {"name": TRACK_NAME.format(k)}})

@@ -14,19 +14,22 @@ the one that was inside a span when the collective was issued (collectives carry
 
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from tracemerge.analysis.timeline import rank_timeline
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline
+from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
-from tracemerge.engine import LocalEngine
+from tracemerge.engine import Engine, LocalEngine
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
 
 RPC_WAIT = 0
 COLLECTIVE_WAIT = 1
+# {(rank, thread index): [(start ns, end ns, RPC_WAIT or COLLECTIVE_WAIT, call or collective)]}
+Waits = Dict[Tuple[int, int], List[Tuple[int, int, int, int]]]
 
 
 @dataclass
@@ -36,35 +39,35 @@ class Thread:
 
     rank: int
     index: int                   # in its RankTimeline.threads
-    tid: object
-    bounds: array               # int64 reference ns (array('q'))
-    owner: array
+    tid: Any                     # the thread id as the trace spells it (a JSON scalar)
+    bounds: "array[int]"        # int64 reference ns (array('q'))
+    owner: "array[int]"
     first_ns: int
     last_ns: int
-    wait_start: list = field(default_factory=list)   # sorted by end, with:
-    wait_end: list = field(default_factory=list)
-    wait_kind: list = field(default_factory=list)    # RPC_WAIT or COLLECTIVE_WAIT
-    wait_ref: list = field(default_factory=list)     # call or collective index
+    wait_start: List[int] = field(default_factory=list)   # sorted by end, with:
+    wait_end: List[int] = field(default_factory=list)
+    wait_kind: List[int] = field(default_factory=list)    # RPC_WAIT or COLLECTIVE_WAIT
+    wait_ref: List[int] = field(default_factory=list)     # call or collective index
 
 
 @dataclass
 class JobTimeline:
-    ranks: dict                  # {rank: RankTimeline}
-    threads: dict                # {(rank, thread index): Thread}
-    span_start: dict             # {rank: array('q')}, as RankTimeline.span_start
-    span_end: dict
-    callee_of: dict              # {rank: array('q')}
-    names: dict                  # {rank: [span name of each span]} built lazily (name_of)
+    ranks: Dict[int, RankTimeline]                 # {rank: RankTimeline}
+    threads: Dict[Tuple[int, int], Thread]         # {(rank, thread index): Thread}
+    span_start: Dict[int, "array[int]"]          # {rank: array('q')}, as RankTimeline.span_start
+    span_end: Dict[int, "array[int]"]
+    callee_of: Dict[int, "array[int]"]           # {rank: array('q')}
+    names: Dict[int, List[str]]                    # {rank: [span name of each span]} built lazily (name_of)
     # calls (the order of correlate.RpcCalls)
-    call_name: list
-    call_caller: list
-    call_callee: list
+    call_name: List[str]
+    call_caller: List[int]
+    call_callee: List[int]
     t_ref: np.ndarray            # int64 (4, calls): t1..t4 on the reference clock
     has: np.ndarray              # bool (4, calls)
     floor: np.ndarray            # int64: the fastest delivery t2 - t1 seen between the call's two ranks
-    caller_span: dict            # {call: (rank, span)}
-    callee_span: dict            # {call: (rank, span)}
-    span_call: dict              # {(rank, span): call} for callee spans
+    caller_span: Dict[int, Tuple[int, int]]     # {call: (rank, span)}
+    callee_span: Dict[int, Tuple[int, int]]     # {call: (rank, span)}
+    span_call: Dict[Tuple[int, int], int]       # {(rank, span): call} for callee spans
     # collectives (the order of correlate.Collectives)
     coll_op: list
     coll_group: list
@@ -89,7 +92,7 @@ class JobTimeline:
     def thread(self, rank: int, index: int) -> Thread:
         return self.threads[(rank, index)]
 
-    def rank_threads(self, rank: int) -> list:
+    def rank_threads(self, rank: int) -> List[Thread]:
         return [self.threads[(rank, i)] for i in range(len(self.ranks[rank].threads))]
 
     def name_of(self, rank: int, span: int) -> str:
@@ -97,12 +100,12 @@ class JobTimeline:
         return tl.names[tl.span_name[span]]
 
 
-def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Optional[Any] = None) -> "JobTimeline":
+def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Optional[Engine] = None) -> "JobTimeline":
     """The :class:`JobTimeline` of a job under ``alignment`` (None: the job's own)."""
     clocks = job.clock_model(alignment).clocks
     infos = job.infos
     runner = engine or job.engine or LocalEngine()
-    ranks: list = job.ranks
+    ranks: List[int] = job.ranks
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
     sources = [job.source(r) for r in ranks]
     if any(not isinstance(s, str) for s in sources):
@@ -114,10 +117,11 @@ def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Op
     return build_timeline({tl.rank: tl for tl in made}, job.links.rpcs.calls, job.links.collectives, clocks)
 
 
-def build_timeline(timelines: dict, calls: RpcCalls, collectives: Collectives, clocks: dict) -> "JobTimeline":
+def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collectives: Collectives,
+                   clocks: Mapping[int, ClockModel]) -> "JobTimeline":
     """The :class:`JobTimeline` of rank timelines and the joined records (correlate's RpcCalls and
     Collectives) under ``clocks`` ({rank: ClockModel})."""
-    threads = {}
+    threads: Dict[Tuple[int, int], Thread] = {}
     for rank, tl in timelines.items():
         for i, th in enumerate(tl.threads):
             threads[(rank, i)] = Thread(rank=rank, index=i, tid=th.tid, bounds=_ints(th.bounds),
@@ -141,7 +145,9 @@ def build_timeline(timelines: dict, calls: RpcCalls, collectives: Collectives, c
     for p in np.unique(pair[quad]).tolist():
         floor[pair == p] = transit[quad & (pair == p)].min()
     index = {rec["rpc_id"]: i for i, rec in enumerate(calls.first)} if n else {}
-    caller_span, callee_span, span_call = {}, {}, {}
+    caller_span: Dict[int, Tuple[int, int]] = {}
+    callee_span: Dict[int, Tuple[int, int]] = {}
+    span_call: Dict[Tuple[int, int], int] = {}
     for rank, tl in timelines.items():
         for rpc_id, role, span in tl.rpc_spans:
             c = index.get(rpc_id)
@@ -152,17 +158,17 @@ def build_timeline(timelines: dict, calls: RpcCalls, collectives: Collectives, c
             elif role == "callee" and callee[c] == rank:
                 callee_span[c] = (rank, span)
                 span_call[(rank, span)] = c
-    waits: dict = {}
+    waits: Waits = {}
     for c, (rank, span) in caller_span.items():
         if has[0, c] and has[3, c]:
-            th = int(timelines[rank].span_thread[span])
-            waits.setdefault((rank, th), []).append((int(t_ref[0, c]), max(int(t_ref[3, c]), int(t_ref[0, c])),
+            ti = int(timelines[rank].span_thread[span])
+            waits.setdefault((rank, ti), []).append((int(t_ref[0, c]), max(int(t_ref[3, c]), int(t_ref[0, c])),
                                                      RPC_WAIT, c))
     coll_op, coll_group, coll_ranks, coll_arrive, coll_last, coll_thread = _collectives(collectives, clocks, timelines, waits)
-    for key, ws in waits.items():
-        th = threads[key]
+    for at, ws in waits.items():
+        thread = threads[at]
         ws.sort(key=lambda w: (w[1], w[0]))
-        th.wait_start, th.wait_end, th.wait_kind, th.wait_ref = (list(x) for x in zip(*ws))
+        thread.wait_start, thread.wait_end, thread.wait_kind, thread.wait_ref = (list(x) for x in zip(*ws))
     return JobTimeline(ranks=timelines, threads=threads,
                span_start={r: _ints(tl.span_start) for r, tl in timelines.items()},
                span_end={r: _ints(tl.span_end) for r, tl in timelines.items()},
@@ -173,7 +179,7 @@ def build_timeline(timelines: dict, calls: RpcCalls, collectives: Collectives, c
                coll_ranks=coll_ranks, coll_arrive=coll_arrive, coll_last=coll_last, coll_thread=coll_thread)
 
 
-def _ints(column):
+def _ints(column: Any) -> "array[int]":
     """An int64 column as an ``array('q')``: indexing gives Python ints as fast as a list
     does (the walk's bisects), at 8 bytes an item instead of a list's ~36."""
     out = array("q")
@@ -181,10 +187,17 @@ def _ints(column):
     return out
 
 
-def _collectives(colls, clocks, timelines, waits):
+def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines: Dict[int, RankTimeline],
+                 waits: Waits) -> Tuple[List[str], List[str], List[List[int]], Dict[Tuple[int, int], int],
+                                        List[Optional[Tuple[int, int]]], Dict[Tuple[int, int], int]]:
     """Per collective: op, group, arrivals and the last arriver on the reference clock, and
     the thread of each rank it ran on; its waits are added to ``waits``."""
-    ops, groups, ranks, arrive, last, thread_of = [], [], [], {}, [], {}
+    ops: List[str] = []
+    groups: List[str] = []
+    ranks: List[List[int]] = []
+    arrive: Dict[Tuple[int, int], int] = {}
+    last: List[Optional[Tuple[int, int]]] = []
+    thread_of: Dict[Tuple[int, int], int] = {}
     if not len(colls):
         return ops, groups, ranks, arrive, last, thread_of
     firsts = [colls.records[i] for i in colls.first.tolist()]

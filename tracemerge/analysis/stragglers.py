@@ -17,6 +17,7 @@ exceeds the other ranks' the most.
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -42,35 +43,35 @@ class Straggler:
     slow_steps: int          # steps with z >= Z_STRAGGLER
     steps: int               # steps the rank ran
     excess_ns: float         # median over steps of (its duration - the step's median)
-    kinds: dict = field(default_factory=dict)   # {kind: per-step ns above the other ranks' median}, largest first
+    kinds: Dict[str, float] = field(default_factory=dict)   # {kind: per-step ns above the other ranks' median}, largest first
 
 
 @dataclass
 class StepTimes:
-    steps: list = field(default_factory=list)        # step names in time order
-    ranks: list = field(default_factory=list)
-    duration_ns: list = field(default_factory=list)  # [step][rank index]: int, or None when the rank has no such step
-    z: list = field(default_factory=list)            # [step][rank index]: float or None
-    breakdown: dict = field(default_factory=dict)    # {rank: {kind: median ns per step}}
-    stragglers: list = field(default_factory=list)   # [Straggler], highest score first
+    steps: List[str] = field(default_factory=list)        # step names in time order
+    ranks: List[int] = field(default_factory=list)
+    duration_ns: List[List[Optional[int]]] = field(default_factory=list)  # [step][rank index]: None when the rank has no such step
+    z: List[List[Optional[float]]] = field(default_factory=list)          # [step][rank index]
+    breakdown: Dict[int, Dict[str, float]] = field(default_factory=dict)  # {rank: {kind: median ns per step}}
+    stragglers: List[Straggler] = field(default_factory=list)   # highest score first
 
 
 def stragglers(job: JobTimeline) -> StepTimes:
     """The :class:`StepTimes` of a job (empty when it has no steps)."""
-    at = {}
+    at: Dict[Tuple[str, int], Tuple[int, int, int]] = {}
     for rank, tl in job.ranks.items():
         for name, start, end, thread in tl.steps:
             at[(name, rank)] = (start, end, thread)
     if not at:
         return StepTimes()
     ranks = sorted(job.ranks)
-    first: dict = {}
+    first: Dict[str, int] = {}
     for (name, _), (start, _, _) in at.items():
         first[name] = min(first.get(name, start), start)
     steps = sorted(first, key=lambda n: (first[n], n))
     d = np.full((len(steps), len(ranks)), np.nan)
-    parts: dict = {r: {k: [] for k in BREAKDOWN} for r in ranks}
-    longest: dict = {}   # {(rank, thread): the longest wait on it}, for the search by end
+    parts: Dict[int, Dict[str, List[float]]] = {r: {k: [] for k in BREAKDOWN} for r in ranks}
+    longest: Dict[Tuple[int, int], int] = {}   # {(rank, thread): the longest wait on it}, for the search by end
     for i, name in enumerate(steps):
         for j, rank in enumerate(ranks):
             found = at.get((name, rank))
@@ -108,10 +109,13 @@ def stragglers(job: JobTimeline) -> StepTimes:
     return out
 
 
-def _breakdown(job, rank, start, end, thread, longest):
+def _breakdown(job: JobTimeline, rank: int, start: int, end: int, thread: int,
+               longest: Dict[Tuple[int, int], int]) -> Dict[str, float]:
     """{kind: ns} of one rank's step [start, end) on its step thread."""
     th = job.thread(rank, thread)
-    rpc, coll, shares = [], [], {TRANSFER: 0, QUEUEING: 0, EXECUTION: 0}
+    rpc: List[Tuple[int, int]] = []
+    coll: List[Tuple[int, int]] = []
+    shares = {TRANSFER: 0, QUEUEING: 0, EXECUTION: 0}
     we = th.wait_end
     if (rank, thread) not in longest:
         longest[(rank, thread)] = max((e - s for s, e in zip(th.wait_start, we)), default=0)
@@ -137,7 +141,7 @@ def _breakdown(job, rank, start, end, thread, longest):
         j += 1
     waited_coll = _union(coll)
     waited_all = _union(rpc + coll)
-    out = dict.fromkeys(BREAKDOWN, 0)
+    out: Dict[str, float] = dict.fromkeys(BREAKDOWN, 0)
     out[COLLECTIVE] = waited_coll
     total = sum(shares.values())
     rpc_only = max(waited_all - waited_coll, 0)
@@ -148,7 +152,7 @@ def _breakdown(job, rank, start, end, thread, longest):
     return out
 
 
-def _union(intervals):
+def _union(intervals: List[Tuple[int, int]]) -> int:
     """Total length covered by ``intervals`` [(start, end)]."""
     total, reach = 0, None
     for s, e in sorted(intervals):

@@ -1,9 +1,9 @@
 """All the analyses of one job together, as a report carries them and as JSON."""
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
-from tracemerge.analysis.critical_path import critical_path, totals
+from tracemerge.analysis.critical_path import Window, critical_path, totals
 from tracemerge.analysis.job_timeline import JobTimeline
 from tracemerge.analysis.stragglers import StepTimes, stragglers
 from tracemerge.analysis.waits import WaitStates, wait_states
@@ -11,7 +11,7 @@ from tracemerge.analysis.waits import WaitStates, wait_states
 
 @dataclass
 class Analysis:
-    critical_path: list = field(default_factory=list)   # [critical_path.Window]
+    critical_path: List[Window] = field(default_factory=list)
     waits: Optional[WaitStates] = None
     steps: Optional[StepTimes] = None
 
@@ -21,7 +21,7 @@ def analyse(job: JobTimeline) -> Analysis:
     return Analysis(critical_path=critical_path(job), waits=wait_states(job), steps=stragglers(job))
 
 
-def analysis_dict(analysis: Analysis) -> dict:
+def analysis_dict(analysis: Analysis) -> Dict[str, Any]:
     """The JSON keys the analyses add to a report: ``critical_path`` (the windows, each
     ``{"window", "start_ns", "end_ns", "segments"}``), ``critical_path_totals`` (ns by rank
     and by kind, per window and over all), ``wait_states`` and ``stragglers``."""

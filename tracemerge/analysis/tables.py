@@ -1,19 +1,54 @@
 """The analyses as titled tables (head, body of plain values), which every report format
 lays out its own way: the text table, Markdown, HTML, and one CSV per ``--section``."""
 
-from tracemerge.analysis.critical_path import IDLE, KINDS, totals
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+
+from tracemerge.analysis.critical_path import IDLE, KINDS, Window, totals
+from tracemerge.analysis.stragglers import StepTimes
+from tracemerge.analysis.summary import Analysis
+from tracemerge.analysis.waits import WaitStates
+
+# (head, body): a titled table's column names and rows of plain values
+Table = Tuple[List[str], List[List[Any]]]
 
 
-def _ms(ns):
+class DiffRow(Protocol):
+    """One row of a report diff (``report.diff.DiffRow``)."""
+
+    @property
+    def delta(self) -> float: ...
+    @property
+    def relative(self) -> Optional[float]: ...
+    @property
+    def before(self) -> Optional[float]: ...
+    @property
+    def after(self) -> Optional[float]: ...
+    @property
+    def section(self) -> str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+
+
+class Diff(Protocol):
+    """A report diff (``report.diff.ReportDiff``): its rows, largest change first."""
+
+    @property
+    def rows(self) -> Sequence[DiffRow]: ...
+
+
+
+def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _kinds(windows: list) -> tuple:
+def _kinds(windows: List[Window]) -> Tuple[str, ...]:
     """The kinds shown: the five, and idle where some window starts with it."""
     return KINDS + (IDLE,) if any(w.by_kind.get(IDLE) for w in windows) else KINDS
 
 
-def path_windows(windows, limit=0):
+def path_windows(windows: List[Window], limit: int = 0) -> Table:
     """One row per window: its duration and the time of each kind on its path."""
     KINDS = _kinds(windows)
     head = ["Window", "Start ms", "Duration ms"] + [f"{k} ms" for k in KINDS] + ["Ranks on path (ms)"]
@@ -23,9 +58,9 @@ def path_windows(windows, limit=0):
     return head, body[:limit] if limit and limit > 0 else body
 
 
-def path_where(windows, limit=0):
+def path_where(windows: List[Window], limit: int = 0) -> Table:
     """Where the path's time went over all windows: (rank, tid, name, kind) summed, largest first."""
-    acc = {}
+    acc: Dict[Tuple[int, Any, str, str], int] = {}
     for w in windows:
         for s in w.segments:
             key = (s.rank, s.tid, s.name, s.kind)
@@ -36,69 +71,69 @@ def path_where(windows, limit=0):
     return ["Kind", "Rank", "Thread", "Path ms", "Share", "Name"], body[:limit] if limit and limit > 0 else body
 
 
-def path_totals(windows):
+def path_totals(windows: List[Window]) -> Table:
     by_rank, by_kind = totals(windows)
     KINDS = _kinds(windows)
     head = ["Rank"] + [f"{k} ms" for k in KINDS] + ["Total ms"]
-    per = {}
+    per: Dict[int, Dict[str, int]] = {}
     for w in windows:
         for s in w.segments:
             row = per.setdefault(s.rank, dict.fromkeys(KINDS, 0))
             row[s.kind] += s.end_ns - s.start_ns
-    body = [[r] + [_ms(per[r][k]) for k in KINDS] + [_ms(by_rank[r])] for r in sorted(per)]
+    body: List[List[Any]] = [[r] + [_ms(per[r][k]) for k in KINDS] + [_ms(by_rank[r])] for r in sorted(per)]
     body.append(["all"] + [_ms(by_kind.get(k, 0)) for k in KINDS] + [_ms(sum(by_kind.values()))])
     return head, body
 
 
-def rpc_waits(waits):
+def rpc_waits(waits: WaitStates) -> Table:
     head = ["RPC", "Calls", "Queueing total ms", "Queueing mean ms", "Callee idle total ms", "Callee idle mean ms"]
     body = [[w.name, w.calls, _ms(w.queueing_ns), _ms(w.queueing_mean_ns), _ms(w.callee_idle_ns),
              _ms(w.callee_idle_mean_ns)] for w in waits.rpc]
     return head, body
 
 
-def collective_waits(waits):
+def collective_waits(waits: WaitStates) -> Table:
     head = ["Group", "Op", "Rank", "Count", "Wait total ms", "Wait mean ms", "Last arrivals"]
     body = [[w.group, w.op, w.rank, w.count, _ms(w.wait_ns), _ms(w.wait_mean_ns), w.last_arrivals]
             for w in waits.collectives]
     return head, body
 
 
-def rank_waits(waits):
+def rank_waits(waits: WaitStates) -> Table:
     head = ["Rank", "Queueing ms", "Callee idle ms", "Collective wait ms"]
     body = [[r, _ms(v["queueing_ns"]), _ms(v["callee_idle_ns"]), _ms(v["collective_ns"])]
             for r, v in waits.by_rank.items()]
     return head, body
 
 
-def step_ranks(steps):
+def step_ranks(steps: StepTimes) -> Table:
     """Per rank: steps run, median step duration, median robust z."""
     head = ["Rank", "Steps", "Median step ms", "Median z", "Straggler"]
     named = {s.rank for s in steps.stragglers}
-    body = []
+    body: List[List[Any]] = []
     for j, rank in enumerate(steps.ranks):
-        d = sorted(row[j] for row in steps.duration_ns if row[j] is not None)
-        z = sorted(row[j] for row in steps.z if row[j] is not None)
+        d = sorted(v for row in steps.duration_ns if (v := row[j]) is not None)
+        z = sorted(x for row in steps.z if (x := row[j]) is not None)
         body.append([rank, len(d), _ms(_median(d)) if d else "-", f"{_median(z):.2f}" if z else "-",
                      "yes" if rank in named else ""])
     return head, body
 
 
-def stragglers_table(steps):
+def stragglers_table(steps: StepTimes) -> Table:
     head = ["Rank", "Score", "Slow steps", "Excess per step ms", "Kinds that make the difference (ms per step)"]
     body = [[s.rank, f"{s.score:.2f}", f"{s.slow_steps}/{s.steps}", _ms(s.excess_ns),
              ", ".join(f"{k} +{_ms(v)}" for k, v in s.kinds.items()) or "-"] for s in steps.stragglers]
     return head, body
 
 
-def _median(values):
+def _median(values: Sequence[float]) -> float:
     n = len(values)
     return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
-def analysis_sections(analysis, limit=0):
+def analysis_sections(analysis: Analysis, limit: int = 0) -> List[Tuple[str, Table]]:
     """[(title, (head, body))] of a report's analyses (:class:`Analysis`), the empty ones left out."""
-    out = []
+    out: List[Tuple[str, Table]] = []
     if analysis.critical_path:
         out += [("Critical path by rank and kind", path_totals(analysis.critical_path)),
                 ("Critical path: where the time went", path_where(analysis.critical_path, limit)),
@@ -117,10 +152,10 @@ def analysis_sections(analysis, limit=0):
     return out
 
 
-def diff_table(diff, limit=0):
+def diff_table(diff: Diff, limit: int = 0) -> Table:
     head = ["Delta", "Relative", "Before", "After", "Section", "Metric", "Key"]
 
-    def value(v, metric):
+    def value(v: Optional[float], metric: str) -> str:
         if v is None:
             return "-"
         return f"{v / 1000:.3f} ms" if metric != "calls" and metric != "count" else f"{v:g}"

@@ -15,6 +15,7 @@ result (a few arrays per thread) is all the analyses need of the events.
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class ThreadTimeline:
     """One thread: piece k is [bounds[k], bounds[k+1]) (the last one has no end: the thread
     ran nothing after it), run by span ``owner[k]`` (-1: none)."""
 
-    tid: object                 # the thread id as the trace spells it
+    tid: Any                    # the thread id as the trace spells it (a JSON scalar)
     bounds: np.ndarray          # int64 reference ns, strictly increasing
     owner: np.ndarray           # int64 span index, -1 for none
     first_ns: int               # first start of any host span on the thread, caller spans included
@@ -43,8 +44,8 @@ class ThreadTimeline:
 @dataclass
 class RankTimeline:
     rank: int
-    threads: list               # [ThreadTimeline]
-    names: list                 # span name strings, by code
+    threads: List[ThreadTimeline]
+    names: List[str]            # span name strings, by code
     span_start: np.ndarray      # int64 reference ns, per span
     span_end: np.ndarray
     span_name: np.ndarray       # int32 code into names
@@ -89,7 +90,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     thread = thread.astype(np.int32)
     is_caller = np.zeros(len(idx), dtype=bool)
     is_callee = np.zeros(len(idx), dtype=bool)
-    rpc_spans = []
+    rpc_spans: List[Tuple[str, str, int]] = []
     position = {int(i): p for p, i in enumerate(idx.tolist())} if role else {}
     for i, (rpc_id, r) in role.items():
         p = position[i]
@@ -100,7 +101,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     parent = np.full(len(idx), -1, dtype=np.int64)
     work = ~is_caller
     bounds_of = np.concatenate(([0], np.flatnonzero(np.diff(thread)) + 1, [len(idx)])) if len(idx) else np.zeros(1, int)
-    threads = []
+    threads: List[ThreadTimeline] = []
     for t, (lo, hi) in enumerate(zip(bounds_of[:-1].tolist(), bounds_of[1:].tolist())):
         sel = np.arange(lo, hi)[work[lo:hi]]
         s, e = start[sel], end[sel]
@@ -129,7 +130,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
                         steps=steps, async_spans=async_spans)
 
 
-def _read(path):
+def _read(path: str) -> RankTrace:
     """The trace at ``path`` without the extra keys the writers need (the typed reader's
     light form, as a rank is described); a file it does not take goes through read_trace."""
     data, cut = read_data(path)
@@ -138,7 +139,8 @@ def _read(path):
     return trace if trace is not None else read_trace(path)
 
 
-def _pieces(s, e, parent, sel, end_of):
+def _pieces(s: np.ndarray, e: np.ndarray, parent: np.ndarray, sel: np.ndarray,
+            end_of: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """(bounds, owner) of one thread's work spans ``sel`` (sorted by start, -end) with their
     ``parent`` positions: after a start the span itself runs, after an end its parent. At
     one instant ends come before starts, deeper ends first and deeper starts last, so the

@@ -12,6 +12,7 @@
 """
 
 from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -43,9 +44,9 @@ class CollectiveWait:
 
 @dataclass
 class WaitStates:
-    rpc: list = field(default_factory=list)            # [RpcWait], most queueing first
-    collectives: list = field(default_factory=list)    # [CollectiveWait], most waiting first
-    by_rank: dict = field(default_factory=dict)        # {rank: {"queueing_ns", "callee_idle_ns", "collective_ns"}}
+    rpc: List[RpcWait] = field(default_factory=list)                  # most queueing first
+    collectives: List[CollectiveWait] = field(default_factory=list)   # most waiting first
+    by_rank: Dict[int, Dict[str, int]] = field(default_factory=dict)  # {rank: {"queueing_ns", "callee_idle_ns", "collective_ns"}}
 
 
 def wait_states(job: JobTimeline) -> WaitStates:
@@ -53,10 +54,10 @@ def wait_states(job: JobTimeline) -> WaitStates:
     out = WaitStates()
     n = len(job.call_name)
     if n:
-        full = job.has.all(axis=0)
+        full: np.ndarray = job.has.all(axis=0)  # type: ignore[assignment]  # 2-d: an array (numpy's stubs say maybe a scalar)
         queue = np.where(full, job.t_ref[1] - job.t_ref[0] - job.floor, 0)
         idle = _callee_idle(job, full)
-        keys: dict = {}
+        keys: Dict[Tuple[str, int, int], List[int]] = {}
         for c in np.flatnonzero(full).tolist():
             keys.setdefault((job.call_name[c], job.call_caller[c], job.call_callee[c]), []).append(c)
         for (name, caller, callee), cs in keys.items():
@@ -67,7 +68,7 @@ def wait_states(job: JobTimeline) -> WaitStates:
             _add(out.by_rank, caller, "queueing_ns", int(q.sum()))
             _add(out.by_rank, callee, "callee_idle_ns", int(i.sum()))
         out.rpc.sort(key=lambda w: (-w.queueing_ns, -w.callee_idle_ns, w.name))
-    groups: dict = {}
+    groups: Dict[Tuple[str, str, int], List[int]] = {}
     for k, last in enumerate(job.coll_last):
         if last is None:
             continue
@@ -87,15 +88,15 @@ def wait_states(job: JobTimeline) -> WaitStates:
     return out
 
 
-def _add(table, rank, key, value):
+def _add(table: Dict[int, Dict[str, int]], rank: int, key: str, value: int) -> None:
     row = table.setdefault(rank, {})
     row[key] = row.get(key, 0) + value
 
 
-def _callee_idle(job, full):
+def _callee_idle(job: JobTimeline, full: np.ndarray) -> np.ndarray:
     """Per call: how long the thread that served it had waited for it since its previous call."""
     idle = np.zeros(len(job.call_name), dtype=np.int64)
-    by_thread = {}
+    by_thread: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
     for c, (rank, span) in job.callee_span.items():
         by_thread.setdefault((rank, int(job.ranks[rank].span_thread[span])), []).append((c, span))
     for (rank, _), items in by_thread.items():

@@ -10,9 +10,29 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
 from operator import itemgetter
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
 
 import numpy as np
+
+
+class Records(Protocol):
+    """What the joins read of a rank: a :class:`~tracemerge.inputs.rankinfo.RankInfo`, or what a
+    merged trace's summary keeps of one (``report.build.Recorded``)."""
+
+    @property
+    def rank(self) -> Optional[int]: ...
+
+    @property
+    def job_id(self) -> Optional[str]: ...
+
+    @property
+    def rpcs(self) -> List[Dict[str, Any]]: ...
+
+    @property
+    def remote_rpcs(self) -> List[Dict[str, Any]]: ...
+
+    @property
+    def collectives(self) -> List[Dict[str, Any]]: ...
 
 
 @dataclass
@@ -32,7 +52,7 @@ class RpcCall:
     status: str = "ok"
 
     @property
-    def complete(self):
+    def complete(self) -> bool:
         """Both sides were captured, so the call is a full NTP quadruple."""
         return None not in (self.send_ns, self.start_ns, self.end_ns, self.complete_ns)
 
@@ -47,18 +67,18 @@ class RpcCalls:
     """Every RPC seen, one per ``rpc_id`` in the order of first sight, as columns; iterating
     gives them as :class:`RpcCall`."""
 
-    first: list          # each call's first record (rpc_id, kind, func, name, caller, callee)
+    first: List[Dict[str, Any]]  # each call's first record (rpc_id, kind, func, name, caller, callee)
     caller: np.ndarray   # int64
     callee: np.ndarray
     times: np.ndarray    # int64 (4, calls): t1..t4 as in TIMES, 0 where ``has`` is False
     has: np.ndarray      # bool (4, calls): the time was recorded
-    status: list         # "ok", or the last other status any record of the call gave
+    status: List[str]    # "ok", or the last other status any record of the call gave
     ok: np.ndarray       # bool: status is "ok"
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.first)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[RpcCall]:
         times = [[t if h else None for t, h in zip(*row)] for row in zip(self.times.tolist(), self.has.tolist())]
         for rec, caller, callee, t1, t2, t3, t4, status in zip(
                 self.first, self.caller.tolist(), self.callee.tolist(), *times, self.status):
@@ -67,7 +87,7 @@ class RpcCalls:
                           end_ns=t3, complete_ns=t4, status=status)
 
     @property
-    def quadruples(self):
+    def quadruples(self) -> np.ndarray:
         """Which calls are complete and succeeded: their four times bound the clocks."""
         return self.has.all(axis=0) & self.ok
 
@@ -77,10 +97,10 @@ class RpcMatch:
     calls: RpcCalls
     caller_only: int = 0                          # the callee's record is missing
     callee_only: int = 0                          # the caller's record is missing
-    missing_peer: dict = field(default_factory=dict)  # {rank: calls whose peer rank has no input}
+    missing_peer: Dict[int, int] = field(default_factory=dict)  # {rank: calls whose peer rank has no input}
 
 
-def match_rpcs(infos: Sequence[Any]) -> RpcMatch:
+def match_rpcs(infos: Sequence[Records]) -> RpcMatch:
     """Join the caller's and the callee's record of every RPC by ``rpc_id``; when a side has
     several records, the last time given for each field and the last non-ok status count."""
     match = _match_rpcs(infos)
@@ -89,16 +109,16 @@ def match_rpcs(infos: Sequence[Any]) -> RpcMatch:
     return match
 
 
-def _match_rpcs(infos):
+def _match_rpcs(infos: Sequence[Records]) -> RpcMatch:
     # the callee sides a caller fetched come first: a field both give is the callee's own
     # file's (the last given counts), and they fill in what the callee did not record
     records = [rec for info in infos for rec in info.remote_rpcs] + [rec for info in infos for rec in info.rpcs]
-    keys = [rec["rpc_id"] for rec in records]
+    keys: List[Any] = [rec["rpc_id"] for rec in records]
     if _several_jobs(infos):  # rpc_ids restart in every run: never join records of two jobs
         jobs = [info.job_id for info in infos for _ in info.remote_rpcs] + [info.job_id for info in infos
                                                                               for _ in info.rpcs]
         keys = list(zip(jobs, keys))
-    index = {}
+    index: Dict[Any, int] = {}
     row = np.fromiter([index.setdefault(key, len(index)) for key in keys], np.int64, len(records))
     first = np.full(len(index), len(records))
     np.minimum.at(first, row, np.arange(len(records)))
@@ -107,10 +127,10 @@ def _match_rpcs(infos):
     callee = np.fromiter(map(itemgetter("callee"), firsts), np.int64, len(firsts))
     is_caller = np.equal(np.fromiter(map(itemgetter("role"), records), object, len(records)), "caller")
     times = np.zeros((len(TIMES), len(index)), dtype=np.int64)
-    has = np.zeros((len(TIMES), len(index)), dtype=bool)
-    for side, keys in ((is_caller, CALLER_FIELDS), (~is_caller, CALLEE_FIELDS)):
+    has = np.zeros((len(TIMES), len(index)), dtype=np.bool_)
+    for side, fields in ((is_caller, CALLER_FIELDS), (~is_caller, CALLEE_FIELDS)):
         recs, side = list(compress(records, side.tolist())), np.flatnonzero(side)
-        for key in keys:
+        for key in fields:
             given, values = _given(recs, key)
             last = _last(row[side[given]], np.arange(len(given)), len(index))
             k = TIMES.index(key)
@@ -123,9 +143,9 @@ def _match_rpcs(infos):
     for r in np.flatnonzero(last_failed >= 0).tolist():
         status[r] = statuses[last_failed[r]]
     calls = RpcCalls(firsts, caller, callee, times, has, status, last_failed < 0)
-    present = {info.rank for info in infos}
+    present: Set[Any] = {info.rank for info in infos}
     peers = np.stack([caller, callee], axis=1).reshape(-1)
-    missing = {}
+    missing: Dict[int, int] = {}
     for peer in peers[~np.isin(peers, list(present))].tolist():
         missing[peer] = missing.get(peer, 0) + 1
     sent, started = has[TIMES.index("send_ns")], has[TIMES.index("start_ns")]
@@ -133,17 +153,17 @@ def _match_rpcs(infos):
                     missing_peer=missing)
 
 
-def _given(records, key):
+def _given(records: List[Dict[str, Any]], key: str) -> Tuple[np.ndarray, np.ndarray]:
     """(positions, int64 values) of the ``records`` that give ``key`` (an int or None)."""
     try:
         return np.arange(len(records)), np.fromiter(map(dict.get, records, repeat(key)), np.int64, len(records))
     except TypeError:  # some leave it out or give None
         values = np.fromiter(map(dict.get, records, repeat(key)), object, len(records))
-        given = np.flatnonzero(np.not_equal(values, None))
+        given = np.flatnonzero(np.not_equal(values, None))  # type: ignore[call-overload]
         return given, values[given].astype(np.int64)
 
 
-def _last(rows, positions, count):
+def _last(rows: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
     """Per row (of ``count``), the last of ``positions`` given for it, -1 for none."""
     last = np.full(count, -1)
     np.maximum.at(last, rows, positions)
@@ -157,13 +177,13 @@ class CollectiveMatch:
     group: str
     seq: int
     op: str
-    group_ranks: list
-    start_ns: dict = field(default_factory=dict)  # {rank: ns}
-    end_ns: dict = field(default_factory=dict)
-    bytes: dict = field(default_factory=dict)
+    group_ranks: List[int]
+    start_ns: Dict[int, int] = field(default_factory=dict)  # {rank: ns}
+    end_ns: Dict[int, int] = field(default_factory=dict)
+    bytes: Dict[int, int] = field(default_factory=dict)
 
     @property
-    def complete(self):
+    def complete(self) -> bool:
         """Every rank of the group recorded it."""
         return set(self.group_ranks) <= set(self.end_ns)
 
@@ -235,7 +255,7 @@ class Collectives:
         return self._dense(self.member_ended, False)
 
 
-def inferred_order_cuts(infos: list) -> Tuple[Dict[tuple, int], List[str]]:
+def inferred_order_cuts(infos: Sequence[Records]) -> Tuple[Dict[tuple, int], List[str]]:
     """Where the ranks' collectives without sequence numbers stop agreeing.
 
     Their ``seq`` is their place among their group's collectives on their rank
@@ -245,7 +265,7 @@ def inferred_order_cuts(infos: list) -> Tuple[Dict[tuple, int], List[str]]:
     since a rank that recorded one more or one fewer would shift every later match.
     """
     several = _several_jobs(infos)
-    seen: Dict[tuple, Tuple[int, tuple]] = {}
+    seen: Dict[tuple, Tuple[Optional[int], tuple]] = {}
     cuts: Dict[tuple, int] = {}
     said: Dict[tuple, str] = {}
     for info in infos:
@@ -269,7 +289,7 @@ def _said(what: tuple) -> str:
     return f"{op or '?'} of {nelems if nelems is not None else '?'} × {dtype or '?'}"
 
 
-def match_collectives(infos: Sequence[Any], cuts: Optional[Dict[tuple, int]] = None) -> Collectives:
+def match_collectives(infos: Sequence[Records], cuts: Optional[Dict[tuple, int]] = None) -> Collectives:
     """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
     its last start, bytes and end given count. Records whose seq was inferred are matched
     only up to where the ranks' orders disagree (``cuts``: :func:`inferred_order_cuts`'s,
@@ -304,7 +324,7 @@ def match_collectives(infos: Sequence[Any], cuts: Optional[Dict[tuple, int]] = N
                        cells % max(len(infos), 1), last, start, end, ended)
 
 
-def _several_jobs(infos):
+def _several_jobs(infos: Sequence[Records]) -> bool:
     """The inputs come from more than one job (their ``job_id`` differs)."""
     return len({info.job_id for info in infos}) > 1
 
@@ -321,7 +341,7 @@ class Correlation:
     order_warnings: Tuple[str, ...] = ()
 
 
-def correlate(infos: Sequence[Any]) -> Correlation:
+def correlate(infos: Sequence[Records]) -> Correlation:
     """The RPC and collective joins of ``infos`` (RankInfo-like: rank, job_id, rpcs,
     remote_rpcs, collectives)."""
     cuts, said = inferred_order_cuts(list(infos))

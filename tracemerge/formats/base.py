@@ -3,18 +3,26 @@ one rank's body is made and encoded (in the workers) and the document around the
 is written (by the parent)."""
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-# one rank's body: lists of events encoded one at a time, or bytes already encoded
-Body = Union[Iterable[list], bytes]
-Counts = Dict[str, int]
+if TYPE_CHECKING:
+    from tracemerge.model import RankTrace
+    from tracemerge.place.arrows import Found, RpcFlows
+    from tracemerge.place.placement import Placement
+
+# one rank's body: lists of events encoded one at a time (or bodies the compiled core
+# wrote), or bytes already encoded
+Body = Union[Iterable[Union[list, bytes]], bytes]
+Counts = Dict[str, Any]   # ints by name, and {reason: int} breakdowns ("dropped_by")
+# (trace, place, rpc, found, counts, consume) -> (body, counts): one rank, in a worker
+RankFn = Callable[["RankTrace", "Placement", Optional["RpcFlows"], "Found", Counts, bool], Tuple[Body, Counts]]
 
 
 def nothing(_: Any) -> bytes:
     return b""
 
 
-def no_warnings(output: str, summary: dict) -> List[str]:
+def no_warnings(output: str, summary: Dict[str, Any]) -> List[str]:
     return []
 
 
@@ -35,10 +43,10 @@ class Format:
 
     name: str                                   # the --format value and the summary's "format"
     suffixes: Tuple[str, ...]                   # output names (without .gz/.zst) that choose it
-    rank: Callable[..., Tuple[Body, Counts]]
+    rank: RankFn
     encode: Callable[[list], bytes] = bytes
-    open: Callable[[dict], bytes] = nothing
+    open: Callable[[Dict[str, Any]], bytes] = nothing
     separator: bytes = b""
-    close: Callable[[dict], bytes] = nothing
+    close: Callable[[Dict[str, Any]], bytes] = nothing
     columns_only: bool = False
-    warnings: Callable[[str, dict], List[str]] = no_warnings
+    warnings: Callable[[str, Dict[str, Any]], List[str]] = no_warnings

@@ -8,6 +8,7 @@ The document is made of pieces that can be produced apart: :func:`open_document`
 
 import itertools
 import os
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 import msgspec
 import numpy as np
@@ -15,12 +16,15 @@ import orjson
 
 from tracemerge import native
 from tracemerge.codecs import codec_for
-from tracemerge.formats.base import Format
-from tracemerge.model import Args
+from tracemerge.formats.base import Counts, Format
+from tracemerge.model import Args, RankTrace
 from tracemerge.nesting import lanes
 from tracemerge.place.ids import namespaced_args
+from tracemerge.place.placement import OutputEvent, Placement, aligned_ns, lane_tid, transform_chunks
 from tracemerge.place.placement import _rewrite_process_metadata as rewrite_process_metadata
-from tracemerge.place.placement import aligned_ns, lane_tid, transform_chunks
+
+if TYPE_CHECKING:
+    from tracemerge.place.arrows import Found, RpcFlows
 
 SEPARATOR = b","
 # Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
@@ -30,13 +34,13 @@ JSON_WARN_BYTES = 400 << 20
 JSON_BYTES_PER_EVENT = 300    # Kineto events are ~257 B, ~437 B with record_shapes
 
 
-def open_document(header):
+def open_document(header: Dict[str, Any]) -> bytes:
     """``{...header, "traceEvents":[`` as bytes."""
     head = orjson.dumps(header)
     return head[:-1] + (b',"traceEvents":[' if len(head) > 2 else b'"traceEvents":[')
 
 
-def encode_events(events):
+def encode_events(events: List[OutputEvent]) -> bytes:
     """One rank's events as the comma-joined body of the traceEvents array (b"" when none).
 
     msgspec writes dicts, ``merge.placement.Event`` structs and raw JSON args (verbatim) alike.
@@ -44,12 +48,13 @@ def encode_events(events):
     return msgspec.json.encode(events)[1:-1] if events else b""
 
 
-def close_document(footer):
+def close_document(footer: Dict[str, Any]) -> bytes:
     """``],"tracemerge":footer}`` as bytes."""
     return b'],"tracemerge":' + orjson.dumps(footer) + b"}"
 
 
-def rank_body(trace, place, rpc, found, counts, consume):
+def rank_body(trace: RankTrace, place: Placement, rpc: Optional["RpcFlows"], found: "Found", counts: Counts,
+              consume: bool) -> Tuple[Iterator[Union[list, bytes]], Counts]:
     """One rank's events as lists made lazily (the worker encodes and frees one list at a
     time), or as the body the compiled core writes for a trace it read (raising
     :class:`tracemerge.native.Declined` where it cannot), with its RPC flow events last."""
@@ -60,27 +65,30 @@ def rank_body(trace, place, rpc, found, counts, consume):
         counts["lanes_spans"] = len(moved)
         counts["lanes_lanes"] = len({(int(trace.pid[i]), int(trace.tid[i]), k) for i, k in moved.items()})
     if native.core_of(trace) == "native":  # read by the compiled core, which writes the events too
-        body = native_body(trace, place, *times, moved)
+        body = native_body(cast(native.NativeTrace, trace), place, *times, moved)
         if body is None:
             raise native.Declined("a ts or dur of 1e16 µs or more")
-        chunks, made = [body], transform_chunks(trace, place, times, lanes=moved)[1]
+        chunks: Iterable[Union[list, bytes]] = [body]
+        made = transform_chunks(trace, place, times, lanes=moved)[1]
     else:
         chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args", lanes=moved)
     if found:
+        assert rpc is not None  # ``found`` holds the plan's spans
         flow_events = rpc.json_events(found, trace, place, *times, lanes=moved)
         counts["rpc_flow_events"] = len(flow_events)
         made += flow_events
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
 
 
-def native_body(trace, place, start, dur, moved=None):
+def native_body(trace: native.NativeTrace, place: Placement, start: np.ndarray, dur: np.ndarray,
+                moved: Optional[Dict[int, int]] = None) -> Optional[bytes]:
     """The body :func:`~tracemerge.place.placement.transform_chunks` and
     :func:`encode_events` make of the own events of ``trace`` (read by the compiled core),
     written by the core's splice writer; None when it cannot write it. The renamed process
     metadata (a few events per rank) is made by the transform's own code and handed to the
     writer as replacement args; the spans ``moved`` to lanes ({event index: lane}) get
     their lane's tid, encoded as the Python path encodes it."""
-    overrides = {}
+    overrides: Dict[int, bytes] = {}
     for i in np.flatnonzero(trace.ph == ord("M")).tolist():
         if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
             continue
@@ -93,7 +101,7 @@ def native_body(trace, place, start, dur, moved=None):
     return native.json_body(trace, place, start, dur, overrides, tids)
 
 
-def size_warning(output, summary):
+def size_warning(output: str, summary: Dict[str, Any]) -> List[str]:
     """Warnings for a JSON output the Perfetto UI may fail to load (it holds about 2 GB)."""
     if summary.get("format") == "perfetto":
         return []

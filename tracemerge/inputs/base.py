@@ -1,7 +1,12 @@
 """What an input format is: how a file is recognised and read."""
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+from tracemerge.model import RankTrace
+
+if TYPE_CHECKING:
+    from tracemerge.inputs.rankinfo import RankInfo
 
 
 @dataclass(frozen=True)
@@ -16,7 +21,7 @@ class InputFormat:
     """
 
     name: str
-    read: Callable[[str], Any]
-    describe: Callable[[str], Any]
-    head: Optional[Callable[[str], Any]] = None
+    read: Callable[[str], RankTrace]
+    describe: Callable[[str], "RankInfo"]
+    head: Optional[Callable[[str], Optional["RankInfo"]]] = None
     sniff: Optional[Callable[[bytes], bool]] = None

@@ -13,7 +13,7 @@ import re
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import msgspec
 import numpy as np
@@ -27,6 +27,9 @@ from tracemerge.inputs.rankinfo import NS_LIMIT, check_base, describe, describe_
 from tracemerge.inputs.salvage import NotCut, Unsalvageable, salvage
 from tracemerge.model import COLUMN_KEYS, FLOW_ID_KEYS, NO_DUR, NO_TS, Args, Extra, RankTrace
 
+if TYPE_CHECKING:
+    from tracemerge.inputs.rankinfo import RankInfo
+
 # a crash can leave the end of a file zero-filled; such padding is not part of the trace
 PADDING = b"\0 \t\r\n"
 _CONTENT = re.compile(rb"[^\0 \t\r\n]")
@@ -37,7 +40,7 @@ PROTOBUF_TRACE = b"\x0a"
 END_SLACK = 64
 
 
-def read_bytes(path):
+def read_bytes(path: str) -> bytes:
     """The complete decompressed bytes of ``path``; a cut gzip or zstd stream is an error
     here (:func:`read_trace` salvages it)."""
     data, cut = read_data(path)
@@ -46,7 +49,7 @@ def read_bytes(path):
     return data
 
 
-def read_data(path):
+def read_data(path: str) -> tuple[bytes, str]:
     """(decompressed bytes, cut) of ``path``; ``cut`` names the codec ("gzip", "zstd") when
     its stream ends early, else it is "" (:func:`tracemerge.codecs.decompress`)."""
     try:
@@ -71,7 +74,7 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _TEXT_CHUNK = 16 << 20
 
 
-def check_text(path, data, cut=""):
+def check_text(path: str, data: bytes, cut: str = "") -> None:
     """JSON is UTF-8 and so are the outputs: bytes that are not UTF-8, and escapes of lone
     UTF-16 surrogates (valid JSON, but no UTF-8 can encode them), are errors naming the byte,
     found here before any output is made. ASCII files (most traces) cost one isascii() pass."""
@@ -102,7 +105,7 @@ def check_text(path, data, cut=""):
                                "pair, which UTF-8 output cannot hold)")
 
 
-def parse_json(path, data, cut=False):
+def parse_json(path: str, data: bytes, cut: Union[str, bool] = False) -> tuple[Any, Optional[str]]:
     """(document, warning or None): the parsed trace, salvaged when the data ends early.
 
     A document that does not end in ``}`` or ``]`` cannot be whole, so it goes straight
@@ -129,7 +132,7 @@ def parse_json(path, data, cut=False):
     return doc, f"ignored {len(data) - len(body)} trailing zero/blank bytes"
 
 
-def _content_end(data):
+def _content_end(data: bytes) -> int:
     """Length of ``data`` without its trailing padding (a short walk: a few blocks at most)."""
     end = len(data)
     while end and data[end - 1] in PADDING:
@@ -137,7 +140,7 @@ def _content_end(data):
     return end
 
 
-def _loads(data):
+def _loads(data: bytes) -> Any:
     """msgspec builds the same objects as orjson without orjson's intermediate document
     tree (peak memory 290 MB instead of 440 MB for a 60 MB trace, same speed); on any
     error orjson parses again, for its error position and message."""
@@ -147,7 +150,7 @@ def _loads(data):
         return orjson.loads(data)
 
 
-def _lenient(path, data, error):
+def _lenient(path: str, data: bytes, error: Exception) -> Any:
     """The stdlib's reading of JSON orjson refused: it accepts NaN and Infinity, which the
     event checks then report with the event's index; anything else is not JSON."""
     try:
@@ -156,7 +159,7 @@ def _lenient(path, data, error):
         raise TraceError(path, f"not valid JSON: {error}") from None
 
 
-def _salvaged(path, body, data, cut):
+def _salvaged(path: str, body: bytes, data: bytes, cut: Union[str, bool]) -> tuple[Any, str]:
     how = f"the {cut} stream ends early" if cut else "the JSON ends early"
     try:
         kept = salvage(body)
@@ -170,7 +173,7 @@ def _salvaged(path, body, data, cut):
                  f"{kept.kept_bytes} of {len(data)} bytes; whatever followed is lost")
 
 
-def split_document(path, doc):
+def split_document(path: str, doc: Any) -> tuple[list, dict[str, Any], Optional[dict[str, Any]]]:
     """(events, meta, tracemerge block) of a parsed trace document."""
     if isinstance(doc, list):
         return doc, {}, None
@@ -188,7 +191,7 @@ def split_document(path, doc):
     return events, meta, block
 
 
-def read_trace(path):
+def read_trace(path: Union[str, "os.PathLike[str]"]) -> RankTrace:
     """Read one trace file into a :class:`RankTrace` (the registry's ``read``: use
     :func:`tracemerge.inputs.read_trace`, which picks the reader)."""
     path = os.fspath(path)
@@ -196,7 +199,7 @@ def read_trace(path):
         return _read_trace(path)
 
 
-def read_columns(path):
+def read_columns(path: Union[str, "os.PathLike[str]"]) -> RankTrace:
     """:func:`read_trace` for readers of columns and args only (reports): the typed reader
     keeps no per-event structs and builds no extra keys, so a rank costs its columns and
     the raw args, not a Python object per event."""
@@ -208,7 +211,7 @@ def read_columns(path):
         return trace if trace is not None else _read_trace(path)
 
 
-def _read_trace(path):
+def _read_trace(path: str) -> RankTrace:
     data, cut = read_data(path)
     trace = None if cut else read_typed(path, data)
     if trace is not None:
@@ -222,7 +225,7 @@ def _read_trace(path):
     return trace
 
 
-def _intern(values, path, what):
+def _intern(values: list, path: str, what: str) -> tuple[np.ndarray, list]:
     """Codes for ``values`` and the table of distinct values, in first-seen order."""
     try:
         table = dict.fromkeys(values)  # first-seen order; C loops only, no per-value bytecode
@@ -233,7 +236,7 @@ def _intern(values, path, what):
     return np.fromiter(map(code.__getitem__, values), np.int32, len(values)), list(table)
 
 
-def _hashable(v):
+def _hashable(v: Any) -> bool:
     try:
         hash(v)
     except TypeError:
@@ -248,7 +251,7 @@ NUMBER_TYPES = frozenset((int, float, type(None)))
 MAX_US = 7e15  # µs (year 2191) whose ns still fit int64 after adding a Kineto base
 
 
-def _numbers(values, path, what, required):
+def _numbers(values: list, path: str, what: str, required: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """float64 column of ``values`` and its mask of absent (None) values.
 
     Strings, booleans, NaN and infinities are errors naming the event; so is an absent
@@ -269,18 +272,19 @@ def _numbers(values, path, what, required):
         raise TraceError(path, f"'{what}' is not a finite number: {values[bad]!r}", bad)
     missing = nan
     if required is not None and absent:
-        bad = np.flatnonzero(missing & required)
-        if len(bad):
-            raise TraceError(path, f"missing '{what}'", int(bad[0]))
+        at = np.flatnonzero(missing & required)
+        if len(at):
+            raise TraceError(path, f"missing '{what}'", int(at[0]))
     return col, missing
 
 
-def _column(events, key, default=None):
+def _column(events: list[dict], key: str, default: Any = None) -> list:
     """``[e.get(key, default) for e in events]`` without a bytecode loop (3-4× faster)."""
     return list(map(dict.get, events, repeat(key), repeat(default)))
 
 
-def build(path, events, meta, block, truncated=False):
+def build(path: str, events: list, meta: dict[str, Any], block: Optional[dict[str, Any]],
+          truncated: bool = False) -> RankTrace:
     """Columns from a list of event dicts, validated: a bad event is an error naming it."""
     if not set(map(type, events)) <= {dict}:
         i, e = next((i, e) for i, e in enumerate(events) if not isinstance(e, dict))
@@ -288,10 +292,12 @@ def build(path, events, meta, block, truncated=False):
     columns = {k: _column(events, k, 0 if k in ("pid", "tid") else None) for k in COLUMN_KEYS}
     extra = [None if e.keys() <= COLUMN_KEYS else {k: v for k, v in e.items() if k not in COLUMN_KEYS}
              for e in events]
-    return from_columns(path, columns, Args(columns["args"]), extra, meta, block, truncated)
+    return from_columns(path, columns, Args(columns["args"]), Extra(extra), meta, block, truncated)
 
 
-def from_columns(path, col, args, extra, meta, block, truncated=False, events=None):
+def from_columns(path: str, col: dict[str, list], args: Args, extra: Extra, meta: dict[str, Any],
+                 block: Optional[dict[str, Any]], truncated: bool = False,
+                 events: Optional[list] = None) -> RankTrace:
     """The validated :class:`RankTrace` of per-event value lists ``col[key]`` (one per
     COLUMN_KEYS key; pid/tid 0 where absent, others None): both readers end here.
     ``events``: the typed reader's structs, kept for the transform."""
@@ -317,8 +323,8 @@ def from_columns(path, col, args, extra, meta, block, truncated=False, events=No
         raise TraceError(path, problem, int(i))
     cats = col["cat"]
     if not set(map(type, cats)) <= {str, type(None)}:
-        i = next(i for i, c in enumerate(cats) if c is not None and not isinstance(c, str))
-        raise TraceError(path, f"'cat' is not a string: {cats[i]!r}", i)
+        at = next(i for i, c in enumerate(cats) if c is not None and not isinstance(c, str))
+        raise TraceError(path, f"'cat' is not a string: {cats[at]!r}", at)
     name_codes, names = _intern(names_raw + cats, path, "name/cat")
     name, cat = name_codes[:n], name_codes[n:]
     if None in names:
@@ -337,7 +343,8 @@ def from_columns(path, col, args, extra, meta, block, truncated=False, events=No
                      args=args, extra=extra, truncated=truncated, events=events)
 
 
-def times_ns(path, ts_values, dur_values, base, required):
+def times_ns(path: str, ts_values: list, dur_values: list, base: Optional[int],
+             required: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ts, dur) int64 ns columns of µs values: ts on the file's clock (``base`` + ts),
     NO_TS / NO_DUR where absent; a bad or missing-where-``required`` value is an error."""
     ts_f, ts_missing = _numbers(ts_values, path, "ts", required=required)
@@ -349,7 +356,8 @@ def times_ns(path, ts_values, dur_values, base, required):
 MAX_NS = float(2**63 - 2**12)
 
 
-def float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base):
+def float_times_ns(path: str, ts_f: np.ndarray, ts_missing: np.ndarray, dur_f: np.ndarray, dur_missing: np.ndarray,
+                   base: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
     """:func:`times_ns` from float64 µs columns and their masks of absent values (the
     compiled core's scan gives these directly)."""
     negative = np.flatnonzero(~dur_missing & (dur_f < 0))
@@ -473,7 +481,7 @@ _NULL = msgspec.Raw(b"null")
 _COLUMNS = msgspec.json.Decoder(list[_Columns])
 
 
-def read_typed(path, data, extra=True, describing=False):
+def read_typed(path: str, data: bytes, extra: bool = True, describing: bool = False) -> Optional[RankTrace]:
     """The RankTrace of ``data`` by the typed reader, or None when it does not take the file;
     with ``extra`` the trace keeps the event structs (``events``) for the transform, without
     it the EXTRA_KEYS are left out (``extra`` is all None). ``describing``: only for
@@ -500,7 +508,7 @@ def read_typed(path, data, extra=True, describing=False):
                         events=events)
 
 
-def _fill_absent(events, columns):
+def _fill_absent(events: list, columns: dict[str, list]) -> None:
     """The columns and structs as the generic reader and the output see them: ``"args":
     null`` is no args, an absent tid is 0, a null tid is none (left out of the output)."""
     args, tids = columns["args"], columns["tid"]
@@ -516,12 +524,12 @@ def _fill_absent(events, columns):
             events[i].tid = msgspec.UNSET
 
 
-def _extra(events, keys, read=None):
+def _extra(events: list, keys: tuple[str, ...], read: Optional[dict[str, list]] = None) -> dict[str, list]:
     """The ``keys`` the file uses (of EXTRA_KEYS, in that order) as columns, UNSET where an
     event lacks the key: no dict per event, and a key absent from the whole file costs one C
     pass. ``read``: the FLOW_ID_KEYS columns read before, taken from there (the structs'
     values may have been rewritten since)."""
-    columns = {}
+    columns: dict[str, list] = {}
     for key in keys:
         values = read.get(key) if read is not None and key in FLOW_ID_KEYS else list(map(attrgetter(key), events))
         if values is not None and values.count(msgspec.UNSET) != len(values):
@@ -529,7 +537,7 @@ def _extra(events, keys, read=None):
     return columns
 
 
-def describe_file(path):
+def describe_file(path: str) -> "RankInfo":
     """The :class:`RankInfo` of ``path``: the typed reader without the keys describe() does
     not use (flow ids, scopes); a file it does not take goes through the full reader, which
     explains or salvages it."""
@@ -539,7 +547,7 @@ def describe_file(path):
     return describe(trace if trace is not None else read_trace(path))
 
 
-def describe_head_of(path):
+def describe_head_of(path: str) -> Optional["RankInfo"]:
     """The partial :class:`RankInfo` of a rank file from the keys before its events, or None."""
     found = read_head(path)
     return describe_head(path, found) if found is not None else None

@@ -7,6 +7,8 @@ Reading only that part lets ``combine`` solve the clocks before any worker decod
 and decode each rank once.
 """
 
+from typing import Any, Iterator, Optional
+
 import msgspec
 
 from tracemerge.codecs import decompressor
@@ -19,7 +21,7 @@ _READ = 1 << 20
 MAX_HEAD_BYTES = 256 << 20
 
 
-def read_head(path):
+def read_head(path: str) -> Optional[dict[str, Any]]:
     """The top-level keys of ``path`` written before ``traceEvents`` as a dict, or None when
     the file does not start that way (a bare array, the events first, not JSON)."""
     start = 0
@@ -38,12 +40,12 @@ def read_head(path):
     return None
 
 
-def first_bytes(path):
+def first_bytes(path: str) -> bytes:
     """The first decompressed bytes of ``path`` (up to about a MB), for sniffing formats."""
     return bytes(next(iter(_prefixes(path)), b""))
 
 
-def _object_before(buf, at):
+def _object_before(buf: bytearray, at: int) -> Optional[dict[str, Any]]:
     """The object ``buf[:at]`` opens, when ``at`` is where its next key starts."""
     body = buf[:at].rstrip()
     if not body.endswith(b","):
@@ -55,7 +57,7 @@ def _object_before(buf, at):
     return head if isinstance(head, dict) else None
 
 
-def _prefixes(path):
+def _prefixes(path: str) -> Iterator[bytearray]:
     """Ever longer decompressed prefixes of ``path`` (gzip or zstd by their magic, as the
     reader does)."""
     try:

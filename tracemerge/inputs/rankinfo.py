@@ -68,13 +68,13 @@ class RankInfo:
 ASSUMED_RANK = "no rank given; the only input"
 
 
-def rank_from_name(path):
+def rank_from_name(path: str) -> Optional[int]:
     """The rank spelled in a file name (``rank3``, ``rank-3``, ``worker_3`` …), or None."""
     found = _RANK_IN_NAME.findall(os.path.basename(path))
     return int(found[-1]) if found else None
 
 
-def cycle_of(path, block):
+def cycle_of(path: str, block: Dict[str, Any]) -> Optional[int]:
     """The schedule cycle a file holds: the block's ``cycle``, else ``.cycle{N}`` in its name, else None."""
     if _is_int(block.get("cycle")) and block["cycle"] >= 0:
         return block["cycle"]
@@ -82,7 +82,7 @@ def cycle_of(path, block):
     return int(found[-1]) if found else None
 
 
-def _rank_candidates(path, block, meta):
+def _rank_candidates(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> tuple[Optional[int], str]:
     if isinstance(block.get("rank"), int):
         return block["rank"], "tracemerge"
     dist = meta.get("distributedInfo")
@@ -130,7 +130,7 @@ RECORD_FIELDS = {
 }
 
 
-def records(path, block, key):
+def records(path: str, block: Dict[str, Any], key: str) -> List[Dict[str, Any]]:
     """The ``key`` records of a rank file's block, checked so a bad one is named, not a crash later."""
     found = block.get(key) or []
     if not isinstance(found, list):
@@ -140,12 +140,12 @@ def records(path, block, key):
     return _shared_strings(found)
 
 
-def _shared_strings(found):
+def _shared_strings(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The records (freshly decoded, checked dicts) with each repeated string value one
     object: JSON decoding makes a new str for every occurrence, and a rank's thousands of
     records repeat a few names, kinds and statuses (the parent holds every rank's records
     for the whole merge)."""
-    seen = {}
+    seen: Dict[str, str] = {}
     for rec in found:
         for k, v in rec.items():
             if v.__class__ is str:
@@ -220,13 +220,13 @@ def _name_bad_record(path, found, key):
                 raise TraceError(path, f"{where}: 'group_ranks' holds {r!r}, not a rank")
 
 
-def check_base(path, base):
+def check_base(path: str, base: Any) -> None:
     """A baseTimeNanoseconds that int64 ns cannot hold with room for the events after it."""
     if base is not None and not (isinstance(base, int) and -NS_LIMIT < base < NS_LIMIT):
         raise TraceError(path, f"'baseTimeNanoseconds' {base!r} is out of range (beyond year 2116: 2**62 ns)")
 
 
-def check_block(path, block):
+def check_block(path: str, block: Dict[str, Any]) -> None:
     """The block's own fields that later steps rely on: a bad one is named here."""
     job_id = block.get("job_id")
     if job_id is not None and not (isinstance(job_id, str) or isinstance(job_id, int) and -2**63 <= job_id < 2**63):
@@ -273,7 +273,7 @@ def describe_head(path, head):
                     collectives=records(path, block, "collectives"), has_block=True, partial=True)
 
 
-def _is_int(v):
+def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -30,7 +30,7 @@ class NotCut(ValueError):
     """The input closes every bracket it opens: whatever is wrong with it, it is not cut off."""
 
 
-def _brackets(data):
+def _brackets(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, +1/-1 deltas) of the brackets of ``data`` that are outside strings."""
     arr = np.frombuffer(data.translate(_TABLE), dtype=np.uint8)
     pos = np.flatnonzero(arr)
@@ -51,7 +51,7 @@ def _brackets(data):
     return bpos, bch, delta
 
 
-def salvage(data):
+def salvage(data: bytes) -> Cut:
     """The :class:`Cut` of ``data`` (bytes of a trace that ends early).
 
     An object document keeps every key before ``traceEvents`` and loses those after it; a
@@ -81,7 +81,7 @@ def salvage(data):
     return Cut(text=data[:kept] + closer, events=len(ends), kept_bytes=kept)
 
 
-def _events_array(data, bpos, bch, depth):
+def _events_array(data: bytes, bpos: np.ndarray, bch: np.ndarray, depth: np.ndarray) -> int:
     """Index (into the bracket arrays) of the '[' that opens the top-level traceEvents."""
     key = data.find(b'"traceEvents"')
     while key >= 0:

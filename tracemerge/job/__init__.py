@@ -22,13 +22,13 @@ again, by the worker that needs it, so memory stays bounded by the largest rank.
 import functools
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from tracemerge.clocks.causality import review
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.methods import align as align_clocks
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.engine import LocalEngine
+from tracemerge.engine import Engine, LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
 from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
@@ -37,6 +37,7 @@ from tracemerge.job.describe_files import scan, scan_head
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 
+T = TypeVar("T")
 KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
 
 
@@ -68,11 +69,12 @@ class Job:
     skipped: Tuple[Tuple[str, str], ...] = ()   # (path, problem) of files left out by skip_bad
     warnings: Tuple[str, ...] = ()       # job-wide warnings (tracemerge.job.checks)
     alignment: Optional[Alignment] = None        # the clock model, when the job was opened with align=
-    engine: Any = None                   # runs per-rank work (tracemerge.engine); None: inline
+    engine: Optional[Engine] = None      # runs per-rank work (tracemerge.engine); None: inline
     traces: Mapping[str, RankTrace] = field(default_factory=dict, repr=False)  # {path: events} kept in memory
 
     @classmethod
-    def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto", engine: Any = None,
+    def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto",
+             engine: Optional[Engine] = None,
              skip_bad: bool = False, strict: bool = False, heads_only: bool = False,
              columns_only: bool = False, cycle: Optional[int] = None,
              align: Optional[AlignRequest] = None) -> "Job":
@@ -176,7 +178,7 @@ class Job:
 Session = Job  # the library's name for it in its first releases (README, docs/architecture.md)
 
 
-def _attempt(read: Any, path: str, skip_bad: bool) -> Tuple[Any, Optional[str]]:
+def _attempt(read: Callable[[str], T], path: str, skip_bad: bool) -> Tuple[Optional[T], Optional[str]]:
     """(read(path), None); with ``skip_bad``, (None, problem) when the file is bad."""
     try:
         return read(path), None

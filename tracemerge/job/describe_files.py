@@ -5,15 +5,16 @@ not accept goes through the full reader, so errors, salvage and warnings are the
 own."""
 
 import os
+from typing import Optional, Union
 
 from tracemerge import native
 from tracemerge.engine import gc_paused
 from tracemerge.errors import reading
 from tracemerge.inputs import READERS, reader_for
-from tracemerge.inputs.rankinfo import describe
+from tracemerge.inputs.rankinfo import RankInfo, describe
 
 
-def scan_head(path):
+def scan_head(path: Union[str, "os.PathLike[str]"]) -> Optional[RankInfo]:
     """The partial :class:`RankInfo` of a rank file whose head carries its block, without
     decoding its events; None for other files."""
     path = os.fspath(path)
@@ -26,7 +27,7 @@ def scan_head(path):
     return None
 
 
-def scan(path):
+def scan(path: Union[str, "os.PathLike[str]"]) -> RankInfo:
     """The :class:`RankInfo` of ``path``, equal to ``describe(read_trace(path))``."""
     path = os.fspath(path)
     form = reader_for(path)

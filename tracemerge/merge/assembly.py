@@ -26,22 +26,32 @@ import multiprocessing.synchronize  # noqa: F401
 import os
 import shutil
 import tempfile
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 import msgspec
 
 from tracemerge import native
-from tracemerge.codecs import codec_for
-from tracemerge.engine import Abandoned, LocalEngine, gc_paused
+from tracemerge.codecs import Codec, Stream, codec_for
+from tracemerge.engine import Abandoned, Engine, LocalEngine, gc_paused
 from tracemerge.errors import OutputError, TraceError, reading
 from tracemerge.formats import FORMATS
+from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.cycles import joined_trace
 from tracemerge.model import RankTrace
 from tracemerge.output import atomic_output
+from tracemerge.place.placement import Placement
+
+# what a worker reads a rank from: a path, a trace in memory, or (a rank of several cycle
+# files, for a format that encodes a rank whole) a tuple of those
+Source = Union[str, RankTrace, Tuple[Union[str, RankTrace], ...]]
+# (trace, place, consume=...) -> (body, counts): the caller's per-rank function
+RankOutput = Callable[..., Tuple[Body, Counts]]
 
 # ---- pass 2: transform and encode ------------------------------------------------------
 
-def encode_rank(rank_fn, fmt, source, place, sink, codec):
+def encode_rank(rank_fn: RankOutput, fmt: str, source: Source, place: Placement,
+                sink: Union["Shard", "OutputSlot"], codec: Optional[Codec]) -> Dict[str, Any]:
     """Encode one rank into ``sink`` (a :class:`Shard` or an :class:`OutputSlot`); returns
     {"counts", "bytes": the encoded size, "core": which core read it, "native" or
     "python[: why the core did not]"}.
@@ -61,7 +71,8 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec):
             else:
                 # the compiled core reads a file it takes; the Python path the others (and the
                 # traces a Session keeps in memory): the same columns, the same output bytes
-                trace, core = native.read_rank(source) if owned else (source, native.core_of(source))
+                trace, core = (source, native.core_of(source)) if isinstance(source, RankTrace) else \
+                    native.read_rank(source)
             path = trace.path
             try:
                 try:
@@ -81,14 +92,14 @@ def encode_rank(rank_fn, fmt, source, place, sink, codec):
     return {"counts": counts, "bytes": size, "core": core}
 
 
-def _named(source):
+def _named(source: Source) -> str:
     """The file a source is read from, for messages (a rank's cycles: its first)."""
     if isinstance(source, tuple):
         source = source[0]
     return source if isinstance(source, str) else source.path
 
 
-def _encoded(form, events, codec):
+def _encoded(form: Format, events: Body, codec: Optional[Codec]) -> List[bytes]:
     """The pieces of one rank's body: each chunk of ``events`` (an iterable of event lists,
     each encoded and dropped before the next is made, so a rank's events and its encoding
     are never in memory whole, or of bodies the compiled core wrote) or an already encoded
@@ -99,7 +110,7 @@ def _encoded(form, events, codec):
         pieces = []
         for chunk in events:
             if chunk:
-                piece = chunk if chunk.__class__ is bytes else form.encode(chunk)
+                piece = chunk if chunk.__class__ is bytes else form.encode(cast(list, chunk))
                 pieces += [form.separator, piece] if pieces else [piece]
             del chunk
     if codec and pieces:
@@ -115,15 +126,15 @@ class Shard:
     """A rank's body in a file of its own, copied into the output by the parent (engines
     whose workers cannot write into the output: other machines, stdout)."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.path = path
 
-    def write(self, pieces):
+    def write(self, pieces: List[bytes]) -> int:
         with open(self.path, "wb") as f:
             f.writelines(pieces)
         return sum(map(len, pieces))
 
-    def abandon(self):
+    def abandon(self) -> None:
         pass
 
 
@@ -132,11 +143,12 @@ class OutputSlot:
     once every rank before it has written (ranks take turns in order, so the output is the
     same bytes for any number of workers). The output is written once, with no shard to copy."""
 
-    def __init__(self, fd, index, separator):
+    def __init__(self, fd: int, index: int, separator: bytes) -> None:
         self.fd, self.index, self.separator = fd, index, separator
 
-    def write(self, pieces):
+    def write(self, pieces: List[bytes]) -> int:
         turns = _TURNS
+        assert turns is not None  # set by write_merged for the length of the write
         with turns.cond:
             turns.cond.wait_for(lambda: turns.next.value == self.index or turns.failed.value)
             if turns.failed.value:
@@ -151,9 +163,10 @@ class OutputSlot:
             turns.cond.notify_all()
         return size
 
-    def abandon(self):
+    def abandon(self) -> None:
         """Release the ranks waiting behind this one: the merge has failed."""
         turns = _TURNS
+        assert turns is not None  # set by write_merged for the length of the write
         with turns.cond:
             turns.failed.value = 1
             turns.cond.notify_all()
@@ -162,7 +175,7 @@ class OutputSlot:
 class _Turns:
     """Which rank writes next and where; shared with forked workers by inheritance."""
 
-    def __init__(self, offset):
+    def __init__(self, offset: int) -> None:
         ctx = multiprocessing.get_context("fork")
         self.cond = ctx.Condition()
         self.next, self.offset = ctx.RawValue("q", 0), ctx.RawValue("q", offset)
@@ -172,10 +185,10 @@ class _Turns:
 # The one module-level state left: the turns of the write in progress. A lock and shared
 # integers reach forked pool workers only by inheritance (multiprocessing refuses to pickle
 # them into a task), so write_merged sets this for the length of one write and clears it.
-_TURNS = None
+_TURNS: Optional[_Turns] = None
 
 
-def _pwrite_all(fd, pieces, offset):
+def _pwrite_all(fd: int, pieces: Sequence[bytes], offset: int) -> None:
     iov_max = os.sysconf("SC_IOV_MAX")
     views = [memoryview(p) for p in pieces if p]
     while views:
@@ -187,7 +200,9 @@ def _pwrite_all(fd, pieces, offset):
             views[0] = views[0][done:]
 
 
-def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, force=True):
+def write_merged(engine: Engine, rank_fn: RankOutput, fmt: str, jobs: Sequence[Tuple[Source, Placement]], output: str,
+                 header: Dict[str, Any], footer: Callable[[List[Dict[str, Any]]], Dict[str, Any]],
+                 force: bool = True) -> Dict[str, Any]:
     """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
     the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
     summary from the per-rank results. Returns the summary. Without ``force`` an output that another run wrote meanwhile is not replaced."""
@@ -195,7 +210,7 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, force=True)
     form = FORMATS[fmt]
     codec = codec_for(output)
     n = len(jobs)
-    common = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
+    common: List[List[Any]] = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
     with atomic_output_pieces(output, codec, force) as out:
         # the output's temporary file, written at offsets (stdout may be a pipe, or append-only)
         if isinstance(engine, LocalEngine) and output != "-":
@@ -212,12 +227,12 @@ def write_merged(engine, rank_fn, fmt, jobs, output, header, footer, force=True)
             summary = footer(results)
         else:
             with shard_dir(output) as tmp:
-                sinks = [Shard(os.path.join(tmp, f"shard{k:06d}")) for k in range(n)]
-                results = engine.map(encode_rank, *common, sinks, [codec] * n)
+                shards = [Shard(os.path.join(tmp, f"shard{k:06d}")) for k in range(n)]
+                results = engine.map(encode_rank, *common, shards, [codec] * n)
                 summary = footer(results)
                 out.write(form.open(header))
                 first = True
-                for sink, r in zip(sinks, results):
+                for sink, r in zip(shards, results):
                     if r["bytes"]:
                         if not first and form.separator:
                             out.write(form.separator)
@@ -231,17 +246,17 @@ class _Pieces:
     """The output stream: parent-made pieces are compressed as members or frames of their
     own when the output is compressed; shard files (already compressed) are copied as they are."""
 
-    def __init__(self, raw, codec):
+    def __init__(self, raw: Stream, codec: Optional[Codec]) -> None:
         self.raw, self.codec = raw, codec
 
-    def made(self, data):
+    def made(self, data: bytes) -> bytes:
         """``data`` as the parent writes it: a member or frame of its own when compressed."""
         return self.codec.compress(data) if self.codec else data
 
-    def write(self, data):
+    def write(self, data: bytes) -> None:
         self.raw.write(self.made(data))
 
-    def copy(self, path):
+    def copy(self, path: str) -> None:
         with open(path, "rb") as f:
             done = 0
             try:
@@ -260,13 +275,13 @@ class _Pieces:
 
 
 @contextlib.contextmanager
-def atomic_output_pieces(output, codec, force=True):
+def atomic_output_pieces(output: str, codec: Optional[Codec], force: bool = True) -> Iterator[_Pieces]:
     with atomic_output(output, compress=False, force=force) as raw:
         yield _Pieces(raw, codec)
 
 
 @contextlib.contextmanager
-def shard_dir(output):
+def shard_dir(output: str) -> Iterator[str]:
     """A temporary directory beside ``output`` (same filesystem, so no copy across disks)."""
     where = None if output == "-" else os.path.dirname(os.path.abspath(output))
     try:

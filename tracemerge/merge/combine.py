@@ -2,15 +2,17 @@
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 import tracemerge
 from tracemerge import native
 from tracemerge.engine import LocalEngine
 from tracemerge.formats import FORMATS, output_format
+from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.inputs.cycles import pids_agree, recoded
-from tracemerge.inputs.rankinfo import rank_of
-from tracemerge.merge.assembly import write_merged
+from tracemerge.inputs.rankinfo import RankInfo, rank_of
+from tracemerge.merge.assembly import Source, write_merged
+from tracemerge.model import RankTrace
 from tracemerge.output import check_output
 from tracemerge.place import selection as select
 from tracemerge.place.arrows import RpcFlows
@@ -20,6 +22,7 @@ from tracemerge.place.remote_spans import drawn_sides, remote_spans
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
 from tracemerge.analysis import drawing
+from tracemerge.analysis.critical_path import Window
 from tracemerge.analysis.critical_path import critical_path as find_critical_path
 from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.clocks.clock import ClockModel
@@ -84,20 +87,20 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     fmt = output_format(output, fmt)
     selection = selection or select.Selection()
     select.check_ranks(selection, job.ranks)
-    kept = [i for i in job.infos if selection.keeps_rank(i.rank)]
+    kept = [i for i in job.infos if selection.keeps_rank(rank_of(i))]
     path = find_critical_path(job_timeline(job, alignment)) if critical_path else None
     first = aligned_start(job, alignment)
     places = placements(job, alignment, first)
     start = first - next(iter(places.values())).out_base_ns
     window = selection.window_ns(start)
-    sides = drawn_sides(job.infos, {i.rank for i in kept})
-    spans = {(s["rpc_id"], s["role"], info.rank) for info in kept
+    sides = drawn_sides(job.infos, {rank_of(i) for i in kept})
+    spans = {(s["rpc_id"], s["role"], rank_of(info)) for info in kept
              for s, keep in zip(info.rpc_spans, select.kept_spans(info.rpc_spans, places[rank_of(info)], selection,
                                                                    window))
              if keep}
     drawn_ids = {r["rpc_id"] for recs in sides.values() for r in recs}
-    rpc = RpcFlows.plan(job.links.rpcs, spans, {i.rank for i in kept} | set(sides), drawn_ids)
-    arrows = _arrows(job, rpc, spans, drawn_ids, {i.rank for i in kept} | set(sides))
+    rpc = RpcFlows.plan(job.links.rpcs, spans, {rank_of(i) for i in kept} | set(sides), drawn_ids)
+    arrows = _arrows(job, rpc, spans, drawn_ids, {rank_of(i) for i in kept} | set(sides))
     counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in job.infos:
         if info not in kept:
@@ -110,7 +113,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
 
-    def footer(results):
+    def footer(results: List[Dict[str, Any]]) -> Dict[str, Any]:
         cores.extend((part.path, r.get("core", "python")) for own, r in zip(owners, results) for part in own)
         for r in results[len(owners):]:  # the drawn callee spans and path are added, not input
             c = r["counts"]
@@ -136,7 +139,8 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     return Written(summary, cores)
 
 
-def _arrows(job: "Job", rpc: RpcFlows, spans: set, drawn: set, ranks: set) -> Dict[str, Any]:
+def _arrows(job: "Job", rpc: RpcFlows, spans: Set[Tuple[str, str, int]], drawn: Set[str],
+            ranks: Set[int]) -> Dict[str, Any]:
     """What the output holds of the calls with both records between ranks it holds: how many
     are drawn (both spans, and the arrows between them), and how many spans of the others
     are not there (the events lack them — a cut file — or the size controls left them out)."""
@@ -149,25 +153,28 @@ def _arrows(job: "Job", rpc: RpcFlows, spans: set, drawn: set, ranks: set) -> Di
     return {"drawn": len(rpc.calls), "spans_missing": missing}
 
 
-def rank_jobs(job, kept, places, form):
+def rank_jobs(job: "Job", kept: List[RankInfo], places: Dict[int, Placement], form: Format,
+              ) -> Tuple[List[Tuple[Source, Placement]], List[List[RankInfo]]]:
     """(the (source, Placement) jobs of the ranks ``kept``, the infos of the files each job
     reads). A rank of several cycle files is a job per file, written one after the other,
     each by the compiled core where it can; for a format that encodes a rank whole
     (``columns_only``: Perfetto's tracks and interning are per rank), one job that reads and
     joins its cycles (a tuple of sources; its facts were learned before)."""
-    jobs, owners = [], []
+    jobs: List[Tuple[Source, Placement]] = []
+    owners: List[List[RankInfo]] = []
     for info in kept:
-        sources = job.sources(info.rank)
+        sources = job.sources(rank_of(info))
         if info.parts and form.columns_only:
-            jobs.append((tuple(sources), places[info.rank]))
+            jobs.append((tuple(sources), places[rank_of(info)]))
             owners.append(info.parts)
         else:
-            jobs += [(source, places[info.rank]) for source in sources]
+            jobs += [(source, places[rank_of(info)]) for source in sources]
             owners += [[part] for part in info.files]
     return jobs, owners
 
 
-def _path_job(windows, places, taken):
+def _path_job(windows: List[Window], places: Dict[int, Placement], taken: List[Placement],
+              ) -> Tuple[Tuple[RankTrace, Placement], Dict[str, Any]]:
     """((the critical path as a RankTrace, its Placement): one more process after the
     ranks' (and every placement in ``taken``), on the reference clock; the summary's
     ``critical_path`` entry)."""
@@ -182,7 +189,9 @@ def _path_job(windows, places, taken):
                                               "segments": sum(len(w.segments) for w in windows)}}
 
 
-def rank_output(trace, place, fmt="json", selection=None, window=(None, None), rpc=None, consume=False):
+def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection: Optional[select.Selection] = None,
+                window: Tuple[Optional[int], Optional[int]] = (None, None), rpc: Optional[RpcFlows] = None,
+                consume: bool = False) -> Tuple[Body, Counts]:
     """(an iterable of event lists, or protobuf bytes; counts) of one rank; runs in the
     engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
     are freed as they are encoded."""
@@ -240,7 +249,7 @@ DETAIL = tuple(DETAIL_GROUPS.values())
 BY_REASON = ("filtered_by", "dropped_by")
 
 
-def add_counts(total, counts):
+def add_counts(total: Counts, counts: Counts) -> None:
     """Add one rank's counts into ``total``: numbers, and the by-reason groups reason by
     reason (a reason keeps the place it was first seen in)."""
     for k, v in counts.items():

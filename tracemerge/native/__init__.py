@@ -19,7 +19,7 @@ import mmap
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -31,7 +31,7 @@ from tracemerge.corestatus import chosen
 from tracemerge.corestatus import describe as describe_core
 from tracemerge.errors import TraceError
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
-from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
+from tracemerge.model import FLOW_ID_KEYS, Args, Extra, Indices, RankTrace
 
 _core: Any
 _proto: Any
@@ -76,34 +76,34 @@ class NativeArgs(Args):
 
     __slots__ = ("_items", "_scan", "_spans", "_view")
 
-    def __init__(self, scan, data):
+    def __init__(self, scan: Any, data: bytes | mmap.mmap) -> None:
         self._scan, self._view = scan, memoryview(data)
         self._spans = np.frombuffer(scan.args_spans(), np.int64).reshape(-1, 2)
-        self._items = None
+        self._items: list | None = None
         self.raw = True
 
     @property
-    def items(self):
+    def items(self) -> list:  # type: ignore[override]
         if self._items is None:
             view = self._view
             self._items = [msgspec.Raw(view[o:o + n]) if n else None for o, n in self._spans.tolist()]
         return self._items
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._spans)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Any:  # type: ignore[override]
         o, n = self._spans[i].tolist()
         return msgspec.json.decode(self._view[o:o + n]) if n else None
 
-    def dicts(self, idx):
+    def dicts(self, idx: Indices) -> list[dict | None]:
         """Args.dicts without making every item: the reports ask for a few events' args
         (metadata, RPC spans) of ranks with a million."""
         if self._items is not None:
             return super().dicts(idx)
         return self.take(idx).dicts(range(len(idx)))
 
-    def take(self, idx):
+    def take(self, idx: Indices) -> Args:
         if self._items is not None:
             return super().take(idx)
         # the spans of all of idx in one numpy step (a .pftrace takes the args of nearly every event)
@@ -111,12 +111,12 @@ class NativeArgs(Args):
         spans = self._spans[np.asarray(idx, np.int64)].tolist() if len(idx) else []
         return Args([raw(view[o:o + n]) if n else None for o, n in spans], raw=True)
 
-    def raw_item(self, i):
+    def raw_item(self, i: int) -> msgspec.Raw | None:
         """``items[i]`` without making the other items."""
         o, n = self._spans[i].tolist()
         return msgspec.Raw(self._view[o:o + n]) if n else None
 
-    def with_key(self, key):
+    def with_key(self, key: str) -> list[int]:
         return self._scan.args_with(msgspec.json.encode(key))
 
 
@@ -125,7 +125,7 @@ class Declined(Exception):
     does): the caller reads the rank again with the Python path."""
 
 
-def read_rank(path, columns_only=False):
+def read_rank(path: str, columns_only: bool = False) -> tuple[RankTrace, str]:
     """(trace, core) of the file ``path``: the core's trace and "native", or, where the
     kernel is not active or does not take the file, :func:`read_trace`'s (``columns_only``:
     :func:`~tracemerge.inputs.chrome.read_columns`'s, without per-event structs) and "python"
@@ -141,7 +141,7 @@ def read_rank(path, columns_only=False):
         return read_trace(path), "python"
     if reader_for(path).name != READS:
         return read_trace(path), "python: another input format"
-    data = _mapped(path)
+    data: bytes | mmap.mmap | None = _mapped(path)
     cut = ""
     if data is None:
         data, cut = read_data(path)
@@ -155,7 +155,7 @@ def read_rank(path, columns_only=False):
     return trace, "native"
 
 
-def _mapped(path):
+def _mapped(path: str) -> mmap.mmap | None:
     """The bytes of an uncompressed file as a read-only map of the page cache (no copy into
     the process, no page faults on fresh memory: ~0.05 s and the file's size per 60 MB
     rank), or None for anything else — compressed, empty, not a regular file — which
@@ -170,36 +170,37 @@ def _mapped(path):
         return None
 
 
-def core_of(trace):
+def core_of(trace: RankTrace) -> str:
     """"native" for a trace the core read (and will write), else "python"."""
     return "native" if getattr(trace, "scan", None) is not None else "python"
 
 
-def read_file(path, columns_only=False):
+def read_file(path: str, columns_only: bool = False) -> RankTrace:
     """:func:`read_trace` of ``path``, by the compiled core where it takes the file."""
     return read_rank(path, columns_only)[0]
 
 
-def debug_annotations(items, start, rank, iids, new_names):
+def debug_annotations(items: list, start: int, rank: int, iids: dict[str, bytes],
+                      new_names: list[bytes]) -> tuple[list[bytes], int]:
     """The compiled core's debug annotations of raw args (``formats.perfetto.encoder._Annotations``):
     (encoded args of ``items[start:]``, the index of the first one it declined)."""
     return _core.annotations(items, start, rank, iids, new_names)
 
 
-def proto():
+def proto() -> Any:
     """The compiled .pftrace packet writer (``_proto``: lanes, slice order, packet framing) where
     the compiled core is active and it is built, else None (the Python encoder's own loops)."""
     return _proto if _proto is not None and active() == "native" else None
 
 
-def scan(data):
+def scan(data: bytes | mmap.mmap) -> Any:
     """The core's scan of a document, or a str saying why the core does not take it."""
     if _core is None:
         return "the compiled core is not built"
     return _core.scan(data)
 
 
-def read(path, data) -> str | NativeTrace:
+def read(path: str, data: bytes | mmap.mmap) -> str | NativeTrace:
     """The NativeTrace of ``data`` (the complete bytes of ``path``), equal in every column
     to what :func:`tracemerge.inputs.chrome.read_trace` makes; or a str saying why the core does
     not take it (the caller reads the file with the Python path, which reports or salvages
@@ -253,7 +254,7 @@ def read(path, data) -> str | NativeTrace:
     return trace
 
 
-def _flow_ids(s, key, n):
+def _flow_ids(s: Any, key: str, n: int) -> list | None:
     """The column of flow id ``key`` (UNSET where absent), None when no event has it."""
     if key == "id2":
         return None  # the core does not take id2
@@ -265,14 +266,14 @@ def _flow_ids(s, key, n):
     return column.tolist()
 
 
-def _extra_columns(s, n):
+def _extra_columns(s: Any, n: int) -> dict[str, list]:
     """Every EXTRA_KEYS column the file uses, as inputs.chrome._extra makes them."""
-    out = {}
+    out: dict[str, list] = {}
     for key in EXTRA_KEYS:
         if key in FLOW_ID_KEYS:
-            column = _flow_ids(s, key, n)
-            if column is not None:
-                out[key] = column
+            ids = _flow_ids(s, key, n)
+            if ids is not None:
+                out[key] = ids
             continue
         idx, tokens = s.extra_tokens(key)
         if not idx:
@@ -284,7 +285,18 @@ def _extra_columns(s, n):
     return out
 
 
-def json_body(trace, place, start, dur, overrides, tids=None) -> bytes | None:
+class _Placed(Protocol):
+    """What the core's writer reads of a rank's placement (``place.placement.Placement``)."""
+
+    @property
+    def pid_base(self) -> int: ...
+
+    @property
+    def rank(self) -> int: ...
+
+
+def json_body(trace: NativeTrace, place: _Placed, start: np.ndarray, dur: np.ndarray, overrides: dict[int, bytes],
+              tids: dict[int, bytes] | None = None) -> bytes | None:
     """One rank's events as the comma-joined body the Python path writes for them, given
     their aligned ``start``/``dur`` ns (:func:`tracemerge.place.placement.aligned_ns`),
     ``overrides`` ({trace index: args bytes}) and ``tids`` ({trace index: tid bytes}, the

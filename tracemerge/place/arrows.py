@@ -18,13 +18,15 @@ the protobuf output by :mod:`tracemerge.formats.perfetto.flows`; JSON passes the
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import NamedTuple, Tuple
+from typing import Any, Collection, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 
+from tracemerge.correlate.match import RpcMatch
 from tracemerge.inputs.rpc_spans import span_args
+from tracemerge.model import RankTrace
 from tracemerge.nesting import nest_order, thread_runs
-from tracemerge.place.placement import lane_tid
+from tracemerge.place.placement import Placement, lane_tid
 
 FLOW_CAT = "rpc"
 
@@ -44,11 +46,13 @@ class SliceFlows(NamedTuple):
         ids[2 * at_end + terminating] += (flow_id,)   # the fields' order: begin, begin_terminating, end, …
         return _new_tuple(SliceFlows, ids)            # (not _replace: ~4x slower, called per flow point)
 
-    def __add__(self, other):   # the flows of both, field by field
+    def __add__(self, other: "SliceFlows") -> "SliceFlows":  # type: ignore[override]  # the flows of both, field by field
         return SliceFlows(*(a + b for a, b in zip(self, other)))
 
 
 _new_tuple = tuple.__new__
+# {event index: (rpc_id, role)} of a rank's RPC spans (RpcFlows.find)
+Found = Dict[int, Tuple[str, Optional[str]]]
 NO_FLOWS = SliceFlows()
 # RPC flow ids start at 2**52, above the rank-namespaced ids of input flows
 # (``(rank + 1) << 32 | id``) and below 2**53, where JSON readers lose integer precision.
@@ -64,10 +68,11 @@ class RpcFlows:
     no rank waits for another; the halves meet in the output by flow id.
     """
 
-    calls: dict        # {rpc_id: (index, caller rank, callee rank)}
+    calls: Dict[str, Tuple[int, int, int]]  # {rpc_id: (index, caller rank, callee rank)}
 
     @classmethod
-    def plan(cls, match, spans, ranks, drawn=frozenset()):
+    def plan(cls, match: RpcMatch, spans: Collection[Tuple[str, str, int]], ranks: Collection[int],
+             drawn: Collection[str] = frozenset()) -> "RpcFlows":
         """Calls of ``match`` (the job's RPC join) with both records whose two ranks are both
         in the output and whose two spans the output will hold: ``spans`` the (rpc_id, role,
         rank) of the RPC spans the ranks' events hold and the size controls keep
@@ -78,17 +83,19 @@ class RpcFlows:
                     and c.caller in ranks and c.callee in ranks and (c.rpc_id, "caller", c.caller) in spans
                     and ((c.rpc_id, "callee", c.callee) in spans or c.rpc_id in drawn)})
 
-    def ids(self, rpc_id):
+    def ids(self, rpc_id: str) -> Tuple[int, int]:
         """(request flow id, response flow id) of a call."""
         n = self.calls[rpc_id][0]
         return FLOW_ID_BASE + 2 * n, FLOW_ID_BASE + 2 * n + 1
 
-    def find(self, trace, rank):
+    def find(self, trace: RankTrace, rank: int) -> Tuple[Found, Dict[str, int]]:
         """({event index: (rpc_id, role)} of the rank's RPC spans, counts).
 
         A span counts only on the rank its role names, and only once per (rpc_id, role).
         """
-        found, seen, duplicates = {}, set(), 0
+        found: Found = {}
+        seen: Set[Tuple[str, Optional[str]]] = set()
+        duplicates = 0
         if self.calls:
             for i, rpc_id, role in span_args(trace):
                 call = self.calls.get(rpc_id)
@@ -103,18 +110,19 @@ class RpcFlows:
         return found, {"rpc_caller_spans": roles.count("caller"), "rpc_callee_spans": roles.count("callee"),
                        "rpc_duplicate_spans": duplicates}
 
-    def proto_flows(self, found):
+    def proto_flows(self, found: Found) -> Dict[int, SliceFlows]:
         """{event index: :class:`SliceFlows`} of the rank's RPC spans: the request leaves the
         caller's begin and ends at the callee's begin, the response leaves the callee's end
         and ends at the caller's end."""
-        out = {}
+        out: Dict[int, SliceFlows] = {}
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
             out[i] = (SliceFlows(begin=(req,), end_terminating=(resp,)) if role == "caller"
                       else SliceFlows(begin_terminating=(req,), end=(resp,)))
         return out
 
-    def json_events(self, found, trace, place, start, dur, lanes=None):
+    def json_events(self, found: Found, trace: RankTrace, place: Placement, start: np.ndarray, dur: np.ndarray,
+                    lanes: Optional[Dict[int, int]] = None) -> List[Dict[str, Any]]:
         """This rank's v1 flow events: 2 per span, just inside its start and its end.
 
         ``start``/``dur`` are the rank's aligned ns (``merge.placement.aligned_ns``); ``lanes``
@@ -122,7 +130,7 @@ class RpcFlows:
         points go there, where no other span overlaps them, and they are no longer spans
         of the thread they left.
         """
-        events = []
+        events: List[Dict[str, Any]] = []
         lanes = lanes or {}
         ends = start + np.maximum(dur, 0)
         threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found},
@@ -150,7 +158,9 @@ class RpcFlows:
         return events
 
 
-def _thread_spans(trace, start, ends, dur, wanted, moved=()):
+def _thread_spans(trace: RankTrace, start: np.ndarray, ends: np.ndarray, dur: np.ndarray,
+                  wanted: Iterable[Tuple[int, int]], moved: Collection[int] = (),
+                  ) -> Dict[Tuple[int, int], Tuple[List[int], List[int]]]:
     """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread in nesting
     order (:func:`~tracemerge.nesting.nest_order`), as lists of ints, leaving out the spans
     ``moved`` to lanes: one sort, then a binary search per call (in Python: thousands of
@@ -163,7 +173,7 @@ def _thread_spans(trace, start, ends, dur, wanted, moved=()):
     order = nest_order(keys, start[spans], ends[spans])
     spans, keys = spans[order], keys[order]
     by_key = {pid * trace.thread_stride + tid: (pid, tid) for pid, tid in wanted}
-    out = {thread: ([], []) for thread in wanted}
+    out: Dict[Tuple[int, int], Tuple[List[int], List[int]]] = {thread: ([], []) for thread in wanted}
     for lo, hi in thread_runs(keys):
         thread = by_key.get(int(keys[lo]))
         if thread is not None:
@@ -174,10 +184,11 @@ def _thread_spans(trace, start, ends, dur, wanted, moved=()):
 ROLES = {"caller": 1, "callee": 2}  # role -> position of its rank in a planned call
 
 
-def _gaps(start, end, children):
+def _gaps(start: int, end: int, children: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:
     """The stretches of [start, end] no other span covers (the whole span when they tile
     it), so a flow point placed there binds to the span itself, not to a child."""
-    gaps, at = [], start
+    gaps: List[Tuple[int, int]] = []
+    at = start
     for cs, ce in children:
         if cs > at:
             gaps.append((at, cs))
@@ -187,15 +198,15 @@ def _gaps(start, end, children):
     return gaps or [(start, end)]
 
 
-def _inside(start, end, at_end):
+def _inside(start: int, end: int, at_end: bool) -> int:
     """A point just inside a stretch (up to 1 µs, at most a quarter of it in), clear of its
     edges even after µs float rounding."""
     margin = min(1000, (end - start) // 4)
     return end - margin if at_end else start + margin
 
 
-def _flow(ph, flow_id, rpc_id, pid, tid, ts_ns):
-    e = {"ph": ph, "cat": FLOW_CAT, "name": "rpc", "id": flow_id, "pid": pid, "tid": tid,
+def _flow(ph: str, flow_id: int, rpc_id: str, pid: int, tid: Any, ts_ns: int) -> Dict[str, Any]:
+    e: Dict[str, Any] = {"ph": ph, "cat": FLOW_CAT, "name": "rpc", "id": flow_id, "pid": pid, "tid": tid,
          "ts": ts_ns / 1000.0, "args": {"rpc_id": rpc_id}}
     if ph == "f":
         e["bp"] = "e"

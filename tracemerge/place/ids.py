@@ -4,11 +4,12 @@ joins two ranks by accident. Ints stay ints below 2**53: ``(rank + 1) << 32 | id
 import re
 from itertools import repeat
 from operator import is_not
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import msgspec
 import numpy as np
 
-from tracemerge.model import FLOW_ID_KEYS
+from tracemerge.model import FLOW_ID_KEYS, Args
 
 # Keys that join events into flows or correlate CPU ops with device work; namespaced per
 # rank so no arrow ever joins two ranks by accident.
@@ -20,14 +21,14 @@ ID_LIMIT = 1 << NAMESPACE_BITS
 CHUNK = 50_000
 
 
-def namespace_id(rank, value):
+def namespace_id(rank: int, value: Any) -> Union[int, str]:
     """A rank-unique form of a flow/correlation id: ints stay ints below 2**53."""
     if value.__class__ is int and 0 <= value < ID_LIMIT:  # exact int: a bool is not an id
         return ((rank + 1) << NAMESPACE_BITS) | value
     return f"r{rank}:{value}"
 
 
-def namespace_extra(rank, extra):
+def namespace_extra(rank: int, extra: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     if extra is None or extra.keys().isdisjoint(EXTRA_ID_KEYS):
         return extra
     out = dict(extra)
@@ -40,7 +41,7 @@ def namespace_extra(rank, extra):
     return out
 
 
-def namespaced_ids(rank, key, values):
+def namespaced_ids(rank: int, key: str, values: Sequence[Any]) -> Tuple[List[int], List[Any]]:
     """(indices, new values) of the events that have ``key`` (of EXTRA_ID_KEYS; ``values``
     UNSET where absent), flow ids namespaced: plain in-range integer ids (the Kineto case)
     with numpy, anything else by namespace_id."""
@@ -52,7 +53,7 @@ def namespaced_ids(rank, key, values):
     return at, namespace_ids(rank, ids)
 
 
-def namespace_ids(rank, values):
+def namespace_ids(rank: int, values: List[Any]) -> List[Any]:
     """``[namespace_id(rank, v) for v in values]``: plain in-range integer ids (the Kineto
     case) in one numpy pass."""
     if values and set(map(type, values)) == {int} and 0 <= min(values) and max(values) < ID_LIMIT:
@@ -60,7 +61,7 @@ def namespace_ids(rank, values):
     return [namespace_id(rank, v) for v in values]
 
 
-def namespace_args(rank, args):
+def namespace_args(rank: int, args: Any) -> Any:
     if not isinstance(args, dict) or args.keys().isdisjoint(ARG_ID_KEYS):
         return args
     out = dict(args)
@@ -79,7 +80,7 @@ _KINETO_ID = re.compile(rb'("(?:' + b"|".join(re.escape(k.encode()) for k in ARG
                         rb')": )(\d{1,18})(?=\s*[,}])')
 
 
-def namespaced_args(rank, args):
+def namespaced_args(rank: int, args: Args) -> List[Any]:
     """Each event's args (Args items) with ARG_ID_KEYS namespaced by ``namespace_id``.
 
     Raw args are rewritten in their bytes, all of a rank's in one regex pass over their
@@ -89,7 +90,7 @@ def namespaced_args(rank, args):
     items = args.items
     if not args.raw:
         return [namespace_args(rank, a) if a.__class__ is dict else a for a in items]
-    rewritten = []
+    rewritten: List[Any] = []
     for lo in range(0, len(items), CHUNK):  # by chunks: the joined copies of a rank's args never coexist
         part = _rewrite_raw_ids(rank, items[lo:lo + CHUNK])
         if part is None:
@@ -100,7 +101,7 @@ def namespaced_args(rank, args):
     return [a if a is None else namespace_args(rank, msgspec.json.decode(a)) for a in items]
 
 
-def _rewrite_raw_ids(rank, items):
+def _rewrite_raw_ids(rank: int, items: List[Optional[msgspec.Raw]]) -> Optional[List[Any]]:
     present = list(filter(None, items))
     joined = b"\0".join(present)  # NUL cannot occur in JSON text
     if (joined.count(b"{") != len(present) or joined.count(b"\0{") + joined.startswith(b"{") != len(present)

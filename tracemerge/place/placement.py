@@ -11,13 +11,13 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import is_not
-from typing import Any
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import msgspec
 import numpy as np
 
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.model import FLOW_ID_KEYS, NO_DUR, NO_TS, Args
+from tracemerge.model import FLOW_ID_KEYS, NO_DUR, NO_TS, Args, RankTrace
 from tracemerge.nesting import LANE_OF
 from tracemerge.place.ids import CHUNK, namespace_extra, namespaced_args, namespaced_ids
 
@@ -33,14 +33,14 @@ class Placement:
     out_base_ns: int        # reference-clock ns that becomes ts 0 in the output
     # a rank of several cycle files: the pid table of the whole rank, whose codes every
     # cycle's events are written with (tracemerge.inputs.cycles.recoded); () for one file
-    pids: tuple = ()
+    pids: Tuple[Any, ...] = ()
 
 
-def rank_label(rank, worker_name, hostname):
+def rank_label(rank: int, worker_name: str, hostname: str) -> str:
     return f"rank {rank} · {worker_name} · {hostname}"
 
 
-def aligned_ns(trace, clock, out_base_ns):
+def aligned_ns(trace: RankTrace, clock: ClockModel, out_base_ns: int) -> Tuple[np.ndarray, np.ndarray]:
     """(ts, dur) int64 ns arrays on the reference clock, ts relative to ``out_base_ns``;
     0 where an event has no ts, NO_DUR where it has no dur."""
     timed = trace.ts != NO_TS
@@ -54,7 +54,7 @@ def aligned_ns(trace, clock, out_base_ns):
     return np.where(timed, start - out_base_ns, 0), dur
 
 
-def _us(ns, present):
+def _us(ns: np.ndarray, present: np.ndarray) -> List[Optional[float]]:
     """µs floats of ``ns`` as a list, None where not ``present``."""
     out = (ns / 1000.0).tolist()
     if not present.all():
@@ -76,8 +76,15 @@ class Event(msgspec.Struct, omit_defaults=True, gc=False):
     args: Any = None
 
 
-def _event(ph, cat, name, pid, tid, ts, dur, args, extra):
-    e = {"ph": ph}
+# an output event: the typed reader's struct (inputs.chrome._Event), an Event, or a dict
+OutputEvent = Union[msgspec.Struct, Dict[str, Any]]
+# (sorted event indices, their lane tids) of the spans moved to lanes
+Moved = Tuple[Sequence[int], Sequence[str]]
+
+
+def _event(ph: str, cat: Optional[str], name: Optional[str], pid: Any, tid: Any, ts: Optional[float],
+           dur: Optional[float], args: Any, extra: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    e: Dict[str, Any] = {"ph": ph}
     if cat is not None:
         e["cat"] = cat
     if name is not None:
@@ -98,7 +105,7 @@ def _event(ph, cat, name, pid, tid, ts, dur, args, extra):
 PH = np.array([chr(c) for c in range(256)], dtype=object)
 
 
-def transform(trace, place):
+def transform(trace: RankTrace, place: Placement) -> Tuple[List[OutputEvent], int]:
     """(events, added) of one rank in the merged trace; ``added`` counts events the tool made.
 
     Events are the typed reader's structs patched in place (:func:`_patched_chunks`), or
@@ -109,7 +116,9 @@ def transform(trace, place):
     return list(chain.from_iterable(chunks)) + added, len(added)
 
 
-def transform_chunks(trace, place, times=None, release=None, lanes=None):
+def transform_chunks(trace: RankTrace, place: Placement, times: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+                     release: Optional[str] = None, lanes: Optional[Dict[int, int]] = None,
+                     ) -> Tuple[Iterator[List[OutputEvent]], List[Dict[str, Any]]]:
     """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
     to CHUNK input events, and the process metadata events the tool adds after them.
 
@@ -138,19 +147,21 @@ def lane_tid(tid: Any, lane: int) -> str:
     return f"{tid} (overlap {lane})"
 
 
-def _lane_tids(trace, lanes):
+def _lane_tids(trace: RankTrace, lanes: Optional[Dict[int, int]]) -> Tuple[List[int], List[str]]:
     """(sorted event indices, their lane tids) of the spans moved to lanes."""
-    at = sorted(lanes or ())
+    if not lanes:
+        return [], []
+    at = sorted(lanes)
     return at, [lane_tid(trace.tids[trace.tid[i]], lanes[i]) for i in at]
 
 
-def _lane_metadata(trace, place, lanes):
+def _lane_metadata(trace: RankTrace, place: Placement, lanes: Optional[Dict[int, int]]) -> List[Dict[str, Any]]:
     """A thread_name event per lane: the thread's name (or tid) and the lane, and the tid
     of the thread it belongs to (``lane_of``), by which a report puts its spans back."""
     if not lanes:
         return []
     names = trace.metadata("thread_name")
-    made = {}
+    made: Dict[Tuple[int, int, int], Dict[str, Any]] = {}
     for i, lane in sorted(lanes.items()):
         key = (int(trace.pid[i]), int(trace.tid[i]), lane)
         if key not in made:
@@ -160,7 +171,8 @@ def _lane_metadata(trace, place, lanes):
     return [made[k] for k in sorted(made, key=lambda k: (k[0], k[1], k[2]))]
 
 
-def _patched_chunks(trace, place, start, dur, release, moved=((), ())):
+def _patched_chunks(trace: RankTrace, place: Placement, start: np.ndarray, dur: np.ndarray, release: Optional[str],
+                    moved: Moved = ((), ())) -> Iterator[List[OutputEvent]]:
     """The trace's event structs as output events, chunk by chunk: each value the output
     changes is written into them with one C-level setattr pass per key over the events it
     changes (pid, ts, dur, namespaced ids and args, renamed processes), so no event is
@@ -171,16 +183,18 @@ def _patched_chunks(trace, place, start, dur, release, moved=((), ())):
     the same spans move again on any transform, since which spans cannot nest follows from
     the rank's own times (a clock model maps all of them alike)."""
     rank, events = place.rank, trace.events
+    assert events is not None  # only for the typed reader's traces (transform_chunks)
     timed = trace.ts != NO_TS
     has_dur = timed & (trace.dur != NO_DUR)
     if not all(v is None or v.__class__ is str for v in trace.names):  # a non-string interned with an equal one
         table = np.array(trace.names + [None], dtype=object)
         _set(events, "name", table[trace.name].tolist())
         _set(events, "cat", table[trace.cat].tolist())
-    ids = [(k, *namespaced_ids(rank, k, values)) for k in FLOW_ID_KEYS
-           if (values := trace.extra.read(k)) is not None]
+    ids: List[Tuple[str, Sequence[int], Sequence[Any]]] = [(k, *namespaced_ids(rank, k, column)) for k in FLOW_ID_KEYS
+           if (column := trace.extra.read(k)) is not None]
     meta = np.flatnonzero(trace.ph == ord("M"))
     with_dur = trace.dur != NO_DUR  # an absent dur is None in its struct already
+    chunk: Optional[List[Any]]
     for lo in range(0, len(trace), CHUNK):
         hi = lo + CHUNK
         chunk = events[lo:hi]
@@ -203,13 +217,14 @@ def _patched_chunks(trace, place, start, dur, release, moved=((), ())):
             _set(chunk, "args", repeat(None), at_args)
 
 
-def _set(events, key, values, at=None):
+def _set(events: List[Any], key: str, values: Iterable[Any], at: Optional[Sequence[int]] = None) -> None:
     """``events[i].key = values[n]`` for the n-th i of ``at`` (default: every event)."""
     targets = events if at is None else map(events.__getitem__, at)
     deque(map(setattr, targets, repeat(key), values), maxlen=0)  # consumed in C
 
 
-def _built_chunks(trace, place, start, dur, moved=((), ())):
+def _built_chunks(trace: RankTrace, place: Placement, start: np.ndarray, dur: np.ndarray,
+                  moved: Moved = ((), ())) -> Iterator[List[OutputEvent]]:
     """Output events built from the columns, chunk by chunk (the generic reader's traces)."""
     rank = place.rank
     timed = trace.ts != NO_TS
@@ -229,15 +244,15 @@ def _built_chunks(trace, place, start, dur, moved=((), ())):
         a, b = bisect_left(moved[0], lo), bisect_left(moved[0], hi)
         for i, tid in zip(moved[0][a:b], moved[1][a:b]):
             columns[4][i - lo] = tid
-        chunk = list(map(Event, *columns))
+        chunk: List[OutputEvent] = list(map(Event, *columns))
         for i, x in enumerate(extra[lo:hi]):
             if x is not None:
-                chunk[i] = _event(*(c[i] for c in columns), namespace_extra(rank, x))
+                chunk[i] = _event(*(c[i] for c in columns), namespace_extra(rank, x))  # type: ignore[arg-type, call-arg]
         del columns, args
         yield chunk
 
 
-def _objects(values):
+def _objects(values: Sequence[Any]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values  # element by element: a tuple/list value stays one object
     return out
@@ -245,7 +260,8 @@ def _objects(values):
 
 # One id key token of a flat args object and, when its value is a plain non-negative
 # integer, the value's digits. A match preceded by a backslash is inside a string.
-def _rewrite_process_metadata(trace, place, args, meta, lo):
+def _rewrite_process_metadata(trace: RankTrace, place: Placement, args: List[Any], meta: Iterable[int],
+                              lo: int) -> None:
     """Rename the rank's processes and sort them by rank, keeping the input events: rewrites,
     in place, the metadata events ``meta`` (trace indices) in ``args``, the args of the events
     from ``lo``."""
@@ -263,15 +279,15 @@ def _rewrite_process_metadata(trace, place, args, meta, lo):
             args[i - lo] = {**a, "sort_index": place.pid_base + int(trace.pid[i])}
 
 
-def _process_metadata(trace, place, out_pids):
+def _process_metadata(trace: RankTrace, place: Placement, out_pids: List[int]) -> List[Dict[str, Any]]:
     """process_name / process_sort_index / process_labels for pids whose input lacks them."""
-    present = {}
+    present: Dict[str, set] = {}
     for kind in ("process_name", "process_sort_index", "process_labels"):
         code = trace.code_of(kind)
         mask = (trace.ph == ord("M")) & (trace.name == code) if code is not None else np.zeros(len(trace), bool)
         present[kind] = set(trace.pid[mask].tolist())
     original_names = {pid: name for (pid, _), name in trace.metadata("process_name").items()}
-    added = []
+    added: List[Dict[str, Any]] = []
     for code, pid in enumerate(out_pids):
         made = {
             "process_name": {"name": place.label},
@@ -284,6 +300,6 @@ def _process_metadata(trace, place, out_pids):
     return added
 
 
-def _labels(original_pid, original_name):
+def _labels(original_pid: Any, original_name: Optional[str]) -> str:
     label = original_pid if isinstance(original_pid, str) else f"pid {original_pid}"
     return f"{label} · {original_name}" if original_name and original_name != str(original_pid) else label

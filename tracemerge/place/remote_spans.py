@@ -15,9 +15,11 @@ alike.
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Set, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Sequence, Set, Tuple
 
+from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs.chrome import build
+from tracemerge.inputs.rankinfo import RankInfo
 from tracemerge.model import RankTrace
 from tracemerge.place.placement import Placement, rank_label
 
@@ -30,16 +32,16 @@ class RemoteSpans:
     """What the callee sides add to one combine."""
 
     jobs: List[Tuple[RankTrace, Placement]]   # one synthetic trace per callee rank, with its placement
-    rpc_ids: set                              # the calls whose callee span is drawn here
+    rpc_ids: Set[str]                         # the calls whose callee span is drawn here
     ranks: Dict[int, int]                     # {callee rank: spans drawn}
 
 
-def drawn_sides(infos, ranks):
+def drawn_sides(infos: Sequence[RankInfo], ranks: Collection[int]) -> Dict[int, List[Dict[str, Any]]]:
     """{callee rank: [remote record]} of the calls whose callee did not record them, for callee
     ranks in ``ranks`` (kept ranks) or with no file at all."""
     own = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"}
     present = {info.rank for info in infos}
-    out: Dict[int, list] = {}
+    out: Dict[int, List[Dict[str, Any]]] = {}
     for info in infos:
         if info.rank not in ranks:
             continue
@@ -53,7 +55,8 @@ def drawn_sides(infos, ranks):
     return out
 
 
-def remote_spans(infos, sides, clocks, places) -> RemoteSpans:
+def remote_spans(infos: Sequence[RankInfo], sides: Dict[int, List[Dict[str, Any]]],
+                 clocks: Mapping[int, ClockModel], places: Mapping[int, Placement]) -> RemoteSpans:
     """The synthetic callee traces of a combine: ``sides`` the :func:`drawn_sides` of its
     kept ranks, ``clocks`` {rank: ClockModel}, ``places`` {rank: Placement} of the ranks
     with files."""
@@ -83,7 +86,8 @@ def remote_spans(infos, sides, clocks, places) -> RemoteSpans:
     return RemoteSpans(jobs, ids, {callee: len(recs) for callee, recs in sides.items()})
 
 
-def _clock_of(callee, rec, by_rank, clocks):
+def _clock_of(callee: int, rec: Dict[str, Any], by_rank: Mapping[Any, RankInfo],
+              clocks: Mapping[int, ClockModel]) -> ClockModel:
     """The clock of a callee rank with no file: a rank of its machine's (same boot id), else
     its caller's — the best there is, and exact when they share a machine."""
     boot = rec.get("boot_id")
@@ -92,11 +96,11 @@ def _clock_of(callee, rec, by_rank, clocks):
     return replace(model, rank=callee, peers=list(model.peers), corrections=list(model.corrections))
 
 
-def _trace(callee, recs) -> RankTrace:
+def _trace(callee: int, recs: List[Dict[str, Any]]) -> RankTrace:
     """The callee spans of ``recs`` as a RankTrace on the callee's clock."""
     base = min(r["start_ns"] for r in recs)
     base -= base % 1000
-    events = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}}]
+    events: List[Dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}}]
     for tid in sorted({r.get("tid", 0) for r in recs}):
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
                        "args": {"name": f"thread {tid} (RPC server)"}})

@@ -15,38 +15,40 @@ in full (``--ranks``, ``--window``).
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
 from tracemerge.errors import TracemergeError, UsageError
-from tracemerge.model import NO_DUR
+from tracemerge.model import NO_DUR, RankTrace
 from tracemerge.place import OVERVIEW_US as OVERVIEW_US  # --overview without a value (defined light: the CLI's)
-from tracemerge.place.placement import aligned_ns
+from tracemerge.place.placement import Placement, aligned_ns
 
 REASONS = ("ranks", "category", "min_duration", "overview", "window")
 FLOW_PHASES = [ord("s"), ord("t"), ord("f")]   # the input's own flow events (the RPC arrows are drawn, not input)
 # what an overview keeps whatever its length: the structure of a step and what ties ranks together
 STRUCTURE_PREFIXES = ("ProfilerStep#",)
 STRUCTURE_PARTS = ("nccl", "gloo:", "c10d::", "record_param_comms")
+# (start, end) ms, either None for an open side
+Window = Tuple[Optional[float], Optional[float]]
 
 
 @dataclass
 class Selection:
-    ranks: Optional[frozenset] = None            # None: every rank
-    window_ms: Optional[tuple] = None            # (start, end) ms from the aligned start; None = open
+    ranks: Optional[FrozenSet[int]] = None       # None: every rank
+    window_ms: Optional[Window] = None           # (start, end) ms from the aligned start; None = open
     min_duration_us: Optional[float] = None      # complete events shorter than this are dropped
-    drop_categories: frozenset = field(default_factory=frozenset)
+    drop_categories: FrozenSet[str] = field(default_factory=frozenset)
     overview_us: Optional[float] = None          # --overview: shorter events left out unless structural
 
-    def active(self):
+    def active(self) -> bool:
         """Whether any per-event rule applies (ranks are chosen before any event is read)."""
         return bool(self.drop_categories or self.min_duration_us or self.window_ms or self.overview_us is not None)
 
-    def keeps_rank(self, rank):
+    def keeps_rank(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
 
-    def window_ns(self, start_ns):
+    def window_ns(self, start_ns: int) -> Tuple[Optional[int], Optional[int]]:
         """(lo, hi) ns bounds of the window on the clock ``start_ns`` is on (None: unbounded)."""
         if not self.window_ms:
             return None, None
@@ -55,9 +57,9 @@ class Selection:
                 None if hi is None else start_ns + round(hi * 1e6))
 
 
-def parse_ranks(text):
+def parse_ranks(text: str) -> FrozenSet[int]:
     """``0-3,7`` -> frozenset({0, 1, 2, 3, 7})."""
-    ranks = set()
+    ranks: Set[int] = set()
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("-")
         try:
@@ -70,11 +72,11 @@ def parse_ranks(text):
     return frozenset(ranks)
 
 
-def parse_window(text):
+def parse_window(text: str) -> Window:
     """``START:END`` in ms (either side may be empty) -> (start or None, end or None)."""
     lo, sep, hi = text.partition(":")
     try:
-        bounds = tuple(float(v) if v.strip() else None for v in (lo, hi))
+        bounds: Any = tuple(float(v) if v.strip() else None for v in (lo, hi))
     except ValueError:
         bounds = None
     if not sep or bounds is None or bounds == (None, None) or (None not in bounds and bounds[1] <= bounds[0]):
@@ -82,14 +84,15 @@ def parse_window(text):
     return bounds
 
 
-def check_ranks(selection, ranks):
+def check_ranks(selection: Selection, ranks: Iterable[int]) -> None:
     """Refuse a --ranks that matches no input: an empty trace is never what was meant."""
     if selection.ranks is not None and not selection.ranks & set(ranks):
         raise UsageError(f"--ranks: no input has any of the ranks {sorted(selection.ranks)} "
                               f"(ranks: {sorted(ranks)})")
 
 
-def event_mask(trace, place, selection, window):
+def event_mask(trace: RankTrace, place: Placement, selection: Selection,
+               window: Tuple[Optional[int], Optional[int]]) -> Tuple[np.ndarray, Dict[str, int]]:
     """(keep mask, {reason: dropped count}) of one rank; ``window`` is (lo, hi) output ns."""
     category = None
     if selection.drop_categories:
@@ -106,13 +109,14 @@ def event_mask(trace, place, selection, window):
                  aligned=lambda: aligned_ns(trace, place.clock, place.out_base_ns))
 
 
-def _structural(name):
+def _structural(name: str) -> bool:
     """A name an overview keeps whatever its length (STRUCTURE_PREFIXES, STRUCTURE_PARTS)."""
     lowered = name.lower()
     return name.startswith(STRUCTURE_PREFIXES) or any(part in lowered for part in STRUCTURE_PARTS)
 
 
-def kept_spans(spans, place, selection, window):
+def kept_spans(spans: List[Dict[str, Any]], place: Placement, selection: Optional[Selection],
+               window: Tuple[Optional[int], Optional[int]]) -> np.ndarray:
     """Which of a rank's RPC spans (:mod:`tracemerge.inputs.rpc_spans` records: ts_ns,
     dur_ns, cat on the file's clock) the selection keeps: the rules of :func:`event_mask`,
     so the flow plan knows before any rank is written which spans the output will hold."""
@@ -121,7 +125,7 @@ def kept_spans(spans, place, selection, window):
     ts = np.array([s["ts_ns"] for s in spans], dtype=np.int64)
     dur = np.array([s["dur_ns"] for s in spans], dtype=np.int64)
 
-    def aligned():
+    def aligned() -> Tuple[np.ndarray, np.ndarray]:
         start = place.clock.to_reference(ts)
         end = place.clock.to_reference(ts + dur)
         return start - place.out_base_ns, end - start
@@ -133,32 +137,35 @@ def kept_spans(spans, place, selection, window):
     return keep
 
 
-def _dropped_category(selection, name):
+def _dropped_category(selection: Selection, name: str) -> bool:
     """``--drop-category`` matches any of a comma-separated category's parts."""
     return bool(selection.drop_categories & {p.strip() for p in name.split(",")})
 
 
-def _mask(selection, window, always, category, x, dur, structural, flow, aligned):
+def _mask(selection: Selection, window: Tuple[Optional[int], Optional[int]], always: np.ndarray,
+          category: Optional[np.ndarray], x: np.ndarray, dur: np.ndarray, structural: Optional[np.ndarray],
+          flow: Optional[np.ndarray], aligned: Callable[[], Tuple[np.ndarray, np.ndarray]],
+          ) -> Tuple[np.ndarray, Dict[str, int]]:
     """(keep mask, {reason: dropped count}) by the size controls, in their order: category,
     min_duration, overview, window; ``always`` events are never dropped, ``structural`` ones
     never by the overview, which drops the input's ``flow`` events (their slices are mostly
     gone: Kineto's ac2g and fwdbwd arrows); ``aligned()`` gives the (start, dur) output ns the window is
     measured in."""
     keep = np.ones(len(always), dtype=bool)
-    dropped = {}
+    dropped: Dict[str, int] = {}
 
-    def drop(reason, mask):
+    def drop(reason: str, mask: np.ndarray) -> None:
         mask = mask & keep & ~always
         n = int(mask.sum())
         if n:
             dropped[reason] = n
             keep[mask] = False
 
-    if selection.drop_categories:
+    if selection.drop_categories and category is not None:
         drop("category", category)
     if selection.min_duration_us:
         drop("min_duration", x & (dur != NO_DUR) & (dur < selection.min_duration_us * 1000))
-    if selection.overview_us is not None:
+    if selection.overview_us is not None and structural is not None and flow is not None:
         drop("overview", (x & (dur != NO_DUR) & (dur < selection.overview_us * 1000) & ~structural) | flow)
     lo, hi = window
     if lo is not None or hi is not None:
@@ -173,14 +180,14 @@ def _mask(selection, window, always, category, x, dur, structural, flow, aligned
     return keep, dropped
 
 
-def subset(trace, keep):
+def subset(trace: RankTrace, keep: np.ndarray) -> RankTrace:
     """The trace restricted to ``keep``; string and pid/tid tables are shared, so codes hold."""
     if keep.all():
         return trace
     idx = np.flatnonzero(keep)
     args, extra = trace.args, trace.extra
     # a trace read by the compiled core keeps which of its scan's events it holds
-    index = {"index": idx if trace.index is None else trace.index[idx]} if hasattr(trace, "index") else {}
+    index: Dict[str, Any] = {"index": idx if trace.index is None else trace.index[idx]} if hasattr(trace, "index") else {}
     return dataclasses.replace(
         trace, ph=trace.ph[idx], name=trace.name[idx], cat=trace.cat[idx], pid=trace.pid[idx],
         tid=trace.tid[idx], ts=trace.ts[idx], dur=trace.dur[idx],
@@ -188,7 +195,8 @@ def subset(trace, keep):
         events=None if trace.events is None else list(map(trace.events.__getitem__, idx.tolist())), **index)
 
 
-def apply(trace, place, selection, window):
+def apply(trace: RankTrace, place: Placement, selection: Optional[Selection],
+          window: Tuple[Optional[int], Optional[int]]) -> Tuple[RankTrace, Dict[str, Any]]:
     """(selected trace, {"filtered": n, "filtered_by": {reason: n}}) of one rank."""
     if selection is None or not selection.active():
         return trace, {}
@@ -197,7 +205,7 @@ def apply(trace, place, selection, window):
     return subset(trace, keep), counts
 
 
-def describe(selection):
+def describe(selection: Selection) -> Dict[str, Any]:
     """The selection as plain JSON data for the summary."""
     return {"ranks": sorted(selection.ranks) if selection.ranks is not None else None,
             "window_ms": list(selection.window_ms) if selection.window_ms else None,

@@ -7,25 +7,25 @@ or an HTML page.
 """
 
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from tracemerge.analysis.job_timeline import build_timeline
-from tracemerge.analysis.summary import analyse, analysis_dict
-from tracemerge.analysis.timeline import rank_timeline
+from tracemerge.analysis.summary import Analysis, analyse, analysis_dict
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.correlate.match import correlate
+from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.nesting import unfinished
-from tracemerge.report.collectives import collective_report
-from tracemerge.report.gpu import gpu_rank
-from tracemerge.report.keyavg import KeyAverage, group_rows, has_device_time, key_averages, op_tree
-from tracemerge.report.rpcstats import rpc_report, server_threads
+from tracemerge.report.collectives import CollectiveStats, collective_report
+from tracemerge.report.gpu import GpuRank, gpu_rank
+from tracemerge.report.keyavg import KeyAverage, OpTree, group_rows, has_device_time, key_averages, op_tree
+from tracemerge.report.rpcstats import RpcReport, rpc_report, server_threads
 
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id",
              "device_time_total", "self_device_time_total", "device_time",
@@ -40,21 +40,21 @@ TIMELINE_BINS = 120
 
 @dataclass
 class Report:
-    key_averages: list                 # [KeyAverage], grouped, unsorted
+    key_averages: List[KeyAverage]     # grouped, unsorted
     group_by: str
-    ranks: list                        # [{rank, worker_name, hostname, path}]
-    clocks: list                       # ClockModel dicts, one per rank
+    ranks: List[Dict[str, Any]]        # [{rank, worker_name, hostname, path}]
+    clocks: List[Dict[str, Any]]       # ClockModel dicts, one per rank
     reference: int
     align: str
-    rpc: object = None                 # RpcReport, None without RPC records
-    collectives: list = field(default_factory=list)
-    timeline: dict = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
-    notes: list = field(default_factory=list)
-    analysis: object = None            # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
-    gpu: list = field(default_factory=list)        # [GpuRank] of the ranks with device activity
+    rpc: Optional[RpcReport] = None    # None without RPC records
+    collectives: List[CollectiveStats] = field(default_factory=list)
+    timeline: Dict[str, Any] = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
+    notes: List[str] = field(default_factory=list)
+    analysis: Optional[Analysis] = None  # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
+    gpu: List[GpuRank] = field(default_factory=list)  # of the ranks with device activity
 
 
-def is_merged(trace):
+def is_merged(trace: RankTrace) -> bool:
     """A trace written by ``tracemerge combine``: its summary maps output pids to ranks."""
     block = trace.tracemerge or {}
     return isinstance(block.get("pids"), dict) and "inputs" in block
@@ -75,7 +75,8 @@ def read_merged(path: str) -> Optional[RankTrace]:
     return trace if is_merged(trace) else None
 
 
-def _top_spans(tree, to_ref, rows=True):
+def _top_spans(tree: OpTree, to_ref: Callable[[np.ndarray], np.ndarray],
+               rows: Union[bool, np.ndarray] = True) -> Tuple[np.ndarray, np.ndarray]:
     """(start, end) reference-clock ns of the top-level host ops of an op tree (of its
     ``rows``): what keeps a thread busy. Asynchronous spans (calls in flight, gloo work)
     keep no thread busy: they are left out."""
@@ -83,7 +84,7 @@ def _top_spans(tree, to_ref, rows=True):
     return to_ref(tree.start[top]), to_ref(tree.end[top])
 
 
-def _busy(spans, start_ns, bin_ns):
+def _busy(spans: Tuple[np.ndarray, np.ndarray], start_ns: int, bin_ns: int) -> List[float]:
     """Average number of busy threads per time bin of the ``spans`` (:func:`_top_spans`),
     clipped to bins."""
     s, e = spans[0] - start_ns, spans[1] - start_ns
@@ -97,7 +98,9 @@ MERGED_NO_ANALYSIS = ("--analysis: not done on a merged trace: the critical path
                       "are found from the rank files' own events and records; give the rank files")
 
 
-def build_report(paths, job_opener, align=None, group_by="name", remote_ops=False, analysis=False):
+def build_report(paths: List[str], job_opener: Callable[[List[str]], Job],
+                 align: Union[AlignRequest, Tuple[Any, ...], None] = None, group_by: str = "name",
+                 remote_ops: bool = False, analysis: bool = False) -> Report:
     """The :class:`Report` of ``paths``; ``job_opener(paths)`` opens rank files as a
     :class:`~tracemerge.job.Job`, aligned by ``align`` (an AlignRequest, or its fields as a
     tuple) unless the opener aligned it. ``analysis``: also the cross-rank analyses
@@ -124,8 +127,12 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     (``report --analysis``)."""
     alignment = job.clock_model(alignment)
     clocks = alignment.clocks
-    rows, threads, traces_info = [], {}, []
-    spans, timelines, gpu = {}, {}, []
+    rows: List[KeyAverage] = []
+    threads: Dict[int, int] = {}
+    traces_info: List[Dict[str, Any]] = []
+    spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+    timelines: Dict[int, RankTimeline] = {}
+    gpu: List[Optional[GpuRank]] = []
     open_at_stop: Dict[str, int] = {}   # {path: spans still open when its profiler stopped}
     for rank, info in zip(job.ranks, job.infos):
         # one rank's columns at a time, read once: rows, threads and the top-level spans
@@ -169,7 +176,8 @@ def unfinished_notes(open_at_stop: Dict[str, int]) -> List[str]:
             "their children still counted under them" for path, n in open_at_stop.items() if n]
 
 
-def _add_records(report, infos, links, clocks, threads):
+def _add_records(report: Report, infos: Sequence[Any], links: Correlation, clocks: Mapping[int, ClockModel],
+                 threads: Mapping[int, int]) -> None:
     """The RPC and collective sections, from the ranks' joined records (``links``) and clock
     models; ``infos`` (RankInfo-like: has_block) say whether any input had records."""
     match = links.rpcs
@@ -191,10 +199,10 @@ class Recorded:
     RankInfo for the RPC and collective sections."""
 
     rank: int
-    rpcs: list
-    collectives: list
+    rpcs: List[Dict[str, Any]]
+    collectives: List[Dict[str, Any]]
     has_block: bool
-    remote_rpcs: list = field(default_factory=list)   # callee sides the caller's file carried
+    remote_rpcs: List[Dict[str, Any]] = field(default_factory=list)   # callee sides the caller's file carried
     job_id: Optional[str] = None
 
 
@@ -235,11 +243,11 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
     return report
 
 
-def _same(ns):
+def _same(ns: np.ndarray) -> np.ndarray:
     return ns
 
 
-def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):
+def sorted_rows(rows: List[KeyAverage], sort_by: str = "cpu_time_total", row_limit: int = 100) -> List[KeyAverage]:
     """Rows sorted as torch's table() sorts (numbers descending; key ascending), limited."""
     if sort_by not in SORT_KEYS:
         raise TracemergeError(f"--sort-by {sort_by!r}: choose from {', '.join(SORT_KEYS)}")
@@ -251,7 +259,7 @@ def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):
     return rows[:row_limit] if row_limit and row_limit > 0 else rows
 
 
-def row_fields(rows: list) -> tuple:
+def row_fields(rows: List[KeyAverage]) -> Tuple[str, ...]:
     """The fields of the rows of a report with ``rows``: torch's device ones too when some
     row has device time."""
     return ROW_FIELDS + DEVICE_FIELDS if has_device_time(rows) else ROW_FIELDS
@@ -260,7 +268,7 @@ def row_fields(rows: list) -> tuple:
 def row_dict(r: KeyAverage, fields: tuple = ROW_FIELDS) -> dict:
     return {f: getattr(r, f) for f in fields}
 
-def report_dict(report, sort_by="cpu_time_total", row_limit=0):
+def report_dict(report: Report, sort_by: str = "cpu_time_total", row_limit: int = 0) -> Dict[str, Any]:
     return {
         "key_averages": [row_dict(r, row_fields(report.key_averages))
                          for r in sorted_rows(report.key_averages, sort_by, row_limit)],

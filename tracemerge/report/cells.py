@@ -2,12 +2,17 @@
 share formatting (torch/autograd/profiler_util.py) and the rows of the RPC and collective
 sections."""
 
-from typing import Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
+from tracemerge.report.collectives import CollectiveStats
 from tracemerge.report.keyavg import KeyAverage, device_label, has_device_time, self_device_total
+from tracemerge.report.rpcstats import RpcReport
+
+# (head, body): a table's column names and rows of cells
+Table = Tuple[List[str], List[List[Any]]]
 
 
-def format_time(us):
+def format_time(us: float) -> str:
     if us >= 1e6:
         return f"{us / 1e6:.3f}s"
     if us >= 1e3:
@@ -15,15 +20,15 @@ def format_time(us):
     return f"{us:.3f}us"
 
 
-def format_share(us, total):
+def format_share(us: float, total: float) -> str:
     return "NaN" if total == 0 else f"{us * 100.0 / total:.2f}%"
 
 
-def _ms(d, k):
+def _ms(d: Dict[Any, float], k: Any) -> str:
     return f"{d[k] / 1000:.3f}" if k in d else "-"
 
 
-def rpc_rows(rpc):
+def rpc_rows(rpc: RpcReport) -> Table:
     head = ["RPC", "Calls", "E2E mean ms", "p50", "p95", "p99", "max", "Exec mean ms", "Overhead mean ms",
             "Queue mean ms", "Queue p95"]
     body = [[k.name, k.count if k.complete == k.count else f"{k.complete}/{k.count}", _ms(k.e2e_us, "mean"),
@@ -33,14 +38,14 @@ def rpc_rows(rpc):
     return head, body
 
 
-def callee_rows(rpc):
+def callee_rows(rpc: RpcReport) -> Table:
     head = ["Callee", "Calls", "Server threads", "Max concurrent", "All busy %", "Queue mean ms", "Exec mean ms"]
     body = [[f"{c.name} (rank {c.callee})", c.calls, c.threads, c.max_concurrent, f"{c.all_busy_share:.0%}",
              f"{c.queue_mean_us / 1000:.3f}", f"{c.exec_mean_us / 1000:.3f}"] for c in rpc.callees]
     return head, body
 
 
-def collective_rows(colls):
+def collective_rows(colls: Sequence[CollectiveStats]) -> Table:
     head = ["Group", "Op", "Count", "Bytes", "Skew mean ms", "Skew max ms", "Slowest rank", "Mean wait per rank ms"]
     body = [[c.group, c.op, c.count, c.bytes, _ms(c.skew_us, "mean"), _ms(c.skew_us, "max"),
              c.slowest_rank if c.slowest_rank >= 0 else "-",

@@ -6,8 +6,12 @@ is the last arrival minus its own.
 """
 
 from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Tuple
 
 import numpy as np
+
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.correlate.match import CollectiveMatch
 
 
 @dataclass
@@ -17,29 +21,30 @@ class CollectiveStats:
     count: int                 # collectives seen by at least one rank
     complete: int              # seen by every rank of the group; skews are over these
     bytes: int                 # payload bytes summed over ranks and calls
-    skew_us: dict              # arrival skew (last - first) {mean, max}
-    wait_us: dict = field(default_factory=dict)        # {rank: mean wait for the last arriver}
-    last_arrivals: dict = field(default_factory=dict)  # {rank: times it arrived last}
+    skew_us: Dict[str, float]  # arrival skew (last - first) {mean, max}
+    wait_us: Dict[int, float] = field(default_factory=dict)        # {rank: mean wait for the last arriver}
+    last_arrivals: Dict[int, int] = field(default_factory=dict)    # {rank: times it arrived last}
     slowest_rank: int = -1     # the rank most often last to arrive
 
 
-def collective_report(matches, clocks):
+def collective_report(matches: Iterable[CollectiveMatch], clocks: Mapping[int, ClockModel]) -> List[CollectiveStats]:
     """[CollectiveStats] of [CollectiveMatch], in order of first sight of each (group, op)."""
-    groups = {}
+    groups: Dict[Tuple[str, str], List[CollectiveMatch]] = {}
     for m in matches:
         groups.setdefault((m.group, m.op), []).append(m)
-    out = []
+    out: List[CollectiveStats] = []
     for (group, op), ms in groups.items():
         stats = CollectiveStats(group=group, op=op, count=len(ms), complete=0,
                                 bytes=sum(sum(m.bytes.values()) for m in ms), skew_us={})
-        skews, waits = [], {}
+        skews: List[int] = []
+        waits: Dict[int, List[int]] = {}
         for m in ms:
             ranks = [r for r in m.start_ns if r in clocks]
             if not m.complete or len(ranks) < 2:
                 continue
             stats.complete += 1
             arrive = {r: clocks[r].to_reference(m.start_ns[r]) for r in ranks}
-            last = max(ranks, key=arrive.get)
+            last = max(ranks, key=arrive.__getitem__)
             skews.append(arrive[last] - min(arrive.values()))
             stats.last_arrivals[last] = stats.last_arrivals.get(last, 0) + 1
             for r in ranks:
@@ -47,6 +52,6 @@ def collective_report(matches, clocks):
         if skews:
             stats.skew_us = {"mean": float(np.mean(skews)) / 1000.0, "max": float(np.max(skews)) / 1000.0}
             stats.wait_us = {r: float(np.mean(w)) / 1000.0 for r, w in sorted(waits.items())}
-            stats.slowest_rank = max(stats.last_arrivals, key=stats.last_arrivals.get)
+            stats.slowest_rank = max(stats.last_arrivals, key=stats.last_arrivals.__getitem__)
         out.append(stats)
     return out

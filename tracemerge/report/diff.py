@@ -18,7 +18,7 @@ are sorted by impact, |delta| of the time (counts have none), then by section an
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from tracemerge.report.build import Report
@@ -49,14 +49,18 @@ class DiffRow:
 
 @dataclass
 class Diff:
-    before: list                 # the inputs of each run
-    after: list
-    rows: list = field(default_factory=list)    # [DiffRow], highest impact first
-    notes: list = field(default_factory=list)
+    before: List[str]            # the inputs of each run
+    after: List[str]
+    rows: List[DiffRow] = field(default_factory=list)    # highest impact first
+    notes: List[str] = field(default_factory=list)
 
 
-def _rpc_metrics(report):
-    out = {}
+# {key: {metric: value}} of one section of a report
+Metrics = Dict[str, Dict[str, float]]
+
+
+def _rpc_metrics(report: "Report") -> Metrics:
+    out: Metrics = {}
     if report.rpc is None:
         return out
     for k in report.rpc.keys:
@@ -70,19 +74,19 @@ def _rpc_metrics(report):
     return out
 
 
-def _callee_metrics(report):
+def _callee_metrics(report: "Report") -> Metrics:
     if report.rpc is None:
         return {}
     return {f"{c.name} (rank {c.callee})": {"queueing": c.queue_mean_us * c.calls, "execution": c.exec_mean_us * c.calls}
             for c in report.rpc.callees}
 
 
-def _is_rpc_span(key):
+def _is_rpc_span(key: object) -> bool:
     return isinstance(key, str) and key.startswith(RPC_KINDS)
 
 
-def _key_metrics(report):
-    out = {}
+def _key_metrics(report: "Report") -> Metrics:
+    out: Metrics = {}
     for r in report.key_averages:
         if _is_rpc_span(r.key) or r.device_type != "CPU":
             continue  # device rows (a GPU trace's kernels) have no CPU time; their counts would join the op's
@@ -94,7 +98,7 @@ def _key_metrics(report):
     return out
 
 
-METRICS = {RPC: _rpc_metrics, CALLEE: _callee_metrics, KEY_AVERAGES: _key_metrics}
+METRICS: Dict[str, Callable[["Report"], Metrics]] = {RPC: _rpc_metrics, CALLEE: _callee_metrics, KEY_AVERAGES: _key_metrics}
 
 
 def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str] = (),
@@ -129,8 +133,8 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 class RunFiles:
     """The files one side of ``diff`` stands for, and what a directory held that was left out."""
 
-    files: list
-    left_out: list = field(default_factory=list)   # [(path, why)]
+    files: List[str]
+    left_out: List[Tuple[str, str]] = field(default_factory=list)   # [(path, why)]
 
 
 def run_files(arg: str) -> RunFiles:

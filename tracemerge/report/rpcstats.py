@@ -12,9 +12,13 @@ the drift and the jitter of delivery, not to the offset error.
 """
 
 from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from tracemerge.clocks.clock import ClockModel
+from tracemerge.correlate.match import RpcCall, RpcMatch
+from tracemerge.model import RankTrace
 from tracemerge.nesting import lane_origins
 
 PERCENTILES = (50, 95, 99)
@@ -25,7 +29,7 @@ SATURATED_SHARE = 0.5
 QUEUE_TO_EXEC = 0.25
 
 
-def summary_us(values_ns):
+def summary_us(values_ns: Union[Sequence[int], np.ndarray]) -> Dict[str, float]:
     """{mean, p50, p95, p99, max} in µs of ns values (empty dict for none)."""
     if not len(values_ns):
         return {}
@@ -46,10 +50,10 @@ class RpcKeyStats:
     count: int             # calls seen from either side
     complete: int          # calls with both sides, which the times below are over
     errors: int
-    e2e_us: dict
-    exec_us: dict
-    overhead_us: dict
-    queue_us: dict
+    e2e_us: Dict[str, float]       # summary_us: {mean, p50, p95, p99, max}
+    exec_us: Dict[str, float]
+    overhead_us: Dict[str, float]
+    queue_us: Dict[str, float]
 
 
 @dataclass
@@ -67,18 +71,18 @@ class CalleeLoad:
 
 @dataclass
 class RpcReport:
-    keys: list = field(default_factory=list)     # [RpcKeyStats]
-    callees: list = field(default_factory=list)  # [CalleeLoad]
+    keys: List[RpcKeyStats] = field(default_factory=list)
+    callees: List[CalleeLoad] = field(default_factory=list)
     caller_only: int = 0
     callee_only: int = 0
 
 
-def _callee_name(call):
+def _callee_name(call: RpcCall) -> str:
     inner = call.name.rpartition("(")[2].rstrip(")")
     return inner.partition(" -> ")[2] or f"rank {call.callee}"
 
 
-def server_threads(trace, pid_codes=None):
+def server_threads(trace: RankTrace, pid_codes: Optional[np.ndarray] = None) -> int:
     """Number of distinct threads that ran callee spans (``...#remote``) in one rank's trace
     (of the processes ``pid_codes`` only, when given: one rank of a merged trace, whose
     spans moved to a lane of their thread count on that thread)."""
@@ -89,7 +93,7 @@ def server_threads(trace, pid_codes=None):
     return len(np.unique(lane_origins(trace)[trace.tid[hits]]))
 
 
-def _covered_ns(starts, ends, level):
+def _covered_ns(starts: np.ndarray, ends: np.ndarray, level: int) -> int:
     """Total time at least ``level`` of the intervals [starts, ends) overlap."""
     if not len(starts):
         return 0
@@ -101,7 +105,7 @@ def _covered_ns(starts, ends, level):
     return int(seg[running[:-1] >= level].sum())
 
 
-def _max_concurrent(starts, ends):
+def _max_concurrent(starts: np.ndarray, ends: np.ndarray) -> int:
     if not len(starts):
         return 0
     t = np.concatenate((ends, starts))
@@ -109,7 +113,8 @@ def _max_concurrent(starts, ends):
     return int(np.cumsum(d[np.lexsort((d, t))]).max())
 
 
-def rpc_report(match, clocks, threads_by_rank=None):
+def rpc_report(match: RpcMatch, clocks: Mapping[int, ClockModel],
+               threads_by_rank: Optional[Mapping[int, int]] = None) -> RpcReport:
     """The :class:`RpcReport` of an :class:`~tracemerge.correlate.match.RpcMatch`.
 
     ``clocks`` is {rank: ClockModel}; ``threads_by_rank`` {rank: observed server threads}.
@@ -119,26 +124,27 @@ def rpc_report(match, clocks, threads_by_rank=None):
     # only the position tells a complete call from its namesake of the other job
     calls_seen = list(match.calls)
     full = [n for n, c in enumerate(calls_seen) if c.complete and c.caller in clocks and c.callee in clocks]
-    transit = {}
+    transit: Dict[int, int] = {}
     for n in full:
         c = calls_seen[n]
         transit[n] = clocks[c.callee].to_reference(c.start_ns) - clocks[c.caller].to_reference(c.send_ns)
-    floor = {}
+    floor: Dict[Tuple[int, int], int] = {}
     for n in full:
         pair = (calls_seen[n].caller, calls_seen[n].callee)
         floor[pair] = min(floor.get(pair, transit[n]), transit[n])
     queue = {n: transit[n] - floor[(calls_seen[n].caller, calls_seen[n].callee)] for n in full}
 
     report = RpcReport(caller_only=match.caller_only, callee_only=match.callee_only)
-    groups = {}
+    groups: Dict[Tuple[str, str, int, int], List[int]] = {}
     for n, c in enumerate(calls_seen):
         groups.setdefault((c.kind, c.func, c.caller, c.callee), []).append(n)
     for (kind, func, caller, callee), members in groups.items():
         calls = [calls_seen[n] for n in members]
         done = [calls_seen[n] for n in members if n in queue]
         done_queue = [queue[n] for n in members if n in queue]
-        e2e = np.array([c.complete_ns - c.send_ns for c in done], dtype=np.int64)
-        exe = np.array([c.end_ns - c.start_ns for c in done], dtype=np.int64)
+        # ``done`` calls are complete: every one of their times is set
+        e2e = np.array([c.complete_ns - c.send_ns for c in done], dtype=np.int64)  # type: ignore[operator]
+        exe = np.array([c.end_ns - c.start_ns for c in done], dtype=np.int64)  # type: ignore[operator]
         report.keys.append(RpcKeyStats(
             name=calls[0].name, kind=kind, func=func, caller=caller, callee=callee, count=len(calls),
             complete=len(done), errors=sum(c.status != "ok" for c in calls), e2e_us=summary_us(e2e),

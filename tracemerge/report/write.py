@@ -3,22 +3,24 @@ merged trace), written atomically."""
 
 import os
 import sys
+from typing import Iterable, Optional
 
 from tracemerge.codecs import plain_name
 from tracemerge.errors import OutputError
+from tracemerge.job import Alignment, Job
 from tracemerge.output import atomic_output, check_output
 from tracemerge.report.build import job_report
 from tracemerge.report.render import format_of, render
 
 
-def write_text(path, text, inputs=(), force=True):
+def write_text(path: str, text: str, inputs: Iterable[str] = (), force: bool = True) -> None:
     """Write ``text`` to ``path`` atomically ("-" is stdout)."""
     check_output(path, inputs, force)
     with atomic_output(path) as stream:
         stream.write(text.encode())
 
 
-def report_path_for(output):
+def report_path_for(output: str) -> str:
     """Where ``combine --report`` without a PATH puts the report: beside the merged trace."""
     if output == "-":
         return "-"
@@ -27,7 +29,7 @@ def report_path_for(output):
     return stem + ".report.txt"
 
 
-def combine_report_path(output, path, inputs, force):
+def combine_report_path(output: str, path: Optional[str], inputs: Iterable[str], force: bool) -> str:
     """Where ``combine --report [PATH]`` writes, refused before the merge runs when it is
     the merged trace itself, an input, or an existing file without ``force``."""
     path = path or report_path_for(output)
@@ -37,7 +39,8 @@ def combine_report_path(output, path, inputs, force):
     return path
 
 
-def write_combine_report(job, alignment, output, path, inputs=()):
+def write_combine_report(job: Job, alignment: Optional[Alignment], output: str, path: Optional[str],
+                         inputs: Iterable[str] = ()) -> str:
     """``combine --report [PATH]``: the table (or the format PATH's extension asks for) beside the output."""
     path = path or report_path_for(output)
     text = render(job_report(job, alignment), format_of(path))

@@ -21,6 +21,7 @@ event than the bytes themselves); tests parse the output with ``perfetto_trace_p
 
 import struct
 from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import msgspec
 import numpy as np
@@ -29,10 +30,11 @@ import orjson
 from tracemerge import native
 from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.slices import SLICE_BEGIN, SLICE_END, nest, slice_order
+from tracemerge.model import Args, RankTrace
 from tracemerge.nesting import nest_order, thread_runs
-from tracemerge.place.arrows import NO_FLOWS
+from tracemerge.place.arrows import NO_FLOWS, SliceFlows
 from tracemerge.place.ids import namespace_args
-from tracemerge.place.placement import CHUNK, aligned_ns
+from tracemerge.place.placement import CHUNK, Placement, aligned_ns
 
 INSTANT, COUNTER = 3, 4   # TrackEvent.Type (the slice types are in nesting)
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
@@ -47,7 +49,7 @@ _SMALL = [bytes((n,)) if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7)) for n in
 _CONTINUED = [bytes((n & 0x7F | 0x80, n >> 7 | 0x80)) for n in range(1 << 14)]
 
 
-def _varint(n):
+def _varint(n: int) -> bytes:
     """Base-128 varint of a non-negative int, 14 bits per table lookup."""
     if n < 0x4000:
         if n < 0:
@@ -61,32 +63,32 @@ def _varint(n):
     return b"".join(out)
 
 
-def _tag(number, wire):
+def _tag(number: int, wire: int) -> bytes:
     return _varint(number << 3 | wire)
 
 
-def _uint(number, n):
+def _uint(number: int, n: int) -> bytes:
     return _tag(number, 0) + _varint(n)
 
 
-def _int(number, n):
+def _int(number: int, n: int) -> bytes:
     return _tag(number, 0) + _varint(n & UINT64_MASK)
 
 
-def _double(number, x):
+def _double(number: int, x: float) -> bytes:
     return _tag(number, 1) + struct.pack("<d", x)
 
 
-def _bytes(number, payload):
+def _bytes(number: int, payload: bytes) -> bytes:
     return _tag(number, 2) + _varint(len(payload)) + payload
 
 
-def _str(number, s):
+def _str(number: int, s: str) -> bytes:
     return _bytes(number, s.encode("utf-8", "surrogatepass"))
 
 
 # Trace.packet
-def _packet(payload):
+def _packet(payload: bytes) -> bytes:
     return b"\x0a" + _varint(len(payload)) + payload
 
 
@@ -102,9 +104,9 @@ class ProtoCounts:
     flows: int = 0                   # input flow events bound to slices
     overlapping: int = 0             # slices moved to an overlap track
     overlap_tracks: int = 0
-    dropped: dict = field(default_factory=dict)   # {reason: count}
+    dropped: Dict[str, int] = field(default_factory=dict)   # {reason: count}
 
-    def drop(self, reason, n=1):
+    def drop(self, reason: str, n: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + n
 
 
@@ -116,12 +118,12 @@ class _Annotations:
     more (ids, counters, mostly unique) are encoded directly.
     """
 
-    def __init__(self):
-        self.iids = {}       # key -> DebugAnnotation.name_iid field bytes
-        self.new = []
-        self.pairs = {}      # (key, value class, value or its repr) -> TrackEvent.debug_annotations field
+    def __init__(self) -> None:
+        self.iids: Dict[str, bytes] = {}       # key -> DebugAnnotation.name_iid field bytes
+        self.new: List[bytes] = []
+        self.pairs: Dict[Tuple[Any, type, Any], bytes] = {}      # (key, value class, value or its repr) -> TrackEvent.debug_annotations field
 
-    def name(self, key):
+    def name(self, key: str) -> bytes:
         field = self.iids.get(key)
         if field is None:
             iid = len(self.iids) + 1
@@ -129,7 +131,7 @@ class _Annotations:
             self.new.append(_bytes(3, field + _str(2, key)))
         return field
 
-    def value(self, v):
+    def value(self, v: Any) -> bytes:
         if isinstance(v, str):
             return _str(6, v)
         if isinstance(v, bool):
@@ -144,7 +146,7 @@ class _Annotations:
             return b"".join(_bytes(12, self.value(x)) for x in v) if v else _str(9, "[]")
         return _str(9, orjson.dumps(v).decode())
 
-    def encode(self, args):
+    def encode(self, args: Dict[str, Any]) -> bytes:
         pairs, iids = self.pairs, self.iids
         out = []
         for k, v in args.items():
@@ -158,7 +160,7 @@ class _Annotations:
                 out.append(pairs.get(key) or self._cached_pair(key, k, v))
         return b"".join(out)
 
-    def encode_events(self, args, events, rank):
+    def encode_events(self, args: Args, events: List[int], rank: int) -> List[bytes]:
         """The debug annotations of the args of ``events`` (indices into ``args``), ids
         namespaced for ``rank``, in order (names are interned in first-use order). Raw args
         are encoded by the compiled core where it is active, every event it declines by
@@ -166,7 +168,8 @@ class _Annotations:
         if not args.raw or native.active() != "native":
             return self.encode_python(args, events, rank)
         raw = args.take(events).items
-        out, at = [], 0
+        out: List[bytes] = []
+        at = 0
         while at < len(raw):
             done, at = native.debug_annotations(raw, at, rank, self.iids, self.new)
             out += done
@@ -182,21 +185,21 @@ class _Annotations:
                 at += 1
         return out
 
-    def encode_python(self, args, events, rank):
+    def encode_python(self, args: Args, events: List[int], rank: int) -> List[bytes]:
         """:meth:`encode_events` by the Python path: the reference."""
-        encoded = []
+        encoded: List[bytes] = []
         for lo in range(0, len(events), CHUNK):  # the decoded args of one chunk at a time
             encoded += [self.encode(namespace_args(rank, a)) if a else b"" for a in args.dicts(events[lo:lo + CHUNK])]
         return encoded
 
-    def _cached_pair(self, key, k, v):
+    def _cached_pair(self, key: Tuple[Any, type, Any], k: Any, v: Any) -> bytes:
         field = _bytes(4, self.name(str(k)) + self.value(v))
         # 0.0 == -0.0 and nan != nan as keys; long strings are rarely repeated
         if not ((key[1] is float and (v == 0 or v != v)) or (key[1] is str and len(v) > 256)):
             self.pairs[key] = field
         return field
 
-    def take_interned(self):
+    def take_interned(self) -> bytes:
         """InternedData bytes for the names first used since the last call."""
         out, self.new = b"".join(self.new), []
         return out
@@ -217,15 +220,16 @@ class Slices:
     end: np.ndarray
     begin: np.ndarray
     close: np.ndarray
-    async_keys: list
-    async_names: list     # name code of each async track's first event
+    async_keys: List[Tuple[int, int, Union[int, str]]]
+    async_names: List[int]     # name code of each async track's first event
 
-    def ranges(self):
+    def ranges(self) -> Dict[int, Tuple[int, int]]:
         """{track: (first row, end row)} of the sorted slices."""
         return {int(self.track[a]): (a, b) for a, b in thread_runs(self.track)}
 
 
-def _pair_begin_end(trace, mask, key_of, counts, what):
+def _pair_begin_end(trace: RankTrace, mask: np.ndarray, key_of: Callable[[int], Optional[Hashable]],
+                    counts: ProtoCounts, what: str) -> Tuple[List[int], List[int], List[Any]]:
     """(begin indices, end indices, keys) of the begin/end events under ``mask`` paired per
     key in time order: an end closes the innermost open begin of its name (any name when
     it has none), as Perfetto's JSON importer does. Unpaired events are counted as dropped."""
@@ -233,7 +237,11 @@ def _pair_begin_end(trace, mask, key_of, counts, what):
     idx = idx[np.lexsort((idx, trace.ts[idx]))]
     opening = {ord("B"), ord("b"), ord("S")}
     names = trace.names
-    stacks, begins, ends, keys, unmatched_end = {}, [], [], [], 0
+    stacks: Dict[Any, List[int]] = {}
+    begins: List[int] = []
+    ends: List[int] = []
+    keys: List[Any] = []
+    unmatched_end = 0
     for i in idx.tolist():
         key = key_of(i)
         if key is None:
@@ -260,14 +268,15 @@ def _pair_begin_end(trace, mask, key_of, counts, what):
     return begins, ends, keys
 
 
-def _async_id(extra):
+def _async_id(extra: Optional[Dict[str, Any]]) -> Union[int, str, None]:
     """The id of an async event (``id``, else ``id2.global`` / ``id2.local``), or None."""
     extra = extra or {}
     value = event_id(extra.get("id"), extra.get("id2"))
     return value if value is None or isinstance(value, (int, str)) else orjson.dumps(value).decode()
 
 
-def collect_slices(trace, start, dur, counts):
+def collect_slices(trace: RankTrace, start: np.ndarray, dur: np.ndarray,
+                   counts: ProtoCounts) -> Tuple[Slices, List[Tuple[int, int]]]:
     """(Slices, async instants [(event index, async track)]) of one rank; unpaired begin/end
     events and async events without an id are counted as dropped."""
     ph = trace.ph
@@ -276,9 +285,12 @@ def collect_slices(trace, start, dur, counts):
     is_be = np.isin(ph, [ord("B"), ord("E")])
     be_begin, be_end, _ = _pair_begin_end(trace, is_be, lambda i: int(thread[i]), counts, "B/E")
 
-    async_codes, async_keys, async_names, no_id = {}, [], [], 0
+    async_codes: Dict[Tuple[int, int, Union[int, str]], int] = {}
+    async_keys: List[Tuple[int, int, Union[int, str]]] = []
+    async_names: List[int] = []
+    no_id = 0
 
-    def async_track(i):
+    def async_track(i: int) -> Optional[int]:
         nonlocal no_id
         value = _async_id(trace.extra[i])
         if value is None:
@@ -294,7 +306,7 @@ def collect_slices(trace, start, dur, counts):
 
     is_async = np.isin(ph, [ord(c) for c in "beSF"])
     as_begin, as_end, as_track = _pair_begin_end(trace, is_async, async_track, counts, "async")
-    instants = []
+    instants: List[Tuple[int, int]] = []
     for i in np.flatnonzero(ph == ord("n")).tolist():
         code = async_track(i)
         if code is not None:
@@ -316,7 +328,8 @@ def collect_slices(trace, start, dur, counts):
     return slices, instants
 
 
-def encode_rank(trace, place, flows=None, reference=False):
+def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, SliceFlows]] = None,
+                reference: bool = False) -> Tuple[bytes, ProtoCounts]:
     """(bytes, ProtoCounts) of one rank: a self-contained run of packets of its sequence.
 
     ``flows`` maps an event index to its :class:`~tracemerge.place.arrows.SliceFlows` for
@@ -333,7 +346,7 @@ def encode_rank(trace, place, flows=None, reference=False):
     ph = trace.ph
     names = trace.names
     n_tids = trace.thread_stride
-    packets = []
+    packets: List[bytes] = []
     tracks = _Tracks(trace, place, seq, packets)
 
     is_meta = ph == ord("M")
@@ -358,11 +371,11 @@ def encode_rank(trace, place, flows=None, reference=False):
     for reason, n in flow_counts.items():
         counts.drop(reason, n)
     if proto is None:
-        bodies = _Bodies(trace, place.rank, merge_flows(flows or {}, bound), reference)
+        bodies: Union[_Bodies, _ColumnBodies] = _Bodies(trace, place.rank, merge_flows(flows or {}, bound), reference)
     else:
         bodies = _ColumnBodies(trace, place.rank, FlowRows.of(flows or {}) + rows, proto)
 
-    def track_uuid(track, lane):
+    def track_uuid(track: int, lane: int) -> int:
         if track >= 0:
             return tracks.thread(track // n_tids, track % n_tids, lane)
         k = -track - 1
@@ -383,10 +396,12 @@ def encode_rank(trace, place, flows=None, reference=False):
             uuid = track_uuid(track, lane)
             begin, close = slices.begin[lo:hi][sel], slices.close[lo:hi][sel]
             if proto is None:
-                bodies.lane(uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
-                            begin.tolist(), close.tolist())
+                cast(_Bodies, bodies).lane(
+                    uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
+                    begin.tolist(), close.tolist())
             else:
-                bodies.lane(uuid, proto.slice_order(_int64(gs[sel]), _int64(ge[sel])), begin, close)
+                cast(_ColumnBodies, bodies).lane(
+                    uuid, proto.slice_order(_int64(gs[sel]), _int64(ge[sel])), begin, close)
     counts.overlap_tracks = tracks.overlap_tracks
 
     for i in np.flatnonzero(is_instant).tolist():
@@ -441,26 +456,29 @@ class _Bodies:
     chunk at a time when the packets are made, so a rank's decoded args never coexist.
     """
 
-    def __init__(self, trace, rank, flows, reference=False):
+    def __init__(self, trace: RankTrace, rank: int, flows: Dict[int, SliceFlows], reference: bool = False) -> None:
         self.args, self.rank, self.flows, self.reference = trace.args, rank, flows, reference
         self.name_code, self.cat_code = trace.name.tolist(), trace.cat.tolist()
         n = len(trace.names)
         self.name_field = [_uint(10, c + 1) for c in range(n)]
         self.cat_field = [_uint(3, c + 1) for c in range(n)] + [b""]    # [-1]: no category
         self.anns = _Annotations()
-        self.ts, self.heads, self.args_event, self.tails = [], [], [], []
+        self.ts: List[int] = []
+        self.heads: List[bytes] = []
+        self.args_event: List[int] = []
+        self.tails: List[bytes] = []
 
-    def add(self, ts, head, args_event=-1, tail=b""):
+    def add(self, ts: int, head: bytes, args_event: int = -1, tail: bytes = b"") -> None:
         self.ts.append(ts)
         self.heads.append(head)
         self.args_event.append(args_event)
         self.tails.append(tail)
 
-    def counter(self, ts, uuid, value):
+    def counter(self, ts: int, uuid: int, value: bytes) -> None:
         """A counter's body: its type and track, then ``value`` (its counter_value field)."""
         self.add(ts, _uint(9, COUNTER) + _uint(11, uuid) + value)
 
-    def lane(self, uuid, records, begin, close):
+    def lane(self, uuid: int, records: List[Tuple[int, int, int]], begin: Sequence[int], close: Sequence[int]) -> None:
         """A lane's slices: ``records`` (ts, SLICE_BEGIN/SLICE_END, n) of its slices n, whose
         named events are ``begin[n]`` and closing events ``close[n]`` (-1 for ``X``)."""
         begin_head, end_head = _uint(9, SLICE_BEGIN) + _uint(11, uuid), _uint(9, SLICE_END) + _uint(11, uuid)
@@ -480,12 +498,12 @@ class _Bodies:
                 tails.append(_flows(flow.end, flow.end_terminating) if flow is not no_flow else b"")
             ts_out.append(ts)
 
-    def instant(self, ts, uuid, i):
+    def instant(self, ts: int, uuid: int, i: int) -> None:
         flow = self.flows.get(i)
         self.add(ts, _uint(9, INSTANT) + _uint(11, uuid) + self.name_field[self.name_code[i]]
                  + self.cat_field[self.cat_code[i]], i, _flows(flow.begin, flow.begin_terminating) if flow else b"")
 
-    def _bodies(self):
+    def _bodies(self) -> List[bytes]:
         """Every body, in the order added: head, encoded args, flows."""
         with_args = [k for k, i in enumerate(self.args_event) if i >= 0]
         events = [self.args_event[k] for k in with_args]
@@ -496,14 +514,14 @@ class _Bodies:
             args[k] = data
         return list(map(b"".join, zip(self.heads, args, self.tails)))
 
-    def packets(self, base_ns, flags):
+    def packets(self, base_ns: int, flags: bytes) -> List[bytes]:
         """The bodies as TracePackets (``timestamp`` = base_ns + ts, ``flags``, ``track_event``)
         in time order, ties in the order added; every packet's framing is built at once."""
         ts = np.array(self.ts, dtype=np.int64)
         order = np.argsort(ts, kind="stable")
         ts = ts[order] + base_ns
         made = self._bodies()
-        self.heads = self.args_event = self.tails = None
+        self.heads = self.args_event = self.tails = None  # type: ignore[assignment]  # freed: packets are made once
         bodies = list(map(made.__getitem__, order.tolist()))
         del made
         size = np.fromiter(map(len, bodies), np.int64, len(bodies))
@@ -513,7 +531,7 @@ class _Bodies:
         packet_bytes, packet_len = _varints(1 + ts_len + len(flags) + 1 + size_len + size)
         n = len(bodies)
 
-        def const(data):
+        def const(data: bytes) -> Tuple[np.ndarray, np.ndarray]:
             return np.tile(np.frombuffer(data, np.uint8), (n, 1)), np.ones((n, len(data)), bool)
 
         parts = [const(b"\x0a"), packet_bytes, const(b"\x40"), ts_bytes, const(flags + b"\x5a"), size_bytes]
@@ -539,33 +557,33 @@ class _ColumnBodies:
     Only instants and counters are made one by one here.
     """
 
-    def __init__(self, trace, rank, flows, proto):
+    def __init__(self, trace: RankTrace, rank: int, flows: FlowRows, proto: Any) -> None:
         self.args, self.rank, self.proto = trace.args, rank, proto
         self.name_code, self.cat_code = _int64(trace.name), _int64(trace.cat)
         key = flows.event * 4 + flows.slot
         order = np.argsort(key, kind="stable")   # per field, the ids in the order bound
         self.flow_key, self.flow_id, self.flow_slot = key[order], flows.fid[order], flows.slot[order]
         self.anns = _Annotations()
-        self.columns = []        # (ts, kind, uuid, name, cat, args event, tail slot, flow event, half) per lane
-        self.one = []            # the same, one row per instant or counter, in the order added
-        self.tails = []          # counter values, by tail slot
+        self.columns: List[Tuple[np.ndarray, ...]] = []        # (ts, kind, uuid, name, cat, args event, tail slot, flow event, half) per lane
+        self.one: List[Tuple[int, ...]] = []            # the same, one row per instant or counter, in the order added
+        self.tails: List[bytes] = []          # counter values, by tail slot
 
-    def _tail(self, data):
+    def _tail(self, data: bytes) -> int:
         if not data:
             return -1
         self.tails.append(data)
         return len(self.tails) - 1
 
-    def _flush_one(self):
+    def _flush_one(self) -> None:
         if self.one:
             self.columns.append(tuple(np.array(c, np.int64) for c in zip(*self.one)))
             self.one = []
 
-    def counter(self, ts, uuid, value):
+    def counter(self, ts: int, uuid: int, value: bytes) -> None:
         """:meth:`_Bodies.counter`."""
         self.one.append((ts, COUNTER, uuid, -1, -1, -1, self._tail(value), -1, 0))
 
-    def lane(self, uuid, records, begin, close):
+    def lane(self, uuid: int, records: Sequence[bytes], begin: np.ndarray, close: np.ndarray) -> None:
         """A lane's slices: ``records`` (ts, kind, n) as ``_proto.slice_order`` gives them, the
         slices' named events ``begin`` and closing events ``close`` (-1 for ``X``)."""
         self._flush_one()
@@ -579,10 +597,10 @@ class _ColumnBodies:
         self.columns.append((ts, kind, np.full(len(ts), uuid, np.uint64).view(np.int64), name, cat, event, none,
                              named, np.where(is_begin, 0, 2)))
 
-    def instant(self, ts, uuid, i):
+    def instant(self, ts: int, uuid: int, i: int) -> None:
         self.one.append((ts, INSTANT, uuid, int(self.name_code[i]), int(self.cat_code[i]), i, -1, i, 0))
 
-    def packets(self, base_ns, flags):
+    def packets(self, base_ns: int, flags: bytes) -> List[bytes]:
         """:meth:`_Bodies.packets`: the framed packets in time order, ties in the order added."""
         self._flush_one()
         if not self.columns:
@@ -605,12 +623,12 @@ class _ColumnBodies:
                                    _int64(self.flow_slot), encoded, self.tails, flags)]
 
 
-def _int64(values):
+def _int64(values: Any) -> np.ndarray:
     """A contiguous int64 copy or view of ``values``, as the compiled writer takes them."""
     return np.ascontiguousarray(values, np.int64)
 
 
-def _varints(values):
+def _varints(values: np.ndarray) -> Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]:
     """((bytes, valid), lengths) of the varints of non-negative int64 ``values``: ``bytes`` is
     (n, width) uint8 with each varint at the start of its row, ``valid`` marks its bytes."""
     if len(values) and values.min() < 0:
@@ -628,7 +646,7 @@ def _varints(values):
     return (out, columns < lengths[:, None]), lengths
 
 
-def _flows(out, terminating):
+def _flows(out: Sequence[int], terminating: Sequence[int]) -> bytes:
     """TrackEvent.flow_ids and terminating_flow_ids fields (fixed64)."""
     return b"".join([FLOW_IDS + struct.pack("<Q", f) for f in out]
                     + [TERMINATING_FLOW_IDS + struct.pack("<Q", f) for f in terminating])
@@ -637,14 +655,14 @@ def _flows(out, terminating):
 class _Tracks:
     """Track descriptors of one rank, emitted on first use; uuids are ``pid << 32 | n``."""
 
-    def __init__(self, trace, place, seq, packets):
+    def __init__(self, trace: RankTrace, place: Placement, seq: bytes, packets: List[bytes]) -> None:
         self.trace, self.place, self.seq, self.packets = trace, place, seq, packets
-        self.uuids = {}
+        self.uuids: Dict[Tuple[Any, ...], int] = {}
         self.thread_names = trace.metadata("thread_name")
         self.overlap_tracks = 0
-        self.used_tids = {}
+        self.used_tids: Dict[int, Set[int]] = {}
 
-    def _emit(self, key, descriptor_of):
+    def _emit(self, key: Tuple[Any, ...], descriptor_of: Callable[[int], bytes]) -> int:
         uuid = self.uuids.get(key)
         if uuid is None:
             pid = self.place.pid_base + key[1]
@@ -652,11 +670,11 @@ class _Tracks:
             self.packets.append(_packet(self.seq + _bytes(60, _uint(1, uuid) + descriptor_of(pid))))
         return uuid
 
-    def process(self, pid_code):
+    def process(self, pid_code: int) -> int:
         return self._emit(("process", pid_code),
                           lambda pid: _bytes(3, _int(1, pid) + _str(6, self.place.label)))
 
-    def thread(self, pid_code, tid_code, lane):
+    def thread(self, pid_code: int, tid_code: int, lane: int) -> int:
         parent = self.process(pid_code)
         name = self._thread_name(pid_code, tid_code)
         if lane:
@@ -673,7 +691,7 @@ class _Tracks:
             thread += _str(5, name)
         return self._emit(("thread", pid_code, tid_code, 0), lambda pid: _uint(5, parent) + _bytes(4, thread))
 
-    def async_(self, k, pid_code, name, lane):
+    def async_(self, k: int, pid_code: int, name: Any, lane: int) -> int:
         """Async track k (one per (pid, cat, id), named after its first event) under the process."""
         parent = self.process(pid_code)
         if lane:
@@ -681,12 +699,12 @@ class _Tracks:
         label = name if not lane else f"{name} (overlap {lane})"
         return self._emit(("async", pid_code, k, lane), lambda pid: _uint(5, parent) + _str(2, str(label)))
 
-    def counter(self, pid_code, name, key):
+    def counter(self, pid_code: int, name: Any, key: str) -> int:
         parent = self.process(pid_code)
         return self._emit(("counter", pid_code, name, key),
                           lambda pid: _uint(5, parent) + _str(2, f"{name} {key}") + _bytes(8, b""))
 
-    def _thread_name(self, pid_code, tid_code):
+    def _thread_name(self, pid_code: int, tid_code: int) -> Optional[str]:
         """The thread_name metadata, else a string tid itself (as Perfetto's JSON import names it)."""
         name = self.thread_names.get((pid_code, tid_code))
         if name is not None:
@@ -694,7 +712,7 @@ class _Tracks:
         original = self.trace.tids[tid_code]
         return original if isinstance(original, str) else None
 
-    def _tid(self, pid_code, tid_code):
+    def _tid(self, pid_code: int, tid_code: int) -> int:
         """A 32-bit tid, unique within the process: the input tid when it is one."""
         taken = self.used_tids.setdefault(pid_code, set())
         original = self.trace.tids[tid_code]

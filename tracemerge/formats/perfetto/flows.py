@@ -9,12 +9,22 @@ import hashlib
 import operator
 from dataclasses import dataclass
 from itertools import repeat
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Mapping, Optional, Tuple
 
 import numpy as np
 from msgspec import UNSET
 
-from tracemerge.place.arrows import NO_FLOWS
+from tracemerge.model import RankTrace
+from tracemerge.place.arrows import NO_FLOWS, SliceFlows
 from tracemerge.place.ids import namespace_id, namespace_ids
+
+if TYPE_CHECKING:
+    from tracemerge.formats.perfetto.encoder import Slices
+
+# {thread track: (first row, end row)} of the sorted slices (encoder.Slices.ranges)
+Ranges = Mapping[int, Tuple[int, int]]
+# (flow key, id, event index, role, slice row or None) of one flow point
+Point = Tuple[Hashable, Any, int, str, Optional[int]]
 
 OUT, STEP, IN = "out", "step", "in"
 V1_ROLES = {ord("s"): OUT, ord("t"): STEP, ord("f"): IN}
@@ -23,7 +33,7 @@ KIND_SHIFT = 56       # flow kinds beyond the first are told apart above the nam
 
 
 
-def merge_flows(a, b):
+def merge_flows(a: Mapping[int, SliceFlows], b: Mapping[int, SliceFlows]) -> Dict[int, SliceFlows]:
     """{event index: SliceFlows} of two flow maps together."""
     out = dict(a)
     for i, ids in b.items():
@@ -31,7 +41,8 @@ def merge_flows(a, b):
     return out
 
 
-def bind_input_flows(trace, rank, start, slices, ranges):
+def bind_input_flows(trace: RankTrace, rank: int, start: np.ndarray, slices: "Slices",
+                     ranges: Ranges) -> Tuple[Dict[int, SliceFlows], Dict[str, int]]:
     """Bind the rank's input flows to its slices, for protobuf output.
 
     v1 events (``s``/``t``/``f``, keyed like Perfetto by (id, cat, name)) bind to the
@@ -45,17 +56,18 @@ def bind_input_flows(trace, rank, start, slices, ranges):
     Returns ({event index: SliceFlows}, {"converted": v1 events bound, reason: v1 events
     dropped}).
     """
-    drops = {}
+    drops: Dict[str, int] = {}
     points = _points(trace, start, slices, ranges, drops)
     kinds = {k: n for n, k in enumerate(sorted({p[0] for p in points}, key=str))}
     s_begin, s_start, s_end = slices.begin.tolist(), slices.start.tolist(), slices.end.tolist()
     at_ns = start[[p[2] for p in points]].tolist()
     fids = proto_flow_ids(rank, [kinds[p[0]] for p in points], [p[1] for p in points])
-    by_id = {}
+    by_id: Dict[int, List[Tuple[int, int, str, Tuple[int, int, Optional[int]], bool]]] = {}
     for (key, value, i, role, row), ts, fid in zip(points, at_ns, fids):
         anchor = (s_begin[row], s_start[row], s_end[row]) if row is not None else (i, ts, None)
         by_id.setdefault(fid, []).append((ts, i, role, anchor, key != "v2"))
-    bound, converted = {}, 0
+    bound: Dict[int, SliceFlows] = {}
+    converted = 0
     for fid, chain in by_id.items():
         chain.sort()        # by (ts, event index), which are unique
         last = None         # when Perfetto sees the previous point of the chain; None: not in flight
@@ -101,22 +113,23 @@ class FlowRows:
     fid: np.ndarray
 
     @classmethod
-    def of(cls, flows):
+    def of(cls, flows: Mapping[int, SliceFlows]) -> "FlowRows":
         """The rows of a flow map {event index: SliceFlows} (the RPC arrows: few)."""
         rows = [(i, slot, fid) for i, f in flows.items() for slot, ids in enumerate(f) for fid in ids]
         event, slot, fid = zip(*rows) if rows else ((), (), ())
         return cls(np.array(event, np.int64), np.array(slot, np.int64), np.array(fid, np.uint64))
 
-    def __add__(self, other):   # as merge_flows: per field, this map's ids before the other's
+    def __add__(self, other: "FlowRows") -> "FlowRows":   # as merge_flows: per field, this map's ids before the other's
         return FlowRows(*(np.concatenate((a, b)) for a, b in zip(
             (self.event, self.slot, self.fid), (other.event, other.slot, other.fid))))
 
 
-def bind_input_flow_rows(trace, rank, start, slices, ranges, chains):
+def bind_input_flow_rows(trace: RankTrace, rank: int, start: np.ndarray, slices: "Slices", ranges: Ranges,
+                         chains: Callable[..., Tuple[bytes, bytes]]) -> Tuple[FlowRows, Dict[str, int]]:
     """:func:`bind_input_flows` as :class:`FlowRows`, the chains walked by the compiled
     ``chains`` (``tracemerge.native._proto``); the same bindings in the same order, the same
     counts."""
-    drops = {}
+    drops: Dict[str, int] = {}
     kind, values, i, role, v1, row = _point_columns(trace, start, slices, ranges, drops)
     n = len(i)
     fid = np.array(proto_flow_ids(rank, kind.tolist(), values), np.uint64)
@@ -142,11 +155,12 @@ def bind_input_flow_rows(trace, rank, start, slices, ranges, chains):
     return FlowRows(event[order][kept], slot[kept].copy(), fid[order][kept]), {"converted": converted, **drops}
 
 
-def _drop(drops, reason):
+def _drop(drops: Dict[str, int], reason: str) -> None:
     drops[reason] = drops.get(reason, 0) + 1
 
 
-def _point_columns(trace, start, slices, ranges, drops):
+def _point_columns(trace: RankTrace, start: np.ndarray, slices: "Slices", ranges: Ranges, drops: Dict[str, int],
+                   ) -> Tuple[np.ndarray, List[Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_points` as columns, the v1 points (nearly all) found with numpy: (flow kind
     index, ids, event index, role code, v1 flag, slice row or -1), the same points in the
     same order with the same drops; kinds numbered as :func:`bind_input_flows` numbers them
@@ -158,7 +172,7 @@ def _point_columns(trace, start, slices, ranges, drops):
     role = np.where(codes == ord("s"), 0, np.where(codes == ord("t"), 1, 2)).astype(np.int64)
     values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
     # bp == "e" by operator.eq: a str compared with any JSON value, never NotImplemented
-    at_e = np.fromiter(map(operator.eq, extra.column("bp", v1), repeat("e")), bool, n)
+    at_e = np.fromiter(map(operator.eq, extra.column("bp", v1), repeat("e")), np.bool_, n)
     next_begin = (role == ROLE_CODES[IN]) & ~at_e
     rows = _Enclosing(slices, ranges).rows(trace.thread_keys(v1), start[v1], next_begin)
     has_id = np.fromiter(map(operator.is_not, values, repeat(None)), bool, n)
@@ -188,22 +202,23 @@ def _point_columns(trace, start, slices, ranges, drops):
     return kind, values, i, role, is_v1, row.astype(np.int64)
 
 
-def _points(trace, start, slices, ranges, drops):
+def _points(trace: RankTrace, start: np.ndarray, slices: "Slices", ranges: Ranges,
+            drops: Dict[str, int]) -> List[Point]:
     """The input's flow points bound to slice rows: [(flow key, id, event index, role, slice
     row or None)]; points that bind nowhere are counted in ``drops``."""
     ph, extra = trace.ph, trace.extra
 
-    def drop(reason):
+    def drop(reason: str) -> None:
         _drop(drops, reason)
 
     # v1: the slices of all points found at once, per thread
     v1 = np.flatnonzero(np.isin(ph, list(V1_ROLES)))
     roles = list(map(V1_ROLES.__getitem__, ph[v1].tolist()))
     values = list(map(event_id, extra.column("id", v1), extra.column("id2", v1)))
-    next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], bool)
+    next_begin = np.array([role == IN and bp != "e" for role, bp in zip(roles, extra.column("bp", v1))], np.bool_)
     thread = trace.thread_keys(v1)
     rows = _Enclosing(slices, ranges).rows(thread, start[v1], next_begin).tolist()
-    points = []                     # (flow key, id, event index, role, slice row or None)
+    points: List[Point] = []        # (flow key, id, event index, role, slice row or None)
     for i, key, value, role, row in zip(v1.tolist(), zip(trace.cat[v1].tolist(), trace.name[v1].tolist()),
                                         values, roles, rows):
         if value is None:
@@ -216,15 +231,15 @@ def _points(trace, start, slices, ranges, drops):
     return points + _points_v2(trace, slices)
 
 
-def _points_v2(trace, slices):
+def _points_v2(trace: RankTrace, slices: "Slices") -> List[Point]:
     """The v2 points of :func:`_points`: a bind_id on the event itself."""
     ph, extra = trace.ph, trace.extra
-    points = []
+    points: List[Point] = []
     hosts = np.flatnonzero(np.isin(ph, [ord(c) for c in "XBbniIR"]))
     bind = [(i, b) for i, b in zip(hosts.tolist(), extra.column("bind_id", hosts)) if b is not UNSET]
-    hosts = [i for i, _ in bind]
+    at = [i for i, _ in bind]
     row_of = dict(zip(slices.begin.tolist(), range(len(slices.begin)))) if bind else {}
-    for (i, bind_id), out, inn in zip(bind, extra.column("flow_out", hosts), extra.column("flow_in", hosts)):
+    for (i, bind_id), out, inn in zip(bind, extra.column("flow_out", at), extra.column("flow_in", at)):
         out, inn = bool(out), bool(inn)  # UNSET (absent) is false
         if not (out or inn):
             continue    # Perfetto ignores a bind_id without a direction too
@@ -235,7 +250,7 @@ def _points_v2(trace, slices):
     return points
 
 
-def event_id(id_, id2):
+def event_id(id_: Any, id2: Any) -> Any:
     """The id a flow or async event is keyed by, from its ``id`` and ``id2`` keys (UNSET
     where absent): ``id``, else ``id2.global``, else ``id2.local``; None when it has none."""
     if id_ is not None and id_ is not UNSET:
@@ -243,7 +258,7 @@ def event_id(id_, id2):
     return id2.get("global", id2.get("local")) if isinstance(id2, dict) else None
 
 
-def proto_flow_id(rank, kind, value):
+def proto_flow_id(rank: int, kind: int, value: Any) -> int:
     """The uint64 flow id of an input flow: ``merge.ids.namespace_id`` (as in the JSON output),
     plus ``kind << 56`` for the rank's second and later flow kinds ((cat, name) of v1 events,
     or v2), which may reuse each other's ids; a string id becomes a 64-bit hash."""
@@ -254,7 +269,7 @@ def proto_flow_id(rank, kind, value):
     return int.from_bytes(digest, "little") | 1 << 63
 
 
-def proto_flow_ids(rank, kinds, values):
+def proto_flow_ids(rank: int, kinds: List[int], values: List[Any]) -> List[int]:
     """``[proto_flow_id(rank, kind, value) ...]`` of whole columns: plain integer ids (nearly
     all) in one numpy pass, the others one by one."""
     ns = namespace_ids(rank, values)
@@ -266,10 +281,10 @@ def proto_flow_ids(rank, kinds, values):
 class _Enclosing:
     """Slice lookups on threads' rows of the sorted slices (all their lanes)."""
 
-    def __init__(self, slices, ranges):
+    def __init__(self, slices: "Slices", ranges: Ranges) -> None:
         self.start, self.end, self.ranges = slices.start, slices.end, ranges
 
-    def rows(self, thread, ts, next_begin):
+    def rows(self, thread: np.ndarray, ts: np.ndarray, next_begin: np.ndarray) -> np.ndarray:
         """For each point (its thread track, ts): the innermost slice of the thread
         containing ts, or with ``next_begin`` the first slice beginning at or after ts;
         -1 where there is none."""
@@ -284,7 +299,7 @@ class _Enclosing:
             out[sel] = self._rows(lo_hi, ts[sel], next_begin[sel])
         return out
 
-    def _rows(self, lo_hi, ts, next_begin):
+    def _rows(self, lo_hi: Tuple[int, int], ts: np.ndarray, next_begin: np.ndarray) -> np.ndarray:
         lo, hi = lo_hi
         starts = self.start[lo:hi]
         after = lo + np.searchsorted(starts, ts, side="left")
@@ -302,9 +317,10 @@ class _Enclosing:
         row[row < lo] = -1
         return np.where(next_begin, np.where(after < hi, after, -1), row)
 
-    def _jumps(self, lo, hi):
+    def _jumps(self, lo: int, hi: int) -> np.ndarray:
         """Previous-greater-end row of every row of a thread (``lo - 1`` when none)."""
-        jump, stack = [], []
+        jump: List[int] = []
+        stack: List[int] = []
         end = self.end[lo:hi].tolist()
         for row, e in enumerate(end):
             while stack and end[stack[-1]] <= e:

@@ -3,9 +3,11 @@
 new report format is one new module and one line in :data:`RENDERERS`; ``report
 --format``'s choices and ``combine --report PATH``'s suffix routing come from here."""
 
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 from tracemerge.errors import TracemergeError
+from tracemerge.report.build import Report
+from tracemerge.report.diff import Diff
 from tracemerge.report.render import csvtext, htmlpage, jsondoc, markdown, table
 from tracemerge.report.render.base import ReportFormat
 
@@ -23,7 +25,7 @@ DEFAULT = "table"
 SECTIONS = csvtext.SECTIONS   # report --section: the tables a one-table format can hold
 
 
-def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
+def render(report: Report, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
            section: Optional[str] = None) -> str:
     """``section`` picks the table of a format that holds one (CSV); the others hold them all."""
     if fmt not in RENDERERS:
@@ -36,7 +38,7 @@ def render(report: Any, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row
     return form.render(report, sort_by, row_limit, section=section)
 
 
-def render_diff(diff: Any, fmt: str = DEFAULT, row_limit: int = 100) -> str:
+def render_diff(diff: Diff, fmt: str = DEFAULT, row_limit: int = 100) -> str:
     """A :class:`~tracemerge.report.diff.Diff` in ``fmt`` (every report format has one)."""
     form = RENDERERS.get(fmt)
     if form is None or form.render_diff is None:

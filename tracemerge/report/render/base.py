@@ -1,7 +1,10 @@
 """What a report format is: a name, a render function, and the report paths that choose it."""
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
+
+if TYPE_CHECKING:
+    from tracemerge.report.diff import Diff
 
 
 @dataclass(frozen=True)
@@ -17,8 +20,8 @@ class ReportFormat:
     """
 
     name: str
-    render: Callable[..., str]
+    render: Callable[..., str]     # (report, sort_by, row_limit[, section=]) -> text
     suffixes: Tuple[str, ...] = ()
     option: Optional[str] = None
-    render_diff: Optional[Callable[..., str]] = None
+    render_diff: Optional[Callable[["Diff", int], str]] = None
     sections: Tuple[str, ...] = ()

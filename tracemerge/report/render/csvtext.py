@@ -5,15 +5,17 @@ states, the step times or the stragglers."""
 import csv
 import io
 from dataclasses import asdict
+from typing import Any, Dict, Iterable, Sequence
 
 from tracemerge.errors import TracemergeError
-from tracemerge.report.build import row_dict, row_fields, sorted_rows
+from tracemerge.report.build import Report, row_dict, row_fields, sorted_rows
+from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
 
 SECTIONS = ("key_averages", "critical_path", "rpc_waits", "collective_waits", "step_times", "stragglers")
 
 
-def render_csv(report, sort_by, row_limit, section="key_averages"):
+def render_csv(report: Report, sort_by: str, row_limit: int, section: str = "key_averages") -> str:
     if section not in SECTIONS:
         raise TracemergeError(f"--section {section!r}: choose from {', '.join(SECTIONS)}")
     if section == "key_averages":
@@ -23,17 +25,18 @@ def render_csv(report, sort_by, row_limit, section="key_averages"):
     if analysis is None:
         raise TracemergeError(f"--section {section}: a merged trace carries no records to analyse; "
                               "report on the rank files")
+    waits, steps = analysis.waits, analysis.steps
+    assert waits is not None and steps is not None  # analyse() makes both
     if section == "critical_path":
         rows = ({"window": w.window, **{k: v for k, v in asdict(s).items()}} for w in analysis.critical_path
                 for s in w.segments)
         return _csv(("window", "rank", "tid", "name", "kind", "start_ns", "end_ns"), rows)
     if section == "rpc_waits":
         return _csv(("name", "caller", "callee", "calls", "queueing_ns", "queueing_mean_ns", "callee_idle_ns",
-                     "callee_idle_mean_ns"), map(asdict, analysis.waits.rpc))
+                     "callee_idle_mean_ns"), map(asdict, waits.rpc))
     if section == "collective_waits":
         return _csv(("group", "op", "rank", "count", "wait_ns", "wait_mean_ns", "last_arrivals"),
-                    map(asdict, analysis.waits.collectives))
-    steps = analysis.steps
+                    map(asdict, waits.collectives))
     if section == "step_times":
         rows = ({"step": name, "rank": rank, "duration_ns": d, "z": z}
                 for name, ds, zs in zip(steps.steps, steps.duration_ns, steps.z)
@@ -44,7 +47,7 @@ def render_csv(report, sort_by, row_limit, section="key_averages"):
     return _csv(("rank", "score", "slow_steps", "steps", "excess_ns", "kinds"), rows)
 
 
-def _csv(fields, rows):
+def _csv(fields: Sequence[str], rows: Iterable[Dict[str, Any]]) -> str:
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     w.writeheader()
@@ -53,7 +56,7 @@ def _csv(fields, rows):
     return out.getvalue()
 
 
-def render_diff_csv(diff, row_limit):
+def render_diff_csv(diff: Diff, row_limit: int) -> str:
     """Every row (``row_limit`` is for the tables), times in µs."""
     fields = ("section", "key", "metric", "before", "after", "delta", "relative", "impact")
     return _csv(fields, (asdict(r) for r in diff.rows))

@@ -7,13 +7,17 @@ threads over the run.
 """
 
 from html import escape
+from typing import Any, Dict, List, Optional, Sequence
 
-from tracemerge.analysis.critical_path import KINDS
+from tracemerge.analysis.critical_path import KINDS, Window
+from tracemerge.analysis.summary import Analysis
 from tracemerge.analysis.tables import analysis_sections, diff_table
-from tracemerge.report.build import sorted_rows
+from tracemerge.report.build import Report, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.diff import Diff
 from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
+from tracemerge.report.rpcstats import RpcKeyStats
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
@@ -23,12 +27,13 @@ LABEL_CHAR_PX = 6.5   # the width of a character of an 11 px label, generously
 COLORS = {"queue": "#e4572e", "exec": "#4c8bf5", "other overhead": "#a0a0a0"}
 
 
-def _table(head, body):
+def _table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in r) + "</tr>" for r in body)
     return "<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>" + rows + "</table>"
 
 
-def _bars(labels, values, unit, width=720, errors=None):
+def _bars(labels: Sequence[str], values: Sequence[float], unit: str, width: int = 720,
+          errors: Optional[Sequence[float]] = None) -> str:
     """Horizontal bars around a zero line (values may be negative)."""
     if not labels:
         return ""
@@ -51,7 +56,7 @@ def _bars(labels, values, unit, width=720, errors=None):
     return f'<svg width="{width + 120}" height="{row * len(labels) + 4}">{"".join(parts)}</svg>'
 
 
-def _latency(keys, width=720):
+def _latency(keys: Sequence[RpcKeyStats], width: int = 720) -> str:
     """Per RPC key: a p50-p99 box, max whisker, and the mean end-to-end latency split below it
     into queueing, execution and the rest of the overhead (queueing is part of the overhead δ)."""
     keys = [k for k in keys if k.e2e_us]  # calls seen from one side only have no times
@@ -74,7 +79,7 @@ def _latency(keys, width=720):
         parts.append(f'<line x1="{x(e["p95"]):.1f}" y1="{y + 3}" x2="{x(e["p95"]):.1f}" y2="{y + 15}" stroke="#4c8bf5"/>')
         parts.append(f'<text x="{x(e["max"]) + 4:.1f}" y="{y + 13}">p50 {e["p50"] / 1000:.2f} · p99 '
                      f'{e["p99"] / 1000:.2f} · max {e["max"] / 1000:.2f} ms</text>')
-        at = left
+        at: float = left
         queue = max(k.queue_us.get("mean", 0), 0)
         split = (("queue", queue), ("exec", k.exec_us["mean"]), ("other overhead", k.overhead_us["mean"] - queue))
         for part, mean in split:
@@ -87,7 +92,7 @@ def _latency(keys, width=720):
     return f'<svg width="{width + 420}" height="{row * len(keys) + 20}">{"".join(parts)}</svg>'
 
 
-def _timeline(timeline, ranks, width=840):
+def _timeline(timeline: Dict[str, Any], ranks: List[Dict[str, Any]], width: int = 840) -> str:
     busy = timeline.get("busy") or {}
     if not busy:
         return ""
@@ -117,7 +122,7 @@ IDLE_COLOR = "#dddddd"   # a window that starts with nothing running (critical_p
 PATH_WINDOWS = 6   # the longest windows drawn
 
 
-def _path(windows, width=840):
+def _path(windows: List[Window], width: int = 840) -> str:
     """The longest windows' critical paths: one row per rank, segments coloured by kind."""
     drawn = sorted(sorted(windows, key=lambda w: w.start_ns - w.end_ns)[:PATH_WINDOWS], key=lambda w: w.start_ns)
     if not drawn:
@@ -142,14 +147,14 @@ def _path(windows, width=840):
     return f"<p>{legend}{more}; hover a segment for its name.</p>" + "".join(out)
 
 
-def _analysis(analysis, row_limit):
+def _analysis(analysis: Analysis, row_limit: int) -> str:
     parts = ["<h2>Critical path</h2>" + _path(analysis.critical_path)]
     for title, table in analysis_sections(analysis, row_limit):
         parts.append(f"<h3>{escape(title)}</h3>" + _table(*table))
     return "".join(parts)
 
 
-def render_diff_html(diff, row_limit=100):
+def render_diff_html(diff: Diff, row_limit: int = 100) -> str:
     head, body = diff_table(diff, row_limit)
     page = [f"<h1>tracemerge diff</h1><p>before: {escape(' '.join(diff.before))}<br>after: "
             f"{escape(' '.join(diff.after))}</p>"]
@@ -159,7 +164,7 @@ def render_diff_html(diff, row_limit=100):
             f'<style>{STYLE}</style></head><body>{"".join(page)}</body></html>\n')
 
 
-def render_html(report, sort_by="cpu_time_total", row_limit=100):
+def render_html(report: Report, sort_by: str = "cpu_time_total", row_limit: int = 100) -> str:
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
     body = ["<h1>tracemerge report</h1>"]
     body += [f'<p class="hint">{escape(n)}</p>' for n in report.notes]

@@ -4,16 +4,17 @@ from dataclasses import asdict
 
 import orjson
 
-from tracemerge.report.build import report_dict
+from tracemerge.report.build import Report, report_dict
+from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
 
 
-def render_json(report, sort_by, row_limit):
+def render_json(report: Report, sort_by: str, row_limit: int) -> str:
     return orjson.dumps(report_dict(report, sort_by, row_limit),
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
 
 
-def render_diff_json(diff, row_limit):
+def render_diff_json(diff: Diff, row_limit: int) -> str:
     """Every row (``row_limit`` is for the tables)."""
     return orjson.dumps(asdict(diff), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
 

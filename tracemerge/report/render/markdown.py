@@ -1,18 +1,21 @@
 """Markdown: the same sections as the text table, as Markdown tables."""
 
+from typing import Any, List, Sequence
+
 from tracemerge.analysis.tables import analysis_sections, diff_table
-from tracemerge.report.build import sorted_rows
+from tracemerge.report.build import Report, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.diff import Diff
 from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 
 
-def _md_table(head, body):
+def _md_table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> List[str]:
     esc = [[str(v).replace("|", "\\|") for v in row] for row in body]
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in esc]
 
 
-def render_markdown(report, sort_by, row_limit):
+def render_markdown(report: Report, sort_by: str, row_limit: int) -> str:
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
     head, body, _ = key_rows(rows, report.key_averages, lambda key: f"`{key}`")
     lines = ["## Key averages", ""] + _md_table(head, body) + [""] + key_footer(report.key_averages)
@@ -31,7 +34,7 @@ def render_markdown(report, sort_by, row_limit):
     return "\n".join(lines) + "\n"
 
 
-def render_diff_markdown(diff, row_limit):
+def render_diff_markdown(diff: Diff, row_limit: int) -> str:
     lines = ["## Diff", "", f"- before: {' '.join(f'`{p}`' for p in diff.before)}",
              f"- after: {' '.join(f'`{p}`' for p in diff.after)}", ""]
     lines += _md_table(*diff_table(diff, row_limit))

@@ -1,14 +1,18 @@
 """The text table: torch's ``key_averages().table()`` with a Node ID column, then the RPC
 and collective sections."""
 
-from tracemerge.analysis.tables import analysis_sections, diff_table
-from tracemerge.report.build import sorted_rows
+from typing import Any, List, Sequence, Tuple
+
+from tracemerge.analysis.tables import Table, analysis_sections, diff_table
+from tracemerge.report.build import Report, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.diff import Diff
 from tracemerge.report.gpu import gpu_rows
+from tracemerge.report.keyavg import KeyAverage
 from tracemerge.report.render.base import ReportFormat
 
 
-def _fixed_table(headers, rows, first_width):
+def _fixed_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], first_width: int) -> List[str]:
     widths = [first_width] + [max(12, len(h)) for h in headers[1:]]
     fmt = "".join("{:>" + str(w) + "}  " for w in widths)
     sep = "".join("-" * w + "  " for w in widths)
@@ -43,11 +47,11 @@ def short_name(key: str, width: int = 55) -> str:
 RPC_NAME_WIDTH = 120
 
 
-def _is_rpc_key(key):
+def _is_rpc_key(key: object) -> bool:
     return isinstance(key, str) and " -> " in key
 
 
-def key_table(rows, all_rows, width=55):
+def key_table(rows: List[KeyAverage], all_rows: List[KeyAverage], width: int = 55) -> List[str]:
     """torch's table; the name column widens for RPC keys (up to RPC_NAME_WIDTH), which
     tell rows apart by their ends."""
     width = max([width] + [min(len(r.key) + 4, RPC_NAME_WIDTH) for r in rows if _is_rpc_key(r.key)])
@@ -56,9 +60,9 @@ def key_table(rows, all_rows, width=55):
     return _fixed_table(headers, body, name_w) + key_footer(all_rows)
 
 
-def render_table(report, sort_by, row_limit):
+def render_table(report: Report, sort_by: str, row_limit: int) -> str:
     lines = key_table(sorted_rows(report.key_averages, sort_by, row_limit), report.key_averages)
-    sections = []
+    sections: List[Tuple[str, Table]] = []
     if report.rpc is not None:
         sections += [("RPC latency", rpc_rows(report.rpc)), ("RPC callees", callee_rows(report.rpc))]
     if report.collectives:
@@ -75,7 +79,7 @@ def render_table(report, sort_by, row_limit):
     return "\n".join(lines) + "\n"
 
 
-def _aligned(head, body):
+def _aligned(head: List[str], body: List[List[Any]]) -> List[str]:
     """A table sized to its cells: numbers right-aligned, the last column (a name) left-aligned."""
     cells = [[str(v) for v in row] for row in [head] + body]
     widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
@@ -87,7 +91,7 @@ def _aligned(head, body):
     return [sep, out[0], sep] + out[1:] + [sep]
 
 
-def render_diff_table(diff, row_limit):
+def render_diff_table(diff: Diff, row_limit: int) -> str:
     head, body = diff_table(diff, row_limit)
     lines = [f"before: {' '.join(diff.before)}", f"after:  {' '.join(diff.after)}", ""]
     lines += _aligned(head, body) if body else ["no differences"]
