@@ -138,3 +138,13 @@ def test_zstd_rank_file_is_described_from_its_head(rank_files, tmp_path):
     packed.write_bytes(zstandard.ZstdCompressor().compress(gzip.decompress(open(rank_files[0], "rb").read())))
     quick = scan_head(str(packed))
     assert quick.partial and quick.rpcs == scan_head(rank_files[0]).rpcs
+
+
+def test_a_head_that_is_not_utf8_is_left_to_the_full_reader(tmp_path):
+    """A byte that is no UTF-8 in a key before the events (found by the bad-input property
+    test): no head, and the reader's one-line error, not an internal error."""
+    path = tmp_path / "rank0.json"
+    path.write_bytes(b'{"k\xffey": 1, "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
+    assert read_head(str(path)) is None
+    r = cli("info", path)
+    assert r.returncode == 3 and r.stderr.decode().startswith(f"tracemerge: error: {path}: byte 3: not valid UTF-8")

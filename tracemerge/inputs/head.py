@@ -52,7 +52,7 @@ def _object_before(buf: bytearray, at: int) -> Optional[dict[str, Any]]:
         return None
     try:
         head = msgspec.json.decode(body[:-1] + b"}")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # the full reader explains what is wrong
         return None
     return head if isinstance(head, dict) else None
 
