@@ -1,0 +1,200 @@
+"""The per-rank pass of the tables and the job-level tables after it.
+
+Each rank is read once, by a worker of the job's engine (:func:`rank_part`): the merge's
+selection, the rank's ``events`` (:mod:`tracemerge.tables.events`), its key-average rows
+(``report``'s :func:`~tracemerge.report.keyavg.key_averages` over the same op tree), its
+RPC server threads and spans, and, when the critical path is asked for, its timeline
+(:func:`~tracemerge.analysis.timeline.rank_timeline`). A worker writes its events as a
+Parquet file of its own (``export``) or hands them back (``load``); everything else it
+returns is small. The parent then makes the job's tables from those and the job's joins.
+
+The placements, the window and the drawn callee spans are the merge's own
+(:mod:`tracemerge.merge.combine`, :mod:`tracemerge.place`), so rows and merged JSON agree.
+"""
+
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from tracemerge import native
+from tracemerge.analysis.critical_path import critical_path as find_critical_path
+from tracemerge.analysis.job_timeline import build_timeline
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline
+from tracemerge.engine import LocalEngine, gc_paused
+from tracemerge.errors import reading
+from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
+from tracemerge.job import Alignment, Job
+from tracemerge.merge.combine import aligned_start, placements
+from tracemerge.model import RankTrace
+from tracemerge.place import selection as select
+from tracemerge.place.placement import Placement
+from tracemerge.place.remote_spans import drawn_sides, remote_spans
+from tracemerge.report.keyavg import KeyAverage, key_averages, op_tree
+from tracemerge.report.rpcstats import server_threads
+from tracemerge.tables import job_tables
+from tracemerge.tables.events import rank_events
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Source = Union[str, RankTrace, Tuple[Union[str, RankTrace], ...]]
+
+# the job-level tables, in the order they are written; a table another stage adds (a GPU
+# breakdown from the device-time work) is one more name here and one more entry in job_level()
+JOB_TABLES = ("rpcs", "collectives", "clocks", "key_averages", "rpc_latency", "rpc_callees",
+              "collective_stats", "critical_path")
+
+
+@dataclass
+class RankPart:
+    """What one rank's worker hands back (small, except ``events`` for ``load``)."""
+
+    rank: int
+    part: int                                  # 0: the rank's own file(s); 1: callee spans drawn from callers
+    rows: int                                  # events rows
+    counts: Dict[str, Any]                     # in, filtered, filtered_by
+    rpc_spans: List[Tuple[str, str, str, Optional[str]]] = field(default_factory=list)
+    key_averages: List[KeyAverage] = field(default_factory=list)
+    server_threads: int = 0
+    timeline: Optional[RankTimeline] = None
+    events: Optional["pa.Table"] = None         # kept when no file was written
+    core: str = "python"
+
+
+@dataclass(frozen=True)
+class PartTask:
+    """One worker's task: where to read, how to place and select, what to make."""
+
+    rank: int
+    part: int
+    place: Placement
+    selection: select.Selection
+    window: Tuple[Optional[int], Optional[int]]
+    path: Optional[str]                        # the Parquet file to write, None: hand the table back
+    report: bool                               # the key-average rows and server threads (own parts)
+    timeline_names: Optional[Tuple[str, ...]]  # the rank's RPC names when its timeline is wanted
+    remote_ops: bool = False
+
+
+def rank_part(source: Source, task: PartTask) -> RankPart:
+    """The worker of one part (runs in the engine's processes): read once, select, tabulate."""
+    name = _named(source)
+    with gc_paused(), reading(name):
+        trace, core = _read(source)
+        if task.place.pids and not pids_agree(trace, task.place.pids):  # a cycle of a rank of several
+            trace = recoded(trace, task.place.pids)
+        n_in = len(trace)
+        trace, counts = select.apply(trace, task.place, task.selection, task.window)
+        table, spans = rank_events(trace, task.place)
+        part = RankPart(task.rank, task.part, table.num_rows, {**counts, "in": n_in}, spans, core=core)
+        if task.report:
+            tree = op_tree(trace)
+            part.key_averages = key_averages(trace, np.full(len(trace.pids), task.rank, dtype=np.int64),
+                                             task.remote_ops, tree)
+            part.server_threads = server_threads(trace)
+        if task.timeline_names is not None:
+            part.timeline = rank_timeline(trace, task.rank, task.place.clock, task.timeline_names)
+        del trace
+        if task.path is not None:
+            _write_parquet(table, task.path)
+        else:
+            part.events = table
+    return part
+
+
+def _write_parquet(table: "pa.Table", path: str) -> None:
+    import pyarrow.parquet as pq
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # the rank is the partition (the folder rank=N): readers add it back from the path
+    pq.write_table(table.drop_columns(["rank"]), path)
+
+
+def _named(source: Source) -> str:
+    first = source[0] if isinstance(source, tuple) else source
+    return first if isinstance(first, str) else first.path
+
+
+def _read(source: Source) -> Tuple[RankTrace, str]:
+    """(trace, core): the compiled core reads a file it takes (columns only: nothing here
+    writes JSON), the Python path the rest; a rank's cycle files are joined."""
+    if isinstance(source, tuple):
+        read = [_read(s) for s in source]
+        return joined_trace([t for t, _ in read]), next((c for _, c in read if c != "native"), "native")
+    if isinstance(source, RankTrace):
+        return source, native.core_of(source)
+    return native.read_rank(source, columns_only=True)
+
+
+@dataclass
+class Built:
+    """The per-rank pass's results and the job-level tables."""
+
+    parts: List[RankPart]
+    tables: Dict[str, "pa.Table"]
+    alignment: Alignment
+    places: Dict[int, Placement]
+
+
+def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[select.Selection] = None,
+          events_dir: Optional[str] = None, group_by: str = "name", remote_ops: bool = False,
+          critical_path: bool = False) -> Built:
+    """Every part's events (files under ``events_dir``, else tables in memory) and the job's tables."""
+    alignment = job.clock_model(alignment)
+    selection = selection or select.Selection()
+    select.check_ranks(selection, job.ranks)
+    kept = [i for i in job.infos if selection.keeps_rank(i.rank)]
+    first = aligned_start(job, alignment)
+    places = placements(job, alignment, first)
+    window = selection.window_ns(first - next(iter(places.values())).out_base_ns)
+    # the window is measured in output ns (after out_base), as the merge measures it
+    task = functools.partial(PartTask, selection=selection, window=window, remote_ops=remote_ops)
+
+    def where(rank: int, part: int) -> Optional[str]:
+        return None if events_dir is None else os.path.join(events_dir, f"rank={rank}", f"part-{part}.parquet")
+
+    sources: List[Source] = []
+    tasks: List[PartTask] = []
+    for info in kept:
+        own = job.sources(info.rank)
+        sources.append(own[0] if len(own) == 1 else tuple(own))
+        names = tuple(sorted({r.get("name", "") for r in info.rpcs})) if critical_path else None
+        tasks.append(task(rank=info.rank, part=0, place=places[info.rank], path=where(info.rank, 0), report=True,
+                          timeline_names=names))
+    # the callee spans the merge draws from callers' records: rows of the callee's rank
+    sides = drawn_sides(job.infos, {i.rank for i in kept})
+    for trace, place in remote_spans(job.infos, sides, alignment.clocks, places).jobs:
+        sources.append(trace)
+        tasks.append(task(rank=place.rank, part=1, place=place, path=where(place.rank, 1), report=False,
+                          timeline_names=None))
+    runner = job.engine or LocalEngine(1)
+    if any(not isinstance(s, str) for s in sources) and not isinstance(runner, LocalEngine):
+        runner = LocalEngine(1)  # traces the job keeps in memory (a core-read one maps its file): made here
+    parts: List[RankPart] = runner.map(rank_part, sources, tasks)
+    return Built(parts, job_level(job, alignment, parts, group_by, critical_path), alignment, places)
+
+
+def job_level(job: Job, alignment: Alignment, parts: List[RankPart], group_by: str = "name",
+              critical_path: bool = False) -> Dict[str, "pa.Table"]:
+    """The job's tables (:data:`JOB_TABLES`) from its joins and the parts' small results."""
+    sides = {(rpc_id, role): (p.rank, tid, thread) for p in parts for rpc_id, role, tid, thread in p.rpc_spans}
+    threads = {p.rank: p.server_threads for p in parts if p.part == 0}
+    latency, callees = job_tables.rpc_tables(job, alignment, threads)
+    windows = None
+    if critical_path:
+        timelines = {p.rank: p.timeline for p in parts if p.timeline is not None}
+        windows = find_critical_path(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives,
+                                                    alignment.clocks))
+    return {
+        "rpcs": job_tables.rpcs_table(job, alignment, sides),
+        "collectives": job_tables.collectives_table(job, alignment),
+        "clocks": job_tables.clocks_table(job, alignment),
+        "key_averages": job_tables.key_averages_table([r for p in parts for r in p.key_averages], group_by),
+        "rpc_latency": latency,
+        "rpc_callees": callees,
+        "collective_stats": job_tables.collective_stats_table(job, alignment),
+        "critical_path": job_tables.critical_path_table(windows),
+    }
