@@ -97,6 +97,10 @@ def _summary(job: Job, alignment: Alignment, parts: list, selection: Selection) 
         if p.part == 0:
             events["in"] += p.counts.get("in", 0)
             events["filtered"] += p.counts.get("filtered", 0)
+    for info in job.infos:  # ranks left out by --ranks are read by no worker: counted as combine counts them
+        if not selection.keeps_rank(info.rank):
+            events["in"] += info.events
+            events["filtered"] += info.events
     return {
         "version": tracemerge.__version__,
         "inputs": [{"path": i.path, "rank": i.rank, "worker_name": i.worker_name, "hostname": i.hostname,
