@@ -70,9 +70,9 @@ def load(paths: Iterable[Union[str, "os.PathLike[str]"]], align: str = "auto", r
     selection = Selection(ranks=None if ranks is None else frozenset(ranks), window_ms=window_ms,
                           min_duration_us=min_duration_us, drop_categories=frozenset(drop_categories))
     built = build(job, None, selection, None, group_by, critical_path=critical_path)
-    pa = require_arrow()
+    arrow = require_arrow()
     pieces = [p.events for p in sorted(built.parts, key=lambda p: (p.rank, p.part)) if p.events is not None]
-    events = pa.concat_tables(pieces) if pieces else event_schema().empty_table()
+    events = arrow.concat_tables(pieces) if pieces else event_schema().empty_table()
     tables: Dict[str, "pa.Table"] = {"events": events, **built.tables}
     return Tables(tables, job, built.alignment)
 

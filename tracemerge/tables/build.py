@@ -26,6 +26,7 @@ from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.engine import LocalEngine, gc_paused
 from tracemerge.errors import reading
 from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
+from tracemerge.inputs.rankinfo import rank_of
 from tracemerge.job import Alignment, Job
 from tracemerge.merge.combine import aligned_start, placements
 from tracemerge.model import RankTrace
@@ -159,10 +160,11 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
     sources: List[Source] = []
     tasks: List[PartTask] = []
     for info in kept:
-        own = job.sources(info.rank)
+        rank = rank_of(info)
+        own = job.sources(rank)
         sources.append(own[0] if len(own) == 1 else tuple(own))
         names = tuple(sorted({r.get("name", "") for r in info.rpcs})) if critical_path else None
-        tasks.append(task(rank=info.rank, part=0, place=places[info.rank], path=where(info.rank, 0), report=True,
+        tasks.append(task(rank=rank, part=0, place=places[rank], path=where(rank, 0), report=True,
                           timeline_names=names))
     # the callee spans the merge draws from callers' records: rows of the callee's rank
     sides = drawn_sides(job.infos, {i.rank for i in kept})
