@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.place.selection import Selection
-from tracemerge.tables.build import JOB_TABLES, build
 from tracemerge.tables.events import EVENT_COLUMNS, event_schema, require_arrow
+from tracemerge.tables.parts import JOB_TABLES, build
 
 if TYPE_CHECKING:
     import os

@@ -19,11 +19,14 @@ What the rows differ in from the merged JSON, on purpose:
   spans it joins carry ``rpc_id`` and ``rpc_role``.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from itertools import repeat
+from operator import is_not
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import msgspec
 import numpy as np
 
+from tracemerge.inputs.chrome import EXTRA_KEYS
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import LANE_OF, lanes
 from tracemerge.place.placement import Placement, _lane_metadata, _process_metadata, aligned_ns
@@ -57,9 +60,20 @@ def event_schema() -> "pa.Schema":
         ("args", pa.large_string()), ("extra", pa.large_string())])
 
 
+CHUNK = 50_000  # events per record batch: a rank's strings are never all made at once
+
+
 def rank_events(trace: RankTrace, place: Placement) -> Tuple["pa.Table", List[Tuple[str, str, str, Optional[str]]]]:
     """(the events of ``trace`` as rows of ``events``, [(rpc_id, role, tid, thread name)] of
     its RPC spans). ``trace`` is selected already; ``place`` is its merge placement."""
+    batches, spans = rank_batches(trace, place)
+    return require_arrow().Table.from_batches(list(batches), schema=event_schema()), spans
+
+
+def rank_batches(trace: RankTrace, place: Placement
+                 ) -> Tuple[Iterator["pa.RecordBatch"], List[Tuple[str, str, str, Optional[str]]]]:
+    """(the rows of :func:`rank_events` as record batches of up to :data:`CHUNK` rows, made
+    as they are asked for, so a writer holds one batch's strings at a time; the RPC spans)."""
     pa = require_arrow()
     n = len(trace)
     start, dur = aligned_ns(trace, place.clock, 0)  # absolute ns on the reference clock
@@ -71,29 +85,46 @@ def rank_events(trace: RankTrace, place: Placement) -> Tuple["pa.Table", List[Tu
         at = np.fromiter(moved, np.int64, len(moved))
         lane[at] = np.fromiter(moved.values(), np.int32, len(moved))
     tids = [_text(t) for t in trace.tids]
-    pids = [_text(p) for p in trace.pids]
     thread_names = _thread_names(trace)
+    thread_codes, thread_table = _thread_name_codes(trace, thread_names)
     rpc_id, rpc_role, spans = _rpc_columns(trace, tids, thread_names)
-    columns = {
-        "rank": pa.array(np.full(n, place.rank, np.int32)),
-        "pid": pa.array(trace.pid.astype(np.int64) + place.pid_base),
-        "input_pid": _coded(pa, trace.pid, pids),
-        "tid": _coded(pa, trace.tid, tids),
-        "lane": pa.array(lane),
-        "thread_name": _thread_name_column(pa, trace, thread_names),
-        "name": _coded(pa, trace.name, trace.names),
-        "category": _coded(pa, trace.cat, trace.names),
-        "phase": _coded(pa, trace.ph.astype(np.int32), [chr(c) for c in range(256)]),
-        "start_ns": pa.array(start, mask=~timed),
-        "dur_ns": pa.array(dur, mask=~has_dur),
-        "rpc_id": rpc_id,
-        "rpc_role": rpc_role,
-        "args": _json_texts(pa, _args_pieces(trace)),
-        "extra": _json_texts(pa, _extra_pieces(trace)),
-    }
-    own = pa.table(columns, schema=event_schema())
-    added = _added_rows(pa, trace, place, moved, thread_names)
-    return (pa.concat_tables([own, added]) if added is not None else own), spans
+    extra = _extra_pieces(trace)
+    args = _args_source(trace)
+    tables = {"input_pid": _strings(pa, [_text(p) for p in trace.pids]), "tid": _strings(pa, tids),
+              "thread_name": _strings(pa, thread_table), "name": _strings(pa, trace.names),
+              "phase": _strings(pa, [chr(c) for c in range(256)])}
+    pid = trace.pid.astype(np.int64) + place.pid_base
+    ph = trace.ph.astype(np.int32)
+    schema = event_schema()
+
+    def batch(lo: int, hi: int) -> Any:
+        columns = [
+            pa.array(np.full(hi - lo, place.rank, np.int32)),
+            pa.array(pid[lo:hi]),
+            _coded(pa, trace.pid[lo:hi], tables["input_pid"]),
+            _coded(pa, trace.tid[lo:hi], tables["tid"]),
+            pa.array(lane[lo:hi]),
+            _coded(pa, thread_codes[lo:hi], tables["thread_name"]),
+            _coded(pa, trace.name[lo:hi], tables["name"]),
+            _coded(pa, trace.cat[lo:hi], tables["name"]),
+            _coded(pa, ph[lo:hi], tables["phase"]),
+            pa.array(start[lo:hi], mask=~timed[lo:hi]),
+            pa.array(dur[lo:hi], mask=~has_dur[lo:hi]),
+            pa.array(rpc_id[lo:hi], pa.string()),
+            pa.array(rpc_role[lo:hi], pa.string()),
+            args(lo, hi),
+            _extra_chunk(pa, extra, lo, hi),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def batches() -> Iterator[Any]:
+        for lo in range(0, n, CHUNK):
+            yield batch(lo, min(n, lo + CHUNK))
+        added = _added_rows(pa, trace, place, moved, thread_names)
+        if added is not None:
+            yield from added.to_batches()
+
+    return batches(), spans
 
 
 def _text(value: Any) -> str:
@@ -101,11 +132,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def _coded(pa: Any, codes: np.ndarray, table: Sequence[Any]) -> "pa.Array":
+def _strings(pa: Any, table: Sequence[Any]) -> "pa.Array":
+    return pa.array([v if v is None or isinstance(v, str) else str(v) for v in table], pa.string())
+
+
+def _coded(pa: Any, codes: np.ndarray, table: "pa.Array") -> "pa.Array":
     """Strings looked up by code (-1: null), decoded in Arrow's C code, not per event in Python."""
-    values = [v if v is None or isinstance(v, str) else str(v) for v in table]
-    indices = pa.array(codes.astype(np.int32), mask=codes < 0)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string())).cast(pa.string())
+    indices = pa.array(codes.astype(np.int32, copy=False), mask=codes < 0)
+    return pa.DictionaryArray.from_arrays(indices, table).cast(pa.string())
 
 
 def _thread_names(trace: RankTrace) -> Dict[Tuple[int, int], str]:
@@ -113,23 +147,22 @@ def _thread_names(trace: RankTrace) -> Dict[Tuple[int, int], str]:
     return {k: v for k, v in trace.metadata("thread_name").items() if isinstance(v, str)}
 
 
-def _thread_name_column(pa: Any, trace: RankTrace, names: Dict[Tuple[int, int], str]) -> "pa.Array":
+def _thread_name_codes(trace: RankTrace, names: Dict[Tuple[int, int], str]) -> Tuple[np.ndarray, List[str]]:
+    """(each event's code into the list of thread names, -1: unnamed; that list)."""
     if not names:
-        return pa.nulls(len(trace), pa.string())
+        return np.full(len(trace), -1, np.int32), []
     keys = trace.thread_keys()
     named = sorted(names.items())
     known = np.array([p * trace.thread_stride + t for (p, t), _ in named], np.int64)
     at = np.searchsorted(known, keys)
     at[at >= len(known)] = 0
-    codes = np.where(known[at] == keys, at, -1)
-    return _coded(pa, codes, [name for _, name in named])
+    return np.where(known[at] == keys, at, -1).astype(np.int32), [name for _, name in named]
 
 
 def _rpc_columns(trace: RankTrace, tids: List[str], names: Dict[Tuple[int, int], str]
-                 ) -> Tuple["pa.Array", "pa.Array", List[Tuple[str, str, str, Optional[str]]]]:
-    """(rpc_id, rpc_role) columns: the ids the capture writes into RPC spans' args (only
-    those events' args are decoded), and [(rpc_id, role, tid, thread name)] of the spans."""
-    pa = require_arrow()
+                 ) -> Tuple[List[Optional[str]], List[Optional[str]], List[Tuple[str, str, str, Optional[str]]]]:
+    """(rpc_id, rpc_role) of each event: the ids the capture writes into RPC spans' args (only
+    those events' args are decoded); and [(rpc_id, role, tid, thread name)] of the spans."""
     ids: List[Optional[str]] = [None] * len(trace)
     roles: List[Optional[str]] = [None] * len(trace)
     spans = []
@@ -142,45 +175,82 @@ def _rpc_columns(trace: RankTrace, tids: List[str], names: Dict[Tuple[int, int],
         if trace.ph[i] == ord("X") and roles[i] is not None:
             p, t = int(trace.pid[i]), int(trace.tid[i])
             spans.append((a["rpc_id"], str(roles[i]), tids[t], names.get((p, t))))
-    return pa.array(ids, pa.string()), pa.array(roles, pa.string()), spans
+    return ids, roles, spans
 
 
-def _args_pieces(trace: RankTrace) -> Iterable[Optional[bytes]]:
-    """Each event's args as JSON bytes (None: none). The compiled core's args are views of
-    the file's bytes, joined without being decoded."""
+def _args_source(trace: RankTrace) -> Callable[[int, int], Any]:
+    """A function of (lo, hi): the args of those events as JSON text (null: none). The
+    compiled core's args are spans of the file's bytes, joined into the column's buffer
+    straight from the file's map, never decoded nor copied per event."""
+    pa = require_arrow()
     spans = getattr(trace.args, "_spans", None)
     if spans is not None and getattr(trace.args, "_items", None) is None:
         view = trace.args._view  # type: ignore[attr-defined]
-        return [bytes(view[o:o + k]) if k else None for o, k in spans.tolist()]
-    return [None if a is None else (bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a))
-            for a in trace.args.items]
+
+        def from_map(lo: int, hi: int) -> Any:
+            part = spans[lo:hi]
+            lengths = part[:, 1]
+            return _texts(pa, b"".join([view[o:o + k] for o, k in part[lengths > 0].tolist()]), lengths)
+        return from_map
+    items = trace.args.items
+
+    def from_items(lo: int, hi: int) -> Any:
+        return _json_texts(pa, [None if a is None else (bytes(a) if a.__class__ is msgspec.Raw
+                                                         else msgspec.json.encode(a)) for a in items[lo:hi]])
+    return from_items
 
 
-def _extra_pieces(trace: RankTrace) -> List[Optional[bytes]]:
-    """Each event's keys beyond the columns as a JSON object (None: none)."""
-    out: List[Optional[bytes]] = [None] * len(trace)
+def _extra_pieces(trace: RankTrace) -> Dict[int, bytes]:
+    """{event index: its keys beyond the columns as a JSON object} (the events that have any)."""
     extra = trace.extra
     if extra.items is not None:
-        return [None if x is None else msgspec.json.encode(x) for x in extra.items]
-    kept: Dict[int, Dict[str, Any]] = {}
+        return {i: msgspec.json.encode(x) for i, x in enumerate(extra.items) if x is not None}
+    scan = getattr(trace, "scan", None)
+    if scan is not None and getattr(trace, "index", None) is None and extra._rest is not None:
+        # the compiled core's tokens of each key, as written in the file: the few events
+        # with such keys (flows) get their object without a column of every key being made
+        kept: Dict[int, List[bytes]] = {}
+        for key in EXTRA_KEYS:
+            if key == "id2":
+                continue  # the core does not take files with id2
+            if key in ("id", "bind_id"):
+                idx, values = scan.flow_ids(0 if key == "id" else 1)
+                tokens = [msgspec.json.encode(v) for v in values]
+            else:
+                idx, tokens = scan.extra_tokens(key)
+            name = msgspec.json.encode(key) + b":"
+            for i, token in zip(idx, tokens):
+                kept.setdefault(i, []).append(name + bytes(token))
+        return {i: b"{" + b",".join(p) + b"}" for i, p in kept.items()}
+    found: Dict[int, Dict[str, Any]] = {}
     for key, values in (extra.columns or {}).items():
-        for i in np.flatnonzero(np.fromiter((v is not msgspec.UNSET for v in values), bool, len(values))).tolist():
-            kept.setdefault(i, {})[key] = values[i]
-    for i, x in kept.items():
-        out[i] = msgspec.json.encode(x)
-    return out
+        present = np.fromiter(map(is_not, values, repeat(msgspec.UNSET)), bool, len(values))
+        for i in np.flatnonzero(present).tolist():  # a few events of a rank have such keys (flows)
+            found.setdefault(i, {})[key] = values[i]
+    return {i: msgspec.json.encode(x) for i, x in found.items()}
 
 
-def _json_texts(pa: Any, pieces: Iterable[Optional[bytes]]) -> "pa.Array":
-    """A large_string array of JSON texts from bytes (None: null), built from one buffer."""
-    pieces = list(pieces)
+def _extra_chunk(pa: Any, pieces: Dict[int, bytes], lo: int, hi: int) -> "pa.Array":
+    at = [i for i in range(lo, hi) if i in pieces] if pieces else []
+    lengths = np.zeros(hi - lo, np.int64)
+    lengths[np.asarray(at, np.int64) - lo] = [len(pieces[i]) for i in at]
+    return _texts(pa, b"".join(pieces[i] for i in at), lengths)
+
+
+def _json_texts(pa: Any, pieces: List[Optional[bytes]]) -> "pa.Array":
+    """A large_string array of JSON texts from bytes (None: null)."""
     lengths = np.fromiter((0 if p is None else len(p) for p in pieces), np.int64, len(pieces))
-    offsets = np.zeros(len(pieces) + 1, np.int64)
+    return _texts(pa, b"".join(p for p in pieces if p is not None), lengths)
+
+
+def _texts(pa: Any, data: bytes, lengths: np.ndarray) -> "pa.Array":
+    """A large_string array over ``data``, the non-empty texts one after the other, of
+    ``lengths`` (0: null; no JSON text is empty), built from buffers: no string per row."""
+    offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    valid = np.fromiter((p is not None for p in pieces), bool, len(pieces))
-    data = b"".join(p for p in pieces if p is not None)
+    valid = lengths > 0
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-    return pa.Array.from_buffers(pa.large_string(), len(pieces), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+    return pa.Array.from_buffers(pa.large_string(), len(lengths), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=int((~valid).sum()))
 
 

@@ -25,8 +25,8 @@ from tracemerge.errors import OutputError
 from tracemerge.job import Alignment, Job
 from tracemerge.job.checks import rpc_sides
 from tracemerge.place.selection import Selection, describe
-from tracemerge.tables.build import build
 from tracemerge.tables.events import require_arrow
+from tracemerge.tables.parts import build
 
 
 def check_directory(output: str, force: bool) -> None:
