@@ -13,8 +13,9 @@ What the rows differ in from the merged JSON, on purpose:
   is µs after its ``baseTimeNanoseconds``);
 - ``tid`` is the thread the event ran on; a span the merge moved to a lane of its thread
   (``<tid> (overlap k)`` in the JSON) keeps its thread and says ``lane = k``;
-- ``args`` and ``extra`` (the event's keys beyond the columns, e.g. a flow's ``id``) are the
-  input's own JSON text, ids not namespaced: a row's ``rank`` already tells ranks apart;
+- ``args`` is the input's own JSON text and ``flow_id`` the event's own ``id`` (else
+  ``bind_id``), not namespaced: a row's ``rank`` already tells ranks apart; the event's
+  other keys (a flow's ``bp``, an instant's ``s``, ``cname``) are not columns;
 - the RPC flow arrows the merge draws are not rows: each RPC is a row of ``rpcs``, and the
   spans it joins carry ``rpc_id`` and ``rpc_role``.
 """
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import msgspec
 import numpy as np
 
-from tracemerge.inputs.chrome import EXTRA_KEYS
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import LANE_OF, lanes
 from tracemerge.place.placement import Placement, _lane_metadata, _process_metadata, aligned_ns
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 # the columns of ``events``, in order (docs/tables.md describes each)
 EVENT_COLUMNS: Tuple[str, ...] = (
     "rank", "pid", "input_pid", "tid", "lane", "thread_name", "name", "category", "phase",
-    "start_ns", "dur_ns", "rpc_id", "rpc_role", "args", "extra")
+    "start_ns", "dur_ns", "rpc_id", "rpc_role", "args", "flow_id")
 
 
 def require_arrow() -> Any:
@@ -57,7 +57,7 @@ def event_schema() -> "pa.Schema":
         ("rank", pa.int32()), ("pid", pa.int64()), ("input_pid", string), ("tid", string), ("lane", pa.int32()),
         ("thread_name", string), ("name", string), ("category", string), ("phase", string),
         ("start_ns", pa.int64()), ("dur_ns", pa.int64()), ("rpc_id", string), ("rpc_role", string),
-        ("args", pa.large_string()), ("extra", pa.large_string())])
+        ("args", pa.large_string()), ("flow_id", string)])
 
 
 CHUNK = 50_000  # events per record batch: a rank's strings are never all made at once
@@ -88,7 +88,7 @@ def rank_batches(trace: RankTrace, place: Placement
     thread_names = _thread_names(trace)
     thread_codes, thread_table = _thread_name_codes(trace, thread_names)
     rpc_id, rpc_role, spans = _rpc_columns(trace, tids, thread_names)
-    extra = _extra_pieces(trace)
+    flow_ids = _flow_ids(trace)
     args = _args_source(trace)
     tables = {"input_pid": _strings(pa, [_text(p) for p in trace.pids]), "tid": _strings(pa, tids),
               "thread_name": _strings(pa, thread_table), "name": _strings(pa, trace.names),
@@ -113,7 +113,7 @@ def rank_batches(trace: RankTrace, place: Placement
             pa.array(rpc_id[lo:hi], pa.string()),
             pa.array(rpc_role[lo:hi], pa.string()),
             args(lo, hi),
-            _extra_chunk(pa, extra, lo, hi),
+            pa.array(flow_ids[lo:hi], pa.string()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
@@ -200,41 +200,26 @@ def _args_source(trace: RankTrace) -> Callable[[int, int], Any]:
     return from_items
 
 
-def _extra_pieces(trace: RankTrace) -> Dict[int, bytes]:
-    """{event index: its keys beyond the columns as a JSON object} (the events that have any)."""
-    extra = trace.extra
-    if extra.items is not None:
-        return {i: msgspec.json.encode(x) for i, x in enumerate(extra.items) if x is not None}
+def _flow_ids(trace: RankTrace) -> np.ndarray:
+    """Each event's flow id (its ``id``, else its ``bind_id``) as JSON text, None where it
+    has none: an object array, filled only at the few events that have one (flows)."""
+    out = np.full(len(trace), None, dtype=object)
     scan = getattr(trace, "scan", None)
-    if scan is not None and getattr(trace, "index", None) is None and extra._rest is not None:
-        # the compiled core's tokens of each key, as written in the file: the few events
-        # with such keys (flows) get their object without a column of every key being made
-        kept: Dict[int, List[bytes]] = {}
-        for key in EXTRA_KEYS:
-            if key == "id2":
-                continue  # the core does not take files with id2
-            if key in ("id", "bind_id"):
-                idx, values = scan.flow_ids(0 if key == "id" else 1)
-                tokens = [msgspec.json.encode(v) for v in values]
-            else:
-                idx, tokens = scan.extra_tokens(key)
-            name = msgspec.json.encode(key) + b":"
-            for i, token in zip(idx, tokens):
-                kept.setdefault(i, []).append(name + bytes(token))
-        return {i: b"{" + b",".join(p) + b"}" for i, p in kept.items()}
-    found: Dict[int, Dict[str, Any]] = {}
-    for key, values in (extra.columns or {}).items():
-        present = np.fromiter(map(is_not, values, repeat(msgspec.UNSET)), bool, len(values))
-        for i in np.flatnonzero(present).tolist():  # a few events of a rank have such keys (flows)
-            found.setdefault(i, {})[key] = values[i]
-    return {i: msgspec.json.encode(x) for i, x in found.items()}
-
-
-def _extra_chunk(pa: Any, pieces: Dict[int, bytes], lo: int, hi: int) -> "pa.Array":
-    at = [i for i in range(lo, hi) if i in pieces] if pieces else []
-    lengths = np.zeros(hi - lo, np.int64)
-    lengths[np.asarray(at, np.int64) - lo] = [len(pieces[i]) for i in at]
-    return _texts(pa, b"".join(pieces[i] for i in at), lengths)
+    for key in ("bind_id", "id"):  # "id" last: it wins where an event has both
+        if scan is not None and getattr(trace, "index", None) is None and trace.extra._rest is not None:
+            idx, values = scan.flow_ids(0 if key == "id" else 1)  # the core's own column: no other key is made
+        else:
+            column = trace.extra.column(key, range(len(trace)))
+            idx = np.flatnonzero(np.fromiter(map(is_not, column, repeat(msgspec.UNSET)), bool, len(column))).tolist()
+            values = [column[i] for i in idx]
+        if not len(idx):
+            continue
+        if all(v.__class__ is int for v in values):
+            texts = np.asarray(values, np.int64).astype(str).astype(object)  # Kineto's ids: no call per id
+        else:
+            texts = np.array([msgspec.json.encode(v).decode() for v in values] + [None], object)[:-1]
+        out[np.asarray(idx, np.int64)] = texts
+    return out
 
 
 def _json_texts(pa: Any, pieces: List[Optional[bytes]]) -> "pa.Array":
@@ -273,7 +258,7 @@ def _added_rows(pa: Any, trace: RankTrace, place: Placement, moved: Dict[int, in
         values = {"rank": place.rank, "pid": e["pid"], "input_pid": _text(trace.pids[code]), "tid": tid,
                   "lane": lane, "thread_name": names.get((code, tid_code)) if tid_code is not None else None,
                   "name": e["name"], "category": None, "phase": e["ph"], "start_ns": None, "dur_ns": None,
-                  "rpc_id": None, "rpc_role": None, "args": msgspec.json.encode(args).decode(), "extra": None}
+                  "rpc_id": None, "rpc_role": None, "args": msgspec.json.encode(args).decode(), "flow_id": None}
         for c in EVENT_COLUMNS:
             rows[c].append(values[c])
     return pa.table(rows, schema=event_schema())

@@ -7,6 +7,8 @@ Every table is a pyarrow Table with a fixed schema, so an empty one still has it
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 from tracemerge.clocks.text import offsets_document
 from tracemerge.job import Alignment, Job
 from tracemerge.report.collectives import collective_report
@@ -37,31 +39,40 @@ def rpcs_table(job: Job, alignment: Alignment, sides: SpanSides) -> "pa.Table":
     """One row per RPC with both sides: who called whom from which thread, t1..t4 on the
     reference clock (null where that side was not recorded), and which sides the inputs had."""
     pa = require_arrow()
-    clocks = alignment.clocks
-    match = job.links.rpcs
-
-    def ref(rank: int, ns: Optional[int]) -> Optional[int]:
-        return None if ns is None or rank not in clocks else int(clocks[rank].to_reference(ns))
-
-    rows = []
-    for c in match.calls:
-        caller = sides.get((c.rpc_id, "caller"))
-        callee = sides.get((c.rpc_id, "callee"))
-        has_caller, has_callee = c.send_ns is not None, c.start_ns is not None
-        rows.append({
-            "rpc_id": c.rpc_id, "kind": c.kind, "func": c.func, "name": c.name, "status": c.status,
-            "caller_rank": c.caller, "caller_tid": caller[1] if caller else None,
-            "caller_thread": caller[2] if caller else None,
-            "callee_rank": c.callee, "callee_tid": callee[1] if callee else None,
-            "callee_thread": callee[2] if callee else None,
-            "t1_ns": ref(c.caller, c.send_ns), "t2_ns": ref(c.callee, c.start_ns),
-            "t3_ns": ref(c.callee, c.end_ns), "t4_ns": ref(c.caller, c.complete_ns),
-            "sides": "both" if has_caller and has_callee else "caller_only" if has_caller else "callee_only"})
+    calls = job.links.rpcs.calls
+    n = len(calls)
     s, i64, i32 = pa.string(), pa.int64(), pa.int32()
-    return _table([("rpc_id", s), ("kind", s), ("func", s), ("name", s), ("status", s),
-                   ("caller_rank", i32), ("caller_tid", s), ("caller_thread", s),
-                   ("callee_rank", i32), ("callee_tid", s), ("callee_thread", s),
-                   ("t1_ns", i64), ("t2_ns", i64), ("t3_ns", i64), ("t4_ns", i64), ("sides", s)], rows)
+    columns: Dict[str, Any] = {}
+    for key in ("rpc_id", "kind", "func", "name"):
+        columns[key] = pa.array([rec.get(key, "") for rec in calls.first], s)
+    columns["status"] = pa.array(list(calls.status), s)
+    for role in ("caller", "callee"):
+        ranks = getattr(calls, role)
+        found = [sides.get((rec["rpc_id"], role)) for rec in calls.first]
+        columns[f"{role}_rank"] = pa.array(ranks.astype(np.int32) if n else np.zeros(0, np.int32))
+        columns[f"{role}_tid"] = pa.array([f[1] if f else None for f in found], s)
+        columns[f"{role}_thread"] = pa.array([f[2] if f else None for f in found], s)
+    # t1/t4 on the caller's clock, t2/t3 on the callee's: each rank's converted in one numpy call
+    for k, (key, role) in enumerate((("t1_ns", "caller"), ("t2_ns", "callee"), ("t3_ns", "callee"),
+                                     ("t4_ns", "caller"))):
+        ranks = getattr(calls, role)
+        times = calls.times[k].copy() if n else np.zeros(0, np.int64)
+        known = calls.has[k].copy() if n else np.zeros(0, bool)
+        for rank in np.unique(ranks).tolist() if n else []:
+            at = (ranks == rank) & known
+            if rank in alignment.clocks:
+                times[at] = alignment.clocks[rank].to_reference(times[at])
+            else:
+                known[ranks == rank] = False  # a peer without a file or clock: not on the reference clock
+        columns[key] = pa.array(times, i64, mask=~known)
+    has_caller = calls.has[0] if n else np.zeros(0, bool)
+    has_callee = calls.has[1] if n else np.zeros(0, bool)
+    columns["sides"] = pa.array(np.where(has_caller & has_callee, "both",
+                                         np.where(has_caller, "caller_only", "callee_only")).tolist(), s)
+    order = ["rpc_id", "kind", "func", "name", "status", "caller_rank", "caller_tid", "caller_thread",
+             "callee_rank", "callee_tid", "callee_thread", "t1_ns", "t2_ns", "t3_ns", "t4_ns", "sides"]
+    schema = pa.schema([(k, i32 if k.endswith("_rank") else i64 if k.endswith("_ns") else s) for k in order])
+    return pa.table([columns[k] for k in order], schema=schema)
 
 
 def collectives_table(job: Job, alignment: Alignment) -> "pa.Table":
