@@ -113,7 +113,7 @@ def rank_batches(trace: RankTrace, place: Placement
             pa.array(rpc_id[lo:hi], pa.string()),
             pa.array(rpc_role[lo:hi], pa.string()),
             args(lo, hi),
-            pa.array(flow_ids[lo:hi], pa.string()),
+            flow_ids(lo, hi),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
@@ -187,10 +187,23 @@ def _args_source(trace: RankTrace) -> Callable[[int, int], Any]:
     if spans is not None and getattr(trace.args, "_items", None) is None:
         view = trace.args._view  # type: ignore[attr-defined]
 
+        data = np.frombuffer(view, np.uint8)
+
         def from_map(lo: int, hi: int) -> Any:
             part = spans[lo:hi]
             lengths = part[:, 1]
-            return _texts(pa, b"".join([view[o:o + k] for o, k in part[lengths > 0].tolist()]), lengths)
+            present = part[lengths > 0]
+            starts = present[:, 0]
+            ends = starts + present[:, 1]
+            if len(starts) and (starts[1:] >= ends[:-1]).all():
+                # in file order: the bytes inside the spans, picked by one mask over the
+                # stretch of the file they lie in (no object per event)
+                runs = np.empty(2 * len(starts) - 1, np.int64)  # span, gap, span, …, span
+                runs[0::2] = present[:, 1]
+                runs[1::2] = starts[1:] - ends[:-1]
+                inside = np.repeat(np.arange(len(runs)) % 2 == 0, runs)
+                return _texts(pa, data[int(starts[0]):int(ends[-1])][inside], lengths)
+            return _texts(pa, b"".join([view[o:o + k] for o, k in present.tolist()]), lengths)
         return from_map
     items = trace.args.items
 
@@ -200,26 +213,40 @@ def _args_source(trace: RankTrace) -> Callable[[int, int], Any]:
     return from_items
 
 
-def _flow_ids(trace: RankTrace) -> np.ndarray:
-    """Each event's flow id (its ``id``, else its ``bind_id``) as JSON text, None where it
-    has none: an object array, filled only at the few events that have one (flows)."""
-    out = np.full(len(trace), None, dtype=object)
+def _flow_ids(trace: RankTrace) -> Callable[[int, int], Any]:
+    """A function of (lo, hi): those events' flow ids (``id``, else ``bind_id``) as text,
+    null where an event has none. Kineto's integer ids stay an int64 column, made text by
+    Arrow a chunk at a time; other ids are encoded one by one (few events have any)."""
+    pa = require_arrow()
+    n = len(trace)
+    ints, has_int = np.zeros(n, np.int64), np.zeros(n, bool)
+    others: Dict[int, str] = {}
     scan = getattr(trace, "scan", None)
     for key in ("bind_id", "id"):  # "id" last: it wins where an event has both
         if scan is not None and getattr(trace, "index", None) is None and trace.extra._rest is not None:
             idx, values = scan.flow_ids(0 if key == "id" else 1)  # the core's own column: no other key is made
         else:
-            column = trace.extra.column(key, range(len(trace)))
-            idx = np.flatnonzero(np.fromiter(map(is_not, column, repeat(msgspec.UNSET)), bool, len(column))).tolist()
+            column = trace.extra.column(key, range(n))
+            idx = np.flatnonzero(np.fromiter(map(is_not, column, repeat(msgspec.UNSET)), bool, n)).tolist()
             values = [column[i] for i in idx]
         if not len(idx):
             continue
-        if all(v.__class__ is int for v in values):
-            texts = np.asarray(values, np.int64).astype(str).astype(object)  # Kineto's ids: no call per id
+        if all(v.__class__ is int and -(1 << 63) <= v < (1 << 63) for v in values):
+            at = np.asarray(idx, np.int64)
+            ints[at], has_int[at] = values, True
+            for i in idx if others else ():
+                others.pop(i, None)
         else:
-            texts = np.array([msgspec.json.encode(v).decode() for v in values] + [None], object)[:-1]
-        out[np.asarray(idx, np.int64)] = texts
-    return out
+            for i, v in zip(idx, values):
+                others[i] = msgspec.json.encode(v).decode()
+                has_int[i] = False
+    if others:
+        texts = np.full(n, None, dtype=object)
+        texts[has_int] = ints[has_int].astype(str)
+        for i, v in others.items():
+            texts[i] = v
+        return lambda lo, hi: pa.array(texts[lo:hi], pa.string())
+    return lambda lo, hi: pa.array(ints[lo:hi], mask=~has_int[lo:hi]).cast(pa.string())
 
 
 def _json_texts(pa: Any, pieces: List[Optional[bytes]]) -> "pa.Array":
@@ -228,9 +255,10 @@ def _json_texts(pa: Any, pieces: List[Optional[bytes]]) -> "pa.Array":
     return _texts(pa, b"".join(p for p in pieces if p is not None), lengths)
 
 
-def _texts(pa: Any, data: bytes, lengths: np.ndarray) -> "pa.Array":
+def _texts(pa: Any, data: Any, lengths: np.ndarray) -> "pa.Array":
     """A large_string array over ``data``, the non-empty texts one after the other, of
-    ``lengths`` (0: null; no JSON text is empty), built from buffers: no string per row."""
+    ``lengths`` (0: null; no JSON text is empty), built from buffers: no string per row.
+    ``data``: bytes or a uint8 array."""
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     valid = lengths > 0
