@@ -13,6 +13,7 @@ The placements, the window and the drawn callee spans are the merge's own
 """
 
 import contextlib
+import ctypes
 import functools
 import os
 from dataclasses import dataclass, field
@@ -104,7 +105,15 @@ def rank_part(source: Source, task: PartTask) -> RankPart:
         else:
             part.events = require_arrow().Table.from_batches(list(batches), schema=event_schema())
             part.rows = part.events.num_rows
+    _trim()
     return part
+
+
+def _trim() -> None:
+    """Hand the heap the part freed back to the system: a worker waits, idle, while the
+    parent makes the job's tables, and would hold its high-water mark meanwhile."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 @contextlib.contextmanager
