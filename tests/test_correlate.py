@@ -114,3 +114,29 @@ def test_records_of_two_jobs_are_never_joined():
     match = match_rpcs(two)
     assert len(match.calls) == 2 and not match.calls.quadruples.any()
     assert len(match_collectives(two)) == 2
+
+
+def test_calls_made_before_the_callers_window_are_named_for_what_they_are(tmp_path):
+    """Rank 0 entered profile a second late: the two calls it made before have only the
+    callee's side, and the warning says they were made outside the caller's window (not
+    'give every rank's file': every file was given); a call from a rank with no file is
+    told apart."""
+    from tracefiles import BASE, rank_file, write, x
+
+    from tracemerge.job import Job
+
+    def callee(rpc_id, caller, t2):
+        return {"rpc_id": rpc_id, "kind": "rpc_async", "func": "f", "name": "rpc_async#f(w -> w1)", "caller": caller,
+                "callee": 1, "role": "callee", "start_ns": t2, "end_ns": t2 + 50_000, "status": "ok"}
+
+    opened = BASE + 2 * 10**9  # rank 0's profiler opened 2 s into the run
+    r0 = rank_file([x("a", 2_000_100.0, 5.0)], 0, start_ns=opened)
+    r1 = rank_file([x("b", 100.0, 5.0)], 1, start_ns=BASE,
+                   rpcs=[callee("0:0", 0, BASE + 10**6), callee("0:1", 0, BASE + 2 * 10**6),
+                         callee("2:0", 2, BASE + 3 * 10**6)])
+    job = Job.open([write(tmp_path / "rank0.json", r0), write(tmp_path / "rank1.json", r1)])
+    (said,) = [w for w in job.warnings if "only the callee's side" in w]
+    assert said.startswith("3 of 3 RPCs have only the callee's side")
+    assert "1 was made by ranks that have no input file" in said
+    assert "2 were made while their caller was not recording, outside its profiling window" in said
+    assert "have no caller record although" not in said

@@ -210,3 +210,14 @@ def test_cycles_of_two_processes_are_refused(cycle_files, tmp_path):
     assert res.returncode == 4
     assert b"cycle 2 of rank 0 is not from the process of" in res.stderr and b"job_id" in res.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_info_of_a_merged_trace_names_every_cycle_file(cycle_files, tmp_path):
+    out = tmp_path / "merged.json"
+    assert cli("combine", *cycle_files, "-o", out).returncode == 0
+    res = cli("info", out)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout.decode()
+    for f in cycle_files:  # each rank's line names all its cycle files, not the first alone
+        assert f in text, f
+    assert text.count(f"{CYCLES} cycle files: ") == 2

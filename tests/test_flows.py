@@ -134,3 +134,48 @@ def test_real_rpc_sample_has_flows_for_every_call(tmp_path, sample):
     starts = [f for s in got["slices"] for f in s["flows"] + s["end_flows"] if f in rpc]
     ends = [f for s in got["slices"] for f in s["terminating"] + s["end_terminating"] if f in rpc]
     assert sorted(starts) == sorted(ends) and len(starts) == 2 * len(calls)
+
+
+def _cut(src, dst, fraction):
+    """A copy of the (gzip) rank file ``src`` whose JSON ends early, as a transfer cut short leaves it."""
+    import gzip
+    data = gzip.decompress(open(src, "rb").read())
+    open(dst, "wb").write(data[:int(len(data) * fraction)])
+    return str(dst)
+
+
+def _flow_ids(events):
+    return Counter(e["id"] for e in events if e.get("ph") in ("s", "t", "f") and e.get("cat") == "rpc")
+
+
+def test_a_cut_callee_file_draws_no_arrow_into_the_air_and_the_summary_says_so(tmp_path):
+    """The callee's file ends early: its records (in the head) name every call, but some of its
+    callee spans were cut off. An arrow is drawn only where both spans are in the output, and
+    the summary counts what was drawn, not what the records say."""
+    paths = sorted(glob.glob(os.path.join(SAMPLES, "rpc_profiling", "rank*.json.gz")))
+    cut = _cut(paths[1], tmp_path / "rank1.json", 0.7)
+    job = Session.open([paths[0], cut])
+    summary = combine(job, job.align("auto"), str(tmp_path / "t.json"))
+    events = load_output(str(tmp_path / "t.json"))["traceEvents"]
+    callee_spans = {e["args"]["rpc_id"] for e in events if e["ph"] == "X" and (e.get("args") or {}).get("role") == "callee"}
+    caller_spans = {e["args"]["rpc_id"] for e in events if e["ph"] == "X" and (e.get("args") or {}).get("role") == "caller"}
+    both_recorded = summary["rpc_sides"]["both_sides"]
+    assert len(callee_spans) < both_recorded, "the cut was meant to lose callee spans"
+    ids = _flow_ids(events)
+    assert set(ids.values()) == {2}, "every arrow has both of its ends"
+    drawn = len(callee_spans & caller_spans)
+    assert summary["rpc_sides"]["drawn"] == drawn == len(ids) // 2
+    assert summary["rpc_sides"]["spans_missing"] == {"caller": both_recorded - len(caller_spans),
+                                                     "callee": both_recorded - len(callee_spans)}
+    assert summary["rpc_flows"]["callee_spans"] == drawn
+
+
+def test_spans_left_out_by_the_window_take_their_arrows_with_them(tmp_path):
+    """--window keeps the caller's span but not the callee's: neither the arrow nor half of it."""
+    out, summary = merge(tmp_path, rpc_pair(caller_ts=100.0, callee_ts=5_000.0), "t.json",
+                         selection=Selection(window_ms=(0.0, 1.0)))
+    events = load_output(out)["traceEvents"]
+    assert any(e["ph"] == "X" and e["name"] == "rpc_async#f(worker0 -> worker1)" for e in events)
+    assert not any(e["ph"] == "X" and e["name"].endswith("#remote") for e in events)
+    assert not _flow_ids(events)
+    assert summary["rpc_sides"]["drawn"] == 0 and summary["rpc_sides"]["spans_missing"] == {"caller": 0, "callee": 1}

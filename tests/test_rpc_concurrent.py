@@ -112,9 +112,12 @@ def _worker(rank, rpc_port, pg_port, out):
                 raise TimeoutError("worker0 never finished")
             outcome = None
     # torch's own numbers for the same profile, as the tests compare them
+    averages = p.profiler.key_averages()
+    averages.table(row_limit=-1)  # sets each row's shares as torch's table prints them
     rows = [{"key": e.key, "is_user_annotation": e.is_user_annotation, "count": e.count,
-             "cpu_time_total": e.cpu_time_total, "self_cpu_time_total": e.self_cpu_time_total}
-            for e in p.profiler.key_averages()]
+             "cpu_time_total": e.cpu_time_total, "self_cpu_time_total": e.self_cpu_time_total,
+             "total_cpu_percent": str(e.total_cpu_percent)}
+            for e in averages]
     (Path(out) / f"torch{rank}.json").write_text(json.dumps({"rows": rows, "outcome": outcome}))
     rpc.shutdown()
     dist.destroy_process_group()
@@ -266,3 +269,26 @@ def test_every_report_row_equals_torch(job, merged_path, tmp_path, source):
             assert got[key]["count"] == row["count"], key
             assert got[key]["cpu_time_total"] == pytest.approx(row["cpu_time_total"], rel=1e-6, abs=slack), key
             assert got[key]["self_cpu_time_total"] == pytest.approx(row["self_cpu_time_total"], rel=1e-6, abs=slack), key
+
+
+def test_cpu_total_share_of_asynchronous_rows_is_torchs_0(job, tmp_path):
+    """torch's table prints 0 as the CPU total % of an asynchronous row (an rpc_async in
+    flight, gloo work): its CPU total is wall time on no thread. The report's table does too."""
+    _, paths, torch_rows = job
+    r = cli("report", *paths, "--format", "markdown", "--group-by", "name,rank", "--row-limit", "0",
+            "-o", tmp_path / "r.md")
+    assert r.returncode == 0, r.stderr
+    share = {}
+    for line in (tmp_path / "r.md").read_text().split("## ")[1].splitlines()[4:]:
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        if len(cells) == 8:
+            share[cells[0].strip("`"), int(cells[7])] = cells[3]
+    zero = 0
+    for rank, found in torch_rows.items():
+        for row in found["rows"]:
+            if row["total_cpu_percent"] == "0":
+                assert share[row["key"], rank] == "0", row
+                zero += 1
+            else:
+                assert share[row["key"], rank].endswith("%"), row
+    assert zero >= 2  # the rpc_async calls in flight and the gloo work

@@ -1,7 +1,9 @@
 """Size controls keep and drop what they say, and count what they drop."""
 
+import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 from tracefiles import kineto, load_output, write, x
@@ -88,3 +90,41 @@ def test_cli_options_and_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", out, "--force", "--ranks", "9"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no input has any of the ranks [9]" in r.stderr
+
+
+def test_overview_keeps_the_structure_and_long_ops_and_counts_the_rest(tmp_path):
+    """--overview: steps, RPC spans and collectives whatever their length, other complete
+    events from US up; everything left out is counted, and no RPC arrow loses an end."""
+    import json
+    import sys
+
+    from tracefiles import ROOT, cli
+    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+    import gen_kineto
+    gen_kineto.generate(str(tmp_path / "ranks"), 4, 0.3, seed=3, rank_files=True)
+    files = sorted(str(p) for p in (tmp_path / "ranks").iterdir())
+    full, over = tmp_path / "full.json", tmp_path / "over.json"
+    assert cli("combine", *files, "-o", full, "-j", "1").returncode == 0
+    r = cli("combine", *files, "-o", over, "-j", "1", "--overview", "200")
+    assert r.returncode == 0, r.stderr
+    a, b = json.loads(full.read_text()), json.loads(over.read_text())
+    kept = {(e["pid"], e["tid"], e["ts"], e["name"]) for e in b["traceEvents"] if e["ph"] == "X"}
+    structural = 0
+    for e in a["traceEvents"]:
+        if e["ph"] != "X":
+            continue
+        is_structure = e["name"].startswith("ProfilerStep#") or "rpc_id" in (e.get("args") or {}) \
+            or "nccl" in e["name"].lower()
+        structural += is_structure
+        key = (e["pid"], e["tid"], e["ts"], e["name"])
+        assert (key in kept) == (is_structure or e["dur"] >= 200), e
+    assert structural and len(kept) < sum(e["ph"] == "X" for e in a["traceEvents"])
+    ev = b["tracemerge"]["events"]
+    # and the input's own flow arrows (ac2g, fwdbwd), whose slices are mostly gone
+    assert not [e for e in b["traceEvents"] if e["ph"] in ("s", "t", "f") and e.get("cat") != "rpc"]
+    input_flows = sum(e["ph"] in ("s", "t", "f") and e.get("cat") != "rpc" for e in a["traceEvents"])
+    left = sum(e["ph"] == "X" for e in a["traceEvents"]) - len(kept) + input_flows
+    assert ev["filtered_by"] == {"overview": left} and ev["in"] + ev["added"] == ev["out"] + ev["filtered"]
+    assert b["tracemerge"]["selection"]["overview_us"] == 200
+    flows = Counter(e["id"] for e in b["traceEvents"] if e.get("cat") == "rpc" and e["ph"] in ("s", "f"))
+    assert flows and set(flows.values()) == {2}

@@ -1,7 +1,6 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
 import contextlib
-import glob
 import os
 import signal
 import sys
@@ -29,7 +28,7 @@ from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.job import AlignRequest, Job
 from tracemerge.merge.combine import write as write_trace
 from tracemerge.output import check_output
-from tracemerge.place.selection import Selection, parse_ranks, parse_window
+from tracemerge.place.selection import OVERVIEW_US, Selection, parse_ranks, parse_window
 from tracemerge.progress import Progress
 from tracemerge.report import build as reports
 from tracemerge.report.diff import diff_reports
@@ -234,6 +233,12 @@ def _parsed(parse):
 
 
 def selection_options(fn):
+    fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+                      default=None, metavar="[US]",
+                      help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
+                           f"other complete event at least US microseconds long (default {OVERVIEW_US:g}); the rest "
+                           "is left out and counted. Then merge the ranks and window of interest in full "
+                           "(--ranks, --window).")(fn)
     fn = click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
                       help="Leave out events of this category (e.g. python_function). Repeatable.")(fn)
     fn = click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
@@ -312,8 +317,8 @@ def main():
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
 @input_options
 @click.option("--enforce-causality", is_flag=True,
-              help="Remove the causality violations left after alignment with the smallest local clock "
-                   "correction (controlled logical clock) and report the time moved.")
+              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
+                   "constant shift that removes the contradiction (every duration kept); say what is left.")
 @selection_options
 @engine_options
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
@@ -324,7 +329,8 @@ def main():
                    "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
                    "in it. Reads every rank once more.")
 def combine(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, fmt, ranks, window,
-            min_duration, drop_categories, engine, jobs, scheduler, report_path, critical_path, skip_bad, strict):
+            min_duration, drop_categories, overview, engine, jobs, scheduler, report_path, critical_path, skip_bad,
+            strict):
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -352,7 +358,7 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories))
+                              drop_categories=frozenset(drop_categories), overview_us=overview)
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
         summary = written.summary
         if report_path is not None:
@@ -369,7 +375,13 @@ def combine(files, output, method, reference, offsets, rank_from, cycle, force, 
     if sides["calls"]:
         say(f"tracemerge: {sides['calls']} RPCs: {sides['both_sides']} with both sides, {sides['caller_only']} "
             f"caller only, {sides['callee_only']} callee only", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+        missing = sides.get("spans_missing") or {}
+        if sum(missing.values()):
+            say(f"tracemerge: warning: {sides['drawn']} RPCs are drawn with both spans and their arrows; "
+                f"{missing['caller']} caller and {missing['callee']} callee spans of the others are not in the "
+                "output (their file's events lack them — a cut file? — or --ranks/--window/--min-duration/"
+                "--drop-category left them out), so those calls have no arrows", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
     say(f"tracemerge: {core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}",
         err=True)
     for line in clock_notes(alignment):
@@ -417,7 +429,7 @@ def offsets(files, method, reference, offsets, rank_from, cycle, fmt):
     click.echo(render(alignment, list(job.infos)))
     for line in clock_notes(alignment):
         say(f"tracemerge: warning: {line}", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality)}", err=True)
+    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
     heads = [i.path for i in job.infos if i.partial]
     if heads:
         say(f"tracemerge: note: {len(heads)} of {len(job.infos)} files were read from their heads "
@@ -508,6 +520,14 @@ def info(files, rank_from, cycle, skip_bad, strict):
     sys.stdout.flush()
 
 
+def _sources(entry):
+    """The files a merged trace's input entry came from: its path, or each of its cycle files."""
+    cycles = entry.get("cycles") or []
+    if not cycles:
+        return entry.get("path")
+    return f"{len(cycles)} cycle files: " + ", ".join(str(c.get("path")) for c in cycles)
+
+
 def merged_lines(path, trace):
     """``info``'s description of a merged trace, from its summary."""
     block = trace.tracemerge
@@ -524,7 +544,7 @@ def merged_lines(path, trace):
         c = clocks.get(i.get("rank"), {})
         bound = c.get("error_bound_ns")
         lines.append(f"  rank {i.get('rank')} · worker {i.get('worker_name')} · host {i.get('hostname')} · "
-                     f"{i.get('events')} events · from {i.get('path')} · clock {c.get('method', '?')} offset "
+                     f"{i.get('events')} events · from {_sources(i)} · clock {c.get('method', '?')} offset "
                      f"{c.get('offset_ns', 0) / 1e3:.1f} µs" + (f" ± {bound / 1e3:.1f} µs" if bound is not None else ""))
     records = block.get("records")
     if records is not None:
@@ -563,7 +583,7 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
     FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
-    (which carries no records: key averages only).
+    (reported from its events and the records its summary keeps; --analysis needs the rank files).
 
     \b
     Examples:
@@ -593,24 +613,22 @@ def report(files, group_by, sort_by, row_limit, fmt, output, remote_ops, html_pa
     for note in rep.notes:
         if "thread-limited" in note:
             say(f"tracemerge: hint: {note}", err=True)
-
-
-TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+        elif note == reports.MERGED_NO_ANALYSIS:
+            say(f"tracemerge: warning: {note}", err=True)
 
 
 def run_files(arg):
-    """The files of one run given as a directory (its trace files), a quoted glob, or one file."""
-    if os.path.isdir(arg):
-        found = sorted(os.path.join(arg, f) for f in os.listdir(arg) if f.endswith(TRACE_SUFFIXES))
-        if not found:
-            raise click.BadParameter(f"{arg}: no {', '.join(TRACE_SUFFIXES)} files in the directory")
-        return found
-    if any(c in arg for c in "*?["):
-        found = sorted(glob.glob(arg))
-        if not found:
-            raise click.BadParameter(f"{arg}: the pattern matches no file")
-        return found
-    return [arg]
+    """The files of one run (:func:`tracemerge.report.diff.run_files`), each file a directory
+    held and left out named on stderr."""
+    from tracemerge.report.diff import run_files as files_of_run
+
+    try:
+        found = files_of_run(arg)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    for path, why in found.left_out:
+        say(f"tracemerge: note: {arg}: left out {path}: {why}", err=True)
+    return found.files
 
 
 @main.command()
@@ -629,9 +647,10 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
          strict):
     """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
 
-    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst files: one run's rank
-    files or one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged
-    trace, or one rank). Each is reported as `tracemerge report` would; rows give before,
+    BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst traces: one run's rank
+    files, a merged trace beside them and JSON that is no trace left out and named; or its
+    one merged trace), a quoted glob ('run1/rank*.json.gz'), or one file (a merged trace, or
+    one rank). Each is reported as `tracemerge report` would; rows give before,
     after, delta (after - before) and relative (delta / before), times totalled over the run.
 
     \b

@@ -1,24 +1,29 @@
-"""Causality after alignment, checked on RankInfo records alone (no event pass).
+"""Causality after alignment, checked on the ranks' records and drawn RPC spans (no event pass).
 
-Violations: an RPC whose callee span (t2, t3) does not lie inside its caller's window
-(t1, t4), and a synchronising collective that ended on one rank before it started on
-another. :func:`enforce` removes them with the smallest local correction, in the spirit
-of Scalasca's controlled logical clock: each offending span is moved by the least amount
-that fits it (squeezed only if it is longer than the window), other exchange points of
-that rank keep their times, and the rank's time between them is stretched linearly; the
-knots are made monotone by weighted isotonic regression (pool adjacent violators), which
-pushes neighbours forward or back only as far as order requires.
+Violations: an RPC whose callee side (t2, t3) does not lie inside its caller's window
+(t1, t4); a drawn RPC whose callee span does not lie inside its caller span (what the
+merged trace shows: ``RankInfo.rpc_spans``); and a synchronising collective that ended on
+one rank before it started on another.
+
+:func:`enforce` removes them by moving whole ranks: each rank's clock gets one constant
+shift, the smallest that satisfies every exchange it takes part in (difference
+constraints ``lo <= s_callee - s_caller <= hi`` per call and span pair, ``s_i - s_j <=
+end_j - start_i`` per collective, the reference pinned at 0), found rank by rank by
+clamping 0 into the interval its neighbours leave it until nothing moves. A constant
+shift keeps every span's duration and every nesting; where no constant shift can satisfy
+a rank's exchanges (a clock that drifts under a drift-free method), the violations that
+remain are counted and said, never hidden.
 """
 
 from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from tracemerge.clocks.bands import synchronised
 from tracemerge.correlate.match import correlate
 
-PASSES = 50          # each pass fixes every current violation; pushes may create a few new ones
-PINNED_WEIGHT = 1e9  # isotonic weight of a point that must land where it was moved to
+SWEEPS = 200   # rounds of the rank-by-rank shift search; a feasible system settles in a few
 
 
 @dataclass
@@ -28,6 +33,7 @@ class Points:
     rpc: np.ndarray     # int64 rows: caller, callee, t1, t2, t3, t4 (own clocks)
     coll: np.ndarray    # int64 rows: rank, start, end (own clock) of each member, by collective, ranks ascending
     first: np.ndarray   # the row in ``coll`` where each collective's members start
+    spans: np.ndarray   # int64 rows: caller, callee, caller span start, end, callee span start, end (own clocks)
 
 
 def points(infos, links=None):
@@ -41,7 +47,21 @@ def points(infos, links=None):
     ended &= (ended.sum(axis=1) > 1)[:, None]
     row, col = np.nonzero(ended)
     coll = np.column_stack([np.array(ranks, np.int64)[col], start[row, col], end[row, col]]).reshape(-1, 3)
-    return Points(rpc, coll, np.flatnonzero(np.diff(row, prepend=-1)))
+    return Points(rpc, coll, np.flatnonzero(np.diff(row, prepend=-1)), _span_pairs(infos, calls))
+
+
+def _span_pairs(infos, calls):
+    """Rows (caller, callee, caller span start, end, callee span start, end) of the calls
+    whose two spans the ranks' events hold (``RankInfo.rpc_spans``: what a merge draws)."""
+    at = {(sp["rpc_id"], sp["role"], info.rank): (sp["ts_ns"], sp["ts_ns"] + max(sp["dur_ns"], 0))
+          for info in infos for sp in getattr(info, "rpc_spans", ())}
+    rows = []
+    if at:
+        for rec, a, b in zip(calls.first, calls.caller.tolist(), calls.callee.tolist()):
+            caller, callee = at.get((rec["rpc_id"], "caller", a)), at.get((rec["rpc_id"], "callee", b))
+            if caller is not None and callee is not None:
+                rows.append((a, b, *caller, *callee))
+    return np.array(rows, dtype=np.int64).reshape(-1, 6)
 
 
 def _to_ref(clocks, ranks, times):
@@ -53,118 +73,148 @@ def _to_ref(clocks, ranks, times):
 
 
 def _aligned(p, clocks):
-    """(t1, t2, t3, t4) on the reference clock, and (start, end) of the collective members likewise."""
-    r, c = p.rpc, p.coll
+    """(t1, t2, t3, t4) on the reference clock; (start, end) of the collective members; and
+    (caller start, caller end, callee start, callee end) of the drawn span pairs, likewise."""
+    r, c, sp = p.rpc, p.coll, p.spans
     rpc = (_to_ref(clocks, r[:, 0], r[:, 2]), _to_ref(clocks, r[:, 1], r[:, 3]),
            _to_ref(clocks, r[:, 1], r[:, 4]), _to_ref(clocks, r[:, 0], r[:, 5]))
-    return rpc, (_to_ref(clocks, c[:, 0], c[:, 1]), _to_ref(clocks, c[:, 0], c[:, 2]))
+    spans = (_to_ref(clocks, sp[:, 0], sp[:, 2]), _to_ref(clocks, sp[:, 0], sp[:, 3]),
+             _to_ref(clocks, sp[:, 1], sp[:, 4]), _to_ref(clocks, sp[:, 1], sp[:, 5]))
+    return rpc, (_to_ref(clocks, c[:, 0], c[:, 1]), _to_ref(clocks, c[:, 0], c[:, 2])), spans
 
 
-def _violations(p, rpc, coll):
+def _violations(p, rpc, coll, spans):
     t1, t2, t3, t4 = rpc
     bad_rpc = (t2 < t1) | (t3 > t4)
     (s, e), first = coll, p.first
     bad_coll = (np.maximum.reduceat(s, first) > np.minimum.reduceat(e, first)) if len(first) else np.zeros(0, bool)
-    return bad_rpc, bad_coll
+    c0, c1, s0, s1 = spans
+    return bad_rpc, bad_coll, (s0 < c0) | (s1 > c1)
 
 
 def count(infos, clocks, p=None):
-    """{"rpc": n, "collective": m, "total": n + m} violations under ``clocks``."""
+    """{"rpc": n, "collective": m, "spans": k, "total": n + m + k} violations under ``clocks``
+    (``spans``: drawn callee spans outside their caller spans)."""
     p = p or points(infos)
-    bad_rpc, bad_coll = _violations(p, *_aligned(p, clocks))
-    n, m = int(bad_rpc.sum()), int(bad_coll.sum())
-    return {"rpc": n, "collective": m, "total": n + m}
+    bad_rpc, bad_coll, bad_span = _violations(p, *_aligned(p, clocks))
+    n, m, k = int(bad_rpc.sum()), int(bad_coll.sum()), int(bad_span.sum())
+    return {"rpc": n, "collective": m, "spans": k, "total": n + m + k}
 
 
-def review(infos, clocks, enforce_causality=False, links=None):
-    """(clocks, report): violations under ``clocks`` and, when asked, the corrected clocks."""
+def review(infos, clocks, enforce_causality=False, links=None, reference=None):
+    """(clocks, report): violations under ``clocks`` and, when asked, the corrected clocks;
+    ``violations_after`` is counted again under the clocks returned."""
     p = points(infos, links)
     before = count(infos, clocks, p)
-    report = {"checked": {"rpc": len(p.rpc), "collective": len(p.first)}, "violations_before": before,
-              "enforced": bool(enforce_causality)}
+    report = {"checked": {"rpc": len(p.rpc), "collective": len(p.first), "spans": len(p.spans)},
+              "violations_before": before, "enforced": bool(enforce_causality)}
     if enforce_causality and before["total"]:
-        clocks, moved = enforce(infos, clocks, p)
+        clocks, moved = enforce(infos, clocks, p, reference)
         report.update(moved)
     report["violations_after"] = count(infos, clocks, p) if enforce_causality else before
     return clocks, report
 
 
-def enforce(infos, clocks, p=None):
-    """(corrected clocks, {"moved_ns_max", "moved_ns_total", "points_moved", "ranks_moved"})."""
+def enforce(infos, clocks, p=None, reference=None):
+    """(clocks moved by a constant shift each, {"moved_ns_max", "moved_ns_total",
+    "points_moved", "ranks_moved"}); see the module's doc. ``reference`` (default: the rank
+    whose clock is the reference, else the lowest) stays where it is."""
     p = p or points(infos)
-    base = {r: replace(c, corrections=[]) for r, c in clocks.items()}
-    # Every exchange point of a rank is a knot, at its aligned time before any correction.
-    knots = {r: set() for r in clocks}
-    r = p.rpc
-    for col, time in ((0, 2), (1, 3), (1, 4), (0, 5)):
-        for rank, t in zip(r[:, col].tolist(), _to_ref(base, r[:, col], r[:, time]).tolist()):
-            knots[rank].add(t)
-    members = p.coll
-    for time in (1, 2):
-        for rank, t in zip(members[:, 0].tolist(), _to_ref(base, members[:, 0], members[:, time]).tolist()):
-            knots[rank].add(t)
-    span = {i.rank: (base[i.rank].to_reference(i.start_ns), base[i.rank].to_reference(i.stop_ns)) for i in infos}
-    xs = {rank: np.array(sorted(ts | {min(ts | {span[rank][0]}) - 1, max(ts | {span[rank][1]}) + 1}), np.int64)
-          for rank, ts in knots.items() if ts}
-    shift = {rank: np.zeros(len(x), np.int64) for rank, x in xs.items()}
-    rpc_x, coll_x = _aligned(p, base)  # each point's knot
-    size = np.diff(np.append(p.first, len(members)))  # members of each collective
-    current = dict(base)
-    for _ in range(PASSES):
-        rpc, coll = _aligned(p, current)
-        bad_rpc, bad_coll = _violations(p, rpc, coll)
-        if not bad_rpc.any() and not bad_coll.any():
+    if reference is None:
+        reference = next((r for r, c in sorted(clocks.items()) if c.method == "reference"), min(clocks))
+    bound = _bounds(p, _aligned(p, clocks))   # {(a, b): w}: s_b - s_a <= w
+    ranks = sorted(clocks)
+    start = _feasible(ranks, bound, reference)
+    feasible = start is not None
+    shift = dict(zip(ranks, start if feasible else [0] * len(ranks)))
+    into, out = {}, {}
+    for (a, b), w in bound.items():
+        into.setdefault(b, []).append((a, w))
+        out.setdefault(a, []).append((b, w))
+    # from a point that satisfies every bound, each rank in turn takes the value nearest 0
+    # that its neighbours allow: every step keeps every bound, and the shifts only shrink
+    for _ in range(SWEEPS):
+        moved = False
+        for r in ranks:
+            if r == reference:
+                continue
+            hi = min((shift[a] + w for a, w in into.get(r, ())), default=None)   # s_r <= s_a + w
+            lo = max((shift[b] - w for b, w in out.get(r, ())), default=None)    # s_r >= s_b - w
+            if hi is not None and lo is not None and lo > hi:
+                # only where the bounds contradict each other: split the difference, as
+                # close to every neighbour as one shift gets
+                new = (lo + hi) // 2
+            else:
+                new = max(0, lo) if lo is not None else 0
+                new = min(new, hi) if hi is not None else new
+            if new != shift[r]:
+                shift[r], moved = new, True
+        if not moved:
             break
-        wanted = {rank: {} for rank in xs}
-        t1, t2, t3, t4 = (t[bad_rpc] for t in rpc)
-        for callee, a, b, c, d, kb, kc in zip(r[bad_rpc, 1].tolist(), t1.tolist(), t2.tolist(), t3.tolist(),
-                                              t4.tolist(), rpc_x[1][bad_rpc].tolist(), rpc_x[2][bad_rpc].tolist()):
-            if c - b <= d - a:   # fits: move the whole span the least way
-                s = a - b if b < a else d - c
-                moves = (s, s)
-            else:                # longer than the window (timestamp noise): squeeze it in
-                moves = (a - b, d - c)
-            wanted[callee][kb], wanted[callee][kc] = moves
-        starts, ends = coll
-        last_start = np.repeat(np.maximum.reduceat(starts, p.first), size) if len(starts) else starts
-        early = np.repeat(bad_coll, size) & (ends < last_start)  # left before the last member arrived
-        for rank, move, k0, k1 in zip(members[early, 0].tolist(), (last_start - ends)[early].tolist(),
-                                      coll_x[0][early].tolist(), coll_x[1][early].tolist()):
-            wanted[rank][k0] = wanted[rank][k1] = move
-        for rank, moves in wanted.items():
-            if moves:
-                shift[rank] = _isotonic_shift(xs[rank], shift[rank], moves)
-                current[rank] = replace(base[rank], corrections=[[int(x), int(v)] for x, v in zip(xs[rank], shift[rank])])
-    moved = np.concatenate([np.abs(v) for v in shift.values()]) if shift else np.zeros(0, np.int64)
-    return current, {"moved_ns_max": int(moved.max()) if len(moved) else 0, "moved_ns_total": int(moved.sum()),
-                     "points_moved": int((moved > 0).sum()),
-                     "ranks_moved": sorted(rank for rank, v in shift.items() if v.any())}
+    out_clocks = {r: _shifted(c, shift[r]) for r, c in clocks.items()}
+    if not feasible and count(infos, out_clocks, p)["total"] >= count(infos, clocks, p)["total"]:
+        shift, out_clocks = {r: 0 for r in clocks}, dict(clocks)   # no better than as aligned: nothing moves
+    ranks_moved = sorted(r for r, v in shift.items() if v)
+    on_moved = (np.isin(p.rpc[:, :2], ranks_moved).sum() + np.isin(p.coll[:, 0], ranks_moved).sum()
+                + np.isin(p.spans[:, :2], ranks_moved).sum())
+    values = np.abs(np.array(list(shift.values()), dtype=np.int64))
+    return out_clocks, {"moved_ns_max": int(values.max()) if len(values) else 0, "moved_ns_total": int(values.sum()),
+                        "points_moved": int(on_moved), "ranks_moved": ranks_moved}
 
 
-def _isotonic_shift(x, shift, moves):
-    """New knot shifts: the knots in ``moves`` ({knot: extra shift}) moved, the corrected
-    times x + shift kept non-decreasing with the least total change elsewhere."""
-    origin = x[0]  # epoch ns do not fit a double
-    y = (x + shift - origin).astype(np.float64)
-    w = np.ones(len(y))
-    index = {t: i for i, t in enumerate(x.tolist())}
-    for t, mv in moves.items():
-        i = index[t]
-        y[i] += mv
-        w[i] = PINNED_WEIGHT
-    return np.rint(_pav(y, w)).astype(np.int64) + origin - x
+def _feasible(ranks: List[int], bound: Dict[Tuple[int, int], int], reference: int) -> Optional[List[int]]:
+    """Shifts (one per rank of ``ranks``) that satisfy every ``s_b - s_a <= w`` of ``bound``,
+    with the reference's 0: shortest paths from a source joined to every rank by 0
+    (Bellman-Ford over numpy columns), moved so the reference reads 0. Where the bounds
+    contradict each other (a cycle of negative weight: clocks that drift apart under a
+    method that fits no drift) there is no such point: None."""
+    if not bound:
+        return [0] * len(ranks)
+    at = {r: k for k, r in enumerate(ranks)}
+    src = np.array([at[a] for a, _ in bound], dtype=np.int64)
+    dst = np.array([at[b] for _, b in bound], dtype=np.int64)
+    w = np.array(list(bound.values()), dtype=np.int64)
+    dist = np.zeros(len(ranks), dtype=np.int64)
+    for _ in range(len(ranks) + 1):
+        relaxed = dist.copy()
+        np.minimum.at(relaxed, dst, dist[src] + w)
+        if np.array_equal(relaxed, dist):
+            return (dist - dist[at[reference]]).tolist()
+        dist = relaxed
+    return None
 
 
-def _pav(y, w):
-    """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
-    vals, wts, sizes = [], [], []
-    for v, wt in zip(y.tolist(), w.tolist()):
-        vals.append(v)
-        wts.append(wt)
-        sizes.append(1)
-        while len(vals) > 1 and vals[-2] > vals[-1]:
-            v2, w2, n2 = vals.pop(), wts.pop(), sizes.pop()
-            vals[-1] = (vals[-1] * wts[-1] + v2 * w2) / (wts[-1] + w2)
-            wts[-1] += w2
-            sizes[-1] += n2
-    return np.repeat(vals, sizes)
+def _bounds(p, aligned):
+    """{(a, b): w}, the tightest ``s_b - s_a <= w`` over every exchange of ranks a and b.
+
+    A call whose callee side is longer than its caller's window (timestamp noise) fits no
+    shift and is left out: it stays counted."""
+    (t1, t2, t3, t4), (cs, ce), (c0, c1, s0, s1) = aligned
+    bound = {}
+
+    def tighten(a, b, w):
+        for pa, pb, pw in zip(a.tolist(), b.tolist(), w.tolist()):
+            if pa != pb and pw < bound.get((pa, pb), pw + 1):
+                bound[pa, pb] = pw
+
+    for caller, callee, lo, hi in ((p.rpc[:, 0], p.rpc[:, 1], t1 - t2, t4 - t3),
+                                   (p.spans[:, 0], p.spans[:, 1], c0 - s0, c1 - s1)):
+        fits = lo <= hi
+        tighten(caller[fits], callee[fits], hi[fits])     # s_callee - s_caller <= hi
+        tighten(callee[fits], caller[fits], -lo[fits])    # s_caller - s_callee <= -lo
+    members = p.coll[:, 0]
+    for k, start in enumerate(p.first.tolist()):
+        end = p.first[k + 1] if k + 1 < len(p.first) else len(members)
+        rank, s, e = members[start:end], cs[start:end], ce[start:end]
+        # every member starts before every other ends: s_i - s_j <= e_j - s_i for i != j
+        a, b = np.meshgrid(np.arange(len(rank)), np.arange(len(rank)), indexing="ij")
+        tighten(rank[b.ravel()], rank[a.ravel()], (e[b] - s[a]).ravel())
+    return bound
+
+
+def _shifted(clock, ns):
+    """``clock`` reading ``ns`` later on the reference clock, exactly: offset and anchor
+    move together, so a drifting clock keeps its rate and every duration."""
+    if not ns:
+        return clock
+    return replace(clock, offset_ns=clock.offset_ns - ns, anchor_ns=clock.anchor_ns + ns, corrections=[])

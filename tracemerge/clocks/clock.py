@@ -5,9 +5,10 @@
 microseconds per second after it. Mapping to the reference is exact integer arithmetic
 when there is no drift and a single float multiply per event otherwise.
 
-``corrections`` are what ``--enforce-causality`` adds on top: knots ``[ref_ns, shift_ns]``
-of a piecewise-linear, monotone shift of the aligned time (zero at both ends), so a rank
-is moved only around the exchanges that needed it, as a controlled logical clock does.
+``corrections`` are knots ``[ref_ns, shift_ns]`` of a piecewise-linear, monotone shift of
+the aligned time, read from the summaries of merged traces written before round 9 (their
+``--enforce-causality`` warped time between exchanges); today's enforcement moves a rank by
+one constant shift of its ``offset_ns`` and ``anchor_ns`` instead, and leaves them empty.
 """
 
 from dataclasses import asdict, dataclass, field

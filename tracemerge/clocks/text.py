@@ -57,16 +57,22 @@ def clock_notes(alignment):
     return [f"rank {r}: {c.note}" for r, c in sorted(alignment.clocks.items()) if c.note]
 
 
-def causality_line(report):
-    """One line: violations found after alignment and, when enforced, what was left and moved."""
+def causality_line(report, method=None):
+    """One line: violations found after alignment (by ``method``) and, when enforced, what was
+    left and moved; without enforcement, the way out that fits the method."""
     if not report:
         return "causality not checked"
     before, checked = report["violations_before"], report["checked"]
-    line = (f"causality: {before['total']} violations ({before['rpc']} of {checked['rpc']} rpcs, "
+    spans = (f"{before['spans']} of {checked['spans']} drawn span pairs, " if "spans" in checked else "")
+    line = (f"causality: {before['total']} violations ({before['rpc']} of {checked['rpc']} rpcs, {spans}"
             f"{before['collective']} of {checked['collective']} collectives) after alignment")
     if report.get("enforced") and before["total"]:
-        line += (f"; enforced: {report['violations_after']['total']} left, {report['points_moved']} points moved, "
-                 f"max {report['moved_ns_max'] / 1000:.3f} µs, total {report['moved_ns_total'] / 1000:.3f} µs")
+        after = report["violations_after"]["total"]
+        line += (f"; enforced: {after} left, {len(report['ranks_moved'])} ranks moved as a whole (durations "
+                 f"kept), max {report['moved_ns_max'] / 1000:.3f} µs, total {report['moved_ns_total'] / 1000:.3f} µs")
+        if after:
+            line += " (no constant shift of a rank removes the rest: a clock that drifts; try --align auto)"
     elif before["total"]:
-        line += "; --enforce-causality removes them"
+        line += ("; --align auto fits offsets and drift to the exchanges" if method in ("wall", "start", "none")
+                 else "; --enforce-causality moves the ranks involved as a whole")
     return line

@@ -15,6 +15,7 @@ import numpy as np
 from tracemerge.errors import RankConflict, TraceError
 from tracemerge.inputs.kineto_collectives import collectives as kineto_collectives
 from tracemerge.inputs.rankchecks import clock_jumps, job_facts
+from tracemerge.inputs.rpc_spans import spans as rpc_spans_of
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
 _CYCLE_IN_NAME = re.compile(r"\.cycle(\d+)(?=\.|$)")
@@ -50,6 +51,8 @@ class RankInfo:
     job: Dict[str, Any] = field(default_factory=dict)  # job_id / world_size / backend the file states (rankchecks.job_facts)
     boot_id: str = ""               # the machine's boot id: ranks with the same non-empty one share a wall clock
     remote_rpcs: List[Dict[str, Any]] = field(default_factory=list)  # callee sides the caller fetched (remote_records)
+    # the RPC spans its events hold ({rpc_id, role, ts_ns, dur_ns, cat}: tracemerge.inputs.rpc_spans)
+    rpc_spans: List[Dict[str, Any]] = field(default_factory=list)
     cycle: Optional[int] = None     # the torch.profiler.schedule cycle the file holds (rank{R}.cycle{N}), else None
     # a rank made of several cycle files (tracemerge.inputs.cycles): their own infos, in
     # cycle order; the fields above are then the whole process's
@@ -222,7 +225,8 @@ def check_base(path, base):
 def check_block(path, block):
     """The block's own fields that later steps rely on: a bad one is named here."""
     job_id = block.get("job_id")
-    if job_id is not None and not isinstance(job_id, (str, int)):
+    if job_id is not None and not (isinstance(job_id, str) or isinstance(job_id, int) and -2**63 <= job_id < 2**63):
+        # an int job id is taken as it is, but JSON writers refuse integers beyond 64 bits
         raise TraceError(path, f"'tracemerge.job_id' is not a string: {job_id!r}")
     for name in ("rank", "world_size"):
         value = block.get(name)
@@ -236,6 +240,7 @@ def check_block(path, block):
 
 def describe(trace):
     """The :class:`RankInfo` of one read trace."""
+    check_block(trace.path, trace.tracemerge or {})  # before anything reads its fields (the window, below)
     facts = event_facts(trace)
     span = (facts["first_ns"], facts["last_ns"])
     start, start_source = _profiler_start(trace, span[0])
@@ -322,7 +327,7 @@ def remote_records(path, block, rpcs):
     return out
 
 
-EVENT_FACTS = ("first_ns", "last_ns", "events", "threads", "pids", "warnings", "timed", "truncated")
+EVENT_FACTS = ("first_ns", "last_ns", "events", "threads", "pids", "warnings", "timed", "truncated", "rpc_spans")
 
 
 def event_facts(trace):
@@ -333,7 +338,7 @@ def event_facts(trace):
     threads = len(np.unique(trace.thread_keys()))
     return dict(first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
                 warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=not empty,
-                truncated=trace.truncated)
+                truncated=trace.truncated, rpc_spans=rpc_spans_of(trace))
 
 
 def rank_of(info: RankInfo) -> int:

@@ -118,7 +118,7 @@ class Job:
         assign_ranks(infos, rank_from)
         infos.sort(key=rank_of)
         links = correlate(infos)
-        warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(links)
+        warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links)
         taken = {part.path for i in infos for part in i.files}
         job = cls(tuple(infos), links, tuple(files), skipped, tuple(warnings), None, engine,
                   {p: t for p, t in kept.items() if p in taken})
@@ -136,7 +136,7 @@ class Job:
         """The clock model of this job under ``method`` (a pure function of the job: the
         commands ask for it once, through ``Job.open(align=...)``)."""
         reference, clocks = align_clocks(list(self.infos), method, reference, dict(offsets or {}), self.links)
-        clocks, causality = review(list(self.infos), clocks, enforce_causality, self.links)
+        clocks, causality = review(list(self.infos), clocks, enforce_causality, self.links, reference)
         return Alignment(method=method, reference=reference, clocks=clocks, causality=causality)
 
     def aligned(self, request: AlignRequest) -> "Job":

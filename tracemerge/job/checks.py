@@ -5,7 +5,7 @@
 - :func:`check_windows`: ranks whose profiling windows never meet and that no exchange joins.
 """
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -52,7 +52,7 @@ def _ranks(ranks: List[int]) -> str:
     return f"rank {listed}" if len(ranks) == 1 else f"ranks {listed}"
 
 
-def rpc_peers(links: Correlation) -> List[str]:
+def rpc_peers(infos: Sequence[RankInfo], links: Correlation) -> List[str]:
     """Warnings for RPC records whose peer rank has no input file, with counts per rank, and
     one for calls with a side missing: why, and what to do."""
     match = links.rpcs
@@ -66,10 +66,46 @@ def rpc_peers(links: Correlation) -> List[str]:
             "tracemerge, or a callee did not answer when the caller wrote its file: see the file's "
             "tracemerge.remote_sides); capture again with this version, or keep the callees inside profile")
     if sides["callee_only"]:
-        warnings.append(
-            f"{sides['callee_only']} of {sides['calls']} RPCs have only the callee's side: their callers' files "
-            "were not given or stopped recording before the call; give every rank's file")
+        outside, absent = _callee_only_why(infos, match)
+        why = []
+        if absent:
+            why.append(f"{absent} {_were(absent)} made by ranks that have no input file: give every rank's file")
+        if outside:
+            why.append(f"{outside} {_were(outside)} made while their caller was not recording, outside its profiling window (a "
+                       "worker that enters profile after rpc.init_rpc issues or serves calls before its window "
+                       "opens): enter profile before rpc.init_rpc in every worker, as the README's first block does")
+        rest = sides["callee_only"] - outside - absent
+        if rest:
+            why.append(f"{rest} have no caller record although they fall inside their caller's window (the caller's "
+                       "file was cut, or its capture did not record them)")
+        warnings.append(f"{sides['callee_only']} of {sides['calls']} RPCs have only the callee's side: "
+                        + "; ".join(why))
     return warnings
+
+
+def _were(n: int) -> str:
+    return "was" if n == 1 else "were"
+
+
+def _callee_only_why(infos: Sequence[RankInfo], match: RpcMatch) -> Tuple[int, int]:
+    """(callee-only calls whose callee side lies outside the caller's profiling window, those
+    whose caller has no input file). Windows and sides are compared on the files' own
+    clocks: exact for ranks of one machine, and off by no more than the clocks' skew
+    (milliseconds) elsewhere, against calls made seconds before a window opened."""
+    window = {info.rank: (info.start_ns, info.stop_ns) for info in infos}
+    calls = match.calls
+    has = calls.has   # rows t1..t4
+    only = has[1] & ~has[0]  # as RpcMatch.callee_only counts them: a start, no send
+    outside = absent = 0
+    for n in np.flatnonzero(only).tolist():
+        caller = int(calls.caller[n])
+        if caller not in window:
+            absent += 1
+            continue
+        lo, hi = window[caller]
+        t = int(calls.times[1, n])
+        outside += not lo <= t <= hi
+    return outside, absent
 
 
 def rpc_sides(match: RpcMatch) -> Dict[str, int]:

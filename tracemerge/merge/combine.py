@@ -85,12 +85,19 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     selection = selection or select.Selection()
     select.check_ranks(selection, job.ranks)
     kept = [i for i in job.infos if selection.keeps_rank(i.rank)]
-    sides = drawn_sides(job.infos, {i.rank for i in kept})
-    rpc = RpcFlows.plan(job.infos, job.links.rpcs, {i.rank for i in kept} | set(sides),
-                        {r["rpc_id"] for recs in sides.values() for r in recs})
     path = find_critical_path(job_timeline(job, alignment)) if critical_path else None
     first = aligned_start(job, alignment)
     places = placements(job, alignment, first)
+    start = first - next(iter(places.values())).out_base_ns
+    window = selection.window_ns(start)
+    sides = drawn_sides(job.infos, {i.rank for i in kept})
+    spans = {(s["rpc_id"], s["role"], info.rank) for info in kept
+             for s, keep in zip(info.rpc_spans, select.kept_spans(info.rpc_spans, places[rank_of(info)], selection,
+                                                                   window))
+             if keep}
+    drawn_ids = {r["rpc_id"] for recs in sides.values() for r in recs}
+    rpc = RpcFlows.plan(job.links.rpcs, spans, {i.rank for i in kept} | set(sides), drawn_ids)
+    arrows = _arrows(job, rpc, spans, drawn_ids, {i.rank for i in kept} | set(sides))
     counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in job.infos:
         if info not in kept:
@@ -98,8 +105,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             counts["filtered"] += info.events
             by = counts.setdefault("filtered_by", {})
             by["ranks"] = by.get("ranks", 0) + info.events
-    start = first - next(iter(places.values())).out_base_ns
-    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=selection.window_ns(start), rpc=rpc)
+    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc)
 
     jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
@@ -111,7 +117,9 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             c["added"] = c.get("added", 0) + c.pop("in", 0)
         for r in results:
             add_counts(counts, r["counts"])
-        return {**build_summary(job, alignment, places, counts), "format": fmt,
+        summary = build_summary(job, alignment, places, counts)
+        summary["rpc_sides"].update(arrows)
+        return {**summary, "format": fmt,
                 "selection": select.describe(selection), **(drawn or {}),
                 **({"remote_spans": {str(r): n for r, n in remote.ranks.items()}} if remote.ranks else {})}
 
@@ -126,6 +134,19 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
         jobs.append(job_)
     summary = write_merged(job.engine or LocalEngine(1), rank_fn, fmt, jobs, output, header, footer, force=force)
     return Written(summary, cores)
+
+
+def _arrows(job: "Job", rpc: RpcFlows, spans: set, drawn: set, ranks: set) -> Dict[str, Any]:
+    """What the output holds of the calls with both records between ranks it holds: how many
+    are drawn (both spans, and the arrows between them), and how many spans of the others
+    are not there (the events lack them — a cut file — or the size controls left them out)."""
+    missing = {"caller": 0, "callee": 0}
+    for c in job.links.rpcs.calls:
+        if c.send_ns is None or c.start_ns is None or c.caller not in ranks or c.callee not in ranks:
+            continue
+        missing["caller"] += (c.rpc_id, "caller", c.caller) not in spans
+        missing["callee"] += (c.rpc_id, "callee", c.callee) not in spans and c.rpc_id not in drawn
+    return {"drawn": len(rpc.calls), "spans_missing": missing}
 
 
 def rank_jobs(job, kept, places, form):

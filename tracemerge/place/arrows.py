@@ -22,8 +22,7 @@ from typing import NamedTuple, Tuple
 
 import numpy as np
 
-from tracemerge.errors import TraceError
-from tracemerge.model import NO_DUR, NO_TS
+from tracemerge.inputs.rpc_spans import span_args
 from tracemerge.nesting import nest_order, thread_runs
 from tracemerge.place.placement import lane_tid
 
@@ -68,15 +67,16 @@ class RpcFlows:
     calls: dict        # {rpc_id: (index, caller rank, callee rank)}
 
     @classmethod
-    def plan(cls, infos, match, ranks, drawn=frozenset()):
+    def plan(cls, match, spans, ranks, drawn=frozenset()):
         """Calls of ``match`` (the job's RPC join) with both records whose two ranks are both
-        in the output; ``drawn``: calls whose callee span is drawn from the caller's file
-        (place.remote_spans)."""
-        # a callee side that only its caller's file gives has a span only where it is drawn
-        spanned = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"} | set(drawn)
+        in the output and whose two spans the output will hold: ``spans`` the (rpc_id, role,
+        rank) of the RPC spans the ranks' events hold and the size controls keep
+        (``selection.kept_spans``); ``drawn`` the calls whose callee span is drawn from the
+        caller's file (place.remote_spans). No arrow is drawn with one end in the air."""
         return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
-                    if c.send_ns is not None and c.start_ns is not None and c.rpc_id in spanned
-                    and c.caller in ranks and c.callee in ranks})
+                    if c.send_ns is not None and c.start_ns is not None
+                    and c.caller in ranks and c.callee in ranks and (c.rpc_id, "caller", c.caller) in spans
+                    and ((c.rpc_id, "callee", c.callee) in spans or c.rpc_id in drawn)})
 
     def ids(self, rpc_id):
         """(request flow id, response flow id) of a call."""
@@ -90,17 +90,7 @@ class RpcFlows:
         """
         found, seen, duplicates = {}, set(), 0
         if self.calls:
-            span = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
-            for i in trace.args.with_key("rpc_id"):  # args are decoded for these events only
-                if not span[i]:
-                    continue
-                a = trace.args[i]
-                if not isinstance(a, dict) or "rpc_id" not in a:
-                    continue
-                rpc_id, role = a["rpc_id"], a.get("role")
-                if not isinstance(rpc_id, str) or not isinstance(role, (str, type(None))):
-                    bad = "rpc_id" if not isinstance(rpc_id, str) else "role"
-                    raise TraceError(trace.path, f"'args.{bad}' is not a string: {a[bad]!r}", int(i))
+            for i, rpc_id, role in span_args(trace):
                 call = self.calls.get(rpc_id)
                 if call is None or role not in ROLES or rank != call[ROLES[role]]:
                     continue

@@ -84,6 +84,11 @@ def _busy(spans, start_ns, bin_ns):
     return [round(float(b), 4) for b in busy]
 
 
+# said when --analysis is asked of a merged trace, which is reported without it
+MERGED_NO_ANALYSIS = ("--analysis: not done on a merged trace: the critical path, wait states and stragglers "
+                      "are found from the rank files' own events and records; give the rank files")
+
+
 def build_report(paths, job_opener, align=None, group_by="name", remote_ops=False, analysis=False):
     """The :class:`Report` of ``paths``; ``job_opener(paths)`` opens rank files as a
     :class:`~tracemerge.job.Job`, aligned by ``align`` (an AlignRequest, or its fields as a
@@ -94,7 +99,10 @@ def build_report(paths, job_opener, align=None, group_by="name", remote_ops=Fals
     if len(paths) == 1:
         trace = read_merged(paths[0])
         if trace is not None:
-            return merged_report(trace, group_by, remote_ops)
+            report = merged_report(trace, group_by, remote_ops)
+            if analysis:
+                report.notes.append(MERGED_NO_ANALYSIS)
+            return report
     job = job_opener(paths)
     if job.alignment is None:
         job = job.aligned(align if isinstance(align, AlignRequest) else AlignRequest(*(align or ())))

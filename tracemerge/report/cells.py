@@ -53,7 +53,9 @@ def key_rows(rows, all_rows, name=lambda key: key):
     each key for its format (cut, quoted)."""
     total_self = sum(r.self_cpu_time_total for r in all_rows)
     body = [[name(r.key), format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
-             format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total), format_time(r.cpu_time),
+             # torch's table gives an asynchronous row (an rpc_async in flight) no CPU total share: 0
+             0 if r.is_async else format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total),
+             format_time(r.cpu_time),
              r.count, r.node_id] for r in rows]
     return KEY_HEAD, body, total_self
 

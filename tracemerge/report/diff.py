@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     from tracemerge.report.build import Report
 
+# said with every diff: the report shows per-call means, the diff totals (which add up)
+TOTALS_NOTE = ("times are totals over each run (the report's per-call means times the calls): "
+               "deltas of the rows add up")
+
 RPC = "rpc"
 CALLEE = "callee"
 KEY_AVERAGES = "key_averages"
@@ -111,7 +115,64 @@ def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str]
                                         relative=relative, impact=abs(delta) if metric in TIME_METRICS else 0.0))
     order = {s: i for i, s in enumerate(SECTIONS)}
     out.rows.sort(key=lambda r: (-r.impact, order[r.section], r.key, r.metric))
+    out.notes.append(TOTALS_NOTE)
     for side, report in (("before", before), ("after", after)):
         for note in report.notes:
             out.notes.append(f"{side}: {note}")
     return out
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+
+
+@dataclass
+class RunFiles:
+    """The files one side of ``diff`` stands for, and what a directory held that was left out."""
+
+    files: list
+    left_out: list = field(default_factory=list)   # [(path, why)]
+
+
+def run_files(arg: str) -> RunFiles:
+    """The files of one run given as a directory, a quoted glob or one file.
+
+    A directory is read as a run: its rank files and traces are taken; a merged trace
+    beside them is left out (it holds the same events again), and is the run only where it
+    is the directory's one trace; JSON that is no trace (no ``traceEvents``: a config, a
+    report) is left out. Every file left out is named with why. Raises ValueError (said as
+    a usage error) when nothing is left, or several merged traces and nothing else."""
+    import glob
+    import os
+
+    from tracemerge.inputs.head import first_bytes, read_head
+    from tracemerge.report.build import MERGED_HEAD
+
+    if os.path.isdir(arg):
+        found = sorted(os.path.join(arg, f) for f in os.listdir(arg) if f.endswith(TRACE_SUFFIXES))
+        if not found:
+            raise ValueError(f"{arg}: no {', '.join(TRACE_SUFFIXES)} files in the directory")
+        merged, traces, left = [], [], []
+        for path in found:
+            head = read_head(path)
+            if head is not None and set(head) == MERGED_HEAD:
+                merged.append(path)
+            elif head is not None or first_bytes(path).lstrip()[:1] == b"[" or b'"traceEvents"' in first_bytes(path):
+                traces.append(path)
+            else:
+                left.append((path, "not a trace (no traceEvents)"))
+        if traces:
+            left += [(p, f"a merged trace: the directory's {len(traces)} trace files are taken, and it holds their "
+                         "events again") for p in merged]
+            return RunFiles(traces, left)
+        if len(merged) == 1:
+            return RunFiles(merged, left)
+        if merged:
+            raise ValueError(f"{arg}: {len(merged)} merged traces and no rank files: name the one to compare")
+        raise ValueError(f"{arg}: no trace among its {', '.join(TRACE_SUFFIXES)} files ("
+                         + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in left) + ")")
+    if any(c in arg for c in "*?["):
+        matched = sorted(glob.glob(arg))
+        if not matched:
+            raise ValueError(f"{arg}: the pattern matches no file")
+        return RunFiles(matched)
+    return RunFiles([arg])

@@ -49,6 +49,7 @@ class KeyAverage:
     cpu_time_total: float
     self_cpu_time_total: float
     is_user_annotation: bool = False
+    is_async: bool = False   # every event of the row is asynchronous: torch's table shows its CPU total % as 0
 
     @property
     def cpu_time(self):
@@ -202,12 +203,13 @@ def key_averages(trace, node_of_pid, remote_ops=False, tree=None):
     count = np.bincount(inv, minlength=len(uniq))
     total = np.bincount(inv, weights=dur, minlength=len(uniq))
     self_ = np.bincount(inv, weights=tree.self_ns[keep][order], minlength=len(uniq))
+    asynchronous = np.bincount(inv, weights=tree.is_async[keep][order], minlength=len(uniq)) == count
     rows = []
     for g in np.argsort(first, kind="stable"):
         key = int(uniq[g])
         rows.append(KeyAverage(key=keys[key >> 32], count=int(count[g]), node_id=((key >> 1) & 0x7FFFFFFF) - 1,
                                cpu_time_total=float(total[g]) / 1000.0, self_cpu_time_total=float(self_[g]) / 1000.0,
-                               is_user_annotation=bool(key & 1)))
+                               is_user_annotation=bool(key & 1), is_async=bool(asynchronous[g])))
     return rows
 
 
@@ -226,6 +228,7 @@ def group_rows(rows, by_rank):
         acc.count += r.count
         acc.cpu_time_total += r.cpu_time_total
         acc.self_cpu_time_total += r.self_cpu_time_total
+        acc.is_async = acc.is_async and r.is_async
         if acc.node_id != r.node_id:
             acc.node_id = NO_NODE
     return list(out.values())

@@ -115,36 +115,42 @@ def rpc_report(match, clocks, threads_by_rank=None):
     ``clocks`` is {rank: ClockModel}; ``threads_by_rank`` {rank: observed server threads}.
     """
     threads_by_rank = threads_by_rank or {}
-    full = [c for c in match.calls if c.complete and c.caller in clocks and c.callee in clocks]
+    # by position: records of two jobs may share an rpc_id (ids restart in every run), and
+    # only the position tells a complete call from its namesake of the other job
+    calls_seen = list(match.calls)
+    full = [n for n, c in enumerate(calls_seen) if c.complete and c.caller in clocks and c.callee in clocks]
     transit = {}
-    for c in full:
-        t = clocks[c.callee].to_reference(c.start_ns) - clocks[c.caller].to_reference(c.send_ns)
-        transit[c.rpc_id] = t
+    for n in full:
+        c = calls_seen[n]
+        transit[n] = clocks[c.callee].to_reference(c.start_ns) - clocks[c.caller].to_reference(c.send_ns)
     floor = {}
-    for c in full:
-        pair = (c.caller, c.callee)
-        floor[pair] = min(floor.get(pair, transit[c.rpc_id]), transit[c.rpc_id])
-    queue = {c.rpc_id: transit[c.rpc_id] - floor[(c.caller, c.callee)] for c in full}
+    for n in full:
+        pair = (calls_seen[n].caller, calls_seen[n].callee)
+        floor[pair] = min(floor.get(pair, transit[n]), transit[n])
+    queue = {n: transit[n] - floor[(calls_seen[n].caller, calls_seen[n].callee)] for n in full}
 
     report = RpcReport(caller_only=match.caller_only, callee_only=match.callee_only)
     groups = {}
-    for c in match.calls:
-        groups.setdefault((c.kind, c.func, c.caller, c.callee), []).append(c)
-    for (kind, func, caller, callee), calls in groups.items():
-        done = [c for c in calls if c.rpc_id in queue]
+    for n, c in enumerate(calls_seen):
+        groups.setdefault((c.kind, c.func, c.caller, c.callee), []).append(n)
+    for (kind, func, caller, callee), members in groups.items():
+        calls = [calls_seen[n] for n in members]
+        done = [calls_seen[n] for n in members if n in queue]
+        done_queue = [queue[n] for n in members if n in queue]
         e2e = np.array([c.complete_ns - c.send_ns for c in done], dtype=np.int64)
         exe = np.array([c.end_ns - c.start_ns for c in done], dtype=np.int64)
         report.keys.append(RpcKeyStats(
             name=calls[0].name, kind=kind, func=func, caller=caller, callee=callee, count=len(calls),
             complete=len(done), errors=sum(c.status != "ok" for c in calls), e2e_us=summary_us(e2e),
             exec_us=summary_us(exe), overhead_us=summary_us(e2e - exe),
-            queue_us=summary_us([queue[c.rpc_id] for c in done])))
+            queue_us=summary_us(done_queue)))
 
-    for callee in sorted({c.callee for c in full}):
-        calls = [c for c in full if c.callee == callee]
+    for callee in sorted({calls_seen[n].callee for n in full}):
+        mine = [n for n in full if calls_seen[n].callee == callee]
+        calls = [calls_seen[n] for n in mine]
         starts = np.array([c.start_ns for c in calls], dtype=np.int64)
         ends = np.array([c.end_ns for c in calls], dtype=np.int64)
-        waits = np.array([queue[c.rpc_id] for c in calls], dtype=np.int64)
+        waits = np.array([queue[n] for n in mine], dtype=np.int64)
         peak = _max_concurrent(starts, ends)
         threads = threads_by_rank.get(callee) or peak
         in_flight = _covered_ns(starts - waits, ends, 1)
