@@ -697,13 +697,18 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
               help="Leave out complete events shorter than US microseconds.")
 @click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
               help="Leave out events of this category (e.g. python_function). Repeatable.")
+@click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+              default=None, metavar="[US]",
+              help="As combine --overview: per rank its steps, RPC spans and collectives, and every other complete "
+                   f"event at least US microseconds long (default {OVERVIEW_US:g}).")
 @engine_options
 @click.option("--group-by", type=click.Choice(reports.GROUP_BY), default="name", show_default=True,
               help="key_averages: one row per op name over all ranks, or one per name and rank.")
 @click.option("--critical-path", "critical_path", is_flag=True,
               help="Also find the cross-rank critical path (the critical_path table), from the same read of each rank.")
 def export_tables(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, ranks, window,
-                  min_duration, drop_categories, engine, jobs, scheduler, group_by, critical_path, skip_bad, strict):
+                  min_duration, drop_categories, overview, engine, jobs, scheduler, group_by, critical_path, skip_bad,
+                  strict):
     """Write the aligned job as Parquet tables in DIR, for pandas, DuckDB, Dask or Spark.
 
     Events (one row per event of the merged trace, times in ns on the reference clock) are
@@ -735,7 +740,7 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
         job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories))
+                              drop_categories=frozenset(drop_categories), overview_us=overview)
         summary = export(job, output, None, selection, force, group_by, critical_path)
     finally:
         runner.close()
