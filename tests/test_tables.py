@@ -229,3 +229,14 @@ def test_errors_are_one_line_with_exit_codes(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["t"]  # nothing half-written left behind
     code, text = run("export", *files, "-o", out, "--force")
     assert code == 0 and os.path.isdir(out / "events")
+
+
+def test_dask_engine_writes_the_same_events(tmp_path):
+    pytest.importorskip("distributed")
+    files = SAMPLES["rl_agent"]
+    local = events_of(exported(files, tmp_path))
+    out = tmp_path / "dask"
+    code, text = run("export", *files, "-o", out, "--engine", "dask", "-j", 2)
+    assert code == 0, text
+    assert sorted(map(repr, events_of(out).to_pylist())) == sorted(map(repr, local.to_pylist()))
+    assert pq.read_table(out / "rpcs.parquet").equals(pq.read_table(tmp_path / "tables" / "rpcs.parquet"))

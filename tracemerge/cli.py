@@ -721,15 +721,20 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
       tracemerge export samples/rpc_profiling/rank*.json.gz -o tables/
       tracemerge export rank*.json.gz -o tables/ --window 100:350 --jobs 8 --force
     """
-    # Arrow's pool is chosen when pyarrow is first imported: the C library's malloc hands the
-    # pages of each written batch back, the bundled mimalloc keeps them (~25 MB more per worker)
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     from tracemerge.tables.events import require_arrow
     from tracemerge.tables.export import check_directory, export
 
-    # Arrow's first array sets up ~30 MB of its registries: made here, before the local
-    # workers fork, they are pages every worker shares instead of a copy in each
-    require_arrow().array([0]).cast("string")
+    # Arrow's pool is chosen when pyarrow is first imported: the C library's malloc hands the
+    # pages of each written batch back, the bundled mimalloc keeps them (~25 MB more per
+    # worker). Its first array sets up ~30 MB of registries: made here, before the local
+    # workers fork, they are pages every worker shares instead of a copy in each.
+    pool = os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = pool or "system"
+    try:
+        require_arrow().array([0]).cast("string")
+    finally:  # the environment as it was (the choice is made)
+        if pool is None:
+            os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)
     check_directory(output, force)  # before any input is read
     if scheduler:
         files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves

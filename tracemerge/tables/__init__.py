@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 TABLES = ("events",) + JOB_TABLES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Tables:
     """Every table of one job as Arrow (``arrow[name]``), and as pandas DataFrames by
     attribute (``tables.events``, ``tables.rpcs``, …; pandas is the optional extra)."""
@@ -31,6 +31,9 @@ class Tables:
     arrow: Mapping[str, "pa.Table"]
     job: Job = field(repr=False)
     alignment: Alignment = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "Tables(" + ", ".join(f"{name}: {len(table)} rows" for name, table in self.arrow.items()) + ")"
 
     def df(self, name: str) -> "pd.DataFrame":
         """Table ``name`` as a pandas DataFrame (nullable integer columns stay integers)."""

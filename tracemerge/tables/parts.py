@@ -206,9 +206,9 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
         sources.append(trace)
         tasks.append(task(rank=place.rank, part=1, place=place, path=where(place.rank, 1), report=False,
                           timeline_names=None))
+    # a job opened without an engine keeps small inputs in memory (a core-read trace maps its
+    # file and does not pickle): its parts are made here, as the job has no workers anyway
     runner = job.engine or LocalEngine(1)
-    if any(not isinstance(s, str) for s in sources) and not isinstance(runner, LocalEngine):
-        runner = LocalEngine(1)  # traces the job keeps in memory (a core-read one maps its file): made here
     parts: List[RankPart] = runner.map(rank_part, sources, tasks)
     return Built(parts, job_level(job, alignment, parts, group_by, critical_path), alignment, places)
 
