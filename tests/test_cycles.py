@@ -97,7 +97,8 @@ def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_pat
         assert got == want
     # the RPCs of every cycle are joined, with both sides
     assert summary["rpc_sides"] == {"calls": 2 * CYCLES, "both_sides": 2 * CYCLES, "caller_only": 0,
-                                    "callee_only": 0}, (summary["rpc_sides"], summary["records"], res.stderr)
+                                    "callee_only": 0, "drawn": 2 * CYCLES,
+                                    "spans_missing": {"caller": 0, "callee": 0}}, (summary["rpc_sides"], res.stderr)
     flows = [e for e in doc["traceEvents"] if e.get("ph") in ("s", "f") and e.get("cat") == "rpc"]
     assert len(flows) == 4 * 2 * CYCLES  # request and response, two halves each, per call
 

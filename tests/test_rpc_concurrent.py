@@ -137,6 +137,19 @@ def job(tmp_path_factory):
     return out, [str(out / f"rank{r}.json.gz") for r in range(WORLD)], torch_rows
 
 
+def _open_at_stop(paths):
+    """{(name, rank)} of the spans a rank's profiler stopped inside (args.finished false):
+    no row of tracemerge's key averages, while torch's count them with an end of its own.
+    Whether the job leaves one open depends on when each worker's block ends (rank 1's can
+    end while it still serves worker0's last call), so the tests compare around them."""
+    found = set()
+    for rank, path in enumerate(paths):
+        for e in load_output(path)["traceEvents"]:
+            if (e.get("args") or {}).get("finished") is False:
+                found.add((e["name"], rank))
+    return found
+
+
 def _is_rpc_key(key):
     return "#" in key and ("->" in key or key.startswith("gloo:")) or key.startswith("gloo:")
 
@@ -236,9 +249,10 @@ def test_report_rows_equal_torch_key_averages(job, tmp_path):
     assert r.returncode == 0, r.stderr
     got = {(row["key"], row["node_id"]): row for row in json.loads((tmp_path / "r.json").read_text())["key_averages"]}
     checked = 0
+    still_open = _open_at_stop(paths)
     for rank, found in torch_rows.items():
         for row in found["rows"]:
-            if not _is_rpc_key(row["key"]):
+            if not _is_rpc_key(row["key"]) or (row["key"], rank) in still_open:
                 continue
             mine = got[row["key"], rank]
             assert mine["count"] == row["count"], row
@@ -260,9 +274,10 @@ def test_every_report_row_equals_torch(job, merged_path, tmp_path, source):
     r = cli("report", *files, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
     assert r.returncode == 0, r.stderr
     got = {(row["key"], row["node_id"]): row for row in json.loads((tmp_path / "r.json").read_text())["key_averages"]}
+    still_open = _open_at_stop(paths)
     for rank, found in torch_rows.items():
-        expected = {(row["key"], rank): row for row in found["rows"]}
-        assert set(expected) == {k for k in got if k[1] == rank}
+        expected = {(row["key"], rank): row for row in found["rows"] if (row["key"], rank) not in still_open}
+        assert set(expected) == {k for k in got if k[1] == rank} - still_open
         for key, row in expected.items():
             # the trace has each event's times to 1 ns, torch to fractions of one: up to 1 ns per event
             slack = 1e-3 * row["count"]
@@ -284,8 +299,11 @@ def test_cpu_total_share_of_asynchronous_rows_is_torchs_0(job, tmp_path):
         if len(cells) == 8:
             share[cells[0].strip("`"), int(cells[7])] = cells[3]
     zero = 0
+    still_open = _open_at_stop(paths)
     for rank, found in torch_rows.items():
         for row in found["rows"]:
+            if (row["key"], rank) in still_open:
+                continue
             if row["total_cpu_percent"] == "0":
                 assert share[row["key"], rank] == "0", row
                 zero += 1

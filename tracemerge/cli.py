@@ -13,6 +13,7 @@ from tracemerge import native
 from tracemerge.clocks.methods import METHODS
 from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
 from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
+from tracemerge.correlate.match import inferred_order_cuts
 from tracemerge.engine import LocalEngine, make_engine
 from tracemerge.errors import (
     EXIT_INPUT,
@@ -25,6 +26,7 @@ from tracemerge.errors import (
     TracemergeError,
 )
 from tracemerge.formats import FORMATS as OUTPUT_FORMATS
+from tracemerge.inputs.rankinfo import ASSUMED_RANK
 from tracemerge.job import AlignRequest, Job
 from tracemerge.merge.combine import write as write_trace
 from tracemerge.output import check_output
@@ -184,6 +186,12 @@ def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
         say(f"tracemerge: warning: skipped {path}: {problem}", err=True)
     for w in job.warnings:
         say(f"tracemerge: warning: {w}", err=True)
+    for w in inferred_order_cuts(job.infos)[1]:
+        say(f"tracemerge: warning: {w}", err=True)
+    for info in job.infos:
+        if info.rank_source == ASSUMED_RANK:
+            say(f"tracemerge: note: {info.path}: no rank in the file (no distributedInfo.rank, none in its name): "
+                "the only input, taken as rank 0", err=True)
     if file_warnings:
         file_warnings_of([i for i in job.infos if not i.partial])  # a head says nothing of the events
     return job
@@ -219,7 +227,8 @@ def rank_options(fn):
                            "default: every cycle, the cycles of a rank joined into one process).")(fn)
     return click.option(
         "--rank-from", type=click.Choice(["auto", "order"]), default="auto", show_default=True,
-        help="auto: the rank file's metadata, Kineto distributedInfo.rank, then the file name; "
+        help="auto: the rank file's metadata, Kineto distributedInfo.rank, then the file name (a single "
+             "file naming none is rank 0; several naming none take their order, with a warning); "
              "order: number the files 0, 1, … in the order given (cycle files too: not joined).")(fn)
 
 

@@ -24,7 +24,7 @@ calls into each other (:func:`lanes`); the report uses it to compute key average
 does (``report.keyavg``).
 """
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -241,6 +241,16 @@ NOT_HOST_OPS = frozenset((
     "Trace", "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "fwdbwd",
     "overhead", "cuda_profiler_range",
     "critical_path"))  # combine --critical-path's drawing (tracemerge.analysis.drawing)
+NOT_HOST_LOWER = frozenset(c.lower() for c in NOT_HOST_OPS)
+# Kineto categories of device activity, those torch's deviceTypeFromActivity makes device
+# events (older Kineto wrote "Kernel", "Memcpy", "Memset": categories are compared lowercased)
+DEVICE_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation",
+                         "cuda_profiler_range", "mtia_ccp_events", "memcpy", "memset"))
+
+
+def category_codes(trace: RankTrace, test: Callable[[str], bool]) -> np.ndarray:
+    """Codes of the names of ``trace`` (categories among them) whose lowercased text passes ``test``."""
+    return np.array([i for i, s in enumerate(trace.names) if isinstance(s, str) and test(s.lower())], dtype=np.int32)
 
 
 def _codes_in(table: Any, wanted: frozenset) -> np.ndarray:
@@ -251,5 +261,18 @@ def host_ops(trace: RankTrace) -> np.ndarray:
     """Indices of the events torch's key_averages() would count."""
     mask = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
     mask &= ~np.isin(trace.name, _codes_in(trace.names, DROPPED_NAMES))
-    mask &= ~np.isin(trace.cat, _codes_in(trace.names, NOT_HOST_OPS))
+    mask &= ~np.isin(trace.cat, category_codes(trace, lambda c: c in NOT_HOST_LOWER or c in DEVICE_CATS))
     return np.flatnonzero(mask)
+
+
+def unfinished(trace: RankTrace) -> np.ndarray:
+    """Which events are spans still open when the profiler stopped: Kineto writes them with
+    ``args.finished`` false and a duration that runs to the stop, which is no duration of
+    the span's own (torch's key averages take another end for them, one the trace does not
+    hold). They nest as written; they are no row of the key averages."""
+    mask = np.zeros(len(trace), dtype=bool)
+    for i in trace.args.with_key("finished"):  # args are decoded for these events only
+        a = trace.args[i]
+        if isinstance(a, dict) and a.get("finished") is False:
+            mask[i] = True
+    return mask

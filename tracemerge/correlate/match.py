@@ -9,7 +9,7 @@ same joins as :class:`RpcCall` and :class:`CollectiveMatch` objects.
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import itemgetter
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -203,16 +203,59 @@ class Collectives:
         return [self.records[i].get("op", "") for i in self.first.tolist()]
 
 
+def inferred_order_cuts(infos: list) -> Tuple[Dict[tuple, int], List[str]]:
+    """Where the ranks' collectives without sequence numbers stop agreeing.
+
+    Their ``seq`` is their place among their group's collectives on their rank
+    (:mod:`tracemerge.inputs.kineto_collectives`); the k-th of a group must then be the same
+    op, size and dtype on every rank. Returns {(job_id or None, group): the first seq where
+    two ranks disagree}, and a sentence for each: that group is matched up to there only,
+    since a rank that recorded one more or one fewer would shift every later match.
+    """
+    several = _several_jobs(infos)
+    seen: Dict[tuple, Tuple[int, tuple]] = {}
+    cuts: Dict[tuple, int] = {}
+    said: Dict[tuple, str] = {}
+    for info in infos:
+        for rec in info.collectives:
+            if not rec.get("seq_inferred"):
+                continue
+            group = (info.job_id if several else None, str(rec["group"]))
+            seq = int(rec["seq"])
+            what = (rec.get("op", ""), rec.get("nelems"), rec.get("dtype", ""))
+            rank, first = seen.setdefault((*group, seq), (info.rank, what))
+            if first != what and seq < cuts.get(group, seq + 1):
+                cuts[group] = seq
+                said[group] = (f"collectives of process group {group[1]} carry no sequence number and their order "
+                               f"disagrees at #{seq}: rank {rank} has {_said(first)}, rank {info.rank} has "
+                               f"{_said(what)}; that group's collectives from #{seq} on are not matched")
+    return cuts, [said[g] for g in sorted(said, key=str)]
+
+
+def _said(what: tuple) -> str:
+    op, nelems, dtype = what
+    return f"{op or '?'} of {nelems if nelems is not None else '?'} × {dtype or '?'}"
+
+
 def match_collectives(infos):
     """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
-    its last start, bytes and end given count."""
-    records = [rec for info in infos for rec in info.collectives]
+    its last start, bytes and end given count. Records whose seq was inferred are matched
+    only up to where the ranks' orders disagree (:func:`inferred_order_cuts`)."""
+    kept = [info.collectives for info in infos]
+    cuts, _ = inferred_order_cuts(infos)
+    if cuts:
+        several = _several_jobs(infos)
+        kept = [[rec for rec in info.collectives
+                 if not rec.get("seq_inferred")
+                 or rec["seq"] < cuts.get((info.job_id if several else None, str(rec["group"])), rec["seq"] + 1)]
+                for info in infos]
+    records = [rec for recs in kept for rec in recs]
     keys = list(zip(map(str, map(itemgetter("group"), records)), map(int, map(itemgetter("seq"), records))))
     if _several_jobs(infos):  # sequence numbers restart in every run: never join two jobs' collectives
-        keys = [(job, *key) for job, key in zip((info.job_id for info in infos for _ in info.collectives), keys)]
+        keys = [(job, *key) for job, key in zip((info.job_id for info, recs in zip(infos, kept) for _ in recs), keys)]
     index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     row = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
-    cell = row * len(infos) + np.repeat(np.arange(len(infos)), [len(info.collectives) for info in infos])
+    cell = row * len(infos) + np.repeat(np.arange(len(infos)), [len(recs) for recs in kept])
     first = np.full(len(index), len(records))
     np.minimum.at(first, row, np.arange(len(records)))
     shape = (len(index), len(infos))

@@ -369,10 +369,30 @@ def float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base):
             i = int(wraps[0])
             raise TraceError(path, f"'ts' {ts_f[i]:g} µs is out of range: baseTimeNanoseconds {base} + ts (+ dur) "
                                    "is beyond year 2116 (2**62 ns)", i)
-    ts = np.where(ts_missing, 0, np.rint(ts_f * 1000.0)).astype(np.int64) + (base or 0)
+    ts = _exact_ns(np.where(ts_missing, 0.0, ts_f)) + (base or 0)
     ts[ts_missing] = NO_TS
-    dur = np.where(dur_missing, NO_DUR, np.rint(np.where(dur_missing, 0, dur_f) * 1000.0)).astype(np.int64)
+    dur = np.where(dur_missing, NO_DUR, _exact_ns(np.where(dur_missing, 0.0, dur_f)))
     return ts, dur
+
+
+def _exact_ns(us: np.ndarray) -> np.ndarray:
+    """int64 ns of float64 µs, whole µs converted exactly.
+
+    Older Kineto writes epoch µs (~1.7e15) with no base: ``us * 1000.0`` is then past
+    2**53 and off by up to 128 ns, enough to turn a child that ends with its parent into
+    one that ends after it (torch then nests it elsewhere and the parent's self time
+    goes negative). The whole µs (exact in float64 below 2**53) and the fraction
+    (exact as ``us - floor(us)``) are scaled apart.
+    """
+    whole = np.floor(us)
+    split = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+    # below 2**43 µs the product is within half a ns and stays as it always was (the same
+    # output bytes: the two roundings may differ by 1 ns on sub-ns fractions)
+    return np.where(np.abs(us) < EXACT_PRODUCT_US, np.rint(us * 1000.0).astype(np.int64), split)
+
+
+# µs below which ``us * 1000.0`` is exact to within half a ns (2**53 ns / 1000)
+EXACT_PRODUCT_US = float(2**43)
 
 
 # ---- the typed reader ------------------------------------------------------------------
@@ -450,31 +470,24 @@ class _Columns(_Timing, gc=False):
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _NULL = msgspec.Raw(b"null")
-_TIMING = msgspec.json.Decoder(list[_Timing])
 _COLUMNS = msgspec.json.Decoder(list[_Columns])
 
 
 def read_typed(path, data, extra=True, describing=False):
     """The RankTrace of ``data`` by the typed reader, or None when it does not take the file;
     with ``extra`` the trace keeps the event structs (``events``) for the transform, without
-    it the EXTRA_KEYS are left out (``extra`` is all None). ``describing``:
-    only for :func:`rankinfo.describe` — when the rank-file block lists its collectives,
-    describe reads no args, so neither args nor the extra keys are built (all None)."""
+    it the EXTRA_KEYS are left out (``extra`` is all None). ``describing``: only for
+    :func:`rankinfo.describe`, which reads the args of RPC spans (and, without a rank-file
+    block listing them, of collectives), so the args are kept as raw JSON."""
     try:
         top = _TOP.decode(data)
         block = msgspec.json.decode(top.pop("tracemerge")) if "tracemerge" in top else None
-        timing = describing and isinstance(block, dict) and "collectives" in block
-        events = (_TIMING if timing else _EVENTS if extra else _COLUMNS).decode(top.pop("traceEvents"))
+        events = (_EVENTS if extra and not describing else _COLUMNS).decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items()}
     except (msgspec.DecodeError, UnicodeDecodeError, KeyError):
         return None
     if block is not None and not isinstance(block, dict):
         return None
-    if timing:
-        columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS if k != "args"}
-        n = len(events)
-        del events
-        return from_columns(path, columns, Args([None] * n), Extra(columns={}, n=n), meta, block)
     columns = {k: list(map(attrgetter(k), events)) for k in COLUMN_KEYS}
     _fill_absent(events, columns)
     n = len(events)

@@ -7,7 +7,12 @@ Checks never change data; they say what looks wrong so a merged timeline is not 
 blindly.
 """
 
+from typing import List
+
 import numpy as np
+
+from tracemerge.model import RankTrace
+from tracemerge.nesting import DEVICE_CATS
 
 # A clock jump must be larger than this to be reported: smaller steps are within what
 # NTP slews and what a writer's own ordering can look like.
@@ -16,6 +21,13 @@ JUMP_TOLERANCE_NS = 1_000_000_000
 # longer than all the trace's other time together.
 GAP_MIN_NS = 10_000_000_000
 GAP_FACTOR = 10
+FLOW_PHASES = np.array([ord("s"), ord("t"), ord("f")], dtype=np.uint8)
+
+
+def _from_cupti(cat: str) -> bool:
+    """A category of device activity or runtime calls (CUPTI/roctracer records, not the
+    profiler's CPU ops)."""
+    return cat in DEVICE_CATS or cat.endswith("_runtime") or cat.endswith("_driver") or cat == "runtime"
 
 
 def _seconds(ns):
@@ -37,13 +49,13 @@ def _window(trace, span_name):
     return None
 
 
-def clock_jumps(trace, span_name):
+def clock_jumps(trace: RankTrace, span_name: str) -> List[str]:
     """Warnings about clock steps inside one trace, each naming an event index.
 
     Three signs, all vectorised: events stamped far outside the profiling window the file
-    declares (its rank-file window, else the span named ``span_name``); an event that ends before the event written before it on the same thread
-    began (time went backwards); and a long silence between two clusters of events
-    (time leapt forward).
+    declares (its rank-file window, else the span named ``span_name``); an event that ends
+    before the event of its category written before it on the same thread began (time went
+    backwards); and a long silence between two clusters of events (time leapt forward).
     """
     idx = np.flatnonzero(trace.timed & (trace.ph != ord("M")))
     if len(idx) < 2:
@@ -62,9 +74,19 @@ def clock_jumps(trace, span_name):
             out.append(f"possible clock jump: {len(outside)} events start outside the profiling window "
                        f"by up to {_seconds(worst)} (first: event {int(idx[outside[0]])})")
 
-    order = np.lexsort((idx, trace.tid[idx], trace.pid[idx]))  # per thread, in file order
-    same_thread = (trace.pid[idx][order][1:] == trace.pid[idx][order][:-1]) & \
-                  (trace.tid[idx][order][1:] == trace.tid[idx][order][:-1])
+    # Per thread and category, in file order, on the profiler's own CPU events only: Kineto
+    # writes a thread's CUDA runtime calls after all its CPU ops, and runtime calls and
+    # device activity come from CUPTI buffer by buffer (a later buffer's kernels before an
+    # earlier one's memsets, a later buffer's cudaEventQuery after an earlier one's sync), so
+    # their file order is not time order at all; flow points (s/t/f) take the time of the
+    # event they bind to. All those are left out.
+    pid, tid, cat = trace.pid[idx], trace.tid[idx], trace.cat[idx]
+    device = [i for i, n in enumerate(trace.names) if isinstance(n, str) and _from_cupti(n.lower())]
+    flow = np.isin(trace.ph[idx], FLOW_PHASES) | np.isin(cat, device)
+    order = np.lexsort((idx, cat, tid, flow, pid))
+    order = order[~flow[order]]
+    same_thread = (pid[order][1:] == pid[order][:-1]) & (tid[order][1:] == tid[order][:-1]) & \
+                  (cat[order][1:] == cat[order][:-1])
     step = ts[order][:-1] - end[order][1:]
     back = np.flatnonzero(same_thread & (step > JUMP_TOLERANCE_NS))
     if len(back):

@@ -64,6 +64,10 @@ class RankInfo:
         return self.parts or [self]
 
 
+# rank_source of a single input that names no rank
+ASSUMED_RANK = "no rank given; the only input"
+
+
 def rank_from_name(path):
     """The rank spelled in a file name (``rank3``, ``rank-3``, ``worker_3`` …), or None."""
     found = _RANK_IN_NAME.findall(os.path.basename(path))
@@ -347,21 +351,39 @@ def rank_of(info: RankInfo) -> int:
     return info.rank
 
 
-def assign_ranks(infos, rank_from="auto"):
-    """Give every info its rank; ``rank_from="order"`` numbers files in the order given.
+def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = False) -> List[RankInfo]:
+    """Give every info its rank; ``rank_from="order"`` numbers files in the order given; a
+    single file that names no rank is rank 0 (``rank_source`` :data:`ASSUMED_RANK`), and
+    several files none of which names a rank take the order given, each with a warning
+    (``strict``: refused instead).
 
-    Two files claiming one rank, or a file whose rank cannot be told, is an error: merging
-    them silently would put two workers' events on one timeline row.
+    Two files claiming one rank, or a file whose rank cannot be told among files that name
+    theirs, is an error: merging them silently would put two workers' events on one
+    timeline row.
     """
     if rank_from == "order":
         for i, info in enumerate(infos):
             info.rank, info.rank_source = i, "order"
         return infos
+    if len(infos) == 1 and infos[0].rank is None:
+        # one trace of a job without a process group (a plain torch.profiler run): nothing
+        # to tell apart, so it is rank 0, and the CLI says so in a note
+        infos[0].rank, infos[0].rank_source = 0, ASSUMED_RANK
+        return infos
+    if len(infos) > 1 and not strict and all(info.rank is None for info in infos):
+        # traces of other people's jobs often name no rank at all: the order given is the
+        # only order there is, said on every file (a mix of named and unnamed is refused
+        # below: renumbering the named ones would contradict them)
+        for i, info in enumerate(infos):
+            info.rank, info.rank_source = i, "order given (no file names a rank)"
+            info.warnings = list(info.warnings) + [
+                f"no rank in the file: rank {i} by the order of the files given (--strict refuses)"]
+        return infos
     for info in infos:
         if info.rank is None:
             raise RankConflict(f"{info.path}: cannot tell the rank (no 'tracemerge' block, no "
                                "distributedInfo.rank, no rank in the file name); pass --rank-from order")
-    seen = {}
+    seen: Dict[Optional[int], RankInfo] = {}
     for info in infos:
         other = seen.setdefault(info.rank, info)
         if other is not info:

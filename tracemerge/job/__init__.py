@@ -115,7 +115,7 @@ class Job:
             infos = keep_cycle(infos, cycle)
         if rank_from != "order":  # numbered in the order given, every file is a rank of its own
             infos = join_cycles(infos)
-        assign_ranks(infos, rank_from)
+        assign_ranks(infos, rank_from, strict)
         infos.sort(key=rank_of)
         links = correlate(infos)
         warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links)

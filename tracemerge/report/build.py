@@ -7,7 +7,7 @@ or an HTML page.
 """
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -15,19 +15,26 @@ from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.analysis.summary import analyse, analysis_dict
 from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.correlate.match import correlate
+from tracemerge.correlate.match import correlate, inferred_order_cuts
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
+from tracemerge.nesting import unfinished
 from tracemerge.report.collectives import collective_report
-from tracemerge.report.keyavg import group_rows, key_averages, op_tree
+from tracemerge.report.gpu import gpu_rank
+from tracemerge.report.keyavg import KeyAverage, group_rows, has_device_time, key_averages, op_tree
 from tracemerge.report.rpcstats import rpc_report, server_threads
 
-SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id")
+SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id",
+             "device_time_total", "self_device_time_total", "device_time",
+             # torch's sort_by takes "cuda" for "device" (_build_table)
+             "cuda_time_total", "self_cuda_time_total", "cuda_time")
 GROUP_BY = ("name", "name,rank")
 ROW_FIELDS = ("key", "count", "node_id", "cpu_time_total", "self_cpu_time_total", "cpu_time")
+# added to every row (JSON, CSV) when the report has device time, as torch's table adds its columns
+DEVICE_FIELDS = ("device_time_total", "self_device_time_total", "device_time", "device_type")
 TIMELINE_BINS = 120
 
 
@@ -44,6 +51,7 @@ class Report:
     timeline: dict = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
     notes: list = field(default_factory=list)
     analysis: object = None            # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
+    gpu: list = field(default_factory=list)        # [GpuRank] of the ranks with device activity
 
 
 def is_merged(trace):
@@ -117,7 +125,8 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     alignment = job.clock_model(alignment)
     clocks = alignment.clocks
     rows, threads, traces_info = [], {}, []
-    spans, timelines = {}, {}
+    spans, timelines, gpu = {}, {}, []
+    open_at_stop: Dict[str, int] = {}   # {path: spans still open when its profiler stopped}
     for rank, info in zip(job.ranks, job.infos):
         # one rank's columns at a time, read once: rows, threads and the top-level spans
         # (for the busy bins, once every rank's time span is known) are all that is kept of it
@@ -127,6 +136,8 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
         with reading(info.path):
             tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
             rows += key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree)
+            open_at_stop[info.path] = int(unfinished(trace).sum())
+            gpu.append(gpu_rank(trace, rank))
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
                 timelines[rank] = rank_timeline(trace, rank, clocks[rank],
                                                      {r.get("name", "") for r in info.rpcs})
@@ -141,11 +152,21 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
                     clocks=[clocks[r].as_dict() for r in job.ranks], reference=alignment.reference,
-                    align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy})
+                    align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy},
+                    gpu=[g for g in gpu if g is not None])
     _add_records(report, job.infos, job.links, clocks, threads)
+    report.notes += unfinished_notes(open_at_stop)
     if analysis:
         report.analysis = analyse(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives, clocks))
     return report
+
+
+def unfinished_notes(open_at_stop: Dict[str, int]) -> List[str]:
+    """A note per input with spans still open when its profiler stopped (``args.finished``
+    false): they are in the trace as Kineto wrote them, and no row of the key averages."""
+    return [f"{path}: {n} span{'s were' if n != 1 else ' was'} still open when the profiler stopped (args.finished "
+            "false; the duration written runs to the stop, not to the span's end): left out of the key averages, "
+            "their children still counted under them" for path, n in open_at_stop.items() if n]
 
 
 def _add_records(report, infos, links, clocks, threads):
@@ -159,7 +180,8 @@ def _add_records(report, infos, links, clocks, threads):
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
     report.collectives = collective_report(links.collectives, clocks)
-    if not any(i.has_block for i in infos):
+    report.notes += inferred_order_cuts(infos)[1]
+    if not any(i.has_block for i in infos) and not report.collectives:
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
 
 
@@ -190,6 +212,9 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
         key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by,
         ranks=[{k: i.get(k) for k in ("rank", "worker_name", "hostname", "path")} for i in inputs],
         clocks=list(block.get("alignment") or []), reference=block.get("reference", 0), align=block.get("align", ""))
+    found = (gpu_rank(trace, r, np.flatnonzero(node == r)) for r in sorted(set(node.tolist()) - {-1}))
+    report.gpu = [g for g in found if g is not None]
+    report.notes += unfinished_notes({trace.path: int(unfinished(trace).sum())})
     span = trace.time_span()
     if span is not None:
         first, last = span
@@ -221,18 +246,24 @@ def sorted_rows(rows, sort_by="cpu_time_total", row_limit=100):
     if sort_by == "key":
         rows = sorted(rows, key=lambda r: r.key)
     else:
-        rows = sorted(rows, key=lambda r: getattr(r, sort_by), reverse=True)
+        attr = sort_by.replace("cuda", "device")
+        rows = sorted(rows, key=lambda r: getattr(r, attr), reverse=True)
     return rows[:row_limit] if row_limit and row_limit > 0 else rows
 
 
-def row_dict(r):
-    return {f: getattr(r, f) for f in ROW_FIELDS}
+def row_fields(rows: list) -> tuple:
+    """The fields of the rows of a report with ``rows``: torch's device ones too when some
+    row has device time."""
+    return ROW_FIELDS + DEVICE_FIELDS if has_device_time(rows) else ROW_FIELDS
 
 
+def row_dict(r: KeyAverage, fields: tuple = ROW_FIELDS) -> dict:
+    return {f: getattr(r, f) for f in fields}
 
 def report_dict(report, sort_by="cpu_time_total", row_limit=0):
     return {
-        "key_averages": [row_dict(r) for r in sorted_rows(report.key_averages, sort_by, row_limit)],
+        "key_averages": [row_dict(r, row_fields(report.key_averages))
+                         for r in sorted_rows(report.key_averages, sort_by, row_limit)],
         "group_by": report.group_by,
         "ranks": report.ranks,
         "reference": report.reference,
@@ -241,5 +272,7 @@ def report_dict(report, sort_by="cpu_time_total", row_limit=0):
         "rpc": asdict(report.rpc) if report.rpc is not None else None,
         "collectives": [asdict(c) for c in report.collectives],
         "notes": report.notes,
+        # GPU traces only, so CPU-only reports stay as they were
+        **({"gpu": [{**asdict(g), "overlap_share": g.overlap_share} for g in report.gpu]} if report.gpu else {}),
         **(analysis_dict(report.analysis) if report.analysis is not None else {}),
     }

@@ -2,6 +2,10 @@
 share formatting (torch/autograd/profiler_util.py) and the rows of the RPC and collective
 sections."""
 
+from typing import Callable, List, Tuple
+
+from tracemerge.report.keyavg import KeyAverage, device_label, has_device_time, self_device_total
+
 
 def format_time(us):
     if us >= 1e6:
@@ -47,15 +51,39 @@ def collective_rows(colls):
 KEY_HEAD = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
 
 
-def key_rows(rows, all_rows, name=lambda key: key):
+def key_rows(rows: List[KeyAverage], all_rows: List[KeyAverage],
+             name: Callable[[str], str] = lambda key: key) -> Tuple[List[str], List[list], float]:
     """(head, body, self CPU time total) of the key-averages table, as torch's table() has
     it: shares of the self time of ``all_rows``, the shown ``rows`` only; ``name`` dresses
-    each key for its format (cut, quoted)."""
+    each key for its format (cut, quoted). When some row has device time, torch's device
+    columns follow ``CPU time avg`` (``Self CUDA``, ``Self CUDA %``, ``CUDA total``,
+    ``CUDA time avg``; the device's own name for MTIA, XPU, ...), their shares of the
+    footer's ``Self CUDA time total``."""
     total_self = sum(r.self_cpu_time_total for r in all_rows)
-    body = [[name(r.key), format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
-             # torch's table gives an asynchronous row (an rpc_async in flight) no CPU total share: 0
-             0 if r.is_async else format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total),
-             format_time(r.cpu_time),
-             r.count, r.node_id] for r in rows]
-    return KEY_HEAD, body, total_self
+    device = has_device_time(all_rows)
+    total_device = self_device_total(all_rows)
+    head = list(KEY_HEAD)
+    if device:
+        d = device_label(all_rows)
+        head[6:6] = [f"Self {d}", f"Self {d} %", f"{d} total", f"{d} time avg"]
+    body = []
+    for r in rows:
+        cells = [name(r.key), format_share(r.self_cpu_time_total, total_self), format_time(r.self_cpu_time_total),
+                 # torch's table gives an asynchronous row (an rpc_async in flight) no CPU total share: 0
+                 0 if r.is_async else format_share(r.cpu_time_total, total_self), format_time(r.cpu_time_total),
+                 format_time(r.cpu_time)]
+        if device:
+            cells += [format_time(r.self_device_time_total), format_share(r.self_device_time_total, total_device),
+                      format_time(r.device_time_total), format_time(r.device_time)]
+        body.append(cells + [r.count, r.node_id])
+    return head, body, total_self
 
+
+def key_footer(all_rows: List[KeyAverage]) -> List[str]:
+    """torch's lines under the table: ``Self CPU time total``, and ``Self CUDA time total``
+    (the summed duration of the device events, user annotations' GPU copies left out) when
+    the table has device columns."""
+    lines = [f"Self CPU time total: {format_time(sum(r.self_cpu_time_total for r in all_rows))}"]
+    if has_device_time(all_rows):
+        lines.append(f"Self {device_label(all_rows)} time total: {format_time(self_device_total(all_rows))}")
+    return lines

@@ -84,8 +84,8 @@ def _is_rpc_span(key):
 def _key_metrics(report):
     out = {}
     for r in report.key_averages:
-        if _is_rpc_span(r.key):
-            continue
+        if _is_rpc_span(r.key) or r.device_type != "CPU":
+            continue  # device rows (a GPU trace's kernels) have no CPU time; their counts would join the op's
         key = r.key if not r.is_user_annotation else f"{r.key} (user annotation)"
         m = out.setdefault(key, {"cpu_time_total": 0.0, "self_cpu_time_total": 0.0, "count": 0.0})
         m["cpu_time_total"] += r.cpu_time_total

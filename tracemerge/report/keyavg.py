@@ -15,20 +15,33 @@ overlapping events falls back to torch's stack walk itself, so the result is tor
 either way. Asynchronous events (ending on another thread: RPC caller spans of
 ``rpc_async``/``remote``, ``async_execution`` callee spans, ``gloo:*`` work) are left out
 of the nesting with self time 0, as torch leaves them (``tracemerge.nesting``).
+
+Device time (:func:`device_times`, :func:`device_rows`) follows torch's
+``_parse_kineto_results``: each kernel / memcpy / memset (any device activity linked to a
+launch) is a kernel of the dispatcher op that launched it — found here through the runtime
+call that has the device event's ``args.correlation``, and the innermost ``cpu_op``
+enclosing that call (user annotations get no kernels in torch: their correlation ids go to
+a stack of their own) — and every device event is also a row of its own with
+``device_time_total`` = ``self_device_time_total`` = its duration.
 """
 
 from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import (
+    DEVICE_CATS,
     asynchronous,
+    category_codes,
     host_ops,
     lane_origins,
     nest_order,
     parents_nested,
     parents_stack_walk,
     thread_runs,
+    unfinished,
 )
 
 USER_ANNOTATION = "user_annotation"
@@ -37,6 +50,16 @@ STEP_KEY = "ProfilerStep*"
 REMOTE_SPAN_SUFFIX = "#remote"
 REMOTE_OP = "#remote_op: "
 NO_NODE = -1   # torch's node_id when a row has no single node
+CPU = "CPU"
+# device events torch never appends as kernels of an op: GPU-side copies of user annotations
+# carry no launch, and MTIA activity is not among the device types _parse_kineto_results links
+UNLINKED_DEVICE_CATS = frozenset(("gpu_user_annotation", "mtia_ccp_events"))
+GPU_USER_ANNOTATION = "gpu_user_annotation"
+# the host ops torch gives kernels to (dispatcher ops; "operator" in old Kineto)
+LAUNCHING_CATS = frozenset(("cpu_op", "operator"))
+# the device's name in torch's table columns, by a category only that device's traces have;
+# ROCm traces use CUDA's categories and torch (use_device "cuda") calls their columns CUDA too
+DEVICE_NAMES = (("mtia_", "MTIA"), ("xpu_", "XPU"), ("hpu_", "HPU"), ("privateuse1_", "PRIVATEUSEONE"))
 
 
 @dataclass
@@ -49,15 +72,23 @@ class KeyAverage:
     cpu_time_total: float
     self_cpu_time_total: float
     is_user_annotation: bool = False
+    device_time_total: float = 0.0        # kernels of the op and of every op under it (µs)
+    self_device_time_total: float = 0.0   # kernels the op itself launched; a device row's own time
+    device_type: str = CPU                # torch's device_type: CPU for host ops, the device's name for device rows
     is_async: bool = False   # every event of the row is asynchronous: torch's table shows its CPU total % as 0
 
     @property
-    def cpu_time(self):
+    def cpu_time(self) -> float:
         return self.cpu_time_total / self.count if self.count else 0.0
 
-    def as_dict(self):
+    @property
+    def device_time(self) -> float:
+        return self.device_time_total / self.count if self.count else 0.0
+
+    def as_dict(self) -> dict:
         d = asdict(self)
         d["cpu_time"] = self.cpu_time
+        d["device_time"] = self.device_time
         return d
 
 
@@ -180,8 +211,10 @@ def remote_op_names(tree):
     return codes, keys
 
 
-def key_averages(trace, node_of_pid, remote_ops=False, tree=None):
-    """[KeyAverage] of one trace, one row per (key, node, user annotation), in first-seen order.
+def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = False,
+                 tree: Optional[OpTree] = None) -> List[KeyAverage]:
+    """[KeyAverage] of one trace, one row per (key, node, user annotation), in first-seen
+    order, then the device rows (:func:`device_rows`).
 
     ``node_of_pid`` maps the trace's pid codes to node ids (ranks): an int array, so a
     merged trace's processes map back to the ranks they came from. ``tree``: the trace's
@@ -190,7 +223,9 @@ def key_averages(trace, node_of_pid, remote_ops=False, tree=None):
     """
     tree = op_tree(trace) if tree is None else tree
     codes, keys = remote_op_names(tree) if remote_ops else (tree.name, tree.keys)
-    keep = tree.kept
+    # a span still open at the stop nests as written (its children are its children), but
+    # its duration runs to the stop: it is no row (report says how many, nesting.unfinished)
+    keep = tree.kept & ~unfinished(trace)[tree.index]
     idx = tree.index[keep]
     order = np.argsort(idx, kind="stable")   # rows appear in the order of their first event
     idx = idx[order]
@@ -203,24 +238,144 @@ def key_averages(trace, node_of_pid, remote_ops=False, tree=None):
     count = np.bincount(inv, minlength=len(uniq))
     total = np.bincount(inv, weights=dur, minlength=len(uniq))
     self_ = np.bincount(inv, weights=tree.self_ns[keep][order], minlength=len(uniq))
+    own_dev, total_dev = device_times(trace, tree)
+    dev_total = np.bincount(inv, weights=total_dev[keep][order], minlength=len(uniq))
+    dev_self = np.bincount(inv, weights=own_dev[keep][order], minlength=len(uniq))
     asynchronous = np.bincount(inv, weights=tree.is_async[keep][order], minlength=len(uniq)) == count
     rows = []
     for g in np.argsort(first, kind="stable"):
         key = int(uniq[g])
         rows.append(KeyAverage(key=keys[key >> 32], count=int(count[g]), node_id=((key >> 1) & 0x7FFFFFFF) - 1,
                                cpu_time_total=float(total[g]) / 1000.0, self_cpu_time_total=float(self_[g]) / 1000.0,
-                               is_user_annotation=bool(key & 1), is_async=bool(asynchronous[g])))
+                               is_user_annotation=bool(key & 1), device_time_total=float(dev_total[g]) / 1000.0,
+                               self_device_time_total=float(dev_self[g]) / 1000.0,
+                               is_async=bool(asynchronous[g])))
+    return rows + device_rows(trace, node_of_pid)
+
+
+def device_events(trace: RankTrace) -> np.ndarray:
+    """Indices of the complete device events of ``trace`` (:data:`DEVICE_CATS`)."""
+    mask = (trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR)
+    return np.flatnonzero(mask & np.isin(trace.cat, category_codes(trace, DEVICE_CATS.__contains__)))
+
+
+def device_name(trace: RankTrace) -> str:
+    """The device's name for torch's columns (``Self CUDA``, ``Self MTIA``, ...)."""
+    present = {trace.names[c].lower() for c in np.unique(trace.cat) if c >= 0 and isinstance(trace.names[c], str)}
+    for prefix, name in DEVICE_NAMES:
+        if any(c.startswith(prefix) for c in present):
+            return name
+    return "CUDA"
+
+
+def _is_runtime(cat: str) -> bool:
+    return cat.endswith("_runtime") or cat.endswith("_driver") or cat == "runtime"
+
+
+def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
+    """(device event indices, tree position of the op each was launched by, -1 for none).
+
+    A device event's ``args.correlation`` names its runtime call (``cudaLaunchKernel``,
+    ``cudaMemcpyAsync``, ``hipLaunchKernel``...); the op is the innermost ``cpu_op``
+    enclosing that call, after torch's merging of same-named only children (whose kernels
+    torch lifts to the parent). Calls outside any op, and device events with no call in
+    the trace, launch from no op: they count on their own rows only.
+    """
+    dev = device_events(trace)
+    dev = dev[~np.isin(trace.cat[dev], category_codes(trace, UNLINKED_DEVICE_CATS.__contains__))]
+    owner = np.full(len(dev), -1, dtype=np.int64)
+    if not len(dev):
+        return dev, owner
+    runtime = np.flatnonzero(np.isin(trace.cat[tree.index], category_codes(trace, _is_runtime)))
+    call_of: Dict[object, int] = {}
+    for pos, a in zip(runtime.tolist(), trace.args.dicts(tree.index[runtime].tolist())):
+        if a is not None and "correlation" in a:
+            call_of[a["correlation"]] = pos
+    if not call_of:
+        return dev, owner
+    calls = np.array([call_of.get(a.get("correlation"), -1) if a is not None else -1
+                      for a in trace.args.dicts(dev.tolist())], dtype=np.int64)
+    launching = np.isin(trace.cat[tree.index], category_codes(trace, LAUNCHING_CATS.__contains__))
+    at = np.where(calls >= 0, tree.parent[np.maximum(calls, 0)], -1)
+    while True:  # up past user annotations (and other non-dispatcher spans) to the launching op
+        climb = (at >= 0) & ~launching[np.maximum(at, 0)]
+        if not climb.any():
+            break
+        at[climb] = tree.parent[at[climb]]
+    owner[:] = at
+    return dev, owner
+
+
+def device_times(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
+    """(self, total) device ns per position of ``tree``: torch's ``self_device_time_total``
+    (the durations of the kernels the op launched) and ``device_time_total`` (its own and
+    those of every op nested under it)."""
+    own = np.zeros(len(tree.index), dtype=np.int64)
+    dev, owner = launches(trace, tree)
+    linked = owner >= 0
+    if not linked.any():
+        return own, own.copy()
+    np.add.at(own, owner[linked], trace.dur[dev[linked]])
+    total = own.copy()
+    at, dur = tree.parent[owner[linked]], trace.dur[dev[linked]]
+    while len(at):  # each kernel's time climbs to every ancestor of its op
+        up = at >= 0
+        at, dur = at[up], dur[up]
+        np.add.at(total, at, dur)
+        at = tree.parent[at]
+    return own, total
+
+
+def device_rows(trace: RankTrace, node_of_pid: np.ndarray) -> List[KeyAverage]:
+    """One row per (device event name, node, user annotation or not): torch's device
+    ``FunctionEvent`` rows — no CPU time, device time (total and self) their durations;
+    ``gpu_user_annotation`` spans are user annotations, as torch marks them."""
+    dev = device_events(trace)
+    if not len(dev):
+        return []
+    name = device_name(trace)
+    node = np.asarray(node_of_pid, dtype=np.int64)[trace.pid[dev]]
+    ua_code = trace.code_of(GPU_USER_ANNOTATION)
+    ua = trace.cat[dev] == (ua_code if ua_code is not None else -2)
+    code_of, keys = _key_table(trace.names)   # torch's _rewrite_name: ProfilerStep#N on a stream too
+    group = (code_of[trace.name[dev]].astype(np.int64) << 32) | ((node + 1) << 1) | ua
+    uniq, first, inv = np.unique(group, return_index=True, return_inverse=True)
+    count = np.bincount(inv, minlength=len(uniq))
+    total = np.bincount(inv, weights=trace.dur[dev], minlength=len(uniq))
+    rows = []
+    for g in np.argsort(first, kind="stable"):
+        key = int(uniq[g])
+        us = float(total[g]) / 1000.0
+        rows.append(KeyAverage(key=keys[key >> 32], count=int(count[g]), node_id=((key >> 1) & 0x7FFFFFFF) - 1,
+                               cpu_time_total=0.0, self_cpu_time_total=0.0, is_user_annotation=bool(key & 1),
+                               device_time_total=us, self_device_time_total=us, device_type=name))
     return rows
 
 
-def group_rows(rows, by_rank):
-    """Rows merged by (key, user annotation), and also by node when ``by_rank``.
+def has_device_time(rows: List[KeyAverage]) -> bool:
+    """Whether torch's table would show device columns: some row has self device time."""
+    return any(r.self_device_time_total > 0 for r in rows)
+
+
+def self_device_total(rows: List[KeyAverage]) -> float:
+    """torch's ``Self CUDA time total``: the self device time of the device rows, user
+    annotations' GPU copies left out (they overlap the kernels they enclose)."""
+    return sum(r.self_device_time_total for r in rows if r.device_type != CPU and not r.is_user_annotation)
+
+
+def device_label(rows: List[KeyAverage]) -> str:
+    """The device's name in the columns: that of the device rows (CUDA when there are none)."""
+    return next((r.device_type for r in rows if r.device_type != CPU), "CUDA")
+
+
+def group_rows(rows: List[KeyAverage], by_rank: bool) -> List[KeyAverage]:
+    """Rows merged by (key, device type, user annotation), and also by node when ``by_rank``.
 
     A row merged over several nodes gets node_id -1, torch's "no node".
     """
-    out = {}
+    out: Dict[tuple, KeyAverage] = {}
     for r in rows:
-        k = (r.key, r.is_user_annotation, r.node_id if by_rank else None)
+        k = (r.key, r.device_type, r.is_user_annotation, r.node_id if by_rank else None)
         acc = out.get(k)
         if acc is None:
             out[k] = KeyAverage(**asdict(r))
@@ -228,6 +383,8 @@ def group_rows(rows, by_rank):
         acc.count += r.count
         acc.cpu_time_total += r.cpu_time_total
         acc.self_cpu_time_total += r.self_cpu_time_total
+        acc.device_time_total += r.device_time_total
+        acc.self_device_time_total += r.self_device_time_total
         acc.is_async = acc.is_async and r.is_async
         if acc.node_id != r.node_id:
             acc.node_id = NO_NODE

@@ -7,7 +7,7 @@ import io
 from dataclasses import asdict
 
 from tracemerge.errors import TracemergeError
-from tracemerge.report.build import ROW_FIELDS, row_dict, sorted_rows
+from tracemerge.report.build import row_dict, row_fields, sorted_rows
 from tracemerge.report.render.base import ReportFormat
 
 SECTIONS = ("key_averages", "critical_path", "rpc_waits", "collective_waits", "step_times", "stragglers")
@@ -17,7 +17,8 @@ def render_csv(report, sort_by, row_limit, section="key_averages"):
     if section not in SECTIONS:
         raise TracemergeError(f"--section {section!r}: choose from {', '.join(SECTIONS)}")
     if section == "key_averages":
-        return _csv(ROW_FIELDS, map(row_dict, sorted_rows(report.key_averages, sort_by, row_limit)))
+        fields = row_fields(report.key_averages)
+        return _csv(fields, (row_dict(r, fields) for r in sorted_rows(report.key_averages, sort_by, row_limit)))
     analysis = report.analysis
     if analysis is None:
         raise TracemergeError(f"--section {section}: a merged trace carries no records to analyse; "

@@ -11,7 +11,8 @@ from html import escape
 from tracemerge.analysis.critical_path import KINDS
 from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.build import sorted_rows
-from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
@@ -172,11 +173,14 @@ def render_html(report, sort_by="cpu_time_total", row_limit=100):
         body.append(_table(*rpc_rows(report.rpc)) + "<h3>Callees</h3>" + _table(*callee_rows(report.rpc)))
     if report.collectives:
         body.append("<h2>Collectives</h2>" + _table(*collective_rows(report.collectives)))
+    if report.gpu:
+        body.append("<h2>GPU (per rank)</h2>" + _table(*gpu_rows(report.gpu)))
     body.append("<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks))
     if report.analysis is not None:
         body.append(_analysis(report.analysis, row_limit))
-    head, table, total_self = key_rows(rows, report.key_averages)
-    body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>Self CPU time total: {format_time(total_self)}</p>")
+    head, table, _ = key_rows(rows, report.key_averages)
+    footer = "<br>".join(key_footer(report.key_averages))
+    body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>{footer}</p>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge report</title>'
             f'<style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
 

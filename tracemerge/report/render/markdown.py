@@ -2,7 +2,8 @@
 
 from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.build import sorted_rows
-from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 
 
@@ -13,13 +14,15 @@ def _md_table(head, body):
 
 def render_markdown(report, sort_by, row_limit):
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
-    head, body, total_self = key_rows(rows, report.key_averages, lambda key: f"`{key}`")
-    lines = ["## Key averages", ""] + _md_table(head, body) + ["", f"Self CPU time total: {format_time(total_self)}"]
+    head, body, _ = key_rows(rows, report.key_averages, lambda key: f"`{key}`")
+    lines = ["## Key averages", ""] + _md_table(head, body) + [""] + key_footer(report.key_averages)
     if report.rpc is not None:
         lines += ["", "## RPC latency", ""] + _md_table(*rpc_rows(report.rpc))
         lines += ["", "## RPC callees", ""] + _md_table(*callee_rows(report.rpc))
     if report.collectives:
         lines += ["", "## Collectives", ""] + _md_table(*collective_rows(report.collectives))
+    if report.gpu:
+        lines += ["", "## GPU (per rank)", ""] + _md_table(*gpu_rows(report.gpu))
     if report.analysis is not None:
         for title, table in analysis_sections(report.analysis, row_limit):
             lines += ["", f"## {title}", ""] + _md_table(*table)

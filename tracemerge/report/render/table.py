@@ -3,7 +3,8 @@ and collective sections."""
 
 from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.build import sorted_rows
-from tracemerge.report.cells import callee_rows, collective_rows, format_time, key_rows, rpc_rows
+from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 
 
@@ -51,10 +52,8 @@ def key_table(rows, all_rows, width=55):
     tell rows apart by their ends."""
     width = max([width] + [min(len(r.key) + 4, RPC_NAME_WIDTH) for r in rows if _is_rpc_key(r.key)])
     name_w = min(max([len(r.key) for r in rows] + [4]) + 4, width)
-    headers, body, total_self = key_rows(rows, all_rows, lambda key: short_name(key, width))
-    lines = _fixed_table(headers, body, name_w)
-    lines.append(f"Self CPU time total: {format_time(total_self)}")
-    return lines
+    headers, body, _ = key_rows(rows, all_rows, lambda key: short_name(key, width))
+    return _fixed_table(headers, body, name_w) + key_footer(all_rows)
 
 
 def render_table(report, sort_by, row_limit):
@@ -64,6 +63,8 @@ def render_table(report, sort_by, row_limit):
         sections += [("RPC latency", rpc_rows(report.rpc)), ("RPC callees", callee_rows(report.rpc))]
     if report.collectives:
         sections.append(("Collectives", collective_rows(report.collectives)))
+    if report.gpu:
+        sections.append(("GPU (per rank)", gpu_rows(report.gpu)))
     for title, (head, body) in sections:
         first = max([len(str(r[0])) for r in body] + [len(head[0])]) + 2
         lines += ["", title] + _fixed_table(head, body, first)

@@ -1,0 +1,144 @@
+"""GPU time per rank, from a rank's device events (what Holistic Trace Analysis answers for
+one rank at a time, here for every rank of the report).
+
+Per rank, over its GPU window (first device event's start to last one's end, all its
+devices and streams together):
+
+- **compute**, **communication**, **memory**: the time at least one kernel of that kind
+  ran (the union of their intervals, so concurrent streams count once). A kernel is
+  communication when its name has ``nccl`` (or ``rccl``) in it, memory for memcpy /
+  memset events, compute otherwise — HTA's split;
+- **idle**: the window minus the union of all device activity;
+- **overlap**: the time communication and compute ran at once, and its share of the
+  communication time (how much of it was hidden behind compute);
+- **launch delay**: per kernel linked to its runtime call (``args.correlation``), the
+  kernel's start minus the call's start — the CPU → GPU queueing (mean, p50, p95, max);
+- **top kernels**: the device rows (name, count, total) with the most time.
+
+Times are on the rank's own clock: only differences within the rank are taken, so the
+alignment does not change them.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from tracemerge.model import RankTrace
+from tracemerge.nesting import category_codes
+from tracemerge.report.keyavg import device_events
+
+COMMUNICATION_MARKS = ("nccl", "rccl")
+MEMORY_CATS = frozenset(("gpu_memcpy", "gpu_memset", "memcpy", "memset"))
+# device events that are not GPU work of their own: a user annotation's GPU copy spans the
+# kernels it encloses, a sync is the host waiting, a profiler range is a marker
+NOT_WORK_CATS = frozenset(("gpu_user_annotation", "cuda_sync", "cuda_profiler_range"))
+TOP_KERNELS = 5
+
+
+@dataclass
+class GpuRank:
+    """One rank's GPU time (µs)."""
+
+    rank: int
+    window_us: float
+    compute_us: float
+    communication_us: float
+    memory_us: float
+    idle_us: float
+    overlap_us: float                       # communication while compute ran
+    launch_delay_us: Dict[str, float] = field(default_factory=dict)   # {mean, p50, p95, max, count}
+    top_kernels: List[dict] = field(default_factory=list)            # [{name, count, total_us}]
+
+    @property
+    def overlap_share(self) -> Optional[float]:
+        """The share of communication time hidden behind compute (None without communication)."""
+        return self.overlap_us / self.communication_us if self.communication_us > 0 else None
+
+
+def _union_ns(start: np.ndarray, end: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The disjoint intervals covering [start, end) intervals, sorted."""
+    if not len(start):
+        return start, end
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], np.maximum.accumulate(end[order])
+    # a new interval begins where a start lies past every earlier end
+    new = np.concatenate(([True], s[1:] > e[:-1]))
+    firsts = np.flatnonzero(new)
+    lasts = np.concatenate((firsts[1:] - 1, [len(s) - 1]))
+    return s[firsts], e[lasts]
+
+
+def _length(start: np.ndarray, end: np.ndarray) -> int:
+    s, e = _union_ns(start, end)
+    return int((e - s).sum())
+
+
+def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None) -> Optional[GpuRank]:
+    """The :class:`GpuRank` of one rank's trace (of a merged trace: of its events on the
+    pid codes ``pids``); None when it has no device activity."""
+    dev = device_events(trace)
+    if pids is not None:
+        dev = dev[np.isin(trace.pid[dev], pids)]
+    work = dev[~np.isin(trace.cat[dev], category_codes(trace, NOT_WORK_CATS.__contains__))]
+    if not len(work):
+        return None
+    start = trace.ts[work]
+    end = start + trace.dur[work]
+    memory = np.isin(trace.cat[work], category_codes(trace, MEMORY_CATS.__contains__))
+    comm_codes = category_codes(trace, lambda n: any(m in n for m in COMMUNICATION_MARKS))
+    comm = ~memory & np.isin(trace.name[work], comm_codes)
+    compute = ~memory & ~comm
+    window = int(end.max() - start.min())
+    busy = _length(start, end)
+    t_compute, t_comm = _length(start[compute], end[compute]), _length(start[comm], end[comm])
+    both = compute | comm
+    overlap = t_compute + t_comm - _length(start[both], end[both])
+    out = GpuRank(rank=rank, window_us=window / 1000, compute_us=t_compute / 1000, communication_us=t_comm / 1000,
+                  memory_us=_length(start[memory], end[memory]) / 1000, idle_us=(window - busy) / 1000,
+                  overlap_us=overlap / 1000, launch_delay_us=_launch_delays(trace, work), top_kernels=[])
+    names, inv = np.unique(trace.name[work], return_inverse=True)
+    total = np.bincount(inv, weights=trace.dur[work], minlength=len(names))
+    count = np.bincount(inv, minlength=len(names))
+    for i in np.argsort(-total, kind="stable")[:TOP_KERNELS]:
+        out.top_kernels.append({"name": trace.names[names[i]], "count": int(count[i]), "total_us": float(total[i]) / 1000})
+    return out
+
+
+def _launch_delays(trace: RankTrace, work: np.ndarray) -> Dict[str, float]:
+    """Kernel start minus its runtime call's start, over the device events linked to one."""
+    runtime = np.flatnonzero(np.isin(trace.cat, category_codes(
+        trace, lambda c: c.endswith("_runtime") or c.endswith("_driver") or c == "runtime")))
+    call_start: Dict[object, int] = {}
+    for i, a in zip(runtime.tolist(), trace.args.dicts(runtime.tolist())):
+        if a is not None and "correlation" in a:
+            call_start[a["correlation"]] = int(trace.ts[i])
+    delays = [int(trace.ts[i]) - call_start[a["correlation"]]
+              for i, a in zip(work.tolist(), trace.args.dicts(work.tolist()))
+              if a is not None and a.get("correlation") in call_start]
+    if not delays:
+        return {}
+    d = np.array(delays, dtype=np.float64) / 1000
+    return {"count": len(delays), "mean": float(d.mean()), "p50": float(np.percentile(d, 50)),
+            "p95": float(np.percentile(d, 95)), "max": float(d.max())}
+
+
+def gpu_rows(ranks: List[GpuRank]) -> Tuple[List[str], List[list]]:
+    """The GPU section's table: one row per rank."""
+    head = ["Rank", "GPU window ms", "Compute %", "Communication %", "Memory %", "Idle %", "Comm overlapped %",
+            "Launch delay p50 us", "p95 us", "Top kernel"]
+
+    def pct(us: float, of: float) -> str:
+        return f"{100 * us / of:.1f}" if of > 0 else "-"
+
+    body = []
+    for g in ranks:
+        d = g.launch_delay_us
+        share = g.overlap_share
+        top = g.top_kernels[0]["name"] if g.top_kernels else "-"
+        body.append([g.rank, f"{g.window_us / 1000:.3f}", pct(g.compute_us, g.window_us),
+                     pct(g.communication_us, g.window_us), pct(g.memory_us, g.window_us), pct(g.idle_us, g.window_us),
+                     f"{100 * share:.1f}" if share is not None else "-",
+                     f"{d['p50']:.1f}" if d else "-", f"{d['p95']:.1f}" if d else "-",
+                     top if len(top) <= 60 else top[:57] + "..."])
+    return head, body
