@@ -197,7 +197,7 @@ def test_every_table_round_trips_through_pandas_arrow_and_parquet(tmp_path):
     out = exported(files, tmp_path, "--critical-path")
     for name in TABLES:
         table = tables.arrow[name]
-        assert table.num_rows or name in ("collectives", "collective_stats"), name
+        assert table.num_rows or name in ("collectives", "collective_stats", "gpu"), name
         df = getattr(tables, name)
         assert isinstance(df, pd.DataFrame) and len(df) == table.num_rows
         back = pa.Table.from_pandas(df, schema=table.schema, preserve_index=False)
@@ -240,3 +240,19 @@ def test_dask_engine_writes_the_same_events(tmp_path):
     assert code == 0, text
     assert sorted(map(repr, events_of(out).to_pylist())) == sorted(map(repr, local.to_pylist()))
     assert pq.read_table(out / "rpcs.parquet").equals(pq.read_table(tmp_path / "tables" / "rpcs.parquet"))
+
+
+def test_gpu_table_is_the_reports_gpu_section(rank_files, tmp_path):
+    out = exported(rank_files, tmp_path)
+    report = tmp_path / "report.json"
+    code, text = run("report", *rank_files, "--format", "json", "-o", report)
+    assert code == 0, text
+    want = orjson.loads(report.read_bytes())["gpu"]
+    got = pq.read_table(out / "gpu.parquet").to_pylist()
+    assert len(got) == len(want) == 3
+    for g, w in zip(got, want):
+        assert g["rank"] == w["rank"]
+        for key in ("window_us", "compute_us", "communication_us", "memory_us", "idle_us", "overlap_us"):
+            assert g[key] == pytest.approx(w[key]), key
+        assert g["launch_delay_p50_us"] == pytest.approx(w["launch_delay_us"]["p50"])
+        assert g["top_kernel"] == w["top_kernels"][0]["name"]

@@ -12,6 +12,7 @@ import numpy as np
 from tracemerge.clocks.text import offsets_document
 from tracemerge.job import Alignment, Job
 from tracemerge.report.collectives import collective_report
+from tracemerge.report.gpu import GpuRank
 from tracemerge.report.keyavg import KeyAverage, group_rows
 from tracemerge.report.rpcstats import PERCENTILES, rpc_report
 from tracemerge.tables.events import require_arrow
@@ -166,3 +167,24 @@ def critical_path_table(windows: Optional[List[Any]]) -> "pa.Table":
                     "tid": None if seg.tid is None else str(seg.tid), "name": seg.name, "kind": seg.kind,
                     "start_ns": seg.start_ns, "end_ns": seg.end_ns}
                    for w in windows or [] for seg in w.segments))
+
+
+def gpu_table(ranks: List[GpuRank]) -> "pa.Table":
+    """``report``'s GPU section (:mod:`tracemerge.report.gpu`): per rank with device events,
+    its GPU window and the time (µs) compute, communication and memory work ran, idle, the
+    communication overlapped by compute, the launch delays, and its top kernel."""
+    pa = require_arrow()
+    f64 = pa.float64()
+    delays = ("mean", "p50", "p95", "max")
+    return _table([("rank", pa.int32()), ("window_us", f64), ("compute_us", f64), ("communication_us", f64),
+                   ("memory_us", f64), ("idle_us", f64), ("overlap_us", f64), ("overlap_share", f64)]
+                  + [(f"launch_delay_{k}_us", f64) for k in delays]
+                  + [("launches", pa.int64()), ("top_kernel", pa.string()), ("top_kernel_us", f64)],
+                  ({"rank": g.rank, "window_us": g.window_us, "compute_us": g.compute_us,
+                    "communication_us": g.communication_us, "memory_us": g.memory_us, "idle_us": g.idle_us,
+                    "overlap_us": g.overlap_us, "overlap_share": g.overlap_share,
+                    **{f"launch_delay_{k}_us": g.launch_delay_us.get(k) for k in delays},
+                    "launches": g.launch_delay_us.get("count"),
+                    "top_kernel": g.top_kernels[0]["name"] if g.top_kernels else None,
+                    "top_kernel_us": g.top_kernels[0]["total_us"] if g.top_kernels else None}
+                   for g in sorted(ranks, key=lambda g: g.rank)))

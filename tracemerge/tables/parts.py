@@ -35,6 +35,7 @@ from tracemerge.model import RankTrace
 from tracemerge.place import selection as select
 from tracemerge.place.placement import Placement
 from tracemerge.place.remote_spans import drawn_sides, remote_spans
+from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import KeyAverage, key_averages, op_tree
 from tracemerge.report.rpcstats import server_threads
 from tracemerge.tables import job_tables
@@ -45,10 +46,10 @@ if TYPE_CHECKING:
 
 Source = Union[str, RankTrace, Tuple[Union[str, RankTrace], ...]]
 
-# the job-level tables, in the order they are written; a table another stage adds (a GPU
-# breakdown from the device-time work) is one more name here and one more entry in job_level()
+# the job-level tables, in the order they are written; a table another stage adds is one
+# more name here and one more entry in job_level()
 JOB_TABLES = ("rpcs", "collectives", "clocks", "key_averages", "rpc_latency", "rpc_callees",
-              "collective_stats", "critical_path")
+              "collective_stats", "gpu", "critical_path")
 
 
 @dataclass
@@ -62,6 +63,7 @@ class RankPart:
     rpc_spans: List[Tuple[str, str, str, Optional[str]]] = field(default_factory=list)
     key_averages: List[KeyAverage] = field(default_factory=list)
     server_threads: int = 0
+    gpu: Optional[GpuRank] = None              # the rank's GPU time (report's GPU section), with device events
     timeline: Optional[RankTimeline] = None
     events: Optional["pa.Table"] = None         # kept when no file was written
     core: str = "python"
@@ -96,6 +98,7 @@ def rank_part(source: Source, task: PartTask) -> RankPart:
             part.key_averages = key_averages(trace, np.full(len(trace.pids), task.rank, dtype=np.int64),
                                              task.remote_ops, op_tree(trace))
             part.server_threads = server_threads(trace)
+            part.gpu = gpu_rank(trace, task.rank)
         if task.timeline_names is not None:
             part.timeline = rank_timeline(trace, task.rank, task.place.clock, task.timeline_names)
         batches, part.rpc_spans = rank_batches(trace, task.place)
@@ -232,5 +235,6 @@ def job_level(job: Job, alignment: Alignment, parts: List[RankPart], group_by: s
         "rpc_latency": latency,
         "rpc_callees": callees,
         "collective_stats": job_tables.collective_stats_table(job, alignment),
+        "gpu": job_tables.gpu_table([p.gpu for p in parts if p.gpu is not None]),
         "critical_path": job_tables.critical_path_table(windows),
     }
