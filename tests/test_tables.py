@@ -194,7 +194,7 @@ def test_every_table_round_trips_through_pandas_arrow_and_parquet(tmp_path):
     files = SAMPLES["rpc_profiling"]
     tables = load(files)
     assert set(tables.arrow) == set(TABLES)
-    out = exported(files, tmp_path, "--critical-path")
+    out = exported(files, tmp_path, "--critical-path", "--gpu")
     for name in TABLES:
         table = tables.arrow[name]
         assert table.num_rows or name in ("collectives", "collective_stats", "gpu"), name
@@ -243,7 +243,7 @@ def test_dask_engine_writes_the_same_events(tmp_path):
 
 
 def test_gpu_table_is_the_reports_gpu_section(rank_files, tmp_path):
-    out = exported(rank_files, tmp_path)
+    out = exported(rank_files, tmp_path, "--gpu")
     report = tmp_path / "report.json"
     code, text = run("report", *rank_files, "--format", "json", "-o", report)
     assert code == 0, text

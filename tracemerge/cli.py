@@ -715,9 +715,11 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
               help="key_averages: one row per op name over all ranks, or one per name and rank.")
 @click.option("--critical-path", "critical_path", is_flag=True,
               help="Also find the cross-rank critical path (the critical_path table), from the same read of each rank.")
+@click.option("--gpu", is_flag=True,
+              help="Also each rank's GPU time (the gpu table: report's GPU section), from the same read of each rank.")
 def export_tables(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, ranks, window,
-                  min_duration, drop_categories, overview, engine, jobs, scheduler, group_by, critical_path, skip_bad,
-                  strict):
+                  min_duration, drop_categories, overview, engine, jobs, scheduler, group_by, critical_path, gpu,
+                  skip_bad, strict):
     """Write the aligned job as Parquet tables in DIR, for pandas, DuckDB, Dask or Spark.
 
     Events (one row per event of the merged trace, times in ns on the reference clock) are
@@ -755,7 +757,7 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories), overview_us=overview)
-        summary = export(job, output, None, selection, force, group_by, critical_path)
+        summary = export(job, output, None, selection, force, group_by, critical_path, gpu)
     finally:
         runner.close()
     ev = summary["events"]

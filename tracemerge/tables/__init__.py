@@ -61,19 +61,19 @@ def load(paths: Iterable[Union[str, "os.PathLike[str]"]], align: str = "auto", r
          cycle: Optional[int] = None, skip_bad: bool = False, strict: bool = False,
          ranks: Optional[Iterable[int]] = None, window_ms: Optional[tuple] = None,
          min_duration_us: Optional[float] = None, drop_categories: Iterable[str] = (),
-         overview_us: Optional[float] = None, group_by: str = "name", critical_path: bool = True, engine: Any = None) -> Tables:
+         overview_us: Optional[float] = None, group_by: str = "name", critical_path: bool = True, gpu: bool = True, engine: Any = None) -> Tables:
     """The job of ``paths`` as :class:`Tables`, aligned as ``tracemerge combine`` aligns it
     (``align``/``reference``/``offsets``/``enforce_causality``) and selected as it selects
     (``ranks``, ``window_ms``, ``min_duration_us``, ``drop_categories``, ``overview_us``): ``events`` holds
-    the merged trace's events. ``critical_path``: find the cross-rank critical path too
-    (from the same read of each rank). Every rank's events are held in memory: for a job
+    the merged trace's events. ``critical_path``, ``gpu``: find the cross-rank critical path
+    and each rank's GPU time too (from the same read of each rank). Every rank's events are held in memory: for a job
     larger than memory, ``tracemerge export`` writes them rank by rank to Parquet."""
     job = Job.open(paths, rank_from, engine=engine, skip_bad=skip_bad, strict=strict, cycle=cycle,
                    align=AlignRequest(align, reference, dict(offsets or {}), enforce_causality))
     selection = Selection(ranks=None if ranks is None else frozenset(ranks), window_ms=window_ms,
                           min_duration_us=min_duration_us, drop_categories=frozenset(drop_categories),
                           overview_us=overview_us)
-    built = build(job, None, selection, None, group_by, critical_path=critical_path)
+    built = build(job, None, selection, None, group_by, critical_path=critical_path, gpu=gpu)
     arrow = require_arrow()
     pieces = [p.events for p in sorted(built.parts, key=lambda p: (p.rank, p.part)) if p.events is not None]
     events = arrow.concat_tables(pieces) if pieces else event_schema().empty_table()

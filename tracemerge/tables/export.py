@@ -44,7 +44,8 @@ def check_directory(output: str, force: bool) -> None:
 
 
 def export(job: Job, output: str, alignment: Optional[Alignment] = None, selection: Optional[Selection] = None,
-           force: bool = False, group_by: str = "name", critical_path: bool = False) -> Dict[str, Any]:
+           force: bool = False, group_by: str = "name", critical_path: bool = False, gpu: bool = False
+           ) -> Dict[str, Any]:
     """Write the tables of ``job`` to the directory ``output``; returns its summary."""
     require_arrow()
     import pyarrow.parquet as pq
@@ -56,7 +57,8 @@ def export(job: Job, output: str, alignment: Optional[Alignment] = None, selecti
     except OSError as e:
         raise OutputError(f"{output}: cannot write beside it: {e.strerror or e}") from None
     try:
-        built = build(job, alignment, selection, os.path.join(tmp, "events"), group_by, critical_path=critical_path)
+        built = build(job, alignment, selection, os.path.join(tmp, "events"), group_by, critical_path=critical_path,
+                      gpu=gpu)
         for name, table in built.tables.items():
             pq.write_table(table, os.path.join(tmp, f"{name}.parquet"))
         summary = _summary(job, built.alignment, built.parts, selection or Selection())
