@@ -86,9 +86,9 @@ def test_a_command_joins_the_records_once(monkeypatch, tmp_path):
         made["rpcs"] += 1
         return real_rpcs(infos)
 
-    def counted_collectives(infos):
+    def counted_collectives(infos, *cuts):
         made["collectives"] += 1
-        return real_collectives(infos)
+        return real_collectives(infos, *cuts)
 
     monkeypatch.setattr(match, "_match_rpcs", counted_rpcs)
     monkeypatch.setattr(match, "match_collectives", counted_collectives)

@@ -5,16 +5,13 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
 import tracemerge
-from tracemerge import native
-from tracemerge.clocks.methods import METHODS
-from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
-from tracemerge.codecs import MAX_INFLATE_ENV, parse_size
-from tracemerge.correlate.match import inferred_order_cuts
-from tracemerge.engine import LocalEngine, make_engine
+from tracemerge import corestatus
+from tracemerge.deferred import Deferred, RegistryChoice, RegistryOption
 from tracemerge.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -25,21 +22,61 @@ from tracemerge.errors import (
     Terminated,
     TracemergeError,
 )
-from tracemerge.formats import FORMATS as OUTPUT_FORMATS
-from tracemerge.inputs.rankinfo import ASSUMED_RANK
-from tracemerge.job import AlignRequest, Job
-from tracemerge.merge.combine import write as write_trace
-from tracemerge.output import check_output
-from tracemerge.place.selection import OVERVIEW_US, Selection, parse_ranks, parse_window
-from tracemerge.progress import Progress
-from tracemerge.report import build as reports
-from tracemerge.report.diff import diff_reports
-from tracemerge.report.render import FORMATS as REPORT_FORMATS
-from tracemerge.report.render import SECTIONS as CSV_SECTIONS
-from tracemerge.report.render import render as render_report
-from tracemerge.report.render import render_diff
-from tracemerge.report.write import combine_report_path, write_combine_report, write_text
-from tracemerge.serve import DEFAULT_PORT, serve
+
+# What the commands use is imported when a command first uses it (tracemerge.deferred):
+# `tracemerge --version` and `--help` load click and these few modules, not numpy, msgspec,
+# orjson, the readers, the writers, the analyses or the HTTP server (docs/performance.md).
+from tracemerge.place import OVERVIEW_US  # a constant of the package's light __init__
+
+if TYPE_CHECKING:
+    from tracemerge import native
+    from tracemerge import serve as serving
+    from tracemerge.clocks.methods import METHODS
+    from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+    from tracemerge.engine import LocalEngine, make_engine
+    from tracemerge.formats import FORMATS as OUTPUT_FORMATS
+    from tracemerge.job import AlignRequest, Job
+    from tracemerge.merge.combine import write as write_trace
+    from tracemerge.output import check_output
+    from tracemerge.place.selection import Selection, parse_ranks, parse_window
+    from tracemerge.progress import Progress
+    from tracemerge.report import build as reports
+    from tracemerge.report.diff import diff_reports
+    from tracemerge.report.render import FORMATS as REPORT_FORMATS
+    from tracemerge.report.render import SECTIONS as CSV_SECTIONS
+    from tracemerge.report.render import render as render_report
+    from tracemerge.report.render import render_diff
+    from tracemerge.report.write import combine_report_path, write_combine_report, write_text
+    from tracemerge.serve import serve
+else:
+    native = Deferred("tracemerge.native")
+    serving = Deferred("tracemerge.serve")
+    METHODS = Deferred("tracemerge.clocks.methods", "METHODS")
+    causality_line = Deferred("tracemerge.clocks.text", "causality_line")
+    clock_notes = Deferred("tracemerge.clocks.text", "clock_notes")
+    offsets_json = Deferred("tracemerge.clocks.text", "offsets_json")
+    offsets_table = Deferred("tracemerge.clocks.text", "offsets_table")
+    LocalEngine = Deferred("tracemerge.engine", "LocalEngine")
+    make_engine = Deferred("tracemerge.engine", "make_engine")
+    OUTPUT_FORMATS = Deferred("tracemerge.formats", "FORMATS")
+    AlignRequest = Deferred("tracemerge.job", "AlignRequest")
+    Job = Deferred("tracemerge.job", "Job")
+    write_trace = Deferred("tracemerge.merge.combine", "write")
+    check_output = Deferred("tracemerge.output", "check_output")
+    Selection = Deferred("tracemerge.place.selection", "Selection")
+    parse_ranks = Deferred("tracemerge.place.selection", "parse_ranks")
+    parse_window = Deferred("tracemerge.place.selection", "parse_window")
+    Progress = Deferred("tracemerge.progress", "Progress")
+    reports = Deferred("tracemerge.report.build")
+    diff_reports = Deferred("tracemerge.report.diff", "diff_reports")
+    REPORT_FORMATS = Deferred("tracemerge.report.render", "FORMATS")
+    CSV_SECTIONS = Deferred("tracemerge.report.render", "SECTIONS")
+    render_report = Deferred("tracemerge.report.render", "render")
+    render_diff = Deferred("tracemerge.report.render", "render_diff")
+    combine_report_path = Deferred("tracemerge.report.write", "combine_report_path")
+    write_combine_report = Deferred("tracemerge.report.write", "write_combine_report")
+    write_text = Deferred("tracemerge.report.write", "write_text")
+    serve = Deferred("tracemerge.serve", "serve")
 
 
 class Group(click.Group):
@@ -151,6 +188,8 @@ def max_inflate_option(fn):
 def _set_max_inflate(ctx, param, value):
     """The bound travels in the environment: forked and Dask workers read it where they inflate."""
     if value is not None:
+        from tracemerge.codecs import MAX_INFLATE_ENV, parse_size  # here: gzip is not needed before
+
         try:
             parse_size(value)
         except ValueError as e:
@@ -186,8 +225,8 @@ def open_inputs(files, rank_from, skip_bad, strict, file_warnings=False, **kw):
         say(f"tracemerge: warning: skipped {path}: {problem}", err=True)
     for w in job.warnings:
         say(f"tracemerge: warning: {w}", err=True)
-    for w in inferred_order_cuts(job.infos)[1]:
-        say(f"tracemerge: warning: {w}", err=True)
+    from tracemerge.inputs.rankinfo import ASSUMED_RANK  # a str: compared, so imported, not deferred
+
     for info in job.infos:
         if info.rank_source == ASSUMED_RANK:
             say(f"tracemerge: note: {info.path}: no rank in the file (no distributedInfo.rank, none in its name): "
@@ -257,7 +296,7 @@ def selection_options(fn):
                            "(either side may be empty).")(fn)
     fn = click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
                       help="Keep only these ranks, e.g. 0-3,7.")(fn)
-    fn = click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)), default=None,
+    fn = click.option("--format", "fmt", type=RegistryChoice(lambda: OUTPUT_FORMATS), default=None,
                       help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")(fn)
     return fn
 
@@ -277,9 +316,10 @@ def align_options(fn):
                       help="Force a known clock offset for a rank (its clock minus the reference's, ns). Repeatable.")(fn)
     fn = click.option("--reference", type=int, default=None, metavar="RANK",
                       help="Rank whose clock the others are aligned to (default: the lowest).")(fn)
-    fn = click.option("--align", "method", type=click.Choice(list(METHODS)), default="auto", show_default=True,
-                      help="Clock alignment: " + "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
-                           + " (see docs/alignment.md).")(fn)
+    fn = click.option("--align", "method", cls=RegistryOption, type=RegistryChoice(lambda: METHODS), default="auto",
+                      show_default=True,
+                      help_from=lambda: "Clock alignment: " + "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
+                      + " (see docs/alignment.md).")(fn)
     return fn
 
 
@@ -298,7 +338,8 @@ def core_line(cores, unit="ranks"):
 def _version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    click.echo(f"tracemerge, version {tracemerge.__version__}\n{native.describe()}")
+    # the core that would run, without importing it (numpy, msgspec: most of the start-up)
+    click.echo(f"tracemerge, version {tracemerge.__version__}\n{corestatus.describe(corestatus.built())}")
     ctx.exit()
 
 
@@ -456,7 +497,8 @@ def _by(reasons):
 
 @main.command("open")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+@click.option("--port", cls=RegistryOption, type=click.IntRange(0, 65535), default=lambda: serving.DEFAULT_PORT,
+              show_default=True,
               help="Port on 127.0.0.1 (the Perfetto UI only fetches from 9001; 0 picks a free one).")
 @click.option("--browser", is_flag=True, help="Open the link in the default web browser.")
 def open_trace(trace, port, browser):
@@ -566,12 +608,12 @@ def merged_lines(path, trace):
 @main.command()
 @quiet_option
 @files_argument
-@click.option("--group-by", type=click.Choice(reports.GROUP_BY), default="name", show_default=True,
+@click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
               help="name: one row per op name over all ranks (Node ID -1 when several); name,rank: one row per rank.")
-@click.option("--sort-by", type=click.Choice(reports.SORT_KEYS), default="cpu_time_total", show_default=True,
+@click.option("--sort-by", type=RegistryChoice(lambda: reports.SORT_KEYS), default="cpu_time_total", show_default=True,
               help="Key-averages order: times and counts descending, key ascending.")
 @click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True, help="Key-average rows shown; 0 for all.")
-@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("--format", "fmt", type=RegistryChoice(lambda: REPORT_FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the report here (default: stdout).")
 @click.option("--remote-ops", is_flag=True,
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
@@ -580,7 +622,8 @@ def merged_lines(path, trace):
               help="Add the cross-rank analyses of rank files: the critical path per window (ProfilerStep#N, "
                    "else the whole trace), wait states and stragglers, in every format (JSON: the "
                    "critical_path, critical_path_totals, wait_states and stragglers keys).")
-@click.option("--section", type=click.Choice(CSV_SECTIONS), default=CSV_SECTIONS[0], show_default=True,
+@click.option("--section", cls=RegistryOption, type=RegistryChoice(lambda: CSV_SECTIONS), default=lambda: CSV_SECTIONS[0],
+              show_default=True,
               help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
                    "critical path's segments, the wait states, per-step times or the stragglers.")
 @align_options
@@ -646,7 +689,7 @@ def run_files(arg):
 @click.argument("after", metavar="AFTER")
 @click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True,
               help="Rows shown in table, Markdown and HTML; 0 for all (CSV and JSON hold every row).")
-@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("--format", "fmt", type=RegistryChoice(lambda: REPORT_FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the diff here (default: stdout).")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page.")
 @align_options

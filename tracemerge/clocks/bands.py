@@ -24,7 +24,7 @@ each pair over all of its points gets.
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -89,20 +89,62 @@ def rpc_constraints(calls):
             for k, i in sorted(enumerate(start.tolist()), key=lambda g: order[g[1]])}
 
 
-def collective_constraints(collectives):
+def collective_constraints(collectives: Any, ranks: Optional[Iterable[int]] = None) -> Dict[Tuple[int, int], "Constraints"]:
     """{(a, b): Constraints} with a < b from the synchronising collectives of a
-    :class:`~tracemerge.correlate.match.Collectives` both ranks saw end, pairs in the order of
-    their first collective, then by rank."""
-    ranks, start, end, ended = synchronised(collectives)
-    found = []
-    for x in range(len(ranks)):
-        for y in range(x + 1, len(ranks)):
-            rows = np.flatnonzero(ended[:, x] & ended[:, y])
-            if len(rows):
-                sx, sy, ex, ey = start[rows, x], start[rows, y], end[rows, x], end[rows, y]
-                found.append((rows[0], (ranks[x], ranks[y]), np.stack([sx, ey - sx, ex, sy - ex])))
-    found.sort(key=lambda f: f[0])
-    return {pair: _constraints(pair, rows, "collective") for _, pair, rows in found}
+    :class:`~tracemerge.correlate.match.Collectives`, pairs in the order of their first
+    collective, then by rank; ``ranks``: only these ranks' records count.
+
+    A collective of N members is N - 1 links, each member to the collective's hub, not the
+    N² pairs of its members: the members' constraints reach each other through the hub,
+    looser only by the hub's own time in the collective. So the hub is the member that
+    arrives last, which waits least: the one with the shortest time in it. One hub serves a
+    whole group (the member most often last, ties to the lower rank), so a group of N ranks
+    is N - 1 links however many collectives it ran, each fitted from all of them; a
+    collective its hub did not see end is hubbed by its own last arriver. Everything is a
+    sort or a pass over the member entries: time and memory grow with the records.
+    """
+    row, rank, start, end = synchronised(collectives)
+    if ranks is not None:
+        keep = np.isin(rank, np.fromiter(ranks, np.int64))
+        row, rank, start, end = row[keep], rank[keep], start[keep], end[keep]
+    several = np.bincount(row, minlength=len(collectives))[row] > 1
+    row, rank, start, end = row[several], rank[several], start[several], end[several]
+    if not len(row):
+        return {}
+    groups: Dict[Any, int] = {}
+    group = np.fromiter((groups.setdefault(tuple(k[:-1]), len(groups)) for k in collectives.keys), np.int64,
+                        len(collectives))
+    # each collective's last arriver: its shortest time in it, ties to the lower rank
+    by_time = np.lexsort((rank, end - start, row))
+    last = by_time[_runs(row[by_time])]  # one member entry per collective that has members
+    # each group's hub: the rank most often last, ties to the lower rank
+    g, r = group[row[last]], rank[last]
+    pairs, times = np.unique(np.stack([g, r]), axis=1, return_counts=True)
+    best = np.lexsort((pairs[1], -times, pairs[0]))
+    best = best[_runs(pairs[0][best])]
+    group_hub = np.full(len(groups), -1, np.int64)
+    group_hub[pairs[0][best]] = pairs[1][best]
+    # the member entry of each collective's hub: the group's hub where it saw it end, else its last arriver
+    top = int(rank.max()) + 1
+    code = row * top + rank  # sorted: the entries are by collective, then rank
+    wanted = row[last] * top + group_hub[group[row[last]]]
+    at = np.minimum(np.searchsorted(code, wanted), len(code) - 1)
+    hub_entry = np.full(len(collectives), -1, np.int64)
+    hub_entry[row[last]] = np.where(code[at] == wanted, at, last)
+    h = hub_entry[row]
+    member = np.flatnonzero(np.arange(len(row)) != h)
+    h = h[member]
+    x_lower = rank[member] < rank[h]  # the member is a, the hub b; else the hub is a
+    a, b = np.where(x_lower, member, h), np.where(x_lower, h, member)
+    rows = np.stack([start[a], end[b] - start[a], end[a], start[b] - end[a]])
+    a, b, row = rank[a], rank[b], row[member]
+    order = np.lexsort((row, b, a))  # a pair's collectives stay in their order
+    a, b, row, rows = a[order], b[order], row[order], rows[:, order]
+    starts = _runs(a, b)
+    parts = np.split(rows, starts[1:], axis=1)
+    found = sorted(range(len(starts)), key=lambda k: (row[starts[k]], a[starts[k]], b[starts[k]]))
+    return {(int(a[starts[k]]), int(b[starts[k]])): _constraints((a[starts[k]], b[starts[k]]), parts[k], "collective")
+            for k in found}
 
 
 def _runs(*columns):
@@ -122,13 +164,16 @@ def _ends(*columns):
     return end
 
 
-def synchronised(collectives):
-    """(ranks, start, end, ended) of a :class:`~tracemerge.correlate.match.Collectives`, columns
-    in rank order, with ``ended`` False for collectives that do not synchronise."""
-    cols = np.argsort(collectives.ranks, kind="stable")
+def synchronised(collectives: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(collective, rank, start, end) of every member entry of a
+    :class:`~tracemerge.correlate.match.Collectives` that saw a synchronising collective
+    end, by collective, then rank."""
     sync = np.fromiter(map(synchronising, collectives.ops), bool, len(collectives))
-    return ([collectives.ranks[c] for c in cols.tolist()], collectives.start[:, cols], collectives.end[:, cols],
-            collectives.ended[:, cols] & sync[:, None])
+    keep = collectives.member_ended & sync[collectives.member_row]
+    row = collectives.member_row[keep]
+    rank = np.array(collectives.ranks, np.int64)[collectives.member_col[keep]]
+    order = np.lexsort((rank, row))
+    return row[order], rank[order], collectives.member_start[keep][order], collectives.member_end[keep][order]
 
 
 def _constraints(pair, rows, kind):

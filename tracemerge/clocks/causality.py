@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from tracemerge.clocks.bands import synchronised
+from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import correlate
 
 SWEEPS = 200   # rounds of the rank-by-rank shift search; a feasible system settles in a few
@@ -43,10 +44,11 @@ def points(infos, links=None):
     have = np.array(sorted(i.rank for i in infos), np.int64)
     use = calls.quadruples & np.isin(calls.caller, have) & np.isin(calls.callee, have)
     rpc = np.column_stack([calls.caller[use], calls.callee[use], *calls.times[:, use]]).reshape(-1, 6)
-    ranks, start, end, ended = synchronised(links.collectives)
-    ended &= (ended.sum(axis=1) > 1)[:, None]
-    row, col = np.nonzero(ended)
-    coll = np.column_stack([np.array(ranks, np.int64)[col], start[row, col], end[row, col]]).reshape(-1, 3)
+    collectives = links.collectives
+    row, rank, start, end = synchronised(collectives)
+    keep = np.bincount(row, minlength=len(collectives))[row] > 1
+    row = row[keep]
+    coll = np.column_stack([rank[keep], start[keep], end[keep]]).reshape(-1, 3)
     return Points(rpc, coll, np.flatnonzero(np.diff(row, prepend=-1)), _span_pairs(infos, calls))
 
 
@@ -64,11 +66,15 @@ def _span_pairs(infos, calls):
     return np.array(rows, dtype=np.int64).reshape(-1, 6)
 
 
-def _to_ref(clocks, ranks, times):
+def _to_ref(clocks: Dict[int, ClockModel], ranks: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``times`` (each on its rank's clock) on the reference clock: one sort, then a slice per
+    rank, so the cost grows with the points, not with points times ranks."""
     out = np.empty_like(times)
-    for r in np.unique(ranks).tolist():
-        sel = ranks == r
-        out[sel] = clocks[r].to_reference(times[sel])
+    order = np.argsort(ranks, kind="stable")
+    sorted_ranks = ranks[order]
+    edges = np.flatnonzero(np.diff(sorted_ranks)) + 1
+    for part in np.split(order, edges) if len(order) else []:
+        out[part] = clocks[int(ranks[part[0]])].to_reference(times[part])
     return out
 
 

@@ -1,30 +1,42 @@
-"""Clocks for every rank from pairwise fits: weighted least squares over the graph of ranks.
+"""Clocks for every rank from pairwise fits: the tightest path of links from the reference.
 
 Unknowns are each rank's offset to the reference at the two ends of the merged trace
 (``T0``, ``T1``, reference clock); between them the offset is linear, so this is the
-clock model with drift. Every pair fit is one equation ``o_b - o_a = g_ab`` per end,
-weighted by ``1/bound²``. The solution is linear in the measurements, ``o = C·y``, so a
-rank's error is ``Σ C_re·err_e`` and ``Σ |C_re|·bound_e`` bounds it rigorously — for a
-chain of ranks that is the sum of the bounds along the path. Ranks that never talk to
-the reference are aligned through the others; a group of ranks with no path to it keeps
-its lowest rank's wall clock and says so.
+clock model with drift. Every pair fit is a link ``o_b - o_a = g_ab ± bound_ab`` per end.
+A rank's offset is the sum of the ``g`` along one path of links from the reference, and
+its error is at most the sum of the bounds along that path; the path taken is the one
+with the smallest such sum (Dijkstra, with a link's length its larger bound of the two
+ends). Time and memory grow with the links, not with the ranks squared.
+
+That path's bound is never larger than what any linear combination of the links could
+guarantee: a weighted least-squares estimate ``o = C·y`` (``C·A = I``) makes each row of
+``C`` a unit flow from the reference to the rank, so its rigorous bound ``Σ|C_re|·bound_e``
+is a weighted sum of path lengths, at least the shortest. On a tree of links (a star, a
+chain, one machine per rank pair) the path is the only one, and the offsets are those of
+least squares. Ranks that never talk to the reference are aligned through the others; a
+group of ranks with no path to it keeps its lowest rank's wall clock and says so.
 """
 
+import heapq
 import math
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, fit_pairs, stack
+from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, Constraints, PairFit, fit_pairs, stack
 from tracemerge.clocks.clock import ClockModel
 
 ROUNDS = 3  # re-fit with the time axes the previous round found (offsets up to seconds move them)
 
+Pair = Tuple[int, int]
+Bounds = Dict[int, Tuple[float, float]]
 
-def components(ranks, edges):
+
+def components(ranks: Iterable[Any], edges: Iterable[Tuple[Any, Any]]) -> List[List[Any]]:
     """Connected groups of ``ranks`` (each sorted) under ``edges`` {(a, b): ...}."""
     parent = {r: r for r in ranks}
 
-    def find(r):
+    def find(r: Any) -> Any:
         while parent[r] != r:
             parent[r] = parent[parent[r]]
             r = parent[r]
@@ -33,25 +45,29 @@ def components(ranks, edges):
     for a, b in edges:
         if a in parent and b in parent:
             parent[find(a)] = find(b)
-    groups = {}
-    for r in ranks:
+    groups: Dict[Any, List[Any]] = {}
+    for r in parent:
         groups.setdefault(find(r), []).append(r)
     return [sorted(g) for g in groups.values()]
 
 
-def solve(infos, reference, constraints, drift=None):
+def solve(infos: Mapping[int, Any], reference: int, constraints: Mapping[Pair, Constraints],
+          drift: Optional[bool] = None) -> Tuple[Dict[int, ClockModel], Dict[Pair, PairFit]]:
     """({rank: ClockModel}, {(a, b): PairFit}) for ``infos`` {rank: RankInfo}; fallbacks and
     unusable links are explained in the models' ``note``."""
     ranks = sorted(infos)
     models = {r: ClockModel(rank=r, method="wall") for r in ranks}
-    bounds = {r: (0.0, 0.0) for r in ranks}
+    bounds: Bounds = {r: (0.0, 0.0) for r in ranks}
     links = [(pair, c) for pair, c in constraints.items() if pair[0] in infos and pair[1] in infos]
     sides = stack([c for _, c in links]) if links else None
+    fits: Dict[Pair, PairFit] = {}
+    conflicts: List[Pair] = []
     for _ in range(ROUNDS):
         t0 = min(models[r].to_reference(infos[r].start_ns) for r in ranks)
         t1 = max(models[r].to_reference(infos[r].stop_ns) for r in ranks)
         fits, conflicts = {}, []
-        spans = [(models[a].to_local(t0), models[a].to_local(t1)) for (a, _), _ in links]
+        ends = {r: (models[r].to_local(t0), models[r].to_local(t1)) for r in ranks}  # once per rank, not per link
+        spans = [ends[a] for (a, _), _ in links]
         for ((a, b), _), fit in zip(links, fit_pairs([c for _, c in links], sides, spans, drift)):
             if fit.feasible:
                 fits[(a, b)] = fit
@@ -66,58 +82,134 @@ def solve(infos, reference, constraints, drift=None):
     return models, fits
 
 
-def _solve_graph(ranks, reference, fits, models, bounds, span):
+def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairFit],
+                 models: Mapping[int, ClockModel], bounds: Bounds,
+                 span: Tuple[int, int]) -> Tuple[Dict[int, ClockModel], Bounds]:
     t0, t1 = span
-    out, out_bounds = {}, {}
-    for group in components(ranks, fits):
+    out: Dict[int, ClockModel] = {}
+    out_bounds: Bounds = {}
+    edges = list(fits.items())
+    # g and its bound at both ends for every link, read where each fit was made: the span
+    # (t0, t1) on a's clock as the previous round modelled it
+    fit_of = [f for _, f in edges]
+    a_of = [a for (a, _), _ in edges]
+    ends = {r: (models[r].to_local(t0), models[r].to_local(t1)) for r in ranks}
+    anchor = np.array([f.anchor_ns for f in fit_of], np.int64).reshape(-1, 1)
+    x = (np.array([ends[a] for a in a_of], np.int64).reshape(-1, 2) - anchor).astype(np.float64)
+    # PairFit.at for every link at once, the same float operations in the same order
+    y = np.array([f.offset_ns for f in fit_of]).reshape(-1, 1) + np.array(
+        [f.drift_ppm for f in fit_of]).reshape(-1, 1) * 1e-6 * x
+    groups = components(ranks, fits)
+    group_of = {r: k for k, g in enumerate(groups) for r in g}
+    slope: Dict[int, float] = {}  # the drift a group's errors in where g is read can move it by
+    for a, f in zip(a_of, fit_of):
+        slope[group_of[a]] = max(slope.get(group_of[a], DRIFT_LIMIT_PPM * 1e-6), abs(f.drift_ppm) * 1e-6)
+    err = (np.array([f.bounds or (0.0, 0.0) for f in fit_of], np.float64).reshape(-1, 2)  # feasible fits have bounds
+           + np.array([slope[group_of[a]] for a in a_of]).reshape(-1, 1)
+           * np.array([bounds.get(a, (0.0, 0.0)) for a in a_of], np.float64).reshape(-1, 2))
+    length = np.maximum(err.max(axis=1), 1.0).tolist()
+    near: Dict[int, List[Tuple[int, int, int]]] = {r: [] for r in ranks}  # rank: (neighbour, link, sign)
+    for e, ((a, b), _) in enumerate(edges):
+        near[a].append((b, e, 1))
+        near[b].append((a, e, -1))
+    # along the shortest paths: offsets and bounds at both ends, link kinds and samples
+    found: Dict[int, Tuple[int, List[float], List[float], frozenset, int]] = {}  # rank: root, o, b, kinds, samples
+    roots: Dict[int, str] = {}  # root: its note
+    for group in groups:
         root = reference if reference in group else group[0]
-        note = "" if root == reference else (
+        roots[root] = "" if root == reference else (
             f"no exchange links rank{'s' if len(group) > 1 else ''} {', '.join(map(str, group))} to reference "
             f"rank {reference}; rank {root}'s wall clock is trusted.")
-        unknown = [r for r in group if r != root]
-        col = {r: i for i, r in enumerate(unknown)}
-        members = set(group)
-        edges = [(pair, f) for pair, f in fits.items() if pair[0] in members]
-        ends = []
-        for end, t in enumerate((t0, t1)):
-            offset = {r: models[r].to_local(t) - t for r in group}
-            y = np.array([f.at(t + offset[a]) for (a, b), f in edges])
-            slope = max(DRIFT_LIMIT_PPM * 1e-6, *(abs(f.drift_ppm) * 1e-6 for _, f in edges)) if edges else 0
-            # each fit was made for the span (t0, t1) read on a's clock, so t + offset[a] is its end
-            err = np.array([f.bounds[end] + slope * _bound_at(bounds, a, t, t0) for (a, b), f in edges])
-            ends.append((y, err))
-        weight = 1.0 / np.maximum(np.maximum(ends[0][1], ends[1][1]), 1.0) ** 2
-        root_clock = ClockModel(rank=root, method="reference" if root == reference else "wall",
-                                error_bound_ns=0 if root == reference else None, note=note)
-        out[root], out_bounds[root] = root_clock, (0.0, 0.0)
-        if not unknown:
+        found[root] = (root, [0.0, 0.0], [0.0, 0.0], frozenset(), 0)
+        for r, parent, e, sign in _shortest_paths(root, near, length):
+            _, o, bd, kinds, samples = found[parent]
+            f = edges[e][1]
+            found[r] = (root, [o[0] + sign * y[e, 0], o[1] + sign * y[e, 1]], [bd[0] + err[e, 0], bd[1] + err[e, 1]],
+                        kinds | f.kinds, samples + f.samples)
+    index = {r: i for i, r in enumerate(found)}
+    est = np.array([v[1] for v in found.values()]).reshape(-1, 2)
+    bound = np.array([v[2] for v in found.values()]).reshape(-1, 2)
+    if edges:
+        a_at = np.array([index[a] for (a, _), _ in edges])
+        b_at = np.array([index[b] for (_, b), _ in edges])
+        fixed = np.array([index[r] for r in roots])
+        for end in (0, 1):
+            est[:, end], bound[:, end] = _tightest(a_at, b_at, y[:, end], err[:, end], est[:, end], bound[:, end],
+                                                   fixed)
+    for r, (root, _, _, kinds, samples) in found.items():
+        note = roots[root]
+        if r == root:
+            out[r] = ClockModel(rank=r, method="reference" if r == reference else "wall",
+                                error_bound_ns=0 if r == reference else None, note=note)
+            out_bounds[r] = (0.0, 0.0)
             continue
-        a_mat = np.zeros((len(edges), len(unknown)))
-        for e, ((a, b), _) in enumerate(edges):
-            if b in col:
-                a_mat[e, col[b]] = 1.0
-            if a in col:
-                a_mat[e, col[a]] = -1.0
-        sw = np.sqrt(weight)
-        coef = np.linalg.pinv(a_mat * sw[:, None]) @ np.diag(sw)  # o = coef @ y
-        sol = [(coef @ y, np.abs(coef) @ err) for y, err in ends]
-        for r in unknown:
-            i = col[r]
-            used = [f for e, (_, f) in enumerate(edges) if abs(coef[i, e]) > 1e-12]
-            o0, o1 = sol[0][0][i], sol[1][0][i]
-            b0, b1 = sol[0][1][i], sol[1][1][i]
-            kinds = sorted(set().union(*(f.kinds for f in used)))
-            peers = sorted({p for (a, b), _ in edges if r in (a, b) for p in (a, b) if p != r})
-            out[r] = ClockModel(
-                rank=r, method="+".join(kinds), offset_ns=int(round(o0)),
-                drift_ppm=float((o1 - o0) / (t1 - t0) * 1e6) if t1 > t0 else 0.0, anchor_ns=int(t0),
-                error_bound_ns=math.ceil(max(b0, b1)) if root == reference else None,
-                samples=int(sum(f.samples for f in used)), peers=peers, note=note)
-            out_bounds[r] = (b0, b1)
-    return out, out_bounds
+        (o0, o1), (b0, b1) = est[index[r]].tolist(), bound[index[r]].tolist()
+        out[r] = ClockModel(
+            rank=r, method="+".join(sorted(kinds)), offset_ns=int(round(o0)),
+            drift_ppm=float((o1 - o0) / (t1 - t0) * 1e6) if t1 > t0 else 0.0, anchor_ns=int(t0),
+            error_bound_ns=math.ceil(max(b0, b1)) if root == reference else None,
+            samples=int(samples), peers=sorted({p for p, _, _ in near[r]}), note=note)
+        out_bounds[r] = (b0, b1)
+    return {r: out[r] for r in ranks}, out_bounds
 
 
-def _bound_at(bounds, rank, t, t0):
-    """The previous round's bound of ``rank`` at end ``t``: errors on a's axis move where g is read."""
-    b = bounds.get(rank, (0.0, 0.0))
-    return b[0] if t == t0 else b[1]
+def _tightest(a: np.ndarray, b: np.ndarray, y: np.ndarray, err: np.ndarray, est: np.ndarray, bound: np.ndarray,
+              fixed: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(estimate, bound) per rank at one end from every link at once, not only the path's.
+
+    Each link says ``|o_b - o_a - y| <= err``; with the roots' offsets fixed, these
+    difference constraints confine each rank to ``[lowest, highest]``, the shortest-path
+    distances of the constraint graph (Bellman-Ford, started from the path's ``est ±
+    bound``, which every such path already beats or equals). The true offset lies in
+    there, so its centre is off by at most half its width — never more than the path's
+    bound, and the same numbers where no other link tightens it (a tree of links). Links
+    that admit no offsets at all (a negative cycle: records that contradict each other
+    beyond their bounds) leave the path's answer in place.
+    """
+    high = _relax(a, b, y, err, est + bound, fixed)
+    low = _relax(a, b, -y, err, -(est - bound), fixed)
+    if high is None or low is None:
+        return est, bound
+    low = -low
+    moved = (high < est + bound) | (low > est - bound)
+    return np.where(moved, (high + low) / 2, est), np.where(moved, (high - low) / 2, bound)
+
+
+def _relax(a: np.ndarray, b: np.ndarray, y: np.ndarray, err: np.ndarray, dist: np.ndarray,
+           fixed: np.ndarray) -> Optional[np.ndarray]:
+    """Shortest distances from the roots ``fixed`` under ``o_b - o_a <= y + err`` and
+    ``o_a - o_b <= err - y``, relaxed from the upper bounds ``dist``; None when they keep
+    falling (a negative cycle). One numpy pass over the links per round."""
+    tail, head, weight = np.concatenate([a, b]), np.concatenate([b, a]), np.concatenate([y + err, err - y])
+    for _ in range(len(dist) + 1):
+        new = dist.copy()
+        np.minimum.at(new, head, dist[tail] + weight)
+        new[fixed] = dist[fixed]
+        if not (new < dist).any():
+            return dist
+        dist = new
+    return None
+
+
+def _shortest_paths(root: int, near: Mapping[int, List[Tuple[int, int, int]]],
+                    length: Sequence[float]) -> Iterable[Tuple[int, int, int, int]]:
+    """(rank, parent, link, sign) of every rank reachable from ``root``, parents first, along
+    the paths of least total ``length`` (Dijkstra; ties to the lower rank, then link)."""
+    best = {root: 0.0}
+    done = {root}
+    heap: List[Tuple[float, int, int, int, int]] = []
+
+    def push(r: int, d: float) -> None:
+        for p, e, sign in near[r]:
+            if p not in done and d + length[e] < best.get(p, math.inf):
+                best[p] = d + length[e]
+                heapq.heappush(heap, (d + length[e], p, e, r, sign))
+
+    push(root, 0.0)
+    while heap:
+        d, r, e, parent, sign = heapq.heappop(heap)
+        if r in done or d > best[r]:
+            continue
+        done.add(r)
+        yield r, parent, e, sign
+        push(r, d)

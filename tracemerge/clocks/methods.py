@@ -83,8 +83,7 @@ def align_auto(infos, reference, links=None):
         return _noted(exchange_clocks(infos, reference, links=links), contradicted)
     pooled = replace(calls, caller=_remapped(calls.caller, rep), callee=_remapped(calls.callee, rep))
     heads = set(rep.values())
-    collectives = {pair: c for pair, c in collective_constraints(links.collectives).items()
-                   if pair[0] in heads and pair[1] in heads}
+    collectives = collective_constraints(links.collectives, heads)  # machines meet through their heads
     models, _ = solve({r: infos[r] for r in sorted(heads)}, reference, merge(rpc_constraints(pooled), collectives))
     out = {}
     for r in infos:
@@ -164,13 +163,14 @@ def machines(infos, reference):
     return {r: heads[machine_of(infos[r])] for r in infos}
 
 
-def _remapped(ranks, rep):
-    """A rank column with every rank replaced by its machine's (ranks of no input kept)."""
-    out = ranks.copy()
-    for r, head in rep.items():
-        if r != head:
-            out[ranks == r] = head
-    return out
+def _remapped(ranks: np.ndarray, rep: Dict[int, int]) -> np.ndarray:
+    """A rank column with every rank replaced by its machine's (ranks of no input kept):
+    one lookup for the whole column, not a pass per rank."""
+    known = np.array(sorted(rep), np.int64)
+    heads = np.array([rep[r] for r in known.tolist()], np.int64)
+    at = np.minimum(np.searchsorted(known, ranks), max(len(known) - 1, 0))
+    hit = known[at] == ranks if len(known) else np.zeros(len(ranks), bool)
+    return np.where(hit, heads[at] if len(known) else ranks, ranks)
 
 
 METHODS: Dict[str, Method] = {m.name: m for m in (

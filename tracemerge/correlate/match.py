@@ -7,9 +7,10 @@ same joins as :class:`RpcCall` and :class:`CollectiveMatch` objects.
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import compress, repeat
 from operator import itemgetter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -169,38 +170,69 @@ class CollectiveMatch:
 
 @dataclass
 class Collectives:
-    """Every collective seen, one per (group, seq) in the order of first sight, with a
-    column per rank (in the order of the infos); iterating gives them as
-    :class:`CollectiveMatch`."""
+    """Every collective seen, one per (group, seq) in the order of first sight, and every
+    rank's part in it as one *member* entry (sorted by collective, then column; columns
+    are the infos' ranks in their order): its size grows with the records, not with
+    collectives times ranks, which a job of many small groups (tensor- or pipeline-parallel)
+    would make quadratic. The dense (collectives, ranks) views are built when asked for.
+    Iterating gives the collectives as :class:`CollectiveMatch`."""
 
-    records: list        # every record, infos in order
-    keys: list           # (group, seq), or (job_id, group, seq) when the inputs come from several jobs
-    first: np.ndarray    # each collective's first record (op, group_ranks)
-    ranks: list          # the rank of each column
-    last: np.ndarray     # (collectives, ranks): the rank's last record of it, -1 for none
-    start: np.ndarray    # int64 (collectives, ranks), from ``last``; 0 where it is -1
-    end: np.ndarray      # int64, 0 where not ``ended``
-    ended: np.ndarray    # bool: the rank recorded its end (its last end given counts)
+    records: list              # every record, infos in order
+    keys: list                 # (group, seq), or (job_id, group, seq) when the inputs come from several jobs
+    first: np.ndarray          # each collective's first record (op, group_ranks)
+    ranks: list                # the rank of each column
+    member_row: np.ndarray     # int64: the collective of each member entry
+    member_col: np.ndarray     # int64: its column (rank)
+    member_record: np.ndarray  # int64: the rank's last record of it
+    member_start: np.ndarray   # int64 ns, from that record
+    member_end: np.ndarray     # int64 ns, 0 where not ``member_ended``
+    member_ended: np.ndarray   # bool: the rank recorded its end (its last end given counts)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.keys)
 
-    def __iter__(self):
-        for (*_, group, seq), first, last, start, ended, end in zip(
-                self.keys, self.first.tolist(), self.last.tolist(), self.start.tolist(), self.ended.tolist(),
-                self.end.tolist()):
+    def __iter__(self) -> Iterator["CollectiveMatch"]:
+        bounds = np.searchsorted(self.member_row, np.arange(len(self.keys) + 1)).tolist()
+        cols, starts, ends = self.member_col.tolist(), self.member_start.tolist(), self.member_end.tolist()
+        ended, recs = self.member_ended.tolist(), self.member_record.tolist()
+        for k, ((*_, group, seq), first) in enumerate(zip(self.keys, self.first.tolist())):
             rec = self.records[first]
-            cols = [c for c, i in enumerate(last) if i >= 0]
+            part = range(bounds[k], bounds[k + 1])
             yield CollectiveMatch(group=group, seq=seq, op=rec.get("op", ""),
                                   group_ranks=list(rec.get("group_ranks") or []),
-                                  start_ns={self.ranks[c]: start[c] for c in cols},
-                                  end_ns={self.ranks[c]: end[c] for c in cols if ended[c]},
-                                  bytes={self.ranks[c]: int(self.records[last[c]].get("bytes", 0)) for c in cols})
+                                  start_ns={self.ranks[cols[i]]: starts[i] for i in part},
+                                  end_ns={self.ranks[cols[i]]: ends[i] for i in part if ended[i]},
+                                  bytes={self.ranks[cols[i]]: int(self.records[recs[i]].get("bytes", 0)) for i in part})
 
     @property
-    def ops(self):
+    def ops(self) -> list:
         """Each collective's op, as its first record names it."""
         return [self.records[i].get("op", "") for i in self.first.tolist()]
+
+    def _dense(self, values: np.ndarray, fill: Any) -> np.ndarray:
+        out = np.full((len(self.keys), len(self.ranks)), fill, dtype=values.dtype)
+        out[self.member_row, self.member_col] = values
+        return out
+
+    @cached_property
+    def last(self) -> np.ndarray:
+        """(collectives, ranks): the rank's last record of it, -1 for none."""
+        return self._dense(self.member_record, -1)
+
+    @cached_property
+    def start(self) -> np.ndarray:
+        """int64 (collectives, ranks), from ``last``; 0 where it is -1."""
+        return self._dense(self.member_start, 0)
+
+    @cached_property
+    def end(self) -> np.ndarray:
+        """int64 (collectives, ranks), 0 where not ``ended``."""
+        return self._dense(self.member_end, 0)
+
+    @cached_property
+    def ended(self) -> np.ndarray:
+        """bool (collectives, ranks): the rank recorded its end."""
+        return self._dense(self.member_ended, False)
 
 
 def inferred_order_cuts(infos: list) -> Tuple[Dict[tuple, int], List[str]]:
@@ -237,12 +269,14 @@ def _said(what: tuple) -> str:
     return f"{op or '?'} of {nelems if nelems is not None else '?'} × {dtype or '?'}"
 
 
-def match_collectives(infos):
+def match_collectives(infos: Sequence[Any], cuts: Optional[Dict[tuple, int]] = None) -> Collectives:
     """:class:`Collectives` keyed by (group, seq); when a rank has several records of one,
     its last start, bytes and end given count. Records whose seq was inferred are matched
-    only up to where the ranks' orders disagree (:func:`inferred_order_cuts`)."""
+    only up to where the ranks' orders disagree (``cuts``: :func:`inferred_order_cuts`'s,
+    found here when not given). One sort of the records' (collective, rank) cells: time and
+    memory grow with the records."""
     kept = [info.collectives for info in infos]
-    cuts, _ = inferred_order_cuts(infos)
+    cuts = inferred_order_cuts(list(infos))[0] if cuts is None else cuts
     if cuts:
         several = _several_jobs(infos)
         kept = [[rec for rec in info.collectives
@@ -250,7 +284,8 @@ def match_collectives(infos):
                  or rec["seq"] < cuts.get((info.job_id if several else None, str(rec["group"])), rec["seq"] + 1)]
                 for info in infos]
     records = [rec for recs in kept for rec in recs]
-    keys = list(zip(map(str, map(itemgetter("group"), records)), map(int, map(itemgetter("seq"), records))))
+    keys: List[Tuple[Any, ...]] = list(zip(map(str, map(itemgetter("group"), records)),
+                                           map(int, map(itemgetter("seq"), records))))
     if _several_jobs(infos):  # sequence numbers restart in every run: never join two jobs' collectives
         keys = [(job, *key) for job, key in zip((info.job_id for info, recs in zip(infos, kept) for _ in recs), keys)]
     index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
@@ -258,16 +293,15 @@ def match_collectives(infos):
     cell = row * len(infos) + np.repeat(np.arange(len(infos)), [len(recs) for recs in kept])
     first = np.full(len(index), len(records))
     np.minimum.at(first, row, np.arange(len(records)))
-    shape = (len(index), len(infos))
-    last = _last(cell, np.arange(len(records)), len(index) * len(infos)).reshape(shape)
+    cells, member = np.unique(cell, return_inverse=True)
+    last = _last(member, np.arange(len(records)), len(cells))
     start = np.fromiter(map(itemgetter("start_ns"), records), np.int64, len(records))[last]
-    start[last < 0] = 0
     given, ends = _given(records, "end_ns")  # absent when the file was written mid-collective
-    last_end = _last(cell[given], np.arange(len(given)), len(index) * len(infos)).reshape(shape)
+    last_end = _last(member[given], np.arange(len(given)), len(cells))
     ended = last_end >= 0
-    end = np.zeros(shape, np.int64)
-    end[ended] = ends[last_end[ended]]
-    return Collectives(records, list(index), first, [info.rank for info in infos], last, start, end, ended)
+    end = np.where(ended, ends[np.maximum(last_end, 0)] if len(ends) else 0, 0).astype(np.int64)
+    return Collectives(records, list(index), first, [info.rank for info in infos], cells // max(len(infos), 1),
+                       cells % max(len(infos), 1), last, start, end, ended)
 
 
 def _several_jobs(infos):
@@ -283,9 +317,12 @@ class Correlation:
 
     rpcs: RpcMatch
     collectives: Collectives
+    # where collectives without sequence numbers stop agreeing across ranks, said once
+    order_warnings: Tuple[str, ...] = ()
 
 
 def correlate(infos: Sequence[Any]) -> Correlation:
     """The RPC and collective joins of ``infos`` (RankInfo-like: rank, job_id, rpcs,
     remote_rpcs, collectives)."""
-    return Correlation(match_rpcs(infos), match_collectives(infos))
+    cuts, said = inferred_order_cuts(list(infos))
+    return Correlation(match_rpcs(infos), match_collectives(infos, cuts), tuple(said))

@@ -118,7 +118,7 @@ class Job:
         assign_ranks(infos, rank_from, strict)
         infos.sort(key=rank_of)
         links = correlate(infos)
-        warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links)
+        warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links) + list(links.order_warnings)
         taken = {part.path for i in infos for part in i.files}
         job = cls(tuple(infos), links, tuple(files), skipped, tuple(warnings), None, engine,
                   {p: t for p, t in kept.items() if p in taken})

@@ -137,10 +137,10 @@ def check_windows(infos: Sequence[RankInfo], links: Correlation, strict: bool = 
         has = calls.has  # rows t1..t4: the caller's send and complete, the callee's start and end
         both = (has[0] | has[3]) & (has[1] | has[2])
         edges += zip(calls.caller[both].tolist(), calls.callee[both].tolist())
-    coll = links.collectives
-    for row in coll.last:
-        seen = [coll.ranks[c] for c in np.flatnonzero(row >= 0).tolist()]
-        edges += [(r, seen[0]) for r in seen[1:]]
+    coll = links.collectives  # each member joined to its collective's first member (entries, not a dense grid)
+    ranks = np.array(coll.ranks, np.int64)
+    head = coll.member_col[np.searchsorted(coll.member_row, coll.member_row)]
+    edges += zip(ranks[coll.member_col].tolist(), ranks[head].tolist())
     groups = components([info.rank for info in infos], edges)
     if len(groups) < 2:
         return []

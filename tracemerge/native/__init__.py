@@ -25,6 +25,10 @@ import msgspec
 import numpy as np
 
 from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
+from tracemerge.corestatus import ENV as ENV  # the environment's choice: corestatus, read without this package
+from tracemerge.corestatus import OLD_ENV as OLD_ENV
+from tracemerge.corestatus import chosen
+from tracemerge.corestatus import describe as describe_core
 from tracemerge.errors import TraceError
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
 from tracemerge.model import FLOW_ID_KEYS, Args, Extra, RankTrace
@@ -43,14 +47,7 @@ try:  # the .pftrace packet writer's loops (_proto.c); built apart from _core, o
 except ImportError:
     _proto = None
 
-ENV = "TRACEMERGE_CORE"
-OLD_ENV = "TRACEMERGE_KERNEL"  # its name before the package was renamed: still honoured
 READS = "chrome"  # the input format (tracemerge.inputs.READERS) whose files the core reads
-
-
-def chosen() -> str:
-    """The core the environment asks for: ``TRACEMERGE_CORE``, else its older name."""
-    return os.environ.get(ENV, os.environ.get(OLD_ENV, "")).strip().lower()
 
 
 def active() -> str:
@@ -60,11 +57,7 @@ def active() -> str:
 
 def describe() -> str:
     """One line for ``--version``: which core is active and why."""
-    if _core is None:
-        return "core: python (the compiled core is not built here)"
-    if active() == "python":
-        return f"core: python ({ENV}=python)"
-    return "core: native (compiled core; TRACEMERGE_CORE=python selects the reference path)"
+    return describe_core(_core is not None)
 
 
 @dataclass(eq=False)

@@ -2,3 +2,6 @@
 block, label and clock (placement), rank-namespaced ids (ids), the size controls
 (selection), the RPC flow arrows' plan (arrows) and the callee spans drawn from callers'
 records (remote_spans). The formats encode what these make; ``merge`` drives them."""
+
+# here, not in selection.py, so that the CLI's --overview reads it without numpy (start-up)
+OVERVIEW_US = 1000.0   # --overview without a value: complete events of 1 ms and more

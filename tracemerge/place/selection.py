@@ -21,11 +21,11 @@ import numpy as np
 
 from tracemerge.errors import TracemergeError, UsageError
 from tracemerge.model import NO_DUR
+from tracemerge.place import OVERVIEW_US as OVERVIEW_US  # --overview without a value (defined light: the CLI's)
 from tracemerge.place.placement import aligned_ns
 
 REASONS = ("ranks", "category", "min_duration", "overview", "window")
 FLOW_PHASES = [ord("s"), ord("t"), ord("f")]   # the input's own flow events (the RPC arrows are drawn, not input)
-OVERVIEW_US = 1000.0   # --overview without a value: complete events of 1 ms and more
 # what an overview keeps whatever its length: the structure of a step and what ties ranks together
 STRUCTURE_PREFIXES = ("ProfilerStep#",)
 STRUCTURE_PARTS = ("nccl", "gloo:", "c10d::", "record_param_comms")

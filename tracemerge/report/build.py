@@ -15,7 +15,7 @@ from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.analysis.summary import analyse, analysis_dict
 from tracemerge.analysis.timeline import rank_timeline
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.correlate.match import correlate, inferred_order_cuts
+from tracemerge.correlate.match import correlate
 from tracemerge.errors import TracemergeError, reading
 from tracemerge.inputs.head import read_head
 from tracemerge.job import Alignment, AlignRequest, Job
@@ -180,7 +180,7 @@ def _add_records(report, infos, links, clocks, threads):
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
     report.collectives = collective_report(links.collectives, clocks)
-    report.notes += inferred_order_cuts(infos)[1]
+    report.notes += list(links.order_warnings)
     if not any(i.has_block for i in infos) and not report.collectives:
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
 

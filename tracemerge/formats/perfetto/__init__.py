@@ -3,13 +3,15 @@ is a self-contained run of TracePackets (:mod:`~tracemerge.formats.perfetto.enco
 concatenated traces are one trace, so the document needs no header, separator or footer."""
 
 from tracemerge.formats.base import Format
-from tracemerge.formats.perfetto.encoder import encode_rank
 
 PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 
 
 def rank_packets(trace, place, flows=None):
     """(bytes, counts) of one rank for combine: counts keyed like its summary."""
+    # imported here: the registry lists this format for every command, a JSON merge never encodes
+    from tracemerge.formats.perfetto.encoder import encode_rank
+
     data, c = encode_rank(trace, place, flows)
     counts = {"out": c.out, "added": 0, "dropped": sum(c.dropped.values()),
               "perfetto_overlapping_slices": c.overlapping, "perfetto_overlap_tracks": c.overlap_tracks,

@@ -1,0 +1,89 @@
+"""Start-up pays only for what the command uses: ``tracemerge --version`` and ``--help``
+import click and a few small modules of tracemerge, not numpy, msgspec, orjson, the
+readers, writers, analyses or the HTTP server (docs/performance.md), and ``--version``
+still names the core that would run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tracefiles import ROOT
+
+HEAVY = ("numpy", "msgspec", "orjson", "http.server", "perfetto", "torch", "tracemerge.inputs", "tracemerge.native",
+         "tracemerge.correlate", "tracemerge.clocks", "tracemerge.job", "tracemerge.place.selection", "tracemerge.formats",
+         "tracemerge.analysis", "tracemerge.merge", "tracemerge.report", "tracemerge.serve", "tracemerge.engine")
+
+# runs the command as the console script does, then prints what it imported and what it printed
+PROBE = """
+import contextlib, io, json, sys
+from tracemerge.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(sys.argv[1:])
+    except SystemExit as e:
+        code = e.code
+print(json.dumps({"modules": sorted(sys.modules), "out": out.getvalue(), "code": code}))
+"""
+
+
+def probe(*args, env=None):
+    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env={**os.environ, **(env or {})})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_version_and_help_import_nothing_heavy(args):
+    result = probe(*args)
+    assert result["code"] in (0, None)
+    loaded = [m for m in result["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert loaded == []
+
+
+@pytest.mark.parametrize("env", [{}, {"TRACEMERGE_CORE": "python"}, {"TRACEMERGE_KERNEL": "python"}])
+def test_version_names_the_core_the_import_would_run(env):
+    """--version tells the core without importing it; the import itself says the same."""
+    said = probe("--version", env=env)["out"].splitlines()[1]
+    code = "from tracemerge import native; print(native.describe())"
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                              env={k: v for k, v in {**os.environ, **env}.items()
+                                   if k not in ("TRACEMERGE_CORE", "TRACEMERGE_KERNEL") or k in env})
+    assert said == imported.stdout.strip()
+
+
+def test_a_command_still_finds_what_it_defers(tmp_path):
+    """The deferred names resolve: a merge, its registry-backed choices and a refused choice."""
+    from click.testing import CliRunner
+
+    from tracemerge.cli import main
+    files = [os.path.join(ROOT, "samples", "kineto_rpc", f) for f in ("worker0.json.gz", "worker1.json.gz")]
+    r = CliRunner().invoke(main, ["combine", *files, "-o", str(tmp_path / "t.pftrace"), "--align", "wall", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["report", *files, "--section", "nope"])
+    assert r.exit_code == 2 and "'key_averages', 'critical_path'" in r.output
+    assert "[default: 9001" in CliRunner().invoke(main, ["open", "--help"]).output
+
+
+def test_deferred_names_are_the_type_checked_imports():
+    """cli.py's deferred names and its TYPE_CHECKING imports name the same objects (mypy and
+    the layer test read the latter), and each deferred one resolves."""
+    import ast
+    import importlib
+
+    from tracemerge import cli
+    tree = ast.parse(open(cli.__file__).read())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    imported = {}
+    for node in block.body:
+        for alias in node.names:
+            module = importlib.import_module(node.module)
+            imported[alias.asname or alias.name] = getattr(module, alias.name, None) or importlib.import_module(
+                f"{node.module}.{alias.name}")
+    deferred = {node.targets[0].id for node in block.orelse}
+    assert deferred == set(imported)
+    for name in deferred:
+        assert getattr(cli, name).resolve() is imported[name], name
