@@ -754,7 +754,7 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
               help="As combine --overview: per rank its steps, RPC spans and collectives, and every other complete "
                    f"event at least US microseconds long (default {OVERVIEW_US:g}).")
 @engine_options
-@click.option("--group-by", type=click.Choice(reports.GROUP_BY), default="name", show_default=True,
+@click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
               help="key_averages: one row per op name over all ranks, or one per name and rank.")
 @click.option("--critical-path", "critical_path", is_flag=True,
               help="Also find the cross-rank critical path (the critical_path table), from the same read of each rank.")
