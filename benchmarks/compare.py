@@ -20,6 +20,8 @@ time and memory with ``ranks``.
 - ``tracemerge combine`` to .json (default jobs, and --jobs 1), .json.gz, .json.zst (when
   zstandard is installed) and .pftrace, with the compiled core when it is built, and the
   main row again with ``TRACEMERGE_CORE=python`` (the reference path);
+- ``tracemerge export`` of the ranks to Parquet (when pyarrow is installed): its time and
+  memory as ratios to the main ``combine`` row;
 - ``tracemerge report`` of the first 4 ranks (~1 M events at the default size), with the
   compiled core and with ``TRACEMERGE_CORE=python``: seconds per million events and the ratio;
 - ``viztracer --combine`` and HTA's ``TraceAnalysis`` load, when installed (``bench`` extra).
@@ -141,6 +143,7 @@ MAIN = "tracemerge combine .json (--jobs {jobs})"  # the row the targets are abo
 PYTHON_CORE = "tracemerge combine .json (--jobs {jobs}), TRACEMERGE_CORE=python"
 PFTRACE = "tracemerge combine .pftrace (--jobs {jobs})"
 CAT = "cat of the inputs into one file"
+EXPORT = "tracemerge export Parquet (--jobs {jobs})"  # issue 28: <= 1.5x MAIN's time, memory within MAIN's
 TARGET_MB = 600
 # the report's target is about ~1 M events: 4 ranks of the default 60 MB hold 956 k
 REPORT_RANKS = 4
@@ -166,6 +169,9 @@ def contenders(paths, out, jobs):
         yield f"tracemerge combine .json.zst (--jobs {jobs})", tm + ["-o", out + "tm.json.zst"]
     if importlib.util.find_spec("tracemerge.formats.perfetto.encoder"):
         yield PFTRACE.format(jobs=jobs), tm + ["-o", out + "tm.pftrace"]
+    if importlib.util.find_spec("pyarrow"):
+        yield EXPORT.format(jobs=jobs), [sys.executable, "-m", "tracemerge", "export", *paths, "--force",
+                                         "-o", out + "tables"]
     # report reads every event of its ranks but writes a few lines: its own rows, with the
     # Python core beside it for the ratio (the golden tests pin that both give the same bytes)
     some = paths[:REPORT_RANKS]
@@ -195,7 +201,8 @@ def measure(name, cmd, outdir):
     wall, rc, err = run_timed(cmd)
     peak = run_sampled(cmd) if not rc else 0
     for f in os.listdir(outdir):
-        os.unlink(os.path.join(outdir, f))
+        path = os.path.join(outdir, f)
+        shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)  # export writes a directory
     print(f"  {name}: {wall:.2f} s, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""), flush=True)
     return name, wall, peak, rc, err
 
@@ -244,6 +251,10 @@ def verdicts(rows, jobs, scaled):
     if pftrace:
         out.append(f".pftrace <= 1.5x json: {pftrace[1] / main[1]:.2f}x: "
                    f"{'met' if pftrace[1] <= 1.5 * main[1] else 'NOT met'}")
+    export = by.get(EXPORT.format(jobs=jobs))
+    if export:
+        out.append(f"export <= 1.5x json: {export[1] / main[1]:.2f}x: {'met' if export[1] <= 1.5 * main[1] else 'NOT met'}; "
+                   f"its peak memory {export[2] / main[2]:.2f}x json's: {'met' if export[2] <= main[2] else 'NOT met'}")
     if viz:
         out.append(f">= 6x faster than viztracer --combine: {viz[1] / main[1]:.1f}x: "
                    f"{'met' if viz[1] / main[1] >= 6 else 'NOT met'}")

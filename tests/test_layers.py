@@ -27,6 +27,7 @@ LAYERS = [
     ("analyse", {"analysis"}),
     ("merge", {"merge"}),
     ("report", {"report"}),
+    ("tables", {"tables"}),        # the job as Arrow/pandas tables and Parquet: reads every layer below
     ("commands", {"serve", "cli", "__main__"}),
 ]
 LAYER_OF = {name: n for n, (_, names) in enumerate(LAYERS) for name in names}

@@ -6,6 +6,8 @@ The library API the CLI is built on::
     job = Job.open(["rank0.json.gz", "rank1.json.gz"], align=AlignRequest("auto"))  # read, describe, join, align
     summary = combine(job, job.alignment, "trace.pftrace")                         # write; returns the summary
 
+``tracemerge.load(paths)`` returns the aligned job as tables (pandas, Arrow; docs/tables.md).
+
 (``Session`` is ``Job`` under its first name; ``job.align("auto")`` solves another
 clock model of the same job.)
 
@@ -27,9 +29,11 @@ _EXPORTS = {
     "Job": "tracemerge.job",
     "combine": "tracemerge.merge.combine",
     "read_trace": "tracemerge.inputs",
+    "load": "tracemerge.tables",
 }
 
-__all__ = ["AlignRequest", "Alignment", "ClockModel", "Job", "Session", "combine", "read_trace", "__version__"]
+__all__ = ["AlignRequest", "Alignment", "ClockModel", "Job", "Session", "combine", "load", "read_trace",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:

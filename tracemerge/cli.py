@@ -776,3 +776,85 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
     text = (json.dumps(what.as_json(predictions, parsed), indent=2) + "\n" if fmt == "json"
             else what.table(predictions, parsed))
     write_text(output, text, files)
+
+
+@main.command("export")
+@quiet_option
+@files_argument
+@click.option("-o", "--output", required=True, metavar="DIR",
+              help="Directory of Parquet files to write: events/rank=N/part-K.parquet (one rank per folder), "
+                   "rpcs, collectives, clocks, key_averages, rpc_latency, ... .parquet, tracemerge.json.")
+@align_options
+@rank_options
+@click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
+@input_options
+@click.option("--enforce-causality", is_flag=True,
+              help="Remove the causality violations left after alignment (as combine does).")
+@click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
+              help="Keep only these ranks, e.g. 0-3,7.")
+@click.option("--window", callback=_parsed(parse_window), default=None, metavar="START:END",
+              help="Keep events overlapping START..END ms after the first aligned event (either side may be empty).")
+@click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
+              help="Leave out complete events shorter than US microseconds.")
+@click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
+              help="Leave out events of this category (e.g. python_function). Repeatable.")
+@click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+              default=None, metavar="[US]",
+              help="As combine --overview: per rank its steps, RPC spans and collectives, and every other complete "
+                   f"event at least US microseconds long (default {OVERVIEW_US:g}).")
+@engine_options
+@click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
+              help="key_averages: one row per op name over all ranks, or one per name and rank.")
+@click.option("--critical-path", "critical_path", is_flag=True,
+              help="Also find the cross-rank critical path (the critical_path table), from the same read of each rank.")
+@click.option("--gpu", is_flag=True,
+              help="Also each rank's GPU time (the gpu table: report's GPU section), from the same read of each rank.")
+def export_tables(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, ranks, window,
+                  min_duration, drop_categories, overview, engine, jobs, scheduler, group_by, critical_path, gpu,
+                  skip_bad, strict):
+    """Write the aligned job as Parquet tables in DIR, for pandas, DuckDB, Dask or Spark.
+
+    Events (one row per event of the merged trace, times in ns on the reference clock) are
+    partitioned by rank and written by the worker that reads each rank; RPCs with both
+    sides, collectives per rank, the clock table and the report's tables beside them.
+    Selects and aligns as `tracemerge combine` does (docs/tables.md).
+
+    \b
+    Examples:
+      tracemerge export samples/rpc_profiling/rank*.json.gz -o tables/
+      tracemerge export rank*.json.gz -o tables/ --window 100:350 --jobs 8 --force
+    """
+    from tracemerge.tables.events import require_arrow
+    from tracemerge.tables.export import check_directory, export
+
+    # Arrow's pool is chosen when pyarrow is first imported: the C library's malloc hands the
+    # pages of each written batch back, the bundled mimalloc keeps them (~25 MB more per
+    # worker). Its first array sets up ~30 MB of registries: made here, before the local
+    # workers fork, they are pages every worker shares instead of a copy in each.
+    pool = os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = pool or "system"
+    try:
+        require_arrow().array([0]).cast("string")
+    finally:  # the environment as it was (the choice is made)
+        if pool is None:
+            os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+    check_directory(output, force)  # before any input is read
+    if scheduler:
+        files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves
+        output = os.path.abspath(output)
+    runner = make_engine(engine, jobs, scheduler)
+    runner.progress = Progress.for_terminal(quiet=_quiet())
+    try:
+        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
+                          align=AlignRequest(method, reference, offsets, enforce_causality))
+        selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
+                              drop_categories=frozenset(drop_categories), overview_us=overview)
+        summary = export(job, output, None, selection, force, group_by, critical_path, gpu)
+    finally:
+        runner.close()
+    ev = summary["events"]
+    say(f"tracemerge: {len(job.infos)} ranks, {ev['in']} events in, {ev['rows']} rows ({ev['filtered']} filtered), "
+        f"aligned by {summary['align']} to rank {summary['reference']} -> {output}", err=True)
+    for line in clock_notes(job.clock_model()):
+        say(f"tracemerge: warning: {line}", err=True)
+    file_warnings_of(job.infos)

@@ -1,0 +1,190 @@
+"""The job's tables beside ``events``: made from the :class:`~tracemerge.job.Job`'s joins
+(``job.links``), its clock model, and what each rank's worker handed back (key-average
+rows, server threads, RPC spans, timelines): kilobytes, never another rank's events.
+
+Every table is a pyarrow Table with a fixed schema, so an empty one still has its columns.
+"""
+
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tracemerge.clocks.text import offsets_document
+from tracemerge.job import Alignment, Job
+from tracemerge.report.collectives import collective_report
+from tracemerge.report.gpu import GpuRank
+from tracemerge.report.keyavg import KeyAverage, group_rows
+from tracemerge.report.rpcstats import PERCENTILES, rpc_report
+from tracemerge.tables.events import require_arrow
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# (rpc_id, role) -> (rank, tid, thread name) of the span that shows that side of the call
+SpanSides = Mapping[Tuple[str, str], Tuple[int, str, Optional[str]]]
+
+STATS = ("mean", *(f"p{p}" for p in PERCENTILES), "max")
+
+
+def _table(columns: Sequence[Tuple[str, Any]], rows: Iterable[Dict[str, Any]]) -> "pa.Table":
+    pa = require_arrow()
+    schema = pa.schema(list(columns))
+    data: Dict[str, List[Any]] = {name: [] for name, _ in columns}
+    for row in rows:
+        for name in data:
+            data[name].append(row.get(name))
+    return pa.table(data, schema=schema)
+
+
+def rpcs_table(job: Job, alignment: Alignment, sides: SpanSides) -> "pa.Table":
+    """One row per RPC with both sides: who called whom from which thread, t1..t4 on the
+    reference clock (null where that side was not recorded), and which sides the inputs had."""
+    pa = require_arrow()
+    calls = job.links.rpcs.calls
+    n = len(calls)
+    s, i64, i32 = pa.string(), pa.int64(), pa.int32()
+    columns: Dict[str, Any] = {}
+    for key in ("rpc_id", "kind", "func", "name"):
+        columns[key] = pa.array([rec.get(key, "") for rec in calls.first], s)
+    columns["status"] = pa.array(list(calls.status), s)
+    for role in ("caller", "callee"):
+        ranks = getattr(calls, role)
+        found = [sides.get((rec["rpc_id"], role)) for rec in calls.first]
+        columns[f"{role}_rank"] = pa.array(ranks.astype(np.int32) if n else np.zeros(0, np.int32))
+        columns[f"{role}_tid"] = pa.array([f[1] if f else None for f in found], s)
+        columns[f"{role}_thread"] = pa.array([f[2] if f else None for f in found], s)
+    # t1/t4 on the caller's clock, t2/t3 on the callee's: each rank's converted in one numpy call
+    for k, (key, role) in enumerate((("t1_ns", "caller"), ("t2_ns", "callee"), ("t3_ns", "callee"),
+                                     ("t4_ns", "caller"))):
+        ranks = getattr(calls, role)
+        times = calls.times[k].copy() if n else np.zeros(0, np.int64)
+        known = calls.has[k].copy() if n else np.zeros(0, bool)
+        for rank in np.unique(ranks).tolist() if n else []:
+            at = (ranks == rank) & known
+            if rank in alignment.clocks:
+                times[at] = alignment.clocks[rank].to_reference(times[at])
+            else:
+                known[ranks == rank] = False  # a peer without a file or clock: not on the reference clock
+        columns[key] = pa.array(times, i64, mask=~known)
+    has_caller = calls.has[0] if n else np.zeros(0, bool)
+    has_callee = calls.has[1] if n else np.zeros(0, bool)
+    columns["sides"] = pa.array(np.where(has_caller & has_callee, "both",
+                                         np.where(has_caller, "caller_only", "callee_only")).tolist(), s)
+    order = ["rpc_id", "kind", "func", "name", "status", "caller_rank", "caller_tid", "caller_thread",
+             "callee_rank", "callee_tid", "callee_thread", "t1_ns", "t2_ns", "t3_ns", "t4_ns", "sides"]
+    schema = pa.schema([(k, i32 if k.endswith("_rank") else i64 if k.endswith("_ns") else s) for k in order])
+    return pa.table([columns[k] for k in order], schema=schema)
+
+
+def collectives_table(job: Job, alignment: Alignment) -> "pa.Table":
+    """One row per rank per collective (group, seq): its op, the group, and that rank's
+    start and end on the reference clock."""
+    pa = require_arrow()
+    clocks = alignment.clocks
+    rows = []
+    for m in job.links.collectives:
+        for rank, start in m.start_ns.items():
+            end = m.end_ns.get(rank)
+            clock = clocks.get(rank)
+            rows.append({"group": m.group, "seq": m.seq, "op": m.op, "group_ranks": list(m.group_ranks),
+                         "rank": rank, "start_ns": int(clock.to_reference(start)) if clock else None,
+                         "end_ns": int(clock.to_reference(end)) if clock and end is not None else None,
+                         "bytes": m.bytes.get(rank), "complete": m.complete})
+    s, i64 = pa.string(), pa.int64()
+    return _table([("group", s), ("seq", i64), ("op", s), ("group_ranks", pa.list_(pa.int32())),
+                   ("rank", pa.int32()), ("start_ns", i64), ("end_ns", i64), ("bytes", i64),
+                   ("complete", pa.bool_())], rows)
+
+
+def clocks_table(job: Job, alignment: Alignment) -> "pa.Table":
+    """``tracemerge offsets``' table: each rank's clock against the reference, with bounds."""
+    pa = require_arrow()
+    doc = offsets_document(alignment, list(job.infos))
+    notes = {r: c.note for r, c in alignment.clocks.items()}
+    rows = [{**r, "reference": doc["reference"], "note": notes.get(r["rank"]) or None} for r in doc["ranks"]]
+    s, i64 = pa.string(), pa.int64()
+    return _table([("rank", pa.int32()), ("reference", pa.int32()), ("method", s), ("offset_ns", i64),
+                   ("drift_ppm", pa.float64()), ("anchor_ns", i64), ("error_bound_ns", i64), ("samples", i64),
+                   ("peers", pa.list_(pa.int32())), ("machine", pa.int32()), ("hostname", s), ("note", s)], rows)
+
+
+def key_averages_table(rows: List[KeyAverage], group_by: str = "name") -> "pa.Table":
+    """``report``'s key averages (torch's columns, µs; ``node_id`` the rank, -1 over several)."""
+    pa = require_arrow()
+    grouped = group_rows(rows, group_by == "name,rank")
+    grouped.sort(key=lambda r: (-r.cpu_time_total, r.key, r.node_id))
+    return _table([("key", pa.string()), ("count", pa.int64()), ("node_id", pa.int32()),
+                   ("cpu_time_total_us", pa.float64()), ("self_cpu_time_total_us", pa.float64()),
+                   ("cpu_time_us", pa.float64()), ("is_user_annotation", pa.bool_())],
+                  ({"key": r.key, "count": r.count, "node_id": r.node_id, "cpu_time_total_us": r.cpu_time_total,
+                    "self_cpu_time_total_us": r.self_cpu_time_total, "cpu_time_us": r.cpu_time,
+                    "is_user_annotation": r.is_user_annotation} for r in grouped))
+
+
+def rpc_tables(job: Job, alignment: Alignment, threads: Dict[int, int]) -> Tuple["pa.Table", "pa.Table"]:
+    """``report``'s RPC latency breakdown (one row per kind, function, caller and callee,
+    µs statistics) and its callee load (one row per callee: threads, queueing)."""
+    pa = require_arrow()
+    rep = rpc_report(job.links.rpcs, alignment.clocks, threads) if len(job.links.rpcs.calls) else None
+    f64, s, i64 = pa.float64(), pa.string(), pa.int64()
+    parts = ("e2e", "exec", "overhead", "queue")
+    latency = _table(
+        [("name", s), ("kind", s), ("func", s), ("caller", pa.int32()), ("callee", pa.int32()), ("count", i64),
+         ("complete", i64), ("errors", i64)] + [(f"{p}_{k}_us", f64) for p in parts for k in STATS],
+        ({"name": k.name, "kind": k.kind, "func": k.func, "caller": k.caller, "callee": k.callee, "count": k.count,
+          "complete": k.complete, "errors": k.errors,
+          **{f"{p}_{x}_us": getattr(k, f"{p}_us").get(x) for p in parts for x in STATS}}
+         for k in (rep.keys if rep else [])))
+    callees = _table(
+        [("callee", pa.int32()), ("name", s), ("calls", i64), ("threads", i64), ("max_concurrent", i64),
+         ("all_busy_share", f64), ("queue_mean_us", f64), ("exec_mean_us", f64), ("hint", s)],
+        ({"callee": c.callee, "name": c.name, "calls": c.calls, "threads": c.threads,
+          "max_concurrent": c.max_concurrent, "all_busy_share": c.all_busy_share, "queue_mean_us": c.queue_mean_us,
+          "exec_mean_us": c.exec_mean_us, "hint": c.hint or None} for c in (rep.callees if rep else [])))
+    return latency, callees
+
+
+def collective_stats_table(job: Job, alignment: Alignment) -> "pa.Table":
+    """``report``'s collectives section: per group and op, counts, bytes, arrival skew."""
+    pa = require_arrow()
+    stats = collective_report(job.links.collectives, alignment.clocks)
+    f64, s, i64 = pa.float64(), pa.string(), pa.int64()
+    return _table([("group", s), ("op", s), ("count", i64), ("complete", i64), ("bytes", i64),
+                   ("skew_mean_us", f64), ("skew_max_us", f64), ("slowest_rank", pa.int32())],
+                  ({"group": c.group, "op": c.op, "count": c.count, "complete": c.complete, "bytes": c.bytes,
+                    "skew_mean_us": c.skew_us.get("mean"), "skew_max_us": c.skew_us.get("max"),
+                    "slowest_rank": c.slowest_rank} for c in stats))
+
+
+def critical_path_table(windows: Optional[List[Any]]) -> "pa.Table":
+    """The cross-rank critical path (:mod:`tracemerge.analysis.critical_path`): one row per
+    segment, with the window (ProfilerStep#N, else the whole trace) it belongs to."""
+    pa = require_arrow()
+    s, i64 = pa.string(), pa.int64()
+    return _table([("window", s), ("window_start_ns", i64), ("window_end_ns", i64), ("rank", pa.int32()),
+                   ("tid", s), ("name", s), ("kind", s), ("start_ns", i64), ("end_ns", i64)],
+                  ({"window": w.window, "window_start_ns": w.start_ns, "window_end_ns": w.end_ns, "rank": seg.rank,
+                    "tid": None if seg.tid is None else str(seg.tid), "name": seg.name, "kind": seg.kind,
+                    "start_ns": seg.start_ns, "end_ns": seg.end_ns}
+                   for w in windows or [] for seg in w.segments))
+
+
+def gpu_table(ranks: List[GpuRank]) -> "pa.Table":
+    """``report``'s GPU section (:mod:`tracemerge.report.gpu`): per rank with device events,
+    its GPU window and the time (µs) compute, communication and memory work ran, idle, the
+    communication overlapped by compute, the launch delays, and its top kernel."""
+    pa = require_arrow()
+    f64 = pa.float64()
+    delays = ("mean", "p50", "p95", "max")
+    return _table([("rank", pa.int32()), ("window_us", f64), ("compute_us", f64), ("communication_us", f64),
+                   ("memory_us", f64), ("idle_us", f64), ("overlap_us", f64), ("overlap_share", f64)]
+                  + [(f"launch_delay_{k}_us", f64) for k in delays]
+                  + [("launches", pa.int64()), ("top_kernel", pa.string()), ("top_kernel_us", f64)],
+                  ({"rank": g.rank, "window_us": g.window_us, "compute_us": g.compute_us,
+                    "communication_us": g.communication_us, "memory_us": g.memory_us, "idle_us": g.idle_us,
+                    "overlap_us": g.overlap_us, "overlap_share": g.overlap_share,
+                    **{f"launch_delay_{k}_us": g.launch_delay_us.get(k) for k in delays},
+                    "launches": g.launch_delay_us.get("count"),
+                    "top_kernel": g.top_kernels[0]["name"] if g.top_kernels else None,
+                    "top_kernel_us": g.top_kernels[0]["total_us"] if g.top_kernels else None}
+                   for g in sorted(ranks, key=lambda g: g.rank)))
