@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from tracemerge.clocks.causality import review
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.methods import align as align_clocks
+from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.engine import Engine, LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
@@ -38,7 +39,10 @@ from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 
 T = TypeVar("T")
-KEEP_IN_MEMORY_BYTES = 64 << 20  # on-disk input size below which events stay loaded
+KEEP_IN_MEMORY_BYTES = 64 << 20  # JSON size (compressed inputs counted inflated) below which events stay loaded
+# what a gzip or zstd trace inflates to, about (trace JSON compresses 8-15x): 64 MiB of
+# gzipped ranks kept in memory were a GB decoded (report at 256 x 2 MB ranks)
+INFLATION = 12
 
 
 @dataclass(frozen=True)
@@ -189,10 +193,15 @@ def _attempt(read: Callable[[str], T], path: str, skip_bad: bool) -> Tuple[Optio
 
 
 def _size(path: str) -> int:
+    """About how many bytes of JSON ``path`` holds: its size, times INFLATION when it is
+    compressed (told by its magic bytes, as the readers tell it)."""
     try:
-        return os.path.getsize(path)
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        size = os.path.getsize(path)
     except OSError:
         return 0
+    return size * INFLATION if magic[:2] == GZIP_MAGIC or magic == ZSTD_MAGIC else size
 
 
 __all__: Sequence[str] = ("AlignRequest", "Alignment", "Job", "Session")
