@@ -282,7 +282,9 @@ def _parsed(parse):
     return callback
 
 
-def selection_options(fn: "click.decorators.FC") -> "click.decorators.FC":
+def size_options(fn: "click.decorators.FC") -> "click.decorators.FC":
+    """--ranks, --window, --min-duration, --drop-category, --overview: what a merge (or an
+    export) keeps of the job."""
     fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
                       default=None, metavar="[US]",
                       help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
@@ -298,6 +300,11 @@ def selection_options(fn: "click.decorators.FC") -> "click.decorators.FC":
                            "(either side may be empty).")(fn)
     fn = click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
                       help="Keep only these ranks, e.g. 0-3,7.")(fn)
+    return fn
+
+
+def selection_options(fn: "click.decorators.FC") -> "click.decorators.FC":
+    fn = size_options(fn)
     fn = click.option("--format", "fmt", type=RegistryChoice(lambda: OUTPUT_FORMATS), default=None,
                       help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")(fn)
     return fn
@@ -789,19 +796,9 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
 @click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
 @input_options
 @click.option("--enforce-causality", is_flag=True,
-              help="Remove the causality violations left after alignment (as combine does).")
-@click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
-              help="Keep only these ranks, e.g. 0-3,7.")
-@click.option("--window", callback=_parsed(parse_window), default=None, metavar="START:END",
-              help="Keep events overlapping START..END ms after the first aligned event (either side may be empty).")
-@click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
-              help="Leave out complete events shorter than US microseconds.")
-@click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
-              help="Leave out events of this category (e.g. python_function). Repeatable.")
-@click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
-              default=None, metavar="[US]",
-              help="As combine --overview: per rank its steps, RPC spans and collectives, and every other complete "
-                   f"event at least US microseconds long (default {OVERVIEW_US:g}).")
+              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
+                   "constant shift that removes the contradiction, as combine does.")
+@size_options
 @engine_options
 @click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
               help="key_averages: one row per op name over all ranks, or one per name and rank.")
