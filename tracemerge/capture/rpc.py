@@ -160,6 +160,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     on_done = functools.partial(_on_done, record, span, handle, native_to)
     if kind == "remote":
         result._get_future().add_done_callback(on_done)
+        rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
         return result
     # The span ends when the future completes, as the legacy RPC profiler did; the future
     # handed back completes after that, so a caller's wait() sees the record complete.

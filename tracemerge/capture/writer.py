@@ -2,7 +2,8 @@
 
 See docs/rank-file-format.md. The trace is kept as Kineto wrote it except that the
 spans the instrumentation opened get its ``args`` (rpc_id, role): ``record_function``
-cannot attach arguments that Kineto exports, so they are added here.
+cannot attach arguments that Kineto exports, so they are added here; and the span torch
+opens unnamed around ``rref.to_here()`` gets its name (capture/rref.py).
 """
 
 import bisect
@@ -67,6 +68,14 @@ def _annotate(trace: dict, spans: list) -> None:
         found = starts.get((span.tid, span.name))
         if not found:
             continue  # e.g. the span closed after the profiler stopped
+        if span.rename:
+            # marked just before torch opened it: the first unnamed event from then on (two
+            # fetches on a thread start a round trip apart, far more than the slack)
+            i = bisect.bisect_left(found, span.mark_ns - _MATCH_SLACK_NS, key=lambda pair: pair[0])
+            if i < len(found) and found[i][1].get("name") == "":
+                found[i][1]["name"] = span.rename
+                found[i][1].setdefault("args", {}).update(span.args)
+            continue
         i = bisect.bisect_right(found, span.mark_ns + _MATCH_SLACK_NS, key=lambda pair: pair[0])
         if i:
             found[i - 1][1].setdefault("args", {}).update(span.args)
