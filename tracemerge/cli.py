@@ -385,8 +385,9 @@ def main() -> None:
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
 @click.option("--critical-path", "critical_path", is_flag=True,
               help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
-                   "with one slice per window (ProfilerStep#N, else the whole trace) and its segments nested "
-                   "in it. Reads every rank once more.")
+                   "with one slice per window (ProfilerStep#N of the ranks whose steps meet, 'ProfilerStep#N "
+                   "(rank R)' for a rank whose step meets no other's, else the whole trace) and its "
+                   "segments nested in it. Reads every rank once more.")
 def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, reference: "int | None",
             offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, enforce_causality: bool,
             fmt: "str | None", ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
@@ -633,8 +634,9 @@ def merged_lines(path, trace):
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page with plots.")
 @click.option("--analysis", is_flag=True,
-              help="Add the cross-rank analyses of rank files: the critical path per window (ProfilerStep#N, "
-                   "else the whole trace), wait states and stragglers, in every format (JSON: the "
+              help="Add the cross-rank analyses of rank files: the critical path per window (ProfilerStep#N "
+                   "of the ranks whose steps meet, 'ProfilerStep#N (rank R)' for a rank whose step meets "
+                   "no other's, else the whole trace; windows never overlap), wait states and stragglers, in every format (JSON: the "
                    "critical_path, critical_path_totals, wait_states and stragglers keys).")
 @click.option("--section", cls=RegistryOption, type=RegistryChoice(lambda: CSV_SECTIONS), default=lambda: CSV_SECTIONS[0],
               show_default=True,
@@ -757,8 +759,8 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
 @rank_options
 @input_options
 def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, cycle, skip_bad, strict):
-    """How long each window would take if some spans ran faster: per window (ProfilerStep#N, else
-    the whole trace) the measured time, the time predicted by replaying the job's dependencies
+    """How long each window would take if some spans ran faster: per window (as the critical
+    path's: ProfilerStep#N, per rank where steps do not meet, else the whole trace) the measured time, the time predicted by replaying the job's dependencies
     (thread order, RPCs, collectives, continuations) with the change, and the new critical
     path's largest segments.
 

@@ -1,8 +1,24 @@
 """The cross-rank critical path: the chain of dependent work that decided when each window ended.
 
-A window is one ``ProfilerStep#N`` (from the first rank's start of that step to the last
-rank's end, on the reference clock) when the trace has steps, else the whole trace. Its
-path is found by walking back in time from the window's end, on the thread whose step (or
+A window is one step of the ranks whose ``ProfilerStep#N`` spans correspond (from the
+first of them to start to the last to end, on the reference clock) when the trace has
+steps, else the whole trace:
+
+- **Which steps are one window.** Spans of one step name on different ranks are one
+  window when they overlap in time, or when an RPC (a message of it sent in one and
+  received in the other) or a collective (entered in both) joins them, and so on
+  transitively (:func:`step_groups`). A step name whose spans all correspond is one
+  window named ``ProfilerStep#N``, as when every rank steps together; otherwise each
+  group is its own window, ``ProfilerStep#N (rank R)`` for one rank and
+  ``ProfilerStep#N (ranks R1, R2)`` for several (a name that would repeat gets `` [2]``,
+  …). Steps of different names are never one window.
+- **Windows never overlap.** Taken in order of their ends, a window that began before the
+  previous one ended begins where that one ended (:func:`disjoint`): every window keeps
+  its end and the path that decided it, the shared time is counted once, in the window
+  that ended first, and one left with no time is dropped. So no time is on two windows'
+  paths, and each rank's total over all windows is at most the trace's length.
+
+The path of each window is found by walking back in time from the window's end, on the thread whose step (or
 whose last span) ended last, as Scalasca finds a critical path: at each moment the walk
 asks what the thread it is on was doing just before, and follows whatever made that
 moment late.
@@ -44,7 +60,9 @@ the path would be without it (tests use this to check that each edge is taken).
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+
+import numpy as np
 
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 
@@ -94,32 +112,179 @@ class Window:
                               "start_ns": s.start_ns, "end_ns": s.end_ns} for s in self.segments]}
 
 
-def windows(job: JobTimeline) -> List[Tuple[str, int, int, Tuple[int, int]]]:
-    """[(name, start_ns, end_ns, (rank, thread index) the walk starts on)]: one per
-    ProfilerStep#N over all ranks, else one for the whole trace."""
-    steps: Dict[str, List[Any]] = {}   # {step: [start, end, (rank, thread) that ended last]}
-    for rank, tl in job.ranks.items():
-        for name, start, end, thread in tl.steps:
-            s = steps.setdefault(name, [start, end, (rank, thread)])
-            s[0] = min(s[0], start)
-            if end > s[1]:
-                s[1], s[2] = end, (rank, thread)
+class Span(NamedTuple):
+    """One window before its walk: its name, [start_ns, end_ns) on the reference clock, the
+    (rank, thread index) the walk starts on (where the window ends) and the one where the
+    window begins (``whatif`` replays from there)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    at: Tuple[int, int]
+    begins: Tuple[int, int]
+
+
+def windows(job: JobTimeline) -> List[Span]:
+    """The job's windows, in time order and never overlapping: its steps that correspond
+    (:func:`step_groups`) made disjoint (:func:`disjoint`), else one for the whole trace."""
+    steps = [(name, start, end, rank, thread) for rank, tl in sorted(job.ranks.items())
+             for name, start, end, thread in tl.steps]
     if steps:
-        return sorted(((name, s, e, at) for name, (s, e, at) in steps.items()), key=lambda w: (w[1], w[2]))
+        return disjoint(_labelled(steps, step_groups(job, steps)))
     threads = [th for th in job.threads.values() if th.bounds or th.wait_end]
     if not threads:
         return []
     last = max(threads, key=lambda th: th.last_ns)
-    return [(WHOLE_TRACE, min(th.first_ns for th in threads), last.last_ns, (last.rank, last.index))]
+    first = min(threads, key=lambda th: th.first_ns)
+    return [Span(WHOLE_TRACE, first.first_ns, last.last_ns, (last.rank, last.index), (first.rank, first.index))]
+
+
+def step_groups(job: JobTimeline, steps: List[Tuple[str, int, int, int, int]]) -> List[List[int]]:
+    """The steps ([(name, start, end, rank, thread)], reference ns) that correspond, as groups
+    of indices into ``steps``: steps of one name are in one group when they overlap in time,
+    or when an RPC or a collective joins them (:func:`_joined`), and so on transitively. Steps
+    of different names are never grouped."""
+    parent = list(range(len(steps)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(i: int, j: int) -> None:
+        a, b = root(i), root(j)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+
+    by_name: Dict[str, List[int]] = {}
+    for i, step in enumerate(steps):
+        by_name.setdefault(step[0], []).append(i)
+    split = False
+    for members in by_name.values():
+        members.sort(key=lambda i: (steps[i][1], steps[i][2]))
+        head, reach = members[0], steps[members[0]][2]
+        for i in members[1:]:
+            if steps[i][1] < reach:
+                union(head, i)
+                reach = max(reach, steps[i][2])
+            else:
+                split = True
+                head, reach = i, steps[i][2]
+    if split:   # joins only ever merge groups of one name that overlap did not
+        for i, j in _joined(job, steps):
+            if steps[i][0] == steps[j][0]:
+                union(i, j)
+    groups: Dict[int, List[int]] = {}
+    for i in range(len(steps)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+def _joined(job: JobTimeline, steps: List[Tuple[str, int, int, int, int]]) -> List[Tuple[int, int]]:
+    """[(i, j)] of steps an exchange joins: an RPC sent (t1) in step i of its caller whose
+    callee started it (t2) in step j of the callee, or whose callee ended it (t3) in step j
+    and whose caller saw it complete (t4) in step i; a collective its ranks entered in steps
+    i and j. A time is in a step of its rank from the step's start to its end, inclusive."""
+    of_rank: Dict[int, List[int]] = {}
+    for i, step in enumerate(steps):
+        of_rank.setdefault(step[3], []).append(i)
+    per_rank: Dict[int, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for rank, idx in of_rank.items():
+        idx.sort(key=lambda i: (steps[i][1], steps[i][2]))
+        per_rank[rank] = (np.array([steps[i][1] for i in idx], dtype=np.int64),
+                          np.array([steps[i][2] for i in idx], dtype=np.int64), np.array(idx, dtype=np.int64))
+
+    def step_at(ranks: np.ndarray, times: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """The step (index into ``steps``, -1: none) each rank was in at each time."""
+        out = np.full(len(times), -1, dtype=np.int64)
+        for rank, (starts, ends, idx) in per_rank.items():
+            sel = np.flatnonzero(ok & (ranks == rank))
+            if not len(sel):
+                continue
+            k = np.searchsorted(starts, times[sel], side="right") - 1
+            inside = (k >= 0) & (times[sel] <= ends[np.maximum(k, 0)])
+            out[sel[inside]] = idx[k[inside]]
+        return out
+
+    found: List[np.ndarray] = []
+    if len(job.call_caller):
+        caller = np.asarray(job.call_caller, dtype=np.int64)
+        callee = np.asarray(job.call_callee, dtype=np.int64)
+        for a, b in ((0, 1), (3, 2)):   # the request (t1 -> t2), the response (t3 -> t4)
+            x = step_at(caller, job.t_ref[a], job.has[a])
+            y = step_at(callee, job.t_ref[b], job.has[b])
+            both = (x >= 0) & (y >= 0)
+            found.append(np.stack([x[both], y[both]], axis=1))
+    if job.coll_arrive:
+        keys = list(job.coll_arrive)
+        coll = np.array([k for k, _ in keys], dtype=np.int64)
+        ranks = np.array([r for _, r in keys], dtype=np.int64)
+        times = np.array([job.coll_arrive[k] for k in keys], dtype=np.int64)
+        at = step_at(ranks, times, np.ones(len(keys), dtype=bool))
+        keep = at >= 0
+        coll, at = coll[keep], at[keep]
+        order = np.argsort(coll, kind="stable")
+        coll, at = coll[order], at[order]
+        _, first, counts = np.unique(coll, return_index=True, return_counts=True)
+        # each rank's step joined to the first rank's step of the same collective
+        found.append(np.stack([np.repeat(at[first], counts), at], axis=1))
+    if not found:
+        return []
+    pairs = np.concatenate(found)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    return [(int(i), int(j)) for i, j in np.unique(pairs, axis=0).tolist()] if len(pairs) else []
+
+
+def _labelled(steps: List[Tuple[str, int, int, int, int]], groups: List[List[int]]) -> List[Span]:
+    """One :class:`Span` per group of steps: from its first start to its last end, walked from
+    the step that ended last (the first of them in rank order). Named after its step, when
+    that step's spans form one group; else after the step and its ranks,
+    ``ProfilerStep#N (rank R)`` or ``ProfilerStep#N (ranks R1, R2)``, and a name that would
+    repeat gets `` [2]``, `` [3]``, … in time order."""
+    groups = sorted(groups, key=lambda g: (min(steps[i][1] for i in g), max(steps[i][2] for i in g), min(g)))
+    count: Dict[str, int] = {}
+    for g in groups:
+        count[steps[g[0]][0]] = count.get(steps[g[0]][0], 0) + 1
+    seen: Dict[str, int] = {}
+    out = []
+    for g in groups:
+        name = steps[g[0]][0]
+        if count[name] > 1:
+            ranks = sorted({steps[i][3] for i in g})
+            name += f" (rank {ranks[0]})" if len(ranks) == 1 else f" (ranks {', '.join(map(str, ranks))})"
+        seen[name] = seen.get(name, 0) + 1
+        label = name if seen[name] == 1 else f"{name} [{seen[name]}]"
+        first = min(g, key=lambda i: (steps[i][1], i))
+        last = max(g, key=lambda i: (steps[i][2], -i))
+        out.append(Span(label, steps[first][1], steps[last][2], (steps[last][3], steps[last][4]),
+                        (steps[first][3], steps[first][4])))
+    return out
+
+
+def disjoint(spans: List[Span]) -> List[Span]:
+    """``spans`` made disjoint, deterministically: taken in order of their ends (then starts,
+    then names), a window that begins before the one taken before it ended begins where that
+    one ended instead (and ``whatif`` replays it from there, on the thread that one ended on).
+    Each window keeps its end, and the path that decided it; the time two windows shared
+    stays with the one that ended first. A window left with no time (its steps took none, or
+    the window before took all of it) is dropped."""
+    out: List[Span] = []
+    for w in sorted(spans, key=lambda w: (w.end_ns, w.start_ns, w.name)):
+        if out and w.start_ns < out[-1].end_ns:
+            w = w._replace(start_ns=out[-1].end_ns, begins=out[-1].at)
+        if w.end_ns > w.start_ns:
+            out.append(w)
+    return out
 
 
 def critical_path(job: JobTimeline, edges: FrozenSet[str] = EDGES) -> List[Window]:
     """[:class:`Window`] of the job (:class:`~tracemerge.analysis.job_timeline.JobTimeline`), in time order."""
     out = []
     pool = pool_threads(job)
-    for name, start, end, at in windows(job):
-        segments = walk(job, job.thread(*at), start, end, edges, pool)
-        w = Window(window=name, start_ns=start, end_ns=end, segments=segments)
+    for span in windows(job):
+        segments = walk(job, job.thread(*span.at), span.start_ns, span.end_ns, edges, pool)
+        w = Window(window=span.name, start_ns=span.start_ns, end_ns=span.end_ns, segments=segments)
         for s in segments:
             w.by_rank[s.rank] = w.by_rank.get(s.rank, 0) + s.end_ns - s.start_ns
             w.by_kind[s.kind] = w.by_kind.get(s.kind, 0) + s.end_ns - s.start_ns

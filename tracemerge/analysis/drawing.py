@@ -1,11 +1,11 @@
 """The critical path as trace events, so a person sees it in Perfetto (``combine --critical-path``).
 
 The path becomes one more process, ``critical path``, beside the ranks: each window is a
-slice named after it (``ProfilerStep#N`` or ``trace``) and its segments are slices nested
-in it, named ``<kind>: <name> (rank R)``, with the rank, thread, kind and name as args.
-Windows that do not overlap share a track; overlapping ones (steps of ranks whose clocks
-or starts differ) go to the next free one, so a step loop needs one or two tracks, not
-one per step. Times are reference-clock ns, written as µs after ``base_ns``.
+slice named after it (``ProfilerStep#N``, ``ProfilerStep#N (rank R)`` or ``trace``) and its
+segments are slices nested in it, named ``<kind>: <name> (rank R)``, with the rank, thread,
+kind and name as args. Windows that do not overlap share a track, and the critical path's
+windows never overlap (:func:`~tracemerge.analysis.critical_path.disjoint`), so they are
+all on one; :func:`tracks` would give an overlapping one the next free track. Times are reference-clock ns, written as µs after ``base_ns``.
 """
 
 from typing import Any, Dict, List

@@ -41,7 +41,6 @@ from tracemerge.analysis.critical_path import (
     EXECUTION,
     TRANSFER,
     UNTRACED,
-    WHOLE_TRACE,
     nested_calls,
     open_async_span,
     pool_threads,
@@ -371,10 +370,8 @@ def whatif(job: JobTimeline, speedups: list) -> list:
     ([:class:`Speedup`]), and the new critical path's largest segments."""
     replay = Replay(job, speedups)
     replay.run()
-    starts = _window_starts(job)
     out = []
-    for name, start, end, at in windows(job):
-        skey = starts.get(name, at)
+    for name, start, end, at, skey in windows(job):
         s = replay.point(skey, start)
         e = replay.point(at, end)
         if s is None or e is None:
@@ -388,21 +385,6 @@ def whatif(job: JobTimeline, speedups: list) -> list:
         out.append(Prediction(window=name, measured_ns=end - start, predicted_ns=end_new - start_new,
                               top=[{"rank": r, "name": n, "kind": k, "ns": ns} for (r, n, k), ns in top]))
     return out
-
-
-def _window_starts(job: JobTimeline) -> dict:
-    """{window name: (rank, thread index)} where it starts: of a step, the rank's whose step
-    started first; of the whole trace, the thread's that began first."""
-    threads = [th for th in job.threads.values() if th.bounds or th.wait_end]
-    first: dict = {}
-    if threads:
-        th = min(threads, key=lambda th: th.first_ns)
-        first[WHOLE_TRACE] = (th.first_ns, (th.rank, th.index))
-    for rank, tl in job.ranks.items():
-        for name, start, _, thread in tl.steps:
-            if name not in first or start < first[name][0]:
-                first[name] = (start, (rank, thread))
-    return {name: key for name, (_, key) in first.items()}
 
 
 def as_json(predictions: list, speedups: list) -> dict:

@@ -158,7 +158,7 @@ def collective_stats_table(job: Job, alignment: Alignment) -> "pa.Table":
 
 def critical_path_table(windows: Optional[List[Any]]) -> "pa.Table":
     """The cross-rank critical path (:mod:`tracemerge.analysis.critical_path`): one row per
-    segment, with the window (ProfilerStep#N, else the whole trace) it belongs to."""
+    segment, with the window (ProfilerStep#N, ProfilerStep#N (rank R), else the whole trace) it belongs to."""
     pa = require_arrow()
     s, i64 = pa.string(), pa.int64()
     return _table([("window", s), ("window_start_ns", i64), ("window_end_ns", i64), ("rank", pa.int32()),
