@@ -1,6 +1,7 @@
 """Side-by-side benchmark: tracemerge against the parsing floor and its peers, on the same inputs.
 
-    python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers] [--scale 16] [--only NAME]
+    python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers] [--scale 16] [--only NAME ...]
+                                 [--skip NAME ...] [--repeat N]
 
 Generates ``ranks`` Kineto-like rank files of ``mb`` MB each with gen_kineto.py (Kineto
 traces plus the "tracemerge" block with RPC and collective records, so tracemerge aligns
@@ -11,7 +12,9 @@ every 20 ms with psutil: reading a process's PSS costs the kernel a page-table w
 the sampler would slow multi-process contenders more than single-process ones). It prints
 wall time, input MB/s, peak memory, the ratios to the floor and to ``viztracer --combine``,
 and whether the targets of the issue are met; ``--scale N`` also merges N ranks to compare
-time and memory with ``ranks``.
+time and memory with ``ranks``. ``--repeat N`` runs every contender N times, alternated
+(each round runs each once, so a change in the machine's load falls on all of them): the
+rows are the medians, and the export target also gives the spread of its per-round ratios.
 
 - floor, 1 process: read + typed parse (msgspec structs, ``args`` kept raw) + shift ts and
   pids in integer ns + dump, one rank at a time: the least any merge must do;
@@ -33,6 +36,7 @@ import argparse
 import importlib.util
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -207,6 +211,15 @@ def measure(name, cmd, outdir):
     return name, wall, peak, rc, err
 
 
+def median_row(measured):
+    """One contender's row from its rounds: the median wall and peak of the rounds that ran,
+    else the first failure."""
+    ok = [m for m in measured if not m[3]]
+    if not ok:
+        return measured[0]
+    return measured[0][0], statistics.median(m[1] for m in ok), statistics.median(m[2] for m in ok), 0, ""
+
+
 def count_events(paths):
     """The number of trace events in ``paths`` (every event has one "ph" key; the generated
     files spell it only there)."""
@@ -233,8 +246,14 @@ def report_verdict(rows, paths):
     return line + f": <= {REPORT_TARGET_S_PER_M} s per M events: {'met' if per_m <= REPORT_TARGET_S_PER_M else 'NOT met'}"
 
 
-def verdicts(rows, jobs, scaled):
-    """Lines saying whether each target of the issue is met by the main tracemerge row."""
+def paired(runs, name, other, at):
+    """The per-round ratios of ``name``'s to ``other``'s measure ``at`` (1: wall, 2: peak)."""
+    return [x[at] / y[at] for x, y in zip(runs.get(name, []), runs.get(other, [])) if not x[3] and not y[3]]
+
+
+def verdicts(rows, jobs, scaled, runs=None):
+    """Lines saying whether each target of the issue is met by the main tracemerge row
+    (``runs``: every round's measures by name, for the spread of the export's ratios)."""
     by = {r[0]: r for r in rows if not r[3]}
     main = by.get(MAIN.format(jobs=jobs))
     if main is None:
@@ -253,8 +272,13 @@ def verdicts(rows, jobs, scaled):
                    f"{'met' if pftrace[1] <= 1.5 * main[1] else 'NOT met'}")
     export = by.get(EXPORT.format(jobs=jobs))
     if export:
-        out.append(f"export <= 1.5x json: {export[1] / main[1]:.2f}x: {'met' if export[1] <= 1.5 * main[1] else 'NOT met'}; "
-                   f"its peak memory {export[2] / main[2]:.2f}x json's: {'met' if export[2] <= main[2] else 'NOT met'}")
+        line = (f"export <= 1.5x json: {export[1] / main[1]:.2f}x: {'met' if export[1] <= 1.5 * main[1] else 'NOT met'}; "
+                f"its peak memory {export[2] / main[2]:.2f}x json's: {'met' if export[2] <= main[2] else 'NOT met'}")
+        times, peaks = (paired(runs or {}, export[0], main[0], at) for at in (1, 2))
+        if len(times) > 1:
+            line += (f" (medians; {len(times)} rounds' ratios: time {min(times):.2f}-{max(times):.2f}x, "
+                     f"memory {min(peaks):.2f}-{max(peaks):.2f}x)")
+        out.append(line)
     if viz:
         out.append(f">= 6x faster than viztracer --combine: {viz[1] / main[1]:.1f}x: "
                    f"{'met' if viz[1] / main[1] >= 6 else 'NOT met'}")
@@ -272,7 +296,12 @@ def main(argv=None):
     p.add_argument("--mb", type=float, default=60.0)
     p.add_argument("--dir", default=None, help="where the inputs are generated (default: a temp dir)")
     p.add_argument("--jobs", type=int, default=os.cpu_count())
-    p.add_argument("--only", default=None, help="run only contenders whose name contains this")
+    p.add_argument("--only", action="append", default=None, metavar="NAME",
+                   help="run only contenders whose name contains this (repeat it for several)")
+    p.add_argument("--skip", action="append", default=[], metavar="NAME",
+                   help="leave out contenders whose name contains this (repeat it for several)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run every contender N times, alternated; the rows are the medians")
     p.add_argument("--skip-peers", action="store_true", help="skip viztracer and HTA")
     p.add_argument("--scale", type=int, default=None, metavar="N",
                    help="also merge N ranks (main tracemerge row only) and compare with --ranks")
@@ -287,8 +316,16 @@ def main(argv=None):
     print(f"inputs: {a.ranks} ranks × {a.mb:g} MB = {total_mb:.0f} MB in {os.path.dirname(paths[0])}; "
           f"{os.cpu_count()} cores; load before {os.getloadavg()[0]:.2f}", flush=True)
 
-    rows = [measure(name, cmd, outdir) for name, cmd in contenders(paths, out, a.jobs)
-            if (not a.only or a.only in name) and not (a.skip_peers and ("viztracer" in name or "HTA" in name))]
+    chosen = [(name, cmd) for name, cmd in contenders(paths, out, a.jobs)
+              if (not a.only or any(o in name for o in a.only)) and not any(o in name for o in a.skip)
+              and not (a.skip_peers and ("viztracer" in name or "HTA" in name))]
+    runs = {name: [] for name, _ in chosen}
+    for r in range(a.repeat):
+        if a.repeat > 1:
+            print(f"round {r + 1} of {a.repeat}, load {os.getloadavg()[0]:.2f}", flush=True)
+        for name, cmd in chosen:
+            runs[name].append(measure(name, cmd, outdir))
+    rows = [median_row(runs[name]) for name, _ in chosen]
     scaled = None
     if a.scale:
         more = inputs(directory, a.scale, a.mb)
@@ -312,7 +349,7 @@ def main(argv=None):
         mb = report_mb if name.startswith("tracemerge report") else total_mb
         print(f"| {name}{status} | {wall:.2f} | {mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
               f"| {ratio_viz} |")
-    for line in verdicts(rows, a.jobs, scaled):
+    for line in verdicts(rows, a.jobs, scaled, runs):
         print(f"target: {line}")
     report = report_verdict(rows, paths)
     if report:

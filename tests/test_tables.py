@@ -9,6 +9,8 @@ calls); ``report``'s key averages and the summary's RPC sides must come out of t
 import collections
 import glob
 import os
+import subprocess
+import sys
 
 import orjson
 import pytest
@@ -136,6 +138,35 @@ def test_generated_ranks_in_worker_processes(rank_files, tmp_path):
     assert code == 0, text
     assert sorted(os.listdir(out / "events")) == ["rank=0", "rank=1", "rank=2"]
     assert_same_events(doc, events_of(out))
+
+
+# runs the CLI in a fresh interpreter and records whether pandas was imported when the job's
+# tables are made, i.e. after every rank's events were written
+NO_PANDAS_PROBE = r"""
+import sys
+import tracemerge.tables.parts as parts
+from tracemerge.cli import main
+job_level, seen = parts.job_level, []
+def checked(*args, **kwargs):
+    seen.append("pandas" in sys.modules)
+    return job_level(*args, **kwargs)
+parts.job_level = checked
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+print(seen)
+"""
+
+
+def test_rank_events_are_written_without_pandas(rank_files, tmp_path):
+    """pa.array() imports pandas (~50 MB in a process) to check for its types: export's
+    parent before the workers fork and the workers making the events never call it (issue
+    28's memory target); only the job's tables, made after the workers end, may."""
+    r = subprocess.run([sys.executable, "-c", NO_PANDAS_PROBE, "export", *rank_files, "-o", str(tmp_path / "t"),
+                        "-j", "1", "-q"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == "[False]"
 
 
 def report_rows(files, tmp_path):

@@ -823,17 +823,18 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
       tracemerge export samples/rpc_profiling/rank*.json.gz -o tables/
       tracemerge export rank*.json.gz -o tables/ --window 100:350 --jobs 8 --force
     """
-    from tracemerge.tables.events import require_arrow
+    from tracemerge.tables.events import preload_arrow
     from tracemerge.tables.export import check_directory, export
 
     # Arrow's pool is chosen when pyarrow is first imported: the C library's malloc hands the
     # pages of each written batch back, the bundled mimalloc keeps them (~25 MB more per
-    # worker). Its first array sets up ~30 MB of registries: made here, before the local
-    # workers fork, they are pages every worker shares instead of a copy in each.
+    # worker). Imported here, before the local workers fork, its start-up is pages every
+    # worker shares (tables.events.preload_arrow). Nothing before the workers end imports
+    # pandas: pa.array() would (~50 MB), so the workers make their columns from buffers.
     pool = os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
     os.environ["ARROW_DEFAULT_MEMORY_POOL"] = pool or "system"
     try:
-        require_arrow().array([0]).cast("string")
+        preload_arrow()
     finally:  # the environment as it was (the choice is made)
         if pool is None:
             os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)

@@ -110,11 +110,11 @@ def _launch_delays(trace: RankTrace, work: np.ndarray) -> Dict[str, float]:
     runtime = np.flatnonzero(np.isin(trace.cat, category_codes(
         trace, lambda c: c.endswith("_runtime") or c.endswith("_driver") or c == "runtime")))
     call_start: Dict[object, int] = {}
-    for i, a in zip(runtime.tolist(), trace.args.dicts(runtime.tolist())):
+    for i, a in zip(runtime.tolist(), trace.args.chunked_dicts(runtime.tolist())):
         if a is not None and "correlation" in a:
             call_start[a["correlation"]] = int(trace.ts[i])
     delays = [int(trace.ts[i]) - call_start[a["correlation"]]
-              for i, a in zip(work.tolist(), trace.args.dicts(work.tolist()))
+              for i, a in zip(work.tolist(), trace.args.chunked_dicts(work.tolist()))
               if a is not None and a.get("correlation") in call_start]
     if not delays:
         return {}

@@ -288,13 +288,13 @@ def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
         return dev, owner
     runtime = np.flatnonzero(np.isin(trace.cat[tree.index], category_codes(trace, _is_runtime)))
     call_of: Dict[object, int] = {}
-    for pos, a in zip(runtime.tolist(), trace.args.dicts(tree.index[runtime].tolist())):
+    for pos, a in zip(runtime.tolist(), trace.args.chunked_dicts(tree.index[runtime].tolist())):
         if a is not None and "correlation" in a:
             call_of[a["correlation"]] = pos
     if not call_of:
         return dev, owner
     calls = np.array([call_of.get(a.get("correlation"), -1) if a is not None else -1
-                      for a in trace.args.dicts(dev.tolist())], dtype=np.int64)
+                      for a in trace.args.chunked_dicts(dev.tolist())], dtype=np.int64)
     launching = np.isin(trace.cat[tree.index], category_codes(trace, LAUNCHING_CATS.__contains__))
     at = np.where(calls >= 0, tree.parent[np.maximum(calls, 0)], -1)
     while True:  # up past user annotations (and other non-dispatcher spans) to the launching op

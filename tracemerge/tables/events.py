@@ -22,7 +22,7 @@ What the rows differ in from the merged JSON, on purpose:
 
 from itertools import repeat
 from operator import is_not
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import msgspec
 import numpy as np
@@ -50,6 +50,18 @@ def require_arrow() -> Any:
     return pyarrow
 
 
+def preload_arrow() -> None:
+    """Import pyarrow and its Parquet writer, and make one column as a rank's worker makes
+    its string columns (a dictionary decoded by Arrow's cast): done before the local workers
+    fork, the pages this touches (the libraries' start-up, the compute registry) are shared
+    with every worker instead of touched again in each (a parent and 2 workers peaked ~18 MB
+    lower together than with pyarrow imported by the workers alone)."""
+    pa = require_arrow()
+    import pyarrow.parquet  # noqa: F401
+
+    _coded(pa, np.zeros(1, np.int32), _strings(pa, ["x"]))
+
+
 def event_schema() -> "pa.Schema":
     pa = require_arrow()
     string = pa.string()
@@ -61,6 +73,7 @@ def event_schema() -> "pa.Schema":
 
 
 CHUNK = 50_000  # events per record batch: a rank's strings are never all made at once
+GATHER = 4096   # args spans copied out of the file's map per step of a batch
 
 
 def rank_events(trace: RankTrace, place: Placement) -> Tuple["pa.Table", List[Tuple[str, str, str, Optional[str]]]]:
@@ -87,31 +100,37 @@ def rank_batches(trace: RankTrace, place: Placement
     tids = [_text(t) for t in trace.tids]
     thread_names = _thread_names(trace)
     thread_codes, thread_table = _thread_name_codes(trace, thread_names)
-    rpc_id, rpc_role, spans = _rpc_columns(trace, tids, thread_names)
+    (rpc_codes, rpc_table), (role_codes, role_table), spans = _rpc_columns(trace, tids, thread_names)
     flow_ids = _flow_ids(trace)
     args = _args_source(trace)
     tables = {"input_pid": _strings(pa, [_text(p) for p in trace.pids]), "tid": _strings(pa, tids),
               "thread_name": _strings(pa, thread_table), "name": _strings(pa, trace.names),
-              "phase": _strings(pa, [chr(c) for c in range(256)])}
+              "phase": _strings(pa, [chr(c) for c in range(256)]), "rpc_id": _strings(pa, rpc_table),
+              "rpc_role": _strings(pa, role_table)}
     pid = trace.pid.astype(np.int64) + place.pid_base
     ph = trace.ph.astype(np.int32)
+    pid_code, tid_code, name_code, cat_code = trace.pid, trace.tid, trace.name, trace.cat
+    added = _added_rows(pa, trace, place, moved, thread_names)
     schema = event_schema()
+    # the batches hold these columns, not ``trace``: a caller that lets the trace go frees
+    # the compiled core's scan (~100 bytes an event; with what else only the trace held,
+    # ~45 MB of a 60 MB rank) before the first batch is made
 
     def batch(lo: int, hi: int) -> Any:
         columns = [
-            pa.array(np.full(hi - lo, place.rank, np.int32)),
-            pa.array(pid[lo:hi]),
-            _coded(pa, trace.pid[lo:hi], tables["input_pid"]),
-            _coded(pa, trace.tid[lo:hi], tables["tid"]),
-            pa.array(lane[lo:hi]),
+            _fixed(pa, pa.int32(), np.full(hi - lo, place.rank, np.int32)),
+            _fixed(pa, pa.int64(), pid[lo:hi]),
+            _coded(pa, pid_code[lo:hi], tables["input_pid"]),
+            _coded(pa, tid_code[lo:hi], tables["tid"]),
+            _fixed(pa, pa.int32(), lane[lo:hi]),
             _coded(pa, thread_codes[lo:hi], tables["thread_name"]),
-            _coded(pa, trace.name[lo:hi], tables["name"]),
-            _coded(pa, trace.cat[lo:hi], tables["name"]),
+            _coded(pa, name_code[lo:hi], tables["name"]),
+            _coded(pa, cat_code[lo:hi], tables["name"]),
             _coded(pa, ph[lo:hi], tables["phase"]),
-            pa.array(start[lo:hi], mask=~timed[lo:hi]),
-            pa.array(dur[lo:hi], mask=~has_dur[lo:hi]),
-            pa.array(rpc_id[lo:hi], pa.string()),
-            pa.array(rpc_role[lo:hi], pa.string()),
+            _fixed(pa, pa.int64(), start[lo:hi], timed[lo:hi]),
+            _fixed(pa, pa.int64(), dur[lo:hi], has_dur[lo:hi]),
+            _coded(pa, rpc_codes[lo:hi], tables["rpc_id"]),
+            _coded(pa, role_codes[lo:hi], tables["rpc_role"]),
             args(lo, hi),
             flow_ids(lo, hi),
         ]
@@ -120,7 +139,6 @@ def rank_batches(trace: RankTrace, place: Placement
     def batches() -> Iterator[Any]:
         for lo in range(0, n, CHUNK):
             yield batch(lo, min(n, lo + CHUNK))
-        added = _added_rows(pa, trace, place, moved, thread_names)
         if added is not None:
             yield from added.to_batches()
 
@@ -132,13 +150,48 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def _strings(pa: Any, table: Sequence[Any]) -> "pa.Array":
-    return pa.array([v if v is None or isinstance(v, str) else str(v) for v in table], pa.string())
+# Every column is made from numpy buffers (pa.Array.from_buffers), never by pa.array() on a
+# numpy array or a list: pa.array() imports pandas to check for its types, ~50 MB in each
+# process that writes a rank (docs/performance.md, issue 28's memory target).
+
+def _fixed(pa: Any, type: "pa.DataType", values: np.ndarray, valid: Optional[np.ndarray] = None) -> "pa.Array":
+    """A column of ``type`` over the buffer of ``values`` (their dtype is the type's; not
+    copied), null where ``valid`` is False."""
+    nulls, bitmap = _validity(pa, valid)
+    return pa.Array.from_buffers(type, len(values), [bitmap, pa.py_buffer(np.ascontiguousarray(values))],
+                                 null_count=nulls)
+
+
+def _validity(pa: Any, valid: Optional[np.ndarray]) -> Tuple[int, Any]:
+    """(null count, the validity bitmap or None where nothing is null) of a bool mask."""
+    if valid is None:
+        return 0, None
+    nulls = len(valid) - int(np.count_nonzero(valid))
+    return nulls, pa.py_buffer(np.packbits(valid, bitorder="little").tobytes()) if nulls else None
+
+
+def _strings(pa: Any, values: Union[Sequence[Any], np.ndarray], large: bool = False) -> "pa.Array":
+    """A string (``large``: large_string) column of Python values: None is null, anything
+    not a str its str(). For small lists (a rank's tables, added rows): one encode each."""
+    encoded = [None if v is None else (v if isinstance(v, str) else str(v)).encode() for v in values]
+    lengths = np.fromiter((0 if b is None else len(b) for b in encoded), np.int64, len(encoded))
+    valid = np.fromiter((b is not None for b in encoded), bool, len(encoded))
+    return _string_array(pa, b"".join(b for b in encoded if b is not None), lengths, valid, large)
+
+
+def _string_array(pa: Any, data: Any, lengths: np.ndarray, valid: np.ndarray, large: bool) -> "pa.Array":
+    """A string or large_string array whose texts lie one after the other in ``data`` (bytes
+    or a uint8 array), of ``lengths`` (0 where not ``valid``): built from buffers."""
+    offsets = np.zeros(len(lengths) + 1, np.int64 if large else np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    nulls, bitmap = _validity(pa, valid)
+    return pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(lengths),
+                                 [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
 def _coded(pa: Any, codes: np.ndarray, table: "pa.Array") -> "pa.Array":
     """Strings looked up by code (-1: null), decoded in Arrow's C code, not per event in Python."""
-    indices = pa.array(codes.astype(np.int32, copy=False), mask=codes < 0)
+    indices = _fixed(pa, pa.int32(), codes.astype(np.int32, copy=False), codes >= 0)
     return pa.DictionaryArray.from_arrays(indices, table).cast(pa.string())
 
 
@@ -159,23 +212,30 @@ def _thread_name_codes(trace: RankTrace, names: Dict[Tuple[int, int], str]) -> T
     return np.where(known[at] == keys, at, -1).astype(np.int32), [name for _, name in named]
 
 
+Coded = Tuple[np.ndarray, List[str]]  # (each event's code into the list, -1: null; the list)
+
+
 def _rpc_columns(trace: RankTrace, tids: List[str], names: Dict[Tuple[int, int], str]
-                 ) -> Tuple[List[Optional[str]], List[Optional[str]], List[Tuple[str, str, str, Optional[str]]]]:
-    """(rpc_id, rpc_role) of each event: the ids the capture writes into RPC spans' args (only
-    those events' args are decoded); and [(rpc_id, role, tid, thread name)] of the spans."""
-    ids: List[Optional[str]] = [None] * len(trace)
-    roles: List[Optional[str]] = [None] * len(trace)
+                 ) -> Tuple[Coded, Coded, List[Tuple[str, str, str, Optional[str]]]]:
+    """(rpc_id, rpc_role) of each event as codes: the ids the capture writes into RPC spans'
+    args (only those events' args are decoded); and [(rpc_id, role, tid, thread name)] of the
+    spans. Codes, as a rank's other string columns, so a batch is one lookup in Arrow."""
+    ids, roles = np.full(len(trace), -1, np.int32), np.full(len(trace), -1, np.int32)
+    id_codes: Dict[str, int] = {}
+    role_codes: Dict[str, int] = {}
     spans = []
     candidates = list(trace.args.with_key("rpc_id"))
     for i, a in zip(candidates, trace.args.dicts(candidates)):
         if a is None or not isinstance(a.get("rpc_id"), str):
             continue
-        role = a.get("role")
-        ids[i], roles[i] = a["rpc_id"], role if isinstance(role, str) else None
-        if trace.ph[i] == ord("X") and roles[i] is not None:
-            p, t = int(trace.pid[i]), int(trace.tid[i])
-            spans.append((a["rpc_id"], str(roles[i]), tids[t], names.get((p, t))))
-    return ids, roles, spans
+        rpc_id, role = a["rpc_id"], a.get("role")
+        ids[i] = id_codes.setdefault(rpc_id, len(id_codes))
+        if isinstance(role, str):
+            roles[i] = role_codes.setdefault(role, len(role_codes))
+            if trace.ph[i] == ord("X"):
+                p, t = int(trace.pid[i]), int(trace.tid[i])
+                spans.append((rpc_id, role, tids[t], names.get((p, t))))
+    return (ids, list(id_codes)), (roles, list(role_codes)), spans
 
 
 def _args_source(trace: RankTrace) -> Callable[[int, int], Any]:
@@ -196,13 +256,21 @@ def _args_source(trace: RankTrace) -> Callable[[int, int], Any]:
             starts = present[:, 0]
             ends = starts + present[:, 1]
             if len(starts) and (starts[1:] >= ends[:-1]).all():
-                # in file order: the bytes inside the spans, picked by one mask over the
-                # stretch of the file they lie in (no object per event)
-                runs = np.empty(2 * len(starts) - 1, np.int64)  # span, gap, span, …, span
-                runs[0::2] = present[:, 1]
-                runs[1::2] = starts[1:] - ends[:-1]
-                inside = np.repeat(np.arange(len(runs)) % 2 == 0, runs)
-                return _texts(pa, data[int(starts[0]):int(ends[-1])][inside], lengths)
+                # in file order: the bytes inside the spans, picked by a mask over the stretch
+                # of the file they lie in (no object per event), GATHER spans at a time: the
+                # mask of a whole batch's stretch was ~25 MB more at a worker's peak
+                out = np.empty(int(present[:, 1].sum()), np.uint8)
+                at = 0
+                for g in range(0, len(starts), GATHER):
+                    s, e, k = starts[g:g + GATHER], ends[g:g + GATHER], present[g:g + GATHER, 1]
+                    runs = np.empty(2 * len(s) - 1, np.int64)  # span, gap, span, …, span
+                    runs[0::2] = k
+                    runs[1::2] = s[1:] - e[:-1]
+                    inside = np.repeat(np.arange(len(runs)) % 2 == 0, runs)
+                    piece = data[int(s[0]):int(e[-1])][inside]
+                    out[at:at + len(piece)] = piece
+                    at += len(piece)
+                return _texts(pa, out, lengths)
             return _texts(pa, b"".join([view[o:o + k] for o, k in present.tolist()]), lengths)
         return from_map
     items = trace.args.items
@@ -245,8 +313,8 @@ def _flow_ids(trace: RankTrace) -> Callable[[int, int], Any]:
         texts[has_int] = ints[has_int].astype(str)
         for i, v in others.items():
             texts[i] = v
-        return lambda lo, hi: pa.array(texts[lo:hi], pa.string())
-    return lambda lo, hi: pa.array(ints[lo:hi], mask=~has_int[lo:hi]).cast(pa.string())
+        return lambda lo, hi: _strings(pa, texts[lo:hi])
+    return lambda lo, hi: _fixed(pa, pa.int64(), ints[lo:hi], has_int[lo:hi]).cast(pa.string())
 
 
 def _json_texts(pa: Any, pieces: List[Optional[bytes]]) -> "pa.Array":
@@ -259,12 +327,7 @@ def _texts(pa: Any, data: Any, lengths: np.ndarray) -> "pa.Array":
     """A large_string array over ``data``, the non-empty texts one after the other, of
     ``lengths`` (0: null; no JSON text is empty), built from buffers: no string per row.
     ``data``: bytes or a uint8 array."""
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    valid = lengths > 0
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-    return pa.Array.from_buffers(pa.large_string(), len(lengths), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=int((~valid).sum()))
+    return _string_array(pa, data, lengths, lengths > 0, large=True)
 
 
 def _added_rows(pa: Any, trace: RankTrace, place: Placement, moved: Dict[int, int],
@@ -289,4 +352,15 @@ def _added_rows(pa: Any, trace: RankTrace, place: Placement, moved: Dict[int, in
                   "rpc_id": None, "rpc_role": None, "args": msgspec.json.encode(args).decode(), "flow_id": None}
         for c in EVENT_COLUMNS:
             rows[c].append(values[c])
-    return pa.table(rows, schema=event_schema())
+    schema = event_schema()
+    return pa.Table.from_arrays([_column(pa, f.type, rows[f.name]) for f in schema], schema=schema)
+
+
+def _column(pa: Any, type: "pa.DataType", values: List[Any]) -> "pa.Array":
+    """A column of ``type`` (one of the events' string or integer types) from a list (None: null)."""
+    if type in (pa.string(), pa.large_string()):
+        return _strings(pa, values, large=type == pa.large_string())
+    valid = np.fromiter((v is not None for v in values), bool, len(values))
+    ints = np.fromiter((0 if v is None else v for v in values), np.int32 if type == pa.int32() else np.int64,
+                       len(values))
+    return _fixed(pa, type, ints, valid)
