@@ -9,6 +9,7 @@ import itertools
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -29,6 +30,9 @@ class Span(NamedTuple):
     tid: int
     mark_ns: int
     args: dict
+    # the caller record whose ``complete_ns`` is this span's end in the trace: set for
+    # spans that end in C++ when their future completes (``Recorder.unsettled``)
+    ends: Optional[dict] = None
 
 
 @dataclass
@@ -62,6 +66,15 @@ class Recorder:
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     # the devices of the RPC agent, once read (rpc._devices)
     devices: Optional[list] = None
+    # trace=True: the span of an rpc_async or remote call ends in C++ when its future
+    # completes, where a Python done-callback would cost more than all the rest of the
+    # call's capture (a GIL hand-off on the RPC agent's thread, and the relayed future).
+    # The record is settled later, off the call's path (``settle``): its status from the
+    # future, its end (``complete_ns``) from the span's event when the file is written.
+    traced: bool = False
+    # (record, future, native callee or None) of the calls not settled yet, oldest first
+    unsettled: deque = field(default_factory=deque)
+    _settling: threading.Lock = field(default_factory=threading.Lock)
     # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
     # (rpc._worker_infos)
     agent: Any = None
@@ -81,14 +94,45 @@ class Recorder:
             self.rpcs.append(record)
             self.spans.append(span)
 
-    def admit(self, caller: int) -> Optional[str]:
-        """A caller asks whether it may send builtins natively: this capture's token when
-        it serves natively (the caller is then told before it stops), else None."""
+    def settle(self, everything: bool = False, native_to: Optional[int] = None, timeout_s: float = 0.0) -> None:
+        """Settle the calls whose future completed: status ``ok``/``error``, and ``peers``
+        told of the native ones. By default only from the oldest on (cheap enough for every
+        call); ``everything``: all of them, after waiting up to ``timeout_s`` for those in
+        flight to callee ``native_to`` (a hand-over of native calls needs their end)."""
+        pending = self.unsettled
+        if not everything and not (pending and pending[0][1].done()):
+            return
+        if native_to is not None:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and any(
+                    not fut.done() for _, fut, to in list(pending) if to == native_to):
+                time.sleep(0.0005)
+        with self._settling:
+            for _ in range(len(pending)):
+                record, fut, to = entry = pending.popleft()
+                if not fut.done():
+                    if not everything:
+                        pending.appendleft(entry)
+                        break
+                    pending.append(entry)
+                    continue
+                # the end noted here bounds the call's end (the callee pairs native calls
+                # within it); the exact end is the span's (writer)
+                record["_settled_ns"] = time.time_ns()
+                record["status"] = "ok" if succeeded(fut) else "error"
+                if to is not None:
+                    peers.done(to)
+
+    def admit(self, caller: int) -> tuple:
+        """A caller asks whether it may send builtins natively: (this capture's token when
+        it serves natively, else None; the other callers admitted before it, see
+        ``Peers.shared``). The caller is then told before this capture stops."""
         with self._lock:
             if not self.serves_natively or self._stopping:
-                return None
+                return None, []
+            before = sorted(self._askers - {caller})
             self._askers.add(caller)
-            return self.token
+            return self.token, before
 
     def stop_admitting(self) -> list:
         """No caller is admitted any more; the callers admitted so far, to be told."""
@@ -111,6 +155,7 @@ class Recorder:
     def take(self, start_ns: int, stop_ns: int) -> dict:
         """Records and spans that began in [start_ns, stop_ns]; drops everything begun
         before stop_ns, which no later window can contain."""
+        self.settle(everything=True)
         out = {}
         with self._lock:
             for name, when in (("rpcs", _rpc_start), ("collectives", _start), ("spans", _mark),
@@ -153,6 +198,15 @@ class Recorder:
                     rest.append(dict(side, calls=[c for c in side["calls"] if c["rpc_id"] not in ids]))
             self.fetched = rest
         return out
+
+
+def succeeded(fut: Any) -> bool:
+    """Whether a completed future holds a value (not an exception)."""
+    try:
+        fut.value()
+        return True
+    except BaseException:
+        return False
 
 
 def _rpc_start(record: dict) -> int:
@@ -249,6 +303,12 @@ class Peers:
         self._pending: dict = {}    # callee id -> native calls in flight
         self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
         self._count = 0
+        # Callees that admitted other callers too. A native call's callee side is found by
+        # time alone, so calls in flight together from several callers need their exact
+        # ends (a done-callback on the agent's thread) to be told apart; a callee with one
+        # caller needs only their order, and their ends may be noted later (``Recorder.settle``).
+        # Read on every call without the lock (a set's membership test is atomic).
+        self.shared: set = set()
 
     def route(self, callee: int, record: dict) -> Optional[bool]:
         """True: send natively (``record`` is kept for the callee and counted in flight
@@ -278,11 +338,14 @@ class Peers:
             if not self._pending[callee]:
                 self._cv.notify_all()
 
-    def answer(self, callee: int, token: Optional[str]) -> None:
-        """The callee's answer to the question ``route`` asked for."""
+    def answer(self, callee: int, token: Optional[str], shared: bool = False) -> None:
+        """The callee's answer to the question ``route`` asked for (``shared``: it admitted
+        other callers before)."""
         with self._cv:
             if token is not None and token not in self._stopped and self._token.get(callee) is None:
                 self._token[callee] = token
+            if shared:
+                self.shared.add(callee)
 
     def forget_refusals(self) -> None:
         """A new capture here: callees that said no are asked again (they may record now)."""
