@@ -9,6 +9,7 @@ import itertools
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
@@ -24,12 +25,16 @@ class Span(NamedTuple):
     ``mark_ns`` is a ``time.time_ns()`` taken just after the span opened on thread
     ``tid``; the writer finds the event by (tid, name) and start time. A tuple: one is
     made per RPC on each side, on the call's path.
+
+    ``rename``: a span torch opened itself, unnamed (``rref.to_here()``'s): ``mark_ns``
+    is taken just *before* it opens, and the writer gives the event this name.
     """
 
     name: str
     tid: int
     mark_ns: int
     args: dict
+    rename: str = ""
     # the caller record whose ``complete_ns`` is this span's end in the trace: set for
     # spans that end in C++ when their future completes (``Recorder.unsettled``)
     ends: Optional[dict] = None
@@ -80,6 +85,9 @@ class Recorder:
     agent: Any = None
     me: Any = None
     workers: dict = field(default_factory=dict)
+    # RRef -> (rpc_id, func) of the rpc.remote() call that made it, for naming its to_here()
+    # (capture/rref.py); weak, so the job's RRefs are freed as they would be untraced
+    rrefs: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
     _seq: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -156,7 +156,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     handle = _span_enter(name)
     record["send_ns"] = time.time_ns()
     span = recorder.Span(name, threading.get_native_id(), record["send_ns"], {"rpc_id": rpc_id, "role": "caller"},
-                         record if rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
+                         ends=record if rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
                          else None)
     rec.add_call(record, span)
     try:
@@ -167,6 +167,8 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     if kind == "rpc_sync":
         _end(record, span, handle, True, native_to)
         return result
+    if kind == "remote":
+        rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
     if span.ends is not None:
         return _end_in_cpp(rec, kind, result, record, span, handle, native_to)
     on_done = functools.partial(_on_done, record, span, handle, native_to)

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from tracemerge.capture import collectives, recorder, rpc, writer
+from tracemerge.capture import collectives, recorder, rpc, rref, writer
 from tracemerge.capture.identity import boot_id, identify, in_job, job_id
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -78,6 +78,7 @@ class profile:
             recorder.activate(self._recorder)
             stack.callback(recorder.deactivate)
             stack.enter_context(rpc.instrumented())
+            stack.enter_context(rref.instrumented())
             stack.enter_context(collectives.instrumented())
             if self.profiler is not None:
                 self.profiler.__enter__()

@@ -2,7 +2,8 @@
 
 See docs/rank-file-format.md. The trace is kept as Kineto wrote it except that the
 spans the instrumentation opened get its ``args`` (rpc_id, role): ``record_function``
-cannot attach arguments that Kineto exports, so they are added here.
+cannot attach arguments that Kineto exports, so they are added here; and the span torch
+opens unnamed around ``rref.to_here()`` gets its name (capture/rref.py).
 """
 
 import bisect
@@ -65,14 +66,25 @@ def _annotate(trace: dict, spans: list) -> None:
         events.sort(key=lambda pair: pair[0])
     for span in spans:
         found = starts.get((span.tid, span.name))
-        i = bisect.bisect_right(found, span.mark_ns + _MATCH_SLACK_NS, key=lambda pair: pair[0]) if found else 0
+        if not found:
+            continue  # e.g. the span closed after the profiler stopped
+        if span.rename:
+            # marked just before torch opened it: the first unnamed event from then on (two
+            # fetches on a thread start a round trip apart, far more than the slack)
+            i = bisect.bisect_left(found, span.mark_ns - _MATCH_SLACK_NS, key=lambda pair: pair[0])
+            if i < len(found) and found[i][1].get("name") == "":
+                found[i][1]["name"] = span.rename
+                found[i][1].setdefault("args", {}).update(span.args)
+            continue
+        i = bisect.bisect_right(found, span.mark_ns + _MATCH_SLACK_NS, key=lambda pair: pair[0])
         if i:
             start, event = found[i - 1]
             event.setdefault("args", {}).update(span.args)
             if span.ends is not None and span.ends["status"] != "pending" and event["args"].get("finished", True):
                 # a span ended in C++ when its future completed: its end is the call's
                 span.ends["complete_ns"] = max(span.ends["send_ns"], start + round(event.get("dur", 0) * 1000))
+    for span in spans:
         if span.ends is not None:
-            # the settle time only bounded the end (else: the span closed after the
-            # profiler stopped, and the record keeps its status without an end)
+            # the settle time only bounded the end (a span closed after the profiler
+            # stopped has no event: its record keeps its status without an end)
             span.ends.pop("_settled_ns", None)

@@ -23,8 +23,8 @@ def render_csv(report: Report, sort_by: str, row_limit: int, section: str = "key
         return _csv(fields, (row_dict(r, fields) for r in sorted_rows(report.key_averages, sort_by, row_limit)))
     analysis = report.analysis
     if analysis is None:
-        raise TracemergeError(f"--section {section}: a merged trace carries no records to analyse; "
-                              "report on the rank files")
+        raise TracemergeError(f"--section {section}: the analyses are not done on a merged trace (they are "
+                              "found from the rank files' own events and records); give the rank files")
     waits, steps = analysis.waits, analysis.steps
     assert waits is not None and steps is not None  # analyse() makes both
     if section == "critical_path":

@@ -3,13 +3,17 @@
 No scripts, fonts or images are fetched: the page opens offline. Plots: each rank's clock
 offset (with its error bound) and drift, each RPC key's latency distribution (p50, p95,
 p99, max and the mean split into queueing, execution and the rest of the overhead), and each rank's busy
-threads over the run.
+threads over the run. The run's time plots have an axis in ms from the trace's start (its first
+event, on the reference clock); name columns are left-aligned, numbers right-aligned; the
+diff page colours each change by its sign, which the text also carries.
 """
 
+import math
+import re
 from html import escape
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from tracemerge.analysis.critical_path import KINDS, Window
+from tracemerge.analysis.critical_path import KINDS, UNTRACED, Window
 from tracemerge.analysis.summary import Analysis
 from tracemerge.analysis.tables import analysis_sections, diff_table
 from tracemerge.report.build import Report, sorted_rows
@@ -20,16 +24,86 @@ from tracemerge.report.render.base import ReportFormat
 from tracemerge.report.rpcstats import RpcKeyStats
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}td.num,th.num{text-align:right}td.name,th.name{text-align:left}
 th{background:#f3f3f3}.hint{background:#fff3cd;padding:8px;border:1px solid #e0c060}svg{display:block;margin:6px 0 20px}
-text{font:11px system-ui,sans-serif}"""
+.note{color:#444;max-width:60em}text{font:11px system-ui,sans-serif}
+td.up{background:#fbe3de;color:#9b2c14}td.down{background:#dcf1e4;color:#17663a}
+.up-key{background:#fbe3de;color:#9b2c14;padding:0 4px}.down-key{background:#dcf1e4;color:#17663a;padding:0 4px}"""
 LABEL_CHAR_PX = 6.5   # the width of a character of an 11 px label, generously
 COLORS = {"queue": "#e4572e", "exec": "#4c8bf5", "other overhead": "#a0a0a0"}
 
 
-def _table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
-    rows = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in r) + "</tr>" for r in body)
-    return "<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>" + rows + "</table>"
+# a cell that reads as a number: a count, a time or share with its unit (1.234ms, 12.50%,
+# +0.5 ms, 3/4 calls complete, rank:ms pairs), or "-" for none
+_NUMBER = re.compile(r"^(?:-|[+\-\u2212]?\d[\d.,]*(?:e[+-]?\d+)?\s?(?:%|s|ms|us|µs|ns|ppm)?"
+                     r"|\d+/\d+|(?:\d+:[\d.]+\s*)+|NaN)$")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) or _NUMBER.match(str(v).strip()) is not None
+
+
+def _column_classes(head: Sequence[str], body: Sequence[Sequence[Any]]) -> List[str]:
+    """Per column, "num" (right-aligned) when every cell reads as a number, else "name"
+    (left-aligned: op names, RPC keys, groups, kinds)."""
+    out = []
+    for j in range(len(head)):
+        cells = [r[j] for r in body if j < len(r)]
+        out.append("num" if cells and all(_is_number(v) for v in cells) else "name")
+    return out
+
+
+def _table(head: Sequence[str], body: Sequence[Sequence[Any]],
+           cell_class: Optional[Callable[[int, int], str]] = None) -> str:
+    """A table, name columns left-aligned and number columns right-aligned; ``cell_class(i,
+    j)`` adds a class to the cell of row i, column j (the diff's up/down)."""
+    cols = _column_classes(head, body)
+
+    def td(i: int, j: int, v: Any) -> str:
+        extra = cell_class(i, j) if cell_class is not None else ""
+        return f'<td class="{cols[j]}{" " + extra if extra else ""}">{escape(str(v))}</td>'
+
+    rows = "".join("<tr>" + "".join(td(i, j, v) for j, v in enumerate(r)) + "</tr>" for i, r in enumerate(body))
+    return ("<table><tr>" + "".join(f'<th class="{c}">{escape(h)}</th>' for h, c in zip(head, cols)) + "</tr>"
+            + rows + "</table>")
+
+
+def _ticks(lo: float, hi: float, most: int = 8) -> List[float]:
+    """Round values from lo to hi, at most about ``most``: a step of 1, 2 or 5 times a power of ten."""
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / most
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(lo / step - 1e-9) * step
+    n = int(math.floor((hi - first) / step + 1e-9)) + 1
+    return [first + k * step for k in range(n)]
+
+
+def _tick_label(v: float, ticks: Sequence[float]) -> str:
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else abs(v) or 1
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    return f"{v:.{decimals}f}"
+
+
+AXIS_HEIGHT = 34
+
+
+def _axis(x0: float, x1: float, lo_ms: float, hi_ms: float, y: float, title: str) -> str:
+    """A time axis under a plot: the line from x0 to x1 px standing for lo_ms to hi_ms,
+    ticks at round values, and its title. ``data-*`` give its scale to readers (tests)."""
+    scale = (x1 - x0) / (hi_ms - lo_ms) if hi_ms > lo_ms else 0.0
+    ticks = _ticks(lo_ms, hi_ms)
+    parts = [f'<line x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" stroke="#444"/>']
+    for t in ticks:
+        x = x0 + (t - lo_ms) * scale
+        parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{y + 4:.1f}" stroke="#444"/>'
+                     f'<text class="tick" x="{x:.1f}" y="{y + 15:.1f}" text-anchor="middle" '
+                     f'data-ms="{t:.6g}">{_tick_label(t, ticks)}</text>')
+    parts.append(f'<text class="axis-title" x="{x0:.1f}" y="{y + 29:.1f}">{escape(title)}</text>')
+    return (f'<g class="axis" data-x0="{x0:.1f}" data-x1="{x1:.1f}" data-lo-ms="{lo_ms:.6f}" '
+            f'data-hi-ms="{hi_ms:.6f}">{"".join(parts)}</g>')
 
 
 def _bars(labels: Sequence[str], values: Sequence[float], unit: str, width: int = 720,
@@ -89,7 +163,9 @@ def _latency(keys: Sequence[RpcKeyStats], width: int = 720) -> str:
         parts.append(f'<text x="{at + 4:.1f}" y="{y + 30}">mean {e["mean"] / 1000:.2f} ms: queue / exec / other</text>')
     legend = "".join(f'<tspan fill="{c}">■ {n} </tspan>' for n, c in COLORS.items())
     parts.append(f'<text x="{left}" y="{row * len(keys) + 12}">{legend} (box: p50–p99, tick: p95, line: max)</text>')
-    return f'<svg width="{width + 420}" height="{row * len(keys) + 20}">{"".join(parts)}</svg>'
+    # a duration, not a time of the run: this axis starts at 0 ms of latency
+    parts.append(_axis(left, width, 0.0, top / 1000, row * len(keys) + 22, "latency, ms"))
+    return f'<svg width="{width + 420}" height="{row * len(keys) + 24 + AXIS_HEIGHT}">{"".join(parts)}</svg>'
 
 
 def _timeline(timeline: Dict[str, Any], ranks: List[Dict[str, Any]], width: int = 840) -> str:
@@ -111,10 +187,16 @@ def _timeline(timeline: Dict[str, Any], ranks: List[Dict[str, Any]], width: int 
                 parts.append(f'<rect x="{left + j * cell:.1f}" y="{y + 3}" width="{cell + 0.3:.1f}" height="16" '
                              f'fill="#4c8bf5" fill-opacity="{0.1 + 0.9 * a:.2f}"/>')
     span_ms = timeline["bin_ns"] * n / 1e6
-    parts.append(f'<text x="{left}" y="{row * len(busy) + 14}">0 ms</text>'
-                 f'<text x="{width - 60}" y="{row * len(busy) + 14}">{span_ms:.1f} ms</text>')
-    return (f'<p>Darker = more threads busy in top-level host ops (peak {peak:.2f} on average per bin).</p>'
-            f'<svg width="{width + 20}" height="{row * len(busy) + 20}">{"".join(parts)}</svg>')
+    parts.append(_axis(left, width, 0.0, span_ms, row * len(busy) + 2, TRACE_AXIS))
+    return (f'<p>Darker = more threads busy in top-level host ops (peak {peak:.2f} on average per bin). '
+            f'One scale for the whole run: {span_ms:.3f} ms across.</p>'
+            f'<svg width="{width + 20}" height="{row * len(busy) + 4 + AXIS_HEIGHT}">{"".join(parts)}</svg>')
+
+
+TRACE_AXIS = "ms from the trace's start (its first event, every rank on the reference clock)"
+UNTRACED_NOTE = (f"{UNTRACED}: time on the critical path on one of the job's own threads (a caller's, a "
+                 "step's, a main thread) that no traced span covers: the thread was busy with work the "
+                 "profiler did not record (Python between ops, or a wait on a lock or queue).")
 
 
 PATH_COLORS = dict(zip(KINDS, ("#4c8bf5", "#a0a0a0", "#e4572e", "#2ca58d", "#f4b942")))
@@ -122,8 +204,9 @@ IDLE_COLOR = "#dddddd"   # a window that starts with nothing running (critical_p
 PATH_WINDOWS = 6   # the longest windows drawn
 
 
-def _path(windows: List[Window], width: int = 840) -> str:
-    """The longest windows' critical paths: one row per rank, segments coloured by kind."""
+def _path(windows: List[Window], t0_ns: int, width: int = 840) -> str:
+    """The longest windows' critical paths: one row per rank, segments coloured by kind;
+    each window on its own scale, its axis in ms from the trace's start (``t0_ns``)."""
     drawn = sorted(sorted(windows, key=lambda w: w.start_ns - w.end_ns)[:PATH_WINDOWS], key=lambda w: w.start_ns)
     if not drawn:
         return ""
@@ -140,26 +223,48 @@ def _path(windows: List[Window], width: int = 840) -> str:
             parts.append(f'<rect x="{x:.1f}" y="{ranks.index(s.rank) * row + 2}" width="{dx:.1f}" height="14" '
                          f'fill="{PATH_COLORS.get(s.kind, IDLE_COLOR)}"><title>{escape(s.kind)}: {escape(str(s.name))} (rank '
                          f'{s.rank}, thread {escape(str(s.tid))}) {(s.end_ns - s.start_ns) / 1e6:.3f} ms</title></rect>')
+        parts.append(_axis(left, width, (w.start_ns - t0_ns) / 1e6, (w.end_ns - t0_ns) / 1e6, row * len(ranks) + 2,
+                           TRACE_AXIS))
         out.append(f"<h3>{escape(w.window)} · {span / 1e6:.3f} ms</h3>"
-                   f'<svg width="{width + 20}" height="{row * len(ranks) + 4}">{"".join(parts)}</svg>')
+                   f'<svg width="{width + 20}" height="{row * len(ranks) + 4 + AXIS_HEIGHT}">{"".join(parts)}</svg>')
     legend = " ".join(f'<span style="color:{c}">■</span> {escape(k)}' for k, c in PATH_COLORS.items())
     more = f" (the {len(drawn)} longest of {len(windows)} windows)" if len(drawn) < len(windows) else ""
-    return f"<p>{legend}{more}; hover a segment for its name.</p>" + "".join(out)
+    scale = ('<p class="note">Scales: each window below is drawn on its own scale, from its start to its end, '
+             "so a short window fills the width as a long one does; its axis reads ms from the trace's start, "
+             "as the busy timeline's does (which spans the whole run on one scale).</p>")
+    return f"<p>{legend}{more}; hover a segment for its name.</p>" + scale + "".join(out)
 
 
-def _analysis(analysis: Analysis, row_limit: int) -> str:
-    parts = ["<h2>Critical path</h2>" + _path(analysis.critical_path)]
+def _analysis(analysis: Analysis, row_limit: int, t0_ns: Optional[int]) -> str:
+    windows = analysis.critical_path
+    start = t0_ns if t0_ns is not None else min((w.start_ns for w in windows), default=0)
+    parts = ["<h2>Critical path</h2>"]
+    if any(seg.name == UNTRACED for w in windows for seg in w.segments):
+        parts.append(f'<p class="note untraced">{escape(UNTRACED_NOTE)}</p>')
+    parts.append(_path(windows, start))
     for title, table in analysis_sections(analysis, row_limit):
         parts.append(f"<h3>{escape(title)}</h3>" + _table(*table))
     return "".join(parts)
 
 
+DIFF_SIGNED = ("Delta", "Relative")   # the diff's columns coloured by the sign of the change
+DIFF_LEGEND = ('<p><span class="up-key">+ up</span> after − before &gt; 0: slower, or more calls · '
+               '<span class="down-key">− down</span> &lt; 0: faster, or fewer. The sign is in the text too.</p>')
+
+
 def render_diff_html(diff: Diff, row_limit: int = 100) -> str:
     head, body = diff_table(diff, row_limit)
+    rows = diff.rows[:len(body)]   # diff_table keeps the rows' order
+    signed = {head.index(c) for c in DIFF_SIGNED}
+
+    def sign(i: int, j: int) -> str:
+        d = rows[i].delta
+        return "" if j not in signed or d == 0 else ("up" if d > 0 else "down")
+
     page = [f"<h1>tracemerge diff</h1><p>before: {escape(' '.join(diff.before))}<br>after: "
             f"{escape(' '.join(diff.after))}</p>"]
     page += [f'<p class="hint">{escape(n)}</p>' for n in diff.notes]
-    page.append(_table(head, body))
+    page.append(DIFF_LEGEND + _table(head, body, sign))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge diff</title>'
             f'<style>{STYLE}</style></head><body>{"".join(page)}</body></html>\n')
 
@@ -183,7 +288,7 @@ def render_html(report: Report, sort_by: str = "cpu_time_total", row_limit: int 
         body.append("<h2>GPU (per rank)</h2>" + _table(*gpu_rows(report.gpu)))
     body.append("<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks))
     if report.analysis is not None:
-        body.append(_analysis(report.analysis, row_limit))
+        body.append(_analysis(report.analysis, row_limit, report.timeline.get("start_ns")))
     head, table, _ = key_rows(rows, report.key_averages)
     footer = "<br>".join(key_footer(report.key_averages))
     body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>{footer}</p>")
