@@ -127,51 +127,47 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     func_name = builtin if builtin is not None else _func_name(func, args)
     name = f"{kind}#{func_name}({me.name} -> {dst.name})"
     rpc_id = f"{me.id}:{next(rec._seq)}"
-    record = {
-        "rpc_id": rpc_id, "role": "caller", "kind": kind, "func": func_name, "name": name,
-        "caller": me.id, "callee": dst.id, "caller_name": me.name, "callee_name": dst.name,
-        "status": "pending",
-    }
+    header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)  # HEADER_KEYS
+    # the call, as the list recorder.issued_record reads (C_*): one allocation here
+    call = [header, False, 0, threading.get_native_id(), None, "pending", None, None, False]
     native, route = False, None
     if builtin is not None and not rec.wrap_builtins:
         # Builtins stay on the callee's C++ path when the callee finds their ops in its own
         # trace (recorder.Peers); else they go wrapped, like Python functions.
-        route = recorder.peers.route(dst.id, record)
+        route = recorder.peers.route(dst.id, call)
         if route is None:
             _ask_admission(me.id, dst)
-            route = recorder.peers.route(dst.id, record)
+            route = recorder.peers.route(dst.id, call)
         native = bool(route) or rec.builtins_always_native
     # a native call the callee was told of: peers counts it in flight until it ends
     native_to = dst.id if native and route else None
     if native:
-        record["native"] = True
+        call[recorder.C_NATIVE] = True
         target, payload, kw = func, args, kwargs
     else:
         target = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
-        # the header in HEADER_KEYS order, spelled out (a generator over the keys costs more)
-        header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)
         payload, kw = (header, func, args, kwargs), None
     if rec.unsettled:  # calls ended since: settled here, before this call's span
         rec.settle()
+    # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp), except a
+    # native builtin's to a callee with other callers, which needs its exact end
+    call[recorder.C_LAZY] = lazy = rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
     handle = _span_enter(name)
-    record["send_ns"] = time.time_ns()
-    span = recorder.Span(name, threading.get_native_id(), record["send_ns"], {"rpc_id": rpc_id, "role": "caller"},
-                         ends=record if rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
-                         else None)
-    rec.add_call(record, span)
+    call[recorder.C_SEND] = time.time_ns()
+    rec.add_call(call)
     try:
         result = original(dst, target, payload, kw, timeout)
     except BaseException:
-        _end(record, span, handle, False, native_to)
+        _end(call, handle, False, native_to)
         raise
     if kind == "rpc_sync":
-        _end(record, span, handle, True, native_to)
+        _end(call, handle, True, native_to)
         return result
     if kind == "remote":
         rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
-    if span.ends is not None:
-        return _end_in_cpp(rec, kind, result, record, span, handle, native_to)
-    on_done = functools.partial(_on_done, record, span, handle, native_to)
+    if lazy:
+        return _end_in_cpp(rec, kind, result, call, handle, native_to)
+    on_done = functools.partial(_on_done, call, handle, native_to)
     if kind == "remote":
         result._get_future().add_done_callback(on_done)
         return result
@@ -180,16 +176,16 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     return _relayed(result, on_done, rec)
 
 
-def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, record: dict, span: recorder.Span,
-                handle: Any, native_to: Optional[int]) -> Any:
+def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, call: list, handle: Any,
+                native_to: Optional[int]) -> Any:
     """The span of an rpc_async or remote call ends in C++ when its future completes; the
-    record is settled later (``Recorder.unsettled``) and its end is the span's."""
+    call is settled later (``Recorder.unsettled``) and its end is the span's."""
     fut = result._get_future() if kind == "remote" else result
     # a future already complete ends the span now, on this thread: not asynchronous
-    span.args["async"] = not fut.done()
+    call[recorder.C_ASYNC] = not fut.done()
     with torch._C.DisableTorchFunctionSubclass():  # what record_function does: cheaper dispatch
         ended = _end_span_on(handle, fut)
-    rec.unsettled.append((record, fut, native_to))
+    rec.unsettled.append((call, fut, native_to))
     # rpc_async hands back the future that completes after the span ended, as torch's
     # profiled rpc_async did; a remote() RRef stays the job's own
     return result if kind == "remote" else ended
@@ -224,8 +220,8 @@ def _rref_type(rref: Any) -> type:
     return found.value() if isinstance(found, torch._C.Future) else found
 
 
-def _on_done(record: dict, span: recorder.Span, handle: Any, native_to: Optional[int], fut: Any) -> None:
-    _end(record, span, handle, recorder.succeeded(fut), native_to)
+def _on_done(call: list, handle: Any, native_to: Optional[int], fut: Any) -> None:
+    _end(call, handle, recorder.succeeded(fut), native_to)
 
 
 def _relayed(fut: Any, on_done: Callable, rec: Optional[recorder.Recorder]) -> Any:
@@ -262,22 +258,18 @@ def _relay(on_done: Callable, out: Any, fut: Any) -> None:
     out.set_result(value)
 
 
-def _end(record: dict, span: recorder.Span, handle: Any, ok: bool, native_to: Optional[int]) -> None:
-    """Note the end, close the span (after: it then covers the noted end), and for a
-    native builtin tell ``peers`` it ended."""
-    _complete(record, span, ok)
+def _end(call: list, handle: Any, ok: bool, native_to: Optional[int]) -> None:
+    """Note the end of an issued call, close its span (after: it then covers the noted
+    end), and for a native builtin tell ``peers`` it ended. The span's ``args.async``
+    says whether it ends on another thread than it began on: torch's ``key_averages()``
+    counts such an event as asynchronous (self CPU 0, never a parent or child), and the
+    Kineto trace does not say so."""
+    call[recorder.C_COMPLETE] = time.time_ns()
+    call[recorder.C_STATUS] = "ok" if ok else "error"
+    call[recorder.C_ASYNC] = threading.get_native_id() != call[recorder.C_TID]
     _span_exit(handle)
     if native_to is not None:
         recorder.peers.done(native_to)
-
-
-def _complete(record: dict, span: recorder.Span, ok: bool) -> None:
-    """Note the end of an RPC. Its span's ``args.async`` says whether it ends on another
-    thread than it began on: torch's ``key_averages()`` counts such an event as
-    asynchronous (self CPU 0, never a parent or child), and the Kineto trace does not say so."""
-    record["complete_ns" if record["role"] == "caller" else "end_ns"] = time.time_ns()
-    record["status"] = "ok" if ok else "error"
-    span.args["async"] = threading.get_native_id() != span.tid
 
 
 def _serve(header: tuple, func: Callable, args: tuple, kwargs: dict) -> Any:

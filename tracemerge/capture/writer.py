@@ -83,8 +83,3 @@ def _annotate(trace: dict, spans: list) -> None:
             if span.ends is not None and span.ends["status"] != "pending" and event["args"].get("finished", True):
                 # a span ended in C++ when its future completed: its end is the call's
                 span.ends["complete_ns"] = max(span.ends["send_ns"], start + round(event.get("dur", 0) * 1000))
-    for span in spans:
-        if span.ends is not None:
-            # the settle time only bounded the end (a span closed after the profiler
-            # stopped has no event: its record keeps its status without an end)
-            span.ends.pop("_settled_ns", None)
