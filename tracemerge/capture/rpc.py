@@ -152,7 +152,8 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp), except a
     # native builtin's to a callee with other callers, which needs its exact end
     call[recorder.C_LAZY] = lazy = rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
-    handle = _span_enter(name)
+    # no span without a profiler (trace=False): nothing would record it
+    handle = _span_enter(name) if rec.traced else None
     call[recorder.C_SEND] = time.time_ns()
     rec.add_call(call)
     try:
@@ -267,7 +268,8 @@ def _end(call: list, handle: Any, ok: bool, native_to: Optional[int]) -> None:
     call[recorder.C_COMPLETE] = time.time_ns()
     call[recorder.C_STATUS] = "ok" if ok else "error"
     call[recorder.C_ASYNC] = threading.get_native_id() != call[recorder.C_TID]
-    _span_exit(handle)
+    if handle is not None:
+        _span_exit(handle)
     if native_to is not None:
         recorder.peers.done(native_to)
 
