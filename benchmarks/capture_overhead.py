@@ -201,6 +201,7 @@ def _untraced(api):
 def _paired_cases(x):
     """case -> (traced call, the same call untraced), for --paired."""
     from torch.distributed.rpc import rref_proxy
+    from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
 
     sync, async_, remote = _untraced(rpc.rpc_sync), _untraced(rpc.rpc_async), _untraced(rpc.remote)
     counter = rpc.remote("worker1", Counter)
@@ -219,9 +220,9 @@ def _paired_cases(x):
         f"rpc_async x{IN_FLIGHT} in flight (per batch)": (in_flight(rpc.rpc_async), in_flight(async_)),
         "remote(torch.add).to_here()": (lambda: rpc.remote("worker1", torch.add, args=(x, 1)).to_here(),
                                         lambda: remote("worker1", torch.add, args=(x, 1)).to_here()),
+        # what the proxy does (fetch the type, then rpc_sync _local_invoke), through torch's own function
         "rref.rpc_sync().incr()": (lambda: counter.rpc_sync().incr(),
-                                   lambda: sync(counter.owner(), rref_proxy._local_invoke,
-                                                args=(counter, "incr", (), {}))),
+                                   lambda: rref_proxy._invoke_rpc(counter, sync, "incr", UNSET_RPC_TIMEOUT)),
         "rpc_sync(async_execution fn)": (lambda: rpc.rpc_sync("worker1", async_add, args=(x, 1)),
                                          lambda: sync("worker1", async_add, args=(x, 1))),
     }
@@ -241,15 +242,16 @@ def _paired(calls, rounds, out_dir, trace):
         for case, (traced, untraced) in _paired_cases(x).items():
             n = max(1, calls // IN_FLIGHT) if "in flight" in case else calls
             ratios, plain = [], []
-            for _ in range(rounds):
-                got = []
-                for fn in (traced, untraced):
+            for i in range(rounds):
+                got = {}
+                # which goes first alternates: a block that follows another starts warm
+                for fn in (traced, untraced) if i % 2 else (untraced, traced):
                     t0 = time.perf_counter_ns()
                     for _ in range(n):
                         fn()
-                    got.append((time.perf_counter_ns() - t0) / n / 1000)
-                ratios.append(got[0] / got[1])
-                plain.append(got[1])
+                    got[fn] = (time.perf_counter_ns() - t0) / n / 1000
+                ratios.append(got[traced] / got[untraced])
+                plain.append(got[untraced])
             rows.append((case, statistics.median(plain), min(plain), max(plain), statistics.median(ratios),
                          min(ratios), max(ratios)))
     rpc.rpc_sync("worker1", _command, args=(("exit",),))
@@ -291,7 +293,7 @@ def _steps():
     rows = []
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True)):
-        rec = recorder.Recorder()
+        rec = recorder.Recorder(traced=True)  # as under capture with its profiler
         recorder.peers.route(0, {})  # admitted: builtins to worker0 go natively
         recorder.peers.answer(0, "bench")
 

@@ -81,8 +81,15 @@ def _together(rank):
     return [base + k for k in range(TOGETHER)]
 
 
-def _calls(rank):
-    """worker0's calls alone, then worker2's alone, then both together."""
+def _calls(rank, mode):
+    """worker0's calls alone, then worker2's alone, then both together (``one``: worker0's
+    alone and then its batch; worker2 calls nobody)."""
+    if mode == "one":
+        if rank == 2:
+            return None
+        rpc.rpc_sync("worker1", torch.add, args=(torch.ones(1), 1))  # asks worker1; goes wrapped
+        time.sleep(ADMISSION_S)
+        return _alone(rank) + (_together(rank),)
     rpc.rpc_sync("worker1", torch.add, args=(torch.ones(1), 1))  # asks worker1; goes wrapped
     time.sleep(ADMISSION_S)
     if rank == 2 and not _turn.wait(JOB_TIMEOUT_S):
@@ -102,10 +109,11 @@ def _worker(rank, port, out, mode):
     # input shapes: the ground truth of which op served which call
     capture = {"trace": lambda: profile(out, record_shapes=True),
                "light": lambda: profile(out, trace=False),
-               "exact": lambda: profile(out, record_shapes=True, wrap_builtins=True)}[mode]()
+               "exact": lambda: profile(out, record_shapes=True, wrap_builtins=True),
+               "one": lambda: profile(out, record_shapes=True)}[mode]()
     with capture:
         rpc.init_rpc(f"worker{rank}", rank=rank, world_size=WORLD)
-        report = _calls(rank) if rank != 1 else None
+        report = _calls(rank, mode) if rank != 1 else None
         rpc.shutdown()  # graceful: every worker records until all are done
     (Path(out) / f"report{rank}.json").write_text(json.dumps(report))
 
@@ -119,7 +127,14 @@ def _load(path):
         return json.load(f)
 
 
-@pytest.fixture(scope="module", params=["trace", "light", "exact"])
+def _callers(mode):
+    return (0,) if mode == "one" else (0, 2)
+
+
+# one: a callee with one caller, whose rpc_async/remote spans end in C++ (their records
+# settled later, their ends read off the spans); with two callers every call's end is
+# noted exactly (recorder.Peers.shared)
+@pytest.fixture(scope="module", params=["trace", "light", "exact", "one"])
 def job(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     run_job([__file__, out, request.param], JOB_TIMEOUT_S)
@@ -135,8 +150,8 @@ def _builtin_calls(block):
 
 
 def test_results_are_those_of_torch(job):
-    _, _, _, reports = job
-    for rank in (0, 2):
+    mode, _, _, reports = job
+    for rank in _callers(mode):
         _, got, _ = reports[rank]
         base = 100 * (rank + 1)
         assert got["sync"] == 2 * base
@@ -167,13 +182,13 @@ def test_builtins_went_natively_and_each_got_its_own_op(job):
                         if e.get("ph") == "X" and e.get("args", {}).get("role") == "callee"},
               "ops": [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]}
     together_sent, together_got = [], []
-    for rank in (0, 2):
+    for rank in _callers(mode):
         sizes, _, together = reports[rank]
         calls = _builtin_calls(ranks[rank]["tracemerge"])
         assert len(calls) == len(sizes) + len(together) == IN_FLIGHT + 3 + TOGETHER
         for call in calls:
             # sent as itself (wrapped with wrap_builtins=True)
-            assert call.get("native") is (True if mode == "trace" else None), call
+            assert call.get("native") is (None if mode == "exact" else True), call
             side = callee["served"][call["rpc_id"]]
             assert side.get("native") is call.get("native")
             assert side["name"] == call["name"] and side["kind"] == call["kind"]
@@ -200,7 +215,8 @@ def test_combine_joins_both_sides_of_every_call(job, tmp_path):
     files = [str(out / f"rank{r}.json.gz") for r in range(WORLD)]
     res = cli("combine", *files, "-o", tmp_path / "trace.json", "--report")
     assert res.returncode == 0, res.stderr
-    calls = 2 * (IN_FLIGHT + 5 + TOGETHER) + 2  # and the two calls that take turns
+    # and the two calls that take turns
+    calls = IN_FLIGHT + 5 + TOGETHER if mode == "one" else 2 * (IN_FLIGHT + 5 + TOGETHER) + 2
     if mode != "light":
         assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only".encode() in res.stderr
     else:
@@ -220,3 +236,24 @@ def test_light_mode_writes_records_and_no_events(job):
         calls = _builtin_calls(block)
         assert len(calls) == IN_FLIGHT + 3 + TOGETHER and all(c.get("native") for c in calls)
         assert all(c["send_ns"] <= c["complete_ns"] for c in calls)
+
+
+def test_spans_ended_in_cpp_give_their_calls_ends(job):
+    """With one caller, the spans of its rpc_async and remote calls end in C++ when their
+    futures complete; each record's end is its span's end in the caller's own trace (ground
+    truth: the event Kineto wrote), and its status is the future's."""
+    mode, _, ranks, _ = job
+    if mode != "one":
+        pytest.skip("the single caller's job")
+    trace = ranks[0]
+    base = trace["baseTimeNanoseconds"]
+    spans = {e["args"]["rpc_id"]: e for e in trace["traceEvents"]
+             if e.get("ph") == "X" and e.get("args", {}).get("role") == "caller"}
+    lazy = [r for r in trace["tracemerge"]["rpcs"] if r["role"] == "caller" and r["kind"] in ("rpc_async", "remote")]
+    assert len(lazy) == IN_FLIGHT + 1 + TOGETHER
+    for r in lazy:
+        e = spans[r["rpc_id"]]
+        assert r["status"] == "ok" and "_settled_ns" not in r
+        assert r["complete_ns"] == max(r["send_ns"], base + round(e["ts"] * 1000) + round(e["dur"] * 1000))
+        # ended on the agent's thread unless the future had completed when the span was tied to it
+        assert isinstance(e["args"]["async"], bool)

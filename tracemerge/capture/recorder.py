@@ -10,12 +10,52 @@ import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 # The fields of an RPC that the caller sends with a wrapped call, as a tuple in this order
 # (cheaper to pickle than a dict); the callee's record has them too.
 HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+
+
+# A call this process issued, kept as one list from the call's path on: making its record
+# dict and span there, and keeping them, costs several µs per call end to end (measured,
+# issue 27), so ``issued_record``/``issued_span`` make them when taken, off the call's
+# path. The fields, by index:
+(C_HEADER,     # the HEADER_KEYS tuple
+ C_NATIVE,     # a builtin sent as itself (Peers)
+ C_SEND,       # send_ns (t1)
+ C_TID,        # the thread that issued it (its span's)
+ C_COMPLETE,   # complete_ns (t4), once noted
+ C_STATUS,     # "pending", "ok" or "error"
+ C_ASYNC,      # whether its span ended on another thread (None until known)
+ C_SETTLED,    # when a span ended in C++ was seen ended (bounds its end)
+ C_LAZY,       # its span ends in C++ (Recorder.unsettled); its end is read off the span
+ ) = range(9)
+
+
+def issued_record(call: list, bound: bool = False) -> dict:
+    """The record of an issued ``call`` (docs/rank-file-format.md). ``bound``: with the
+    time its end was seen, ``_settled_ns``, where the end is not known yet (a hand-over)."""
+    record = dict(zip(HEADER_KEYS, call[C_HEADER]), role="caller", status=call[C_STATUS])
+    if call[C_NATIVE]:
+        record["native"] = True
+    record["send_ns"] = call[C_SEND]
+    if call[C_COMPLETE] is not None:
+        record["complete_ns"] = call[C_COMPLETE]
+    elif bound and call[C_SETTLED] is not None:
+        record["_settled_ns"] = call[C_SETTLED]
+    return record
+
+
+def issued_span(call: list, record: dict) -> "Span":
+    """The caller span of an issued ``call`` whose record is ``record``."""
+    header = call[C_HEADER]
+    args = {"rpc_id": header[0], "role": "caller"}
+    if call[C_ASYNC] is not None:
+        args["async"] = call[C_ASYNC]
+    return Span(header[3], call[C_TID], call[C_SEND], args, ends=record if call[C_LAZY] else None)
 
 
 class Span(NamedTuple):
@@ -34,6 +74,9 @@ class Span(NamedTuple):
     mark_ns: int
     args: dict
     rename: str = ""
+    # the caller record whose ``complete_ns`` is this span's end in the trace: set for
+    # spans that end in C++ when their future completes (``Recorder.unsettled``)
+    ends: Optional[dict] = None
 
 
 @dataclass
@@ -41,7 +84,8 @@ class Recorder:
     # called just before RPC shuts down inside the block, while every worker still answers
     # (the capture learns who it is there when RPC started inside the block)
     on_rpc_end: Optional[Callable[[], None]] = None
-    rpcs: list = field(default_factory=list)
+    # the calls this process issued (C_* lists)
+    calls: list = field(default_factory=list)
     collectives: list = field(default_factory=list)
     spans: list = field(default_factory=list)
     # (header, side) of the calls served while capturing (add_served)
@@ -67,6 +111,15 @@ class Recorder:
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     # the devices of the RPC agent, once read (rpc._devices)
     devices: Optional[list] = None
+    # trace=True: the span of an rpc_async or remote call ends in C++ when its future
+    # completes, where a Python done-callback would cost more than all the rest of the
+    # call's capture (a GIL hand-off on the RPC agent's thread, and the relayed future).
+    # The record is settled later, off the call's path (``settle``): its status from the
+    # future, its end (``complete_ns``) from the span's event when the file is written.
+    traced: bool = False
+    # (call, future, native callee or None) of the calls not settled yet, oldest first
+    unsettled: deque = field(default_factory=deque)
+    _settling: threading.Lock = field(default_factory=threading.Lock)
     # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
     # (rpc._worker_infos)
     agent: Any = None
@@ -79,24 +132,54 @@ class Recorder:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, item: Any) -> None:
-        """Append to ``rpcs``, ``collectives`` or ``spans`` (from any thread)."""
+        """Append to ``collectives``, ``spans`` or ``native`` (from any thread)."""
         with self._lock:
             getattr(self, kind).append(item)
 
-    def add_call(self, record: dict, span: Span) -> None:
-        """Append an RPC record and its span under one lock (one per call and side)."""
+    def add_call(self, call: list) -> None:
+        """A call issued (a C_* list)."""
         with self._lock:
-            self.rpcs.append(record)
-            self.spans.append(span)
+            self.calls.append(call)
 
-    def admit(self, caller: int) -> Optional[str]:
-        """A caller asks whether it may send builtins natively: this capture's token when
-        it serves natively (the caller is then told before it stops), else None."""
+    def settle(self, everything: bool = False, native_to: Optional[int] = None, timeout_s: float = 0.0) -> None:
+        """Settle the calls whose future completed: status ``ok``/``error``, and ``peers``
+        told of the native ones. By default only from the oldest on (cheap enough for every
+        call); ``everything``: all of them, after waiting up to ``timeout_s`` for those in
+        flight to callee ``native_to`` (a hand-over of native calls needs their end)."""
+        pending = self.unsettled
+        if not everything and not (pending and pending[0][1].done()):
+            return
+        if native_to is not None:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and any(
+                    not fut.done() for _, fut, to in list(pending) if to == native_to):
+                time.sleep(0.0005)
+        with self._settling:
+            for _ in range(len(pending)):
+                call, fut, to = entry = pending.popleft()
+                if not fut.done():
+                    if not everything:
+                        pending.appendleft(entry)
+                        break
+                    pending.append(entry)
+                    continue
+                # the end noted here bounds the call's end (the callee pairs native calls
+                # within it); the exact end is the span's (writer)
+                call[C_SETTLED] = time.time_ns()
+                call[C_STATUS] = "ok" if succeeded(fut) else "error"
+                if to is not None:
+                    peers.done(to)
+
+    def admit(self, caller: int) -> tuple:
+        """A caller asks whether it may send builtins natively: (this capture's token when
+        it serves natively, else None; the other callers admitted before it, see
+        ``Peers.shared``). The caller is then told before this capture stops."""
         with self._lock:
             if not self.serves_natively or self._stopping:
-                return None
+                return None, []
+            before = sorted(self._askers - {caller})
             self._askers.add(caller)
-            return self.token
+            return self.token, before
 
     def stop_admitting(self) -> list:
         """No caller is admitted any more; the callers admitted so far, to be told."""
@@ -119,13 +202,19 @@ class Recorder:
     def take(self, start_ns: int, stop_ns: int) -> dict:
         """Records and spans that began in [start_ns, stop_ns]; drops everything begun
         before stop_ns, which no later window can contain."""
+        self.settle(everything=True)
         out = {}
         with self._lock:
-            for name, when in (("rpcs", _rpc_start), ("collectives", _start), ("spans", _mark),
+            for name, when in (("calls", _send), ("collectives", _start), ("spans", _mark),
                                ("served", _served_start)):
                 items = getattr(self, name)
                 out[name] = [x for x in items if start_ns <= when(x) <= stop_ns]
                 setattr(self, name, [x for x in items if when(x) > stop_ns])
+        out["rpcs"] = []
+        for call in out.pop("calls"):
+            record = issued_record(call)
+            out["rpcs"].append(record)
+            out["spans"].append(issued_span(call, record))
         for header, side in out.pop("served"):
             record, span = callee_record(header, side)
             out["rpcs"].append(record)
@@ -136,7 +225,8 @@ class Recorder:
     def caller_records(self) -> list:
         """The calls this process issued so far (records stay for ``take``)."""
         with self._lock:
-            return [r for r in self.rpcs if r["role"] == "caller"]
+            calls = list(self.calls)
+        return [issued_record(c) for c in calls]
 
     def keep_sides(self, sides: list) -> None:
         with self._lock:
@@ -163,8 +253,17 @@ class Recorder:
         return out
 
 
-def _rpc_start(record: dict) -> int:
-    return record["send_ns"] if record["role"] == "caller" else record["start_ns"]
+def succeeded(fut: Any) -> bool:
+    """Whether a completed future holds a value (not an exception)."""
+    try:
+        fut.value()
+        return True
+    except BaseException:
+        return False
+
+
+def _send(call: list) -> int:
+    return call[C_SEND]
 
 
 def _served_start(served: tuple) -> int:
@@ -257,9 +356,15 @@ class Peers:
         self._pending: dict = {}    # callee id -> native calls in flight
         self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
         self._count = 0
+        # Callees that admitted other callers too. A native call's callee side is found by
+        # time alone, so calls in flight together from several callers need their exact
+        # ends (a done-callback on the agent's thread) to be told apart; a callee with one
+        # caller needs only their order, and their ends may be noted later (``Recorder.settle``).
+        # Read on every call without the lock (a set's membership test is atomic).
+        self.shared: set = set()
 
-    def route(self, callee: int, record: dict) -> Optional[bool]:
-        """True: send natively (``record`` is kept for the callee and counted in flight
+    def route(self, callee: int, call: list) -> Optional[bool]:
+        """True: send natively (``call``, a C_* list, is kept for the callee and counted in flight
         until ``done``); False: wrap; None: ask the callee first (``answer``), then ask
         again (the first call to it, or its last no is RETRY_S old)."""
         with self._cv:
@@ -275,7 +380,7 @@ class Peers:
                 oldest = next(k for k, v in self._sent.items() if v)
                 self._sent[oldest].pop(0)
                 self._count -= 1
-            self._sent.setdefault(callee, []).append(record)
+            self._sent.setdefault(callee, []).append(call)
             self._count += 1
             return True
 
@@ -286,11 +391,14 @@ class Peers:
             if not self._pending[callee]:
                 self._cv.notify_all()
 
-    def answer(self, callee: int, token: Optional[str]) -> None:
-        """The callee's answer to the question ``route`` asked for."""
+    def answer(self, callee: int, token: Optional[str], shared: bool = False) -> None:
+        """The callee's answer to the question ``route`` asked for (``shared``: it admitted
+        other callers before)."""
         with self._cv:
             if token is not None and token not in self._stopped and self._token.get(callee) is None:
                 self._token[callee] = token
+            if shared:
+                self.shared.add(callee)
 
     def forget_refusals(self) -> None:
         """A new capture here: callees that said no are asked again (they may record now)."""
@@ -321,7 +429,7 @@ class Peers:
             self._count -= len(sent)
             if push:
                 self._pushing[callee] = self._pushing.get(callee, 0) + 1
-        return [dict(r) for r in sent]
+        return [issued_record(c, bound=True) for c in sent]
 
     def pushed(self, callee: int) -> None:
         """A hand-over of ours to ``callee`` (``take(push=True)``) arrived or failed."""

@@ -41,6 +41,7 @@ from tracemerge.capture.patching import swapped
 # capture's own exchanges go out untraced.
 # (__wrapped__ is set by torch's own decorator, unknown to its stubs)
 _ORIGINAL_RPC_SYNC: Callable = getattr(rpc.rpc_sync, "__wrapped__")
+_ORIGINAL_RPC_ASYNC: Callable = getattr(rpc.rpc_async, "__wrapped__")
 
 # How long a caller's hand-over waits for its native calls in flight, and the capture's
 # own questions.
@@ -53,11 +54,14 @@ _HANDSHAKE_TIMEOUT_S = 10.0
 _span_enter = torch._C._autograd._record_function_with_args_enter
 _span_exit = torch._C._autograd._record_function_with_args_exit
 
+# Ends a span in C++ when a future completes (what record_function's
+# _call_end_callbacks_on_future calls): no Python runs on the RPC agent's thread.
+_end_span_on = torch.ops.profiler._call_end_callbacks_on_jit_fut._RecordFunction
+
 # What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
 _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
 
-_HEADER_KEYS = recorder.HEADER_KEYS
-_RPC_ID, _NAME = _HEADER_KEYS.index("rpc_id"), _HEADER_KEYS.index("name")
+_RPC_ID, _NAME = recorder.HEADER_KEYS.index("rpc_id"), recorder.HEADER_KEYS.index("name")
 
 
 def instrumented() -> Any:
@@ -123,48 +127,69 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     func_name = builtin if builtin is not None else _func_name(func, args)
     name = f"{kind}#{func_name}({me.name} -> {dst.name})"
     rpc_id = f"{me.id}:{next(rec._seq)}"
-    record = {
-        "rpc_id": rpc_id, "role": "caller", "kind": kind, "func": func_name, "name": name,
-        "caller": me.id, "callee": dst.id, "caller_name": me.name, "callee_name": dst.name,
-        "status": "pending",
-    }
+    header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)  # HEADER_KEYS
+    # the call, as the list recorder.issued_record reads (C_*): one allocation here
+    call = [header, False, 0, threading.get_native_id(), None, "pending", None, None, False]
     native, route = False, None
     if builtin is not None and not rec.wrap_builtins:
         # Builtins stay on the callee's C++ path when the callee finds their ops in its own
         # trace (recorder.Peers); else they go wrapped, like Python functions.
-        route = recorder.peers.route(dst.id, record)
+        route = recorder.peers.route(dst.id, call)
         if route is None:
             _ask_admission(me.id, dst)
-            route = recorder.peers.route(dst.id, record)
+            route = recorder.peers.route(dst.id, call)
         native = bool(route) or rec.builtins_always_native
     # a native call the callee was told of: peers counts it in flight until it ends
     native_to = dst.id if native and route else None
     if native:
-        record["native"] = True
+        call[recorder.C_NATIVE] = True
         target, payload, kw = func, args, kwargs
     else:
         target = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
-        payload, kw = (tuple(record[k] for k in _HEADER_KEYS), func, args, kwargs), None
-    handle = _span_enter(name)
-    record["send_ns"] = time.time_ns()
-    span = recorder.Span(name, threading.get_native_id(), record["send_ns"], {"rpc_id": rpc_id, "role": "caller"})
-    rec.add_call(record, span)
+        payload, kw = (header, func, args, kwargs), None
+    if rec.unsettled:  # calls ended since: settled here, before this call's span
+        rec.settle()
+    # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp), except a
+    # native builtin's to a callee with other callers, which needs its exact end
+    call[recorder.C_LAZY] = lazy = rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
+    # no span without a profiler (trace=False): nothing would record it
+    handle = _span_enter(name) if rec.traced else None
+    call[recorder.C_SEND] = time.time_ns()
+    rec.add_call(call)
     try:
         result = original(dst, target, payload, kw, timeout)
     except BaseException:
-        _end(record, span, handle, False, native_to)
+        _end(call, handle, False, native_to)
         raise
     if kind == "rpc_sync":
-        _end(record, span, handle, True, native_to)
+        _end(call, handle, True, native_to)
         return result
-    on_done = functools.partial(_on_done, record, span, handle, native_to)
+    if kind == "remote":
+        rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
+    if lazy:
+        return _end_in_cpp(rec, kind, result, call, handle, native_to)
+    on_done = functools.partial(_on_done, call, handle, native_to)
     if kind == "remote":
         result._get_future().add_done_callback(on_done)
-        rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
         return result
     # The span ends when the future completes, as the legacy RPC profiler did; the future
     # handed back completes after that, so a caller's wait() sees the record complete.
     return _relayed(result, on_done, rec)
+
+
+def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, call: list, handle: Any,
+                native_to: Optional[int]) -> Any:
+    """The span of an rpc_async or remote call ends in C++ when its future completes; the
+    call is settled later (``Recorder.unsettled``) and its end is the span's."""
+    fut = result._get_future() if kind == "remote" else result
+    # a future already complete ends the span now, on this thread: not asynchronous
+    call[recorder.C_ASYNC] = not fut.done()
+    with torch._C.DisableTorchFunctionSubclass():  # what record_function does: cheaper dispatch
+        ended = _end_span_on(handle, fut)
+    rec.unsettled.append((call, fut, native_to))
+    # rpc_async hands back the future that completes after the span ended, as torch's
+    # profiled rpc_async did; a remote() RRef stays the job's own
+    return result if kind == "remote" else ended
 
 
 def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
@@ -196,8 +221,8 @@ def _rref_type(rref: Any) -> type:
     return found.value() if isinstance(found, torch._C.Future) else found
 
 
-def _on_done(record: dict, span: recorder.Span, handle: Any, native_to: Optional[int], fut: Any) -> None:
-    _end(record, span, handle, _succeeded(fut), native_to)
+def _on_done(call: list, handle: Any, native_to: Optional[int], fut: Any) -> None:
+    _end(call, handle, recorder.succeeded(fut), native_to)
 
 
 def _relayed(fut: Any, on_done: Callable, rec: Optional[recorder.Recorder]) -> Any:
@@ -234,22 +259,19 @@ def _relay(on_done: Callable, out: Any, fut: Any) -> None:
     out.set_result(value)
 
 
-def _end(record: dict, span: recorder.Span, handle: Any, ok: bool, native_to: Optional[int]) -> None:
-    """Note the end, close the span (after: it then covers the noted end), and for a
-    native builtin tell ``peers`` it ended."""
-    _complete(record, span, ok)
-    _span_exit(handle)
+def _end(call: list, handle: Any, ok: bool, native_to: Optional[int]) -> None:
+    """Note the end of an issued call, close its span (after: it then covers the noted
+    end), and for a native builtin tell ``peers`` it ended. The span's ``args.async``
+    says whether it ends on another thread than it began on: torch's ``key_averages()``
+    counts such an event as asynchronous (self CPU 0, never a parent or child), and the
+    Kineto trace does not say so."""
+    call[recorder.C_COMPLETE] = time.time_ns()
+    call[recorder.C_STATUS] = "ok" if ok else "error"
+    call[recorder.C_ASYNC] = threading.get_native_id() != call[recorder.C_TID]
+    if handle is not None:
+        _span_exit(handle)
     if native_to is not None:
         recorder.peers.done(native_to)
-
-
-def _complete(record: dict, span: recorder.Span, ok: bool) -> None:
-    """Note the end of an RPC. Its span's ``args.async`` says whether it ends on another
-    thread than it began on: torch's ``key_averages()`` counts such an event as
-    asynchronous (self CPU 0, never a parent or child), and the Kineto trace does not say so."""
-    record["complete_ns" if record["role"] == "caller" else "end_ns"] = time.time_ns()
-    record["status"] = "ok" if ok else "error"
-    span.args["async"] = threading.get_native_id() != span.tid
 
 
 def _serve(header: tuple, func: Callable, args: tuple, kwargs: dict) -> Any:
@@ -294,16 +316,7 @@ def _served_end(side: dict, handle: Any, ok: bool, is_async: bool = False) -> No
 
 
 def _served_ended(side: dict, handle: Any, fut: Any) -> None:
-    _served_end(side, handle, _succeeded(fut), True)
-
-
-def _succeeded(fut: Any) -> bool:
-    """Whether a completed future holds a value (not an exception)."""
-    try:
-        fut.value()
-        return True
-    except BaseException:
-        return False
+    _served_end(side, handle, recorder.succeeded(fut), True)
 
 
 def collect_remote_sides(records: list, timeout_s: float = 10.0) -> list:
@@ -346,21 +359,39 @@ def _ask_admission(me: int, dst: Any) -> None:
     at the first builtin to it (again after a no, now and then), one round trip waited
     for, so that the calls that follow take one path."""
     try:
-        token = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
-    except Exception:  # e.g. the callee has no tracemerge: builtins to it go wrapped
+        token, shared = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
+    except Exception:  # e.g. the callee has no tracemerge (or an older one): builtins to it go wrapped
         return
-    recorder.peers.answer(dst.id, token)
+    recorder.peers.answer(dst.id, token, shared)
 
 
-def _admit(caller: int) -> Optional[str]:
-    """Runs on the callee: its capture's token if builtins may come natively, else None."""
+def _admit(caller: int) -> tuple:
+    """Runs on the callee: (its capture's token if builtins may come natively, else None;
+    whether other callers were admitted before). The first caller admitted is told when a
+    second one is (``_shared``)."""
     rec = recorder.current
-    return None if rec is None else rec.admit(caller)
+    if rec is None:
+        return None, False
+    token, before = rec.admit(caller)
+    me = rpc.get_worker_info().id
+    # the second caller: the first one shares this callee from now on (later ones were told)
+    for other in before if len(before) == 1 else ():
+        try:  # not waited for: this thread serves the second caller's question
+            _ORIGINAL_RPC_ASYNC(other, _shared, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
+        except Exception:  # that caller is gone
+            pass
+    return token, bool(before)
+
+
+def _shared(callee: int) -> None:
+    """Runs on a caller: ``callee`` admitted another caller too (``Peers.shared``)."""
+    recorder.peers.shared.add(callee)
 
 
 def _hand_over(callee: int, token: str, timeout_s: float) -> tuple:
     """Runs on a caller when ``callee``'s capture stops: the records of the builtins it
     sent there natively (after those in flight ended), its clock and its boot id."""
+    _settle_native(callee, timeout_s)
     return recorder.peers.take(callee, token, True, timeout_s), time.time_ns(), boot_id()
 
 
@@ -380,6 +411,7 @@ def hand_over_sent(stop: bool) -> None:
         return
     me = rpc.get_worker_info().id
     for callee, token in recorder.peers.admitted():
+        _settle_native(callee, _DRAIN_TIMEOUT_S)
         calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S, push=True)
         try:
             if calls:
@@ -394,6 +426,14 @@ def hand_over_sent(stop: bool) -> None:
             pass
         finally:
             recorder.peers.pushed(callee)
+
+
+def _settle_native(callee: int, timeout_s: float) -> None:
+    """The native calls to ``callee`` whose spans end in C++ are settled (waited for up to
+    ``timeout_s``) before their records are handed over."""
+    rec = recorder.current
+    if rec is not None and rec.unsettled:
+        rec.settle(everything=True, native_to=callee, timeout_s=timeout_s)
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:

@@ -72,6 +72,7 @@ class profile:
         self._identify()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._recorder = recorder.Recorder(on_rpc_end=self._identify, wrap_builtins=self._wrap_builtins,
+                                           traced=self._trace,
                                            builtins_always_native=not self._trace and not self._wrap_builtins)
         with contextlib.ExitStack() as stack:
             recorder.activate(self._recorder)

@@ -78,4 +78,8 @@ def _annotate(trace: dict, spans: list) -> None:
             continue
         i = bisect.bisect_right(found, span.mark_ns + _MATCH_SLACK_NS, key=lambda pair: pair[0])
         if i:
-            found[i - 1][1].setdefault("args", {}).update(span.args)
+            start, event = found[i - 1]
+            event.setdefault("args", {}).update(span.args)
+            if span.ends is not None and span.ends["status"] != "pending" and event["args"].get("finished", True):
+                # a span ended in C++ when its future completed: its end is the call's
+                span.ends["complete_ns"] = max(span.ends["send_ns"], start + round(event.get("dur", 0) * 1000))
