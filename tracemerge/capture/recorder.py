@@ -30,22 +30,18 @@ HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_nam
  C_COMPLETE,   # complete_ns (t4), once noted
  C_STATUS,     # "pending", "ok" or "error"
  C_ASYNC,      # whether its span ended on another thread (None until known)
- C_SETTLED,    # when a span ended in C++ was seen ended (bounds its end)
  C_LAZY,       # its span ends in C++ (Recorder.unsettled); its end is read off the span
- ) = range(9)
+ ) = range(8)
 
 
-def issued_record(call: list, bound: bool = False) -> dict:
-    """The record of an issued ``call`` (docs/rank-file-format.md). ``bound``: with the
-    time its end was seen, ``_settled_ns``, where the end is not known yet (a hand-over)."""
+def issued_record(call: list) -> dict:
+    """The record of an issued ``call`` (docs/rank-file-format.md)."""
     record = dict(zip(HEADER_KEYS, call[C_HEADER]), role="caller", status=call[C_STATUS])
     if call[C_NATIVE]:
         record["native"] = True
     record["send_ns"] = call[C_SEND]
     if call[C_COMPLETE] is not None:
         record["complete_ns"] = call[C_COMPLETE]
-    elif bound and call[C_SETTLED] is not None:
-        record["_settled_ns"] = call[C_SETTLED]
     return record
 
 
@@ -117,7 +113,7 @@ class Recorder:
     # The record is settled later, off the call's path (``settle``): its status from the
     # future, its end (``complete_ns``) from the span's event when the file is written.
     traced: bool = False
-    # (call, future, native callee or None) of the calls not settled yet, oldest first
+    # (call, future) of the calls not settled yet, oldest first
     unsettled: deque = field(default_factory=deque)
     _settling: threading.Lock = field(default_factory=threading.Lock)
     # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
@@ -141,45 +137,32 @@ class Recorder:
         with self._lock:
             self.calls.append(call)
 
-    def settle(self, everything: bool = False, native_to: Optional[int] = None, timeout_s: float = 0.0) -> None:
-        """Settle the calls whose future completed: status ``ok``/``error``, and ``peers``
-        told of the native ones. By default only from the oldest on (cheap enough for every
-        call); ``everything``: all of them, after waiting up to ``timeout_s`` for those in
-        flight to callee ``native_to`` (a hand-over of native calls needs their end)."""
+    def settle(self, everything: bool = False) -> None:
+        """Settle the calls whose future completed: their status ``ok``/``error``. By
+        default only from the oldest on (cheap enough for every call); ``everything``:
+        all of them (when the records are taken)."""
         pending = self.unsettled
         if not everything and not (pending and pending[0][1].done()):
             return
-        if native_to is not None:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and any(
-                    not fut.done() for _, fut, to in list(pending) if to == native_to):
-                time.sleep(0.0005)
         with self._settling:
             for _ in range(len(pending)):
-                call, fut, to = entry = pending.popleft()
+                call, fut = entry = pending.popleft()
                 if not fut.done():
                     if not everything:
                         pending.appendleft(entry)
                         break
                     pending.append(entry)
                     continue
-                # the end noted here bounds the call's end (the callee pairs native calls
-                # within it); the exact end is the span's (writer)
-                call[C_SETTLED] = time.time_ns()
                 call[C_STATUS] = "ok" if succeeded(fut) else "error"
-                if to is not None:
-                    peers.done(to)
 
-    def admit(self, caller: int) -> tuple:
-        """A caller asks whether it may send builtins natively: (this capture's token when
-        it serves natively, else None; the other callers admitted before it, see
-        ``Peers.shared``). The caller is then told before this capture stops."""
+    def admit(self, caller: int) -> Optional[str]:
+        """A caller asks whether it may send builtins natively: this capture's token when
+        it serves natively (the caller is then told before it stops), else None."""
         with self._lock:
             if not self.serves_natively or self._stopping:
-                return None, []
-            before = sorted(self._askers - {caller})
+                return None
             self._askers.add(caller)
-            return self.token, before
+            return self.token
 
     def stop_admitting(self) -> list:
         """No caller is admitted any more; the callers admitted so far, to be told."""
@@ -356,12 +339,6 @@ class Peers:
         self._pending: dict = {}    # callee id -> native calls in flight
         self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
         self._count = 0
-        # Callees that admitted other callers too. A native call's callee side is found by
-        # time alone, so calls in flight together from several callers need their exact
-        # ends (a done-callback on the agent's thread) to be told apart; a callee with one
-        # caller needs only their order, and their ends may be noted later (``Recorder.settle``).
-        # Read on every call without the lock (a set's membership test is atomic).
-        self.shared: set = set()
 
     def route(self, callee: int, call: list) -> Optional[bool]:
         """True: send natively (``call``, a C_* list, is kept for the callee and counted in flight
@@ -391,14 +368,11 @@ class Peers:
             if not self._pending[callee]:
                 self._cv.notify_all()
 
-    def answer(self, callee: int, token: Optional[str], shared: bool = False) -> None:
-        """The callee's answer to the question ``route`` asked for (``shared``: it admitted
-        other callers before)."""
+    def answer(self, callee: int, token: Optional[str]) -> None:
+        """The callee's answer to the question ``route`` asked for."""
         with self._cv:
             if token is not None and token not in self._stopped and self._token.get(callee) is None:
                 self._token[callee] = token
-            if shared:
-                self.shared.add(callee)
 
     def forget_refusals(self) -> None:
         """A new capture here: callees that said no are asked again (they may record now)."""
@@ -429,7 +403,7 @@ class Peers:
             self._count -= len(sent)
             if push:
                 self._pushing[callee] = self._pushing.get(callee, 0) + 1
-        return [issued_record(c, bound=True) for c in sent]
+        return [issued_record(c) for c in sent]
 
     def pushed(self, callee: int) -> None:
         """A hand-over of ours to ``callee`` (``take(push=True)``) arrived or failed."""

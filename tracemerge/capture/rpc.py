@@ -41,7 +41,6 @@ from tracemerge.capture.patching import swapped
 # capture's own exchanges go out untraced.
 # (__wrapped__ is set by torch's own decorator, unknown to its stubs)
 _ORIGINAL_RPC_SYNC: Callable = getattr(rpc.rpc_sync, "__wrapped__")
-_ORIGINAL_RPC_ASYNC: Callable = getattr(rpc.rpc_async, "__wrapped__")
 
 # How long a caller's hand-over waits for its native calls in flight, and the capture's
 # own questions.
@@ -129,7 +128,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     rpc_id = f"{me.id}:{next(rec._seq)}"
     header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)  # HEADER_KEYS
     # the call, as the list recorder.issued_record reads (C_*): one allocation here
-    call = [header, False, 0, threading.get_native_id(), None, "pending", None, None, False]
+    call = [header, False, 0, threading.get_native_id(), None, "pending", None, False]
     native, route = False, None
     if builtin is not None and not rec.wrap_builtins:
         # Builtins stay on the callee's C++ path when the callee finds their ops in its own
@@ -149,9 +148,10 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
         payload, kw = (header, func, args, kwargs), None
     if rec.unsettled:  # calls ended since: settled here, before this call's span
         rec.settle()
-    # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp), except a
-    # native builtin's to a callee with other callers, which needs its exact end
-    call[recorder.C_LAZY] = lazy = rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
+    # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp); its end is
+    # read off the span, except a native builtin's, noted on the spot (_end_in_cpp)
+    in_cpp = rec.traced and kind != "rpc_sync"
+    call[recorder.C_LAZY] = in_cpp and native_to is None
     # no span without a profiler (trace=False): nothing would record it
     handle = _span_enter(name) if rec.traced else None
     call[recorder.C_SEND] = time.time_ns()
@@ -166,7 +166,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
         return result
     if kind == "remote":
         rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
-    if lazy:
+    if in_cpp:
         return _end_in_cpp(rec, kind, result, call, handle, native_to)
     on_done = functools.partial(_on_done, call, handle, native_to)
     if kind == "remote":
@@ -179,17 +179,31 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
 
 def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, call: list, handle: Any,
                 native_to: Optional[int]) -> Any:
-    """The span of an rpc_async or remote call ends in C++ when its future completes; the
-    call is settled later (``Recorder.unsettled``) and its end is the span's."""
+    """The span of an rpc_async or remote call ends in C++ when its future completes. The
+    call is settled later (``Recorder.unsettled``) and its end is the span's; except a
+    builtin sent natively: the callee finds its op by time, and calls in flight together
+    (the RPC server may run them in any order) are told apart only by their exact ends, so
+    a done-callback notes its end, registered first so that it runs before the span ends
+    and before the future handed back completes."""
     fut = result._get_future() if kind == "remote" else result
     # a future already complete ends the span now, on this thread: not asynchronous
     call[recorder.C_ASYNC] = not fut.done()
+    if native_to is not None:
+        fut.add_done_callback(functools.partial(_noted, call, native_to))
     with torch._C.DisableTorchFunctionSubclass():  # what record_function does: cheaper dispatch
         ended = _end_span_on(handle, fut)
-    rec.unsettled.append((call, fut, native_to))
+    if native_to is None:
+        rec.unsettled.append((call, fut))
     # rpc_async hands back the future that completes after the span ended, as torch's
     # profiled rpc_async did; a remote() RRef stays the job's own
     return result if kind == "remote" else ended
+
+
+def _noted(call: list, native_to: int, fut: Any) -> None:
+    """A native builtin's future completed: its end and status, and ``peers`` told."""
+    call[recorder.C_COMPLETE] = time.time_ns()
+    call[recorder.C_STATUS] = "ok" if recorder.succeeded(fut) else "error"
+    recorder.peers.done(native_to)
 
 
 def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
@@ -359,39 +373,21 @@ def _ask_admission(me: int, dst: Any) -> None:
     at the first builtin to it (again after a no, now and then), one round trip waited
     for, so that the calls that follow take one path."""
     try:
-        token, shared = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
-    except Exception:  # e.g. the callee has no tracemerge (or an older one): builtins to it go wrapped
+        token = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
+    except Exception:  # e.g. the callee has no tracemerge: builtins to it go wrapped
         return
-    recorder.peers.answer(dst.id, token, shared)
+    recorder.peers.answer(dst.id, token)
 
 
-def _admit(caller: int) -> tuple:
-    """Runs on the callee: (its capture's token if builtins may come natively, else None;
-    whether other callers were admitted before). The first caller admitted is told when a
-    second one is (``_shared``)."""
+def _admit(caller: int) -> Optional[str]:
+    """Runs on the callee: its capture's token if builtins may come natively, else None."""
     rec = recorder.current
-    if rec is None:
-        return None, False
-    token, before = rec.admit(caller)
-    me = rpc.get_worker_info().id
-    # the second caller: the first one shares this callee from now on (later ones were told)
-    for other in before if len(before) == 1 else ():
-        try:  # not waited for: this thread serves the second caller's question
-            _ORIGINAL_RPC_ASYNC(other, _shared, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
-        except Exception:  # that caller is gone
-            pass
-    return token, bool(before)
-
-
-def _shared(callee: int) -> None:
-    """Runs on a caller: ``callee`` admitted another caller too (``Peers.shared``)."""
-    recorder.peers.shared.add(callee)
+    return None if rec is None else rec.admit(caller)
 
 
 def _hand_over(callee: int, token: str, timeout_s: float) -> tuple:
     """Runs on a caller when ``callee``'s capture stops: the records of the builtins it
     sent there natively (after those in flight ended), its clock and its boot id."""
-    _settle_native(callee, timeout_s)
     return recorder.peers.take(callee, token, True, timeout_s), time.time_ns(), boot_id()
 
 
@@ -411,7 +407,6 @@ def hand_over_sent(stop: bool) -> None:
         return
     me = rpc.get_worker_info().id
     for callee, token in recorder.peers.admitted():
-        _settle_native(callee, _DRAIN_TIMEOUT_S)
         calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S, push=True)
         try:
             if calls:
@@ -426,14 +421,6 @@ def hand_over_sent(stop: bool) -> None:
             pass
         finally:
             recorder.peers.pushed(callee)
-
-
-def _settle_native(callee: int, timeout_s: float) -> None:
-    """The native calls to ``callee`` whose spans end in C++ are settled (waited for up to
-    ``timeout_s``) before their records are handed over."""
-    rec = recorder.current
-    if rec is not None and rec.unsettled:
-        rec.settle(everything=True, native_to=callee, timeout_s=timeout_s)
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:
