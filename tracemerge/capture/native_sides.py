@@ -40,7 +40,8 @@ def attach(trace: dict, handed: list, own_boot_id: str, main_tid: int) -> list:
         offset = 0 if same_clock else group["offset_ns"]
         slack = _SLACK_NS if same_clock else _SLACK_NS + group["rtt_ns"] // 2
         for call in group["calls"]:
-            end = call.get("complete_ns")
+            # a call settled lazily has only the time its end was seen, which bounds it
+            end = call.get("complete_ns", call.get("_settled_ns"))
             calls.append((call["send_ns"] - offset - slack,
                           float("inf") if end is None else end - offset + slack, call, same_clock))
     if not calls:

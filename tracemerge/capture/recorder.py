@@ -31,17 +31,23 @@ HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_nam
  C_STATUS,     # "pending", "ok" or "error"
  C_ASYNC,      # whether its span ended on another thread (None until known)
  C_LAZY,       # its span ends in C++ (Recorder.unsettled); its end is read off the span
- ) = range(8)
+ C_SETTLED,    # when a native call whose span ended in C++ was seen ended (bounds its end)
+ C_OWES,       # [callee] while ``peers.done`` is owed for a native call: popped once, by
+               # whichever thread settles it (a list's pop is atomic)
+ ) = range(10)
 
 
-def issued_record(call: list) -> dict:
-    """The record of an issued ``call`` (docs/rank-file-format.md)."""
+def issued_record(call: list, bound: bool = False) -> dict:
+    """The record of an issued ``call`` (docs/rank-file-format.md). ``bound``: with the
+    time its end was seen, ``_settled_ns``, where the end is not known yet (a hand-over)."""
     record = dict(zip(HEADER_KEYS, call[C_HEADER]), role="caller", status=call[C_STATUS])
     if call[C_NATIVE]:
         record["native"] = True
     record["send_ns"] = call[C_SEND]
     if call[C_COMPLETE] is not None:
         record["complete_ns"] = call[C_COMPLETE]
+    elif bound and call[C_SETTLED] is not None:
+        record["_settled_ns"] = call[C_SETTLED]
     return record
 
 
@@ -115,6 +121,9 @@ class Recorder:
     traced: bool = False
     # (call, future) of the calls not settled yet, oldest first
     unsettled: deque = field(default_factory=deque)
+    # callee -> (call, future) of the native call to it whose end is not noted exactly,
+    # while it may still be the only one in flight there (rpc._company)
+    lazy_native: dict = field(default_factory=dict)
     _settling: threading.Lock = field(default_factory=threading.Lock)
     # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
     # (rpc._worker_infos)
@@ -138,9 +147,10 @@ class Recorder:
             self.calls.append(call)
 
     def settle(self, everything: bool = False) -> None:
-        """Settle the calls whose future completed: their status ``ok``/``error``. By
-        default only from the oldest on (cheap enough for every call); ``everything``:
-        all of them (when the records are taken)."""
+        """Settle the calls whose future completed: their status ``ok``/``error``, and for
+        a native one the time its end was seen (a bound of it) and ``peers`` told. By
+        default only from the oldest on (cheap enough for every call); ``everything``: all
+        of them (when the records are taken)."""
         pending = self.unsettled
         if not everything and not (pending and pending[0][1].done()):
             return
@@ -154,15 +164,20 @@ class Recorder:
                     pending.append(entry)
                     continue
                 call[C_STATUS] = "ok" if succeeded(fut) else "error"
+                if call[C_SETTLED] is None:
+                    call[C_SETTLED] = time.time_ns()
+                release(call)
 
-    def admit(self, caller: int) -> Optional[str]:
-        """A caller asks whether it may send builtins natively: this capture's token when
-        it serves natively (the caller is then told before it stops), else None."""
+    def admit(self, caller: int) -> tuple:
+        """A caller asks whether it may send builtins natively: (this capture's token when
+        it serves natively, else None; the other callers admitted before it, see
+        ``Peers.shared``). The caller is then told before this capture stops."""
         with self._lock:
             if not self.serves_natively or self._stopping:
-                return None
+                return None, []
+            before = sorted(self._askers - {caller})
             self._askers.add(caller)
-            return self.token
+            return self.token, before
 
     def stop_admitting(self) -> list:
         """No caller is admitted any more; the callers admitted so far, to be told."""
@@ -234,6 +249,15 @@ class Recorder:
                     rest.append(dict(side, calls=[c for c in side["calls"] if c["rpc_id"] not in ids]))
             self.fetched = rest
         return out
+
+
+def release(call: list) -> None:
+    """Tell ``peers`` that a native call ended, once whoever notices it first."""
+    try:
+        callee = call[C_OWES].pop()
+    except (AttributeError, IndexError):  # not native, or told already
+        return
+    peers.done(callee)
 
 
 def succeeded(fut: Any) -> bool:
@@ -339,11 +363,16 @@ class Peers:
         self._pending: dict = {}    # callee id -> native calls in flight
         self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
         self._count = 0
+        # Callees that admitted other callers too: a native call's callee side is found by
+        # time alone, so calls of several callers in flight there together need their
+        # exact ends (rpc._end_in_cpp). Read on every call without the lock.
+        self.shared: set = set()
 
-    def route(self, callee: int, call: list) -> Optional[bool]:
-        """True: send natively (``call``, a C_* list, is kept for the callee and counted in flight
-        until ``done``); False: wrap; None: ask the callee first (``answer``), then ask
-        again (the first call to it, or its last no is RETRY_S old)."""
+    def route(self, callee: int, call: list) -> Optional[int]:
+        """The number of native calls to ``callee`` in flight, this one included: send
+        natively (``call``, a C_* list, is kept for the callee and counted in flight until
+        ``done``); False: wrap; None: ask the callee first (``answer``), then ask again (the
+        first call to it, or its last no is RETRY_S old)."""
         with self._cv:
             token = self._token.get(callee, False)
             if token is False or (token is None and time.monotonic() - self._asked[callee] > self.RETRY_S):
@@ -359,7 +388,7 @@ class Peers:
                 self._count -= 1
             self._sent.setdefault(callee, []).append(call)
             self._count += 1
-            return True
+            return self._pending[callee]
 
     def done(self, callee: int) -> None:
         """A native call to ``callee`` ended (its record holds its end)."""
@@ -368,11 +397,14 @@ class Peers:
             if not self._pending[callee]:
                 self._cv.notify_all()
 
-    def answer(self, callee: int, token: Optional[str]) -> None:
-        """The callee's answer to the question ``route`` asked for."""
+    def answer(self, callee: int, token: Optional[str], shared: bool = False) -> None:
+        """The callee's answer to the question ``route`` asked for (``shared``: it admitted
+        other callers before)."""
         with self._cv:
             if token is not None and token not in self._stopped and self._token.get(callee) is None:
                 self._token[callee] = token
+            if shared:
+                self.shared.add(callee)
 
     def forget_refusals(self) -> None:
         """A new capture here: callees that said no are asked again (they may record now)."""
@@ -403,7 +435,7 @@ class Peers:
             self._count -= len(sent)
             if push:
                 self._pushing[callee] = self._pushing.get(callee, 0) + 1
-        return [issued_record(c) for c in sent]
+        return [issued_record(c, bound=True) for c in sent]
 
     def pushed(self, callee: int) -> None:
         """A hand-over of ours to ``callee`` (``take(push=True)``) arrived or failed."""
