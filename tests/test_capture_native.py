@@ -30,6 +30,7 @@ WORLD = 3
 JOB_TIMEOUT_S = 120
 IN_FLIGHT = 50
 TOGETHER = 20
+LAZY = 6  # the single caller's asynchronous calls of a Python function
 ADMISSION_S = 0.5  # ample time for the callee's answer to the first call's question
 
 
@@ -89,7 +90,13 @@ def _calls(rank, mode):
             return None
         rpc.rpc_sync("worker1", torch.add, args=(torch.ones(1), 1))  # asks worker1; goes wrapped
         time.sleep(ADMISSION_S)
-        return _alone(rank) + (_together(rank),)
+        out = _alone(rank) + (_together(rank),)
+        # Python functions go wrapped: their rpc_async and remote spans end in C++ and
+        # their records are settled later
+        for k in range(LAZY - 1):
+            rpc.rpc_async("worker1", py_add, args=(torch.ones(2), k)).wait()
+        rpc.remote("worker1", py_add, args=(torch.ones(2), 1)).to_here()
+        return out
     rpc.rpc_sync("worker1", torch.add, args=(torch.ones(1), 1))  # asks worker1; goes wrapped
     time.sleep(ADMISSION_S)
     if rank == 2 and not _turn.wait(JOB_TIMEOUT_S):
@@ -131,9 +138,7 @@ def _callers(mode):
     return (0,) if mode == "one" else (0, 2)
 
 
-# one: a callee with one caller, whose rpc_async/remote spans end in C++ (their records
-# settled later, their ends read off the spans); with two callers every call's end is
-# noted exactly (recorder.Peers.shared)
+# one: a callee with one caller, which also sends Python functions asynchronously
 @pytest.fixture(scope="module", params=["trace", "light", "exact", "one"])
 def job(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
@@ -216,7 +221,7 @@ def test_combine_joins_both_sides_of_every_call(job, tmp_path):
     res = cli("combine", *files, "-o", tmp_path / "trace.json", "--report")
     assert res.returncode == 0, res.stderr
     # and the two calls that take turns
-    calls = IN_FLIGHT + 5 + TOGETHER if mode == "one" else 2 * (IN_FLIGHT + 5 + TOGETHER) + 2
+    calls = IN_FLIGHT + 5 + TOGETHER + LAZY if mode == "one" else 2 * (IN_FLIGHT + 5 + TOGETHER) + 2
     if mode != "light":
         assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only".encode() in res.stderr
     else:
@@ -239,21 +244,27 @@ def test_light_mode_writes_records_and_no_events(job):
 
 
 def test_spans_ended_in_cpp_give_their_calls_ends(job):
-    """With one caller, the spans of its rpc_async and remote calls end in C++ when their
-    futures complete; each record's end is its span's end in the caller's own trace (ground
-    truth: the event Kineto wrote), and its status is the future's."""
+    """The spans of rpc_async and remote calls end in C++ when their futures complete.
+    A wrapped call's record is settled later and its end is its span's end in the caller's
+    own trace (ground truth: the event Kineto wrote); a native builtin's end is noted by a
+    done-callback that runs just before its span ends."""
     mode, _, ranks, _ = job
-    if mode != "one":
-        pytest.skip("the single caller's job")
+    if mode not in ("one", "trace"):
+        pytest.skip("a traced job with native builtins")
     trace = ranks[0]
     base = trace["baseTimeNanoseconds"]
     spans = {e["args"]["rpc_id"]: e for e in trace["traceEvents"]
              if e.get("ph") == "X" and e.get("args", {}).get("role") == "caller"}
-    lazy = [r for r in trace["tracemerge"]["rpcs"] if r["role"] == "caller" and r["kind"] in ("rpc_async", "remote")]
-    assert len(lazy) == IN_FLIGHT + 1 + TOGETHER
-    for r in lazy:
+    calls = [r for r in trace["tracemerge"]["rpcs"] if r["role"] == "caller" and r["kind"] in ("rpc_async", "remote")]
+    wrapped = [r for r in calls if not r.get("native")]
+    assert len(wrapped) == (LAZY if mode == "one" else 0)
+    assert len(calls) - len(wrapped) == IN_FLIGHT + 1 + TOGETHER
+    for r in calls:
         e = spans[r["rpc_id"]]
-        assert r["status"] == "ok" and "_settled_ns" not in r
-        assert r["complete_ns"] == max(r["send_ns"], base + round(e["ts"] * 1000) + round(e["dur"] * 1000))
-        # ended on the agent's thread unless the future had completed when the span was tied to it
-        assert isinstance(e["args"]["async"], bool)
+        end = base + round(e["ts"] * 1000) + round(e["dur"] * 1000)
+        assert r["status"] == "ok" and isinstance(e["args"]["async"], bool)
+        if r.get("native"):
+            # noted before the span ended; the profiler's clock and time.time_ns() agree to ±2 µs
+            assert r["send_ns"] <= r["complete_ns"] <= end + 5_000
+        else:
+            assert r["complete_ns"] == max(r["send_ns"], end)

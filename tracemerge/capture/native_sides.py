@@ -40,8 +40,7 @@ def attach(trace: dict, handed: list, own_boot_id: str, main_tid: int) -> list:
         offset = 0 if same_clock else group["offset_ns"]
         slack = _SLACK_NS if same_clock else _SLACK_NS + group["rtt_ns"] // 2
         for call in group["calls"]:
-            # a caller's span that ended in C++ has only the time its end was noticed,
-            # which bounds it
+            # a call settled lazily has only the time its end was seen, which bounds it
             end = call.get("complete_ns", call.get("_settled_ns"))
             calls.append((call["send_ns"] - offset - slack,
                           float("inf") if end is None else end - offset + slack, call, same_clock))

@@ -30,9 +30,11 @@ HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_nam
  C_COMPLETE,   # complete_ns (t4), once noted
  C_STATUS,     # "pending", "ok" or "error"
  C_ASYNC,      # whether its span ended on another thread (None until known)
- C_SETTLED,    # when a span ended in C++ was seen ended (bounds its end)
  C_LAZY,       # its span ends in C++ (Recorder.unsettled); its end is read off the span
- ) = range(9)
+ C_SETTLED,    # when a native call whose span ended in C++ was seen ended (bounds its end)
+ C_OWES,       # [callee] while ``peers.done`` is owed for a native call: popped once, by
+               # whichever thread settles it (a list's pop is atomic)
+ ) = range(10)
 
 
 def issued_record(call: list, bound: bool = False) -> dict:
@@ -117,8 +119,11 @@ class Recorder:
     # The record is settled later, off the call's path (``settle``): its status from the
     # future, its end (``complete_ns``) from the span's event when the file is written.
     traced: bool = False
-    # (call, future, native callee or None) of the calls not settled yet, oldest first
+    # (call, future) of the calls not settled yet, oldest first
     unsettled: deque = field(default_factory=deque)
+    # callee -> (call, future) of the native call to it whose end is not noted exactly,
+    # while it may still be the only one in flight there (rpc._company)
+    lazy_native: dict = field(default_factory=dict)
     _settling: threading.Lock = field(default_factory=threading.Lock)
     # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
     # (rpc._worker_infos)
@@ -141,34 +146,27 @@ class Recorder:
         with self._lock:
             self.calls.append(call)
 
-    def settle(self, everything: bool = False, native_to: Optional[int] = None, timeout_s: float = 0.0) -> None:
-        """Settle the calls whose future completed: status ``ok``/``error``, and ``peers``
-        told of the native ones. By default only from the oldest on (cheap enough for every
-        call); ``everything``: all of them, after waiting up to ``timeout_s`` for those in
-        flight to callee ``native_to`` (a hand-over of native calls needs their end)."""
+    def settle(self, everything: bool = False) -> None:
+        """Settle the calls whose future completed: their status ``ok``/``error``, and for
+        a native one the time its end was seen (a bound of it) and ``peers`` told. By
+        default only from the oldest on (cheap enough for every call); ``everything``: all
+        of them (when the records are taken)."""
         pending = self.unsettled
         if not everything and not (pending and pending[0][1].done()):
             return
-        if native_to is not None:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and any(
-                    not fut.done() for _, fut, to in list(pending) if to == native_to):
-                time.sleep(0.0005)
         with self._settling:
             for _ in range(len(pending)):
-                call, fut, to = entry = pending.popleft()
+                call, fut = entry = pending.popleft()
                 if not fut.done():
                     if not everything:
                         pending.appendleft(entry)
                         break
                     pending.append(entry)
                     continue
-                # the end noted here bounds the call's end (the callee pairs native calls
-                # within it); the exact end is the span's (writer)
-                call[C_SETTLED] = time.time_ns()
                 call[C_STATUS] = "ok" if succeeded(fut) else "error"
-                if to is not None:
-                    peers.done(to)
+                if call[C_SETTLED] is None:
+                    call[C_SETTLED] = time.time_ns()
+                release(call)
 
     def admit(self, caller: int) -> tuple:
         """A caller asks whether it may send builtins natively: (this capture's token when
@@ -251,6 +249,15 @@ class Recorder:
                     rest.append(dict(side, calls=[c for c in side["calls"] if c["rpc_id"] not in ids]))
             self.fetched = rest
         return out
+
+
+def release(call: list) -> None:
+    """Tell ``peers`` that a native call ended, once whoever notices it first."""
+    try:
+        callee = call[C_OWES].pop()
+    except (AttributeError, IndexError):  # not native, or told already
+        return
+    peers.done(callee)
 
 
 def succeeded(fut: Any) -> bool:
@@ -356,17 +363,16 @@ class Peers:
         self._pending: dict = {}    # callee id -> native calls in flight
         self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
         self._count = 0
-        # Callees that admitted other callers too. A native call's callee side is found by
-        # time alone, so calls in flight together from several callers need their exact
-        # ends (a done-callback on the agent's thread) to be told apart; a callee with one
-        # caller needs only their order, and their ends may be noted later (``Recorder.settle``).
-        # Read on every call without the lock (a set's membership test is atomic).
+        # Callees that admitted other callers too: a native call's callee side is found by
+        # time alone, so calls of several callers in flight there together need their
+        # exact ends (rpc._end_in_cpp). Read on every call without the lock.
         self.shared: set = set()
 
-    def route(self, callee: int, call: list) -> Optional[bool]:
-        """True: send natively (``call``, a C_* list, is kept for the callee and counted in flight
-        until ``done``); False: wrap; None: ask the callee first (``answer``), then ask
-        again (the first call to it, or its last no is RETRY_S old)."""
+    def route(self, callee: int, call: list) -> Optional[int]:
+        """The number of native calls to ``callee`` in flight, this one included: send
+        natively (``call``, a C_* list, is kept for the callee and counted in flight until
+        ``done``); False: wrap; None: ask the callee first (``answer``), then ask again (the
+        first call to it, or its last no is RETRY_S old)."""
         with self._cv:
             token = self._token.get(callee, False)
             if token is False or (token is None and time.monotonic() - self._asked[callee] > self.RETRY_S):
@@ -382,7 +388,7 @@ class Peers:
                 self._count -= 1
             self._sent.setdefault(callee, []).append(call)
             self._count += 1
-            return True
+            return self._pending[callee]
 
     def done(self, callee: int) -> None:
         """A native call to ``callee`` ended (its record holds its end)."""

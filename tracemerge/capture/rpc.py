@@ -129,9 +129,13 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     rpc_id = f"{me.id}:{next(rec._seq)}"
     header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)  # HEADER_KEYS
     # the call, as the list recorder.issued_record reads (C_*): one allocation here
-    call = [header, False, 0, threading.get_native_id(), None, "pending", None, None, False]
+    call = [header, False, 0, threading.get_native_id(), None, "pending", None, False, None, None]
+    if rec.unsettled:  # calls ended since: settled here, before this call is counted
+        rec.settle()
     native, route = False, None
     if builtin is not None and not rec.wrap_builtins:
+        if rec.lazy_native:  # a native call to this callee whose end is not noted exactly
+            _company(rec.lazy_native.pop(dst.id, None))
         # Builtins stay on the callee's C++ path when the callee finds their ops in its own
         # trace (recorder.Peers); else they go wrapped, like Python functions.
         route = recorder.peers.route(dst.id, call)
@@ -143,15 +147,18 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     native_to = dst.id if native and route else None
     if native:
         call[recorder.C_NATIVE] = True
+        if native_to is not None:
+            call[recorder.C_OWES] = [native_to]
         target, payload, kw = func, args, kwargs
     else:
         target = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
         payload, kw = (header, func, args, kwargs), None
-    if rec.unsettled:  # calls ended since: settled here, before this call's span
-        rec.settle()
-    # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp), except a
-    # native builtin's to a callee with other callers, which needs its exact end
-    call[recorder.C_LAZY] = lazy = rec.traced and kind != "rpc_sync" and native_to not in recorder.peers.shared
+    # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp) and the
+    # call's end is read off it, unless it is noted exactly: a native builtin's, when
+    # others are in flight to its callee (ours, or other callers')
+    in_cpp = rec.traced and kind != "rpc_sync"
+    call[recorder.C_LAZY] = in_cpp
+    exact = native_to is not None and (route != 1 or native_to in recorder.peers.shared)
     # no span without a profiler (trace=False): nothing would record it
     handle = _span_enter(name) if rec.traced else None
     call[recorder.C_SEND] = time.time_ns()
@@ -166,8 +173,8 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
         return result
     if kind == "remote":
         rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
-    if lazy:
-        return _end_in_cpp(rec, kind, result, call, handle, native_to)
+    if in_cpp:
+        return _end_in_cpp(rec, kind, result, call, handle, native_to, exact)
     on_done = functools.partial(_on_done, call, handle, native_to)
     if kind == "remote":
         result._get_future().add_done_callback(on_done)
@@ -178,18 +185,62 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
 
 
 def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, call: list, handle: Any,
-                native_to: Optional[int]) -> Any:
-    """The span of an rpc_async or remote call ends in C++ when its future completes; the
-    call is settled later (``Recorder.unsettled``) and its end is the span's."""
+                native_to: Optional[int], exact: bool) -> Any:
+    """The span of an rpc_async or remote call ends in C++ when its future completes. The
+    call is settled later (``Recorder.unsettled``) and its end is the span's.
+
+    Builtins sent natively are the exception that needs care: the callee finds each one's
+    op by time, within [send, end], and the RPC server may serve calls in flight together
+    in any order, so only exact ends tell them apart. ``exact`` (others in flight to that
+    callee): a done-callback notes the end, registered first so that it runs before the
+    span ends and the future handed back completes. A native call alone in flight is
+    settled lazily, the time its end was seen bounding it (it is seen before the next
+    call to that callee is sent); should another call follow while it is still in flight,
+    a done-callback bounds it as tightly as the exact ones (``_company``)."""
     fut = result._get_future() if kind == "remote" else result
     # a future already complete ends the span now, on this thread: not asynchronous
     call[recorder.C_ASYNC] = not fut.done()
+    if exact:
+        fut.add_done_callback(functools.partial(_noted, call))
     with torch._C.DisableTorchFunctionSubclass():  # what record_function does: cheaper dispatch
         ended = _end_span_on(handle, fut)
-    rec.unsettled.append((call, fut, native_to))
+    if not exact:
+        rec.unsettled.append((call, fut))
+        if native_to is not None:
+            rec.lazy_native[native_to] = (call, fut)
     # rpc_async hands back the future that completes after the span ended, as torch's
     # profiled rpc_async did; a remote() RRef stays the job's own
     return result if kind == "remote" else ended
+
+
+def _noted(call: list, fut: Any) -> None:
+    """A native builtin's future completed: its exact end and status, ``peers`` told."""
+    call[recorder.C_COMPLETE] = time.time_ns()
+    call[recorder.C_STATUS] = "ok" if recorder.succeeded(fut) else "error"
+    recorder.release(call)
+
+
+def _company(lazy: Optional[tuple]) -> None:
+    """A native call is about to go to the callee of ``lazy`` (call, future), a native call
+    settled lazily: if it ended, its end is bounded now (before the next send); if it is
+    still in flight, a done-callback bounds it when it ends (it runs at once should the
+    call have completed meanwhile)."""
+    if lazy is None:
+        return
+    call, fut = lazy
+    if fut.done():
+        _seen_ended(call, fut)
+    else:
+        fut.add_done_callback(functools.partial(_seen_ended, call))
+
+
+def _seen_ended(call: list, fut: Any) -> None:
+    """A native call settled lazily ended, seen now: this bounds its end for the callee's
+    pairing (its exact end is its span's, read when the file is written)."""
+    if call[recorder.C_SETTLED] is None:
+        call[recorder.C_SETTLED] = time.time_ns()
+    call[recorder.C_STATUS] = "ok" if recorder.succeeded(fut) else "error"
+    recorder.release(call)
 
 
 def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
@@ -270,8 +321,7 @@ def _end(call: list, handle: Any, ok: bool, native_to: Optional[int]) -> None:
     call[recorder.C_ASYNC] = threading.get_native_id() != call[recorder.C_TID]
     if handle is not None:
         _span_exit(handle)
-    if native_to is not None:
-        recorder.peers.done(native_to)
+    recorder.release(call)
 
 
 def _serve(header: tuple, func: Callable, args: tuple, kwargs: dict) -> Any:
@@ -391,7 +441,7 @@ def _shared(callee: int) -> None:
 def _hand_over(callee: int, token: str, timeout_s: float) -> tuple:
     """Runs on a caller when ``callee``'s capture stops: the records of the builtins it
     sent there natively (after those in flight ended), its clock and its boot id."""
-    _settle_native(callee, timeout_s)
+    _company_of(callee)
     return recorder.peers.take(callee, token, True, timeout_s), time.time_ns(), boot_id()
 
 
@@ -411,7 +461,7 @@ def hand_over_sent(stop: bool) -> None:
         return
     me = rpc.get_worker_info().id
     for callee, token in recorder.peers.admitted():
-        _settle_native(callee, _DRAIN_TIMEOUT_S)
+        _company_of(callee)
         calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S, push=True)
         try:
             if calls:
@@ -428,12 +478,12 @@ def hand_over_sent(stop: bool) -> None:
             recorder.peers.pushed(callee)
 
 
-def _settle_native(callee: int, timeout_s: float) -> None:
-    """The native calls to ``callee`` whose spans end in C++ are settled (waited for up to
-    ``timeout_s``) before their records are handed over."""
+def _company_of(callee: int) -> None:
+    """Before the native calls to ``callee`` are handed over: the one settled lazily gets
+    its bound, or its exact end once it ends (``peers.take`` waits for it)."""
     rec = recorder.current
-    if rec is not None and rec.unsettled:
-        rec.settle(everything=True, native_to=callee, timeout_s=timeout_s)
+    if rec is not None and rec.lazy_native:
+        _company(rec.lazy_native.pop(callee, None))
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:

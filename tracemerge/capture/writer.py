@@ -80,6 +80,7 @@ def _annotate(trace: dict, spans: list) -> None:
         if i:
             start, event = found[i - 1]
             event.setdefault("args", {}).update(span.args)
-            if span.ends is not None and span.ends["status"] != "pending" and event["args"].get("finished", True):
+            if (span.ends is not None and "complete_ns" not in span.ends and span.ends["status"] != "pending"
+                    and event["args"].get("finished", True)):
                 # a span ended in C++ when its future completed: its end is the call's
                 span.ends["complete_ns"] = max(span.ends["send_ns"], start + round(event.get("dur", 0) * 1000))
