@@ -21,7 +21,7 @@ JOB_TIMEOUT_S = 120
 # (the callee records while it serves). "everything": rpc.init_rpc() and rpc.shutdown()
 # both inside the block in every worker (the README's pattern that records everything).
 JOB = textwrap.dedent("""
-    import os, sys, time
+    import os, sys, threading, time
     import torch
     import torch.distributed.rpc as rpc
     import torch.multiprocessing as mp
@@ -33,6 +33,11 @@ JOB = textwrap.dedent("""
 
     def fails():
         raise ValueError("on purpose")
+
+    _ready = threading.Event()
+
+    def ready():
+        _ready.set()
 
     def calls():
         t1, t2 = torch.ones(2), torch.ones(2)
@@ -56,6 +61,8 @@ JOB = textwrap.dedent("""
             return
         rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
         if rank == 0:
+            if mode == "after":  # worker1's block ends before any call: it records none
+                assert _ready.wait(60)
             with profile(out) as p:
                 calls()
                 if mode == "inside":
@@ -64,6 +71,8 @@ JOB = textwrap.dedent("""
             with profile(out) as p:
                 if mode == "inside":
                     rpc.shutdown()
+            if mode == "after":
+                rpc.rpc_sync("worker0", ready)
         if mode != "inside":
             rpc.shutdown()
 
