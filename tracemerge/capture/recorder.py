@@ -163,10 +163,7 @@ class Recorder:
                         break
                     pending.append(entry)
                     continue
-                call[C_STATUS] = "ok" if succeeded(fut) else "error"
-                if call[C_SETTLED] is None:
-                    call[C_SETTLED] = time.time_ns()
-                release(call)
+                seen_ended(call, fut)
 
     def admit(self, caller: int) -> tuple:
         """A caller asks whether it may send builtins natively: (this capture's token when
@@ -249,6 +246,16 @@ class Recorder:
                     rest.append(dict(side, calls=[c for c in side["calls"] if c["rpc_id"] not in ids]))
             self.fetched = rest
         return out
+
+
+def seen_ended(call: list, fut: Any) -> None:
+    """A call settled lazily ended, seen now: its status, and for a native one the time
+    seen, which bounds its end for the callee's pairing (its exact end is its span's, read
+    when the file is written), and ``peers`` told."""
+    call[C_STATUS] = "ok" if succeeded(fut) else "error"
+    if call[C_SETTLED] is None:
+        call[C_SETTLED] = time.time_ns()
+    release(call)
 
 
 def release(call: list) -> None:

@@ -126,7 +126,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     builtin = torch.jit._builtins._find_builtin(func)
     func_name = builtin if builtin is not None else _func_name(func, args)
     name = f"{kind}#{func_name}({me.name} -> {dst.name})"
-    rpc_id = f"{me.id}:{next(rec._seq)}"
+    rpc_id = rec.next_rpc_id(me.id)
     header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)  # HEADER_KEYS
     # the call, as the list recorder.issued_record reads (C_*): one allocation here
     call = [header, False, 0, threading.get_native_id(), None, "pending", None, False, None, None]
@@ -166,16 +166,16 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     try:
         result = original(dst, target, payload, kw, timeout)
     except BaseException:
-        _end(call, handle, False, native_to)
+        _end(call, handle, False)
         raise
     if kind == "rpc_sync":
-        _end(call, handle, True, native_to)
+        _end(call, handle, True)
         return result
     if kind == "remote":
         rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
     if in_cpp:
         return _end_in_cpp(rec, kind, result, call, handle, native_to, exact)
-    on_done = functools.partial(_on_done, call, handle, native_to)
+    on_done = functools.partial(_on_done, call, handle)
     if kind == "remote":
         result._get_future().add_done_callback(on_done)
         return result
@@ -229,18 +229,9 @@ def _company(lazy: Optional[tuple]) -> None:
         return
     call, fut = lazy
     if fut.done():
-        _seen_ended(call, fut)
+        recorder.seen_ended(call, fut)
     else:
-        fut.add_done_callback(functools.partial(_seen_ended, call))
-
-
-def _seen_ended(call: list, fut: Any) -> None:
-    """A native call settled lazily ended, seen now: this bounds its end for the callee's
-    pairing (its exact end is its span's, read when the file is written)."""
-    if call[recorder.C_SETTLED] is None:
-        call[recorder.C_SETTLED] = time.time_ns()
-    call[recorder.C_STATUS] = "ok" if recorder.succeeded(fut) else "error"
-    recorder.release(call)
+        fut.add_done_callback(functools.partial(recorder.seen_ended, call))
 
 
 def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
@@ -272,8 +263,8 @@ def _rref_type(rref: Any) -> type:
     return found.value() if isinstance(found, torch._C.Future) else found
 
 
-def _on_done(call: list, handle: Any, native_to: Optional[int], fut: Any) -> None:
-    _end(call, handle, recorder.succeeded(fut), native_to)
+def _on_done(call: list, handle: Any, fut: Any) -> None:
+    _end(call, handle, recorder.succeeded(fut))
 
 
 def _relayed(fut: Any, on_done: Callable, rec: Optional[recorder.Recorder]) -> Any:
@@ -310,7 +301,7 @@ def _relay(on_done: Callable, out: Any, fut: Any) -> None:
     out.set_result(value)
 
 
-def _end(call: list, handle: Any, ok: bool, native_to: Optional[int]) -> None:
+def _end(call: list, handle: Any, ok: bool) -> None:
     """Note the end of an issued call, close its span (after: it then covers the noted
     end), and for a native builtin tell ``peers`` it ended. The span's ``args.async``
     says whether it ends on another thread than it began on: torch's ``key_averages()``
