@@ -260,7 +260,8 @@ def inferred_order_cuts(infos: Sequence[Records]) -> Tuple[Dict[tuple, int], Lis
 
     Their ``seq`` is their place among their group's collectives on their rank
     (:mod:`tracemerge.inputs.kineto_collectives`); the k-th of a group must then be the same
-    op, size and dtype on every rank. Returns {(job_id or None, group): the first seq where
+    kernel kind, op, size and dtype on every rank, as far as both ranks' traces tell (a
+    field one of them lacks is not compared). Returns {(job_id or None, group): the first seq where
     two ranks disagree}, and a sentence for each: that group is matched up to there only,
     since a rank that recorded one more or one fewer would shift every later match.
     """
@@ -274,9 +275,12 @@ def inferred_order_cuts(infos: Sequence[Records]) -> Tuple[Dict[tuple, int], Lis
                 continue
             group = (info.job_id if several else None, str(rec["group"]))
             seq = int(rec["seq"])
-            what = (rec.get("op", ""), rec.get("nelems"), rec.get("dtype", ""))
+            op = rec.get("op", "")
+            # an all-to-all's input size is each rank's own (alltoallv): not compared
+            nelems = None if "alltoall" in str(op).lower().replace("_", "") else rec.get("nelems")
+            what = (op, nelems, rec.get("dtype", ""), rec.get("kind", ""))
             rank, first = seen.setdefault((*group, seq), (info.rank, what))
-            if first != what and seq < cuts.get(group, seq + 1):
+            if not _agree(first, what) and seq < cuts.get(group, seq + 1):
                 cuts[group] = seq
                 said[group] = (f"collectives of process group {group[1]} carry no sequence number and their order "
                                f"disagrees at #{seq}: rank {rank} has {_said(first)}, rank {info.rank} has "
@@ -284,9 +288,15 @@ def inferred_order_cuts(infos: Sequence[Records]) -> Tuple[Dict[tuple, int], Lis
     return cuts, [said[g] for g in sorted(said, key=str)]
 
 
+def _agree(a: tuple, b: tuple) -> bool:
+    """Two records' (op, nelems, dtype, kind) agree wherever both give the field."""
+    return all(x == y or x in (None, "") or y in (None, "") for x, y in zip(a, b))
+
+
 def _said(what: tuple) -> str:
-    op, nelems, dtype = what
-    return f"{op or '?'} of {nelems if nelems is not None else '?'} × {dtype or '?'}"
+    op, nelems, dtype, kind = what
+    kernel = f" ({kind} kernel)" if kind and kind != str(op).lower() else ""
+    return f"{op or '?'}{kernel} of {nelems if nelems is not None else '?'} × {dtype or '?'}"
 
 
 def match_collectives(infos: Sequence[Records], cuts: Optional[Dict[tuple, int]] = None) -> Collectives:

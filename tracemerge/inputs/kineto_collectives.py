@@ -13,10 +13,24 @@ is the k-th on every other: such records get that k as their ``seq``, with
 ``seq_inferred`` set and their ``dtype`` and ``nelems`` kept, so the join
 (:func:`tracemerge.correlate.match.match_collectives`) can check that the k-th agree
 across ranks in op, size and dtype, and stop matching that group where they do not.
+
+Traces of torch before 2.2 name no group at all: their NCCL kernels are known by name
+(``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_AllGather_RING_LL``,
+``ncclAllReduceRingLLKernel_sum_f32``), and their CPU side by ``nccl:all_reduce``-style
+annotations, ``c10d::`` ops and ``record_param_comms``. A kernel reaches the CPU ops it was
+launched from through its runtime launch (the same ``correlation``), which lies inside
+them on the launching thread; what the kernel does not say itself (group, sequence
+number, op, size, dtype) it takes from them. Kernels that still name no group are one
+group, :data:`DEFAULT_GROUP` (the default process group of the files given), split by
+the stream they ran on — a communicator has its own stream — numbered by first use on the
+rank, since stream ids need not agree across ranks. Kernel records carry ``kernel: True``:
+their end is the collective's completion on the GPU, which the ``nccl-kernel`` alignment
+reads (:mod:`tracemerge.clocks.nccl_kernel`).
 """
 
 import json
-from typing import Any, Dict, List, Optional
+import re
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -28,27 +42,141 @@ NOT_COLLECTIVES = frozenset(("wait",))
 DTYPE_BYTES = {"float": 4, "float32": 4, "int": 4, "int32": 4, "half": 2, "float16": 2, "bfloat16": 2,
                "double": 8, "float64": 8, "long": 8, "int64": 8, "short": 2, "int16": 2, "byte": 1,
                "char": 1, "bool": 1, "uint8": 1, "int8": 1}
+# the group of collectives whose trace names none: the default process group of the files given
+DEFAULT_GROUP = "default"
+# what an NCCL/RCCL kernel does, from its name (every NCCL generation's spelling)
+KERNEL_KIND = re.compile(r"nccl(?:Dev)?(?:Kernel_)?(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|"
+                         r"Send|Recv|AllToAll)", re.IGNORECASE)
+# CPU ops a collective is issued from: their args and names say what a kernel does not
+CPU_PREFIXES = ("nccl:", "c10d::")
+C10D_KEYS = ("Process Group Name", "Process Group ID", "Seq", "seq_num", "seq", "Collective name",
+             "In msg nelems", "dtype", "Process Group Ranks")
 
 
 def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     """[record] in the rank-file shape (op, group, group_ranks, seq, bytes, start_ns, end_ns);
-    records without a sequence number get their per-group order instead (:func:`_inferred`)."""
-    codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and (n == PARAM_COMMS or "nccl" in n.lower())]
+    records without a sequence number get their per-group order instead (:func:`_inferred`).
+    NCCL kernels are preferred (``kernel: True``), each completed with what its CPU ops say."""
+    codes = [i for i, n in enumerate(trace.names) if isinstance(n, str)
+             and (n == PARAM_COMMS or "nccl" in n.lower() or n.startswith(CPU_PREFIXES))]
     if not codes:
         return []
     hits = np.flatnonzero(np.isin(trace.name, codes) & trace.timed & (trace.dur >= 0))
     kernel = trace.code_of("kernel")
     on_gpu = trace.cat[hits] == kernel if kernel is not None else np.zeros(len(hits), bool)
-    found: Dict[bool, List[Dict[str, Any]]] = {True: [], False: []}
-    for i, gpu, args in zip(hits.tolist(), on_gpu.tolist(), trace.args.dicts(hits.tolist())):
-        rec = _record(args, int(trace.ts[i]), int(trace.dur[i]))
-        if rec is not None:
-            found[gpu].append(rec)
-    recs = found[True] or found[False]
+    kernels, cpu = hits[on_gpu], hits[~on_gpu]
+    recs = _kernel_records(trace, kernels, cpu) if len(kernels) else []
+    if not recs:
+        for i, args in zip(cpu.tolist(), trace.args.dicts(cpu.tolist())):
+            rec = _record(args, int(trace.ts[i]), int(trace.dur[i]))
+            if rec is not None:
+                recs.append(rec)
     numbered = [r for r in recs if r["seq"] is not None]
     if numbered or not recs:
         return [_without_order_keys(r) for r in numbered]
     return _inferred(recs)
+
+
+def _kernel_records(trace: RankTrace, kernels: np.ndarray, cpu: np.ndarray) -> List[Dict[str, Any]]:
+    """The records of the NCCL kernels ``kernels``: their own c10d fields, else those of the
+    CPU ops (``cpu``) around their launch; a kernel of no group is :data:`DEFAULT_GROUP`'s,
+    split by its stream's order of first use."""
+    kernel_args = trace.args.dicts(kernels.tolist())
+    around = _launching_ops(trace, kernel_args, cpu)
+    order = np.argsort(trace.ts[kernels], kind="stable")
+    streams: Dict[Any, int] = {}
+    unnamed: List[Tuple[int, Dict[str, Any]]] = []
+    recs = []
+    for k in order.tolist():
+        i = int(kernels[k])
+        name = trace.names[int(trace.name[i])]
+        kind = KERNEL_KIND.search(name)
+        args = dict(kernel_args[k] or {})
+        ops = around.get(k, [])
+        for _, op_args in ops:           # the innermost op's fields first
+            for key in C10D_KEYS:
+                if key not in args and isinstance(op_args, dict) and key in op_args:
+                    args[key] = op_args[key]
+        if kind is None and "Collective name" not in args:
+            continue
+        named = args.get("Process Group Name", args.get("Process Group ID")) is not None
+        if not named:
+            args["Process Group Name"] = DEFAULT_GROUP
+        rec = _record(args, int(trace.ts[i]), int(trace.dur[i]))
+        if rec is None:
+            continue
+        rec["kernel"] = True
+        rec["kind"] = kind.group(1).lower() if kind else ""
+        if not rec["op"]:
+            rec["op"] = _cpu_op(ops) or rec["kind"]
+        if rec["nelems"] is None:
+            rec["nelems"], rec["dtype"] = _cpu_size(ops)
+            rec["bytes"] = (rec["nelems"] or 0) * DTYPE_BYTES.get(rec["dtype"].lower(), 0)
+        if not named:
+            unnamed.append((len(recs), rec))
+            streams.setdefault(trace.tids[int(trace.tid[i])], len(streams))
+            rec["stream"] = streams[trace.tids[int(trace.tid[i])]]
+        recs.append(rec)
+    if len(streams) > 1:   # one communicator per stream: each is a group of its own order
+        for _, rec in unnamed:
+            rec["group"] = f"{DEFAULT_GROUP}/stream{rec['stream']}"
+    for _, rec in unnamed:
+        rec.pop("stream", None)
+    return recs
+
+
+def _launching_ops(trace: RankTrace, kernel_args: List[Optional[dict]],
+                   cpu: np.ndarray) -> Dict[int, List[Tuple[str, Optional[dict]]]]:
+    """{kernel position: [(name, args)] of the CPU ops (``cpu``) its launch lies in, innermost
+    first}: the launch is the runtime event of the kernel's ``correlation``."""
+    wanted = {a.get("correlation"): k for k, a in enumerate(kernel_args) if isinstance(a, dict)}
+    wanted.pop(None, None)
+    runtime = trace.code_of("cuda_runtime")
+    if not wanted or runtime is None or not len(cpu):
+        return {}
+    launches = np.flatnonzero((trace.cat == runtime) & trace.timed)
+    found: Dict[int, int] = {}
+    for i, args in zip(launches.tolist(), trace.args.chunked_dicts(launches.tolist())):
+        if isinstance(args, dict) and args.get("correlation") in wanted:
+            found[wanted[args["correlation"]]] = i
+    if not found:
+        return {}
+    cpu_args = trace.args.dicts(cpu.tolist())
+    keys = trace.thread_keys(cpu)
+    start, end = trace.ts[cpu], trace.ts[cpu] + trace.dur[cpu]
+    out: Dict[int, List[Tuple[str, Optional[dict]]]] = {}
+    for k, i in found.items():
+        t, key = int(trace.ts[i]), int(trace.thread_keys(np.array([i]))[0])
+        inside = np.flatnonzero((keys == key) & (start <= t) & (end >= t))
+        inside = inside[np.argsort(end[inside] - start[inside], kind="stable")]  # innermost first
+        out[k] = [(trace.names[int(trace.name[int(cpu[j])])], cpu_args[j]) for j in inside.tolist()]
+    return out
+
+
+def _cpu_op(ops: List[Tuple[str, Optional[dict]]]) -> str:
+    """The collective the ops around a launch issue: ``nccl:all_reduce`` gives ``all_reduce``,
+    ``c10d::allreduce_`` ``allreduce``."""
+    for name, _ in ops:
+        if name.startswith("nccl:"):
+            return name[len("nccl:"):]
+    for name, _ in ops:
+        if name.startswith("c10d::"):
+            return name[len("c10d::"):].rstrip("_")
+    return ""
+
+
+def _cpu_size(ops: List[Tuple[str, Optional[dict]]]) -> Tuple[Optional[int], str]:
+    """(elements, dtype) of the first tensor of the first op around a launch that records
+    shapes (``Input Dims``, ``Input type``), else (None, "")."""
+    for _, args in ops:
+        if not isinstance(args, dict):
+            continue
+        dims, types = args.get("Input Dims"), args.get("Input type")
+        if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] \
+                and all(isinstance(d, int) and not isinstance(d, bool) for d in dims[0]) \
+                and isinstance(types, list) and types and isinstance(types[0], str):
+            return int(np.prod(dims[0])), types[0]
+    return None, ""
 
 
 def _inferred(recs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
