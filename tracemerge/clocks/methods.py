@@ -14,6 +14,7 @@ import numpy as np
 from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.graph import solve
+from tracemerge.clocks.nccl_kernel import align_nccl_kernel, auto_with_kernels, kernel_linked
 from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.errors import TracemergeError, UsageError
 
@@ -75,8 +76,16 @@ def align_auto(infos, reference, links=None):
     """Every exchange the data has (RPCs and collectives), per machine; ranks with none keep
     their wall clock. Ranks with one boot id read one wall clock (:func:`machines`): those
     of the reference's machine are exact (``shared-clock``), and every other machine gets
-    one model, fitted from all exchanges between its ranks and the others'."""
+    one model, fitted from all exchanges between its ranks and the others'. Where NCCL
+    kernels of matched collectives join ranks, their ends win (``nccl-kernel``,
+    :func:`~tracemerge.clocks.nccl_kernel.auto_with_kernels`)."""
     links = links or correlate(list(infos.values()))
+    models = _auto_exchanges(infos, reference, links)
+    return auto_with_kernels(infos, reference, links, models) if kernel_linked(links) else models
+
+
+def _auto_exchanges(infos, reference, links):
+    """:func:`align_auto` from the RPCs and collective records."""
     calls = links.rpcs.calls
     rep, contradicted = split_contradicted(machines(infos, reference), calls)
     if all(r == m for r, m in rep.items()):
@@ -179,7 +188,9 @@ METHODS: Dict[str, Method] = {m.name: m for m in (
     Method("start", align_start, "profiler starts coincide"),
     Method("rpc", align_rpc, "NTP-style offsets and drift from matched RPCs"),
     Method("collective", align_collective, "from matched collectives"),
-    Method("auto", align_auto, "every exchange the data has, per rank, wall clock for ranks with none"),
+    Method("nccl-kernel", align_nccl_kernel, "from the ends of matched collectives' NCCL kernels (GPU completion)"),
+    Method("auto", align_auto, "every exchange the data has, per rank (NCCL kernel ends first), wall clock for "
+                               "ranks with none"),
 )}
 
 
