@@ -76,3 +76,73 @@ def test_combined_kernel_ends_agree_as_on_the_true_clocks(moved_job, tmp_path):
     assert len(merged) == len(true) == 8
     for got, want in zip(merged, true):
         assert got <= 1.5 * want, (merged, true)
+
+
+def test_a_rank_nothing_links_is_warned_and_refused_by_strict(tmp_path):
+    paths = corpus.write_job(str(tmp_path), (), {7: 3_200}, without_kernels=(7,))
+    result = CliRunner().invoke(main, ["offsets", *paths, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if "linked to no other rank" in line]
+    assert len(said) == 1 and said[0].startswith("tracemerge: warning: rank 7 (")
+    assert "no collective record" in said[0] and "What would link it: the NCCL kernels" in said[0]
+    clocks = {c["rank"]: c for c in json.loads(result.stdout)["ranks"]}
+    assert clocks[7]["method"] == "wall" and clocks[7]["error_bound_ns"] is None
+    assert all(clocks[r]["method"] == "nccl-kernel" for r in range(1, 7))
+    refused = CliRunner().invoke(main, ["combine", *paths, "-o", str(tmp_path / "out.json"), "--strict"])
+    assert refused.exit_code == 4
+    assert "rank 7" in refused.output and "refused by --strict" in refused.output
+    assert not (tmp_path / "out.json").exists()
+
+
+# ---- communication kernels by more than one name (the GPU section) ----------------------------
+
+RENAMED = ("void deep_ep::intranode::dispatch<8, 768>(int4*, float*)",        # DeepEP: a known family
+           "void vllm::cross_device_reduce_1stage<float, 8>(RankData*)",     # custom all-reduce: known
+           "my_ring_allgather_kernel(float*, int)")                           # nobody's: only by --comm-kernel
+
+
+def union_ns(spans):
+    """Length of the union of [start, end) spans, by a plain sweep."""
+    total, reach = 0, None
+    for s, e in sorted(spans):
+        if reach is None or s > reach:
+            total, reach = total + e - s, e
+        elif e > reach:
+            total, reach = total + e - reach, e
+    return total
+
+
+def test_gpu_section_counts_non_nccl_communication_kernels(tmp_path):
+    doc = corpus.load(corpus.DLRM[0])
+    for n, k in enumerate(corpus.nccl_kernels(doc)):
+        k["name"] = RENAMED[n % 3]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    device = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy",
+                                                                                         "gpu_memset")]
+    span = lambda e: (e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000)  # noqa: E731
+    known = [span(e) for e in device if e["name"] in RENAMED[:2]]
+    custom = [span(e) for e in device if e["name"] == RENAMED[2]]
+    compute = [span(e) for e in device if e["cat"] == "kernel" and e["name"] not in RENAMED]
+    assert known and custom and compute
+
+    def gpu(*extra):
+        result = CliRunner().invoke(main, ["report", str(path), "--format", "json", "-q", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["gpu"][0]
+
+    plain = gpu()
+    assert plain["communication_us"] == pytest.approx(union_ns(known) / 1000, abs=1e-3)
+    assert plain["compute_us"] == pytest.approx(union_ns(compute + custom) / 1000, abs=1e-3)
+    assert plain["communication_by"] == {
+        "deepep": {"kernels": 1, "count": 3, "total_us": pytest.approx(sum(e - s for s, e in known[0::2]) / 1000)},
+        "custom all-reduce": {"kernels": 1, "count": 3,
+                              "total_us": pytest.approx(sum(e - s for s, e in known[1::2]) / 1000)}}
+    told = gpu("--comm-kernel", "ring_allgather", "--comm-kernel", "^unused$")
+    assert told["communication_us"] == pytest.approx(union_ns(known + custom) / 1000, abs=1e-3)
+    assert told["compute_us"] == pytest.approx(union_ns(compute) / 1000, abs=1e-3)
+    assert told["communication_by"]["--comm-kernel ring_allgather"]["count"] == len(custom) == 2
+    table = CliRunner().invoke(main, ["report", str(path), "-q", "--comm-kernel", "ring_allgather"]).stdout
+    assert "Communication by" in table and "--comm-kernel ring_allgather: 2" in table
+    bad = CliRunner().invoke(main, ["report", str(path), "-q", "--comm-kernel", "("])
+    assert bad.exit_code == 2 and "--comm-kernel" in bad.output

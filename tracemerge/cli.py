@@ -210,8 +210,9 @@ def _set_max_inflate(ctx: click.Context, param: click.Parameter, value: "str | N
 def input_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = max_inflate_option(fn)
     fn = click.option("--strict", is_flag=True,
-                      help="Refuse files of different jobs (job_id, world_size or backend differ), or ranks whose "
-                           "profiling windows never meet and that no RPC or collective joins, instead of warning.")(fn)
+                      help="Refuse files of different jobs (job_id, world_size or backend differ), ranks whose "
+                           "profiling windows never meet and that no RPC or collective joins, or a rank that nothing "
+                           "links to another (its clock taken on trust), instead of warning.")(fn)
     fn = click.option("--skip-bad", is_flag=True,
                       help="Leave out files that cannot be read and go on with the rest (each is named, with why).")(fn)
     return fn
@@ -642,13 +643,16 @@ def merged_lines(path, trace):
               show_default=True,
               help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
                    "critical path's segments, the wait states, per-step times or the stragglers.")
+@click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX", callback=lambda _c, _p, v: _regexes(v),
+              help="Count device kernels whose name matches REGEX (Python re, repeatable) as communication in the "
+                   "GPU section, after the known families (NCCL, RCCL, DeepEP, custom all-reduce, NVSHMEM, MSCCL).")
 @align_options
 @rank_options
 @input_options
 def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int, fmt: str, output: str,
-           remote_ops: bool, html_path: "str | None", analysis: bool, section: str, method: str,
-           reference: "int | None", offsets: "dict[int, int]", rank_from: str, cycle: "int | None", skip_bad: bool,
-           strict: bool) -> None:
+           remote_ops: bool, html_path: "str | None", analysis: bool, section: str, comm_kernels: "tuple[str, ...]",
+           method: str, reference: "int | None", offsets: "dict[int, int]", rank_from: str, cycle: "int | None",
+           skip_bad: bool, strict: bool) -> None:
     """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
@@ -676,7 +680,7 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
                            align=align)
 
     rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
-                               analysis or section != CSV_SECTIONS[0])
+                               analysis or section != CSV_SECTIONS[0], comm_kernels)
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
@@ -685,6 +689,18 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
             say(f"tracemerge: hint: {note}", err=True)
         elif note == reports.MERGED_NO_ANALYSIS:
             say(f"tracemerge: warning: {note}", err=True)
+
+
+def _regexes(values: "tuple[str, ...]") -> "tuple[str, ...]":
+    """``values``, each checked to be a regular expression (a usage error names the bad one)."""
+    import re
+
+    for value in values:
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise click.BadParameter(f"{value!r} is no regular expression: {e}", param_hint="'--comm-kernel'") from None
+    return values
 
 
 def run_files(arg: str) -> "list[str]":

@@ -15,8 +15,8 @@ matched collective, ``end_b - end_a`` (each on its own clock) is ``b``'s clock o
   resolution: the true offset lies within it as long as no collective's ends differ on
   the true clocks by more than the ends of the others did;
 - **drift** is fitted (least squares over the samples kept) only where it is supported:
-  at least :data:`DRIFT_MIN_SAMPLES` samples whose residual spread the slope at least
-  halves; else none.
+  at least :data:`DRIFT_MIN_SAMPLES` samples, and a slope more than :data:`DRIFT_SIGMAS`
+  standard errors from none; the offset is then the median of the samples less the slope.
 
 Ranks are joined through the pairs with the smallest bounds (one hub per collective:
 the reference where it ran the kernel, else the lowest rank), so a rank that never ran a
@@ -40,6 +40,7 @@ OUTLIER_MADS = 5.0            # samples further than this many scaled MADs from 
 OUTLIER_FLOOR_NS = 10_000     # ... and further than this: a few µs is the last hop, not an outlier
 RESOLUTION_NS = 1_000         # timestamps of 2023 traces are whole µs
 DRIFT_MIN_SAMPLES = 8         # fewer samples never support a slope
+DRIFT_SIGMAS = 5.0            # ... nor one within this many standard errors of none
 
 
 @dataclass
@@ -109,11 +110,17 @@ def fit_pair(pair: Tuple[int, int], samples: List[Tuple[int, int, Any]]) -> Kern
     spread = float(d.max() - d.min())
     if len(d) >= DRIFT_MIN_SAMPLES:
         t = (x - anchor).astype(np.float64)
-        if float(np.ptp(t)) > 0:
+        spread_t = float(((t - t.mean()) ** 2).sum())
+        if spread_t > 0:
             slope, intercept = np.polyfit(t, d, 1)
             rest = d - (intercept + slope * t)
-            if float(rest.max() - rest.min()) * 2 <= spread:    # the slope explains most of the spread
-                offset, drift, spread = float(intercept), float(slope) * 1e6, float(rest.max() - rest.min())
+            # the slope's standard error from the residuals: a drift is kept only where it is
+            # many times that, so noise never passes for one
+            error = math.sqrt(float((rest ** 2).sum()) / max(len(d) - 2, 1) / spread_t)
+            if abs(slope) > DRIFT_SIGMAS * error:
+                level = float(np.median(d - slope * t))
+                rest = d - (level + slope * t)
+                offset, drift, spread = level, float(slope) * 1e6, float(rest.max() - rest.min())
     return KernelPair(pair[0], pair[1], offset, drift, anchor, spread + RESOLUTION_NS, int(len(d)), outliers)
 
 
@@ -206,25 +213,28 @@ def kernel_linked(links: Any) -> bool:
 
 def prefer_kernels(cpu: Dict[int, ClockModel], kernel: Dict[int, ClockModel]) -> Dict[int, ClockModel]:
     """``cpu`` (the clocks of the other exchanges) with every rank the kernels reach replaced by
-    its kernel clock. The kernel ends win; where the CPU-side estimate and its bound do not
-    contain the kernel clock (beyond the kernel clock's own bound) that is said. A rank on the
-    reference's machine (``shared-clock``: exact) keeps it unless the kernel ends contradict it."""
+    its kernel clock, unless the two agree (within both bounds) and the other's bound is no
+    wider: kernel ends that spread widely (hundreds of µs) say less than a tight band. Where
+    they disagree the kernel ends win, and that is said. A rank on the reference's machine
+    (``shared-clock``: exact) keeps it unless the kernel ends contradict it."""
     out = dict(cpu)
     for r, k in kernel.items():
         if k.method != METHOD or r not in cpu:
             continue
         c = cpu[r]
-        gap = abs(k.offset_ns - c.offset_ns)
+        at = [k.anchor_ns, c.anchor_ns]   # compared where each is anchored: their drifts may differ
+        gap = max(abs(int(k.to_local(t)) - int(c.to_local(t))) for t in at)
         slack = (c.error_bound_ns if c.error_bound_ns is not None else math.inf) + (k.error_bound_ns or 0)
-        if c.method == "shared-clock" and gap <= slack:
-            continue
+        tighter = c.error_bound_ns is not None and (k.error_bound_ns is None or c.error_bound_ns <= k.error_bound_ns)
+        if (c.method == "shared-clock" or tighter) and gap <= slack:
+            continue   # they agree, and the other clock is known at least as well
         note = k.note
         if c.method not in ("wall", "reference") and gap > slack:
             cpu_bound = "?" if c.error_bound_ns is None else f"{c.error_bound_ns / 1000:.1f}"
             note = " ".join(filter(None, (note, (
-                f"the CPU-side records ({c.method}) put its clock at {c.offset_ns / 1000:+.1f} ± {cpu_bound} µs, its "
-                f"NCCL kernel ends at {k.offset_ns / 1000:+.1f} ± {(k.error_bound_ns or 0) / 1000:.1f} µs: the kernel "
-                "ends are used."))))
+                f"the CPU-side records ({c.method}) put its clock at "
+                f"{(int(c.to_local(k.anchor_ns)) - k.anchor_ns) / 1000:+.1f} ± {cpu_bound} µs, its NCCL kernel ends at "
+                f"{k.offset_ns / 1000:+.1f} ± {(k.error_bound_ns or 0) / 1000:.1f} µs: the kernel ends are used."))))
         out[r] = ClockModel(rank=r, method=METHOD, offset_ns=k.offset_ns, drift_ppm=k.drift_ppm, anchor_ns=k.anchor_ns,
                             error_bound_ns=k.error_bound_ns, samples=k.samples, peers=k.peers, note=note)
     return out
@@ -238,21 +248,24 @@ def auto_with_kernels(infos: Mapping[int, Any], reference: int, links: Any,
     pairs = kernel_pairs(links.collectives, reference)
     ranks = sorted(infos)
     anchor = infos[reference].start_ns
-    out = prefer_kernels(cpu, solve_kernel_pairs(ranks, reference, pairs, anchor))
-    reached = {r for r, m in out.items() if m.method == METHOD} | {reference}
+    found = solve_kernel_pairs(ranks, reference, pairs, anchor)
+    out = prefer_kernels(cpu, found)
+    reached = set(found) | {reference}
     linked = {r for pair in pairs for r in pair} - reached
     while linked:
         root = min(linked, key=lambda r: (cpu[r].error_bound_ns is None, cpu[r].error_bound_ns or 0, r))
-        group = solve_kernel_pairs(ranks, root, pairs, anchor + cpu[root].offset_ns)
         base = cpu[root]
+        at_anchor = int(base.to_local(anchor)) - anchor   # the root's offset where the kernel clocks are anchored
+        group = solve_kernel_pairs(ranks, root, pairs, anchor + at_anchor)
         for r, m in group.items():
             if r == root:
                 continue
-            out[r] = ClockModel(rank=r, method=METHOD, offset_ns=base.offset_ns + m.offset_ns,
-                                drift_ppm=base.drift_ppm + m.drift_ppm, anchor_ns=anchor,
-                                error_bound_ns=None if base.error_bound_ns is None or m.error_bound_ns is None
-                                else base.error_bound_ns + m.error_bound_ns, samples=m.samples, peers=m.peers,
-                                note=" ".join(filter(None, (f"placed through rank {root}'s clock ({base.method}).",
-                                                            m.note))))
+            through = ClockModel(rank=r, method=METHOD, offset_ns=at_anchor + m.offset_ns,
+                                 drift_ppm=base.drift_ppm + m.drift_ppm, anchor_ns=anchor,
+                                 error_bound_ns=None if base.error_bound_ns is None or m.error_bound_ns is None
+                                 else base.error_bound_ns + m.error_bound_ns, samples=m.samples, peers=m.peers,
+                                 note=" ".join(filter(None, (f"placed through rank {root}'s clock ({base.method}).",
+                                                             m.note))))
+            out[r] = prefer_kernels({r: cpu[r]}, {r: through})[r]
         linked -= set(group) | {root}
     return out

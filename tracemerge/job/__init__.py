@@ -33,7 +33,7 @@ from tracemerge.engine import Engine, LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
 from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
-from tracemerge.job.checks import check_job, check_windows, rpc_peers
+from tracemerge.job.checks import check_job, check_links, check_windows, rpc_peers
 from tracemerge.job.describe_files import scan, scan_head
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
@@ -125,6 +125,7 @@ class Job:
         infos.sort(key=rank_of)
         links = correlate(infos)
         warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links) + list(links.order_warnings)
+        warnings += check_links(infos, links, strict)
         taken = {part.path for i in infos for part in i.files}
         job = cls(tuple(infos), links, tuple(files), skipped, tuple(warnings), None, engine,
                   {p: t for p, t in kept.items() if p in taken})

@@ -3,6 +3,7 @@
 - :func:`check_job`: files of different jobs mixed together, ranks missing.
 - :func:`rpc_peers`: RPC records naming a rank that has no input file.
 - :func:`check_windows`: ranks whose profiling windows never meet and that no exchange joins.
+- :func:`check_links`: ranks that nothing links to another rank, whose clocks are taken on trust.
 """
 
 from typing import Any, Dict, List, Sequence, Tuple
@@ -150,3 +151,42 @@ def check_windows(infos: Sequence[RankInfo], links: Correlation, strict: bool = 
     if strict:
         raise RankConflict(problem + " (refused by --strict)")
     return [problem]
+
+
+def check_links(infos: Sequence[RankInfo], links: Correlation, strict: bool = False) -> List[str]:
+    """A warning for each rank that nothing links to another rank — no RPC with both sides,
+    no collective matched with another rank, no other rank on its machine (boot_id) — so
+    that no alignment can place it and its clock is taken on trust; what would link it.
+    Refused with ``strict`` (:class:`RankConflict`)."""
+    if len(infos) < 2:
+        return []
+    linked = set()
+    calls = links.rpcs.calls
+    if len(calls):
+        has = calls.has  # rows t1..t4: the caller's send and complete, the callee's start and end
+        both = (has[0] | has[3]) & (has[1] | has[2]) & (calls.caller != calls.callee)
+        linked.update(calls.caller[both].tolist(), calls.callee[both].tolist())
+    coll = links.collectives
+    members = np.bincount(coll.member_row, minlength=len(coll)) if len(coll) else np.zeros(0, np.int64)
+    shared = members[coll.member_row] >= 2 if len(coll) else np.zeros(0, bool)
+    linked.update(np.array(coll.ranks, np.int64)[coll.member_col[shared]].tolist())
+    machines: Dict[str, List[int]] = {}
+    for info in infos:
+        if info.boot_id:
+            machines.setdefault(info.boot_id, []).append(info.rank)
+    linked.update(r for ranks in machines.values() if len(ranks) > 1 for r in ranks)
+    alone = [info for info in infos if info.rank not in linked]
+    out = []
+    for info in alone:
+        own = len(info.collectives)
+        why = (f"its {own} collective record{'s' if own != 1 else ''} match no other rank's (another group, or an "
+               "order the others do not share)" if own else "it has no collective record (no NCCL kernel, no c10d "
+               "group fields)")
+        out.append(f"rank {info.rank} ({info.path}) is linked to no other rank: {why}, no RPC with both sides, no "
+                   "other rank on its machine (boot_id); its clock is taken on trust. What would link it: the NCCL "
+                   "kernels or c10d collective records of the groups it shares with the others (torch.profiler with "
+                   "CUDA activity), RPCs captured by tracemerge on both sides, or a rank file with its machine's "
+                   "boot_id")
+    if out and strict:
+        raise RankConflict(out[0] + " (refused by --strict)")
+    return out

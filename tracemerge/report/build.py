@@ -100,28 +100,29 @@ MERGED_NO_ANALYSIS = ("--analysis: not done on a merged trace: the critical path
 
 def build_report(paths: List[str], job_opener: Callable[[List[str]], Job],
                  align: Union[AlignRequest, Tuple[Any, ...], None] = None, group_by: str = "name",
-                 remote_ops: bool = False, analysis: bool = False) -> Report:
+                 remote_ops: bool = False, analysis: bool = False, comm_kernels: Sequence[str] = ()) -> Report:
     """The :class:`Report` of ``paths``; ``job_opener(paths)`` opens rank files as a
     :class:`~tracemerge.job.Job`, aligned by ``align`` (an AlignRequest, or its fields as a
     tuple) unless the opener aligned it. ``analysis``: also the cross-rank analyses
-    (:mod:`tracemerge.analysis`), for rank files."""
+    (:mod:`tracemerge.analysis`), for rank files. ``comm_kernels``: regexes of further
+    communication kernels for the GPU section (``--comm-kernel``)."""
     if group_by not in GROUP_BY:
         raise TracemergeError(f"--group-by {group_by!r}: choose from {', '.join(GROUP_BY)}")
     if len(paths) == 1:
         trace = read_merged(paths[0])
         if trace is not None:
-            report = merged_report(trace, group_by, remote_ops)
+            report = merged_report(trace, group_by, remote_ops, comm_kernels)
             if analysis:
                 report.notes.append(MERGED_NO_ANALYSIS)
             return report
     job = job_opener(paths)
     if job.alignment is None:
         job = job.aligned(align if isinstance(align, AlignRequest) else AlignRequest(*(align or ())))
-    return job_report(job, None, group_by, remote_ops, analysis)
+    return job_report(job, None, group_by, remote_ops, analysis, comm_kernels)
 
 
 def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = "name", remote_ops: bool = False,
-               analysis: bool = False) -> "Report":
+               analysis: bool = False, comm_kernels: Sequence[str] = ()) -> "Report":
     """The :class:`Report` of a job under ``alignment`` (None: the job's own; what ``combine
     --report`` uses); ``analysis``: with the critical path, wait states and stragglers
     (``report --analysis``)."""
@@ -144,7 +145,7 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
             tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
             rows += key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree)
             open_at_stop[info.path] = int(unfinished(trace).sum())
-            gpu.append(gpu_rank(trace, rank))
+            gpu.append(gpu_rank(trace, rank, comm_kernels=comm_kernels))
             if analysis:  # the analyses' timeline of the rank, from the events read anyway
                 timelines[rank] = rank_timeline(trace, rank, clocks[rank],
                                                      {r.get("name", "") for r in info.rpcs})
@@ -206,7 +207,8 @@ class Recorded:
     job_id: Optional[str] = None
 
 
-def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = False) -> Report:
+def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = False,
+                  comm_kernels: Sequence[str] = ()) -> Report:
     """The :class:`Report` of a merged trace: the one its inputs give, from its events
     (already on the reference clock) and its summary (pid -> rank map, clock models,
     records)."""
@@ -220,7 +222,7 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
         key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by,
         ranks=[{k: i.get(k) for k in ("rank", "worker_name", "hostname", "path")} for i in inputs],
         clocks=list(block.get("alignment") or []), reference=block.get("reference", 0), align=block.get("align", ""))
-    found = (gpu_rank(trace, r, np.flatnonzero(node == r)) for r in sorted(set(node.tolist()) - {-1}))
+    found = (gpu_rank(trace, r, np.flatnonzero(node == r), comm_kernels) for r in sorted(set(node.tolist()) - {-1}))
     report.gpu = [g for g in found if g is not None]
     report.notes += unfinished_notes({trace.path: int(unfinished(trace).sum())})
     span = trace.time_span()

@@ -6,8 +6,11 @@ devices and streams together):
 
 - **compute**, **communication**, **memory**: the time at least one kernel of that kind
   ran (the union of their intervals, so concurrent streams count once). A kernel is
-  communication when its name has ``nccl`` (or ``rccl``) in it, memory for memcpy /
-  memset events, compute otherwise — HTA's split;
+  communication when its name matches one of the known families of communication
+  kernels (:data:`COMM_FAMILIES`: NCCL, RCCL, DeepEP, custom all-reduce kernels such as
+  vLLM's ``cross_device_reduce``, …) or a ``--comm-kernel`` regex, memory for memcpy /
+  memset events, compute otherwise; ``communication_by`` says which rule took how many
+  kernels and how much time (the first rule that matches a name takes it);
 - **idle**: the window minus the union of all device activity;
 - **overlap**: the time communication and compute ran at once, and its share of the
   communication time (how much of it was hidden behind compute);
@@ -19,8 +22,9 @@ Times are on the rank's own clock: only differences within the rank are taken, s
 alignment does not change them.
 """
 
+import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,7 +32,16 @@ from tracemerge.model import RankTrace
 from tracemerge.nesting import category_codes
 from tracemerge.report.keyavg import device_events
 
-COMMUNICATION_MARKS = ("nccl", "rccl")
+# the known families of communication kernels, by name (case-insensitive search): (rule, regex)
+COMM_FAMILIES: Tuple[Tuple[str, str], ...] = (
+    ("nccl", r"nccl"),
+    ("rccl", r"rccl"),
+    ("deepep", r"deep_?ep"),                                   # DeepEP's dispatch/combine kernels
+    ("custom all-reduce", r"cross_device_reduce|custom_?all_?reduce|(?:one|two)_?shot_?all_?reduce"
+                          r"|allreduce_fusion|all_?reduce_kernel"),  # vLLM, TensorRT-LLM, SGLang
+    ("nvshmem", r"nvshmem"),
+    ("msccl", r"msccl"),
+)
 MEMORY_CATS = frozenset(("gpu_memcpy", "gpu_memset", "memcpy", "memset"))
 # device events that are not GPU work of their own: a user annotation's GPU copy spans the
 # kernels it encloses, a sync is the host waiting, a profiler range is a marker
@@ -49,6 +62,8 @@ class GpuRank:
     overlap_us: float                       # communication while compute ran
     launch_delay_us: Dict[str, float] = field(default_factory=dict)   # {mean, p50, p95, max, count}
     top_kernels: List[dict] = field(default_factory=list)            # [{name, count, total_us}]
+    # {rule: {kernels, count, total_us}}: what each communication rule classified
+    communication_by: Dict[str, dict] = field(default_factory=dict)
 
     @property
     def overlap_share(self) -> Optional[float]:
@@ -74,9 +89,18 @@ def _length(start: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
-def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None) -> Optional[GpuRank]:
+def comm_rules(extra: Sequence[str] = ()) -> List[Tuple[str, "re.Pattern[str]"]]:
+    """The communication rules: :data:`COMM_FAMILIES`, then each ``--comm-kernel`` regex
+    (named by itself)."""
+    return ([(name, re.compile(rx, re.IGNORECASE)) for name, rx in COMM_FAMILIES]
+            + [(f"--comm-kernel {rx}", re.compile(rx)) for rx in extra])
+
+
+def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,
+             comm_kernels: Sequence[str] = ()) -> Optional[GpuRank]:
     """The :class:`GpuRank` of one rank's trace (of a merged trace: of its events on the
-    pid codes ``pids``); None when it has no device activity."""
+    pid codes ``pids``); None when it has no device activity. ``comm_kernels``: regexes of
+    further communication kernels' names (``--comm-kernel``)."""
     dev = device_events(trace)
     if pids is not None:
         dev = dev[np.isin(trace.pid[dev], pids)]
@@ -86,8 +110,13 @@ def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None) -> 
     start = trace.ts[work]
     end = start + trace.dur[work]
     memory = np.isin(trace.cat[work], category_codes(trace, MEMORY_CATS.__contains__))
-    comm_codes = category_codes(trace, lambda n: any(m in n for m in COMMUNICATION_MARKS))
-    comm = ~memory & np.isin(trace.name[work], comm_codes)
+    rules = comm_rules(comm_kernels)
+    rule_of = np.full(len(trace.names), -1, np.int64)   # by name code: the first rule that matches it
+    for code in np.unique(trace.name[work]).tolist():
+        name = trace.names[code]
+        rule_of[code] = next((k for k, (_, rx) in enumerate(rules) if isinstance(name, str) and rx.search(name)), -1)
+    which = np.where(memory, -1, rule_of[trace.name[work]])
+    comm = which >= 0
     compute = ~memory & ~comm
     window = int(end.max() - start.min())
     busy = _length(start, end)
@@ -97,6 +126,11 @@ def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None) -> 
     out = GpuRank(rank=rank, window_us=window / 1000, compute_us=t_compute / 1000, communication_us=t_comm / 1000,
                   memory_us=_length(start[memory], end[memory]) / 1000, idle_us=(window - busy) / 1000,
                   overlap_us=overlap / 1000, launch_delay_us=_launch_delays(trace, work), top_kernels=[])
+    for k, (rule, _) in enumerate(rules):
+        mine = which == k
+        if mine.any():
+            out.communication_by[rule] = {"kernels": int(len(np.unique(trace.name[work][mine]))),
+                                          "count": int(mine.sum()), "total_us": float(trace.dur[work][mine].sum()) / 1000}
     names, inv = np.unique(trace.name[work], return_inverse=True)
     total = np.bincount(inv, weights=trace.dur[work], minlength=len(names))
     count = np.bincount(inv, minlength=len(names))
@@ -126,7 +160,7 @@ def _launch_delays(trace: RankTrace, work: np.ndarray) -> Dict[str, float]:
 def gpu_rows(ranks: List[GpuRank]) -> Tuple[List[str], List[list]]:
     """The GPU section's table: one row per rank."""
     head = ["Rank", "GPU window ms", "Compute %", "Communication %", "Memory %", "Idle %", "Comm overlapped %",
-            "Launch delay p50 us", "p95 us", "Top kernel"]
+            "Launch delay p50 us", "p95 us", "Top kernel", "Communication by"]
 
     def pct(us: float, of: float) -> str:
         return f"{100 * us / of:.1f}" if of > 0 else "-"
@@ -140,5 +174,6 @@ def gpu_rows(ranks: List[GpuRank]) -> Tuple[List[str], List[list]]:
                      pct(g.communication_us, g.window_us), pct(g.memory_us, g.window_us), pct(g.idle_us, g.window_us),
                      f"{100 * share:.1f}" if share is not None else "-",
                      f"{d['p50']:.1f}" if d else "-", f"{d['p95']:.1f}" if d else "-",
-                     top if len(top) <= 60 else top[:57] + "..."])
+                     top if len(top) <= 60 else top[:57] + "...",
+                     ", ".join(f"{rule}: {c['count']}" for rule, c in g.communication_by.items()) or "-"])
     return head, body
