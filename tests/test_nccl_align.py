@@ -9,10 +9,10 @@ import json
 from collections import defaultdict
 from typing import Dict, List
 
+import nccl_corpus as corpus
 import pytest
 from click.testing import CliRunner
 
-import nccl_corpus as corpus
 from tracemerge.cli import main
 from tracemerge.job import AlignRequest, Job
 

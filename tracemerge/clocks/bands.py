@@ -24,7 +24,7 @@ each pair over all of its points gets.
 """
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -43,7 +43,7 @@ SYNCHRONISING = frozenset((
 _ITERATIONS = 90  # golden-section steps: (0.618)^90 shrinks a ±500 ppm bracket below 1e-21
 
 
-def synchronising(op):
+def synchronising(op: Any) -> bool:
     return str(op).lower().replace("_", "").replace(" ", "") in SYNCHRONISING
 
 
@@ -61,17 +61,17 @@ class Constraints:
     kinds: frozenset      # {"rpc", "collective"}
 
     @property
-    def samples(self):
+    def samples(self) -> int:
         return len(self.widths)
 
-    def __add__(self, other):
+    def __add__(self, other: "Constraints") -> "Constraints":
         cat = np.concatenate
         return Constraints(self.a, self.b, cat([self.x_upper, other.x_upper]), cat([self.upper, other.upper]),
                            cat([self.x_lower, other.x_lower]), cat([self.lower, other.lower]),
                            cat([self.widths, other.widths]), self.kinds | other.kinds)
 
 
-def rpc_constraints(calls):
+def rpc_constraints(calls: Any) -> Dict[Tuple[int, int], "Constraints"]:
     """{(a, b): Constraints} with a < b from the complete, successful calls of an
     :class:`~tracemerge.correlate.match.RpcCalls`, pairs in the order of their first call."""
     use = calls.quadruples & (calls.caller != calls.callee)
@@ -147,7 +147,7 @@ def collective_constraints(collectives: Any, ranks: Optional[Iterable[int]] = No
             for k in found}
 
 
-def _runs(*columns):
+def _runs(*columns: np.ndarray) -> np.ndarray:
     """Where each run of equal values (in all ``columns`` at once) starts."""
     change = np.zeros(len(columns[0]), dtype=bool)
     change[:1] = True
@@ -156,7 +156,7 @@ def _runs(*columns):
     return np.flatnonzero(change)
 
 
-def _ends(*columns):
+def _ends(*columns: np.ndarray) -> np.ndarray:
     """Which points are the first or the last of a run of equal values (in all ``columns``)."""
     start = _runs(*columns)
     end = np.zeros(len(columns[0]), dtype=bool)
@@ -176,22 +176,22 @@ def synchronised(collectives: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, 
     return row[order], rank[order], collectives.member_start[keep][order], collectives.member_end[keep][order]
 
 
-def _constraints(pair, rows, kind):
+def _constraints(pair: Tuple[Any, Any], rows: np.ndarray, kind: str) -> Constraints:
     """Constraints of ``rows`` (x_upper, upper, x_lower, lower) between the ranks of ``pair``."""
     xu, u, xl, lo = rows
     return Constraints(int(pair[0]), int(pair[1]), xu, u, xl, lo, u - lo, frozenset((kind,)))
 
 
-def merge(*sets):
+def merge(*sets: Dict[Tuple[int, int], Constraints]) -> Dict[Tuple[int, int], Constraints]:
     """Union of {(a, b): Constraints} maps."""
-    out = {}
+    out: Dict[Tuple[int, int], Constraints] = {}
     for s in sets:
         for pair, c in s.items():
             out[pair] = out[pair] + c if pair in out else c
     return out
 
 
-def stack(constraints):
+def stack(constraints: List[Constraints]) -> Tuple["Side", "Side"]:
     """(upper, lower): both sides of every Constraints in the list ``constraints``, for
     :func:`fit_pairs`. Sorting and merging them once lets every round of the graph solve
     reuse them."""
@@ -213,7 +213,7 @@ class Side:
     reduce: np.ufunc
 
 
-def _side(xs, ys, reduce):
+def _side(xs: List[np.ndarray], ys: List[np.ndarray], reduce: np.ufunc) -> "Side":
     size = np.array([len(x) for x in xs])
     # each pair's exchanges are nearly in time order already, which a stable sort exploits
     order = np.concatenate([np.argsort(x, kind="stable") for x in xs]) + np.repeat(np.cumsum(size) - size, size)
@@ -229,7 +229,7 @@ def _side(xs, ys, reduce):
     return Side(pair, x, y, gap, reduce)
 
 
-def _hull_gap(group, x, y):
+def _hull_gap(group: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Height of each point above the lower convex hull of its group (points sorted by
     group, then strictly increasing x).
 
@@ -251,7 +251,7 @@ def _hull_gap(group, x, y):
         alive = alive[depth >= 0]
 
 
-def _below_chords(x, y, vertex):
+def _below_chords(x: np.ndarray, y: np.ndarray, vertex: np.ndarray) -> np.ndarray:
     """How far each point lies below the chord of the nearest vertices at or before and at
     or after it (0 at a vertex)."""
     i = np.arange(len(x))
@@ -266,23 +266,23 @@ class _Lines:
     """Per search k, ``reduce`` over its points of ``y + s_k*m``: at ``m = -x`` the top
     (minimum) or bottom (maximum) of the feasible intercepts at slope s_k."""
 
-    def __init__(self, y, m, search, reduce):
+    def __init__(self, y: np.ndarray, m: np.ndarray, search: np.ndarray, reduce: np.ufunc) -> None:
         self.y, self.m, self.search, self.reduce = y, m, search, reduce
         self.starts = _runs(search)
 
-    def __call__(self, s):
+    def __call__(self, s: np.ndarray) -> np.ndarray:
         return self.reduce.reduceat(self.y + s[self.search] * self.m, self.starts)
 
-    def __neg__(self):
+    def __neg__(self) -> "_Lines":
         """The negated values, bit for bit (rounding is symmetric), as the other extreme."""
         return _Lines(-self.y, -self.m, self.search, np.maximum if self.reduce is np.minimum else np.minimum)
 
-    def join(self, other):
+    def join(self, other: "_Lines") -> "_Lines":
         """One set of searches: ``other``'s follow ours (same extreme)."""
         return _Lines(np.concatenate([self.y, other.y]), np.concatenate([self.m, other.m]),
                       np.concatenate([self.search, other.search + len(self.starts)]), self.reduce)
 
-    def at(self, ends):
+    def at(self, ends: np.ndarray) -> "_Lines":
         """The same lines read at a's times ``ends`` (pairs × 2, from the anchor) instead of
         at the anchor: searches ``k`` and ``k + pairs`` are pair k at its two ends."""
         pairs = len(ends)
@@ -290,7 +290,7 @@ class _Lines:
                       np.concatenate([self.search, self.search + pairs]), self.reduce)
 
 
-def _lines(side, anchors, ends, limit):
+def _lines(side: "Side", anchors: np.ndarray, ends: np.ndarray, limit: float) -> _Lines:
     """The :class:`_Lines` of ``side`` relative to each pair's anchor, on the points that can
     decide its extreme at a slope within ``limit``: the searches below give bit for bit
     what they would on all points. The others lie outside the hull by more than twice
@@ -305,18 +305,18 @@ def _lines(side, anchors, ends, limit):
     return _Lines(y[keep], -x[keep], side.pair[keep], side.reduce)
 
 
-def _width(top, bottom):
+def _width(top: _Lines, bottom: _Lines) -> Callable[[np.ndarray], np.ndarray]:
     """The band's width as a function of the slope per search: top - bottom, computed bit
     for bit as top + (-bottom) in one reduction over both."""
     band = top.join(-bottom)
 
-    def width(s):
+    def width(s: np.ndarray) -> np.ndarray:
         both = band(np.concatenate([s, s]))
         return both[:len(s)] + both[len(s):]
     return width
 
 
-def _golden(f, a, b):
+def _golden(f: Callable[[np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """argmax of unimodal functions on [a, b], one per element: ``f`` maps an array of
     points, one per search, to their values."""
     g = (np.sqrt(5) - 1) / 2
@@ -332,7 +332,7 @@ def _golden(f, a, b):
     return (a + b) / 2
 
 
-def _edge(width, inside, outside):
+def _edge(width: Callable[[np.ndarray], np.ndarray], inside: np.ndarray, outside: np.ndarray) -> np.ndarray:
     """The end of the feasible slopes between ``inside`` (feasible) and ``outside``,
     bisected from outside so the bound errs large."""
     open_end = width(outside) >= 0
@@ -359,13 +359,14 @@ class PairFit:
     kinds: frozenset
     bounds: Optional[tuple] = None  # largest |g_true - g| over feasible lines at the span's two ends; None when infeasible
 
-    def at(self, x_ns):
+    def at(self, x_ns: Any) -> Any:
         """g at a's local time(s) x (float ns)."""
         return self.offset_ns + self.drift_ppm * 1e-6 * (np.asarray(x_ns, dtype=np.float64) - self.anchor_ns) \
             if np.ndim(x_ns) else self.offset_ns + self.drift_ppm * 1e-6 * (x_ns - self.anchor_ns)
 
 
-def fit_pairs(constraints, sides, spans, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
+def fit_pairs(constraints: List[Constraints], sides: Optional[Tuple["Side", "Side"]], spans: List[Tuple[int, int]],
+              drift: Optional[bool] = None, limit_ppm: float = DRIFT_LIMIT_PPM) -> List["PairFit"]:
     """[PairFit]: the offset line of ``c.b`` relative to ``c.a`` for each Constraints ``c``
     in the list ``constraints`` (``sides`` = :func:`stack` of them), for use over its span
     (a's clock) in ``spans``.
@@ -376,7 +377,7 @@ def fit_pairs(constraints, sides, spans, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
     None fits it when that makes the bound over the span smaller (the samples span enough
     time to pin the slope down). Every pair is searched at once, element by element.
     """
-    if not constraints:
+    if not constraints or sides is None:
         return []
     anchors = [(int(lo) + int(hi)) // 2 for lo, hi in spans]
     ends = np.array([[float(x - anchor) for x in span] for span, anchor in zip(spans, anchors)])
@@ -404,7 +405,7 @@ def fit_pairs(constraints, sides, spans, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
         min_delta = int(c.widths.min()) if len(c.widths) else 0
         lo, hi = next(extremes)
 
-        def candidate(b0, s):
+        def candidate(b0: float, s: float) -> PairFit:
             fit = PairFit(c.a, c.b, b0, s * 1e6, anchors[k], c.samples, min_delta, ok, c.kinds)
             if ok:
                 est = [fit.at(x) for x in spans[k]]
@@ -419,5 +420,5 @@ def fit_pairs(constraints, sides, spans, drift=None, limit_ppm=DRIFT_LIMIT_PPM):
         if drift is False or width_zero[k] < 0:
             fits.append(flat if drift is False else sloped)
             continue
-        fits.append(sloped if max(sloped.bounds) < max(flat.bounds) else flat)
+        fits.append(sloped if max(sloped.bounds or (np.inf,)) < max(flat.bounds or (np.inf,)) else flat)
     return fits

@@ -16,13 +16,13 @@ remain are counted and said, never hidden.
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tracemerge.clocks.bands import synchronised
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.correlate.match import correlate
+from tracemerge.correlate.match import Correlation, correlate
 
 SWEEPS = 200   # rounds of the rank-by-rank shift search; a feasible system settles in a few
 
@@ -37,7 +37,7 @@ class Points:
     spans: np.ndarray   # int64 rows: caller, callee, caller span start, end, callee span start, end (own clocks)
 
 
-def points(infos, links=None):
+def points(infos: Sequence[Any], links: Optional[Correlation] = None) -> Points:
     links = links or correlate(infos)
     calls = links.rpcs.calls
     # a call whose records name a rank no file has (they disagree with the files) has no clock
@@ -52,7 +52,7 @@ def points(infos, links=None):
     return Points(rpc, coll, np.flatnonzero(np.diff(row, prepend=-1)), _span_pairs(infos, calls))
 
 
-def _span_pairs(infos, calls):
+def _span_pairs(infos: Sequence[Any], calls: Any) -> np.ndarray:
     """Rows (caller, callee, caller span start, end, callee span start, end) of the calls
     whose two spans the ranks' events hold (``RankInfo.rpc_spans``: what a merge draws)."""
     at = {(sp["rpc_id"], sp["role"], info.rank): (sp["ts_ns"], sp["ts_ns"] + max(sp["dur_ns"], 0))
@@ -78,7 +78,10 @@ def _to_ref(clocks: Dict[int, ClockModel], ranks: np.ndarray, times: np.ndarray)
     return out
 
 
-def _aligned(p, clocks):
+Aligned = Tuple[Tuple[np.ndarray, ...], Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, ...]]
+
+
+def _aligned(p: Points, clocks: Dict[int, ClockModel]) -> Aligned:
     """(t1, t2, t3, t4) on the reference clock; (start, end) of the collective members; and
     (caller start, caller end, callee start, callee end) of the drawn span pairs, likewise."""
     r, c, sp = p.rpc, p.coll, p.spans
@@ -89,7 +92,8 @@ def _aligned(p, clocks):
     return rpc, (_to_ref(clocks, c[:, 0], c[:, 1]), _to_ref(clocks, c[:, 0], c[:, 2])), spans
 
 
-def _violations(p, rpc, coll, spans):
+def _violations(p: Points, rpc: Tuple[np.ndarray, ...], coll: Tuple[np.ndarray, np.ndarray],
+                spans: Tuple[np.ndarray, ...]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     t1, t2, t3, t4 = rpc
     bad_rpc = (t2 < t1) | (t3 > t4)
     (s, e), first = coll, p.first
@@ -98,7 +102,7 @@ def _violations(p, rpc, coll, spans):
     return bad_rpc, bad_coll, (s0 < c0) | (s1 > c1)
 
 
-def count(infos, clocks, p=None):
+def count(infos: Sequence[Any], clocks: Dict[int, ClockModel], p: Optional[Points] = None) -> Dict[str, int]:
     """{"rpc": n, "collective": m, "spans": k, "total": n + m + k} violations under ``clocks``
     (``spans``: drawn callee spans outside their caller spans)."""
     p = p or points(infos)
@@ -107,12 +111,14 @@ def count(infos, clocks, p=None):
     return {"rpc": n, "collective": m, "spans": k, "total": n + m + k}
 
 
-def review(infos, clocks, enforce_causality=False, links=None, reference=None):
+def review(infos: Sequence[Any], clocks: Dict[int, ClockModel], enforce_causality: bool = False,
+           links: Optional[Correlation] = None,
+           reference: Optional[int] = None) -> Tuple[Dict[int, ClockModel], Dict[str, Any]]:
     """(clocks, report): violations under ``clocks`` and, when asked, the corrected clocks;
     ``violations_after`` is counted again under the clocks returned."""
     p = points(infos, links)
     before = count(infos, clocks, p)
-    report = {"checked": {"rpc": len(p.rpc), "collective": len(p.first), "spans": len(p.spans)},
+    report: Dict[str, Any] = {"checked": {"rpc": len(p.rpc), "collective": len(p.first), "spans": len(p.spans)},
               "violations_before": before, "enforced": bool(enforce_causality)}
     if enforce_causality and before["total"]:
         clocks, moved = enforce(infos, clocks, p, reference)
@@ -121,7 +127,8 @@ def review(infos, clocks, enforce_causality=False, links=None, reference=None):
     return clocks, report
 
 
-def enforce(infos, clocks, p=None, reference=None):
+def enforce(infos: Sequence[Any], clocks: Dict[int, ClockModel], p: Optional[Points] = None,
+            reference: Optional[int] = None) -> Tuple[Dict[int, ClockModel], Dict[str, Any]]:
     """(clocks moved by a constant shift each, {"moved_ns_max", "moved_ns_total",
     "points_moved", "ranks_moved"}); see the module's doc. ``reference`` (default: the rank
     whose clock is the reference, else the lowest) stays where it is."""
@@ -132,8 +139,9 @@ def enforce(infos, clocks, p=None, reference=None):
     ranks = sorted(clocks)
     start = _feasible(ranks, bound, reference)
     feasible = start is not None
-    shift = dict(zip(ranks, start if feasible else [0] * len(ranks)))
-    into, out = {}, {}
+    shift = dict(zip(ranks, start if start is not None else [0] * len(ranks)))
+    into: Dict[int, List[Tuple[int, int]]] = {}
+    out: Dict[int, List[Tuple[int, int]]] = {}
     for (a, b), w in bound.items():
         into.setdefault(b, []).append((a, w))
         out.setdefault(a, []).append((b, w))
@@ -190,15 +198,15 @@ def _feasible(ranks: List[int], bound: Dict[Tuple[int, int], int], reference: in
     return None
 
 
-def _bounds(p, aligned):
+def _bounds(p: Points, aligned: Aligned) -> Dict[Tuple[int, int], int]:
     """{(a, b): w}, the tightest ``s_b - s_a <= w`` over every exchange of ranks a and b.
 
     A call whose callee side is longer than its caller's window (timestamp noise) fits no
     shift and is left out: it stays counted."""
     (t1, t2, t3, t4), (cs, ce), (c0, c1, s0, s1) = aligned
-    bound = {}
+    bound: Dict[Tuple[int, int], int] = {}
 
-    def tighten(a, b, w):
+    def tighten(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> None:
         for pa, pb, pw in zip(a.tolist(), b.tolist(), w.tolist()):
             if pa != pb and pw < bound.get((pa, pb), pw + 1):
                 bound[pa, pb] = pw
@@ -218,7 +226,7 @@ def _bounds(p, aligned):
     return bound
 
 
-def _shifted(clock, ns):
+def _shifted(clock: ClockModel, ns: int) -> ClockModel:
     """``clock`` reading ``ns`` later on the reference clock, exactly: offset and anchor
     move together, so a drifting clock keeps its rate and every duration."""
     if not ns:

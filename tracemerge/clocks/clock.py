@@ -49,7 +49,7 @@ class ClockModel:
         out = np.asarray(ref_ns, dtype=np.int64) + self.offset_ns + np.rint(delta * (self.drift_ppm * 1e-6)).astype(np.int64)
         return out if np.ndim(ref_ns) else int(out)
 
-    def _shift(self, ref_ns, inverse):
+    def _shift(self, ref_ns: Any, inverse: bool) -> Any:
         """The correction at aligned ns (``inverse``: at corrected ns); float math relative to
         the first knot, since epoch ns do not fit a double."""
         knots = np.asarray(self.corrections, dtype=np.int64)

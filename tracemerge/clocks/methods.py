@@ -7,7 +7,7 @@ a new method is one function and one line there.
 """
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,17 +28,17 @@ class Method:
     summary: str
 
 
-def align_none(infos, reference, links=None):
+def align_none(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
     """Timestamps exactly as written in each file: Kineto's baseTimeNanoseconds is not applied."""
     return {r: ClockModel(rank=r, method="none", offset_ns=info.base_ns or 0) for r, info in infos.items()}
 
 
-def align_wall(infos, reference, links=None):
+def align_wall(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
     """Trust each file's wall clock (``baseTimeNanoseconds + ts``)."""
     return {r: ClockModel(rank=r, method="wall") for r in infos}
 
 
-def align_start(infos, reference, links=None):
+def align_start(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
     """Each rank's profiler start coincides with the reference's (PyTorch's RPC-profiler RFC)."""
     ref_start = infos[reference].start_ns
     return {r: ClockModel(rank=r, method="start", offset_ns=info.start_ns - ref_start,
@@ -46,7 +46,8 @@ def align_start(infos, reference, links=None):
             for r, info in infos.items()}
 
 
-def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None, links=None):
+def exchange_clocks(infos: Mapping[int, Any], reference: int, kinds: Iterable[str] = ("rpc", "collective"),
+                    drift: Optional[bool] = None, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
     """Clocks from the causal constraints of the exchanges in ``kinds`` (see bands, graph).
 
     ``drift``: None fits it when the data pin it down, True/False force it on/off. ``links``:
@@ -62,17 +63,17 @@ def exchange_clocks(infos, reference, kinds=("rpc", "collective"), drift=None, l
     return models
 
 
-def align_rpc(infos, reference, links=None):
+def align_rpc(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
     """NTP quadruples of matched RPCs (caller send/complete, callee start/end), drift fitted."""
     return exchange_clocks(infos, reference, ("rpc",), links=links)
 
 
-def align_collective(infos, reference, links=None):
+def align_collective(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
     """Synchronising collectives matched by (group, seq): nobody leaves before all arrived."""
     return exchange_clocks(infos, reference, ("collective",), links=links)
 
 
-def align_auto(infos, reference, links=None):
+def align_auto(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
     """Every exchange the data has (RPCs and collectives), per machine; ranks with none keep
     their wall clock. Ranks with one boot id read one wall clock (:func:`machines`): those
     of the reference's machine are exact (``shared-clock``), and every other machine gets
@@ -84,7 +85,7 @@ def align_auto(infos, reference, links=None):
     return auto_with_kernels(infos, reference, links, models) if kernel_linked(links) else models
 
 
-def _auto_exchanges(infos, reference, links):
+def _auto_exchanges(infos: Mapping[int, Any], reference: int, links: Correlation) -> Dict[int, ClockModel]:
     """:func:`align_auto` from the RPCs and collective records."""
     calls = links.rpcs.calls
     rep, contradicted = split_contradicted(machines(infos, reference), calls)
@@ -113,7 +114,7 @@ def _auto_exchanges(infos, reference, links):
 SHARED_CLOCK_SLACK_NS = 1_000
 
 
-def split_contradicted(rep, calls):
+def split_contradicted(rep: Dict[int, int], calls: Any) -> Tuple[Dict[int, int], Dict[int, str]]:
     """(``rep`` with the ranks whose RPCs contradict their machine's one clock on a machine
     of their own, {rank: why}).
 
@@ -134,7 +135,7 @@ def split_contradicted(rep, calls):
            if a != b and a in rep and b in rep and rep[a] == rep[b]]
     out, why = dict(rep), {}
     while bad:
-        counts = {}
+        counts: Dict[int, int] = {}
         for a, b, _ in bad:
             for r in (a, b):
                 if r != rep[r]:
@@ -149,7 +150,7 @@ def split_contradicted(rep, calls):
     return out, why
 
 
-def _noted(models, notes):
+def _noted(models: Dict[int, ClockModel], notes: Mapping[int, str]) -> Dict[int, ClockModel]:
     """``models`` with ``notes`` ({rank: text}) added to their ranks' notes."""
     for r, text in notes.items():
         if r in models:
@@ -157,16 +158,16 @@ def _noted(models, notes):
     return models
 
 
-def machine_of(info):
+def machine_of(info: Any) -> Any:
     """The key of a rank's machine: its boot id (ranks with the same non-empty one share one
     wall clock); a rank without one is a machine of its own."""
     return info.boot_id or ("", info.rank)
 
 
-def machines(infos, reference):
+def machines(infos: Mapping[int, Any], reference: int) -> Dict[int, int]:
     """{rank: the rank that speaks for its machine} (:func:`machine_of`): the reference
     speaks for its machine, the lowest rank for others."""
-    heads = {}
+    heads: Dict[Any, int] = {}
     for r in sorted(infos, key=lambda r: (r != reference, r)):
         heads.setdefault(machine_of(infos[r]), r)
     return {r: heads[machine_of(infos[r])] for r in infos}
@@ -194,7 +195,9 @@ METHODS: Dict[str, Method] = {m.name: m for m in (
 )}
 
 
-def align(infos, method="wall", reference=None, offsets=None, links: Optional[Correlation] = None):
+def align(infos: Sequence[Any], method: str = "wall", reference: Optional[int] = None,
+          offsets: Optional[Mapping[int, int]] = None,
+          links: Optional[Correlation] = None) -> Tuple[int, Dict[int, ClockModel]]:
     """{rank: ClockModel} for ``infos`` (a list of RankInfo with ranks assigned).
 
     ``offsets`` ({rank: ns}) forces known offsets over whatever the method found.

@@ -1,5 +1,7 @@
 """What ``tracemerge offsets`` prints: the clock model per rank, as a table or JSON."""
 
+from typing import Any, Dict, Iterable, List, Optional
+
 import orjson
 
 from tracemerge.clocks.methods import machine_of
@@ -7,7 +9,7 @@ from tracemerge.clocks.methods import machine_of
 FIELDS = ("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers")
 
 
-def offsets_document(alignment, infos=()):
+def offsets_document(alignment: Any, infos: Iterable[Any] = ()) -> Dict[str, Any]:
     """``{"reference": R, "ranks": [{rank, method, offset_ns, …, peers, machine, hostname}, …],
     "machines": [{machine, hostname, boot_id, ranks}, …]}`` (docs/alignment.md). A machine is
     one boot_id (one wall clock); a rank without one is a machine of its own."""
@@ -22,20 +24,20 @@ def offsets_document(alignment, infos=()):
     return {"reference": alignment.reference, "ranks": ranks, **({"machines": found} if found else {})}
 
 
-def machine_list(infos):
+def machine_list(infos: Iterable[Any]) -> List[Dict[str, Any]]:
     """The machines of ``infos`` (RankInfo), numbered from 0 in the order of their lowest rank."""
-    groups = {}
+    groups: Dict[Any, List[Any]] = {}
     for info in sorted(infos, key=lambda i: i.rank):
         groups.setdefault(machine_of(info), []).append(info)
     return [{"machine": n, "hostname": group[0].hostname, "boot_id": group[0].boot_id,
              "ranks": [i.rank for i in group]} for n, group in enumerate(groups.values())]
 
 
-def offsets_json(alignment, infos=()):
+def offsets_json(alignment: Any, infos: Iterable[Any] = ()) -> str:
     return orjson.dumps(offsets_document(alignment, infos), option=orjson.OPT_INDENT_2).decode()
 
 
-def offsets_table(alignment, infos=()):
+def offsets_table(alignment: Any, infos: Iterable[Any] = ()) -> str:
     doc = offsets_document(alignment, infos)
     rows = [("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers", "machine")]
     for r in doc["ranks"]:
@@ -52,12 +54,12 @@ def offsets_table(alignment, infos=()):
     return "\n".join(lines)
 
 
-def clock_notes(alignment):
+def clock_notes(alignment: Any) -> List[str]:
     """One line per rank whose clock came with a caveat (fallback to wall, unusable link)."""
     return [f"rank {r}: {c.note}" for r, c in sorted(alignment.clocks.items()) if c.note]
 
 
-def causality_line(report, method=None):
+def causality_line(report: Optional[Dict[str, Any]], method: Optional[str] = None) -> str:
     """One line: violations found after alignment (by ``method``) and, when enforced, what was
     left and moved; without enforcement, the way out that fits the method."""
     if not report:

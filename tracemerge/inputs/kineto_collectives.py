@@ -65,7 +65,7 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     kernel = trace.code_of("kernel")
     on_gpu = trace.cat[hits] == kernel if kernel is not None else np.zeros(len(hits), bool)
     kernels, cpu = hits[on_gpu], hits[~on_gpu]
-    recs = _kernel_records(trace, kernels, cpu) if len(kernels) else []
+    recs: List[Dict[str, Any]] = _kernel_records(trace, kernels, cpu) if len(kernels) else []
     if not recs:
         for i, args in zip(cpu.tolist(), trace.args.dicts(cpu.tolist())):
             rec = _record(args, int(trace.ts[i]), int(trace.dur[i]))
@@ -86,7 +86,7 @@ def _kernel_records(trace: RankTrace, kernels: np.ndarray, cpu: np.ndarray) -> L
     order = np.argsort(trace.ts[kernels], kind="stable")
     streams: Dict[Any, int] = {}
     unnamed: List[Tuple[int, Dict[str, Any]]] = []
-    recs = []
+    recs: List[Dict[str, Any]] = []
     for k in order.tolist():
         i = int(kernels[k])
         name = trace.names[int(trace.name[i])]

@@ -160,7 +160,7 @@ def check_links(infos: Sequence[RankInfo], links: Correlation, strict: bool = Fa
     Refused with ``strict`` (:class:`RankConflict`)."""
     if len(infos) < 2:
         return []
-    linked = set()
+    linked: set = set()
     calls = links.rpcs.calls
     if len(calls):
         has = calls.has  # rows t1..t4: the caller's send and complete, the callee's start and end
@@ -173,7 +173,7 @@ def check_links(infos: Sequence[RankInfo], links: Correlation, strict: bool = Fa
     machines: Dict[str, List[int]] = {}
     for info in infos:
         if info.boot_id:
-            machines.setdefault(info.boot_id, []).append(info.rank)
+            machines.setdefault(info.boot_id, []).append(rank_of(info))
     linked.update(r for ranks in machines.values() if len(ranks) > 1 for r in ranks)
     alone = [info for info in infos if info.rank not in linked]
     out = []
