@@ -10,9 +10,10 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 DLRM = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "corpus", "gpu", "param_dlrm", "*.json.gz")))
-# what torch writes on NCCL kernels: nothing before 2.2; group, ranks, op, size, dtype in 2.2-2.3
-# (the HTA trace of 2024 in the corpus); a sequence number too from 2.4 on
-FIELDS = {"none": (), "c10d": ("group", "op", "size"), "c10d+seq": ("group", "op", "size", "seq")}
+# the c10d fields of each torch generation: none before 2.2 (this job); group, ranks, op, size
+# and dtype on the kernels in the HTA trace of 2024; the same on the record_param_comms op
+# around the launch, none on the kernel, in torch 2.11 (seen on an H100, docs/alignment.md)
+FIELDS = {"none": (), "c10d": ("group", "op", "size"), "c10d-on-ops": ("group", "op", "size", "on-ops")}
 
 
 def load(path: str) -> dict:
@@ -30,32 +31,31 @@ def nccl_kernels(doc: dict) -> List[dict]:
                   key=lambda e: (e["ts"], e["ts"] + e["dur"]))
 
 
-def launching_annotation(doc: dict, kernel: dict) -> dict:
-    """The ``nccl:*`` annotation around the kernel's launch (same correlation, same thread)."""
+def launching_op(doc: dict, kernel: dict, prefix: str = "nccl:") -> dict:
+    """The op named ``prefix``… around the kernel's launch (same correlation, same thread)."""
     corr = kernel["args"]["correlation"]
     launch = next(e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
                   and e.get("args", {}).get("correlation") == corr)
-    return next(e for e in doc["traceEvents"] if e.get("name", "").startswith("nccl:") and e["tid"] == launch["tid"]
+    return next(e for e in doc["traceEvents"] if e.get("name", "").startswith(prefix) and e["tid"] == launch["tid"]
                 and e["ts"] <= launch["ts"] <= e["ts"] + e["dur"])
 
 
 def with_fields(doc: dict, fields: Tuple[str, ...]) -> dict:
     """``doc`` with the c10d ``fields`` written on its NCCL kernels as torch >= 2.2 writes them."""
     world = int(doc["distributedInfo"]["world_size"])
-    for seq, k in enumerate(nccl_kernels(doc)):
-        ann = launching_annotation(doc, k)
+    for k in nccl_kernels(doc):
+        ann = launching_op(doc, k)
+        args = launching_op(doc, k, "record_param_comms")["args"] if "on-ops" in fields else k["args"]
         if "group" in fields:
-            k["args"].update({"Process Group Name": "0", "Process Group Ranks": str(list(range(world)))})
+            args.update({"Process Group Name": "0", "Process Group Ranks": str(list(range(world)))})
         if "op" in fields:
-            k["args"]["Collective name"] = {"nccl:all_reduce": "allreduce", "nccl:all_to_all": "all_to_all"}[ann["name"]]
+            args["Collective name"] = {"nccl:all_reduce": "allreduce", "nccl:all_to_all": "all_to_allv"}[ann["name"]]
         if "size" in fields:
             dims = ann["args"]["Input Dims"][0]
             n = 1
             for d in dims:
                 n *= d
-            k["args"].update({"In msg nelems": n, "dtype": ann["args"]["Input type"][0]})
-        if "seq" in fields:
-            k["args"]["Seq"] = seq
+            args.update({"In msg nelems": n, "dtype": ann["args"]["Input type"][0]})
     return doc
 
 

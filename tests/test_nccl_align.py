@@ -29,7 +29,10 @@ def moved_job(request, tmp_path_factory):
 
 
 def test_moved_clocks_recovered_within_20_us_by_kernel_ends(moved_job):
-    _, _, job = moved_job
+    name, _, job = moved_job
+    # the group the trace names, else the default one; every rank's 8 collectives, from kernels
+    assert {r["group"] for i in job.infos for r in i.collectives} == ({"default"} if name == "none" else {"0"})
+    assert all(len(i.collectives) == 8 and all(r["kernel"] for r in i.collectives) for i in job.infos)
     clocks = job.alignment.clocks
     assert set(clocks) == set(range(8))
     for rank, clock in clocks.items():

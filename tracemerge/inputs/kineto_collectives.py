@@ -128,13 +128,14 @@ def _kernel_records(trace: RankTrace, kernels: np.ndarray, cpu: np.ndarray) -> L
 def _launching_ops(trace: RankTrace, kernel_args: List[Optional[dict]],
                    cpu: np.ndarray) -> Dict[int, List[Tuple[str, Optional[dict]]]]:
     """{kernel position: [(name, args)] of the CPU ops (``cpu``) its launch lies in, innermost
-    first}: the launch is the runtime event of the kernel's ``correlation``."""
+    first}: the launch is the runtime or driver event of the kernel's ``correlation``."""
     wanted = {a.get("correlation"): k for k, a in enumerate(kernel_args) if isinstance(a, dict)}
     wanted.pop(None, None)
-    runtime = trace.code_of("cuda_runtime")
-    if not wanted or runtime is None or not len(cpu):
+    # NCCL launches through the runtime (cudaLaunchKernel) or, since CUDA 12, the driver (cuLaunchKernelEx)
+    runtime = [c for c in (trace.code_of("cuda_runtime"), trace.code_of("cuda_driver")) if c is not None]
+    if not wanted or not runtime or not len(cpu):
         return {}
-    launches = np.flatnonzero((trace.cat == runtime) & trace.timed)
+    launches = np.flatnonzero(np.isin(trace.cat, runtime) & trace.timed)
     found: Dict[int, int] = {}
     for i, args in zip(launches.tolist(), trace.args.chunked_dicts(launches.tolist())):
         if isinstance(args, dict) and args.get("correlation") in wanted:
