@@ -149,3 +149,22 @@ def test_gpu_section_counts_non_nccl_communication_kernels(tmp_path):
     assert "Communication by" in table and "--comm-kernel ring_allgather: 2" in table
     bad = CliRunner().invoke(main, ["report", str(path), "-q", "--comm-kernel", "("])
     assert bad.exit_code == 2 and "--comm-kernel" in bad.output
+
+
+# ---- what torch 2.11 writes (tests/corpus/gpu/torch211) ----------------------------------------
+
+def test_torch_2_11_collectives_read_from_record_param_comms_point_to_point_left_out():
+    from tracemerge.inputs import read_trace
+    from tracemerge.inputs.kineto_collectives import collectives
+
+    folder = corpus.DLRM[0].rsplit("/param_dlrm/", 1)[0] + "/torch211/"
+    doc = corpus.load(folder + "world1_collectives.json.gz")
+    ops = [e["args"]["Collective name"] for e in sorted(doc["traceEvents"], key=lambda e: e.get("ts", 0))
+           if e.get("name") == "record_param_comms" and e["args"].get("Collective name") != "wait"]
+    recs = collectives(read_trace(folder + "world1_collectives.json.gz"))
+    assert [r["op"] for r in recs] == ops and len(ops) == 10
+    assert {r["group"] for r in recs} == {"0"} and [r["seq"] for r in recs] == list(range(10))
+    # a batch of a send and a receive: one SendRecv kernel, no collective of the group
+    doc = corpus.load(folder + "world1_send_recv.json.gz")
+    assert sum(e.get("cat") == "kernel" for e in doc["traceEvents"]) == 2
+    assert collectives(read_trace(folder + "world1_send_recv.json.gz")) == []

@@ -23,7 +23,9 @@ them on the launching thread; what the kernel does not say itself (group, sequen
 number, op, size, dtype) it takes from them. Kernels that still name no group are one
 group, :data:`DEFAULT_GROUP` (the default process group of the files given), split by
 the stream they ran on — a communicator has its own stream — numbered by first use on the
-rank, since stream ids need not agree across ranks. Kernel records carry ``kernel: True``:
+rank, since stream ids need not agree across ranks. Point-to-point kernels (send, recv, a
+SendRecv kernel that no op names otherwise) are left out: a pair's, not the group's.
+Kernel records carry ``kernel: True``:
 their end is the collective's completion on the GPU, which the ``nccl-kernel`` alignment
 reads (:mod:`tracemerge.clocks.nccl_kernel`).
 """
@@ -47,6 +49,8 @@ DEFAULT_GROUP = "default"
 # what an NCCL/RCCL kernel does, from its name (every NCCL generation's spelling)
 KERNEL_KIND = re.compile(r"nccl(?:Dev)?(?:Kernel_)?(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|"
                          r"Send|Recv|AllToAll)", re.IGNORECASE)
+# point-to-point operations (and SendRecv kernels nothing names otherwise): never a group's collective
+POINT_TO_POINT = frozenset(("send", "recv", "isend", "irecv", "sendrecv"))
 # CPU ops a collective is issued from: their args and names say what a kernel does not
 CPU_PREFIXES = ("nccl:", "c10d::")
 C10D_KEYS = ("Process Group Name", "Process Group ID", "Seq", "seq_num", "seq", "Collective name",
@@ -108,7 +112,11 @@ def _kernel_records(trace: RankTrace, kernels: np.ndarray, cpu: np.ndarray) -> L
         rec["kernel"] = True
         rec["kind"] = kind.group(1).lower() if kind else ""
         if not rec["op"]:
-            rec["op"] = _cpu_op(ops) or rec["kind"]
+            op = _cpu_op(ops)
+            # a batch (nccl:coalesced) is whatever its kernel runs
+            rec["op"] = rec["kind"] if op in ("", "coalesced") else op
+        if rec["op"].lower().replace("_", "") in POINT_TO_POINT:
+            continue   # one pair's, in an order of their own: not a collective of the group
         if rec["nelems"] is None:
             rec["nelems"], rec["dtype"] = _cpu_size(ops)
             rec["bytes"] = (rec["nelems"] or 0) * DTYPE_BYTES.get(rec["dtype"].lower(), 0)
@@ -204,7 +212,8 @@ def _record(args: Optional[dict], ts: int, dur: int) -> Optional[Dict[str, Any]]
         return None
     # torch 2.0-2.1 wrote the group as "Process Group ID" (its index, the same on every rank)
     group = args.get("Process Group Name", args.get("Process Group ID"))
-    if group is None or args.get("Collective name") in NOT_COLLECTIVES:
+    name = args.get("Collective name")
+    if group is None or name in NOT_COLLECTIVES or str(name).lower().replace("_", "") in POINT_TO_POINT:
         return None
     seq = next((args[k] for k in ("Seq", "seq_num", "seq") if k in args), None)
     if not isinstance(seq, int) or isinstance(seq, bool):
