@@ -168,3 +168,24 @@ def test_torch_2_11_collectives_read_from_record_param_comms_point_to_point_left
     doc = corpus.load(folder + "world1_send_recv.json.gz")
     assert sum(e.get("cat") == "kernel" for e in doc["traceEvents"]) == 2
     assert collectives(read_trace(folder + "world1_send_recv.json.gz")) == []
+
+
+def test_sampled_real_pair_mismatch_is_named_and_that_stream_not_matched():
+    """HTA's sampled ranks 0 and 1 of one 128-rank job (2023, no group fields): sampling kept
+    other kernels on each rank, so the first all-to-all of stream 0 differs in dtype (read
+    here from the CPU ops around each launch); stream 1's two all-gathers agree."""
+    gpu = corpus.DLRM[0].rsplit("/param_dlrm/", 1)[0]
+    paths = [f"{gpu}/hta_sampled_rank0.json.gz", f"{gpu}/hta_sampled_rank1.json.gz"]
+    first = []
+    for path in paths:
+        doc = corpus.load(path)
+        k = next(k for k in corpus.nccl_kernels(doc) if k["tid"] == 84)
+        first.append(corpus.launching_op(doc, k)["args"]["Input type"][0])
+    assert first == ["long", "unsigned char"]
+    result = CliRunner().invoke(main, ["offsets", *paths, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert ("collectives of process group default/stream0 carry no sequence number and their order disagrees at #0: "
+            "rank 0 has all_to_all (sendrecv kernel) of ? × long, rank 1 has all_to_all (sendrecv kernel) of ? × "
+            "unsigned char") in result.stderr
+    clock = {c["rank"]: c for c in json.loads(result.stdout)["ranks"]}[1]
+    assert clock["method"] == "nccl-kernel" and clock["samples"] == 2

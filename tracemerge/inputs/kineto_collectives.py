@@ -144,6 +144,13 @@ def _launching_ops(trace: RankTrace, kernel_args: List[Optional[dict]],
     if not wanted or not runtime or not len(cpu):
         return {}
     launches = np.flatnonzero(np.isin(trace.cat, runtime) & trace.timed)
+    # only the launches inside some communication op can be one: their args alone are decoded
+    # (a rank's runtime calls are most of its events)
+    order = np.argsort(trace.ts[cpu], kind="stable")
+    starts = trace.ts[cpu][order]
+    reach = np.maximum.accumulate(trace.ts[cpu][order] + trace.dur[cpu][order])
+    at = np.searchsorted(starts, trace.ts[launches], side="right") - 1
+    launches = launches[(at >= 0) & (reach[np.maximum(at, 0)] >= trace.ts[launches])]
     found: Dict[int, int] = {}
     for i, args in zip(launches.tolist(), trace.args.chunked_dicts(launches.tolist())):
         if isinstance(args, dict) and args.get("correlation") in wanted:
