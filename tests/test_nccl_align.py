@@ -189,3 +189,36 @@ def test_sampled_real_pair_mismatch_is_named_and_that_stream_not_matched():
             "unsigned char") in result.stderr
     clock = {c["rank"]: c for c in json.loads(result.stdout)["ranks"]}[1]
     assert clock["method"] == "nccl-kernel" and clock["samples"] == 2
+
+
+# ---- the fit of one pair, on planted samples ---------------------------------------------------
+
+def planted_samples(drift_ppm, noise_ns, seed, outliers=()):
+    """50 collectives over 60 s: rank b's kernel ends read 2.5 s + drift later than a's,
+    plus uniform noise of ±noise_ns (the last hop); ``outliers`` {index: ns} added."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    x = 1_700_000_000_000_000_000 + np.sort(rng.integers(0, 60_000_000_000, 50))
+    d = 2_500_000_000 + (x - x[0]) * drift_ppm * 1e-6 + rng.uniform(-noise_ns, noise_ns, 50)
+    for i, extra in dict(outliers).items():
+        d[i] += extra
+    return [(int(a), int(round(b)), ("g", k)) for k, (a, b) in enumerate(zip(x, d))]
+
+
+def test_pair_fit_drift_only_where_the_samples_support_it():
+    from tracemerge.clocks.nccl_kernel import fit_pair
+    flat = fit_pair((0, 1), planted_samples(0.0, 3_000, seed=1))
+    assert flat.drift_ppm == 0.0 and abs(flat.offset_ns - 2_500_000_000) <= 3_000
+    assert flat.bound_ns >= abs(flat.offset_ns - 2_500_000_000)
+    sloped = fit_pair((0, 1), planted_samples(20.0, 3_000, seed=2))   # 1.2 ms over the minute
+    assert abs(sloped.drift_ppm - 20.0) < 0.5 and sloped.bound_ns < 10_000
+    at = sloped.anchor_ns - 1_700_000_000_000_000_000
+    truth = 2_500_000_000 + (sloped.anchor_ns - planted_samples(20.0, 3_000, seed=2)[0][0]) * 20e-6
+    assert abs(sloped.offset_ns - truth) <= 3_000, (at, sloped)
+
+
+def test_pair_fit_leaves_a_straggler_out_and_says_so():
+    from tracemerge.clocks.nccl_kernel import fit_pair
+    fit = fit_pair((0, 1), planted_samples(0.0, 2_000, seed=3, outliers={17: 300_000}))
+    assert [key for key, _ in fit.outliers] == [("g", 17)] and fit.samples == 49
+    assert abs(fit.offset_ns - 2_500_000_000) <= 2_000 and fit.bound_ns < 6_000

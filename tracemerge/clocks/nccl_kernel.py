@@ -137,6 +137,8 @@ def align_nccl_kernel(infos: Mapping[int, Any], reference: int, links: Any = Non
     for r in sorted(infos):
         if r in found:
             out[r] = found[r]
+        elif r == reference:
+            out[r] = ClockModel(rank=r, method="reference", error_bound_ns=0)
         else:
             out[r] = ClockModel(rank=r, method="wall", note=(
                 f"no NCCL kernel of a matched collective links rank {r} to reference rank {reference}; "
