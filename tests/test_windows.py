@@ -32,9 +32,13 @@ def test_windows_that_never_meet_warn_and_strict_refuses(tmp_path):
 
 def test_overlapping_windows_or_a_joining_rpc_say_nothing(tmp_path):
     files = [_plain(tmp_path, "a.json", 0, BASE), _plain(tmp_path, "b.json", 1, BASE + 200_000)]
-    res = cli("combine", *files, "--strict", "-o", tmp_path / "out.json")
+    res = cli("combine", *files, "-o", tmp_path / "out.json")
     assert res.returncode == 0, res.stderr
     assert b"do not overlap" not in res.stderr
+    # nothing links them, though: each is said to be placed by its clock alone (issue 33)
+    assert res.stderr.count(b"is linked to no other rank") == 2
+    res = cli("combine", *files, "--strict", "-o", tmp_path / "strict.json")
+    assert res.returncode == 4 and b"rank 0 (" in res.stderr and b"refused by --strict" in res.stderr
 
     # an hour apart on their clocks, but one RPC with both sides joins them (clocks that disagree)
     call = {"rpc_id": "0:0", "kind": "rpc_sync", "func": "f", "caller": 0, "callee": 1}
