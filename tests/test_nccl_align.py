@@ -41,7 +41,7 @@ def test_moved_clocks_recovered_within_20_us_by_kernel_ends(moved_job):
         if rank:
             assert clock.method == "nccl-kernel" and clock.samples == 8
             assert clock.error_bound_ns is not None and clock.error_bound_ns >= abs(clock.offset_ns - truth)
-    assert not any("link" in w for w in job.warnings)
+    assert job.warnings == ()   # the collectives join every rank: no window or link warning
 
 
 def test_named_method_and_offsets_show_it(moved_job):
