@@ -838,7 +838,7 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
     finally:  # the environment as it was (the choice is made)
         if pool is None:
             os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)
-    check_directory(output, force)  # before any input is read
+    check_directory(output, force, files)  # before any input is read
     if scheduler:
         files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves
         output = os.path.abspath(output)
