@@ -156,3 +156,118 @@ def test_a_sigkilled_export_leaves_nothing_the_next_run_does_not_remove(tmp_path
 def _boot():
     with open("/proc/sys/kernel/random/boot_id") as f:
         return f.read().strip().replace("-", "")[:12]
+
+
+# items 13, 14 ----------------------------------------------------------------------------
+
+def test_process_substitution_is_read(tmp_path):
+    """`info <(zcat rank0.json.gz)`: a pipe given on the command line is read whole."""
+    r = subprocess.run(["bash", "-c", f'"{sys.executable}" -m tracemerge info <(zcat "{RANKS[0]}")'],
+                       capture_output=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert b"355 events" in r.stdout and b"empty file" not in r.stderr
+
+
+def test_a_fifo_with_no_writer_ends_with_exit_3(tmp_path):
+    fifo = tmp_path / "nobody_writes"
+    os.mkfifo(fifo)
+    t = time.monotonic()
+    r = cli("info", fifo, env={**os.environ, "TRACEMERGE_PIPE_WAIT": "1"}, timeout=60)
+    assert "no writer" in one_line_error(r, 3)
+    assert time.monotonic() - t < 30
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+@pytest.mark.parametrize("command", ["info", "combine", "report", "offsets"])
+def test_endless_devices_are_refused(tmp_path, device, command):
+    out = ["-o", tmp_path / "t.json"] if command == "combine" else []
+    r = cli(command, device, *out, timeout=60)
+    assert "character device" in one_line_error(r, 3)
+
+
+def test_a_device_is_skipped_by_skip_bad():
+    r = cli("info", "/dev/zero", RANKS[0], "--skip-bad", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert b"skipped /dev/zero" in r.stderr and b"355 events" in r.stdout
+
+
+NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+
+
+def test_an_unreadable_input_exits_3_and_skip_bad_skips_it(tmp_path):
+    """chmod 000 stops root only without its DAC override capabilities (setpriv drops them)."""
+    if os.getuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (util-linux); a user other than root cannot make root-proof files")
+    good, bad = tmp_path / "rank0.json.gz", tmp_path / "rank1.json.gz"
+    shutil.copy(RANKS[0], good)
+    shutil.copy(RANKS[1], bad)
+    os.chmod(bad, 0o000)
+    run = [*NO_DAC, sys.executable, "-m", "tracemerge", "info", str(good), str(bad)]
+    r = subprocess.run(run, capture_output=True, timeout=60, cwd=ROOT)
+    line = one_line_error(r, 3)
+    assert str(bad) in line and "ermission denied" in line
+    r = subprocess.run(run + ["--skip-bad"], capture_output=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert f"skipped {bad}".encode() in r.stderr and b"355 events" in r.stdout
+
+
+# item 16 -------------------------------------------------------------------------------
+
+def test_the_api_takes_one_str_or_path():
+    import pathlib
+
+    import tracemerge
+
+    for one in (RANKS[0], pathlib.Path(RANKS[0])):
+        tables = tracemerge.load(one)
+        assert [i.events for i in tables.job.infos] == [355] and len(tables.events) >= 355
+        assert len(tracemerge.Job.open(one).infos) == 1
+    assert len(tracemerge.load([pathlib.Path(p) for p in RANKS]).job.infos) == 3
+
+
+# item 18 -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    out = tmp_path_factory.mktemp("merged") / "trace.json"
+    r = cli("combine", *RANKS, "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.mark.parametrize("command, extra", [("combine", ["-o", "OUT.json"]), ("offsets", []),
+                                            ("export", ["-o", "OUT"]), ("whatif", ["--speedup", "x=2"])])
+@pytest.mark.parametrize("with_ranks", [True, False])
+def test_a_merged_trace_fed_back_is_refused_naming_its_rank_files(tmp_path, merged, command, extra, with_ranks):
+    extra = [str(tmp_path / e) if e.startswith("OUT") else e for e in extra]
+    r = cli(command, *(RANKS if with_ranks else []), merged, *extra, timeout=60)
+    line = one_line_error(r, 3)
+    assert "a merged trace written by tracemerge combine" in line and "rank0.json.gz" in line
+    assert "--rank-from order" not in r.stderr.decode()
+
+
+def test_a_merged_trace_is_still_read_alone_by_report_and_info(merged):
+    assert cli("report", merged).returncode == 0
+    r = cli("info", merged)
+    assert r.returncode == 0 and b"merged trace" in r.stdout
+
+
+# item 19 -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command, extra", [("combine", ["-o", "OUT.json"]), ("report", []), ("info", []),
+                                            ("offsets", []), ("export", ["-o", "OUT"]),
+                                            ("whatif", ["--speedup", "x=2"])])
+def test_every_command_takes_a_quoted_glob(tmp_path, command, extra):
+    extra = [str(tmp_path / e) if e.startswith("OUT") else e for e in extra]
+    r = cli(command, os.path.join(PS, "rank*.json.gz"), *extra, "-q", timeout=120)
+    assert r.returncode == 0, r.stderr
+    nothing = cli(command, os.path.join(PS, "nothing*.json.gz"), *extra, timeout=60)
+    assert "matches no file" in one_line_error(nothing, 2)
+
+
+def test_one_rank_file_of_a_current_capture_is_not_called_an_older_capture():
+    r = cli("report", RANKS[0])
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.decode()
+    assert "older tracemerge" not in err
+    assert "their callee ranks have no input file" in err
