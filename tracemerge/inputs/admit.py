@@ -91,7 +91,7 @@ def merged_problem(path: str) -> Optional[str]:
         block = read_trace(path).tracemerge
     except TraceError:
         return None
-    if not is_merged_block(block):
+    if block is None or not is_merged_block(block):
         return None
     inputs: Any = block.get("inputs") or []
     paths = [str(i.get("path")) for i in inputs if isinstance(i, dict)]
