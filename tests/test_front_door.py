@@ -213,16 +213,20 @@ def test_an_unreadable_input_exits_3_and_skip_bad_skips_it(tmp_path):
 
 # item 16 -------------------------------------------------------------------------------
 
-def test_the_api_takes_one_str_or_path():
+def test_the_api_takes_one_str_or_path(tmp_path):
     import pathlib
 
     import tracemerge
+    from tracemerge.tables.export import export
 
     for one in (RANKS[0], pathlib.Path(RANKS[0])):
         tables = tracemerge.load(one)
         assert [i.events for i in tables.job.infos] == [355] and len(tables.events) >= 355
         assert len(tracemerge.Job.open(one).infos) == 1
+    job = tracemerge.Job.open([pathlib.Path(p) for p in RANKS], align=tracemerge.AlignRequest())
     assert len(tracemerge.load([pathlib.Path(p) for p in RANKS]).job.infos) == 3
+    assert tracemerge.combine(job, None, tmp_path / "t.json")["events"]["in"] == sum(i.events for i in job.infos)
+    assert export(job, tmp_path / "pq")["inputs"] and (tmp_path / "pq" / "tracemerge.json").exists()
 
 
 # item 18 -------------------------------------------------------------------------------

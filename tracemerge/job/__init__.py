@@ -78,7 +78,7 @@ class Job:
     traces: Mapping[str, RankTrace] = field(default_factory=dict, repr=False)  # {path: events} kept in memory
 
     @classmethod
-    def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto",
+    def open(cls, paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]], rank_from: str = "auto",
              engine: Optional[Engine] = None,
              skip_bad: bool = False, strict: bool = False, heads_only: bool = False,
              columns_only: bool = False, cycle: Optional[int] = None,

@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Union
 
 import orjson
 
@@ -99,10 +99,11 @@ def check_directory(output: str, force: bool, inputs: Iterable[str] = ()) -> Non
         raise OutputError(f"{parent}: cannot write there")
 
 
-def export(job: Job, output: str, alignment: Optional[Alignment] = None, selection: Optional[Selection] = None,
+def export(job: Job, output: Union[str, "os.PathLike[str]"], alignment: Optional[Alignment] = None, selection: Optional[Selection] = None,
            force: bool = False, group_by: str = "name", critical_path: bool = False, gpu: bool = False
            ) -> Dict[str, Any]:
     """Write the tables of ``job`` to the directory ``output``; returns its summary."""
+    output = os.fspath(output)
     require_arrow()
     import pyarrow.parquet as pq
 
