@@ -18,7 +18,8 @@ Classes of hostile input (each run draws one, from its own seed ``SEED:K``):
 
 Asserted for every run: never exit 1 (an internal error) nor a traceback; no run past the
 time limit (a hang); no run over 1 GB of memory (peak RSS of the process and the workers it
-waited for) on inputs under 10 MB; a refused --force leaves its target as it was.
+waited for) on inputs under 10 MB; a refused --force leaves its target as it was; no
+temporary file or directory left beside the output (signals, errors, concurrent writers).
 
     python fuzz/sweep.py [--seconds 90] [--seed 35] [--jobs N] [--only K] [--keep DIR]
 
@@ -337,6 +338,10 @@ def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
                 problems.append(f"memory: {rss / 2**20:.0f} MiB peak RSS on {size / 2**20:.1f} MiB of input")
             if case.ok_codes and rc not in case.ok_codes:
                 problems.append(f"exit {rc}, expected {case.ok_codes}: {err.strip()[-300:]}")
+        out = os.path.join(tmp, "out")
+        left = [n for n in (os.listdir(out) if os.path.isdir(out) else []) if n.startswith(".")]
+        if left:  # no run here is killed outright: a temporary file or directory left is a leak
+            problems.append(f"left temporary files beside the output: {left}")
         try:
             after = _snapshot(case.keep_intact)
         except OSError as e:
