@@ -31,6 +31,7 @@ import gzip
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -313,6 +314,17 @@ def _run_one(argv: List[str], env: Dict[str, str], cwd: str, case: Case) -> tupl
             hung)
 
 
+_FRAME = re.compile(r'File "[^"]*tracemerge/[^"]*", line \d+, in (\S+)')
+
+
+def _at_startup(err: str) -> bool:
+    """A KeyboardInterrupt or SIGTERM traceback raised while Python starts or imports the
+    package (site.py, click's imports): every tracemerge frame is a module being imported."""
+    lines = err.strip().splitlines()
+    return bool(lines) and lines[-1] in ("KeyboardInterrupt", "Terminated") and \
+        all(name == "<module>" for name in _FRAME.findall(err))
+
+
 def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
     tmp = tempfile.mkdtemp(prefix=f"tracemerge-sweep-{k}-")
     try:
@@ -332,6 +344,8 @@ def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
         for rc, seconds, rss, err, hung in runs:
             if hung:
                 problems.append(f"hang: past {RUN_LIMIT_S} s")
+            if case.kind == "signal" and _at_startup(err):
+                continue  # the interpreter interrupted while it starts: no tracemerge code ran yet
             if rc == 1 or "Traceback" in err:
                 problems.append("internal error: " + (err.strip().splitlines() or ["(no message)"])[-1][:300])
             if rss > RSS_LIMIT and size < SMALL_INPUTS:
