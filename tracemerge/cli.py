@@ -270,7 +270,7 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
         files = admit.expand(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
-    pipes = [p for p in files if admit.is_pipe(p)]
+    pipes = [p for p in files if p in value and admit.is_pipe(p)]  # a FIFO a glob matched is not "given"
     if not pipes:
         return tuple(files)
     import shutil
