@@ -334,7 +334,9 @@ def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
             if os.path.isfile(a):
                 size += os.path.getsize(a)
         before = _snapshot(case.keep_intact)
-        env = {"TRACEMERGE_PIPE_WAIT": "2", **case.env}
+        # the checkout's tracemerge, whatever the directory the run starts in
+        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+        env = {"TRACEMERGE_PIPE_WAIT": "2", "PYTHONPATH": path, **case.env}
         if case.twin:
             with ThreadPoolExecutor(2) as pool:
                 runs = list(pool.map(lambda _: _run_one(_argv(case), env, tmp, case), range(2)))
