@@ -191,10 +191,16 @@ def test_process_substitution_is_read(tmp_path):
 def test_a_fifo_with_no_writer_ends_with_exit_3(tmp_path):
     fifo = tmp_path / "nobody_writes"
     os.mkfifo(fifo)
+    import glob
+    import tempfile
+
+    spools = os.path.join(tempfile.gettempdir(), "tracemerge-pipes-*")
+    before = set(glob.glob(spools))
     t = time.monotonic()
-    r = cli("info", fifo, env={"TRACEMERGE_PIPE_WAIT": "1"})
+    r = cli("info", RANKS[0], fifo, env={"TRACEMERGE_PIPE_WAIT": "1"})
     assert "no writer" in one_line_error(r, 3)
     assert time.monotonic() - t < 30
+    assert set(glob.glob(spools)) <= before  # nothing left of the temporary copies
 
 
 @pytest.mark.parametrize("command, device", [("info", "/dev/zero"), ("combine", "/dev/urandom"),

@@ -279,9 +279,13 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
     directory = tempfile.mkdtemp(prefix="tracemerge-pipes-")
     ctx.call_on_close(lambda: shutil.rmtree(directory, ignore_errors=True))
     spooled = {}
-    for p in pipes:
-        spooled[p] = admit.spool(p, directory)
-        say(f"tracemerge: note: {p} is a pipe: read whole into {spooled[p]}, named so below", err=True)
+    try:
+        for p in pipes:
+            spooled[p] = admit.spool(p, directory)
+            say(f"tracemerge: note: {p} is a pipe: read whole into {spooled[p]}, named so below", err=True)
+    except BaseException:  # the context is not closed when parsing fails: its cleanup would not run
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
     return tuple(spooled.get(p, p) for p in files)
 
 
