@@ -3,9 +3,10 @@
 hostile inputs for a bounded time, each run in its own process with a time limit.
 
 Classes of hostile input (each run draws one, from its own seed ``SEED:K``):
-  field      one field of the rank-file block, of ``distributedInfo``, of an event or of
-             its args replaced by every wrong JSON type and non-finite value (null, a bool,
-             a string of a number, -1, 2**70, 1e300, NaN, Infinity, a list, an object)
+  field      one field of the rank-file block (its RPC and collective records among them),
+             of ``distributedInfo``, of an event or its args (a ``process_name``'s among
+             them) replaced by every wrong JSON type and non-finite value (null, a bool, a
+             string of a number, -1, 2**70, 1e300, NaN, Infinity, a list, an object)
   truncate   a rank file cut at a random byte (plain or gzip)
   bomb       a gzip or zstd input of a few MB that inflates to GBs
   deep       a value nested 50,000 deep in the block
@@ -155,8 +156,27 @@ def make_case(k: int, seed: int, tmp: str) -> Case:
     if kind == "field":
         def mutate(docs: List[Any]) -> None:
             doc = rng.choice(docs)
-            where = rng.choice(["tracemerge", "event", "distributedInfo", "top"])
-            if where == "event":
+            where = rng.choice(["tracemerge", "event", "distributedInfo", "top", "rpc", "collective",
+                                "process_name"])
+            if where == "rpc" and doc["tracemerge"]["rpcs"]:
+                rpcs = doc["tracemerge"]["rpcs"]
+                k = rng.randrange(len(rpcs))
+                path = ("tracemerge", "rpcs", k, rng.choice(sorted(rpcs[k])))
+            elif where == "collective":
+                # one collective every rank took part in, then one field of one rank's record made hostile
+                for r, d in enumerate(docs):
+                    start = d["tracemerge"].get("profile_start_ns") or 0
+                    d["tracemerge"]["collectives"] = [{
+                        "op": "allreduce", "group": "0", "group_ranks": list(range(len(docs))), "seq": 1,
+                        "bytes": 4096, "dtype": "Float", "start_ns": start + 1000, "end_ns": start + 5000}]
+                path = ("tracemerge", "collectives", 0, rng.choice(["op", "group", "group_ranks", "seq", "bytes",
+                                                                    "dtype", "start_ns", "end_ns"]))
+            elif where == "process_name":
+                meta = [i for i, e in enumerate(doc["traceEvents"]) if e.get("name") == "process_name"]
+                path = ("traceEvents", rng.choice(meta), rng.choice(["args", "args", "name", "pid"]))
+                if path[-1] == "name":
+                    path = path[:-1] + ("args", "name")
+            elif where == "event":
                 event = rng.choice(doc["traceEvents"])
                 event.setdefault("args", {})
                 paths = [p for p in _paths(event) if p]
