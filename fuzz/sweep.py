@@ -368,8 +368,12 @@ def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
                 problems.append(f"hang: past {RUN_LIMIT_S} s")
             if case.kind == "signal" and _at_startup(err):
                 continue  # the interpreter interrupted while it starts: no tracemerge code ran yet
+            if case.kind == "signal" and case.command == "load" and err.strip().endswith("KeyboardInterrupt"):
+                continue  # the API raises KeyboardInterrupt to its caller, as Python does
             if rc == 1 or "Traceback" in err:
-                problems.append("internal error: " + (err.strip().splitlines() or ["(no message)"])[-1][:300])
+                at = err.find("Traceback")
+                said = err[at:].strip().splitlines()[-8:] if at >= 0 else err.strip().splitlines()[-1:]
+                problems.append("internal error: " + ("\n         ".join(said) or "(no message)")[:1500])
             if rss > RSS_LIMIT and size < SMALL_INPUTS:
                 problems.append(f"memory: {rss / 2**20:.0f} MiB peak RSS on {size / 2**20:.1f} MiB of input")
             if case.ok_codes and rc not in case.ok_codes:
