@@ -260,7 +260,39 @@ def parse_offsets(ctx: click.Context, param: click.Parameter, values: "tuple[str
     return offsets
 
 
-files_argument = click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, ...]") -> "tuple[str, ...]":
+    """FILES as the readers take them: quoted globs expanded, a pipe given here (process
+    substitution, a FIFO) read whole into a temporary file that goes when the command ends
+    (tracemerge.inputs.admit); anything else is judged by Job.open and the readers (exit 3,
+    or left out by --skip-bad)."""
+    from tracemerge.inputs import admit
+
+    try:
+        files = admit.expand(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    pipes = [p for p in files if p in value and admit.is_pipe(p)]  # a FIFO a glob matched is not "given"
+    if not pipes:
+        return tuple(files)
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="tracemerge-pipes-")
+    ctx.call_on_close(lambda: shutil.rmtree(directory, ignore_errors=True))
+    spooled = {}
+    try:
+        for p in pipes:
+            spooled[p] = admit.spool(p, directory)
+            say(f"tracemerge: note: {p} is a pipe: read whole into {spooled[p]}, named so below", err=True)
+    except BaseException:  # the context is not closed when parsing fails: its cleanup would not run
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return tuple(spooled.get(p, p) for p in files)
+
+
+# readable=False: an unreadable file is the reader's error (exit 3, --skip-bad skips it), not click's exit 2
+files_argument = click.argument("files", nargs=-1, required=True, callback=_front_door,
+                                type=click.Path(dir_okay=False, readable=False))
 
 
 def rank_options(fn: "click.decorators.FC") -> "click.decorators.FC":
@@ -854,7 +886,7 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
     finally:  # the environment as it was (the choice is made)
         if pool is None:
             os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)
-    check_directory(output, force)  # before any input is read
+    check_directory(output, force, files)  # before any input is read
     if scheduler:
         files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves
         output = os.path.abspath(output)

@@ -10,6 +10,7 @@ first. Where ``O_TMPFILE`` is missing, a named temporary file beside the target 
 
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from typing import Iterable, Iterator, Optional
@@ -27,6 +28,7 @@ def check_output(path: str, inputs: Iterable[str], force: bool) -> None:
     for p in inputs:
         if os.path.realpath(p) == target:
             raise OutputError(f"{path}: the output is also an input; choose another -o")
+    check_kind(path, force)
     if os.path.isdir(path):  # before "exists": --force would not help
         raise OutputError(f"{path}: is a directory")
     if os.path.exists(path) and not force:
@@ -37,6 +39,36 @@ def check_output(path: str, inputs: Iterable[str], force: bool) -> None:
         raise OutputError(f"{path}: the directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK) or not _can_create_in(directory):
         raise OutputError(f"{path}: the directory {directory} is not writable")
+
+
+# what a path that is not a regular file is, said in the refusal
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: str) -> Optional[str]:
+    """What ``path`` is when it exists and is neither a regular file nor a directory (a FIFO,
+    a device, a socket; a symbolic link is judged by what it leads to), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
+def check_kind(path: str, force: bool = False) -> None:
+    """Refuse an output that is a special file, with or without ``--force``: replacing it
+    would destroy a device node or a pipe another program reads (as root, ``-o /dev/null
+    --force`` replaced /dev/null), and writing into it cannot be taken back whole. The
+    stream a pipe or terminal wants is ``-o -`` (docs/errors.md)."""
+    kind = special_kind(path)
+    if kind is not None:
+        hint = "" if kind == "a socket" else f" (to stream into it: -o - > {path})"
+        raise OutputError(f"{path}: is {kind}, not a regular file: tracemerge writes and replaces only regular "
+                          f"files{hint}")
+    if force and os.path.islink(path):  # replacing the link itself: /dev/stdout, as root
+        raise OutputError(f"{path}: is a symbolic link (to {os.path.realpath(path)}): --force replaces only a "
+                          "regular file; name the file it leads to")
 
 
 def _can_create_in(directory: str) -> bool:
@@ -100,6 +132,7 @@ def _commit(fd: int, tmp: Optional[str], path: str, force: bool) -> None:
     """Give the written file ``path`` as its name: without ``force`` only if no file has
     that name by now (an exclusive link), with it replacing what is there."""
     source = tmp if tmp is not None else f"/proc/self/fd/{fd}"
+    check_kind(path, force)  # again: a FIFO or device made there while this run worked is not replaced
     if not force:
         try:
             _link(source, path)

@@ -31,6 +31,7 @@ from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.engine import Engine, LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
+from tracemerge.inputs.admit import admit
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
 from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
 from tracemerge.job.checks import check_job, check_links, check_windows, rpc_peers
@@ -77,7 +78,7 @@ class Job:
     traces: Mapping[str, RankTrace] = field(default_factory=dict, repr=False)  # {path: events} kept in memory
 
     @classmethod
-    def open(cls, paths: Iterable[Union[str, "os.PathLike[str]"]], rank_from: str = "auto",
+    def open(cls, paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]], rank_from: str = "auto",
              engine: Optional[Engine] = None,
              skip_bad: bool = False, strict: bool = False, heads_only: bool = False,
              columns_only: bool = False, cycle: Optional[int] = None,
@@ -96,7 +97,11 @@ class Job:
         The cycle files of one rank (``rank{R}.cycle{N}``) are one rank made of several
         files (:mod:`tracemerge.inputs.cycles`); ``cycle`` keeps only cycle N of each.
         """
-        files: List[str] = [os.fspath(p) for p in paths]
+        if isinstance(paths, (str, os.PathLike)):  # one file: not the characters of its name
+            paths = [paths]
+        given: List[str] = [os.fspath(p) for p in paths]
+        # devices, sockets, FIFOs and merged traces turned away before any reader opens them
+        files, turned_away = admit(given, skip_bad)
         keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
         kept: Dict[str, RankTrace] = {}
         if not keep:
@@ -114,9 +119,10 @@ class Job:
                 if trace is not None:
                     kept[path] = trace
         infos = [info for info, _ in found if info is not None]
-        skipped = tuple((path, problem) for path, (_, problem) in zip(files, found) if problem is not None)
+        skipped = turned_away + tuple((path, problem) for path, (_, problem) in zip(files, found)
+                                      if problem is not None)
         if not infos:
-            raise TracemergeError(f"no readable input: all {len(files)} files were skipped as bad")
+            raise TracemergeError(f"no readable input: all {len(given)} files were skipped as bad")
         if cycle is not None:
             infos = keep_cycle(infos, cycle)
         if rank_from != "order":  # numbered in the order given, every file is a rank of its own
@@ -127,7 +133,7 @@ class Job:
         warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links) + list(links.order_warnings)
         warnings += check_links(infos, links, strict)
         taken = {part.path for i in infos for part in i.files}
-        job = cls(tuple(infos), links, tuple(files), skipped, tuple(warnings), None, engine,
+        job = cls(tuple(infos), links, tuple(given), skipped, tuple(warnings), None, engine,
                   {p: t for p, t in kept.items() if p in taken})
         return job if align is None else job.aligned(align)
 

@@ -60,9 +60,16 @@ def rpc_peers(infos: Sequence[RankInfo], links: Correlation) -> List[str]:
     warnings = [f"{n} RPC records name rank {rank} as their peer, but no input file has rank {rank}"
                 for rank, n in sorted(match.missing_peer.items())]
     sides = rpc_sides(match)
-    if sides["caller_only"]:
+    # a call whose callee rank has no input file has no callee side to find: the file was not given
+    has = match.calls.has
+    caller_only = has[0] & ~has[1]  # as RpcMatch.caller_only counts them: a send, no start
+    absent = int((caller_only & ~np.isin(match.calls.callee, [rank_of(i) for i in infos])).sum())
+    if absent:
+        warnings.append(f"{absent} of {sides['calls']} RPCs have only the caller's side because their callee "
+                        "ranks have no input file: give every rank's file")
+    if sides["caller_only"] - absent:
         warnings.append(
-            f"{sides['caller_only']} of {sides['calls']} RPCs have only the caller's side: their callees "
+            f"{sides['caller_only'] - absent} of {sides['calls']} RPCs have only the caller's side: their callees "
             "recorded none and the callers' files carry no callee sides for them (captured by an older "
             "tracemerge, or a callee did not answer when the caller wrote its file: see the file's "
             "tracemerge.remote_sides); capture again with this version, or keep the callees inside profile")

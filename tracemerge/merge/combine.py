@@ -1,8 +1,9 @@
 """Combine: every rank into one trace on the reference clock, one process group per rank."""
 
 import functools
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, Union
 
 import tracemerge
 from tracemerge import native
@@ -60,7 +61,7 @@ class Written:
     cores: List[Tuple[str, str]]   # [(path, "native" or "python[: why]")], in the order written
 
 
-def combine(job: "Job", alignment: Optional["Alignment"], output: str, force: bool = False, fmt: Optional[str] = None,
+def combine(job: "Job", alignment: Optional["Alignment"], output: Union[str, "os.PathLike[str]"], force: bool = False, fmt: Optional[str] = None,
             selection: Optional[select.Selection] = None, critical_path: bool = False) -> Dict[str, Any]:
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
 
@@ -73,7 +74,7 @@ def combine(job: "Job", alignment: Optional["Alignment"], output: str, force: bo
     first — every rank is read once more for it — and drawn as one more process
     (:mod:`tracemerge.analysis.drawing`); the summary says where (``critical_path``).
     """
-    return write(job, alignment, output, force, fmt, selection, critical_path).summary
+    return write(job, alignment, os.fspath(output), force, fmt, selection, critical_path).summary
 
 
 def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool = False, fmt: Optional[str] = None,

@@ -16,7 +16,8 @@ from tracemerge.analysis.summary import Analysis, analyse, analysis_dict
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.errors import TracemergeError, reading
+from tracemerge.errors import TraceError, TracemergeError, reading
+from tracemerge.inputs.admit import MERGED_HEAD, is_merged_block, problem
 from tracemerge.inputs.head import read_head
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
@@ -56,19 +57,19 @@ class Report:
 
 def is_merged(trace: RankTrace) -> bool:
     """A trace written by ``tracemerge combine``: its summary maps output pids to ranks."""
-    block = trace.tracemerge or {}
-    return isinstance(block.get("pids"), dict) and "inputs" in block
-
-
-# the keys `tracemerge combine` writes before a merged trace's events (its summary comes last)
-MERGED_HEAD = {"schemaVersion", "displayTimeUnit", "baseTimeNanoseconds"}
+    return is_merged_block(trace.tracemerge)
 
 
 def read_merged(path: str) -> Optional[RankTrace]:
     """The trace of ``path`` if it is a merged trace written by ``combine``, else None.
     Only a file that starts as combine's output does is read (rank files and Kineto traces
     are told apart by their heads)."""
-    head = read_head(path)
+    if problem(path) is not None:
+        return None  # a device or FIFO is never opened here: Job.open turns it away
+    try:
+        head = read_head(path)
+    except TraceError:
+        return None  # unreadable: Job.open's reader says so (or --skip-bad skips it)
     if head is None or set(head) != MERGED_HEAD:
         return None
     trace = read_file(path)

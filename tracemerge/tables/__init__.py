@@ -56,7 +56,7 @@ class Tables:
         return sorted(set(super().__dir__()) | set(TABLES))
 
 
-def load(paths: Iterable[Union[str, "os.PathLike[str]"]], align: str = "auto", reference: Optional[int] = None,
+def load(paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]], align: str = "auto", reference: Optional[int] = None,
          offsets: Optional[Mapping[int, int]] = None, enforce_causality: bool = False, rank_from: str = "auto",
          cycle: Optional[int] = None, skip_bad: bool = False, strict: bool = False,
          ranks: Optional[Iterable[int]] = None, window_ms: Optional[tuple] = None,
