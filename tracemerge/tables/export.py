@@ -16,7 +16,7 @@ with ``force``.
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import orjson
 
@@ -45,9 +45,10 @@ def check_directory(output: str, force: bool) -> None:
 
 
 def export(job: Job, output: str, alignment: Optional[Alignment] = None, selection: Optional[Selection] = None,
-           force: bool = False, group_by: str = "name", critical_path: bool = False, gpu: bool = False
-           ) -> Dict[str, Any]:
-    """Write the tables of ``job`` to the directory ``output``; returns its summary."""
+           force: bool = False, group_by: str = "name", critical_path: bool = False, gpu: bool = False,
+           comm_kernels: Sequence[str] = ()) -> Dict[str, Any]:
+    """Write the tables of ``job`` to the directory ``output``; returns its summary. ``comm_kernels``:
+    regexes of further communication kernels for the gpu table (``--comm-kernel``)."""
     require_arrow()
     import pyarrow.parquet as pq
 
@@ -59,7 +60,7 @@ def export(job: Job, output: str, alignment: Optional[Alignment] = None, selecti
         raise OutputError(f"{output}: cannot write beside it: {e.strerror or e}") from None
     try:
         built = build(job, alignment, selection, os.path.join(tmp, "events"), group_by, critical_path=critical_path,
-                      gpu=gpu)
+                      gpu=gpu, comm_kernels=comm_kernels)
         for name, table in built.tables.items():
             pq.write_table(table, os.path.join(tmp, f"{name}.parquet"))
         summary = _summary(job, built.alignment, built.parts, selection or Selection())
