@@ -353,6 +353,16 @@ def engine_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     return fn
 
 
+def comm_kernel_option(fn: "click.decorators.FC") -> "click.decorators.FC":
+    """``--comm-kernel REGEX`` (repeatable), wherever a GPU section is made: ``report``,
+    ``combine --report``, ``export --gpu``."""
+    return click.option(
+        "--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX", callback=lambda _c, _p, v: _regexes(v),
+        help="Count device kernels whose name matches REGEX (Python re, repeatable) as communication in the "
+             "GPU section (report's, combine --report's, export --gpu's gpu table), after the known families "
+             "(NCCL, RCCL, DeepEP, custom all-reduce, NVSHMEM, MSCCL).")(fn)
+
+
 def align_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--offset", "offsets", multiple=True, callback=parse_offsets, metavar="RANK=NS",
                       help="Force a known clock offset for a rank (its clock minus the reference's, ns). Repeatable.")(fn)
@@ -421,13 +431,14 @@ def main() -> None:
                    "with one slice per window (ProfilerStep#N of the ranks whose steps meet, 'ProfilerStep#N "
                    "(rank R)' for a rank whose step meets no other's, else the whole trace) and its "
                    "segments nested in it. Reads every rank once more.")
+@comm_kernel_option
 def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, reference: "int | None",
             offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, enforce_causality: bool,
             fmt: "str | None", ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
             min_duration: "float | None", drop_categories: "tuple[str, ...]", overview: "float | None",
             engine: str, jobs: "int | None",
-            scheduler: "str | None", report_path: "str | None", critical_path: bool, skip_bad: bool,
-            strict: bool) -> None:
+            scheduler: "str | None", report_path: "str | None", critical_path: bool, comm_kernels: "tuple[str, ...]",
+            skip_bad: bool, strict: bool) -> None:
     """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
@@ -442,6 +453,8 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
       tracemerge combine rank*.json.gz -o trace.pftrace --window 100:350 --drop-category python_function
       tracemerge combine rank*.json.gz -o trace.pftrace --critical-path
     """
+    if comm_kernels and report_path is None:
+        raise click.BadParameter("only with --report (the GPU section is the report's)", param_hint="'--comm-kernel'")
     check_output(output, files, force)  # before any input is read: a long merge never ends in "cannot write"
     if report_path is not None:
         report_path = combine_report_path(output, report_path, files, force)
@@ -459,7 +472,7 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
         summary = written.summary
         if report_path is not None:
-            report_path = write_combine_report(job, alignment, output, report_path, files)
+            report_path = write_combine_report(job, alignment, output, report_path, files, comm_kernels)
     finally:
         runner.close()
     ev = summary["events"]
@@ -675,9 +688,7 @@ def merged_lines(path, trace):
               show_default=True,
               help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
                    "critical path's segments, the wait states, per-step times or the stragglers.")
-@click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX", callback=lambda _c, _p, v: _regexes(v),
-              help="Count device kernels whose name matches REGEX (Python re, repeatable) as communication in the "
-                   "GPU section, after the known families (NCCL, RCCL, DeepEP, custom all-reduce, NVSHMEM, MSCCL).")
+@comm_kernel_option
 @align_options
 @rank_options
 @input_options
@@ -856,9 +867,10 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
               help="Also find the cross-rank critical path (the critical_path table), from the same read of each rank.")
 @click.option("--gpu", is_flag=True,
               help="Also each rank's GPU time (the gpu table: report's GPU section), from the same read of each rank.")
+@comm_kernel_option
 def export_tables(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, ranks, window,
                   min_duration, drop_categories, overview, engine, jobs, scheduler, group_by, critical_path, gpu,
-                  skip_bad, strict):
+                  comm_kernels, skip_bad, strict):
     """Write the aligned job as Parquet tables in DIR, for pandas, DuckDB, Dask or Spark.
 
     Events (one row per event of the merged trace, times in ns on the reference clock) are
@@ -886,6 +898,8 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
     finally:  # the environment as it was (the choice is made)
         if pool is None:
             os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+    if comm_kernels and not gpu:
+        raise click.BadParameter("only with --gpu (the gpu table is the GPU section)", param_hint="'--comm-kernel'")
     check_directory(output, force, files)  # before any input is read
     if scheduler:
         files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves
@@ -897,7 +911,7 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
                               drop_categories=frozenset(drop_categories), overview_us=overview)
-        summary = export(job, output, None, selection, force, group_by, critical_path, gpu)
+        summary = export(job, output, None, selection, force, group_by, critical_path, gpu, comm_kernels)
     finally:
         runner.close()
     ev = summary["events"]

@@ -8,7 +8,12 @@ Every exchange between ranks ``a`` and ``b`` bounds the offset line of ``b`` rel
   NTP's ``θ ± δ/2`` for one sample, exact for any linear clock;
 - an RPC b→a: ``g(t2) >= t1 - t2`` and ``g(t3) <= t4 - t3``;
 - a synchronising collective (nobody leaves before everybody arrived):
-  ``g(start_a) <= end_b - start_a`` and ``g(end_a) >= start_b - end_a``.
+  ``g(start_a) <= end_b - start_a`` and ``g(end_a) >= start_b - end_a``;
+- a send a→b matched with its receive (a receive cannot end before its send started),
+  one way only: ``g(send_start) <= recv_end - send_start``; a send b→a gives
+  ``g(recv_end) >= send_start - recv_end``. One direction alone bounds ``g`` on one side:
+  such a pair is used only where sends go both ways or other exchanges bound the other
+  side (:func:`merge_one_way`).
 
 The lines satisfying all of them form a convex set (Duda's two hulls). Intersecting them
 is at least as tight as NTP's minimum-δ filter, and with a slope it fits drift too. The
@@ -87,6 +92,38 @@ def rpc_constraints(calls: Any) -> Dict[Tuple[int, int], "Constraints"]:
     groups = np.split(rows, start[1:], axis=1)
     return {(int(a[i]), int(b[i])): _constraints((a[i], b[i]), groups[k], "rpc")
             for k, i in sorted(enumerate(start.tolist()), key=lambda g: order[g[1]])}
+
+
+def p2p_constraints(p2p: Any) -> Dict[Tuple[int, int], "Constraints"]:
+    """{(a, b): Constraints} with a < b from the matched sends and receives of a
+    :class:`~tracemerge.correlate.match.PointToPoint`: a send from a is an upper bound, one
+    from b a lower bound. Its ``widths`` pair the k-th of each direction (a round trip),
+    so ``samples`` counts round trips; a pair with sends one way only has none."""
+    use = p2p.sender != p2p.receiver
+    s, r, start, end = p2p.sender[use], p2p.receiver[use], p2p.send_start[use], p2p.recv_end[use]
+    out: Dict[Tuple[int, int], Constraints] = {}
+    empty = np.zeros(0, np.int64)
+    for a, b in sorted(set(zip(np.minimum(s, r).tolist(), np.maximum(s, r).tolist()))):
+        up, down = (s == a) & (r == b), (s == b) & (r == a)
+        x_upper, upper = start[up], end[up] - start[up]
+        x_lower, lower = end[down], start[down] - end[down]
+        k = min(len(upper), len(lower))
+        out[(a, b)] = Constraints(a, b, x_upper, upper, x_lower, lower,
+                                  upper[:k] - lower[:k] if k else empty, frozenset(("p2p",)))
+    return out
+
+
+def merge_one_way(constraints: Dict[Tuple[int, int], "Constraints"],
+                  one_way: Dict[Tuple[int, int], "Constraints"]) -> Dict[Tuple[int, int], "Constraints"]:
+    """``constraints`` with ``one_way``'s added: to a pair they already bound, or as a pair of
+    its own where it bounds both sides (a fit needs a top and a bottom)."""
+    out = dict(constraints)
+    for pair, c in one_way.items():
+        if pair in out:
+            out[pair] = out[pair] + c
+        elif len(c.upper) and len(c.lower):
+            out[pair] = c
+    return out
 
 
 def collective_constraints(collectives: Any, ranks: Optional[Iterable[int]] = None) -> Dict[Tuple[int, int], "Constraints"]:

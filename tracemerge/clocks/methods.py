@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from tracemerge.clocks.bands import collective_constraints, merge, rpc_constraints
+from tracemerge.clocks.bands import collective_constraints, merge, merge_one_way, p2p_constraints, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.graph import solve
 from tracemerge.clocks.nccl_kernel import align_nccl_kernel, auto_with_kernels, kernel_linked
@@ -46,9 +46,10 @@ def align_start(infos: Mapping[int, Any], reference: int, links: Optional[Correl
             for r, info in infos.items()}
 
 
-def exchange_clocks(infos: Mapping[int, Any], reference: int, kinds: Iterable[str] = ("rpc", "collective"),
+def exchange_clocks(infos: Mapping[int, Any], reference: int, kinds: Iterable[str] = ("rpc", "collective", "p2p"),
                     drift: Optional[bool] = None, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
-    """Clocks from the causal constraints of the exchanges in ``kinds`` (see bands, graph).
+    """Clocks from the causal constraints of the exchanges in ``kinds`` (see bands, graph);
+    ``p2p``: sends matched with their receives, one-way bounds.
 
     ``drift``: None fits it when the data pin it down, True/False force it on/off. ``links``:
     the job's :class:`~tracemerge.correlate.match.Correlation` (joined here when not given).
@@ -59,7 +60,8 @@ def exchange_clocks(infos: Mapping[int, Any], reference: int, kinds: Iterable[st
         sets.append(rpc_constraints(links.rpcs.calls))
     if "collective" in kinds:
         sets.append(collective_constraints(links.collectives))
-    models, _ = solve(infos, reference, merge(*sets), drift)
+    one_way = p2p_constraints(links.p2p) if "p2p" in kinds else {}
+    models, _ = solve(infos, reference, merge_one_way(merge(*sets), one_way), drift)
     return models
 
 
@@ -69,12 +71,13 @@ def align_rpc(infos: Mapping[int, Any], reference: int, links: Optional[Correlat
 
 
 def align_collective(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
-    """Synchronising collectives matched by (group, seq): nobody leaves before all arrived."""
-    return exchange_clocks(infos, reference, ("collective",), links=links)
+    """Synchronising collectives matched by (group, seq): nobody leaves before all arrived;
+    and sends matched with their receives (a receive cannot end before its send started)."""
+    return exchange_clocks(infos, reference, ("collective", "p2p"), links=links)
 
 
 def align_auto(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
-    """Every exchange the data has (RPCs and collectives), per machine; ranks with none keep
+    """Every exchange the data has (RPCs, collectives, sends and receives), per machine; ranks with none keep
     their wall clock. Ranks with one boot id read one wall clock (:func:`machines`): those
     of the reference's machine are exact (``shared-clock``), and every other machine gets
     one model, fitted from all exchanges between its ranks and the others'. Where NCCL
@@ -94,7 +97,9 @@ def _auto_exchanges(infos: Mapping[int, Any], reference: int, links: Correlation
     pooled = replace(calls, caller=_remapped(calls.caller, rep), callee=_remapped(calls.callee, rep))
     heads = set(rep.values())
     collectives = collective_constraints(links.collectives, heads)  # machines meet through their heads
-    models, _ = solve({r: infos[r] for r in sorted(heads)}, reference, merge(rpc_constraints(pooled), collectives))
+    p2p = replace(links.p2p, sender=_remapped(links.p2p.sender, rep), receiver=_remapped(links.p2p.receiver, rep))
+    models, _ = solve({r: infos[r] for r in sorted(heads)}, reference,
+                      merge_one_way(merge(rpc_constraints(pooled), collectives), p2p_constraints(p2p)))
     out = {}
     for r in infos:
         head = rep[r]

@@ -1,4 +1,5 @@
-"""Cross-rank correlation: RPC records joined by ``rpc_id``, collectives by (group, seq).
+"""Cross-rank correlation: RPC records joined by ``rpc_id``, collectives by (group, seq),
+point-to-point sends and receives by (sender, receiver, order).
 
 Inputs are the records of :class:`~tracemerge.inputs.rankinfo.RankInfo` (see
 docs/rank-file-format.md); every time stays on the clock of the rank that wrote it. Both
@@ -340,6 +341,65 @@ def _several_jobs(infos: Sequence[Records]) -> bool:
 
 
 @dataclass(frozen=True)
+class PointToPoint:
+    """Sends matched with their receives, one entry per pair; times on each side's own clock
+    (the sender's for send_*, the receiver's for recv_*)."""
+
+    sender: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    send_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    recv_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.sender)
+
+
+def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
+    """(the sends matched with their receives, a sentence for each direction left out).
+
+    Each rank's point-to-point records (``p2p``: :func:`tracemerge.inputs.kineto_collectives.point_to_point`,
+    absent from what a merged trace keeps) name their peer; NCCL delivers the sends from
+    one rank to another in the order they were issued, so the k-th send of s to r is the
+    k-th receive of r from s. A direction whose counts differ (a window that cut one side)
+    or whose k-th sizes differ where both give one is not matched, and said: one missing
+    record would shift every later pair."""
+    several = _several_jobs(infos)
+    by_rank = {(info.job_id if several else None, info.rank): list(getattr(info, "p2p", None) or []) for info in infos}
+    sent: Dict[tuple, List[Dict[str, Any]]] = {}
+    received: Dict[tuple, List[Dict[str, Any]]] = {}
+    for (job, rank), recs in by_rank.items():
+        for rec in sorted(recs, key=itemgetter("start_ns")):
+            if rec["op"] == "send":
+                sent.setdefault((job, rank, rec["peer"]), []).append(rec)
+            else:
+                received.setdefault((job, rec["peer"], rank), []).append(rec)
+    rows: List[Tuple[int, int, int, int]] = []
+    said: List[str] = []
+    for key in sorted(set(sent) | set(received), key=str):
+        job, s, r = key
+        if (job, s) not in by_rank or (job, r) not in by_rank or s == r:
+            continue   # the peer has no input: nothing to link
+        sends, recvs = sent.get(key, []), received.get(key, [])
+        why = ""
+        if len(sends) != len(recvs):
+            why = f"rank {s} records {len(sends)} sends to rank {r}, rank {r} {len(recvs)} receives from rank {s}"
+        else:
+            bad = next((k for k, (a, b) in enumerate(zip(sends, recvs)) if a["bytes"] and b["bytes"]
+                        and a["bytes"] != b["bytes"]), None)
+            if bad is not None:
+                why = (f"send #{bad} of rank {s} to rank {r} is {sends[bad]['bytes']} bytes, its receive on rank {r} "
+                       f"{recvs[bad]['bytes']}")
+        if why:
+            said.append(f"point-to-point: {why}; that direction's sends and receives are not matched")
+            continue
+        rows.extend((s, r, a["start_ns"], b["end_ns"]) for a, b in zip(sends, recvs))
+    cols = [np.array(c, np.int64) for c in zip(*rows)] if rows else [np.zeros(0, np.int64)] * 4
+    for c in cols:
+        c.setflags(write=False)  # shared by every reader of the job
+    return PointToPoint(*cols), said
+
+
+@dataclass(frozen=True)
 class Correlation:
     """What ties the ranks of one job together, joined once (:func:`correlate`) and then only
     read: by the clock model, the causality review, the job checks, the flow arrows, the
@@ -349,10 +409,12 @@ class Correlation:
     collectives: Collectives
     # where collectives without sequence numbers stop agreeing across ranks, said once
     order_warnings: Tuple[str, ...] = ()
+    p2p: PointToPoint = field(default_factory=PointToPoint)  # sends matched with their receives
 
 
 def correlate(infos: Sequence[Records]) -> Correlation:
     """The RPC and collective joins of ``infos`` (RankInfo-like: rank, job_id, rpcs,
     remote_rpcs, collectives)."""
     cuts, said = inferred_order_cuts(list(infos))
-    return Correlation(match_rpcs(infos), match_collectives(infos, cuts), tuple(said))
+    p2p, unmatched = match_p2p(infos)
+    return Correlation(match_rpcs(infos), match_collectives(infos, cuts), tuple(said + unmatched), p2p)

@@ -92,6 +92,7 @@ def refresh(info: RankInfo) -> None:
     info.pids = list(dict.fromkeys(pid for p in parts for pid in p.pids))
     info.rpcs = [r for p in parts for r in p.rpcs]
     info.collectives = [c for p in parts for c in p.collectives]
+    info.p2p = [c for p in parts for c in p.p2p]
     info.remote_rpcs = [r for p in parts for r in p.remote_rpcs]
     info.rpc_spans = [s for p in parts for s in p.rpc_spans]
     info.warnings = [f"cycle {p.cycle} ({os.path.basename(p.path)}): {w}" for p in parts for w in p.warnings]

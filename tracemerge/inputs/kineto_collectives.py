@@ -24,8 +24,10 @@ number, op, size, dtype) it takes from them. Kernels that still name no group ar
 group, :data:`DEFAULT_GROUP` (the default process group of the files given), split by
 the stream they ran on — a communicator has its own stream — numbered by first use on the
 rank, since stream ids need not agree across ranks. Point-to-point kernels (send, recv, a
-SendRecv kernel that no op names otherwise) are left out: a pair's, not the group's.
-Kernel records carry ``kernel: True``:
+SendRecv kernel that no op names otherwise) are no collective of the group: a pair's. A
+send or receive kernel whose launching ops name the peer (``Dst Rank`` / ``Src Rank``, which
+``record_param_comms`` carries since torch 2.3) is a :func:`point_to_point` record instead;
+one that names no peer, or no direction, is left out. Kernel records carry ``kernel: True``:
 their end is the collective's completion on the GPU, which the ``nccl-kernel`` alignment
 reads (:mod:`tracemerge.clocks.nccl_kernel`).
 """
@@ -54,22 +56,39 @@ POINT_TO_POINT = frozenset(("send", "recv", "isend", "irecv", "sendrecv"))
 # CPU ops a collective is issued from: their args and names say what a kernel does not
 CPU_PREFIXES = ("nccl:", "c10d::")
 C10D_KEYS = ("Process Group Name", "Process Group ID", "Seq", "seq_num", "seq", "Collective name",
-             "In msg nelems", "dtype", "Process Group Ranks")
+             "In msg nelems", "dtype", "Process Group Ranks", "Dst Rank", "Src Rank")
+# a point-to-point op's direction, and the field that names its peer
+P2P_DIRECTION = {"send": ("send", "Dst Rank"), "isend": ("send", "Dst Rank"),
+                 "recv": ("recv", "Src Rank"), "irecv": ("recv", "Src Rank")}
 
 
 def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     """[record] in the rank-file shape (op, group, group_ranks, seq, bytes, start_ns, end_ns);
     records without a sequence number get their per-group order instead (:func:`_inferred`).
     NCCL kernels are preferred (``kernel: True``), each completed with what its CPU ops say."""
+    return communication(trace)[0]
+
+
+def point_to_point(trace: RankTrace) -> List[Dict[str, Any]]:
+    """[{op: "send" | "recv", peer, start_ns, end_ns, bytes}]: the rank's send and receive
+    kernels that name their peer, in time order. Their times are the GPU's: a receive
+    kernel cannot end before its send kernel started (CPU ops of asynchronous NCCL calls
+    end when enqueued, which bounds nothing, so only kernels count)."""
+    return communication(trace)[1]
+
+
+def communication(trace: RankTrace) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(:func:`collectives`, :func:`point_to_point`) of ``trace`` from one pass over its
+    communication events."""
     codes = [i for i, n in enumerate(trace.names) if isinstance(n, str)
              and (n == PARAM_COMMS or "nccl" in n.lower() or n.startswith(CPU_PREFIXES))]
     if not codes:
-        return []
+        return [], []
     hits = np.flatnonzero(np.isin(trace.name, codes) & trace.timed & (trace.dur >= 0))
     kernel = trace.code_of("kernel")
     on_gpu = trace.cat[hits] == kernel if kernel is not None else np.zeros(len(hits), bool)
     kernels, cpu = hits[on_gpu], hits[~on_gpu]
-    recs: List[Dict[str, Any]] = _kernel_records(trace, kernels, cpu) if len(kernels) else []
+    recs, p2p = _kernel_records(trace, kernels, cpu) if len(kernels) else ([], [])
     if not recs:
         for i, args in zip(cpu.tolist(), trace.args.dicts(cpu.tolist())):
             rec = _record(args, int(trace.ts[i]), int(trace.dur[i]))
@@ -77,20 +96,22 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
                 recs.append(rec)
     numbered = [r for r in recs if r["seq"] is not None]
     if numbered or not recs:
-        return [_without_order_keys(r) for r in numbered]
-    return _inferred(recs)
+        return [_without_order_keys(r) for r in numbered], p2p
+    return _inferred(recs), p2p
 
 
-def _kernel_records(trace: RankTrace, kernels: np.ndarray, cpu: np.ndarray) -> List[Dict[str, Any]]:
-    """The records of the NCCL kernels ``kernels``: their own c10d fields, else those of the
-    CPU ops (``cpu``) around their launch; a kernel of no group is :data:`DEFAULT_GROUP`'s,
-    split by its stream's order of first use."""
+def _kernel_records(trace: RankTrace, kernels: np.ndarray,
+                    cpu: np.ndarray) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(collective records, point-to-point records) of the NCCL kernels ``kernels``: their
+    own c10d fields, else those of the CPU ops (``cpu``) around their launch; a kernel of no
+    group is :data:`DEFAULT_GROUP`'s, split by its stream's order of first use."""
     kernel_args = trace.args.dicts(kernels.tolist())
     around = _launching_ops(trace, kernel_args, cpu)
     order = np.argsort(trace.ts[kernels], kind="stable")
     streams: Dict[Any, int] = {}
     unnamed: List[Tuple[int, Dict[str, Any]]] = []
     recs: List[Dict[str, Any]] = []
+    p2p: List[Dict[str, Any]] = []
     for k in order.tolist():
         i = int(kernels[k])
         name = trace.names[int(trace.name[i])]
@@ -102,6 +123,10 @@ def _kernel_records(trace: RankTrace, kernels: np.ndarray, cpu: np.ndarray) -> L
                 if key not in args and isinstance(op_args, dict) and key in op_args:
                     args[key] = op_args[key]
         if kind is None and "Collective name" not in args:
+            continue
+        own = _p2p_record(args, ops, int(trace.ts[i]), int(trace.dur[i]))
+        if own is not None:
+            p2p.append(own)
             continue
         named = args.get("Process Group Name", args.get("Process Group ID")) is not None
         if not named:
@@ -130,7 +155,24 @@ def _kernel_records(trace: RankTrace, kernels: np.ndarray, cpu: np.ndarray) -> L
             rec["group"] = f"{DEFAULT_GROUP}/stream{rec['stream']}"
     for _, rec in unnamed:
         rec.pop("stream", None)
-    return recs
+    return recs, p2p
+
+
+def _p2p_record(args: Dict[str, Any], ops: List[Tuple[str, Optional[dict]]], ts: int,
+                dur: int) -> Optional[Dict[str, Any]]:
+    """The point-to-point record of a kernel whose fields (``args``, its launching ops'
+    merged in) say a send or a receive and name the peer, else None."""
+    name = args.get("Collective name") or _cpu_op(ops)
+    direction = P2P_DIRECTION.get(str(name).lower().replace("_", ""))
+    if direction is None:
+        return None
+    peer = args.get(direction[1])
+    if not isinstance(peer, int) or isinstance(peer, bool) or peer < 0:
+        return None
+    nelems = args.get("In msg nelems")
+    size = DTYPE_BYTES.get(str(args.get("dtype", "")).lower(), 0)
+    return {"op": direction[0], "peer": peer, "start_ns": ts, "end_ns": ts + dur,
+            "bytes": nelems * size if isinstance(nelems, int) and not isinstance(nelems, bool) else 0}
 
 
 def _launching_ops(trace: RankTrace, kernel_args: List[Optional[dict]],

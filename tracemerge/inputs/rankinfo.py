@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from tracemerge.errors import RankConflict, TraceError
-from tracemerge.inputs.kineto_collectives import collectives as kineto_collectives
+from tracemerge.inputs.kineto_collectives import communication
 from tracemerge.inputs.rankchecks import clock_jumps, job_facts
 from tracemerge.inputs.rpc_spans import spans as rpc_spans_of
 
@@ -43,6 +43,8 @@ class RankInfo:
     pids: List[Any]                 # original pid values, by pid code
     rpcs: List[Dict[str, Any]] = field(default_factory=list)
     collectives: List[Dict[str, Any]] = field(default_factory=list)
+    # send/receive kernels that name their peer ({op, peer, start_ns, end_ns, bytes}: kineto_collectives.point_to_point)
+    p2p: List[Dict[str, Any]] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     truncated: bool = False
     timed: bool = True              # the file has at least one timestamped event
@@ -249,10 +251,11 @@ def describe(trace):
     span = (facts["first_ns"], facts["last_ns"])
     start, start_source = _profiler_start(trace, span[0])
     block = trace.tracemerge or {}
+    found, p2p = communication(trace) if "collectives" not in block else ([], [])
     return RankInfo(
         **_identity(trace.path, block, trace.meta), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         stop_ns=max(start, _profiler_stop(trace, span[1])), **facts,
-        collectives=records(trace.path, block, "collectives") if "collectives" in block else kineto_collectives(trace),
+        collectives=records(trace.path, block, "collectives") if "collectives" in block else found, p2p=p2p,
         has_block=trace.tracemerge is not None)
 
 

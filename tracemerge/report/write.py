@@ -3,7 +3,7 @@ merged trace), written atomically."""
 
 import os
 import sys
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from tracemerge.codecs import plain_name
 from tracemerge.errors import OutputError
@@ -40,10 +40,11 @@ def combine_report_path(output: str, path: Optional[str], inputs: Iterable[str],
 
 
 def write_combine_report(job: Job, alignment: Optional[Alignment], output: str, path: Optional[str],
-                         inputs: Iterable[str] = ()) -> str:
-    """``combine --report [PATH]``: the table (or the format PATH's extension asks for) beside the output."""
+                         inputs: Iterable[str] = (), comm_kernels: Sequence[str] = ()) -> str:
+    """``combine --report [PATH]``: the table (or the format PATH's extension asks for) beside the output;
+    ``comm_kernels``: regexes of further communication kernels for its GPU section."""
     path = path or report_path_for(output)
-    text = render(job_report(job, alignment), format_of(path))
+    text = render(job_report(job, alignment, comm_kernels=comm_kernels), format_of(path))
     if path == "-":
         sys.stderr.write(text)   # stdout carries the merged trace
     else:

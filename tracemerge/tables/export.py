@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Sequence, Union
 
 import orjson
 
@@ -99,10 +99,11 @@ def check_directory(output: str, force: bool, inputs: Iterable[str] = ()) -> Non
         raise OutputError(f"{parent}: cannot write there")
 
 
-def export(job: Job, output: Union[str, "os.PathLike[str]"], alignment: Optional[Alignment] = None, selection: Optional[Selection] = None,
-           force: bool = False, group_by: str = "name", critical_path: bool = False, gpu: bool = False
-           ) -> Dict[str, Any]:
-    """Write the tables of ``job`` to the directory ``output``; returns its summary."""
+def export(job: Job, output: Union[str, "os.PathLike[str]"], alignment: Optional[Alignment] = None,
+           selection: Optional[Selection] = None, force: bool = False, group_by: str = "name",
+           critical_path: bool = False, gpu: bool = False, comm_kernels: Sequence[str] = ()) -> Dict[str, Any]:
+    """Write the tables of ``job`` to the directory ``output``; returns its summary. ``comm_kernels``:
+    regexes of further communication kernels for the gpu table (``--comm-kernel``)."""
     output = os.fspath(output)
     require_arrow()
     import pyarrow.parquet as pq
@@ -119,7 +120,7 @@ def export(job: Job, output: Union[str, "os.PathLike[str]"], alignment: Optional
         raise OutputError(f"{output}: cannot write beside it: {e.strerror or e}") from None
     try:
         built = build(job, alignment, selection, os.path.join(tmp, "events"), group_by, critical_path=critical_path,
-                      gpu=gpu)
+                      gpu=gpu, comm_kernels=comm_kernels)
         for name, table in built.tables.items():
             pq.write_table(table, os.path.join(tmp, f"{name}.parquet"))
         summary = _summary(job, built.alignment, built.parts, selection or Selection())

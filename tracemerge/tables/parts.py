@@ -17,7 +17,7 @@ import ctypes
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -83,6 +83,7 @@ class PartTask:
     timeline_names: Optional[Tuple[str, ...]]  # the rank's RPC names when its timeline is wanted
     remote_ops: bool = False
     gpu: bool = False                          # the rank's GPU time (~0.2 s of a 60 MB rank: asked for)
+    comm_kernels: Tuple[str, ...] = ()         # regexes of further communication kernels (--comm-kernel)
 
 
 def rank_part(source: Source, task: PartTask) -> RankPart:
@@ -99,7 +100,7 @@ def rank_part(source: Source, task: PartTask) -> RankPart:
             part.key_averages = key_averages(trace, np.full(len(trace.pids), task.rank, dtype=np.int64),
                                              task.remote_ops, op_tree(trace))
             part.server_threads = server_threads(trace)
-            part.gpu = gpu_rank(trace, task.rank) if task.gpu else None
+            part.gpu = gpu_rank(trace, task.rank, comm_kernels=task.comm_kernels) if task.gpu else None
             _trim()  # the op tree's and the decoded args' pages, before the batches need more
         if task.timeline_names is not None:
             part.timeline = rank_timeline(trace, task.rank, task.place.clock, task.timeline_names)
@@ -183,7 +184,7 @@ class Built:
 
 def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[select.Selection] = None,
           events_dir: Optional[str] = None, group_by: str = "name", remote_ops: bool = False,
-          critical_path: bool = False, gpu: bool = False) -> Built:
+          critical_path: bool = False, gpu: bool = False, comm_kernels: Sequence[str] = ()) -> Built:
     """Every part's events (files under ``events_dir``, else tables in memory) and the job's tables."""
     alignment = job.clock_model(alignment)
     selection = selection or select.Selection()
@@ -193,7 +194,8 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
     places = placements(job, alignment, first)
     window = selection.window_ns(first - next(iter(places.values())).out_base_ns)
     # the window is measured in output ns (after out_base), as the merge measures it
-    task = functools.partial(PartTask, selection=selection, window=window, remote_ops=remote_ops, gpu=gpu)
+    task = functools.partial(PartTask, selection=selection, window=window, remote_ops=remote_ops, gpu=gpu,
+                             comm_kernels=tuple(comm_kernels))
 
     def where(rank: int, part: int) -> Optional[str]:
         return None if events_dir is None else os.path.join(events_dir, f"rank={rank}", f"part-{part}.parquet")
