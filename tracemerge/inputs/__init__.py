@@ -11,12 +11,13 @@ checks over one rank and over the job (rankchecks, jobchecks).
 import os
 from typing import Tuple, Union
 
-from tracemerge.inputs import chrome
+from tracemerge.inputs import chrome, journal
 from tracemerge.inputs.base import InputFormat
 from tracemerge.model import RankTrace
 
 # formats with a sniff first, in order; the last, without one, takes the rest
 READERS: Tuple[InputFormat, ...] = (
+    journal.FORMAT,
     chrome.FORMAT,
 )
 
