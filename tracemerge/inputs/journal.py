@@ -15,7 +15,7 @@ adds the records none of them holds (those after the last cycle), as one more pa
 """
 
 from dataclasses import replace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import orjson
 

@@ -59,7 +59,14 @@ def rpc_peers(infos: Sequence[RankInfo], links: Correlation) -> List[str]:
     warnings = [f"{n} RPC records name rank {rank} as their peer, but no input file has rank {rank}"
                 for rank, n in sorted(match.missing_peer.items())]
     sides = rpc_sides(match)
-    if sides["caller_only"]:
+    ended = sorted(i.rank for i in infos if i.ending and i.rank is not None)
+    if sides["caller_only"] and ended:
+        # a failed job: no older capture to blame, the callees ended before they answered
+        warnings.append(
+            f"{sides['caller_only']} of {sides['calls']} RPCs have only the caller's side: the job failed "
+            f"({_ranks(ended)} ended early: died, or ended by a signal), and calls in flight then, or to a rank that "
+            "had died, have no callee side (the report's post-mortem lists them)")
+    elif sides["caller_only"]:
         warnings.append(
             f"{sides['caller_only']} of {sides['calls']} RPCs have only the caller's side: their callees "
             "recorded none and the callers' files carry no callee sides for them (captured by an older "
