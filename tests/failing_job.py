@@ -9,8 +9,9 @@ then both ranks join an ``all_reduce``. MODE plants the failure:
 
 - ``exit``: rank 1 dies by ``os._exit(1)`` in its ``KTH``-th served call;
 - ``kill``: rank 1 is killed by SIGKILL, sent by rank 0 (from outside rank 1) in step ``KTH``;
-- ``hang``: rank 1 blocks forever before the all_reduce of step ``KTH``; the test ends the
-  job with ``timeout -s TERM``.
+- ``hang``: rank 1 blocks forever before the all_reduce of step ``KTH``, while rank 0 has
+  an ``rpc_async`` of ``stall`` (never answers) in flight to it; the test ends the job with
+  ``timeout -s TERM``.
 
 The dying rank writes ``OUT_DIR/planted.json`` (``time.time_ns()`` just before it dies or
 blocks; for ``kill``, rank 0 writes it just before the kill): the ground truth.
@@ -52,6 +53,10 @@ def serve(n: int, mode: str, out_dir: str) -> int:
     return n
 
 
+def stall() -> None:
+    time.sleep(3600)
+
+
 def worker(rank: int, mode: str, out_dir: str) -> None:
     opts = rpc.TensorPipeRpcBackendOptions(rpc_timeout=TIMEOUT_S, init_method="env://")
     dist.init_process_group("gloo", init_method=os.environ.get("FAILING_JOB_PG", "env://"), rank=rank,
@@ -70,6 +75,8 @@ def worker(rank: int, mode: str, out_dir: str) -> None:
                     os.kill(victim, signal.SIGKILL)
                 rpc.rpc_sync("worker1", serve, args=(n, mode, out_dir))
             time.sleep(STEP_S)
+            if rank == 0 and mode == "hang" and n == KTH:
+                rpc.rpc_async("worker1", stall)   # served, never answered: in flight when the job is ended
             if rank == 1 and mode == "hang" and n == KTH:
                 plant(out_dir, rank=1, step=n)
                 threading.Event().wait()   # blocks forever: the all_reduce below is never joined
