@@ -1,0 +1,205 @@
+"""Failed jobs leave their traces (issue 32): real 2-worker jobs (RPC on TensorPipe and a
+gloo group, loopback) that fail in a planted way (tests/failing_job.py), under
+``torch.multiprocessing.spawn`` and ``python -m torch.distributed.run --standalone``:
+
+- ``exit``: the callee dies by ``os._exit`` in its 4th served call;
+- ``kill``: the callee is SIGKILLed from outside mid-step;
+- ``hang``: the callee blocks forever before a collective (with a call of rank 0's in
+  flight to it) and the job is ended by ``timeout -s TERM``.
+
+The dying process itself writes the planted time of death (``planted.json``). Each job runs
+once (a module fixture); every test reads its files, reports and merged trace.
+"""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tracemerge.capture.journal import PERIOD_S
+
+pytest.importorskip("torch.distributed.rpc")
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = str(ROOT / "tests" / "failing_job.py")
+LAUNCHERS = ("spawn", "torchrun")
+MODES = ("exit", "kill", "hang")
+JOB_TIMEOUT_S = 150
+S = 1_000_000_000
+
+
+def _command(launcher: str, mode: str, out: Path) -> list:
+    if launcher == "spawn":
+        job = [sys.executable, JOB, "spawn", mode, str(out)]
+    else:
+        job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "--monitor-interval", "0.1", JOB, "torchrun", mode, str(out)]
+    # the job's own bound; for "hang", what ends it, fired early by the test (below)
+    return ["timeout", "-s", "TERM", str(JOB_TIMEOUT_S)] + job
+
+
+def _run(launcher: str, mode: str, out: Path) -> dict:
+    out.mkdir(parents=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    with open(out / "job.log", "wb") as log:
+        proc = subprocess.Popen(_command(launcher, mode, out), cwd=ROOT, env=env, stdout=log, stderr=log)
+        try:
+            planted = out / "planted.json"
+            deadline = time.monotonic() + JOB_TIMEOUT_S
+            while not planted.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if mode == "hang" and planted.exists():
+                time.sleep(2 * PERIOD_S + 0.5)  # hung a while, its journal flushed since
+                os.kill(proc.pid, signal.SIGTERM)  # `timeout` firing: TERM to the launcher and every worker
+            proc.wait(timeout=JOB_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return {"out": out, "mode": mode, "launcher": launcher,
+            "planted": json.loads((out / "planted.json").read_text()) if (out / "planted.json").exists() else None}
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """The six jobs, three at a time (each is two or three processes mostly waiting)."""
+    base = tmp_path_factory.mktemp("failed_jobs")
+    cases = [(launcher, mode) for launcher in LAUNCHERS for mode in MODES]
+    with ThreadPoolExecutor(3) as pool:
+        runs = list(pool.map(lambda c: _run(c[0], c[1], base / f"{c[0]}-{c[1]}"), cases))
+    return {(r["launcher"], r["mode"]): r for r in runs}
+
+
+CASES = [pytest.param(launcher, mode, id=f"{launcher}-{mode}") for launcher in LAUNCHERS for mode in MODES]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _inputs(out: Path) -> list:
+    # what a user types: the job's files, the rank files and journals side by side
+    return sorted(str(p) for p in out.glob("rank*"))
+
+
+def _journal_lines(path: Path) -> list:
+    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line.strip()]
+
+
+def _log(run: dict) -> str:
+    return (run["out"] / "job.log").read_text(errors="replace")[-3000:]
+
+
+@pytest.mark.parametrize("launcher, mode", CASES)
+def test_survivors_write_their_files(jobs, launcher, mode):
+    run = jobs[launcher, mode]
+    assert run["planted"] is not None, _log(run)
+    out = run["out"]
+    survivors = (0, 1) if mode == "hang" else (0,)
+    for rank in survivors:
+        path = out / f"rank{rank}.json.gz"
+        assert path.exists(), f"rank {rank} wrote no file\n{_log(run)}"
+        block = json.loads(gzip.decompress(path.read_bytes()))["tracemerge"]
+        assert block["rank"] == rank and block["rpcs"] and block["collectives"]
+        if "signal" in block:  # written on the signal: within the launcher's grace period, and measured
+            assert block["signal"] == "SIGTERM"
+            written = path.stat().st_mtime_ns - block["signal_ns"]
+            assert 0 <= written < 5 * S, f"signal to file written: {written / 1e6:.0f} ms"
+    if mode == "hang":  # timeout's TERM reached both: each says so
+        for rank in survivors:
+            block = json.loads(gzip.decompress((out / f"rank{rank}.json.gz").read_bytes()))["tracemerge"]
+            assert block.get("signal") == "SIGTERM"
+    else:
+        assert not (out / "rank1.json.gz").exists()
+
+
+@pytest.mark.parametrize("launcher, mode", [c for c in CASES if c.values[1] != "hang"])
+def test_dead_rank_journal_holds_its_records_up_to_its_death(jobs, launcher, mode):
+    run = jobs[launcher, mode]
+    died = run["planted"]["planted_ns"]
+    lines = _journal_lines(run["out"] / "rank1.journal")
+    meta = lines[0]["meta"]
+    assert lines[0]["tracemerge_journal"] == 1
+    assert meta["rank"] == 1 and meta["boot_id"] and meta["profile_start_ns"] < died
+    assert not any("closed_ns" in line for line in lines)  # it never ended its block
+    alive = max(line["alive_ns"] for line in lines if "alive_ns" in line)
+    assert died - S <= alive <= died
+    records = [line.get("rpc") or line.get("collective") for line in lines if "rpc" in line or "collective" in line]
+    times = [r[k] for r in records for k in ("start_ns", "end_ns", "send_ns", "complete_ns") if k in r]
+    assert died - S <= max(times) <= died
+    served = {r["rpc_id"] for r in records if r.get("role") == "callee"}
+    assert {"0:0", "0:1"} <= served  # the calls it served before
+
+
+def _report(out: Path) -> dict:
+    done = _cli("report", *_inputs(out), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert "older tracemerge" not in done.stderr and "capture again" not in done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("launcher, mode", [c for c in CASES if c.values[1] != "hang"])
+def test_report_names_the_dead_rank_when_and_the_call_in_flight(jobs, launcher, mode):
+    run = jobs[launcher, mode]
+    pm = _report(run["out"])["postmortem"]
+    died = [e for e in pm["ended"] if e["how"] == "died"]
+    assert [e["rank"] for e in died] == [1]
+    # one machine: the reference clock is the wall clock the planted time was read on
+    assert abs(died[0]["at_ns"] - run["planted"]["planted_ns"]) < S, died[0]
+    assert died[0]["known_from"] in ("last journal flush", "last record", "first call to it that never completed")
+    in_flight = [c for c in pm["in_flight"] if c["callee"] == 1]
+    assert in_flight and in_flight[0]["caller"] == 0 and "serve" in in_flight[0]["name"]
+    if mode == "exit":  # the 4th call, the one it died in
+        assert in_flight[0]["rpc_id"] == "0:3"
+    assert pm["waited_for"] == 1
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_report_of_a_hang_names_the_rank_that_never_arrived(jobs, launcher):
+    run = jobs[launcher, "hang"]
+    report = _report(run["out"])
+    pm = report["postmortem"]
+    assert pm["waited_for"] == 1
+    (unjoined,) = pm["unjoined"]
+    assert unjoined["op"] == "all_reduce" and unjoined["missing"] == [1] and list(unjoined["waiting"]) == ["0"]
+    assert unjoined["waiting"]["0"] > S  # it waited from the hang to the TERM
+    ends = {e["rank"]: e for e in pm["ended"]}
+    assert ends[0]["how"] == ends[1]["how"] == "SIGTERM"
+    assert "all_reduce" in ends[0]["blocked_in"]
+    assert "stall" in ends[1]["blocked_in"]  # serving the call that never answers
+    assert any(c["caller"] == 0 and c["callee"] == 1 and "stall" in c["name"] for c in pm["in_flight"])
+    text = _cli("report", *_inputs(run["out"]))
+    assert text.stdout.startswith("post-mortem: ")  # said first
+    assert "the rank everyone waited for: rank 1" in text.stdout
+
+
+@pytest.mark.parametrize("launcher, mode", CASES)
+def test_combine_marks_calls_never_completed_without_a_return_arrow(jobs, launcher, mode, tmp_path):
+    run = jobs[launcher, mode]
+    merged = tmp_path / "merged.json"
+    done = _cli("combine", *_inputs(run["out"]), "-o", str(merged))
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(merged.read_text())
+    events = trace["traceEvents"]
+    marked = {e["args"]["rpc_id"]: e for e in events if e.get("ph") == "X" and (e.get("args") or {}).get("completed") is False}
+    pending = {c["rpc_id"] for c in _report(run["out"])["postmortem"]["in_flight"]}
+    assert pending and pending <= set(marked)
+    for rpc_id in pending:
+        flows = [e for e in events if e.get("cat") == "rpc" and e.get("ph") in ("s", "f")
+                 and e["args"]["rpc_id"] == rpc_id]
+        # at most the request's two ends; never a return
+        assert len(flows) in (0, 2) and len({e["id"] for e in flows}) <= 1
+        if flows:
+            assert [e["ph"] for e in sorted(flows, key=lambda e: e["ts"])] == ["s", "f"]
+    # nothing written is lost: every record of the inputs' rank files is in the summary's counts
+    rpc_sides = trace["tracemerge"]["rpc_sides"]
+    assert rpc_sides["calls"] >= 4
