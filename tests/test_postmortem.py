@@ -23,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tracemerge import AlignRequest, Job
 from tracemerge.capture.journal import PERIOD_S
+from tracemerge.report.build import job_report
+from tracemerge.report.render import render
 
 pytest.importorskip("torch.distributed.rpc")
 
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB = str(ROOT / "tests" / "failing_job.py")
 LAUNCHERS = ("spawn", "torchrun")
 MODES = ("exit", "kill", "hang")
-JOB_TIMEOUT_S = 150
+JOB_TIMEOUT_S = 300
 S = 1_000_000_000
 
 
@@ -63,8 +66,25 @@ def _run(launcher: str, mode: str, out: Path) -> dict:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return {"out": out, "mode": mode, "launcher": launcher,
-            "planted": json.loads((out / "planted.json").read_text()) if (out / "planted.json").exists() else None}
+    run = {"out": out, "mode": mode, "launcher": launcher,
+           "planted": json.loads((out / "planted.json").read_text()) if (out / "planted.json").exists() else None}
+    if run["planted"] is not None:
+        run.update(_examine(out))
+    return run
+
+
+def _examine(out: Path) -> dict:
+    """What a user gets of the job's files: the report (every format, in-process) and the
+    job's warnings, and ``tracemerge combine`` of them (the CLI)."""
+    job = Job.open(_inputs(out), align=AlignRequest("auto"))
+    report = job_report(job)
+    merged = out / "merged.json"
+    done = _cli("combine", *_inputs(out), "-o", str(merged))
+    assert done.returncode == 0, done.stderr
+    return {"report": json.loads(render(report, "json")), "text": render(report, "table"),
+            "markdown": render(report, "markdown"), "html": render(report, "html"),
+            "csv": render(report, "csv", section="postmortem"), "warnings": list(job.warnings),
+            "combine_stderr": done.stderr, "merged": json.loads(merged.read_text())}
 
 
 @pytest.fixture(scope="module")
@@ -140,17 +160,16 @@ def test_dead_rank_journal_holds_its_records_up_to_its_death(jobs, launcher, mod
     assert {"0:0", "0:1"} <= served  # the calls it served before
 
 
-def _report(out: Path) -> dict:
-    done = _cli("report", *_inputs(out), "--format", "json")
-    assert done.returncode == 0, done.stderr
-    assert "older tracemerge" not in done.stderr and "capture again" not in done.stderr
-    return json.loads(done.stdout)
+def _report(run: dict) -> dict:
+    assert not any("older tracemerge" in w or "capture again" in w for w in run["warnings"]), run["warnings"]
+    assert "older tracemerge" not in run["combine_stderr"]
+    return run["report"]
 
 
 @pytest.mark.parametrize("launcher, mode", [c for c in CASES if c.values[1] != "hang"])
 def test_report_names_the_dead_rank_when_and_the_call_in_flight(jobs, launcher, mode):
     run = jobs[launcher, mode]
-    pm = _report(run["out"])["postmortem"]
+    pm = _report(run)["postmortem"]
     died = [e for e in pm["ended"] if e["how"] == "died"]
     assert [e["rank"] for e in died] == [1]
     # one machine: the reference clock is the wall clock the planted time was read on
@@ -166,8 +185,7 @@ def test_report_names_the_dead_rank_when_and_the_call_in_flight(jobs, launcher, 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_report_of_a_hang_names_the_rank_that_never_arrived(jobs, launcher):
     run = jobs[launcher, "hang"]
-    report = _report(run["out"])
-    pm = report["postmortem"]
+    pm = _report(run)["postmortem"]
     assert pm["waited_for"] == 1
     (unjoined,) = pm["unjoined"]
     assert unjoined["op"] == "all_reduce" and unjoined["missing"] == [1] and list(unjoined["waiting"]) == ["0"]
@@ -177,21 +195,21 @@ def test_report_of_a_hang_names_the_rank_that_never_arrived(jobs, launcher):
     assert "all_reduce" in ends[0]["blocked_in"]
     assert "stall" in ends[1]["blocked_in"]  # serving the call that never answers
     assert any(c["caller"] == 0 and c["callee"] == 1 and "stall" in c["name"] for c in pm["in_flight"])
-    text = _cli("report", *_inputs(run["out"]))
-    assert text.stdout.startswith("post-mortem: ")  # said first
-    assert "the rank everyone waited for: rank 1" in text.stdout
+    # said first, in every format
+    assert run["text"].startswith("post-mortem: rank 0 was ended by SIGTERM")
+    assert "post-mortem: the rank everyone waited for: rank 1" in run["text"]
+    assert run["markdown"].startswith("## Post-mortem\n")
+    assert run["html"].index('id="postmortem"') < run["html"].index("<h2>Clocks</h2>")
+    assert "collective,1,all_reduce" in run["csv"]
 
 
 @pytest.mark.parametrize("launcher, mode", CASES)
-def test_combine_marks_calls_never_completed_without_a_return_arrow(jobs, launcher, mode, tmp_path):
+def test_combine_marks_calls_never_completed_without_a_return_arrow(jobs, launcher, mode):
     run = jobs[launcher, mode]
-    merged = tmp_path / "merged.json"
-    done = _cli("combine", *_inputs(run["out"]), "-o", str(merged))
-    assert done.returncode == 0, done.stderr
-    trace = json.loads(merged.read_text())
+    trace = run["merged"]
     events = trace["traceEvents"]
     marked = {e["args"]["rpc_id"]: e for e in events if e.get("ph") == "X" and (e.get("args") or {}).get("completed") is False}
-    pending = {c["rpc_id"] for c in _report(run["out"])["postmortem"]["in_flight"]}
+    pending = {c["rpc_id"] for c in _report(run)["postmortem"]["in_flight"]}
     assert pending and pending <= set(marked)
     for rpc_id in pending:
         flows = [e for e in events if e.get("cat") == "rpc" and e.get("ph") in ("s", "f")
@@ -203,3 +221,83 @@ def test_combine_marks_calls_never_completed_without_a_return_arrow(jobs, launch
     # nothing written is lost: every record of the inputs' rank files is in the summary's counts
     rpc_sides = trace["tracemerge"]["rpc_sides"]
     assert rpc_sides["calls"] >= 4
+
+
+def test_journal_beside_its_rank_file_adds_nothing_twice(jobs):
+    out = jobs["spawn", "exit"]["out"]
+    both = Job.open([str(out / "rank0.json.gz"), str(out / "rank0.journal"), str(out / "rank1.journal")])
+    alone = Job.open([str(out / "rank0.json.gz"), str(out / "rank1.journal")])
+    assert both.ranks == alone.ranks == [0, 1]
+    assert [len(i.rpcs) for i in both.infos] == [len(i.rpcs) for i in alone.infos]
+    assert both.info(0).path.endswith("rank0.json.gz")
+    assert any("read from its journal" in w for w in both.info(1).warnings)  # said in a note
+
+
+def test_journal_cut_in_a_record_is_read_up_to_its_last_whole_one(jobs, tmp_path):
+    whole = (jobs["spawn", "kill"]["out"] / "rank1.journal").read_bytes()
+    lines = whole.split(b"\n")[:-1]
+    rpc_lines = [n for n, line in enumerate(lines) if line.startswith(b'{"rpc"')]
+    last = rpc_lines[-1]
+    cut = tmp_path / "rank1.journal"
+    cut.write_bytes(b"\n".join(lines[:last]) + b"\n" + lines[last][: len(lines[last]) // 2])
+    info = Job.open([str(cut)]).info(1)
+    kept = [json.loads(line) for line in lines[:last]]
+    ids = {(x["rpc"]["rpc_id"], x["rpc"]["role"]) for x in kept if "rpc" in x}
+    assert {(r["rpc_id"], r["role"]) for r in info.rpcs} == ids
+    assert info.ending["journal"]["cut"] and any("cut in a line" in w for w in info.warnings)
+
+
+SIGNALLED = """
+import os, signal, sys, time
+from tracemerge.capture import profile
+seen = []
+if sys.argv[2] == "chain":
+    signal.signal(signal.SIGHUP, lambda s, f: (seen.append(s), print("previous handler ran", flush=True), sys.exit(7)))
+with profile(sys.argv[1], trace=False, rank=0):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("how", ["default", "chain"])
+def test_signal_writes_the_file_then_does_what_it_would_have(tmp_path, how):
+    """SIGTERM with its default disposition: the file, then death by SIGTERM (status -15);
+    SIGHUP with a handler of the job's: the file, then that handler (which exits 7)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path), how], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM if how == "default" else signal.SIGHUP)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    block = json.loads(gzip.decompress((tmp_path / "rank0.json.gz").read_bytes()))["tracemerge"]
+    if how == "default":
+        assert rc == -signal.SIGTERM and block["signal"] == "SIGTERM"
+    else:
+        assert rc == 7 and block["signal"] == "SIGHUP"
+        assert "previous handler ran" in proc.stdout.read()
+    assert [line for line in _journal_lines(tmp_path / "rank0.journal") if "closed_ns" in line]
+
+
+def test_handlers_are_put_back_when_the_block_ends(tmp_path):
+    import signal as sig
+
+    from tracemerge.capture import profile
+
+    def mine(signum, frame):
+        pass
+
+    previous = sig.signal(sig.SIGHUP, mine)
+    try:
+        before = {s: sig.getsignal(s) for s in (sig.SIGTERM, sig.SIGINT, sig.SIGHUP)}
+        wakeup = sig.set_wakeup_fd(-1)
+        sig.set_wakeup_fd(wakeup)
+        with profile(tmp_path, trace=False, rank=0):
+            assert sig.getsignal(sig.SIGHUP) is not mine
+        assert {s: sig.getsignal(s) for s in before} == before
+        assert sig.set_wakeup_fd(wakeup) == wakeup
+    finally:
+        sig.signal(sig.SIGHUP, previous)
