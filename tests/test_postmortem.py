@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tracemerge import AlignRequest, Job
+from tracemerge import AlignRequest, Job, combine
 from tracemerge.capture.journal import PERIOD_S
 from tracemerge.report.build import job_report
 from tracemerge.report.render import render
@@ -301,3 +301,46 @@ def test_handlers_are_put_back_when_the_block_ends(tmp_path):
         assert sig.set_wakeup_fd(wakeup) == wakeup
     finally:
         sig.signal(sig.SIGHUP, previous)
+
+
+def _cycle_file(path: Path, cycle: int, start: int, stop: int, rpcs: list) -> None:
+    block = {"version": 1, "job_id": "j", "rank": 1, "world_size": 2, "worker_name": "worker1", "hostname": "h",
+             "boot_id": "b", "pid": 7, "cycle": cycle, "profile_start_ns": start, "profile_stop_ns": stop,
+             "rpcs": rpcs, "collectives": [], "remote_sides": []}
+    events = [{"ph": "X", "name": f"work{cycle}", "pid": 7, "tid": 1, "ts": 0.0, "dur": (stop - start) / 1000}]
+    path.write_bytes(gzip.compress(json.dumps({"tracemerge": block, "baseTimeNanoseconds": start,
+                                               "traceEvents": events}).encode()))
+
+
+def _served(rpc_id: str, start: int, end=None) -> dict:
+    rec = {"rpc_id": rpc_id, "role": "callee", "kind": "rpc_sync", "func": "f", "name": "rpc_sync#f(worker0 -> worker1)",
+           "caller": 0, "callee": 1, "status": "ok" if end else "pending", "start_ns": start}
+    if end:
+        rec["end_ns"] = end
+    return rec
+
+
+def test_journal_adds_to_a_dead_rank_cycle_files_what_they_lack(tmp_path):
+    """A rank that wrote two schedule cycles, then died: its journal adds the records after
+    the last cycle (the served call it died in), and none of the cycles' twice."""
+    t = 1_700_000_000 * S
+    _cycle_file(tmp_path / "rank1.cycle0.json.gz", 0, t, t + S, [_served("0:0", t + 100)])
+    _cycle_file(tmp_path / "rank1.cycle1.json.gz", 1, t + 2 * S, t + 3 * S, [_served("0:1", t + 2 * S + 100)])
+    meta = {"job_id": "j", "rank": 1, "world_size": 2, "worker_name": "worker1", "hostname": "h", "boot_id": "b",
+            "pid": 7, "profile_start_ns": t}
+    lines = [{"tracemerge_journal": 1, "meta": meta}, {"rpc": _served("0:0", t + 100)},
+             {"rpc": _served("0:0", t + 100, t + 200)}, {"rpc": _served("0:1", t + 2 * S + 100, t + 2 * S + 200)},
+             {"rpc": _served("0:2", t + 4 * S)}, {"alive_ns": t + 4 * S + 10}]
+    (tmp_path / "rank1.journal").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    job = Job.open(sorted(str(p) for p in tmp_path.iterdir()))
+    (info,) = job.infos
+    assert [os.path.basename(p.path) for p in info.files] == ["rank1.cycle0.json.gz", "rank1.cycle1.json.gz",
+                                                              "rank1.journal"]
+    assert sorted(r["rpc_id"] for r in info.rpcs) == ["0:0", "0:1", "0:2"]
+    assert info.events == 2 and info.stop_ns == t + 4 * S + 10
+    for name in ("merged.json", "merged.pftrace"):  # both formats write such a rank
+        combine(Job.open(sorted(str(p) for p in tmp_path.glob("rank1*")), align=AlignRequest("auto")), None,
+                str(tmp_path / name))
+        assert (tmp_path / name).stat().st_size > 0
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert {"work0", "work1"} <= {e.get("name") for e in merged["traceEvents"]}

@@ -85,8 +85,13 @@ def postmortem(infos: Sequence[Any], clocks: Mapping[int, Any]) -> PostMortem:
     out = PostMortem()
     out.in_flight = _in_flight(infos, ends, callee_sides, to_ref)
     out.unjoined = _unjoined(infos, to_ref)
+    # what ended on some rank ended for all: a journal's last flush may predate the end of
+    # a call or collective it shows open (another rank's records tell)
+    ended = ({r["rpc_id"] for i in infos for r in i.rpcs if r.get("status") == "ok" or "end_ns" in r}
+             | {(str(c["group"]), c["seq"]) for i in infos for c in i.collectives if isinstance(c.get("end_ns"), int)})
     for rank, end in ends.items():
-        end.last_done, end.last_done_ns, end.blocked_in = _last_and_blocked(by_rank[rank], to_ref[rank], end.at_ns)
+        end.last_done, end.last_done_ns, end.blocked_in = _last_and_blocked(by_rank[rank], to_ref[rank], end.at_ns,
+                                                                            ended)
     out.ended = [ends[r] for r in sorted(ends)]
     missing = [r for u in out.unjoined for r in u.missing]
     if missing:
@@ -204,8 +209,9 @@ def _describe_collective(c: dict) -> str:
     return f"{c.get('op', 'collective')} (group {c['group']}, seq {c['seq']})"
 
 
-def _last_and_blocked(info: Any, ref: Clock, at_ns: int) -> Tuple[str, Optional[int], str]:
-    """(the last thing the rank completed, when, the call or collective it was in at the end)."""
+def _last_and_blocked(info: Any, ref: Clock, at_ns: int, ended: set) -> Tuple[str, Optional[int], str]:
+    """(the last thing the rank completed, when, the call or collective it was in at the end);
+    ``ended``: the rpc_ids and (group, seq) some rank saw end."""
     done: List[Tuple[int, str]] = []
     open_: List[Tuple[int, str]] = []
     for r in info.rpcs:
@@ -213,12 +219,13 @@ def _last_and_blocked(info: Any, ref: Clock, at_ns: int) -> Tuple[str, Optional[
         what = _describe_rpc(r) + ("" if r.get("role") == "caller" else " (serving)")
         if isinstance(r.get(finish), int):
             done.append((ref(r[finish]), what))
-        elif isinstance(r.get(begin), int) and r.get("status", "pending") == "pending":
+        elif (isinstance(r.get(begin), int) and r.get("status", "pending") == "pending"
+              and r.get("rpc_id") not in ended):
             open_.append((ref(r[begin]), what))
     for c in info.collectives:
         if isinstance(c.get("end_ns"), int):
             done.append((ref(c["end_ns"]), _describe_collective(c)))
-        elif isinstance(c.get("start_ns"), int):
+        elif isinstance(c.get("start_ns"), int) and (str(c["group"]), c["seq"]) not in ended:
             open_.append((ref(c["start_ns"]), _describe_collective(c)))
     last = max(done) if done else None
     blocked = max((o for o in open_ if o[0] <= at_ns), default=None)

@@ -137,8 +137,9 @@ class profile:
             self._journal.close()
 
     def _journal_meta(self) -> dict:
-        """What the journal says of this rank first: who it is and its window's start."""
-        return dict(self._meta, profile_start_ns=self._window_start_ns)
+        """What the journal says of this rank first: who it is (the rank once known: None
+        until RPC or torch.distributed tells it) and its window's start."""
+        return dict(self._meta, profile_start_ns=self._window_start_ns, **({} if self._known else {"rank": None}))
 
     def _identify(self):
         """Who this worker is (rank, name, world size, job id): told when the block starts
