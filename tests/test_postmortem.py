@@ -223,14 +223,29 @@ def test_combine_marks_calls_never_completed_without_a_return_arrow(jobs, launch
     assert rpc_sides["calls"] >= 4
 
 
-def test_journal_beside_its_rank_file_adds_nothing_twice(jobs):
+def test_journal_beside_its_rank_file_adds_nothing_twice(jobs, tmp_path):
+    """A rank file's journal is removed once the file is written; one left beside it (the
+    process died right after, or the files were copied together) adds nothing: here a
+    journal made of the rank file's own block (its meta and records), plus the dead rank's."""
     out = jobs["spawn", "exit"]["out"]
-    both = Job.open([str(out / "rank0.json.gz"), str(out / "rank0.journal"), str(out / "rank1.journal")])
+    assert not (out / "rank0.journal").exists()  # its block wrote its file: the journal went
+    block = json.loads(gzip.decompress((out / "rank0.json.gz").read_bytes()))["tracemerge"]
+    meta = {k: block[k] for k in ("job_id", "rank", "world_size", "worker_name", "hostname", "boot_id", "pid",
+                                  "profile_start_ns")}
+    lines = [{"tracemerge_journal": 1, "meta": meta}] + [{"rpc": r} for r in block["rpcs"]]
+    lines += [{"collective": c} for c in block["collectives"]] + [{"closed_ns": block["profile_stop_ns"]}]
+    journal = tmp_path / "rank0.journal"
+    journal.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    both = Job.open([str(out / "rank0.json.gz"), str(journal), str(out / "rank1.journal")])
     alone = Job.open([str(out / "rank0.json.gz"), str(out / "rank1.journal")])
     assert both.ranks == alone.ranks == [0, 1]
     assert [len(i.rpcs) for i in both.infos] == [len(i.rpcs) for i in alone.infos]
     assert both.info(0).path.endswith("rank0.json.gz")
     assert any("read from its journal" in w for w in both.info(1).warnings)  # said in a note
+    # the journal alone is rank 0 too, with its records and no events; it ended its block
+    only = Job.open([str(journal), str(out / "rank1.journal")])
+    assert len(only.info(0).rpcs) == len(block["rpcs"]) and only.info(0).events == 0
+    assert only.info(0).ending["journal"]["closed"]
 
 
 def test_journal_cut_in_a_record_is_read_up_to_its_last_whole_one(jobs, tmp_path):
@@ -279,7 +294,7 @@ def test_signal_writes_the_file_then_does_what_it_would_have(tmp_path, how):
     else:
         assert rc == 7 and block["signal"] == "SIGHUP"
         assert "previous handler ran" in proc.stdout.read()
-    assert [line for line in _journal_lines(tmp_path / "rank0.journal") if "closed_ns" in line]
+    assert not (tmp_path / "rank0.journal").exists()  # the file holds it all: the journal went
 
 
 def test_handlers_are_put_back_when_the_block_ends(tmp_path):

@@ -90,16 +90,23 @@ class Journal:
             lines.append(orjson.dumps({"closed_ns": now} if closing else {"alive_ns": now}))
             os.write(self._fd, b"\n".join(lines) + b"\n")
 
-    def close(self) -> None:
-        """A last flush (the block ended, or its file was written on a signal), then stop."""
+    def close(self, remove: bool = False) -> None:
+        """Stop, with a last flush (the block ended); ``remove``: its rank file is written,
+        which holds all the journal does, so the journal goes."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2 * self._period_s)
-        self.flush(closing=True)
+        if not remove:
+            self.flush(closing=True)
         with self._lock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+                if remove:
+                    try:
+                        os.unlink(self.path)
+                    except OSError:
+                        pass
 
     def _new(self) -> List[Tuple[str, Any, dict]]:
         """(kind, key, record) of the records new or ended since the last flush."""

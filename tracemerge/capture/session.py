@@ -92,12 +92,14 @@ class profile:
             # callees that refused native builtins before may record now
             recorder.peers.forget_refusals()
             self._recorder.serves_natively = self._trace and self._serves_natively
-            self._by_signal = self._ended = False
+            self._by_signal = self._ended = self._written = False
             self._ending = threading.Lock()  # one ending: the block's, or a signal's
             self._journal = journal.Journal(self.out_dir / journal.name_of(self.rank if self._known else None,
                                                                            os.getpid()),
                                             self._journal_meta, self._recorder).start()
-            stack.callback(self._journal.close)
+            # once the block's file is written the journal holds nothing more: removed then
+            # (a journal left behind is a rank that died, or whose file could not be written)
+            stack.callback(lambda: self._journal.close(remove=self._written))
             self._signals = stack.enter_context(signals.OnSignal(self._on_signal))
             self._undo = stack.pop_all()
         return self
@@ -117,6 +119,7 @@ class profile:
                 self.profiler.__exit__(*exc_info)
             if self._cycle is None:
                 self._write("rank{rank}.json.gz", stop_ns, self.profiler)
+            self._written = True
         return False
 
     def _on_signal(self, signum: int) -> None:
@@ -134,7 +137,8 @@ class profile:
             if self._cycle is None:
                 self._write("rank{rank}.json.gz", stop_ns, self.profiler, ask=False,
                             ended_by=(signal.Signals(signum).name, self._signals.seen_ns))
-            self._journal.close()
+            self._written = True
+            self._journal.close(remove=True)
 
     def _journal_meta(self) -> dict:
         """What the journal says of this rank first: who it is (the rank once known: None

@@ -84,7 +84,7 @@ def read(path: str) -> RankTrace:
 
 def _note(block: Dict[str, Any]) -> str:
     journal = block["journal"]
-    how = ("its block ended, but its rank file was not given" if journal["closed"]
+    how = ("its block ended, but its rank file was not written or not given" if journal["closed"]
            else "it left no rank file: the process ended before writing one")
     return (f"read from its journal ({how}): {len(block['rpcs'])} RPC and {len(block['collectives'])} "
             "collective records up to its last flush, no events" + (" (the journal was cut in a line)"
