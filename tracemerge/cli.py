@@ -686,8 +686,9 @@ def merged_lines(path, trace):
                    "critical_path, critical_path_totals, wait_states and stragglers keys).")
 @click.option("--section", cls=RegistryOption, type=RegistryChoice(lambda: CSV_SECTIONS), default=lambda: CSV_SECTIONS[0],
               show_default=True,
-              help="With --format csv, the table the CSV holds: key averages, or (implying --analysis) the "
-                   "critical path's segments, the wait states, per-step times or the stragglers.")
+              help="With --format csv, the table the CSV holds: key averages, a failed job's post-mortem, or "
+                   "(implying --analysis) the critical path's segments, the wait states, per-step times or the "
+                   "stragglers.")
 @comm_kernel_option
 @align_options
 @rank_options
@@ -723,7 +724,7 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
                            align=align)
 
     rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
-                               analysis or section != CSV_SECTIONS[0], comm_kernels)
+                               analysis or section not in (CSV_SECTIONS[0], "postmortem"), comm_kernels)
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)

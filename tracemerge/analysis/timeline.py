@@ -20,6 +20,7 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from tracemerge.clocks.clock import ClockModel
+from tracemerge.inputs import chrome, reader_for
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.model import RankTrace
 from tracemerge.nesting import host_ops, parents_nested, parents_stack_walk
@@ -133,6 +134,8 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
 def _read(path: str) -> RankTrace:
     """The trace at ``path`` without the extra keys the writers need (the typed reader's
     light form, as a rank is described); a file it does not take goes through read_trace."""
+    if reader_for(path).name != chrome.FORMAT.name:  # another input format: its own reader
+        return read_trace(path)
     data, cut = read_data(path)
     trace = None if cut else read_typed(path, data, extra=False)
     del data

@@ -55,8 +55,13 @@ def _traced(op, signature, original):
             "group": c10d._get_process_group_name(pg),
             "group_ranks": dist.get_process_group_ranks(pg),
             "bytes": _nbytes(bound.arguments.get(_INPUTS[op])),
+            # the number it will be given (the group counts one up per collective): the
+            # record is kept before issuing, so a rank that never gets out of it (a peer
+            # never came) still has it in its journal (capture/journal.py)
+            "seq": pg._get_sequence_number_for_group() + 1,
             "start_ns": time.time_ns(),
         }
+        rec.add("collectives", record)
         work = original(*args, **kwargs)
         # Read after issuing: the number this collective was given.
         record["seq"] = pg._get_sequence_number_for_group()
@@ -64,7 +69,6 @@ def _traced(op, signature, original):
             work.get_future().add_done_callback(functools.partial(_on_done, record))
         else:
             record["end_ns"] = time.time_ns()
-        rec.add("collectives", record)
         return work
 
     return traced

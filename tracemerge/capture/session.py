@@ -3,7 +3,9 @@ writes this rank's file on exit (or one file per completed schedule cycle)."""
 
 import contextlib
 import os
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -11,14 +13,18 @@ from typing import Any, Literal, Optional
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from tracemerge.capture import collectives, recorder, rpc, rref, writer
+from tracemerge.capture import collectives, journal, recorder, rpc, rref, signals, writer
 from tracemerge.capture.identity import boot_id, identify, in_job, job_id
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
 class profile:
-    """Profile this worker and write ``out_dir/rank{R}.json.gz``, also if the block raises.
+    """Profile this worker and write ``out_dir/rank{R}.json.gz``, also if the block raises
+    or a signal ends the process (SIGTERM, SIGINT, SIGHUP, SIGABRT: the file is written,
+    then the signal does what it would have done; capture/signals.py). While the block
+    runs, ``out_dir/rank{R}.journal`` holds its records up to the last second, for when the
+    process dies without writing (capture/journal.py).
 
     Keyword arguments go to ``torch.profiler.profile`` (``self.profiler``); activities
     default to CPU plus CUDA when available, and all threads are profiled so that the
@@ -86,11 +92,23 @@ class profile:
             # callees that refused native builtins before may record now
             recorder.peers.forget_refusals()
             self._recorder.serves_natively = self._trace and self._serves_natively
+            self._by_signal = self._ended = self._written = False
+            self._ending = threading.Lock()  # one ending: the block's, or a signal's
+            self._journal = journal.Journal(self.out_dir / journal.name_of(self.rank if self._known else None,
+                                                                           os.getpid()),
+                                            self._journal_meta, self._recorder).start()
+            # once the block's file is written the journal holds nothing more: removed then
+            # (a journal left behind is a rank that died, or whose file could not be written)
+            stack.callback(lambda: self._journal.close(remove=self._written))
+            self._signals = stack.enter_context(signals.OnSignal(self._on_signal))
             self._undo = stack.pop_all()
         return self
 
     def __exit__(self, *exc_info: Any) -> Literal[False]:
-        with self._undo:
+        with self._undo, self._ending:
+            if self._ended:  # the file was written when the signal came
+                return False
+            self._ended = True
             # while RPC is up: the builtins sent from here natively go to their callees'
             # files; and, while the profiler still records, the builtins callers sent here
             # natively end and their records come over (their ops are in this trace)
@@ -101,7 +119,31 @@ class profile:
                 self.profiler.__exit__(*exc_info)
             if self._cycle is None:
                 self._write("rank{rank}.json.gz", stop_ns, self.profiler)
+            self._written = True
         return False
+
+    def _on_signal(self, signum: int) -> None:
+        """A signal ends the process (signals.OnSignal, on its watcher thread): the file now,
+        without asking other workers anything (they may be dead, or ending too), so that it
+        is written well within a launcher's grace period."""
+        with self._ending:
+            if self._ended:  # the block ended first (its file is written, or being finished)
+                return
+            self._ended = self._by_signal = True
+            stop_ns = time.time_ns()
+            self._journal.flush()
+            if self.profiler is not None:
+                self.profiler.__exit__(None, None, None)
+            if self._cycle is None:
+                self._write("rank{rank}.json.gz", stop_ns, self.profiler, ask=False,
+                            ended_by=(signal.Signals(signum).name, self._signals.seen_ns))
+            self._written = True
+            self._journal.close(remove=True)
+
+    def _journal_meta(self) -> dict:
+        """What the journal says of this rank first: who it is (the rank once known: None
+        until RPC or torch.distributed tells it) and its window's start."""
+        return dict(self._meta, profile_start_ns=self._window_start_ns, **({} if self._known else {"rank": None}))
 
     def _identify(self):
         """Who this worker is (rank, name, world size, job id): told when the block starts
@@ -138,11 +180,15 @@ class profile:
         return watched
 
     def _cycle_ready(self, prof):
-        self._write(f"rank{{rank}}.cycle{self._cycle}.json.gz", time.time_ns(), prof)
+        self._write(f"rank{{rank}}.cycle{self._cycle}.json.gz", time.time_ns(), prof, ask=not self._by_signal)
         self._cycle += 1
 
-    def _write(self, name: str, stop_ns: int, prof: Optional[torch.profiler.profile]) -> None:
+    def _write(self, name: str, stop_ns: int, prof: Optional[torch.profiler.profile], ask: bool = True,
+               ended_by: Optional[tuple] = None) -> None:
+        """Write a rank file; ``ask``: fetch the callee sides of this rank's calls (by RPC);
+        ``ended_by``: (name, time seen) of the signal that ends the process (``signal``, ``signal_ns``)."""
         self._identify()
+        self._journal.flush()  # a block boundary: its records are on disk before they are taken
         name = name.format(rank=self.rank)
         kineto_json = None
         if prof is not None:
@@ -150,11 +196,14 @@ class profile:
             prof.export_chrome_trace(str(kineto_json))
         meta = dict(self._meta, cycle=self._cycle,
                     profile_start_ns=self._window_start_ns, profile_stop_ns=stop_ns)
+        if ended_by:
+            meta["signal"], meta["signal_ns"] = ended_by
         taken = self._recorder.take(self._window_start_ns or 0, stop_ns)
         calls = [r for r in taken["rpcs"] if r["role"] == "caller"]
         early = self._recorder.fetched_sides(calls)  # asked for when rpc.shutdown() ran in the block
         got = {c["rpc_id"] for side in early for c in side.get("calls", ())}
-        taken["remote_sides"] = early + rpc.collect_remote_sides([r for r in calls if r["rpc_id"] not in got])
+        later = [r for r in calls if r["rpc_id"] not in got]
+        taken["remote_sides"] = early + (rpc.collect_remote_sides(later) if ask else [])
         taken["native"] = self._recorder.native
         writer.write(self.out_dir / name, kineto_json, meta, taken)
 

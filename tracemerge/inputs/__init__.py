@@ -11,12 +11,15 @@ checks over one rank and over the job (rankchecks, jobchecks).
 import os
 from typing import Tuple, Union
 
-from tracemerge.inputs import chrome
+from tracemerge.codecs import decompressor
+from tracemerge.errors import TraceError
+from tracemerge.inputs import chrome, journal
 from tracemerge.inputs.base import InputFormat
 from tracemerge.model import RankTrace
 
 # formats with a sniff first, in order; the last, without one, takes the rest
 READERS: Tuple[InputFormat, ...] = (
+    journal.FORMAT,
     chrome.FORMAT,
 )
 
@@ -26,14 +29,33 @@ def reader_for(path: Union[str, "os.PathLike[str]"]) -> InputFormat:
     else the fallback. The head is only read when some format sniffs."""
     sniffing = [f for f in READERS if f.sniff is not None]
     if sniffing:
-        from tracemerge.inputs.head import first_bytes
-
-        first = first_bytes(os.fspath(path))
+        first = _first_bytes(os.fspath(path))
         for form in sniffing:
             sniff = form.sniff
             if sniff is not None and sniff(first):
                 return form
     return next(f for f in READERS if f.sniff is None)
+
+
+SNIFF_BYTES = 4096
+
+
+def _first_bytes(path: str) -> bytes:
+    """The first decompressed bytes of ``path`` from its first SNIFF_BYTES: enough to tell
+    a format by its first line, without inflating a rank file's first megabyte (every
+    input is sniffed; its reader reads it again)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(SNIFF_BYTES)
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    inflate = decompressor(path, data)
+    if inflate is None:
+        return data
+    try:
+        return bytes(inflate.decompress(data))
+    except TraceError:
+        return b""  # the full reader explains a corrupt stream
 
 
 def read_trace(path: Union[str, "os.PathLike[str]"]) -> RankTrace:

@@ -100,6 +100,7 @@ def refresh(info: RankInfo) -> None:
     info.timed = any(p.timed for p in parts)
     info.has_block = any(p.has_block for p in parts)
     info.partial = any(p.partial for p in parts)
+    info.ending = parts[-1].ending  # how the process ended: its last file says
 
 
 def pids_agree(trace: RankTrace, pids: Tuple) -> bool:

@@ -59,6 +59,9 @@ class RankInfo:
     # a rank made of several cycle files (tracemerge.inputs.cycles): their own infos, in
     # cycle order; the fields above are then the whole process's
     parts: List["RankInfo"] = field(default_factory=list)
+    # how the process ended, as its file says: "signal" and "signal_ns" (a rank file written
+    # on a signal), "journal" (a rank read from its journal alone: tracemerge.inputs.journal)
+    ending: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def files(self) -> List["RankInfo"]:
@@ -256,7 +259,7 @@ def describe(trace):
         **_identity(trace.path, block, trace.meta), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         stop_ns=max(start, _profiler_stop(trace, span[1])), **facts,
         collectives=records(trace.path, block, "collectives") if "collectives" in block else found, p2p=p2p,
-        has_block=trace.tracemerge is not None)
+        has_block=trace.tracemerge is not None, ending=ending_of(block))
 
 
 def describe_head(path, head):
@@ -273,7 +276,13 @@ def describe_head(path, head):
     start, stop = block["profile_start_ns"], block["profile_stop_ns"]
     return RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
                     stop_ns=max(start, stop), first_ns=start, last_ns=max(start, stop), events=0, threads=0, pids=[],
-                    collectives=records(path, block, "collectives"), has_block=True, partial=True)
+                    collectives=records(path, block, "collectives"), has_block=True, partial=True,
+                    ending=ending_of(block))
+
+
+def ending_of(block: Dict[str, Any]) -> Dict[str, Any]:
+    """How the process that wrote ``block`` ended, where the block says (RankInfo.ending)."""
+    return {k: block[k] for k in ("signal", "signal_ns", "journal") if k in block}
 
 
 def _is_int(v: Any) -> bool:

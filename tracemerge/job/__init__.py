@@ -33,6 +33,7 @@ from tracemerge.engine import Engine, LocalEngine
 from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.admit import admit
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
+from tracemerge.inputs.journal import prefer_rank_files
 from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
 from tracemerge.job.checks import check_job, check_links, check_windows, rpc_peers
 from tracemerge.job.describe_files import scan, scan_head
@@ -125,6 +126,7 @@ class Job:
             raise TracemergeError(f"no readable input: all {len(given)} files were skipped as bad")
         if cycle is not None:
             infos = keep_cycle(infos, cycle)
+        infos = prefer_rank_files(infos)  # a journal beside its rank's file adds nothing twice
         if rank_from != "order":  # numbered in the order given, every file is a rank of its own
             infos = join_cycles(infos)
         assign_ranks(infos, rank_from, strict)

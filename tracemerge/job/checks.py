@@ -67,7 +67,14 @@ def rpc_peers(infos: Sequence[RankInfo], links: Correlation) -> List[str]:
     if absent:
         warnings.append(f"{absent} of {sides['calls']} RPCs have only the caller's side because their callee "
                         "ranks have no input file: give every rank's file")
-    if sides["caller_only"] - absent:
+    ended = sorted(i.rank for i in infos if i.ending and i.rank is not None)
+    if sides["caller_only"] - absent and ended:
+        # a failed job: no older capture to blame, the callees ended before they answered
+        warnings.append(
+            f"{sides['caller_only'] - absent} of {sides['calls']} RPCs have only the caller's side: the job failed "
+            f"({_ranks(ended)} ended early: died, or ended by a signal), and calls in flight then, or to a rank that "
+            "had died, have no callee side (the report's post-mortem lists them)")
+    elif sides["caller_only"] - absent:
         warnings.append(
             f"{sides['caller_only'] - absent} of {sides['calls']} RPCs have only the caller's side: their callees "
             "recorded none and the callers' files carry no callee sides for them (captured by an older "

@@ -17,6 +17,7 @@ from tracemerge.model import RankTrace
 from tracemerge.output import check_output
 from tracemerge.place import selection as select
 from tracemerge.place.arrows import RpcFlows
+from tracemerge.place.in_flight import in_flight_jobs
 from tracemerge.place.placement import Placement, rank_label
 from tracemerge.place.remote_spans import drawn_sides, remote_spans
 
@@ -132,6 +133,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     # each rank is transformed and encoded by the job's engine, into its part of the output
     remote = remote_spans(job.infos, sides, alignment.clocks, places)
     jobs += remote.jobs
+    jobs += in_flight_jobs(job.infos, places, {rank_of(i) for i in kept})  # a failed job's unanswered calls
     drawn = None
     if path is not None:
         job_, drawn = _path_job(path, places, [p for _, p in jobs])

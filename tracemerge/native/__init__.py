@@ -135,12 +135,12 @@ def read_rank(path: str, columns_only: bool = False) -> tuple[RankTrace, str]:
     from tracemerge.inputs import reader_for
     from tracemerge.inputs.chrome import read_columns
 
+    if reader_for(path).name != READS:  # its own reader (read_columns is the chrome reader's)
+        return read_all(path), "python: another input format"
     read_trace = read_columns if columns_only else read_all
 
     if active() != "native":
         return read_trace(path), "python"
-    if reader_for(path).name != READS:
-        return read_trace(path), "python: another input format"
     data: bytes | mmap.mmap | None = _mapped(path)
     cut = ""
     if data is None:

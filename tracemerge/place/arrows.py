@@ -18,7 +18,7 @@ the protobuf output by :mod:`tracemerge.formats.perfetto.flows`; JSON passes the
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Any, Collection, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 
@@ -69,6 +69,9 @@ class RpcFlows:
     """
 
     calls: Dict[str, Tuple[int, int, int]]  # {rpc_id: (index, caller rank, callee rank)}
+    # calls that never completed (the callee never ended them, or the caller never heard
+    # back): the request arrow only, no arrow for a return that never happened
+    unreturned: FrozenSet[str] = frozenset()
 
     @classmethod
     def plan(cls, match: RpcMatch, spans: Collection[Tuple[str, str, int]], ranks: Collection[int],
@@ -78,10 +81,12 @@ class RpcFlows:
         rank) of the RPC spans the ranks' events hold and the size controls keep
         (``selection.kept_spans``); ``drawn`` the calls whose callee span is drawn from the
         caller's file (place.remote_spans). No arrow is drawn with one end in the air."""
-        return cls({c.rpc_id: (n, c.caller, c.callee) for n, c in enumerate(match.calls)
-                    if c.send_ns is not None and c.start_ns is not None
-                    and c.caller in ranks and c.callee in ranks and (c.rpc_id, "caller", c.caller) in spans
-                    and ((c.rpc_id, "callee", c.callee) in spans or c.rpc_id in drawn)})
+        calls = {c.rpc_id: (n, c.caller, c.callee, c.end_ns is not None and c.complete_ns is not None)
+                 for n, c in enumerate(match.calls)
+                 if c.send_ns is not None and c.start_ns is not None
+                 and c.caller in ranks and c.callee in ranks and (c.rpc_id, "caller", c.caller) in spans
+                 and ((c.rpc_id, "callee", c.callee) in spans or c.rpc_id in drawn)}
+        return cls({k: v[:3] for k, v in calls.items()}, frozenset(k for k, v in calls.items() if not v[3]))
 
     def ids(self, rpc_id: str) -> Tuple[int, int]:
         """(request flow id, response flow id) of a call."""
@@ -117,8 +122,9 @@ class RpcFlows:
         out: Dict[int, SliceFlows] = {}
         for i, (rpc_id, role) in found.items():
             req, resp = self.ids(rpc_id)
-            out[i] = (SliceFlows(begin=(req,), end_terminating=(resp,)) if role == "caller"
-                      else SliceFlows(begin_terminating=(req,), end=(resp,)))
+            back = () if rpc_id in self.unreturned else (resp,)
+            out[i] = (SliceFlows(begin=(req,), end_terminating=back) if role == "caller"
+                      else SliceFlows(begin_terminating=(req,), end=back))
         return out
 
     def json_events(self, found: Found, trace: RankTrace, place: Placement, start: np.ndarray, dur: np.ndarray,
@@ -143,7 +149,8 @@ class RpcFlows:
             if i in lanes:
                 tid = lane_tid(trace.tids[trace.tid[i]], lanes[i])
                 events.append(_flow(first, req, rpc_id, pid, tid, _inside(s, e, at_end=False)))
-                events.append(_flow(last, resp, rpc_id, pid, tid, _inside(s, e, at_end=True)))
+                if rpc_id not in self.unreturned:
+                    events.append(_flow(last, resp, rpc_id, pid, tid, _inside(s, e, at_end=True)))
                 continue
             # spans of the thread nested in this one; a span that only partly overlaps it is
             # not on the thread's slice stack in Perfetto (dropped or moved), so it cannot
@@ -154,7 +161,8 @@ class RpcFlows:
                                 if ce <= e and not (cs == s and ce == e)])
             tid = trace.tids[trace.tid[i]]
             events.append(_flow(first, req, rpc_id, pid, tid, _inside(*gaps[0], at_end=False)))
-            events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
+            if rpc_id not in self.unreturned:  # no arrow for a return that never happened
+                events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
         return events
 
 

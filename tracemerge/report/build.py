@@ -12,6 +12,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from tracemerge.analysis.job_timeline import build_timeline
+from tracemerge.analysis.postmortem import PostMortem, postmortem
+from tracemerge.analysis.postmortem import as_dict as postmortem_dict
+from tracemerge.analysis.postmortem import sections as postmortem_tables
+from tracemerge.analysis.postmortem import summary as postmortem_summary
 from tracemerge.analysis.summary import Analysis, analyse, analysis_dict
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
@@ -53,6 +57,8 @@ class Report:
     notes: List[str] = field(default_factory=list)
     analysis: Optional[Analysis] = None  # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
     gpu: List[GpuRank] = field(default_factory=list)  # of the ranks with device activity
+    # a failed job's post-mortem (analysis.postmortem), None when there is nothing to say
+    postmortem: Optional[PostMortem] = None
 
 
 def is_merged(trace: RankTrace) -> bool:
@@ -155,8 +161,10 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
         traces_info.append({"rank": rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
         del trace, tree  # freed before the next rank is read
-    first = min(clocks[r].to_reference(i.first_ns) for r, i in zip(job.ranks, job.infos))
-    last = max(clocks[r].to_reference(i.last_ns) for r, i in zip(job.ranks, job.infos))
+    # ranks with events (one read from its journal alone has none)
+    timed = [(r, i) for r, i in zip(job.ranks, job.infos) if i.timed] or list(zip(job.ranks, job.infos))
+    first = min(clocks[r].to_reference(i.first_ns) for r, i in timed)
+    last = max(clocks[r].to_reference(i.last_ns) for r, i in timed)
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
     busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
@@ -164,6 +172,7 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
                     align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy},
                     gpu=[g for g in gpu if g is not None])
     _add_records(report, job.infos, job.links, clocks, threads)
+    report.postmortem = postmortem(job.infos, clocks) or None
     report.notes += unfinished_notes(open_at_stop)
     if analysis:
         report.analysis = analyse(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives, clocks))
@@ -286,4 +295,16 @@ def report_dict(report: Report, sort_by: str = "cpu_time_total", row_limit: int 
         # GPU traces only, so CPU-only reports stay as they were
         **({"gpu": [{**asdict(g), "overlap_share": g.overlap_share} for g in report.gpu]} if report.gpu else {}),
         **(analysis_dict(report.analysis) if report.analysis is not None else {}),
+        # a failed job's only, so the reports of others stay as they were
+        **({"postmortem": postmortem_dict(report.postmortem)} if report.postmortem else {}),
     }
+
+
+def postmortem_view(report: Report) -> Tuple[List[str], List[Tuple[str, Tuple[List[str], List[List[Any]]]]]]:
+    """(summary lines, titled tables) of the post-mortem, times in ms from the report's
+    start, for every renderer to show first; ([], []) when there is nothing to say."""
+    pm = report.postmortem
+    if not pm:
+        return [], []
+    t0 = report.timeline.get("start_ns", 0)
+    return postmortem_summary(pm, t0), postmortem_tables(pm, t0)

@@ -1,6 +1,6 @@
 """CSV: one table per file — by default one row per key-average row (the other sections
 are in JSON); ``section`` picks another table: the critical path's segments, the wait
-states, the step times or the stragglers."""
+states, the step times, the stragglers or a failed job's post-mortem."""
 
 import csv
 import io
@@ -12,7 +12,7 @@ from tracemerge.report.build import Report, row_dict, row_fields, sorted_rows
 from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
 
-SECTIONS = ("key_averages", "critical_path", "rpc_waits", "collective_waits", "step_times", "stragglers")
+SECTIONS = ("key_averages", "critical_path", "rpc_waits", "collective_waits", "step_times", "stragglers", "postmortem")
 
 
 def render_csv(report: Report, sort_by: str, row_limit: int, section: str = "key_averages") -> str:
@@ -21,6 +21,18 @@ def render_csv(report: Report, sort_by: str, row_limit: int, section: str = "key
     if section == "key_averages":
         fields = row_fields(report.key_averages)
         return _csv(fields, (row_dict(r, fields) for r in sorted_rows(report.key_averages, sort_by, row_limit)))
+    if section == "postmortem":
+        # one row per finding: a rank that ended early, a call never completed, a collective never joined
+        pm = report.postmortem
+        found: list = [] if not pm else (
+            [{"kind": "rank", "rank": e.rank, "what": e.how, "at_ns": e.at_ns, "known_from": e.known_from,
+              "detail": e.blocked_in} for e in pm.ended]
+            + [{"kind": "rpc", "rank": c.callee, "what": c.name, "at_ns": c.send_ns, "waited_ns": c.waited_ns,
+                "detail": f"{c.rpc_id} from rank {c.caller}, {c.status}"} for c in pm.in_flight]
+            + [{"kind": "collective", "rank": " ".join(map(str, u.missing)), "what": f"{u.op} {u.group}:{u.seq}",
+                "at_ns": u.start_ns, "waited_ns": max(u.waiting.values(), default=0),
+                "detail": "waiting: " + " ".join(map(str, u.waiting))} for u in pm.unjoined])
+        return _csv(("kind", "rank", "what", "at_ns", "known_from", "waited_ns", "detail"), found)
     analysis = report.analysis
     if analysis is None:
         raise TracemergeError(f"--section {section}: the analyses are not done on a merged trace (they are "

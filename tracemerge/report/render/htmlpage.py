@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from tracemerge.analysis.critical_path import KINDS, UNTRACED, Window
 from tracemerge.analysis.summary import Analysis
 from tracemerge.analysis.tables import analysis_sections, diff_table
-from tracemerge.report.build import Report, sorted_rows
+from tracemerge.report.build import Report, postmortem_view, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
 from tracemerge.report.diff import Diff
 from tracemerge.report.gpu import gpu_rows
@@ -272,6 +272,10 @@ def render_diff_html(diff: Diff, row_limit: int = 100) -> str:
 def render_html(report: Report, sort_by: str = "cpu_time_total", row_limit: int = 100) -> str:
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
     body = ["<h1>tracemerge report</h1>"]
+    found, tables = postmortem_view(report)  # a failed job: said first
+    if found:
+        body.append('<h2 id="postmortem">Post-mortem</h2><ul>' + "".join(f"<li>{escape(x)}</li>" for x in found)
+                    + "</ul>" + "".join(f"<h3>{escape(t)}</h3>" + _table(*table) for t, table in tables))
     body += [f'<p class="hint">{escape(n)}</p>' for n in report.notes]
     clocks = report.clocks
     body.append(f"<h2>Clocks</h2><p>Aligned by <b>{escape(report.align)}</b> to rank {report.reference}. "

@@ -3,7 +3,7 @@
 from typing import Any, List, Sequence
 
 from tracemerge.analysis.tables import analysis_sections, diff_table
-from tracemerge.report.build import Report, sorted_rows
+from tracemerge.report.build import Report, postmortem_view, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
 from tracemerge.report.diff import Diff
 from tracemerge.report.gpu import gpu_rows
@@ -18,7 +18,11 @@ def _md_table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> List[str]:
 def render_markdown(report: Report, sort_by: str, row_limit: int) -> str:
     rows = sorted_rows(report.key_averages, sort_by, row_limit)
     head, body, _ = key_rows(rows, report.key_averages, lambda key: f"`{key}`")
-    lines = ["## Key averages", ""] + _md_table(head, body) + [""] + key_footer(report.key_averages)
+    found, tables = postmortem_view(report)  # a failed job: said first
+    lines = (["## Post-mortem", ""] + [f"- {line}" for line in found] + [""]) if found else []
+    for title, table in tables:
+        lines += [f"### {title}", ""] + _md_table(*table) + [""]
+    lines += ["## Key averages", ""] + _md_table(head, body) + [""] + key_footer(report.key_averages)
     if report.rpc is not None:
         lines += ["", "## RPC latency", ""] + _md_table(*rpc_rows(report.rpc))
         lines += ["", "## RPC callees", ""] + _md_table(*callee_rows(report.rpc))

@@ -4,7 +4,7 @@ and collective sections."""
 from typing import Any, List, Sequence, Tuple
 
 from tracemerge.analysis.tables import Table, analysis_sections, diff_table
-from tracemerge.report.build import Report, sorted_rows
+from tracemerge.report.build import Report, postmortem_view, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
 from tracemerge.report.diff import Diff
 from tracemerge.report.gpu import gpu_rows
@@ -61,7 +61,11 @@ def key_table(rows: List[KeyAverage], all_rows: List[KeyAverage], width: int = 5
 
 
 def render_table(report: Report, sort_by: str, row_limit: int) -> str:
-    lines = key_table(sorted_rows(report.key_averages, sort_by, row_limit), report.key_averages)
+    found, tables = postmortem_view(report)  # a failed job: said first
+    lines = [f"post-mortem: {line}" for line in found]
+    for title, (head, body) in tables:
+        lines += [title] + _aligned(head, body) + [""]
+    lines += key_table(sorted_rows(report.key_averages, sort_by, row_limit), report.key_averages)
     sections: List[Tuple[str, Table]] = []
     if report.rpc is not None:
         sections += [("RPC latency", rpc_rows(report.rpc)), ("RPC callees", callee_rows(report.rpc))]

@@ -1,0 +1,287 @@
+"""The post-mortem of a job that failed: which ranks ended early and when, what was in
+flight to or from them, the collectives some rank never joined, and, for a job that hung
+until it was killed, what each rank was blocked in and the rank everyone waited for.
+
+From the ranks' records alone (kilobytes: ``RankInfo``), on the reference clock. How a
+rank ended is what its file says (``RankInfo.ending``): a rank read from a journal that
+was never closed died without writing its rank file (os._exit, SIGKILL, the OOM killer, a
+segfault); a rank file written on a signal says which. docs/reports.md, "Post-mortem".
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+# (head, body) as the other analyses' tables (analysis.tables.Table)
+Table = Tuple[List[str], List[List[Any]]]
+
+
+@dataclass
+class RankEnd:
+    """How one rank ended."""
+
+    rank: int
+    how: str                    # "died" (no rank file, journal not closed), "SIGTERM" (…: the signal), "ended"
+    at_ns: int                  # when, on the reference clock
+    known_from: str             # what tells: "last journal flush", "last event", "last record",
+                                # "first call to it that never completed", "signal"
+    last_done: str = ""         # the last thing it completed (a call, a collective)
+    last_done_ns: Optional[int] = None
+    blocked_in: str = ""        # the call or collective it was in when it ended, "" when none
+
+
+@dataclass
+class InFlight:
+    """An RPC sent and never completed."""
+
+    rpc_id: str
+    name: str
+    caller: int
+    callee: int
+    send_ns: int                # reference clock
+    waited_ns: int              # from its send to when the caller last told of it
+    status: str                 # the caller's: "pending" (still waiting) or "error" (it failed)
+
+
+@dataclass
+class Unjoined:
+    """A collective some ranks of its group entered and others never did."""
+
+    group: str
+    seq: int
+    op: str
+    missing: List[int]          # the ranks that never joined it
+    waiting: Dict[int, int]     # {rank: how long it waited in it, ns}
+    start_ns: int               # the first rank entered it (reference clock)
+
+
+@dataclass
+class PostMortem:
+    ended: List[RankEnd] = field(default_factory=list)       # every rank that did not end its block normally
+    in_flight: List[InFlight] = field(default_factory=list)
+    unjoined: List[Unjoined] = field(default_factory=list)
+    waited_for: Optional[int] = None                           # the rank everyone waited for (hung job)
+
+    @property
+    def died(self) -> List[RankEnd]:
+        return [e for e in self.ended if e.how == "died"]
+
+    def __bool__(self) -> bool:
+        return bool(self.ended or self.in_flight or self.unjoined)
+
+
+Clock = Callable[[int], int]
+
+
+def postmortem(infos: Sequence[Any], clocks: Mapping[int, Any]) -> PostMortem:
+    """The post-mortem of the ranks ``infos`` (RankInfo) under ``clocks`` ({rank: ClockModel})."""
+    to_ref: Dict[int, Clock] = {i.rank: clocks[i.rank].to_reference for i in infos}
+    by_rank = {i.rank: i for i in infos}
+    callee_sides = {r["rpc_id"]: r for i in infos for r in i.rpcs if r.get("role") == "callee"}
+    ends: Dict[int, RankEnd] = {}
+    for info in infos:
+        end = _ending(info, to_ref[info.rank], infos, callee_sides, to_ref)
+        if end is not None:
+            ends[info.rank] = end
+    out = PostMortem()
+    out.in_flight = _in_flight(infos, ends, callee_sides, to_ref)
+    out.unjoined = _unjoined(infos, to_ref)
+    # what ended on some rank ended for all: a journal's last flush may predate the end of
+    # a call or collective it shows open (another rank's records tell)
+    ended = ({r["rpc_id"] for i in infos for r in i.rpcs if r.get("status") == "ok" or "end_ns" in r}
+             | {(str(c["group"]), c["seq"]) for i in infos for c in i.collectives if isinstance(c.get("end_ns"), int)})
+    for rank, end in ends.items():
+        end.last_done, end.last_done_ns, end.blocked_in = _last_and_blocked(by_rank[rank], to_ref[rank], end.at_ns,
+                                                                            ended)
+    out.ended = [ends[r] for r in sorted(ends)]
+    missing = [r for u in out.unjoined for r in u.missing]
+    if missing:
+        out.waited_for = max(set(missing), key=missing.count)
+    elif out.died:
+        out.waited_for = out.died[0].rank
+    return out
+
+
+def _ending(info: Any, ref: Clock, infos: Sequence[Any], callee_sides: Dict[str, dict],
+            to_ref: Mapping[int, Clock]) -> Optional[RankEnd]:
+    """How ``info``'s rank ended, when not at the end of its block: None for a rank that did."""
+    ending = info.ending
+    journal = ending.get("journal")
+    if journal is not None and not journal.get("closed"):
+        # the last sign of life: its last flush, its last record; and the first call to it
+        # that never completed (it stopped answering then)
+        found = [(ref(journal["alive_ns"]), "last journal flush")] if journal.get("alive_ns") else []
+        last = _last_record_ns(info)
+        if last is not None:
+            found.append((ref(last), "last record"))
+        if info.timed:
+            found.append((ref(info.last_ns), "last event"))
+        first = _first_unanswered(info.rank, infos, callee_sides, to_ref)
+        if first is not None:
+            found.append((first, "first call to it that never completed"))
+        if not found:
+            return None
+        at, why = max(found)
+        return RankEnd(info.rank, "died", at, why)
+    if "signal" in ending:
+        at = ending.get("signal_ns", info.stop_ns)
+        return RankEnd(info.rank, str(ending["signal"]), ref(at), "signal")
+    return None
+
+
+_RECORD_TIMES = ("send_ns", "complete_ns", "start_ns", "end_ns")
+
+
+def _last_record_ns(info: Any) -> Optional[int]:
+    times = [r[k] for r in list(info.rpcs) + list(info.collectives) for k in _RECORD_TIMES if isinstance(r.get(k), int)]
+    return max(times) if times else None
+
+
+def _never_completed(call: dict, callee_sides: Dict[str, dict]) -> bool:
+    """A caller record whose call never completed: not ok, and its callee never ended it."""
+    side = callee_sides.get(call["rpc_id"])
+    return call.get("status") != "ok" and (side is None or "end_ns" not in side)
+
+
+def _first_unanswered(rank: int, infos: Sequence[Any], callee_sides: Dict[str, dict],
+                      to_ref: Mapping[int, Clock]) -> Optional[int]:
+    sends = [to_ref[i.rank](r["send_ns"]) for i in infos for r in i.rpcs
+             if r.get("role") == "caller" and r.get("callee") == rank and isinstance(r.get("send_ns"), int)
+             and _never_completed(r, callee_sides)]
+    return min(sends) if sends else None
+
+
+def _in_flight(infos: Sequence[Any], ends: Mapping[int, RankEnd], callee_sides: Dict[str, dict],
+               to_ref: Mapping[int, Clock]) -> List[InFlight]:
+    """The calls sent and never completed that involve a rank that ended early, sent before it
+    ended: to it, from it."""
+    out = []
+    for info in infos:
+        ref = to_ref[info.rank]
+        stop = ref(max(info.stop_ns, info.last_ns if info.timed else info.stop_ns))
+        for r in info.rpcs:
+            if r.get("role") != "caller" or not isinstance(r.get("send_ns"), int):
+                continue
+            if not _never_completed(r, callee_sides):
+                continue
+            end = ends.get(r["callee"]) or ends.get(r["caller"])
+            sent = ref(r["send_ns"])
+            if end is None or sent > end.at_ns:
+                continue
+            told = ref(r["complete_ns"]) if isinstance(r.get("complete_ns"), int) else stop
+            out.append(InFlight(r["rpc_id"], str(r.get("name") or r.get("func") or ""), r["caller"], r["callee"],
+                                sent, max(0, told - sent), str(r.get("status", "pending"))))
+    out.sort(key=lambda c: c.send_ns)
+    return out
+
+
+def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[Unjoined]:
+    """Collectives that some rank of the group entered and did not leave while another
+    rank of the group never entered them."""
+    groups: Dict[tuple, Dict[int, dict]] = {}
+    for info in infos:
+        for c in info.collectives:
+            groups.setdefault((str(c["group"]), c["seq"]), {})[info.rank] = c
+    out = []
+    for (group, seq), members in groups.items():
+        stuck = {rank: c for rank, c in members.items() if not isinstance(c.get("end_ns"), int)}
+        first = next(iter(members.values()))
+        ranks = first.get("group_ranks") or []
+        missing = sorted(set(ranks) - set(members))
+        if not stuck or not missing:
+            continue
+        by_rank = {i.rank: i for i in infos}
+        waiting = {}
+        for rank, c in stuck.items():
+            info = by_rank[rank]
+            stop = max(info.stop_ns, info.last_ns if info.timed else info.stop_ns)
+            waiting[rank] = max(0, stop - c["start_ns"])
+        out.append(Unjoined(group, seq, str(first.get("op", "")), missing, dict(sorted(waiting.items())),
+                            min(to_ref[r](c["start_ns"]) for r, c in stuck.items())))
+    out.sort(key=lambda u: u.start_ns)
+    return out
+
+
+def _describe_rpc(r: dict) -> str:
+    return str(r.get("name") or r.get("func") or r.get("rpc_id"))
+
+
+def _describe_collective(c: dict) -> str:
+    return f"{c.get('op', 'collective')} (group {c['group']}, seq {c['seq']})"
+
+
+def _last_and_blocked(info: Any, ref: Clock, at_ns: int, ended: set) -> Tuple[str, Optional[int], str]:
+    """(the last thing the rank completed, when, the call or collective it was in at the end);
+    ``ended``: the rpc_ids and (group, seq) some rank saw end."""
+    done: List[Tuple[int, str]] = []
+    open_: List[Tuple[int, str]] = []
+    for r in info.rpcs:
+        begin, finish = ("send_ns", "complete_ns") if r.get("role") == "caller" else ("start_ns", "end_ns")
+        what = _describe_rpc(r) + ("" if r.get("role") == "caller" else " (serving)")
+        if isinstance(r.get(finish), int):
+            done.append((ref(r[finish]), what))
+        elif (isinstance(r.get(begin), int) and r.get("status", "pending") == "pending"
+              and r.get("rpc_id") not in ended):
+            open_.append((ref(r[begin]), what))
+    for c in info.collectives:
+        if isinstance(c.get("end_ns"), int):
+            done.append((ref(c["end_ns"]), _describe_collective(c)))
+        elif isinstance(c.get("start_ns"), int) and (str(c["group"]), c["seq"]) not in ended:
+            open_.append((ref(c["start_ns"]), _describe_collective(c)))
+    last = max(done) if done else None
+    blocked = max((o for o in open_ if o[0] <= at_ns), default=None)
+    return (last[1] if last else "", last[0] if last else None, blocked[1] if blocked else "")
+
+
+def _ms(ns: Optional[int]) -> str:
+    return "" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def sections(pm: PostMortem, t0: int) -> List[Tuple[str, Table]]:
+    """The post-mortem as titled tables (times in ms from ``t0``, the report's start)."""
+    out: List[Tuple[str, Table]] = []
+    if pm.ended:
+        out.append(("Post-mortem: ranks that ended early", (
+            ["Rank", "How", "At ms", "Known from", "Last completed", "Last completed at ms", "Blocked in"],
+            [[e.rank, e.how, _ms(e.at_ns - t0), e.known_from, e.last_done,
+              _ms(None if e.last_done_ns is None else e.last_done_ns - t0), e.blocked_in or "-"] for e in pm.ended])))
+    if pm.in_flight:
+        out.append(("Post-mortem: RPCs in flight, never completed", (
+            ["RPC id", "Caller", "Callee", "Sent ms", "Waited ms", "Status", "Name"],
+            [[c.rpc_id, c.caller, c.callee, _ms(c.send_ns - t0), _ms(c.waited_ns), c.status, c.name]
+             for c in pm.in_flight])))
+    if pm.unjoined:
+        out.append(("Post-mortem: collectives never joined", (
+            ["Group", "Seq", "Op", "Entered ms", "Never joined", "Waiting (ms)"],
+            [[u.group, u.seq, u.op, _ms(u.start_ns - t0), " ".join(map(str, u.missing)),
+              " ".join(f"{r}:{_ms(w)}" for r, w in u.waiting.items())] for u in pm.unjoined])))
+    return out
+
+
+def summary(pm: PostMortem, t0: int) -> List[str]:
+    """The findings in a few lines (times in ms from ``t0``), said before the tables."""
+    lines = []
+    for e in pm.ended:
+        what = ("died without writing its rank file" if e.how == "died"
+                else f"was ended by {e.how}" if e.how.startswith("SIG") else f"ended ({e.how})")
+        line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from its {e.known_from})"
+        if e.blocked_in:
+            line += f", blocked in {e.blocked_in}"
+        lines.append(line)
+    for c in pm.in_flight:
+        lines.append(f"{c.name or c.rpc_id} ({c.rpc_id}, rank {c.caller} -> rank {c.callee}) was sent at "
+                     f"{_ms(c.send_ns - t0)} ms and never completed (waited {_ms(c.waited_ns)} ms)")
+    for u in pm.unjoined:
+        lines.append(f"{u.op} (group {u.group}, seq {u.seq}): rank{'s' if len(u.missing) > 1 else ''} "
+                     f"{', '.join(map(str, u.missing))} never joined; "
+                     + ", ".join(f"rank {r} waited {_ms(w)} ms" for r, w in u.waiting.items()))
+    if pm.waited_for is not None and (pm.unjoined or pm.died):
+        lines.append(f"the rank everyone waited for: rank {pm.waited_for}")
+    return lines
+
+
+def as_dict(pm: PostMortem) -> Dict[str, Any]:
+    """The JSON report's ``"postmortem"``."""
+    from dataclasses import asdict
+
+    return {"ended": [asdict(e) for e in pm.ended], "in_flight": [asdict(c) for c in pm.in_flight],
+            "unjoined": [asdict(u) for u in pm.unjoined], "waited_for": pm.waited_for}

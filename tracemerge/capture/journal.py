@@ -1,0 +1,150 @@
+"""The journal: what a rank did, on disk at least every second, for when it dies unwritten.
+
+A rank file is written when the block ends (or a signal ends it, capture/signals.py); a
+rank that dies by ``os._exit``, SIGKILL, the OOM killer or a segfault never writes one,
+and its records die with it. So while a capture is active a flusher thread appends to
+``rank{R}.journal`` beside the rank file, every ``PERIOD_S`` and at each block boundary:
+the records made since (calls issued, calls served, collectives; pending ones too, and
+once more when they end) and a line saying it was alive then. Each flush is one
+``os.write`` of whole lines: the kernel keeps what was written when the process dies, and
+a journal cut in a line is read up to its last whole line. Format: docs/rank-file-format.md
+("The journal").
+
+The flusher reads the recorder's lists off the calls' path, so recording a call costs
+nothing more; a record made and taken into a rank file between two flushes may be
+missing from the journal, but then the rank file holds it.
+"""
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import orjson
+
+from tracemerge.capture import recorder
+
+JOURNAL_VERSION = 1
+PERIOD_S = 0.5
+SUFFIX = ".journal"
+
+
+def name_of(rank: Optional[int], pid: int) -> str:
+    """The journal's file name: ``rank{R}.journal``, ``pid{P}.journal`` while the rank is unknown."""
+    return f"rank{rank}{SUFFIX}" if rank is not None else f"pid{pid}{SUFFIX}"
+
+
+class Journal:
+    """Appends ``recorder``'s records to ``path`` every ``period_s`` (a daemon thread) and
+    on :meth:`flush`; ``meta()`` gives the identity and anchors written first (and again
+    when they change)."""
+
+    def __init__(self, path: Path, meta: Callable[[], Dict[str, Any]], rec: "recorder.Recorder",
+                 period_s: float = PERIOD_S) -> None:
+        self.path = path
+        self._meta = meta
+        self._rec = rec
+        self._period_s = period_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._fd: Optional[int] = None
+        self._thread: Optional[threading.Thread] = None
+        self._last_meta: Optional[Dict[str, Any]] = None
+        # per recorder list: (the list object last seen, how many of its items were journaled)
+        self._seen: Dict[str, Tuple[Any, int]] = {}
+        # entries journaled while not ended, by key: written again when they end
+        self._open: Dict[Any, Tuple[str, Any]] = {}
+
+    def start(self) -> "Journal":
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.flush(first=True)
+        self._thread = threading.Thread(target=self._run, name="tracemerge-journal", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            try:
+                self.flush()
+            except Exception:  # never fail the training job over its journal
+                return
+
+    def flush(self, first: bool = False, closing: bool = False) -> None:
+        """Append what is new since the last flush, and that this rank is alive now."""
+        with self._lock:
+            if self._fd is None:
+                return
+            lines: List[bytes] = []
+            meta = self._meta()
+            if meta != self._last_meta:
+                head = {"tracemerge_journal": JOURNAL_VERSION, "meta": meta} if first else {"meta": meta}
+                lines.append(orjson.dumps(head))
+                self._last_meta = meta
+            settle = getattr(self._rec, "settle", None)
+            if settle is not None:
+                settle(everything=True)  # statuses of calls whose futures completed
+            for kind, key, record in self._new():
+                lines.append(orjson.dumps({kind: record}))
+            now = time.time_ns()
+            lines.append(orjson.dumps({"closed_ns": now} if closing else {"alive_ns": now}))
+            os.write(self._fd, b"\n".join(lines) + b"\n")
+
+    def close(self, remove: bool = False) -> None:
+        """Stop, with a last flush (the block ended); ``remove``: its rank file is written,
+        which holds all the journal does, so the journal goes."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2 * self._period_s)
+        if not remove:
+            self.flush(closing=True)
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+                if remove:
+                    try:
+                        os.unlink(self.path)
+                    except OSError:
+                        pass
+
+    def _new(self) -> List[Tuple[str, Any, dict]]:
+        """(kind, key, record) of the records new or ended since the last flush."""
+        out = []
+        for name in ("calls", "served", "collectives"):
+            items = getattr(self._rec, name, None)
+            if items is None:
+                continue
+            seen, count = self._seen.get(name, (None, 0))
+            if seen is not items:  # the recorder took its records (a file was written): a new list
+                count = 0
+            fresh = items[count:]
+            self._seen[name] = (items, count + len(fresh))
+            for item in fresh:
+                kind, key, record, ended = _entry(name, item)
+                if key in self._open:
+                    continue
+                out.append((kind, key, record))
+                if not ended:
+                    self._open[key] = (name, item)
+        for key, (name, item) in list(self._open.items()):
+            kind, _, record, ended = _entry(name, item)
+            if ended:
+                out.append((kind, key, record))
+                del self._open[key]
+        return out
+
+
+def _entry(name: str, item: Any) -> Tuple[str, Any, dict, bool]:
+    """(kind, key, record as the rank file holds it, ended) of one of the recorder's items."""
+    if name == "calls":
+        record = recorder.issued_record(item, bound=True)
+        settled = record.pop("_settled_ns", None)
+        if settled is not None:  # ended lazily: its end is known as the time it was seen
+            record["complete_ns"] = settled
+        return "rpc", (record["rpc_id"], "caller"), record, record["status"] != "pending"
+    if name == "served":
+        record = recorder.callee_record(*item)[0]
+        return "rpc", (record["rpc_id"], "callee"), record, "end_ns" in record
+    record = dict(item)
+    return "collective", (record["group"], record.get("seq"), record["start_ns"]), record, "end_ns" in record
