@@ -12,7 +12,7 @@ import os
 import zlib
 from typing import Any, BinaryIO, Callable, ContextManager, Iterator, Optional, Union
 
-from tracemerge.errors import OutputError, TraceError
+from tracemerge.errors import OutputError, TraceError, UsageError
 
 # a writable binary stream: a file, a gzip.GzipFile, zstandard's stream writer
 Stream = Any
@@ -166,9 +166,10 @@ def inflate_limit(compressed_size: int) -> Optional[int]:
     ``TRACEMERGE_MAX_INFLATE`` (set by ``--max-inflate``), else 64x its size, at least 256 MiB."""
     given = os.environ.get(MAX_INFLATE_ENV)
     if given:
-        with contextlib.suppress(ValueError):
-            n = parse_size(given)
-            return n or None
+        try:
+            return parse_size(given) or None
+        except ValueError as e:  # a bound the user set and mistyped is refused, not ignored
+            raise UsageError(f"{MAX_INFLATE_ENV}={given!r}: {e}") from None
     return max(MAX_INFLATE_FLOOR, MAX_INFLATE_RATIO * compressed_size)
 
 

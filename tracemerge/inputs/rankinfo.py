@@ -14,7 +14,7 @@ import numpy as np
 
 from tracemerge.errors import RankConflict, TraceError
 from tracemerge.inputs.kineto_collectives import collectives as kineto_collectives
-from tracemerge.inputs.rankchecks import clock_jumps, job_facts
+from tracemerge.inputs.rankchecks import clock_jumps, distributed_info, job_facts
 from tracemerge.inputs.rpc_spans import spans as rpc_spans_of
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
@@ -85,8 +85,8 @@ def cycle_of(path: str, block: Dict[str, Any]) -> Optional[int]:
 def _rank_candidates(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> tuple[Optional[int], str]:
     if isinstance(block.get("rank"), int):
         return block["rank"], "tracemerge"
-    dist = meta.get("distributedInfo")
-    if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+    dist, _ = distributed_info(meta)
+    if "rank" in dist:
         return dist["rank"], "distributedInfo"
     rank = rank_from_name(path)
     if rank is not None:
@@ -122,6 +122,8 @@ def _profiler_stop(trace, last_ns):
     return last_ns
 
 
+NS_LIMIT = 1 << 62   # times in int64 ns with room for offsets (year 2116)
+
 # What every record must carry to be matched across ranks (docs/rank-file-format.md); the
 # other fields are optional, and a side that had not finished leaves its end time out.
 RECORD_FIELDS = {
@@ -130,14 +132,57 @@ RECORD_FIELDS = {
 }
 
 
-def records(path: str, block: Dict[str, Any], key: str) -> List[Dict[str, Any]]:
-    """The ``key`` records of a rank file's block, checked so a bad one is named, not a crash later."""
+def records(path: str, block: Dict[str, Any], key: str, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    """The ``key`` records of a rank file's block, checked so a bad one is named, not a crash
+    later. An optional field that is null is taken as absent (every reader of a record
+    allows for its absence); a collective's ``bytes`` that is no byte count is left out
+    with a warning appended to ``warnings`` (LENIENT_FIELDS)."""
     found = block.get(key) or []
     if not isinstance(found, list):
         raise TraceError(path, f"'tracemerge.{key}' is a {type(found).__name__}, not a list")
     if not _records_ok(found, key):
         _name_bad_record(path, found, key)
+    _drop_nulls(found, key)
+    said = _lenient(found, key)
+    if warnings is not None:
+        warnings.extend(said)
     return _shared_strings(found)
+
+
+def _drop_nulls(found: List[Dict[str, Any]], key: str) -> None:
+    """Optional fields that are null, removed: a record's reader asks ``rec.get("name", "")``,
+    which a present null defeats (``None.rpartition``)."""
+    for name in (*OPTIONAL_FIELDS[key], *LENIENT_FIELDS.get(key, ())):
+        if None in map(dict.get, found, repeat(name, len(found)), repeat(0)):
+            for rec in found:
+                if name in rec and rec[name] is None:
+                    del rec[name]
+
+
+# fields that only inform (a collective's payload size): a bad value is left out and said,
+# the record is kept; each maps to its check and what the value must be
+LENIENT_FIELDS = {
+    "collectives": {"bytes": (lambda v: v.__class__ is int and 0 <= v < NS_LIMIT, "a byte count below 2**62")},
+}
+WARNED_RECORDS = 3   # bad values named one by one per field; the rest counted
+
+
+def _lenient(found: List[Dict[str, Any]], key: str) -> List[str]:
+    said = []
+    for name, (ok, what) in LENIENT_FIELDS.get(key, {}).items():
+        bad = [i for i, rec in enumerate(found) if name in rec and not ok(rec[name])]
+        for i in bad[:WARNED_RECORDS]:
+            said.append(f"tracemerge.{key}[{i}]: '{name}' is not {what}: {_short(found[i][name])}; left out")
+        if len(bad) > WARNED_RECORDS:
+            said.append(f"tracemerge.{key}: {len(bad) - WARNED_RECORDS} more records' '{name}' not {what}; left out")
+        for i in bad:
+            del found[i][name]
+    return said
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _shared_strings(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -159,7 +204,6 @@ OPTIONAL_FIELDS = {
     "collectives": {"op": str, "group_ranks": list},
 }
 RANK_FIELDS = {"rpcs": ("caller", "callee"), "collectives": ()}
-NS_LIMIT = 1 << 62   # times in int64 ns with room for offsets (year 2116)
 RANK_LIMIT = 1 << 31
 
 
@@ -249,11 +293,15 @@ def describe(trace):
     span = (facts["first_ns"], facts["last_ns"])
     start, start_source = _profiler_start(trace, span[0])
     block = trace.tracemerge or {}
-    return RankInfo(
+    said: List[str] = []
+    info = RankInfo(
         **_identity(trace.path, block, trace.meta), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         stop_ns=max(start, _profiler_stop(trace, span[1])), **facts,
-        collectives=records(trace.path, block, "collectives") if "collectives" in block else kineto_collectives(trace),
+        collectives=records(trace.path, block, "collectives", said) if "collectives" in block
+        else kineto_collectives(trace),
         has_block=trace.tracemerge is not None)
+    info.warnings += said + distributed_info(trace.meta)[1]
+    return info
 
 
 def describe_head(path, head):
@@ -268,9 +316,12 @@ def describe_head(path, head):
         return None
     meta = {k: v for k, v in head.items() if k != "tracemerge"}
     start, stop = block["profile_start_ns"], block["profile_stop_ns"]
-    return RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
+    said: List[str] = []
+    info = RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
                     stop_ns=max(start, stop), first_ns=start, last_ns=max(start, stop), events=0, threads=0, pids=[],
-                    collectives=records(path, block, "collectives"), has_block=True, partial=True)
+                    collectives=records(path, block, "collectives", said), has_block=True, partial=True)
+    info.warnings += said + distributed_info(meta)[1]
+    return info
 
 
 def _is_int(v: Any) -> bool:
