@@ -28,6 +28,7 @@ import numpy as np
 import orjson
 
 from tracemerge import native
+from tracemerge.formats.perfetto import time_shift
 from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.slices import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.model import Args, RankTrace
@@ -435,7 +436,8 @@ def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, Sl
     interned = b"".join(_bytes(2, _uint(1, c + 1) + _str(2, names[c])) for c in used_names)
     interned += b"".join(_bytes(1, _uint(1, c + 1) + _str(2, names[c])) for c in used_cats)
 
-    body = bodies.packets(place.out_base_ns, seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE))
+    base = place.out_base_ns + time_shift(place.out_base_ns)  # >= 0: Perfetto's times are unsigned
+    body = bodies.packets(base, seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE))
     # Argument names were interned while encoding; all of them go in the first packet.
     head = _packet(seq + _uint(13, SEQ_INCREMENTAL_STATE_CLEARED)
                    + _bytes(12, interned + bodies.anns.take_interned()))
