@@ -8,8 +8,8 @@ import tracemerge
 from tracemerge import native
 from tracemerge.engine import LocalEngine
 from tracemerge.formats import FORMATS, output_format
-from tracemerge.formats.perfetto import time_shift
 from tracemerge.formats.base import Body, Counts, Format
+from tracemerge.formats.perfetto import time_shift
 from tracemerge.inputs.cycles import pids_agree, recoded
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.merge.assembly import Source, write_merged
