@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import threading
+import typing
 from typing import TYPE_CHECKING
 
 import click
@@ -295,8 +296,8 @@ class FiniteFloatRange(click.FloatRange):
     """A FloatRange without NaN (it passes every range check, and a filter of NaN keeps
     everything) and without infinity."""
 
-    def convert(self, value: object, param: "click.Parameter | None", ctx: "click.Context | None") -> object:
-        number = super().convert(value, param, ctx)
+    def convert(self, value: "typing.Any", param: "click.Parameter | None", ctx: "click.Context | None") -> float:
+        number: float = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number

@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -152,7 +152,8 @@ def records(path: str, block: Dict[str, Any], key: str, warnings: Optional[List[
 def _drop_nulls(found: List[Dict[str, Any]], key: str) -> None:
     """Optional fields that are null, removed: a record's reader asks ``rec.get("name", "")``,
     which a present null defeats (``None.rpartition``)."""
-    for name in (*OPTIONAL_FIELDS[key], *LENIENT_FIELDS.get(key, ())):
+    names: List[str] = list(OPTIONAL_FIELDS[key]) + list(LENIENT_FIELDS.get(key, {}))
+    for name in names:
         if None in map(dict.get, found, repeat(name, len(found)), repeat(0)):
             for rec in found:
                 if name in rec and rec[name] is None:
@@ -161,7 +162,7 @@ def _drop_nulls(found: List[Dict[str, Any]], key: str) -> None:
 
 # fields that only inform (a collective's payload size): a bad value is left out and said,
 # the record is kept; each maps to its check and what the value must be
-LENIENT_FIELDS = {
+LENIENT_FIELDS: Dict[str, Dict[str, Tuple[Callable[[Any], bool], str]]] = {
     "collectives": {"bytes": (lambda v: v.__class__ is int and 0 <= v < NS_LIMIT, "a byte count below 2**62")},
 }
 WARNED_RECORDS = 3   # bad values named one by one per field; the rest counted

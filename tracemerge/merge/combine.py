@@ -123,7 +123,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             add_counts(counts, r["counts"])
         summary = build_summary(job, alignment, places, counts)
         summary["rpc_sides"].update(arrows)
-        shift = time_shift(header["baseTimeNanoseconds"]) if fmt == "perfetto" else 0
+        shift = time_shift(next(iter(places.values())).out_base_ns) if fmt == "perfetto" else 0
         return {**summary, "format": fmt, **({"time_shift_ns": shift} if shift else {}),
                 "selection": select.describe(selection), **(drawn or {}),
                 **({"remote_spans": {str(r): n for r, n in remote.ranks.items()}} if remote.ranks else {})}
