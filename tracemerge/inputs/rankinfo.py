@@ -200,7 +200,7 @@ def _shared_strings(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 # optional fields of a record and what they must be when present (not None)
-OPTIONAL_FIELDS = {
+OPTIONAL_FIELDS: Dict[str, Dict[str, type]] = {
     "rpcs": {"kind": str, "func": str, "name": str, "status": str, "caller_name": str, "callee_name": str},
     "collectives": {"op": str, "group_ranks": list},
 }
