@@ -7,7 +7,7 @@ Each is run through a command in a fresh process (``combine`` to .json and .pftr
 quadratic. The target (docs/performance.md, "Hostile shapes"): every ratio near 2 and
 100k spans under 5 s.
 
-    python benchmarks/hostile_shapes.py [--n 50000] [--core native|python]
+    python benchmarks/hostile_shapes.py [--n 50000] [--core native|python] [--shapes open,same,nested]
 """
 
 import argparse
@@ -32,8 +32,8 @@ def write_shape(path, kind, n):
         spans = [(100, 50)] * n
     else:
         spans = [(i, 2 * (n - i) + 1) for i in range(n)]
-    events = [{"ph": "X", "name": f"s{i % 7}", "cat": "cpu_op", "ts": ts, "dur": dur, "pid": 1, "tid": 1}
-              for i, (ts, dur) in enumerate(spans)]
+    events = [{"ph": "X", "name": "s" if kind == "same" else f"s{i % 7}", "cat": "cpu_op", "ts": ts, "dur": dur,
+               "pid": 1, "tid": 1} for i, (ts, dur) in enumerate(spans)]
     with open(path, "w") as f:
         json.dump({"traceEvents": events}, f)
 
@@ -48,11 +48,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=50_000)
     ap.add_argument("--core", choices=["native", "python"], default="native")
+    ap.add_argument("--shapes", default="open,same,nested", help="comma-separated: open, same, nested")
     a = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT, TRACEMERGE_CORE="python" if a.core == "python" else "")
     print(f"{'shape':8} {'command':18} {a.n:>8} {2 * a.n:>8}  ratio")
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("open", "same", "nested"):
+        for kind in a.shapes.split(","):
             for label, command in RUNS.items():
                 times = []
                 for n in (a.n, 2 * a.n):

@@ -208,8 +208,8 @@ def shape(path, kind, n):
         spans = [(100, 50)] * n
     else:
         spans = [(i, 2 * (n - i) + 1) for i in range(n)]
-    events = [{"ph": "X", "name": f"s{i % 7}", "cat": "cpu_op", "ts": ts, "dur": dur, "pid": 1, "tid": 1}
-              for i, (ts, dur) in enumerate(spans)]
+    events = [{"ph": "X", "name": "s" if kind == "same" else f"s{i % 7}", "cat": "cpu_op", "ts": ts, "dur": dur,
+               "pid": 1, "tid": 1} for i, (ts, dur) in enumerate(spans)]
     with open(path, "w") as f:
         json.dump({"traceEvents": events}, f)
 
