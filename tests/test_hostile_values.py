@@ -249,8 +249,7 @@ def test_item5_bytes_left_out_of_the_tables(tmp_path):
         assert by.get((1, 0)) in (None, 0) and by.get((0, 0)) == 4096, by
 
 
-@pytest.mark.parametrize("field", ["world_size", "backend", "rank"])
-@pytest.mark.parametrize("value", [[1], {"a": 1}])
+@pytest.mark.parametrize("field,value", [("world_size", [1]), ("backend", {"a": 1}), ("rank", [1])])
 @pytest.mark.parametrize("command", sorted(set(COMMANDS) - {"whatif"}))
 def test_item6_distributed_info(tmp_path, field, value, command):
     docs = copy.deepcopy(DOCS)
@@ -321,3 +320,39 @@ def test_item15_max_inflate_env(tmp_path, monkeypatch):
         result, paths = run(tmp_path, DOCS, command)
         said = check(result, paths, codes=(2,))
         assert "TRACEMERGE_MAX_INFLATE" in said[-1] and "lots" in said[-1]
+
+
+@SETTINGS
+@given(where=st.sampled_from(["rpcs", "collectives", "distributedInfo", "process_name", "window", "min_duration"]),
+       field=st.sampled_from(["name", "kind", "bytes", "op", "rank", "world_size", "backend"]),
+       value=st.sampled_from(WRONG))
+def test_load_takes_or_refuses_every_class(tmp_path_factory, where, field, value):
+    """The classes through ``tracemerge.load``: Tables, or a TracemergeError naming what is
+    wrong (its exit code documented) — never another exception."""
+    pytest.importorskip("pyarrow")
+    from tracemerge.errors import TracemergeError
+
+    docs = with_collectives()
+    kwargs = {}
+    if where in ("rpcs", "collectives"):
+        docs[1]["tracemerge"][where][0][field] = value
+    elif where == "distributedInfo":
+        docs[1]["distributedInfo"] = {"rank": 1, "world_size": 2, "backend": "gloo", field: value}
+    elif where == "process_name":
+        next(e for e in docs[1]["traceEvents"] if e.get("name") == "process_name")["args"] = value
+    elif where == "window":
+        kwargs["window_ms"] = (0, value) if isinstance(value, (int, float)) else (value, None)
+    else:
+        kwargs["min_duration_us"] = value
+    tmp = tmp_path_factory.mktemp("load")
+    paths = []
+    for r, d in enumerate(docs):
+        paths.append(str(tmp / f"rank{r}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(d, f)
+    try:
+        tables = tracemerge.load(paths, critical_path=False, gpu=False, **kwargs)
+    except TracemergeError as e:
+        assert e.exit_code in (2, 3, 4), e
+    else:
+        assert len(tables.events) > 0

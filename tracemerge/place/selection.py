@@ -42,6 +42,17 @@ class Selection:
     drop_categories: FrozenSet[str] = field(default_factory=frozenset)
     overview_us: Optional[float] = None          # --overview: shorter events left out unless structural
 
+    def __post_init__(self) -> None:
+        """The API's values checked as the CLI's options are (``tracemerge.load(window_ms=(0, inf))``
+        used to end in an OverflowError deep in the merge)."""
+        for lo_hi in [self.window_ms] if self.window_ms else []:
+            if any(b is not None and not (isinstance(b, (int, float)) and abs(b) < WINDOW_LIMIT_MS) for b in lo_hi):
+                raise UsageError(f"window_ms {lo_hi!r}: bounds must be finite ms within ±{WINDOW_LIMIT_MS:.4g}")
+        for name in ("min_duration_us", "overview_us"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+                raise UsageError(f"{name} {value!r}: not a finite non-negative number")
+
     def active(self) -> bool:
         """Whether any per-event rule applies (ranks are chosen before any event is read)."""
         return bool(self.drop_categories or self.min_duration_us or self.window_ms or self.overview_us is not None)
