@@ -294,7 +294,7 @@ def describe(trace):
     span = (facts["first_ns"], facts["last_ns"])
     start, start_source = _profiler_start(trace, span[0])
     block = trace.tracemerge or {}
-    said: List[str] = []
+    said = []  # warnings about the block, added after the RankInfo is made
     info = RankInfo(
         **_identity(trace.path, block, trace.meta), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         stop_ns=max(start, _profiler_stop(trace, span[1])), **facts,
@@ -317,7 +317,7 @@ def describe_head(path, head):
         return None
     meta = {k: v for k, v in head.items() if k != "tracemerge"}
     start, stop = block["profile_start_ns"], block["profile_stop_ns"]
-    said: List[str] = []
+    said = []  # warnings about the block, added after the RankInfo is made
     info = RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
                     stop_ns=max(start, stop), first_ns=start, last_ns=max(start, stop), events=0, threads=0, pids=[],
                     collectives=records(path, block, "collectives", said), has_block=True, partial=True)
