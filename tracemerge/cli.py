@@ -1,10 +1,12 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
 import contextlib
+import math
 import os
 import signal
 import sys
 import threading
+import typing
 from typing import TYPE_CHECKING
 
 import click
@@ -187,7 +189,15 @@ def max_inflate_option(fn: "click.decorators.FC") -> "click.decorators.FC":
 
 
 def _set_max_inflate(ctx: click.Context, param: click.Parameter, value: "str | None") -> "str | None":
-    """The bound travels in the environment: forked and Dask workers read it where they inflate."""
+    """The bound travels in the environment: forked and Dask workers read it where they inflate.
+    A TRACEMERGE_MAX_INFLATE that is not a size is refused here (exit 2), not ignored."""
+    if value is None and os.environ.get("TRACEMERGE_MAX_INFLATE"):
+        from tracemerge.codecs import inflate_limit
+
+        try:
+            inflate_limit(0)
+        except TracemergeError as e:
+            raise click.UsageError(str(e)) from None
     if value is not None:
         from tracemerge.codecs import MAX_INFLATE_ENV, parse_size  # here: gzip is not needed before
 
@@ -315,10 +325,21 @@ def _parsed(parse):
     return callback
 
 
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange without NaN (it passes every range check, and a filter of NaN keeps
+    everything) and without infinity."""
+
+    def convert(self, value: "typing.Any", param: "click.Parameter | None", ctx: "click.Context | None") -> float:
+        number: float = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 def size_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     """--ranks, --window, --min-duration, --drop-category, --overview: what a merge (or an
     export) keeps of the job."""
-    fn = click.option("--overview", "overview", type=click.FloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
+    fn = click.option("--overview", "overview", type=FiniteFloatRange(min=0), is_flag=False, flag_value=OVERVIEW_US,
                       default=None, metavar="[US]",
                       help="The first view of a large job: per rank its steps, RPC spans and collectives, and every "
                            f"other complete event at least US microseconds long (default {OVERVIEW_US:g}); the rest "
@@ -326,7 +347,7 @@ def size_options(fn: "click.decorators.FC") -> "click.decorators.FC":
                            "(--ranks, --window).")(fn)
     fn = click.option("--drop-category", "drop_categories", multiple=True, metavar="CAT",
                       help="Leave out events of this category (e.g. python_function). Repeatable.")(fn)
-    fn = click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="US",
+    fn = click.option("--min-duration", type=FiniteFloatRange(min=0), default=None, metavar="US",
                       help="Leave out complete events shorter than US microseconds.")(fn)
     fn = click.option("--window", callback=_parsed(parse_window), default=None, metavar="START:END",
                       help="Keep events overlapping START..END ms after the first aligned event "

@@ -12,7 +12,7 @@ import os
 import zlib
 from typing import Any, BinaryIO, Callable, ContextManager, Iterator, Optional, Union
 
-from tracemerge.errors import OutputError, TraceError
+from tracemerge.errors import OutputError, TraceError, UsageError
 
 # a writable binary stream: a file, a gzip.GzipFile, zstandard's stream writer
 Stream = Any
@@ -109,33 +109,65 @@ def decompress(path: str, data: bytes) -> tuple[bytes, str]:
     return data, ""
 
 
-def decompressor(path: str, start: bytes) -> Optional["_Stream"]:
-    """An object whose ``decompress(chunk)`` undoes the stream that begins with the bytes
-    ``start`` one chunk at a time (its ``eof`` is true after the first member or frame), or
-    None when ``start`` is not compressed: for reading the head of a file without the rest."""
+def decompressor(path: str, fileobj: BinaryIO, start: bytes) -> Optional["_Stream"]:
+    """A reader whose ``read(n)`` gives at most ``n`` more decompressed bytes of the first
+    gzip member or zstd frame of ``fileobj`` (b"" at its end), when ``start`` (its first
+    bytes) says it is compressed, else None: for reading the head of a file without the
+    rest. Its output is bounded by what is asked, never by what the input holds — a chunk
+    of a zip bomb would otherwise inflate a thousandfold (zstd: ~32000x) in one call."""
     if start[:2] == GZIP_MAGIC:
-        return _Stream(path, "gzip", zlib.decompressobj(wbits=31), zlib.error)
+        return _Stream(path, "gzip", _GzipReader(_Prepended(start, fileobj)), zlib.error)
     if start[:4] == ZSTD_MAGIC:
         zstandard = _zstandard(lambda message: TraceError(path, message))
-        return _Stream(path, "zstd", zstandard.ZstdDecompressor().decompressobj(), zstandard.ZstdError)
+        reader = zstandard.ZstdDecompressor().stream_reader(_Prepended(start, fileobj), read_size=_ZSTD_SLICE,
+                                                             read_across_frames=False, closefd=False)
+        return _Stream(path, "zstd", reader, zstandard.ZstdError)
     return None
 
 
+class _Prepended:
+    """``fileobj`` read after the bytes ``start`` already taken from it (a pipe cannot seek back)."""
+
+    def __init__(self, start: bytes, fileobj: BinaryIO) -> None:
+        self.start, self.fileobj = memoryview(start), fileobj
+
+    def read(self, n: int = -1) -> bytes:
+        if len(self.start):
+            n = len(self.start) if n < 0 else n
+            piece, self.start = bytes(self.start[:n]), self.start[n:]
+            return piece
+        return self.fileobj.read(n)
+
+
+class _GzipReader:
+    """One gzip member of a file, inflated ``max_length`` bytes at a time."""
+
+    def __init__(self, fileobj: "_Prepended") -> None:
+        self.fileobj, self.inflate, self.tail = fileobj, zlib.decompressobj(wbits=31), b""
+
+    def read(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n and not self.inflate.eof:
+            if not self.tail:
+                self.tail = self.fileobj.read(64 << 10)
+                if not self.tail:
+                    break  # the stream ends early: what came before is the head
+            out += self.inflate.decompress(self.tail, n - len(out))
+            self.tail = self.inflate.unconsumed_tail
+        return bytes(out)
+
+
 class _Stream:
-    """A decompressor whose corrupt data is a TraceError, whatever the codec."""
+    """A bounded decompressing reader whose corrupt data is a TraceError, whatever the codec."""
 
-    def __init__(self, path: str, name: str, inflate: Any, errors: "type[Exception]") -> None:
-        self.path, self.name, self.inflate, self.errors = path, name, inflate, errors
+    def __init__(self, path: str, name: str, reader: Any, errors: "type[Exception]") -> None:
+        self.path, self.name, self.reader, self.errors = path, name, reader, errors
 
-    def decompress(self, chunk: bytes) -> bytes:
+    def read(self, n: int) -> bytes:
         try:
-            return self.inflate.decompress(chunk)
+            return self.reader.read(n)
         except self.errors as e:
             raise TraceError(self.path, f"corrupt {self.name}: {e}") from None
-
-    @property
-    def eof(self) -> bool:
-        return self.inflate.eof
 
 
 # ---- the inflation bound ----------------------------------------------------------------
@@ -166,9 +198,10 @@ def inflate_limit(compressed_size: int) -> Optional[int]:
     ``TRACEMERGE_MAX_INFLATE`` (set by ``--max-inflate``), else 64x its size, at least 256 MiB."""
     given = os.environ.get(MAX_INFLATE_ENV)
     if given:
-        with contextlib.suppress(ValueError):
-            n = parse_size(given)
-            return n or None
+        try:
+            return parse_size(given) or None
+        except ValueError as e:  # a bound the user set and mistyped is refused, not ignored
+            raise UsageError(f"{MAX_INFLATE_ENV}={given!r}: {e}") from None
     return max(MAX_INFLATE_FLOOR, MAX_INFLATE_RATIO * compressed_size)
 
 
@@ -210,8 +243,11 @@ def _gunzip(path: str, data: bytes) -> tuple[bytes, str]:
 
 
 # zstd's decompressobj takes no output bound: the input goes in slices small enough that
-# even a run-length frame (~32000x) cannot overshoot the bound by much
+# even a run-length frame (~32000x) cannot overshoot what is left of the bound by much
+# (a fixed 8 KiB slice could inflate 256 MiB past it)
 _ZSTD_SLICE = 8 << 10
+_ZSTD_RATIO = 1 << 15     # the most a zstd frame inflates (run-length blocks: 128 KiB from ~4 bytes)
+_ZSTD_MIN_SLICE = 64      # past the bound by at most 64 * _ZSTD_RATIO = 2 MiB
 
 
 def _unzstd(path: str, data: bytes) -> tuple[bytes, str]:
@@ -226,7 +262,8 @@ def _unzstd(path: str, data: bytes) -> tuple[bytes, str]:
         pos = 0
         try:
             while pos < len(view) and not d.eof:
-                step = view[pos:pos + _ZSTD_SLICE] if limit is not None else view[pos:]
+                size = max(_ZSTD_MIN_SLICE, (limit - total) // _ZSTD_RATIO) if limit is not None else len(view)
+                step = view[pos:pos + size]
                 piece = d.decompress(step)
                 pos += len(step)
                 total += len(piece)

@@ -226,8 +226,8 @@ class RankTrace:
         if code is None:
             return out
         for i in np.flatnonzero((self.ph == ord("M")) & (self.name == code)):
-            a = self.args[i] or {}
-            if "name" in a:
+            a = self.args[i]
+            if isinstance(a, dict) and "name" in a:  # args of another JSON type name nothing
                 out[(int(self.pid[i]), int(self.tid[i]))] = a["name"]
         return out
 

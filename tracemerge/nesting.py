@@ -24,6 +24,7 @@ calls into each other (:func:`lanes`); the report uses it to compute key average
 does (``report.keyavg``).
 """
 
+import heapq
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
@@ -125,13 +126,25 @@ def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
         if _nests(ts, te, ta):
             continue
         moved = _leaving(ts.tolist(), te.tolist(), ta.tolist())
-        ends: list[int] = []  # last end of each lane
-        for k in moved:
-            lane = next((n for n, last in enumerate(ends) if last <= ts[k]), len(ends))
-            if lane == len(ends):
-                ends.append(0)
-            ends[lane] = int(te[k])
+        for k, lane in zip(moved, first_fit(ts[moved].tolist(), te[moved].tolist())):
             out[int(spans[lo + k])] = lane + 1
+    return out
+
+
+def first_fit(starts: Sequence[int], ends: Sequence[int]) -> list[int]:
+    """The lane (0, 1, …) of each span, in start order: the lowest lane whose last span ended
+    at or before it starts, else a new one. Starts only grow, so a lane once free stays free:
+    two heaps (busy lanes by end, free lanes by number) make it n log n where a scan of the
+    lanes per span was quadratic (10k spans open at once: 11 s)."""
+    busy: list[tuple[int, int]] = []   # (last end, lane)
+    free: list[int] = []
+    out = []
+    for start, end in zip(starts, ends):
+        while busy and busy[0][0] <= start:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        lane = heapq.heappop(free) if free else len(busy)
+        heapq.heappush(busy, (end, lane))
+        out.append(lane)
     return out
 
 

@@ -8,6 +8,7 @@ salvage (salvage), what a file says about its rank (rankinfo, kineto_collectives
 checks over one rank and over the job (rankchecks, jobchecks).
 """
 
+import io
 import os
 from typing import Tuple, Union
 
@@ -49,11 +50,11 @@ def _first_bytes(path: str) -> bytes:
             data = f.read(SNIFF_BYTES)
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    inflate = decompressor(path, data)
+    inflate = decompressor(path, io.BytesIO(), data)  # the first bytes alone: a stream cut there is fine
     if inflate is None:
         return data
     try:
-        return bytes(inflate.decompress(data))
+        return inflate.read(SNIFF_BYTES << 4)
     except TraceError:
         return b""  # the full reader explains a corrupt stream
 

@@ -7,11 +7,12 @@ Reading only that part lets ``combine`` solve the clocks before any worker decod
 and decode each rank once.
 """
 
+import os
 from typing import Any, Iterator, Optional
 
 import msgspec
 
-from tracemerge.codecs import decompressor
+from tracemerge.codecs import decompressor, inflate_limit
 from tracemerge.errors import TraceError
 
 _KEY = b'"traceEvents"'
@@ -52,30 +53,37 @@ def _object_before(buf: bytearray, at: int) -> Optional[dict[str, Any]]:
         return None
     try:
         head = msgspec.json.decode(body[:-1] + b"}")
-    except (msgspec.DecodeError, UnicodeDecodeError):  # the full reader explains what is wrong
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # the full reader explains what is wrong
         return None
     return head if isinstance(head, dict) else None
 
 
 def _prefixes(path: str) -> Iterator[bytearray]:
     """Ever longer decompressed prefixes of ``path`` (gzip or zstd by their magic, as the
-    reader does)."""
+    reader does), each at most a read longer than the last: a compressed head is inflated
+    a MB at a time (the inflation bound of the full reader does not apply here, and a
+    chunk of a zip bomb inflates to GBs in one call), and read_head stops at
+    MAX_HEAD_BYTES."""
     try:
         f = open(path, "rb")
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     with f:
         data = f.read(_READ)
-        inflate = decompressor(path, data)
+        inflate = decompressor(path, f, data) if data else None
+        # the full reader's bound holds here too (the head stops at MAX_HEAD_BYTES anyway):
+        # past it, the full reader names the file with the documented error
+        limit = inflate_limit(os.fstat(f.fileno()).st_size) if inflate is not None else None
         buf = bytearray()  # grows in place: a long head is not copied once per read
         while data:
             if inflate is not None:
                 try:
-                    data = inflate.decompress(data)
+                    data = inflate.read(_READ)
                 except TraceError:
                     return  # the full reader explains a corrupt stream
+                if not data or (limit is not None and len(buf) + len(data) > limit):
+                    return
             buf += data
             yield buf
-            if inflate is not None and inflate.eof:
-                return
-            data = f.read(_READ)
+            if inflate is None:
+                data = f.read(_READ)

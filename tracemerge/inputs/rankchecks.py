@@ -110,11 +110,45 @@ def clock_jumps(trace: RankTrace, span_name: str) -> List[str]:
 JOB_KEYS = ("job_id", "world_size", "backend")
 
 
+# Kineto's distributedInfo fields tracemerge reads, and what each must be to be taken
+DIST_FIELDS = {"rank": "a rank", "world_size": "a rank count", "backend": "a string"}
+
+
+def _dist_ok(name, value):
+    if name == "backend":
+        return isinstance(value, str)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
+
+
+def distributed_info(meta):
+    """(Kineto's ``distributedInfo`` with only the fields of the right type, warnings about
+    the others). The profiler writes it, not tracemerge: a field of another type (a list,
+    an object, a negative count) is left out and said, as if the file were silent on it;
+    null is silence."""
+    dist = meta.get("distributedInfo")
+    if not isinstance(dist, dict):
+        return {}, []
+    kept, said = {}, []
+    for name, what in DIST_FIELDS.items():
+        value = dist.get(name)
+        if value is None:
+            continue
+        if _dist_ok(name, value):
+            kept[name] = value
+        else:
+            said.append(f"distributedInfo.{name} is not {what}: {_short(value)}; left out")
+    return kept, said
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def job_facts(block, meta):
     """What a file says about its job (its rank-file block and top-level keys):
     {job_id, world_size, backend}, None where silent."""
-    dist = meta.get("distributedInfo")
-    dist = dist if isinstance(dist, dict) else {}
+    dist, _ = distributed_info(meta)
     return {"job_id": block.get("job_id"),
             "world_size": block.get("world_size", dist.get("world_size")),
             "backend": dist.get("backend")}

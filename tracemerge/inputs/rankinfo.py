@@ -8,13 +8,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from tracemerge.errors import RankConflict, TraceError
 from tracemerge.inputs.kineto_collectives import communication
-from tracemerge.inputs.rankchecks import clock_jumps, job_facts
+from tracemerge.inputs.rankchecks import clock_jumps, distributed_info, job_facts
 from tracemerge.inputs.rpc_spans import spans as rpc_spans_of
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
@@ -90,8 +90,8 @@ def cycle_of(path: str, block: Dict[str, Any]) -> Optional[int]:
 def _rank_candidates(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> tuple[Optional[int], str]:
     if isinstance(block.get("rank"), int):
         return block["rank"], "tracemerge"
-    dist = meta.get("distributedInfo")
-    if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+    dist, _ = distributed_info(meta)
+    if "rank" in dist:
         return dist["rank"], "distributedInfo"
     rank = rank_from_name(path)
     if rank is not None:
@@ -127,6 +127,8 @@ def _profiler_stop(trace, last_ns):
     return last_ns
 
 
+NS_LIMIT = 1 << 62   # times in int64 ns with room for offsets (year 2116)
+
 # What every record must carry to be matched across ranks (docs/rank-file-format.md); the
 # other fields are optional, and a side that had not finished leaves its end time out.
 RECORD_FIELDS = {
@@ -135,14 +137,61 @@ RECORD_FIELDS = {
 }
 
 
-def records(path: str, block: Dict[str, Any], key: str) -> List[Dict[str, Any]]:
-    """The ``key`` records of a rank file's block, checked so a bad one is named, not a crash later."""
+def records(path: str, block: Dict[str, Any], key: str, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    """The ``key`` records of a rank file's block, checked so a bad one is named, not a crash
+    later. An optional field that is null is taken as absent (every reader of a record
+    allows for its absence); a collective's ``bytes`` that is no byte count is left out
+    with a warning appended to ``warnings`` (LENIENT_FIELDS)."""
     found = block.get(key) or []
     if not isinstance(found, list):
         raise TraceError(path, f"'tracemerge.{key}' is a {type(found).__name__}, not a list")
     if not _records_ok(found, key):
         _name_bad_record(path, found, key)
+    _drop_nulls(found, key)
+    said = _lenient(found, key)
+    if warnings is not None:
+        warnings.extend(said)
     return _shared_strings(found)
+
+
+def _drop_nulls(found: List[Dict[str, Any]], key: str) -> None:
+    """Optional fields that are null, removed: a record's reader asks ``rec.get("name", "")``,
+    which a present null defeats (``None.rpartition``)."""
+    names: List[str] = list(OPTIONAL_FIELDS[key]) + list(LENIENT_FIELDS.get(key, {}))
+    for name in names:
+        if None in map(dict.get, found, repeat(name, len(found)), repeat(0)):
+            for rec in found:
+                if name in rec and rec[name] is None:
+                    del rec[name]
+
+
+# fields that only inform (a collective's payload size): a bad value is left out and said,
+# the record is kept; each maps to its check and what the value must be
+LENIENT_FIELDS: Dict[str, Dict[str, Tuple[Callable[[Any], bool], str]]] = {
+    "collectives": {"bytes": (lambda v: v.__class__ is int and 0 <= v < NS_LIMIT, "a byte count below 2**62")},
+}
+WARNED_RECORDS = 3   # bad values named one by one per field; the rest counted
+
+
+def _lenient(found: List[Dict[str, Any]], key: str) -> List[str]:
+    said = []
+    for name, (ok, what) in LENIENT_FIELDS.get(key, {}).items():
+        present = [v for v in map(dict.get, found, repeat(name, len(found))) if v is not None]
+        if set(map(type, present)) <= {int} and (not present or 0 <= min(present) <= max(present) < NS_LIMIT):
+            continue  # the common case, at C speed (thousands of records per rank)
+        bad = [i for i, rec in enumerate(found) if name in rec and not ok(rec[name])]
+        for i in bad[:WARNED_RECORDS]:
+            said.append(f"tracemerge.{key}[{i}]: '{name}' is not {what}: {_short(found[i][name])}; left out")
+        if len(bad) > WARNED_RECORDS:
+            said.append(f"tracemerge.{key}: {len(bad) - WARNED_RECORDS} more records' '{name}' not {what}; left out")
+        for i in bad:
+            del found[i][name]
+    return said
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _shared_strings(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -159,12 +208,11 @@ def _shared_strings(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 # optional fields of a record and what they must be when present (not None)
-OPTIONAL_FIELDS = {
+OPTIONAL_FIELDS: Dict[str, Dict[str, type]] = {
     "rpcs": {"kind": str, "func": str, "name": str, "status": str, "caller_name": str, "callee_name": str},
     "collectives": {"op": str, "group_ranks": list},
 }
 RANK_FIELDS = {"rpcs": ("caller", "callee"), "collectives": ()}
-NS_LIMIT = 1 << 62   # times in int64 ns with room for offsets (year 2116)
 RANK_LIMIT = 1 << 31
 
 
@@ -255,11 +303,14 @@ def describe(trace):
     start, start_source = _profiler_start(trace, span[0])
     block = trace.tracemerge or {}
     found, p2p = communication(trace) if "collectives" not in block else ([], [])
-    return RankInfo(
+    said: List[str] = []  # warnings about the block, added after the RankInfo is made
+    info = RankInfo(
         **_identity(trace.path, block, trace.meta), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
         stop_ns=max(start, _profiler_stop(trace, span[1])), **facts,
-        collectives=records(trace.path, block, "collectives") if "collectives" in block else found, p2p=p2p,
+        collectives=records(trace.path, block, "collectives", said) if "collectives" in block else found, p2p=p2p,
         has_block=trace.tracemerge is not None, ending=ending_of(block))
+    info.warnings += said + distributed_info(trace.meta)[1]
+    return info
 
 
 def describe_head(path, head):
@@ -274,10 +325,13 @@ def describe_head(path, head):
         return None
     meta = {k: v for k, v in head.items() if k != "tracemerge"}
     start, stop = block["profile_start_ns"], block["profile_stop_ns"]
-    return RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
+    said = []  # warnings about the block, added after the RankInfo is made
+    info = RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
                     stop_ns=max(start, stop), first_ns=start, last_ns=max(start, stop), events=0, threads=0, pids=[],
-                    collectives=records(path, block, "collectives"), has_block=True, partial=True,
+                    collectives=records(path, block, "collectives", said), has_block=True, partial=True,
                     ending=ending_of(block))
+    info.warnings += said + distributed_info(meta)[1]
+    return info
 
 
 def ending_of(block: Dict[str, Any]) -> Dict[str, Any]:

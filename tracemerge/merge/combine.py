@@ -10,6 +10,7 @@ from tracemerge import native
 from tracemerge.engine import LocalEngine
 from tracemerge.formats import FORMATS, output_format
 from tracemerge.formats.base import Body, Counts, Format
+from tracemerge.formats.perfetto import time_shift
 from tracemerge.inputs.cycles import pids_agree, recoded
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.merge.assembly import Source, write_merged
@@ -124,7 +125,8 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             add_counts(counts, r["counts"])
         summary = build_summary(job, alignment, places, counts)
         summary["rpc_sides"].update(arrows)
-        return {**summary, "format": fmt,
+        shift = time_shift(next(iter(places.values())).out_base_ns) if fmt == "perfetto" else 0
+        return {**summary, "format": fmt, **({"time_shift_ns": shift} if shift else {}),
                 "selection": select.describe(selection), **(drawn or {}),
                 **({"remote_spans": {str(r): n for r, n in remote.ranks.items()}} if remote.ranks else {})}
 

@@ -81,27 +81,85 @@ static int stack_push(Stack *s, int64_t x) {
     return 0;
 }
 
+/* A binary min-heap of (end, lane): the lanes' innermost open ends, possibly stale. */
+typedef struct {
+    int64_t end, lane;
+} Top;
+
+static int tops_push(Top **h, Py_ssize_t *n, Py_ssize_t *cap, int64_t end, int64_t lane) {
+    if (*n == *cap) {
+        Py_ssize_t c = *cap ? 2 * *cap : 16;
+        Top *grown = realloc(*h, (size_t)c * sizeof(Top));
+        if (!grown) return -1;
+        *h = grown, *cap = c;
+    }
+    Py_ssize_t i = (*n)++;
+    Top x = {end, lane};
+    while (i > 0) {
+        Py_ssize_t up = (i - 1) / 2;
+        if ((*h)[up].end < x.end || ((*h)[up].end == x.end && (*h)[up].lane <= x.lane)) break;
+        (*h)[i] = (*h)[up], i = up;
+    }
+    (*h)[i] = x;
+    return 0;
+}
+
+static Top tops_pop(Top *h, Py_ssize_t *n) {
+    Top first = h[0], x = h[--*n];
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && (h[c + 1].end < h[c].end || (h[c + 1].end == h[c].end && h[c + 1].lane < h[c].lane))) c++;
+        if (x.end < h[c].end || (x.end == h[c].end && x.lane <= h[c].lane)) break;
+        h[i] = h[c], i = c;
+    }
+    if (*n) h[i] = x;
+    return first;
+}
+
+#define LANE_EMPTY INT64_MAX   /* a lane with nothing open takes any slice */
+#define NO_LANE INT64_MIN      /* a leaf past the last lane takes none */
+
+static void tree_set(int64_t *tree, Py_ssize_t size, Py_ssize_t k, int64_t v) {
+    Py_ssize_t i = size + k;
+    tree[i] = v;
+    for (i /= 2; i; i /= 2) tree[i] = tree[2 * i] > tree[2 * i + 1] ? tree[2 * i] : tree[2 * i + 1];
+}
+
 /* nest(start, end) -> int64 bytes: the lane of each slice of one track, slices sorted by
  * (start, -end). A slice goes to the first lane whose innermost open slice (after closing
- * those ended by its start) it nests in, else to a new lane: nesting.nest, the reference. */
+ * those ended by its start) it nests in, else to a new lane: slices.nest, the reference,
+ * and its n log n method (a max-tree over the lanes' innermost open ends, a heap of them
+ * for the lanes a start closes; a scan of every lane per slice was quadratic). */
 static PyObject *proto_nest(PyObject *self, PyObject *args) {
     Column start, end;
     if (spans_get(args, &start, &end) < 0) return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = start.n, n_lanes = 0, cap_lanes = 0;
+    Py_ssize_t n = start.n, n_lanes = 0, cap_lanes = 0, size = 1, n_tops = 0, cap_tops = 0;
     Stack *lanes = NULL;
-    int64_t *out = NULL;
+    Top *tops = NULL;
+    int64_t *out = NULL, *tree = NULL;
     out = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    if (!out) { PyErr_NoMemory(); goto done; }
+    tree = malloc(2 * sizeof(int64_t));
+    if (!out || !tree) { PyErr_NoMemory(); goto done; }
+    tree[0] = tree[1] = NO_LANE;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t s = start.v[i], e = end.v[i];
-        Py_ssize_t k = 0;
-        for (; k < n_lanes; k++) {
+        while (n_tops && tops[0].end <= s) {
+            Py_ssize_t k = (Py_ssize_t)tops_pop(tops, &n_tops).lane;
             Stack *st = &lanes[k];
             while (st->n && st->v[st->n - 1] <= s) st->n--;
-            if (!st->n || e <= st->v[st->n - 1]) break;
+            tree_set(tree, size, k, st->n ? st->v[st->n - 1] : LANE_EMPTY);
+            if (st->n && tops_push(&tops, &n_tops, &cap_tops, st->v[st->n - 1], k) < 0) { PyErr_NoMemory(); goto done; }
         }
-        if (k == n_lanes) {
+        Py_ssize_t k = -1;
+        if (tree[1] >= e) {
+            Py_ssize_t at = 1;
+            while (at < size) at = tree[2 * at] >= e ? 2 * at : 2 * at + 1;
+            k = at - size;
+        }
+        if (k < 0) {
             if (n_lanes == cap_lanes) {
                 Py_ssize_t cap = cap_lanes ? 2 * cap_lanes : 4;
                 Stack *grown = realloc(lanes, (size_t)cap * sizeof(Stack));
@@ -109,15 +167,30 @@ static PyObject *proto_nest(PyObject *self, PyObject *args) {
                 memset(grown + cap_lanes, 0, (size_t)(cap - cap_lanes) * sizeof(Stack));
                 lanes = grown, cap_lanes = cap;
             }
-            n_lanes++;
+            if (n_lanes == size) {  /* the tree over twice as many lanes (the new ones: none) */
+                int64_t *grown = malloc((size_t)(4 * size) * sizeof(int64_t));
+                if (!grown) { PyErr_NoMemory(); goto done; }
+                memcpy(grown + 2 * size, tree + size, (size_t)size * sizeof(int64_t));
+                for (Py_ssize_t j = 3 * size; j < 4 * size; j++) grown[j] = NO_LANE;
+                for (Py_ssize_t j = 2 * size - 1; j > 0; j--)
+                    grown[j] = grown[2 * j] > grown[2 * j + 1] ? grown[2 * j] : grown[2 * j + 1];
+                grown[0] = NO_LANE;
+                free(tree);
+                tree = grown, size *= 2;
+            }
+            k = n_lanes++;
         }
         if (stack_push(&lanes[k], e) < 0) { PyErr_NoMemory(); goto done; }
+        tree_set(tree, size, k, e);
+        if (tops_push(&tops, &n_tops, &cap_tops, e, k) < 0) { PyErr_NoMemory(); goto done; }
         out[i] = k;
     }
     result = int64_bytes(out, n);
 done:
     for (Py_ssize_t k = 0; k < n_lanes; k++) free(lanes[k].v);
     free(lanes);
+    free(tops);
+    free(tree);
     free(out);
     PyBuffer_Release(&start.view);
     PyBuffer_Release(&end.view);

@@ -2,7 +2,7 @@
 is a self-contained run of TracePackets (:mod:`~tracemerge.formats.perfetto.encoder`), and
 concatenated traces are one trace, so the document needs no header, separator or footer."""
 
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from tracemerge.formats.base import Counts, Format
 
@@ -35,4 +35,20 @@ def rank_body(trace: "RankTrace", place: "Placement", rpc: Optional["RpcFlows"],
     return data, {**counts, **proto}
 
 
-FORMAT = Format("perfetto", PROTO_SUFFIXES, rank_body, columns_only=True)
+def time_shift(out_base_ns: int) -> int:
+    """ns added to every time of a .pftrace: Perfetto's timestamps are unsigned, so a job
+    whose output starts before 1970 (negative times in a file without a base) is written
+    from 0 on — every event shifted alike, nothing lost (the JSON output keeps the times
+    as they are). 0 for any job that starts after 1970."""
+    return max(0, -out_base_ns)
+
+
+def shift_warnings(output: str, summary: Dict[str, Any]) -> List[str]:
+    shift = summary.get("time_shift_ns")
+    if not shift:
+        return []
+    return [f"the job starts {shift} ns before 1970 (negative times): Perfetto's times are unsigned, so every event "
+            f"of {output} is {shift} ns later than its input says (the JSON output keeps the times)"]
+
+
+FORMAT = Format("perfetto", PROTO_SUFFIXES, rank_body, columns_only=True, warnings=shift_warnings)

@@ -28,6 +28,7 @@ import numpy as np
 import orjson
 
 from tracemerge import native
+from tracemerge.formats.perfetto import time_shift
 from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.slices import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.model import Args, RankTrace
@@ -389,8 +390,12 @@ def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, Sl
         else:
             gs, ge = _int64(slices.start[lo:hi]), _int64(slices.end[lo:hi])
             lanes = np.frombuffer(proto.nest(gs, ge), np.int64)
-        for lane in np.unique(lanes).tolist():
-            sel = np.flatnonzero(lanes == lane)
+        # each lane's slices, in their order: grouped by one sort (a mask per lane was
+        # quadratic in the lanes: 100k crossing spans make 100k lanes)
+        by_lane = np.argsort(lanes, kind="stable")
+        cuts = np.flatnonzero(np.diff(lanes[by_lane])) + 1
+        for sel in np.split(by_lane, cuts) if len(by_lane) else []:
+            lane = int(lanes[sel[0]])
             if lane:
                 counts.overlapping += len(sel)
             uuid = track_uuid(track, lane)
@@ -435,7 +440,8 @@ def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, Sl
     interned = b"".join(_bytes(2, _uint(1, c + 1) + _str(2, names[c])) for c in used_names)
     interned += b"".join(_bytes(1, _uint(1, c + 1) + _str(2, names[c])) for c in used_cats)
 
-    body = bodies.packets(place.out_base_ns, seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE))
+    base = place.out_base_ns + time_shift(place.out_base_ns)  # >= 0: Perfetto's times are unsigned
+    body = bodies.packets(base, seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE))
     # Argument names were interned while encoding; all of them go in the first packet.
     head = _packet(seq + _uint(13, SEQ_INCREMENTAL_STATE_CLEARED)
                    + _bytes(12, interned + bodies.anns.take_interned()))
@@ -566,6 +572,7 @@ class _ColumnBodies:
         self.anns = _Annotations()
         self.columns: List[Tuple[np.ndarray, ...]] = []        # (ts, kind, uuid, name, cat, args event, tail slot, flow event, half) per lane
         self.one: List[Tuple[int, ...]] = []            # the same, one row per instant or counter, in the order added
+        self.pending: List[Tuple[int, Sequence[bytes], np.ndarray, np.ndarray]] = []   # lanes not yet columns
         self.tails: List[bytes] = []          # counter values, by tail slot
 
     def _tail(self, data: bytes) -> int:
@@ -575,6 +582,7 @@ class _ColumnBodies:
         return len(self.tails) - 1
 
     def _flush_one(self) -> None:
+        self._flush_lanes()  # added before any row of ``one`` (a lane flushes those first)
         if self.one:
             self.columns.append(tuple(np.array(c, np.int64) for c in zip(*self.one)))
             self.one = []
@@ -585,17 +593,33 @@ class _ColumnBodies:
 
     def lane(self, uuid: int, records: Sequence[bytes], begin: np.ndarray, close: np.ndarray) -> None:
         """A lane's slices: ``records`` (ts, kind, n) as ``_proto.slice_order`` gives them, the
-        slices' named events ``begin`` and closing events ``close`` (-1 for ``X``)."""
-        self._flush_one()
-        ts, kind, n = (np.frombuffer(r, np.int64) for r in records)
+        slices' named events ``begin`` and closing events ``close`` (-1 for ``X``). Kept
+        as they come and made columns for many lanes at once (:meth:`_flush_lanes`): a
+        thread of 100k crossing spans has 100k lanes, and numpy's cost per call was most
+        of its time."""
+        if self.one:
+            self._flush_one()
+        self.pending.append((uuid, records, begin, close))
+
+    def _flush_lanes(self) -> None:
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        ts, kind, n = (np.frombuffer(b"".join(p[1][j] for p in pending), np.int64) for j in range(3))
+        rows = np.fromiter((len(p[1][0]) // 8 for p in pending), np.int64, len(pending))
+        sizes = np.fromiter((len(p[2]) for p in pending), np.int64, len(pending))
+        # a record's slice n is of its own lane: offset into the lanes' slices laid end to end
+        n = n + np.repeat(np.cumsum(sizes) - sizes, rows)
+        begin = np.concatenate([_int64(p[2]) for p in pending]) if len(pending) > 1 else _int64(pending[0][2])
+        close = np.concatenate([_int64(p[3]) for p in pending]) if len(pending) > 1 else _int64(pending[0][3])
+        uuid = np.repeat(np.array([p[0] for p in pending], np.uint64).view(np.int64), rows)
         is_begin = kind == SLICE_BEGIN
         named = begin[n]
         event = np.where(is_begin, named, close[n])
         name = np.where(is_begin, self.name_code[named], -1)
         cat = np.where(is_begin, self.cat_code[named], -1)
         none = np.full(len(ts), -1, np.int64)
-        self.columns.append((ts, kind, np.full(len(ts), uuid, np.uint64).view(np.int64), name, cat, event, none,
-                             named, np.where(is_begin, 0, 2)))
+        self.columns.append((ts, kind, uuid, name, cat, event, none, named, np.where(is_begin, 0, 2)))
 
     def instant(self, ts: int, uuid: int, i: int) -> None:
         self.one.append((ts, INSTANT, uuid, int(self.name_code[i]), int(self.cat_code[i]), i, -1, i, 0))
