@@ -670,13 +670,18 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
             check_output(path, files, force=True)  # before any input is read
 
     align = AlignRequest(method, reference, offsets)
+    # each rank read once, by the worker that keeps it for its report products
+    runner = LocalEngine()
 
     def opener(paths: "list[str]") -> Job:
         return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
-                           align=align)
+                           align=align, engine=runner)
 
-    rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
-                               analysis or section != CSV_SECTIONS[0])
+    try:
+        rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
+                                   analysis or section != CSV_SECTIONS[0])
+    finally:
+        runner.close()
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
