@@ -184,8 +184,9 @@ class _Pool:
                 feed(w)
             done = 0
             while busy:
-                for conn in multiprocessing.connection.wait([self.conns[w] for w in busy]):
-                    w = self.conns.index(conn)
+                for ready in multiprocessing.connection.wait([self.conns[w] for w in busy]):
+                    w = self.conns.index(ready)
+                    conn = self.conns[w]
                     try:
                         ok, value = conn.recv()
                     except (EOFError, OSError):
@@ -197,7 +198,7 @@ class _Pool:
                         results[i] = value
                         tick(i, done, value)
                     else:
-                        failed[i] = value
+                        failed[i] = cast(BaseException, value)
                     feed(w)
         except BaseException:
             self.kill()

@@ -108,7 +108,7 @@ def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Op
     runner = engine or job.engine or LocalEngine()
     ranks: List[int] = job.ranks
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
-    sources = [job.source(r) for r in ranks]
+    sources: List[Any] = [job.source(r) for r in ranks]
     if any(isinstance(s, RankTrace) for s in sources):
         # traces the job keeps are already in this process (and a core-read trace holds a
         # map of its file, which does not pickle): their timelines are made here

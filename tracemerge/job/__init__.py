@@ -101,7 +101,7 @@ class Job:
         files: List[str] = [os.fspath(p) for p in paths]
         keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
         kept: Dict[str, Union[RankTrace, Held]] = {}
-        if not keep and not heads_only and _can_hold(engine, files):
+        if not keep and not heads_only and isinstance(engine, LocalEngine) and _can_hold(engine, files):
             # one read per file: each is read and described by a worker that keeps its events
             # for the write (or the reports) that follows, on the same engine
             held = engine.hold(functools.partial(_read_kept, skip_bad=skip_bad, columns_only=columns_only),

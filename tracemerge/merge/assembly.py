@@ -32,7 +32,7 @@ import msgspec
 
 from tracemerge import native
 from tracemerge.codecs import Codec, Stream, codec_for
-from tracemerge.engine import Abandoned, Engine, LocalEngine, gc_paused, turns
+from tracemerge.engine import Abandoned, Engine, Held, LocalEngine, gc_paused, turns
 from tracemerge.errors import OutputError, TraceError, reading
 from tracemerge.formats import FORMATS
 from tracemerge.formats.base import Body, Counts, Format
@@ -44,7 +44,7 @@ from tracemerge.place.placement import Placement
 
 # what a worker reads a rank from: a path, a trace in memory, or (a rank of several cycle
 # files, for a format that encodes a rank whole) a tuple of those
-Source = Union[str, RankTrace, Tuple[Union[str, RankTrace], ...]]
+Source = Union[str, RankTrace, Held, Tuple[Union[str, RankTrace, Held], ...]]
 # (trace, place, consume=...) -> (body, counts): the caller's per-rank function
 RankOutput = Callable[..., Tuple[Body, Counts]]
 
