@@ -65,14 +65,16 @@ def encode_rank(rank_fn: RankOutput, fmt: str, source: Source, place: Placement,
         with gc_paused(), reading(_named(source)):
             owned = not isinstance(source, RankTrace)
             if isinstance(source, tuple):  # the cycle files of one rank, encoded whole
-                read = [(s, native.core_of(s)) if isinstance(s, RankTrace) else native.read_rank(s) for s in source]
+                read = [(s, native.core_of(s)) if isinstance(s, RankTrace) else native.read_rank(_named(s))
+                        for s in source]
                 trace = joined_trace([t for t, _ in read])
                 core = next((c for _, c in read if c != "native"), "native")
             else:
                 # the compiled core reads a file it takes; the Python path the others (and the
                 # traces a Session keeps in memory): the same columns, the same output bytes
+                # (a Held source is the trace itself by the time a worker runs this)
                 trace, core = (source, native.core_of(source)) if isinstance(source, RankTrace) else \
-                    native.read_rank(source)
+                    native.read_rank(_named(source))
             path = trace.path
             try:
                 try:
@@ -96,7 +98,7 @@ def _named(source: Source) -> str:
     """The file a source is read from, for messages (a rank's cycles: its first)."""
     if isinstance(source, tuple):
         source = source[0]
-    return source if isinstance(source, str) else source.path
+    return source if isinstance(source, str) else source.key if isinstance(source, Held) else source.path
 
 
 def _encoded(form: Format, events: Body, codec: Optional[Codec]) -> List[bytes]:

@@ -157,7 +157,7 @@ def _write_parquet(batches: Iterator["pa.RecordBatch"], path: str) -> int:
 
 def _named(source: Source) -> str:
     first = source[0] if isinstance(source, tuple) else source
-    return first if isinstance(first, str) else first.path
+    return first if isinstance(first, str) else first.key if isinstance(first, Held) else first.path
 
 
 def _read(source: Source) -> Tuple[RankTrace, str]:
@@ -168,7 +168,8 @@ def _read(source: Source) -> Tuple[RankTrace, str]:
         return joined_trace([t for t, _ in read]), next((c for _, c in read if c != "native"), "native")
     if isinstance(source, RankTrace):
         return source, native.core_of(source)
-    return native.read_rank(source, columns_only=True)
+    # (a Held source is the trace itself by the time a worker runs this)
+    return native.read_rank(source.key if isinstance(source, Held) else source, columns_only=True)
 
 
 @dataclass
