@@ -553,7 +553,8 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
     if rest:
         runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
         try:
-            job = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle)  # scans, in parallel
+            job = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle,  # scans, in parallel
+                              keep_events=False)
         finally:
             runner.close()
     # every file of a rank names the rank; a rank of several cycle files is described once

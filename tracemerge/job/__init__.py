@@ -83,7 +83,7 @@ class Job:
              engine: Optional[Engine] = None,
              skip_bad: bool = False, strict: bool = False, heads_only: bool = False,
              columns_only: bool = False, cycle: Optional[int] = None,
-             align: Optional[AlignRequest] = None) -> "Job":
+             align: Optional[AlignRequest] = None, keep_events: bool = True) -> "Job":
         """Read, describe, rank, check and correlate ``paths``; with ``align``, solve the clocks too.
 
         With an ``engine``, files are described by its workers and events are never kept.
@@ -97,11 +97,16 @@ class Job:
         encodes those structs).
         The cycle files of one rank (``rank{R}.cycle{N}``) are one rank made of several
         files (:mod:`tracemerge.inputs.cycles`); ``cycle`` keeps only cycle N of each.
+        With a local ``engine``, each file's events stay with the worker that read them
+        (``LocalEngine.hold``) for the work that follows, so each file is read once, where
+        half of the free memory holds them all; ``keep_events=False`` for a command that
+        needs only the descriptions (``info``).
         """
         files: List[str] = [os.fspath(p) for p in paths]
         keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
         kept: Dict[str, Union[RankTrace, Held]] = {}
-        if not keep and not heads_only and isinstance(engine, LocalEngine) and _can_hold(engine, files):
+        if not keep and not heads_only and keep_events and isinstance(engine, LocalEngine) and \
+                _can_hold(engine, files):
             # one read per file: each is read and described by a worker that keeps its events
             # for the write (or the reports) that follows, on the same engine
             held = engine.hold(functools.partial(_read_kept, skip_bad=skip_bad, columns_only=columns_only),
