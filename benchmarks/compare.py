@@ -55,12 +55,18 @@ from tests.support import gen_kineto  # noqa: E402
 
 
 def run_timed(cmd):
-    """(wall s, returncode, stderr tail) of ``cmd`` run alone."""
+    """(wall s, returncode, stderr tail, CPU s of its process tree) of ``cmd`` run alone.
+    The CPU time (user + sys of every process it waited for, workers included) is the
+    steadier figure on a machine shared with other work."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     err = proc.stderr.decode(errors="replace").strip().splitlines()
-    return wall, proc.returncode, (err[-1] if err else "")
+    return wall, proc.returncode, (err[-1] if err else ""), cpu
 
 
 def run_sampled(cmd):
@@ -217,13 +223,14 @@ def inputs(directory, ranks, mb):
 def measure(name, cmd, outdir, memory=True):
     """(name, wall s, peak bytes, returncode, stderr tail) of one contender (``memory``: also
     run under the sampler for its peak memory)."""
-    wall, rc, err = run_timed(cmd)
+    wall, rc, err, cpu = run_timed(cmd)
     peak = run_sampled(cmd) if not rc and memory else 0
     for f in os.listdir(outdir):
         path = os.path.join(outdir, f)
         shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)  # export writes a directory
-    print(f"  {name}: {wall:.2f} s, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""), flush=True)
-    return name, wall, peak, rc, err
+    print(f"  {name}: {wall:.2f} s, {cpu:.2f} s CPU, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""),
+          flush=True)
+    return name, wall, peak, rc, err, cpu
 
 
 def median_row(measured):
@@ -232,7 +239,8 @@ def median_row(measured):
     ok = [m for m in measured if not m[3]]
     if not ok:
         return measured[0]
-    return measured[0][0], statistics.median(m[1] for m in ok), statistics.median(m[2] for m in ok), 0, ""
+    return (measured[0][0], statistics.median(m[1] for m in ok), statistics.median(m[2] for m in ok), 0, "",
+            statistics.median(m[5] for m in ok))
 
 
 def count_events(paths):
@@ -313,7 +321,12 @@ def verdicts(rows, jobs, scaled, runs=None):
     if viz:
         out.append(f">= 5x faster than viztracer --combine (6x before): {viz[1] / main[1]:.1f}x: "
                    f"{'met' if viz[1] / main[1] >= 5 else 'NOT met'}" + _spread(runs, viz[0], main[0]))
-    out.append(f"peak memory <= {TARGET_MB} MB: {main[2] / 1e6:.0f} MB: {'met' if main[2] <= TARGET_MB * 1e6 else 'NOT met'}")
+    if main[2]:  # not measured with --time-only
+        out.append(f"peak memory <= {TARGET_MB} MB: {main[2] / 1e6:.0f} MB: "
+                   f"{'met' if main[2] <= TARGET_MB * 1e6 else 'NOT met'}")
+    for name in (pipe, previous, report, viz):
+        if name and main[5]:
+            out.append(f"CPU of {name[0]} / json's: {name[5] / main[5]:.2f}x ({name[5]:.2f} / {main[5]:.2f} s)")
     if scaled:
         n, wall, peak = scaled
         out.append(f"{n} ranks: {wall / main[1]:.2f}x the time, {peak / main[2]:.2f}x the memory of the main row "
@@ -370,7 +383,7 @@ def run_size(a, mb):
     if a.scale:
         more = inputs(directory, a.scale, mb)
         name, cmd = next((n, c) for n, c in contenders(more, out, a.jobs) if n == MAIN.format(jobs=a.jobs))
-        _, wall, peak, rc, _ = measure(f"{name}, {a.scale} ranks", cmd, outdir)
+        _, wall, peak, rc, _, _ = measure(f"{name}, {a.scale} ranks", cmd, outdir)
         scaled = (a.scale, wall, peak) if not rc else None
     shutil.rmtree(outdir, ignore_errors=True)
 
@@ -378,16 +391,16 @@ def run_size(a, mb):
     cat = next((r[1] for r in rows if r[0] == CAT and not r[3]), None)
     viz = next((r[1] for r in rows if r[0] == "viztracer --combine" and not r[3]), None)
     print(f"\nload after {os.getloadavg()[0]:.2f}\n")
-    print("| what | wall s | MB/s | peak PSS MB (tree) | × cat | × floor (1 proc) | viztracer ÷ this |")
-    print("|---|---|---|---|---|---|---|")
-    for name, wall, peak, rc, err in rows:
+    print("| what | wall s | CPU s | MB/s | peak PSS MB (tree) | × cat | × floor (1 proc) | viztracer ÷ this |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, wall, peak, rc, err, cpu in rows:
         ratio_cat = f"{wall / cat:.2f}" if cat else "-"
         ratio_floor = f"{wall / floor:.2f}" if floor else "-"
         ratio_viz = f"{viz / wall:.1f}" if viz else "-"
         status = "" if not rc else f" (failed: {err})"
         # the report rows read only the first REPORT_RANKS ranks
         mb = report_mb if name.startswith("tracemerge report") else total_mb
-        print(f"| {name}{status} | {wall:.2f} | {mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
+        print(f"| {name}{status} | {wall:.2f} | {cpu:.2f} | {mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
               f"| {ratio_viz} |")
     for line in verdicts(rows, a.jobs, scaled, runs):
         print(f"target: {line}")

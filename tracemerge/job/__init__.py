@@ -217,7 +217,7 @@ def _attempt(read: Callable[[str], T], path: str, skip_bad: bool) -> Tuple[Optio
 
 # what a rank's events held by a worker cost, per byte of its JSON: the compiled core's map of
 # the file and its per-event records; the Python reader's decoded structs
-HELD_PER_BYTE = {"native": 2, "python": 8}
+HELD_PER_BYTE = {"native": 3, "python": 8}
 
 
 def _can_hold(engine: Optional[Engine], files: List[str]) -> bool:
