@@ -33,10 +33,10 @@ if TYPE_CHECKING:
     from tracemerge import serve as serving
     from tracemerge.clocks.methods import METHODS
     from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+    from tracemerge.compose import write as write_trace
     from tracemerge.engine import LocalEngine, make_engine
     from tracemerge.formats import FORMATS as OUTPUT_FORMATS
     from tracemerge.job import AlignRequest, Job
-    from tracemerge.merge.combine import write as write_trace
     from tracemerge.output import check_output
     from tracemerge.place.selection import Selection, parse_ranks, parse_window
     from tracemerge.progress import Progress
@@ -61,7 +61,7 @@ else:
     OUTPUT_FORMATS = Deferred("tracemerge.formats", "FORMATS")
     AlignRequest = Deferred("tracemerge.job", "AlignRequest")
     Job = Deferred("tracemerge.job", "Job")
-    write_trace = Deferred("tracemerge.merge.combine", "write")
+    write_trace = Deferred("tracemerge.compose", "write")
     check_output = Deferred("tracemerge.output", "check_output")
     Selection = Deferred("tracemerge.place.selection", "Selection")
     parse_ranks = Deferred("tracemerge.place.selection", "parse_ranks")
