@@ -1,14 +1,9 @@
 """``combine`` with the analyses drawn in: the layer above both the merge and the analyses
 (:mod:`tracemerge.merge` imports no analysis; ``combine --critical-path`` finds the path here
-and hands the merge one more process to draw)."""
+and hands the merge one more process to draw). A plain merge does not import the analyses."""
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
-from tracemerge.analysis import drawing
-from tracemerge.analysis.critical_path import Window
-from tracemerge.analysis.critical_path import critical_path as find_critical_path
-from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.merge.combine import Written
 from tracemerge.merge.combine import write as write_merged
 from tracemerge.output import check_output
@@ -18,22 +13,6 @@ if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
 
 
-@dataclass(frozen=True)
-class PathDrawing:
-    """The cross-rank critical path as the merge draws it (:class:`tracemerge.merge.combine.Drawn`)."""
-
-    windows: List[Window]
-    process: str = drawing.PROCESS
-    pid: int = drawing.PID
-    key: str = "critical_path"
-
-    def events(self, base_ns: int) -> List[Dict[str, Any]]:
-        return drawing.path_events(self.windows, base_ns)
-
-    def summary(self) -> Dict[str, Any]:
-        return {"windows": len(self.windows), "segments": sum(len(w.segments) for w in self.windows)}
-
-
 def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool = False, fmt: Optional[str] = None,
           selection: Optional[select.Selection] = None, critical_path: bool = False) -> Written:
     """:func:`tracemerge.merge.combine.write`; ``critical_path``: the cross-rank critical path
@@ -41,8 +20,14 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     workers that hold them) and drawn as one more process; the summary says where
     (``critical_path``)."""
     alignment = job.clock_model(alignment)
-    check_output(output, job.inputs, force)  # before the path: a long merge never ends in "cannot write"
-    drawn = PathDrawing(find_critical_path(job_timeline(job, alignment))) if critical_path else None
+    drawn = None
+    if critical_path:
+        from tracemerge.analysis.critical_path import critical_path as find_critical_path
+        from tracemerge.analysis.drawing import PathDrawing
+        from tracemerge.analysis.job_timeline import job_timeline
+
+        check_output(output, job.inputs, force)  # before the path: a long merge never ends in "cannot write"
+        drawn = PathDrawing(find_critical_path(job_timeline(job, alignment)))
     return write_merged(job, alignment, output, force, fmt, selection, drawn)
 
 
