@@ -387,7 +387,8 @@ def main() -> None:
               help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
                    "with one slice per window (ProfilerStep#N of the ranks whose steps meet, 'ProfilerStep#N "
                    "(rank R)' for a rank whose step meets no other's, else the whole trace) and its "
-                   "segments nested in it. Reads every rank once more.")
+                   "segments nested in it. Its timelines are made by the workers that hold the ranks (read once, "
+                   "where memory allows).")
 def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, reference: "int | None",
             offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, enforce_causality: bool,
             fmt: "str | None", ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
