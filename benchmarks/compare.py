@@ -1,7 +1,7 @@
 """Side-by-side benchmark: tracemerge against the parsing floor and its peers, on the same inputs.
 
-    python benchmarks/compare.py [--ranks 8] [--mb 60] [--dir DIR] [--skip-peers] [--scale 16] [--only NAME ...]
-                                 [--skip NAME ...] [--repeat N]
+    python benchmarks/compare.py [--ranks 8] [--mb 60 [--mb 20 ...]] [--dir DIR] [--skip-peers] [--scale 16]
+                                 [--only NAME ...] [--skip NAME ...] [--repeat N] [--previous DIR]
 
 Generates ``ranks`` Kineto-like rank files of ``mb`` MB each with gen_kineto.py (Kineto
 traces plus the "tracemerge" block with RPC and collective records, so tracemerge aligns
@@ -27,7 +27,13 @@ rows are the medians, and the export target also gives the spread of its per-rou
   memory as ratios to the main ``combine`` row;
 - ``tracemerge report`` of the first 4 ranks (~1 M events at the default size), with the
   compiled core and with ``TRACEMERGE_CORE=python``: seconds per million events and the ratio;
+- ``tracemerge report`` of all the ranks, against the main ``combine`` row (≤ 1.2× its time);
+- with ``--previous DIR`` (a checkout of the previous release, its core built, e.g.
+  ``git worktree add DIR <commit>``), its ``combine`` of the same ranks, so the gain is a
+  ratio measured on one machine in one run (alternated with the others by ``--repeat``);
 - ``viztracer --combine`` and HTA's ``TraceAnalysis`` load, when installed (``bench`` extra).
+
+Several ``--mb`` make one table per size, in one run.
 
 Other engineers share the machine: the load average is printed with the table.
 """
@@ -49,12 +55,18 @@ from tests.support import gen_kineto  # noqa: E402
 
 
 def run_timed(cmd):
-    """(wall s, returncode, stderr tail) of ``cmd`` run alone."""
+    """(wall s, returncode, stderr tail, CPU s of its process tree) of ``cmd`` run alone.
+    The CPU time (user + sys of every process it waited for, workers included) is the
+    steadier figure on a machine shared with other work."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     err = proc.stderr.decode(errors="replace").strip().splitlines()
-    return wall, proc.returncode, (err[-1] if err else "")
+    return wall, proc.returncode, (err[-1] if err else ""), cpu
 
 
 def run_sampled(cmd):
@@ -147,6 +159,9 @@ MAIN = "tracemerge combine .json (--jobs {jobs})"  # the row the targets are abo
 PYTHON_CORE = "tracemerge combine .json (--jobs {jobs}), TRACEMERGE_CORE=python"
 PFTRACE = "tracemerge combine .pftrace (--jobs {jobs})"
 CAT = "cat of the inputs into one file"
+CAT_PIPE = "cat of the inputs through a pipe"
+PREVIOUS = "previous release combine .json (--jobs {jobs})"
+REPORT_ALL = "tracemerge report (all ranks)"
 EXPORT = "tracemerge export Parquet (--jobs {jobs})"  # issue 28: <= 1.5x MAIN's time, memory within MAIN's
 TARGET_MB = 600
 # the report's target is about ~1 M events: 4 ranks of the default 60 MB hold 956 k
@@ -156,16 +171,20 @@ REPORT_PYTHON = "tracemerge report ({n} ranks), TRACEMERGE_CORE=python"
 REPORT_TARGET_S_PER_M = 1.5
 
 
-def contenders(paths, out, jobs):
+def contenders(paths, out, jobs, previous=None):
     tm = [sys.executable, "-m", "tracemerge", "combine", *paths, "--force"]
     yield "floor, 1 process", [sys.executable, "-c", FLOOR, "1", out + "floor1.json", *paths]
     yield f"floor, {jobs} processes", [sys.executable, "-c", FLOOR, str(jobs), out + "floorN.json", *paths]
     yield CAT, ["sh", "-c", 'out="$1"; shift; cat "$@" > "$out"', "cat", out + "cat.json", *paths]
     # coreutils' cat may use copy_file_range, which some filesystems do without copying the
     # bytes through memory; a pipe makes every byte pass through a process, as a merge's do
-    yield "cat of the inputs through a pipe", ["sh", "-c", 'out="$1"; shift; cat "$@" | cat > "$out"', "cat",
+    yield CAT_PIPE, ["sh", "-c", 'out="$1"; shift; cat "$@" | cat > "$out"', "cat",
                                                out + "catp.json", *paths]
     yield MAIN.format(jobs=jobs), tm + ["-o", out + "tm.json"]
+    if previous:
+        # run from its own directory: `python -m` puts the working directory before PYTHONPATH
+        yield PREVIOUS.format(jobs=jobs), ["sh", "-c", 'cd "$0" && exec env PYTHONPATH="$0" "$@"', previous, *tm,
+                                           "-o", out + "prev.json"]
     yield PYTHON_CORE.format(jobs=jobs), ["env", "TRACEMERGE_CORE=python", *tm, "-o", out + "tmp.json"]
     yield "tracemerge combine .json (--jobs 1)", tm + ["-o", out + "tm1.json", "--jobs", "1"]
     yield f"tracemerge combine .json.gz (--jobs {jobs})", tm + ["-o", out + "tm.json.gz"]
@@ -182,6 +201,7 @@ def contenders(paths, out, jobs):
     report = [sys.executable, "-m", "tracemerge", "report", *some, "-q"]
     yield REPORT.format(n=len(some)), report + ["-o", out + "report.txt"]
     yield REPORT_PYTHON.format(n=len(some)), ["env", "TRACEMERGE_CORE=python", *report, "-o", out + "reportp.txt"]
+    yield REPORT_ALL, [sys.executable, "-m", "tracemerge", "report", *paths, "-q", "-o", out + "report-all.txt"]
     if shutil.which("viztracer"):
         yield "viztracer --combine", ["viztracer", "--combine", *paths, "-o", out + "viz.json"]
     if importlib.util.find_spec("hta"):
@@ -200,15 +220,17 @@ def inputs(directory, ranks, mb):
     return paths
 
 
-def measure(name, cmd, outdir):
-    """(name, wall s, peak bytes, returncode, stderr tail) of one contender."""
-    wall, rc, err = run_timed(cmd)
-    peak = run_sampled(cmd) if not rc else 0
+def measure(name, cmd, outdir, memory=True):
+    """(name, wall s, peak bytes, returncode, stderr tail) of one contender (``memory``: also
+    run under the sampler for its peak memory)."""
+    wall, rc, err, cpu = run_timed(cmd)
+    peak = run_sampled(cmd) if not rc and memory else 0
     for f in os.listdir(outdir):
         path = os.path.join(outdir, f)
         shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)  # export writes a directory
-    print(f"  {name}: {wall:.2f} s, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""), flush=True)
-    return name, wall, peak, rc, err
+    print(f"  {name}: {wall:.2f} s, {cpu:.2f} s CPU, {peak / 1e6:.0f} MB" + (f"  (exit {rc}: {err})" if rc else ""),
+          flush=True)
+    return name, wall, peak, rc, err, cpu
 
 
 def median_row(measured):
@@ -217,7 +239,8 @@ def median_row(measured):
     ok = [m for m in measured if not m[3]]
     if not ok:
         return measured[0]
-    return measured[0][0], statistics.median(m[1] for m in ok), statistics.median(m[2] for m in ok), 0, ""
+    return (measured[0][0], statistics.median(m[1] for m in ok), statistics.median(m[2] for m in ok), 0, "",
+            statistics.median(m[5] for m in ok))
 
 
 def count_events(paths):
@@ -251,6 +274,12 @@ def paired(runs, name, other, at):
     return [x[at] / y[at] for x, y in zip(runs.get(name, []), runs.get(other, [])) if not x[3] and not y[3]]
 
 
+def _spread(runs, name, other):
+    """ ' (rounds' ratios LO-HI)' of ``name``'s wall to ``other``'s, when there were several rounds."""
+    times = paired(runs or {}, name, other, 1)
+    return f" (rounds' ratios {min(times):.2f}-{max(times):.2f}x)" if len(times) > 1 else ""
+
+
 def verdicts(rows, jobs, scaled, runs=None):
     """Lines saying whether each target of the issue is met by the main tracemerge row
     (``runs``: every round's measures by name, for the spread of the export's ratios)."""
@@ -264,6 +293,16 @@ def verdicts(rows, jobs, scaled, runs=None):
     if cat:
         out.append(f"json <= 2x cat: {main[1]:.2f} s = {main[1] / cat[1]:.2f}x cat ({cat[1]:.2f} s): "
                    f"{'met' if main[1] <= 2 * cat[1] else 'NOT met'}")
+    pipe, previous, report = by.get(CAT_PIPE), by.get(PREVIOUS.format(jobs=jobs)), by.get(REPORT_ALL)
+    if pipe:
+        out.append(f"json <= 5x cat | cat: {main[1] / pipe[1]:.2f}x ({pipe[1]:.2f} s): "
+                   f"{'met' if main[1] <= 5 * pipe[1] else 'NOT met'}" + _spread(runs, main[0], pipe[0]))
+    if previous:
+        out.append(f"previous release / now: {previous[1] / main[1]:.2f}x faster"
+                   + _spread(runs, previous[0], main[0]))
+    if report:
+        out.append(f"report (all ranks) <= 1.2x json: {report[1] / main[1]:.2f}x: "
+                   f"{'met' if report[1] <= 1.2 * main[1] else 'NOT met'}" + _spread(runs, report[0], main[0]))
     if floor:
         out.append(f"wall <= single-process floor: {main[1]:.2f} <= {floor[1]:.2f} s: "
                    f"{'met' if main[1] <= floor[1] else 'NOT met'}")
@@ -280,9 +319,14 @@ def verdicts(rows, jobs, scaled, runs=None):
                      f"memory {min(peaks):.2f}-{max(peaks):.2f}x)")
         out.append(line)
     if viz:
-        out.append(f">= 6x faster than viztracer --combine: {viz[1] / main[1]:.1f}x: "
-                   f"{'met' if viz[1] / main[1] >= 6 else 'NOT met'}")
-    out.append(f"peak memory <= {TARGET_MB} MB: {main[2] / 1e6:.0f} MB: {'met' if main[2] <= TARGET_MB * 1e6 else 'NOT met'}")
+        out.append(f">= 5x faster than viztracer --combine (6x before): {viz[1] / main[1]:.1f}x: "
+                   f"{'met' if viz[1] / main[1] >= 5 else 'NOT met'}" + _spread(runs, viz[0], main[0]))
+    if main[2]:  # not measured with --time-only
+        out.append(f"peak memory <= {TARGET_MB} MB: {main[2] / 1e6:.0f} MB: "
+                   f"{'met' if main[2] <= TARGET_MB * 1e6 else 'NOT met'}")
+    for name in (pipe, previous, report, viz):
+        if name and main[5]:
+            out.append(f"CPU of {name[0]} / json's: {name[5] / main[5]:.2f}x ({name[5]:.2f} / {main[5]:.2f} s)")
     if scaled:
         n, wall, peak = scaled
         out.append(f"{n} ranks: {wall / main[1]:.2f}x the time, {peak / main[2]:.2f}x the memory of the main row "
@@ -293,7 +337,10 @@ def verdicts(rows, jobs, scaled, runs=None):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--mb", type=float, default=60.0)
+    p.add_argument("--mb", type=float, action="append", default=None,
+                   help="MB per rank (default 60); several make one table each, in one run")
+    p.add_argument("--previous", default=None, metavar="DIR",
+                   help="a checkout of the previous release (its core built): its combine as a row")
     p.add_argument("--dir", default=None, help="where the inputs are generated (default: a temp dir)")
     p.add_argument("--jobs", type=int, default=os.cpu_count())
     p.add_argument("--only", action="append", default=None, metavar="NAME",
@@ -303,20 +350,26 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run every contender N times, alternated; the rows are the medians")
     p.add_argument("--skip-peers", action="store_true", help="skip viztracer and HTA")
+    p.add_argument("--time-only", action="store_true", help="no second run of each contender for its memory")
     p.add_argument("--scale", type=int, default=None, metavar="N",
                    help="also merge N ranks (main tracemerge row only) and compare with --ranks")
     a = p.parse_args(argv)
+    for mb in a.mb or [60.0]:
+        run_size(a, mb)
 
+
+def run_size(a, mb):
+    """The table and the verdicts of ``a.ranks`` ranks of ``mb`` MB."""
     directory = a.dir or tempfile.mkdtemp(prefix="tracemerge-bench-")
-    paths = inputs(directory, a.ranks, a.mb)
+    paths = inputs(directory, a.ranks, mb)
     total_mb = sum(os.path.getsize(x) for x in paths) / 1e6
     report_mb = sum(os.path.getsize(x) for x in paths[:REPORT_RANKS]) / 1e6
     outdir = tempfile.mkdtemp(prefix="tracemerge-bench-out-")
     out = os.path.join(outdir, "")
-    print(f"inputs: {a.ranks} ranks × {a.mb:g} MB = {total_mb:.0f} MB in {os.path.dirname(paths[0])}; "
+    print(f"\ninputs: {a.ranks} ranks × {mb:g} MB = {total_mb:.0f} MB in {os.path.dirname(paths[0])}; "
           f"{os.cpu_count()} cores; load before {os.getloadavg()[0]:.2f}", flush=True)
 
-    chosen = [(name, cmd) for name, cmd in contenders(paths, out, a.jobs)
+    chosen = [(name, cmd) for name, cmd in contenders(paths, out, a.jobs, a.previous)
               if (not a.only or any(o in name for o in a.only)) and not any(o in name for o in a.skip)
               and not (a.skip_peers and ("viztracer" in name or "HTA" in name))]
     runs = {name: [] for name, _ in chosen}
@@ -324,13 +377,13 @@ def main(argv=None):
         if a.repeat > 1:
             print(f"round {r + 1} of {a.repeat}, load {os.getloadavg()[0]:.2f}", flush=True)
         for name, cmd in chosen:
-            runs[name].append(measure(name, cmd, outdir))
+            runs[name].append(measure(name, cmd, outdir, not a.time_only))
     rows = [median_row(runs[name]) for name, _ in chosen]
     scaled = None
     if a.scale:
-        more = inputs(directory, a.scale, a.mb)
+        more = inputs(directory, a.scale, mb)
         name, cmd = next((n, c) for n, c in contenders(more, out, a.jobs) if n == MAIN.format(jobs=a.jobs))
-        _, wall, peak, rc, _ = measure(f"{name}, {a.scale} ranks", cmd, outdir)
+        _, wall, peak, rc, _, _ = measure(f"{name}, {a.scale} ranks", cmd, outdir)
         scaled = (a.scale, wall, peak) if not rc else None
     shutil.rmtree(outdir, ignore_errors=True)
 
@@ -338,16 +391,16 @@ def main(argv=None):
     cat = next((r[1] for r in rows if r[0] == CAT and not r[3]), None)
     viz = next((r[1] for r in rows if r[0] == "viztracer --combine" and not r[3]), None)
     print(f"\nload after {os.getloadavg()[0]:.2f}\n")
-    print("| what | wall s | MB/s | peak PSS MB (tree) | × cat | × floor (1 proc) | viztracer ÷ this |")
-    print("|---|---|---|---|---|---|---|")
-    for name, wall, peak, rc, err in rows:
+    print("| what | wall s | CPU s | MB/s | peak PSS MB (tree) | × cat | × floor (1 proc) | viztracer ÷ this |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, wall, peak, rc, err, cpu in rows:
         ratio_cat = f"{wall / cat:.2f}" if cat else "-"
         ratio_floor = f"{wall / floor:.2f}" if floor else "-"
         ratio_viz = f"{viz / wall:.1f}" if viz else "-"
         status = "" if not rc else f" (failed: {err})"
         # the report rows read only the first REPORT_RANKS ranks
         mb = report_mb if name.startswith("tracemerge report") else total_mb
-        print(f"| {name}{status} | {wall:.2f} | {mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
+        print(f"| {name}{status} | {wall:.2f} | {cpu:.2f} | {mb / wall:.0f} | {peak / 1e6:.0f} | {ratio_cat} | {ratio_floor} "
               f"| {ratio_viz} |")
     for line in verdicts(rows, a.jobs, scaled, runs):
         print(f"target: {line}")

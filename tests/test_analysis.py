@@ -330,7 +330,7 @@ def test_real_job_path_runs_through_the_serialised_callee_spans():
 def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
     from tests.support.pftrace import read_pftrace, thread_of
     from tests.tracefiles import load_output
-    from tracemerge.merge.combine import combine
+    from tracemerge.compose import combine
 
     job, f, g = chain(tmp_path)
     session = Session.open([str(tmp_path / f"rank{r}.json") for r in range(3)])

@@ -26,6 +26,7 @@ LAYERS = [
     ("write", {"formats"}),
     ("analyse", {"analysis"}),
     ("merge", {"merge"}),
+    ("compose", {"compose"}),      # combine with the analyses drawn in (--critical-path): merge and analysis
     ("report", {"report"}),
     ("tables", {"tables"}),        # the job as Arrow/pandas tables and Parquet: reads every layer below
     ("commands", {"serve", "cli", "__main__"}),

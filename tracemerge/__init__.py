@@ -27,7 +27,7 @@ _EXPORTS = {
     "ClockModel": "tracemerge.clocks.clock",
     "Session": "tracemerge.job",
     "Job": "tracemerge.job",
-    "combine": "tracemerge.merge.combine",
+    "combine": "tracemerge.compose",
     "read_trace": "tracemerge.inputs",
     "load": "tracemerge.tables",
 }

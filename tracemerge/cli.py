@@ -35,10 +35,10 @@ if TYPE_CHECKING:
     from tracemerge import serve as serving
     from tracemerge.clocks.methods import METHODS
     from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+    from tracemerge.compose import write as write_trace
     from tracemerge.engine import LocalEngine, make_engine
     from tracemerge.formats import FORMATS as OUTPUT_FORMATS
     from tracemerge.job import AlignRequest, Job
-    from tracemerge.merge.combine import write as write_trace
     from tracemerge.output import check_output
     from tracemerge.place.selection import Selection, parse_ranks, parse_window
     from tracemerge.progress import Progress
@@ -63,7 +63,7 @@ else:
     OUTPUT_FORMATS = Deferred("tracemerge.formats", "FORMATS")
     AlignRequest = Deferred("tracemerge.job", "AlignRequest")
     Job = Deferred("tracemerge.job", "Job")
-    write_trace = Deferred("tracemerge.merge.combine", "write")
+    write_trace = Deferred("tracemerge.compose", "write")
     check_output = Deferred("tracemerge.output", "check_output")
     Selection = Deferred("tracemerge.place.selection", "Selection")
     parse_ranks = Deferred("tracemerge.place.selection", "parse_ranks")
@@ -451,7 +451,8 @@ def main() -> None:
               help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
                    "with one slice per window (ProfilerStep#N of the ranks whose steps meet, 'ProfilerStep#N "
                    "(rank R)' for a rank whose step meets no other's, else the whole trace) and its "
-                   "segments nested in it. Reads every rank once more.")
+                   "segments nested in it. Its timelines are made by the workers that hold the ranks (read once, "
+                   "where memory allows).")
 @comm_kernel_option
 def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, reference: "int | None",
             offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, enforce_causality: bool,
@@ -620,7 +621,8 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
     if rest:
         runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
         try:
-            job = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle)  # scans, in parallel
+            job = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle,  # scans, in parallel
+                              keep_events=False)
         finally:
             runner.close()
     # every file of a rank names the rank; a rank of several cycle files is described once
@@ -739,13 +741,18 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
             check_output(path, files, force=True)  # before any input is read
 
     align = AlignRequest(method, reference, offsets)
+    # each rank read once, by the worker that keeps it for its report products
+    runner = LocalEngine()
 
     def opener(paths: "list[str]") -> Job:
         return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
-                           align=align)
+                           align=align, engine=runner)
 
-    rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
-                               analysis or section not in (CSV_SECTIONS[0], "postmortem"), comm_kernels)
+    try:
+        rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
+                                   analysis or section not in (CSV_SECTIONS[0], "postmortem"), comm_kernels)
+    finally:
+        runner.close()
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)

@@ -2,16 +2,25 @@
 lists: :class:`LocalEngine` (processes on this machine, or inline with one job) and
 :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler is given)."""
 
+import collections
 import concurrent.futures
 import contextlib
 import ctypes
 import gc
 import multiprocessing
+import multiprocessing.connection
+
+# imported now, not on the first RawValue: it builds its properties with exec(), and a
+# Ctrl-C that lands inside an exec() makes CPython 3.11 end the process by SIGINT even
+# after tracemerge has caught the KeyboardInterrupt (exit -2 instead of 130)
+import multiprocessing.sharedctypes  # noqa: F401
+import multiprocessing.synchronize  # noqa: F401
 import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Union, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 from tracemerge.errors import TracemergeError
 
@@ -66,19 +75,214 @@ class WorkerDied(TracemergeError):
     """A worker process ended without a result (the OOM killer, a signal)."""
 
 
+@dataclass(frozen=True)
+class Held:
+    """A value kept by the worker that made it (:meth:`LocalEngine.hold`): a task given
+    this as an argument runs in that worker, with the value in its place, so the value
+    (a rank's events) is made once and never travels between processes."""
+
+    key: str          # what it was made from (a path)
+    worker: int       # the pool's worker that keeps it; -1: kept in this process (one job)
+
+
+def _resolved(args: Iterable[Any], kept: Dict[str, Any]) -> List[Any]:
+    return [kept[a.key] if isinstance(a, Held) else a for a in args]
+
+
+def _serve(conn: Any, parent: int) -> None:
+    """A pool worker: runs the tasks it is sent, one at a time, keeping what ``hold`` made."""
+    _worker_start(parent)
+    kept: Dict[str, Any] = {}   # this worker's held values, for its life
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        fn, args, keep = task
+        try:
+            result = fn(*_resolved(args, kept))
+            if keep is not None:
+                kept[keep], result = result
+            reply: Tuple[bool, Any] = (True, result)
+        except Exception as e:  # reported by the parent, in call order; Ctrl-C ends the worker
+            reply = (False, e)
+        del task, args
+        try:
+            conn.send(reply)
+        except Exception as e:  # a result or an error that does not pickle
+            conn.send((False, TracemergeError(f"a worker's result could not be sent back: {e}")))
+
+
+class Turns:
+    """Which of a write's ranks writes next and where (:class:`tracemerge.merge.assembly.OutputSlot`);
+    shared with forked workers by inheritance."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.cond = ctx.Condition()
+        self.next, self.offset = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
+        self.written, self.failed = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
+
+    def reset(self, offset: int) -> "Turns":
+        with self.cond:
+            self.next.value, self.offset.value, self.written.value, self.failed.value = 0, offset, 0, 0
+        return self
+
+
+# The one module-level state: the turns of this process tree's writes. A lock and shared
+# integers reach forked workers only by inheritance (multiprocessing refuses to pickle them
+# into a task), so they are made once, before the first fork that needs them (a pool that
+# lives from the inputs' read to the write, or a write's own workers), and reset by each write.
+_TURNS: List[Turns] = []
+
+
+def turns() -> Turns:
+    """This process tree's :class:`Turns` (made on the first call, in the parent)."""
+    if not _TURNS:
+        _TURNS.append(Turns())
+    return _TURNS[0]
+
+
+class _Pool:
+    """Worker processes that live as long as their engine, each keeping the values it made
+    (:meth:`LocalEngine.hold`) for the tasks that name them."""
+
+    def __init__(self, n: int) -> None:
+        ctx = multiprocessing.get_context("fork")
+        turns()  # made before the fork: the workers' writes take turns through it
+        self.conns: List[Any] = []
+        self.procs: List[Any] = []
+        for _ in range(n):
+            here, there = ctx.Pipe()
+            proc = ctx.Process(target=_serve, args=(there, os.getpid()), daemon=True)
+            proc.start()
+            there.close()
+            self.conns.append(here)
+            self.procs.append(proc)
+
+    def run(self, calls: List[Tuple[int, Callable[..., Any], tuple, Optional[str]]],
+            tick: Callable[[int, int, Any], None]) -> list:
+        """Each (worker, fn, args, keep) in its worker, in order per worker; the results in
+        call order (the first failure in call order is raised once every call has ended)."""
+        queues: List[Deque[Tuple[int, tuple]]] = [collections.deque() for _ in self.conns]
+        for i, (w, fn, args, keep) in enumerate(calls):
+            queues[w].append((i, (fn, args, keep)))
+        results: List[Any] = [None] * len(calls)
+        failed: Dict[int, BaseException] = {}
+        busy: Dict[int, int] = {}
+
+        def feed(w: int) -> None:
+            if queues[w]:
+                i, task = queues[w].popleft()
+                self.conns[w].send(task)
+                busy[w] = i
+
+        try:
+            for w in range(len(self.conns)):
+                feed(w)
+            done = 0
+            while busy:
+                for ready in multiprocessing.connection.wait([self.conns[w] for w in busy]):
+                    w = self.conns.index(ready)
+                    conn = self.conns[w]
+                    try:
+                        ok, value = conn.recv()
+                    except (EOFError, OSError):
+                        raise WorkerDied(f"a worker process died (killed, or out of memory) with --jobs "
+                                         f"{len(self.conns)}; each keeps its ranks' events: try fewer --jobs") from None
+                    i = busy.pop(w)
+                    done += 1
+                    if ok:
+                        results[i] = value
+                        tick(i, done, value)
+                    else:
+                        failed[i] = cast(BaseException, value)
+                    feed(w)
+        except BaseException:
+            self.kill()
+            raise
+        if failed:
+            # the first real failure: a rank that gave up its turn because another one failed says nothing
+            first = next((failed[i] for i in sorted(failed) if not isinstance(failed[i], Abandoned)),
+                         failed[min(failed)])
+            raise first
+        return results
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                proc.kill()
+        for proc in self.procs:
+            with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
+                proc.join(5)
+        self.procs, self.conns = [], []
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(None)
+        for proc in self.procs:
+            proc.join(5)
+        self.kill()
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine has free for new work (MemAvailable), 0 where unknown."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 class LocalEngine:
     """Per-rank tasks in up to ``jobs`` processes on this machine (inline with one job)."""
 
     def __init__(self, jobs: Optional[int] = None, progress: Optional["Progress"] = None) -> None:
         self.jobs = max(1, jobs or os.cpu_count() or 1)
         self.progress = progress  # called as each task ends (tracemerge.progress.Progress)
+        self._pool: Optional[_Pool] = None      # started by the first hold with more than one job
+        self._kept: Dict[str, Any] = {}         # what hold made in this process (one job)
 
     def map_light(self, fn: Callable[..., Any], *columns: Iterable[Any]) -> list:
         """``map`` for calls cheaper than sending their results between processes."""
         return list(map(fn, *columns))
 
+    def hold(self, fn: Callable[..., Tuple[Any, Any]], keys: List[str], *columns: Iterable[Any],
+             ) -> List[Tuple[Any, Held]]:
+        """[(result, Held)] of ``fn(*call)`` for each call, which returns (value, result):
+        the value stays with the worker that made it, under its key, for later tasks
+        (:meth:`map` with the :class:`Held` as an argument) until the engine is closed.
+        With one job the values are kept in this process."""
+        calls = list(zip(*columns))
+        if self.jobs == 1:
+            out: List[Tuple[Any, Held]] = []
+            for key, c in zip(keys, calls):
+                self._kept[key], result = fn(*c)
+                self._tick(fn, len(out) + 1, len(calls), (key,), result)
+                out.append((result, Held(key, -1)))
+            return out
+        if self._pool is None:
+            self._pool = _Pool(min(self.jobs, len(calls)))
+        n = len(self._pool.conns)
+        results = self._pool.run([(k % n, fn, c, key) for k, (key, c) in enumerate(zip(keys, calls))],
+                                 lambda i, done, r: self._tick(fn, done, len(calls), (keys[i],), r))
+        return [(r, Held(key, k % n)) for k, (key, r) in enumerate(zip(keys, results))]
+
     def map(self, fn: Callable[..., Any], *columns: Iterable[Any]) -> list:
         calls = list(zip(*columns))
+        if self._pool is not None:  # in the pool: each call that names a held value in its worker
+            n = len(self._pool.conns)
+            where = [next((a.worker for a in c if isinstance(a, Held)), k % n) for k, c in enumerate(calls)]
+            return self._pool.run([(w, fn, c, None) for w, c in zip(where, calls)],
+                                  lambda i, done, r: self._tick(fn, done, len(calls), _named(calls[i]), r))
+        if self._kept:
+            calls = [tuple(_resolved(c, self._kept)) for c in calls]
         if self.jobs == 1 or len(calls) <= 1:
             results = []
             for c in calls:
@@ -120,8 +324,18 @@ class LocalEngine:
             self.progress(fn, done, total, call, result)
 
     def close(self) -> None:
+        """Let the held values go (the pool's workers end); clear the progress line."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._kept.clear()
         if self.progress is not None:
             self.progress.clear()
+
+
+def _named(call: tuple) -> tuple:
+    """A call's arguments as the progress line reads them: a held value by its path."""
+    return tuple(a.key if isinstance(a, Held) else a for a in call)
 
 
 class DaskEngine:

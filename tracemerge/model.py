@@ -68,6 +68,26 @@ class Args(Sequence):
         for lo in range(0, len(idx), chunk):
             yield from self.dicts(idx[lo:lo + chunk])
 
+    def key_values(self, idx: Indices, key: str, missing: Any = msgspec.UNSET, no_object: Any = msgspec.UNSET,
+                   chunk: int = DICTS_CHUNK) -> Iterator[Any]:
+        """``args[i].get(key, missing)`` for each event ``i`` of ``idx`` whose args are an
+        object, ``no_object`` for the others: what :meth:`chunked_dicts` tells of one key,
+        where raw args decode only that key (no dict per event: the report's correlation ids
+        of a rank's runtime calls and kernels were most of its time)."""
+        one = msgspec.defstruct("One", [("value", Any, msgspec.UNSET)], rename={"value": key})
+        decoder = msgspec.json.Decoder(list[Optional[one]])  # type: ignore[valid-type]
+        for lo in range(0, len(idx), chunk):
+            items = self.take(idx[lo:lo + chunk]).items
+            if self.raw:
+                try:
+                    found = decoder.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
+                    yield from (no_object if a is None else missing if a.value is msgspec.UNSET else a.value
+                                for a in found)
+                    continue
+                except msgspec.ValidationError:  # args that are not objects: decoded whole, below
+                    items = _LIST.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
+            yield from (a.get(key, missing) if a.__class__ is dict else no_object for a in items)
+
     def take(self, idx: Indices) -> "Args":
         """The args of the events ``idx`` (a list of indices), still undecoded."""
         return Args(list(map(self.items.__getitem__, idx)), self.raw)

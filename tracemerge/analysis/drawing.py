@@ -8,6 +8,7 @@ windows never overlap (:func:`~tracemerge.analysis.critical_path.disjoint`), so 
 all on one; :func:`tracks` would give an overlapping one the next free track. Times are reference-clock ns, written as µs after ``base_ns``.
 """
 
+from dataclasses import dataclass
 from typing import Any, Dict, List
 
 from tracemerge.analysis.critical_path import Window
@@ -54,3 +55,20 @@ def path_events(windows: List[Window], base_ns: int) -> List[Dict[str, Any]]:
                            "tid": tid, "ts": _us(s.start_ns - base_ns), "dur": _us(s.end_ns - s.start_ns),
                            "args": {"rank": s.rank, "tid": s.tid, "kind": s.kind, "name": s.name}})
     return events
+
+
+@dataclass(frozen=True)
+class PathDrawing:
+    """The critical path as the merge draws it, one more process after the ranks'
+    (:class:`tracemerge.merge.combine.Drawn`)."""
+
+    windows: List[Window]
+    process: str = PROCESS
+    pid: int = PID
+    key: str = "critical_path"
+
+    def events(self, base_ns: int) -> List[Dict[str, Any]]:
+        return path_events(self.windows, base_ns)
+
+    def summary(self) -> Dict[str, Any]:
+        return {"windows": len(self.windows), "segments": sum(len(w.segments) for w in self.windows)}

@@ -22,6 +22,7 @@ from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
 from tracemerge.engine import Engine, LocalEngine
+from tracemerge.model import RankTrace
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
@@ -107,8 +108,8 @@ def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Op
     runner = engine or job.engine or LocalEngine()
     ranks: List[int] = job.ranks
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
-    sources = [job.source(r) for r in ranks]
-    if any(not isinstance(s, str) for s in sources):
+    sources: List[Any] = [job.source(r) for r in ranks]
+    if any(isinstance(s, RankTrace) for s in sources):
         # traces the job keeps are already in this process (and a core-read trace holds a
         # map of its file, which does not pickle): their timelines are made here
         made = list(map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names))

@@ -24,13 +24,14 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+from tracemerge import native
 from tracemerge.clocks.causality import review
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.methods import align as align_clocks
 from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.engine import Engine, LocalEngine
-from tracemerge.errors import TraceError, TracemergeError
+from tracemerge.engine import Engine, Held, LocalEngine, available_memory, gc_paused
+from tracemerge.errors import TraceError, TracemergeError, reading
 from tracemerge.inputs.admit import admit
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
 from tracemerge.inputs.journal import prefer_rank_files
@@ -76,14 +77,15 @@ class Job:
     warnings: Tuple[str, ...] = ()       # job-wide warnings (tracemerge.job.checks)
     alignment: Optional[Alignment] = None        # the clock model, when the job was opened with align=
     engine: Optional[Engine] = None      # runs per-rank work (tracemerge.engine); None: inline
-    traces: Mapping[str, RankTrace] = field(default_factory=dict, repr=False)  # {path: events} kept in memory
+    # {path: events} kept in memory, or by the engine's worker that read them (Held)
+    traces: Mapping[str, Union[RankTrace, Held]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]], rank_from: str = "auto",
              engine: Optional[Engine] = None,
              skip_bad: bool = False, strict: bool = False, heads_only: bool = False,
              columns_only: bool = False, cycle: Optional[int] = None,
-             align: Optional[AlignRequest] = None) -> "Job":
+             align: Optional[AlignRequest] = None, keep_events: bool = True) -> "Job":
         """Read, describe, rank, check and correlate ``paths``; with ``align``, solve the clocks too.
 
         With an ``engine``, files are described by its workers and events are never kept.
@@ -97,6 +99,10 @@ class Job:
         encodes those structs).
         The cycle files of one rank (``rank{R}.cycle{N}``) are one rank made of several
         files (:mod:`tracemerge.inputs.cycles`); ``cycle`` keeps only cycle N of each.
+        With a local ``engine``, each file's events stay with the worker that read them
+        (``LocalEngine.hold``) for the work that follows, so each file is read once, where
+        half of the free memory holds them all; ``keep_events=False`` for a command that
+        needs only the descriptions (``info``).
         """
         if isinstance(paths, (str, os.PathLike)):  # one file: not the characters of its name
             paths = [paths]
@@ -104,8 +110,16 @@ class Job:
         # devices, sockets, FIFOs and merged traces turned away before any reader opens them
         files, turned_away = admit(given, skip_bad)
         keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
-        kept: Dict[str, RankTrace] = {}
-        if not keep:
+        kept: Dict[str, Union[RankTrace, Held]] = {}
+        if not keep and not heads_only and keep_events and isinstance(engine, LocalEngine) and \
+                _can_hold(engine, files):
+            # one read per file: each is read and described by a worker that keeps its events
+            # for the write (or the reports) that follows, on the same engine
+            held = engine.hold(functools.partial(_read_kept, skip_bad=skip_bad, columns_only=columns_only),
+                               files, files)
+            found = [r for r, _ in held]
+            kept = {path: h for path, ((info, _), h) in zip(files, held) if info is not None}
+        elif not keep:
             # events are read again when needed: a head (heads_only), else a describing scan, in parallel
             runner = engine or LocalEngine(1)
             heads = runner.map_light(scan_head, files) if heads_only and not skip_bad else [None] * len(files)
@@ -168,24 +182,33 @@ class Job:
 
     def trace(self, rank: int, columns_only: bool = False) -> RankTrace:
         """The events of ``rank``, from memory or read again (``columns_only``: without the
-        typed reader's per-event structs and extra keys, for readers of columns and args)."""
-        return joined_trace([read_file(s, columns_only) if isinstance(s, str) else s for s in self.sources(rank)])
+        typed reader's per-event structs and extra keys, for readers of columns and args);
+        a rank a worker holds is read again here (per-rank work goes to that worker instead:
+        the engine's ``map`` with :meth:`source`)."""
+        return joined_trace([s if isinstance(s, RankTrace) else read_file(s.key if isinstance(s, Held) else s,
+                                                                            columns_only)
+                             for s in self.sources(rank)])
 
     def paths(self, rank: int) -> List[str]:
         """The files ``rank`` is read from: one, or its cycle files in cycle order."""
         return [part.path for part in self.info(rank).files]
 
-    def source(self, rank: int) -> Union[RankTrace, str]:
+    def source(self, rank: int) -> Union[RankTrace, Held, str]:
         """What a worker reads ``rank`` from: the events already in memory, else the path
         (a rank of several cycle files: their events joined, read here)."""
         if len(self.info(rank).files) > 1:
             return self.trace(rank)
         return self.sources(rank)[0]
 
-    def sources(self, rank: int) -> List[Union[RankTrace, str]]:
+    def sources(self, rank: int) -> List[Union[RankTrace, Held, str]]:
         """What workers read each file of ``rank`` from (:meth:`paths`): the events already
-        in memory, else the path."""
-        return [self.traces.get(p, p) for p in self.paths(rank)]
+        in memory or held by a worker, else the path (the cycle files of one rank held by
+        workers are read again: they are joined in one process)."""
+        paths = self.paths(rank)
+        found = [self.traces.get(p, p) for p in paths]
+        if len(paths) > 1:
+            return [p if isinstance(s, Held) else s for p, s in zip(paths, found)]
+        return found
 
 
 Session = Job  # the library's name for it in its first releases (README, docs/architecture.md)
@@ -199,6 +222,34 @@ def _attempt(read: Callable[[str], T], path: str, skip_bad: bool) -> Tuple[Optio
         if not skip_bad:
             raise
         return None, e.problem if e.index is None else f"event {e.index}: {e.problem}"
+
+
+# what a rank's events held by a worker cost, per byte of its JSON: the compiled core's map of
+# the file and its per-event records; the Python reader's decoded structs
+HELD_PER_BYTE = {"native": 3, "python": 8}
+
+
+def _can_hold(engine: Optional[Engine], files: List[str]) -> bool:
+    """Whether the local engine's workers can keep every file's events from the read that
+    describes it to the write: half of the memory free now must hold them (Dask's workers
+    are other machines', and the local workers' writes reopen the output through /proc)."""
+    if not isinstance(engine, LocalEngine) or not os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        return False
+    need = sum(_size(p) for p in files) * HELD_PER_BYTE["native" if native.active() == "native" else "python"]
+    return need <= available_memory() // 2
+
+
+def _read_kept(path: str, skip_bad: bool, columns_only: bool) -> Tuple[Optional[RankTrace],
+                                                                       Tuple[Optional[RankInfo], Optional[str]]]:
+    """(the events of ``path``, to keep; (its RankInfo, problem)) — :func:`scan` that keeps what it read."""
+    trace, problem = _attempt(functools.partial(_read_described, columns_only=columns_only), path, skip_bad)
+    return (None, (None, problem)) if trace is None else (trace[0], (trace[1], None))
+
+
+def _read_described(path: str, columns_only: bool) -> Tuple[RankTrace, RankInfo]:
+    with gc_paused(), reading(path):
+        trace = read_file(path, columns_only)
+        return trace, describe(trace)
 
 
 def _size(path: str) -> int:

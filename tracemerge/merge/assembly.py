@@ -32,7 +32,7 @@ import msgspec
 
 from tracemerge import native
 from tracemerge.codecs import Codec, Stream, codec_for
-from tracemerge.engine import Abandoned, Engine, LocalEngine, gc_paused
+from tracemerge.engine import Abandoned, Engine, Held, LocalEngine, gc_paused, turns
 from tracemerge.errors import OutputError, TraceError, reading
 from tracemerge.formats import FORMATS
 from tracemerge.formats.base import Body, Counts, Format
@@ -44,7 +44,7 @@ from tracemerge.place.placement import Placement
 
 # what a worker reads a rank from: a path, a trace in memory, or (a rank of several cycle
 # files, for a format that encodes a rank whole) a tuple of those
-Source = Union[str, RankTrace, Tuple[Union[str, RankTrace], ...]]
+Source = Union[str, RankTrace, Held, Tuple[Union[str, RankTrace, Held], ...]]
 # (trace, place, consume=...) -> (body, counts): the caller's per-rank function
 RankOutput = Callable[..., Tuple[Body, Counts]]
 
@@ -65,14 +65,16 @@ def encode_rank(rank_fn: RankOutput, fmt: str, source: Source, place: Placement,
         with gc_paused(), reading(_named(source)):
             owned = not isinstance(source, RankTrace)
             if isinstance(source, tuple):  # the cycle files of one rank, encoded whole
-                read = [(s, native.core_of(s)) if isinstance(s, RankTrace) else native.read_rank(s) for s in source]
+                read = [(s, native.core_of(s)) if isinstance(s, RankTrace) else native.read_rank(_named(s))
+                        for s in source]
                 trace = joined_trace([t for t, _ in read])
                 core = next((c for _, c in read if c != "native"), "native")
             else:
                 # the compiled core reads a file it takes; the Python path the others (and the
                 # traces a Session keeps in memory): the same columns, the same output bytes
+                # (a Held source is the trace itself by the time a worker runs this)
                 trace, core = (source, native.core_of(source)) if isinstance(source, RankTrace) else \
-                    native.read_rank(source)
+                    native.read_rank(_named(source))
             path = trace.path
             try:
                 try:
@@ -96,7 +98,7 @@ def _named(source: Source) -> str:
     """The file a source is read from, for messages (a rank's cycles: its first)."""
     if isinstance(source, tuple):
         source = source[0]
-    return source if isinstance(source, str) else source.path
+    return source if isinstance(source, str) else source.key if isinstance(source, Held) else source.path
 
 
 def _encoded(form: Format, events: Body, codec: Optional[Codec]) -> List[bytes]:
@@ -141,51 +143,48 @@ class Shard:
 class OutputSlot:
     """A rank's place in the output file itself: the worker writes its body at its offset
     once every rank before it has written (ranks take turns in order, so the output is the
-    same bytes for any number of workers). The output is written once, with no shard to copy."""
+    same bytes for any number of workers). The output is written once, with no shard to copy.
 
-    def __init__(self, fd: int, index: int, separator: bytes) -> None:
-        self.fd, self.index, self.separator = fd, index, separator
+    ``owner`` is the process that opened ``fd``: a worker reopens the file through
+    /proc (a pool's workers were forked before the output was opened)."""
+
+    def __init__(self, fd: int, index: int, separator: bytes, owner: int = 0) -> None:
+        self.fd, self.index, self.separator, self.owner = fd, index, separator, owner or os.getpid()
 
     def write(self, pieces: List[bytes]) -> int:
-        turns = _TURNS
-        assert turns is not None  # set by write_merged for the length of the write
-        with turns.cond:
-            turns.cond.wait_for(lambda: turns.next.value == self.index or turns.failed.value)
-            if turns.failed.value:
+        shared = turns()
+        with shared.cond:
+            shared.cond.wait_for(lambda: shared.next.value == self.index or shared.failed.value)
+            if shared.failed.value:
                 raise Abandoned()
-            if pieces and turns.written.value and self.separator:
+            if pieces and shared.written.value and self.separator:
                 pieces = [self.separator] + pieces
             size = sum(map(len, pieces))
-            _pwrite_all(self.fd, pieces, turns.offset.value)
-            turns.offset.value += size
-            turns.written.value += bool(size)
-            turns.next.value += 1
-            turns.cond.notify_all()
+            with self._opened() as fd:
+                _pwrite_all(fd, pieces, shared.offset.value)
+            shared.offset.value += size
+            shared.written.value += bool(size)
+            shared.next.value += 1
+            shared.cond.notify_all()
         return size
+
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[int]:
+        if self.owner == os.getpid():
+            yield self.fd
+            return
+        fd = os.open(f"/proc/{self.owner}/fd/{self.fd}", os.O_WRONLY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def abandon(self) -> None:
         """Release the ranks waiting behind this one: the merge has failed."""
-        turns = _TURNS
-        assert turns is not None  # set by write_merged for the length of the write
-        with turns.cond:
-            turns.failed.value = 1
-            turns.cond.notify_all()
-
-
-class _Turns:
-    """Which rank writes next and where; shared with forked workers by inheritance."""
-
-    def __init__(self, offset: int) -> None:
-        ctx = multiprocessing.get_context("fork")
-        self.cond = ctx.Condition()
-        self.next, self.offset = ctx.RawValue("q", 0), ctx.RawValue("q", offset)
-        self.written, self.failed = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
-
-
-# The one module-level state left: the turns of the write in progress. A lock and shared
-# integers reach forked pool workers only by inheritance (multiprocessing refuses to pickle
-# them into a task), so write_merged sets this for the length of one write and clears it.
-_TURNS: Optional[_Turns] = None
+        shared = turns()
+        with shared.cond:
+            shared.failed.value = 1
+            shared.cond.notify_all()
 
 
 def _pwrite_all(fd: int, pieces: Sequence[bytes], offset: int) -> None:
@@ -206,7 +205,6 @@ def write_merged(engine: Engine, rank_fn: RankOutput, fmt: str, jobs: Sequence[T
     """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
     the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
     summary from the per-rank results. Returns the summary. Without ``force`` an output that another run wrote meanwhile is not replaced."""
-    global _TURNS
     form = FORMATS[fmt]
     codec = codec_for(output)
     n = len(jobs)
@@ -216,14 +214,11 @@ def write_merged(engine: Engine, rank_fn: RankOutput, fmt: str, jobs: Sequence[T
         if isinstance(engine, LocalEngine) and output != "-":
             out.write(form.open(header))
             out.raw.flush()
-            _TURNS = _Turns(out.raw.tell())
-            try:
-                separator = out.made(form.separator) if form.separator else b""
-                sinks = [OutputSlot(out.raw.fileno(), k, separator) for k in range(n)]
-                results = engine.map(encode_rank, *common, sinks, [codec] * n)
-                out.raw.seek(_TURNS.offset.value)
-            finally:
-                _TURNS = None
+            shared = turns().reset(out.raw.tell())
+            separator = out.made(form.separator) if form.separator else b""
+            sinks = [OutputSlot(out.raw.fileno(), k, separator) for k in range(n)]
+            results = engine.map(encode_rank, *common, sinks, [codec] * n)
+            out.raw.seek(shared.offset.value)
             summary = footer(results)
         else:
             with shard_dir(output) as tmp:

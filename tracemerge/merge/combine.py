@@ -3,7 +3,7 @@
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Set, Tuple, Union
 
 import tracemerge
 from tracemerge import native
@@ -24,10 +24,6 @@ from tracemerge.place.remote_spans import drawn_sides, remote_spans
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
-from tracemerge.analysis import drawing
-from tracemerge.analysis.critical_path import Window
-from tracemerge.analysis.critical_path import critical_path as find_critical_path
-from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs.chrome import build
 from tracemerge.job.checks import rpc_sides
@@ -55,6 +51,29 @@ def placements(job: "Job", alignment: "Alignment", first: Optional[int] = None) 
     }
 
 
+class Drawn(Protocol):
+    """One more process drawn after the ranks' (``combine --critical-path``'s path, made by
+    :mod:`tracemerge.compose`, which may import the analyses: this package does not)."""
+
+    @property
+    def process(self) -> str:
+        """Its name, and the placement's label."""
+
+    @property
+    def pid(self) -> int:
+        """The pid of its events."""
+
+    @property
+    def key(self) -> str:
+        """Its entry in the summary."""
+
+    def events(self, base_ns: int) -> List[Dict[str, Any]]:
+        """Its events, in µs after ``base_ns`` (the output's ts 0)."""
+
+    def summary(self) -> Dict[str, Any]:
+        """Its summary entry, after the pid."""
+
+
 @dataclass(frozen=True)
 class Written:
     """What :func:`write` made: the output's summary, and which core read each file."""
@@ -63,8 +82,9 @@ class Written:
     cores: List[Tuple[str, str]]   # [(path, "native" or "python[: why]")], in the order written
 
 
-def combine(job: "Job", alignment: Optional["Alignment"], output: Union[str, "os.PathLike[str]"], force: bool = False, fmt: Optional[str] = None,
-            selection: Optional[select.Selection] = None, critical_path: bool = False) -> Dict[str, Any]:
+def combine(job: "Job", alignment: Optional["Alignment"], output: Union[str, "os.PathLike[str]"], force: bool = False,
+            fmt: Optional[str] = None, selection: Optional[select.Selection] = None,
+            drawn: Optional[Drawn] = None) -> Dict[str, Any]:
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary.
 
     ``alignment``: the clock model to place the ranks by (None: the job's own, from
@@ -72,15 +92,14 @@ def combine(job: "Job", alignment: Optional["Alignment"], output: Union[str, "os
     .pftrace names); ``selection`` (:class:`~tracemerge.place.selection.Selection`) keeps
     some ranks, a window, longer events.
 
-    ``critical_path``: the cross-rank critical path (:mod:`tracemerge.analysis`) is found
-    first — every rank is read once more for it — and drawn as one more process
-    (:mod:`tracemerge.analysis.drawing`); the summary says where (``critical_path``).
+    ``drawn``: one more process after the ranks' (:class:`Drawn`: the critical path of
+    ``combine --critical-path``, :func:`tracemerge.compose.combine`); the summary says where.
     """
-    return write(job, alignment, os.fspath(output), force, fmt, selection, critical_path).summary
+    return write(job, alignment, os.fspath(output), force, fmt, selection, drawn).summary
 
 
 def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool = False, fmt: Optional[str] = None,
-          selection: Optional[select.Selection] = None, critical_path: bool = False) -> Written:
+          selection: Optional[select.Selection] = None, drawn: Optional[Drawn] = None) -> Written:
     """:func:`combine`, also saying which core read each file (for the CLI's core line).
 
     Every rank is placed before the first byte is written: the job describes each rank
@@ -91,7 +110,6 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     selection = selection or select.Selection()
     select.check_ranks(selection, job.ranks)
     kept = [i for i in job.infos if selection.keeps_rank(rank_of(i))]
-    path = find_critical_path(job_timeline(job, alignment)) if critical_path else None
     first = aligned_start(job, alignment)
     places = placements(job, alignment, first)
     start = first - next(iter(places.values())).out_base_ns
@@ -127,7 +145,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
         summary["rpc_sides"].update(arrows)
         shift = time_shift(next(iter(places.values())).out_base_ns) if fmt == "perfetto" else 0
         return {**summary, "format": fmt, **({"time_shift_ns": shift} if shift else {}),
-                "selection": select.describe(selection), **(drawn or {}),
+                "selection": select.describe(selection), **(extra or {}),
                 **({"remote_spans": {str(r): n for r, n in remote.ranks.items()}} if remote.ranks else {})}
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
@@ -136,9 +154,9 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     remote = remote_spans(job.infos, sides, alignment.clocks, places)
     jobs += remote.jobs
     jobs += in_flight_jobs(job.infos, places, {rank_of(i) for i in kept})  # a failed job's unanswered calls
-    drawn = None
-    if path is not None:
-        job_, drawn = _path_job(path, places, [p for _, p in jobs])
+    extra = None
+    if drawn is not None:
+        job_, extra = _drawn_job(drawn, places, [p for _, p in jobs])
         jobs.append(job_)
     summary = write_merged(job.engine or LocalEngine(1), rank_fn, fmt, jobs, output, header, footer, force=force)
     return Written(summary, cores)
@@ -178,20 +196,17 @@ def rank_jobs(job: "Job", kept: List[RankInfo], places: Dict[int, Placement], fo
     return jobs, owners
 
 
-def _path_job(windows: List[Window], places: Dict[int, Placement], taken: List[Placement],
-              ) -> Tuple[Tuple[RankTrace, Placement], Dict[str, Any]]:
-    """((the critical path as a RankTrace, its Placement): one more process after the
-    ranks' (and every placement in ``taken``), on the reference clock; the summary's
-    ``critical_path`` entry)."""
+def _drawn_job(drawn: Drawn, places: Dict[int, Placement], taken: List[Placement],
+               ) -> Tuple[Tuple[RankTrace, Placement], Dict[str, Any]]:
+    """((the drawn process as a RankTrace, its Placement): one more process after the
+    ranks' (and every placement in ``taken``), on the reference clock; its summary entry)."""
     base = next(iter(places.values())).out_base_ns
-    events = drawing.path_events(windows, base)
-    trace = build(drawing.PROCESS, events, {"baseTimeNanoseconds": base}, None)
+    trace = build(drawn.process, drawn.events(base), {"baseTimeNanoseconds": base}, None)
     stride = min(places.values(), key=lambda p: p.pid_base).pid_base
     pid_base = max(p.pid_base for p in taken) // stride * stride + stride
-    place = Placement(rank=-1, label=drawing.PROCESS, pid_base=pid_base,
+    place = Placement(rank=-1, label=drawn.process, pid_base=pid_base,
                       clock=ClockModel(rank=-1, method="reference"), out_base_ns=base)
-    return (trace, place), {"critical_path": {"pid": pid_base + trace.pids.index(drawing.PID), "windows": len(windows),
-                                              "segments": sum(len(w.segments) for w in windows)}}
+    return (trace, place), {drawn.key: {"pid": pid_base + trace.pids.index(drawn.pid), **drawn.summary()}}
 
 
 def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection: Optional[select.Selection] = None,

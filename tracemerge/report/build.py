@@ -7,7 +7,7 @@ or an HTML page.
 """
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from tracemerge.analysis.summary import Analysis, analyse, analysis_dict
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import Correlation, correlate
+from tracemerge.engine import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError, reading
 from tracemerge.inputs.admit import MERGED_HEAD, is_merged_block, problem
 from tracemerge.inputs.head import read_head
@@ -142,25 +143,25 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     timelines: Dict[int, RankTimeline] = {}
     gpu: List[Optional[GpuRank]] = []
     open_at_stop: Dict[str, int] = {}   # {path: spans still open when its profiler stopped}
-    for rank, info in zip(job.ranks, job.infos):
-        # one rank's columns at a time, read once: rows, threads and the top-level spans
-        # (for the busy bins, once every rank's time span is known) are all that is kept of it
-        trace = job.trace(rank, columns_only=True)
-        if is_merged(trace):
-            raise TracemergeError(f"{info.path}: a merged trace; report on it alone, or on the rank files")
-        with reading(info.path):
-            tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
-            rows += key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree)
-            open_at_stop[info.path] = int(unfinished(trace).sum())
-            gpu.append(gpu_rank(trace, rank, comm_kernels=comm_kernels))
-            if analysis:  # the analyses' timeline of the rank, from the events read anyway
-                timelines[rank] = rank_timeline(trace, rank, clocks[rank],
-                                                     {r.get("name", "") for r in info.rpcs})
-        threads[rank] = server_threads(trace)
-        spans[rank] = _top_spans(tree, clocks[rank].to_reference)
+    runner = job.engine or LocalEngine(1)
+    sources = [job.source(rank) for rank in job.ranks]
+    names = [{r.get("name", "") for r in info.rpcs} if analysis else None for info in job.infos]
+    args = (sources, job.ranks, [clocks[r] for r in job.ranks], [i.path for i in job.infos], names,
+            [remote_ops] * len(sources), [tuple(comm_kernels)] * len(sources))
+    # each rank's products by the worker that holds (or reads) it, once; traces kept in this
+    # process are not sent to workers
+    made = list(map(rank_products, *args)) if any(isinstance(s, RankTrace) for s in sources) else \
+        runner.map(rank_products, *args)
+    for rank, info, part in zip(job.ranks, job.infos, made):
+        rows += part.rows
+        open_at_stop[info.path] = part.open_at_stop
+        gpu.append(part.gpu)
+        if part.timeline is not None:
+            timelines[rank] = part.timeline
+        threads[rank] = part.server_threads
+        spans[rank] = part.spans
         traces_info.append({"rank": rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
-        del trace, tree  # freed before the next rank is read
     # ranks with events (one read from its journal alone has none)
     timed = [(r, i) for r, i in zip(job.ranks, job.infos) if i.timed] or list(zip(job.ranks, job.infos))
     first = min(clocks[r].to_reference(i.first_ns) for r, i in timed)
@@ -177,6 +178,37 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     if analysis:
         report.analysis = analyse(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives, clocks))
     return report
+
+
+@dataclass
+class RankProducts:
+    """What the report keeps of one rank, made where its events are (an engine's worker)."""
+
+    rows: List[KeyAverage]                  # its key-average partials, grouped by (name, rank) later
+    open_at_stop: int                       # spans still open when its profiler stopped
+    gpu: Optional[GpuRank]
+    timeline: Optional[RankTimeline]        # the analyses' timeline (asked for with rpc names)
+    server_threads: int
+    spans: Tuple[np.ndarray, np.ndarray]    # its top-level spans on the reference clock (busy bins)
+
+
+def rank_products(source: Union[RankTrace, str], rank: int, clock: ClockModel, path: str,
+                  rpc_names: Optional[Set[str]], remote_ops: bool, comm_kernels: Sequence[str] = ()) -> RankProducts:
+    """One rank's :class:`RankProducts` from one read of its events (``source``: the trace,
+    or its file); ``rpc_names``: also its timeline, for the analyses; ``comm_kernels``: regexes
+    of further communication kernels for the GPU section."""
+    trace = source if isinstance(source, RankTrace) else read_file(source, columns_only=True)
+    if is_merged(trace):
+        raise TracemergeError(f"{path}: a merged trace; report on it alone, or on the rank files")
+    with reading(path):
+        tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
+        return RankProducts(
+            rows=key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree),
+            open_at_stop=int(unfinished(trace).sum()),
+            gpu=gpu_rank(trace, rank, comm_kernels=comm_kernels),
+            timeline=None if rpc_names is None else rank_timeline(trace, rank, clock, rpc_names),
+            server_threads=server_threads(trace),
+            spans=_top_spans(tree, clock.to_reference))
 
 
 def unfinished_notes(open_at_stop: Dict[str, int]) -> List[str]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from msgspec import UNSET
 
 from tracemerge.model import RankTrace
 from tracemerge.nesting import category_codes
@@ -144,12 +145,12 @@ def _launch_delays(trace: RankTrace, work: np.ndarray) -> Dict[str, float]:
     runtime = np.flatnonzero(np.isin(trace.cat, category_codes(
         trace, lambda c: c.endswith("_runtime") or c.endswith("_driver") or c == "runtime")))
     call_start: Dict[object, int] = {}
-    for i, a in zip(runtime.tolist(), trace.args.chunked_dicts(runtime.tolist())):
-        if a is not None and "correlation" in a:
-            call_start[a["correlation"]] = int(trace.ts[i])
-    delays = [int(trace.ts[i]) - call_start[a["correlation"]]
-              for i, a in zip(work.tolist(), trace.args.chunked_dicts(work.tolist()))
-              if a is not None and a.get("correlation") in call_start]
+    for i, v in zip(runtime.tolist(), trace.args.key_values(runtime.tolist(), "correlation")):
+        if v is not UNSET:
+            call_start[v] = int(trace.ts[i])
+    delays = [int(trace.ts[i]) - call_start[v]
+              for i, v in zip(work.tolist(), trace.args.key_values(work.tolist(), "correlation", missing=None))
+              if v is not UNSET and v in call_start]
     if not delays:
         return {}
     d = np.array(delays, dtype=np.float64) / 1000

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+from msgspec import UNSET
 
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import (
@@ -298,13 +299,13 @@ def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
         return dev, owner
     runtime = np.flatnonzero(np.isin(trace.cat[tree.index], category_codes(trace, _is_runtime)))
     call_of: Dict[object, int] = {}
-    for pos, a in zip(runtime.tolist(), trace.args.chunked_dicts(tree.index[runtime].tolist())):
-        if a is not None and "correlation" in a:
-            call_of[a["correlation"]] = pos
+    for pos, v in zip(runtime.tolist(), trace.args.key_values(tree.index[runtime].tolist(), "correlation")):
+        if v is not UNSET:
+            call_of[v] = pos
     if not call_of:
         return dev, owner
-    calls = np.array([call_of.get(a.get("correlation"), -1) if a is not None else -1
-                      for a in trace.args.chunked_dicts(dev.tolist())], dtype=np.int64)
+    calls = np.array([call_of.get(v, -1) if v is not UNSET else -1
+                      for v in trace.args.key_values(dev.tolist(), "correlation", missing=None)], dtype=np.int64)
     launching = np.isin(trace.cat[tree.index], category_codes(trace, LAUNCHING_CATS.__contains__))
     # up past user annotations (and other non-dispatcher spans) to the launching op
     up = nearest_ancestor(tree.parent, launching)

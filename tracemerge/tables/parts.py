@@ -25,7 +25,7 @@ from tracemerge import native
 from tracemerge.analysis.critical_path import critical_path as find_critical_path
 from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
-from tracemerge.engine import LocalEngine, gc_paused
+from tracemerge.engine import Held, LocalEngine, gc_paused
 from tracemerge.errors import reading
 from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
 from tracemerge.inputs.rankinfo import rank_of
@@ -44,7 +44,7 @@ from tracemerge.tables.events import event_schema, rank_batches, require_arrow
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Source = Union[str, RankTrace, Tuple[Union[str, RankTrace], ...]]
+Source = Union[str, RankTrace, Held, Tuple[Union[str, RankTrace, Held], ...]]
 
 # the job-level tables, in the order they are written; a table another stage adds is one
 # more name here and one more entry in job_level()
@@ -158,7 +158,7 @@ def _write_parquet(batches: Iterator["pa.RecordBatch"], path: str) -> int:
 
 def _named(source: Source) -> str:
     first = source[0] if isinstance(source, tuple) else source
-    return first if isinstance(first, str) else first.path
+    return first if isinstance(first, str) else first.key if isinstance(first, Held) else first.path
 
 
 def _read(source: Source) -> Tuple[RankTrace, str]:
@@ -169,7 +169,8 @@ def _read(source: Source) -> Tuple[RankTrace, str]:
         return joined_trace([t for t, _ in read]), next((c for _, c in read if c != "native"), "native")
     if isinstance(source, RankTrace):
         return source, native.core_of(source)
-    return native.read_rank(source, columns_only=True)
+    # (a Held source is the trace itself by the time a worker runs this)
+    return native.read_rank(source.key if isinstance(source, Held) else source, columns_only=True)
 
 
 @dataclass

@@ -9,7 +9,7 @@ import hashlib
 import operator
 from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Protocol, Tuple
 
 import numpy as np
 from msgspec import UNSET
@@ -18,8 +18,14 @@ from tracemerge.model import RankTrace
 from tracemerge.place.arrows import NO_FLOWS, SliceFlows
 from tracemerge.place.ids import namespace_id, namespace_ids
 
-if TYPE_CHECKING:
-    from tracemerge.formats.perfetto.encoder import Slices
+
+class Slices(Protocol):
+    """What binding flows reads of the encoder's slices (:class:`~tracemerge.formats.perfetto.encoder.Slices`,
+    which imports this module: a protocol here, not an import back)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    begin: np.ndarray
 
 # {thread track: (first row, end row)} of the sorted slices (encoder.Slices.ranges)
 Ranges = Mapping[int, Tuple[int, int]]

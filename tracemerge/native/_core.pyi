@@ -1,0 +1,48 @@
+"""Types of the compiled core (``_core.c``; docs/native.md): one scan of a Chrome/Kineto
+document, the splice writer, the .pftrace debug annotations."""
+
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from _typeshed import ReadableBuffer
+
+# flags of an event, set per event in the scan's flags column (Scan.columns)
+F_TS: int
+F_DUR: int
+F_TID_NULL: int
+F_TID_ABSENT: int
+F_NAME: int
+F_CAT: int
+F_ARGS: int
+
+
+class Scan:
+    """One scanned trace document: per-event records and the tables the columns code into."""
+
+    @property
+    def n(self) -> int: ...                      # number of events
+    @property
+    def names(self) -> List[Any]: ...            # the name/cat table
+    @property
+    def pids(self) -> List[Any]: ...             # the pid table
+    @property
+    def tids(self) -> List[Any]: ...             # the tid table
+    @property
+    def top(self) -> Dict[str, Optional[Tuple[int, int]]]: ...  # top-level keys: (start, end), None for traceEvents
+    @property
+    def keys(self) -> List[str]: ...             # the event keys any event uses
+    def columns(self) -> Tuple[bytes, bytes, bytes, bytes]: ...   # (ph, codes, times, flags)
+    def flow_ids(self, which: int) -> Tuple[bytes, List[Any]]: ...  # (indices, ints) of id (0) or bind_id (1)
+    def extra_tokens(self, key: bytes) -> Tuple[bytes, List[bytes]]: ...  # (indices, raw bytes) of an extra key
+    def args_spans(self) -> bytes: ...           # int64 (offset, length) pairs
+    def args_with(self, token: bytes) -> bytes: ...  # indices of the args that contain a token
+    def write(self, idx: ReadableBuffer, ts_ns: ReadableBuffer, dur_ns: ReadableBuffer, pid_base: int, rank: int,
+              overrides: Dict[int, bytes], tids: Dict[int, bytes] = ...) -> Optional[bytes]: ...
+
+
+def scan(data: ReadableBuffer) -> Union[Scan, str]:
+    """A Scan of ``data``, or a str saying why the core does not take it."""
+
+
+def annotations(items: List[Any], start: int, rank: int, iids: Dict[str, bytes],
+                new_names: List[bytes]) -> Tuple[List[bytes], int]:
+    """(debug annotations of each of ``items[start:]``, the index of the first one it declined)."""
