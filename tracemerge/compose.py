@@ -2,7 +2,8 @@
 (:mod:`tracemerge.merge` imports no analysis; ``combine --critical-path`` finds the path here
 and hands the merge one more process to draw). A plain merge does not import the analyses."""
 
-from typing import TYPE_CHECKING, Any, Dict, Optional
+import os
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from tracemerge.merge.combine import Written
 from tracemerge.merge.combine import write as write_merged
@@ -31,8 +32,9 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     return write_merged(job, alignment, output, force, fmt, selection, drawn)
 
 
-def combine(job: "Job", alignment: Optional["Alignment"], output: str, force: bool = False, fmt: Optional[str] = None,
-            selection: Optional[select.Selection] = None, critical_path: bool = False) -> Dict[str, Any]:
+def combine(job: "Job", alignment: Optional["Alignment"], output: Union[str, "os.PathLike[str]"], force: bool = False,
+            fmt: Optional[str] = None, selection: Optional[select.Selection] = None,
+            critical_path: bool = False) -> Dict[str, Any]:
     """Write the merged trace to ``output`` ("-" for stdout); returns its summary
     (:func:`tracemerge.merge.combine.combine`, and ``critical_path``: see :func:`write`)."""
-    return write(job, alignment, output, force, fmt, selection, critical_path).summary
+    return write(job, alignment, os.fspath(output), force, fmt, selection, critical_path).summary
