@@ -45,6 +45,7 @@ from tracemerge.analysis.critical_path import (
     open_async_span,
     pool_threads,
     windows,
+    wraps_wait,
 )
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 
@@ -113,8 +114,11 @@ class Replay:
             self.times[key], self.base[key] = ts, n
             n += len(ts)
         self.sped = self._sped(speedups)
-        self.new: list = [0] * n
+        self.measured: list = [t for key in self.keys for t in self.times[key]]   # by point id
+        self.new: list = list(self.measured)
         self.pred: list = [None] * n   # (source id, (rank, name, kind)) of the edge that set each point
+        self.order = sorted((t, self.base[key] + i, key, i) for key in self.keys for i, t in enumerate(self.times[key]))
+        self.order_t = [o[0] for o in self.order]
 
     # -- points -------------------------------------------------------------------------------
     def point(self, key: tuple, t: int) -> Optional[int]:
@@ -172,7 +176,8 @@ class Replay:
         o = th.owner[k] if k >= 0 else -1
         ostart = job.span_start[th.rank][o] if o >= 0 else -(1 << 62)
         for w in range(bisect_left(th.wait_end, b), bisect_right(th.wait_end, b)):
-            if ostart < th.wait_start[w] <= a:
+            # blocked: in a wait ending here, begun inside the running span or wrapped by it
+            if th.wait_start[w] <= a and (ostart < th.wait_start[w] or wraps_wait(job, th, o, b)):
                 return 0, None, False
         if o < 0:
             if key in self.pool:
@@ -315,15 +320,19 @@ class Replay:
         return self.point((rank, int(job.ranks[rank].span_thread[span])), int(job.t_ref[3, call]))
 
     # -- the replay ----------------------------------------------------------------------------
-    def run(self) -> None:
-        """The new time of every point, in measured time order (an edge from a point not yet
-        replayed — clock error can order a cause after its effect — keeps its measured shift, 0)."""
-        order = sorted((t, self.base[key] + i, key, i) for key in self.keys for i, t in enumerate(self.times[key]))
-        done = [False] * len(self.new)
-        for t, pid, key, i in order:
+    def run(self, lo: int, hi: int) -> None:
+        """The new time of every point of [``lo``, ``hi``] (a window), in measured time order;
+        every point outside keeps its measured time. So a window is predicted from the job as
+        measured up to its start — as a rerun of that step alone would run — and an edge from a
+        point not yet replayed (clock error can order a cause after its effect) starts from
+        its measured time."""
+        order, at = self.order, self.order_t
+        new, pred, measured = self.new, self.pred, self.measured
+        for _, pid, key, i in order[bisect_left(at, lo):bisect_right(at, hi)]:
             th = self.job.threads[key]
             ts = self.times[key]
-            best, pred = None, None
+            t = ts[i]
+            best, via = None, None
             busy = True
             cont: list = []
             if i > 0:
@@ -331,24 +340,26 @@ class Replay:
                 cont = self._continuation(th, ts[i - 1], t)
                 if cont:   # the async span's tail waited for its nested calls, not its thread
                     w, label, busy = 0, None, False
-                best, pred = self.new[pid - 1] + w, (pid - 1, label)
+                best, via = new[pid - 1] + w, (pid - 1, label)
             deps = self._deps(key, th, t, ts[i - 1] if i > 0 else None, busy) + cont
             if i > 0 and not busy and not deps:
                 # waiting for nothing known: the gap keeps its length
-                best, pred = self.new[pid - 1] + (t - ts[i - 1]), (pid - 1, (th.rank, UNTRACED, COMPUTE))
+                best, via = new[pid - 1] + (t - ts[i - 1]), (pid - 1, (th.rank, UNTRACED, COMPUTE))
             for src, w, label in deps:
-                at = (self.new[src] if done[src] else self._measured(src)) + w
-                if best is None or at > best:
-                    best, pred = at, (src, label)
-            self.new[pid] = t if best is None else best
-            self.pred[pid] = pred
-            done[pid] = True
+                # no edge takes longer than the measured time between its ends: with no
+                # speed-up every point keeps its measured time, whatever the model adds
+                w = min(w, t - measured[src])
+                if best is None or new[src] + w > best:
+                    best, via = new[src] + w, (src, label)
+            new[pid] = t if best is None else best
+            pred[pid] = via
 
-    def _measured(self, pid: int) -> int:
-        for key in reversed(self.keys):
-            if self.base[key] <= pid:
-                return self.times[key][pid - self.base[key]]
-        return 0
+    def reset(self, lo: int, hi: int) -> None:
+        """Every point of [``lo``, ``hi``] back at its measured time."""
+        order, at = self.order, self.order_t
+        for _, pid, _, _ in order[bisect_left(at, lo):bisect_right(at, hi)]:
+            self.new[pid] = self.measured[pid]
+            self.pred[pid] = None
 
     def path(self, end: int, start_new: int) -> list:
         """The new critical path into point ``end``, back to ``start_new``: [(label, ns)]."""
@@ -367,22 +378,23 @@ class Replay:
 
 def whatif(job: JobTimeline, speedups: list) -> list:
     """[:class:`Prediction`] per window of ``job``: measured and predicted time with ``speedups``
-    ([:class:`Speedup`]), and the new critical path's largest segments."""
+    ([:class:`Speedup`]), and the new critical path's largest segments. Each window is replayed
+    from its measured start (what came before it is as measured), so a speed-up never makes a
+    window longer, and the prediction of a step is what a rerun of that step would take."""
     replay = Replay(job, speedups)
-    replay.run()
     out = []
     for name, start, end, at, skey in windows(job):
-        s = replay.point(skey, start)
         e = replay.point(at, end)
-        if s is None or e is None:
+        if replay.point(skey, start) is None or e is None:
             continue
-        start_new = replay.new[s] - (replay.times[skey][s - replay.base[skey]] - start)
-        end_new = replay.new[e] + (end - replay.times[at][e - replay.base[at]])
+        replay.run(start, end)
+        end_new = replay.new[e] + (end - replay.measured[e])
         totals: dict = {}
-        for label, ns in replay.path(e, start_new):
+        for label, ns in replay.path(e, start):
             totals[label] = totals.get(label, 0) + ns
+        replay.reset(start, end)
         top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]
-        out.append(Prediction(window=name, measured_ns=end - start, predicted_ns=end_new - start_new,
+        out.append(Prediction(window=name, measured_ns=end - start, predicted_ns=end_new - start,
                               top=[{"rank": r, "name": n, "kind": k, "ns": ns} for (r, n, k), ns in top]))
     return out
 
