@@ -781,7 +781,12 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
     check_output(output, files, force=True)  # before any input is read
     job = open_inputs(list(files), rank_from, skip_bad, strict, file_warnings=True, cycle=cycle,
                       align=AlignRequest(method, reference, offsets))
-    predictions = what.whatif(job_timeline(job), parsed)
+    timeline = job_timeline(job)
+    from tracemerge.analysis.critical_path import critical_path
+
+    for note in what.check(timeline, parsed, critical_path(timeline)):
+        say(f"tracemerge: warning: {note}", err=True)
+    predictions = what.whatif(timeline, parsed)
     text = (json.dumps(what.as_json(predictions, parsed), indent=2) + "\n" if fmt == "json"
             else what.table(predictions, parsed))
     write_text(output, text, files)

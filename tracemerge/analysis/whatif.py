@@ -28,6 +28,7 @@ by no more than the slack its other dependencies leave. Windows are those of the
 path; the predicted window runs from its start's new time to its end's.
 """
 
+import difflib
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from tracemerge.analysis.critical_path import (
     wraps_wait,
 )
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.errors import UsageError
 
 TOP = 5   # segments of each window's new path shown
 
@@ -141,7 +143,13 @@ class Replay:
 
     def _sped(self, speedups: list) -> dict:
         """{thread key: ([start], [end], [factor])} of the sped-up spans, by start."""
-        job = self.job
+        found = self._sped_spans(self.job, speedups)
+        return {k: ([a for a, _, _ in v], [b for _, b, _ in v], [f for _, _, f in v])
+                for k, v in ((k, sorted(v)) for k, v in found.items())}
+
+    @staticmethod
+    def _sped_spans(job: JobTimeline, speedups: list) -> dict:
+        """{thread key: [(start, end, factor)]} of the spans ``speedups`` name."""
         found: dict = {}
         for s in speedups:
             for rank, tl in job.ranks.items():
@@ -151,8 +159,7 @@ class Replay:
                 for span in np.flatnonzero(np.isin(tl.span_name, codes)).tolist():
                     key = (rank, int(tl.span_thread[span]))
                     found.setdefault(key, []).append((job.span_start[rank][span], job.span_end[rank][span], s.factor))
-        return {k: ([a for a, _, _ in v], [b for _, b, _ in v], [f for _, _, f in v])
-                for k, v in ((k, sorted(v)) for k, v in found.items())}
+        return found
 
     def _scaled(self, key: tuple, a: int, b: int) -> int:
         """The time [a, b) of thread ``key`` takes with the speed-ups (inside a sped-up span: divided)."""
@@ -397,6 +404,60 @@ def whatif(job: JobTimeline, speedups: list) -> list:
         out.append(Prediction(window=name, measured_ns=end - start, predicted_ns=end_new - start,
                               top=[{"rank": r, "name": n, "kind": k, "ns": ns} for (r, n, k), ns in top]))
     return out
+
+
+def span_names(job: JobTimeline) -> dict:
+    """{rank: set of the names of its host spans} (what a speed-up can name)."""
+    return {rank: {tl.names[c] for c in np.unique(tl.span_name).tolist()} for rank, tl in job.ranks.items()}
+
+
+def check(job: JobTimeline, speedups: list, path: Optional[list] = None) -> list:
+    """Raise :class:`~tracemerge.errors.UsageError` (exit 2) for a speed-up that names no span
+    of the job — an unknown rank (naming the ranks there are) or a name no span of its ranks
+    has (naming the closest names, difflib's); return a note for each whose spans all lie off
+    every window's critical path (``path``: the critical path's windows; None: not checked):
+    no work of the path runs inside any of them, so no window changes."""
+    names = span_names(job)
+    notes = []
+    for s in speedups:
+        if s.rank is not None and s.rank not in names:
+            raise UsageError(f"--speedup {s.label()!r}: no rank {s.rank}; the ranks are "
+                             f"{', '.join(map(str, sorted(names)))}")
+        ranks = [s.rank] if s.rank is not None else sorted(names)
+        if not any(s.name in names[r] for r in ranks):
+            pool = sorted(set().union(*(names[r] for r in ranks)))
+            # names holding what was typed (an RPC's span is named after its function), then
+            # the closest by difflib's ratio
+            close = [n for n in pool if s.name in n][:3]
+            close += [n for n in difflib.get_close_matches(s.name, pool, n=3, cutoff=0.5) if n not in close]
+            where = f"on rank {s.rank}" if s.rank is not None else "on any rank"
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            elsewhere = [r for r in sorted(names) if r not in ranks and s.name in names[r]]
+            if elsewhere:
+                hint += f" (spans of that name are on rank {', '.join(map(str, elsewhere))})"
+            raise UsageError(f"--speedup {s.label()!r}: no span named {s.name!r} {where}{hint}")
+        if path is not None and not _meets_path(job, s, path):
+            notes.append(f"--speedup {s.label()!r}: no span it names lies on a window's critical path, "
+                         f"so no window changes")
+    return notes
+
+
+def _meets_path(job: JobTimeline, s: Speedup, path: list) -> bool:
+    """Whether work on ``path`` (compute or callee execution) runs inside a span ``s`` names."""
+    work: dict = {}
+    for w in path:
+        for seg in w.segments:
+            if seg.kind in (COMPUTE, EXECUTION):
+                work.setdefault((seg.rank, seg.tid), []).append((seg.start_ns, seg.end_ns))
+    found = Replay._sped_spans(job, [s])
+    for (rank, index), spans in found.items():
+        segs = sorted(work.get((rank, job.ranks[rank].threads[index].tid), ()))
+        ends = [e for _, e in segs]
+        for a, b, _ in spans:
+            i = bisect_right(ends, a)
+            if i < len(segs) and segs[i][0] < b:
+                return True
+    return False
 
 
 def as_json(predictions: list, speedups: list) -> dict:
