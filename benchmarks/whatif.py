@@ -73,7 +73,7 @@ def main() -> None:
     print("| shape | planted step | predicted (halved) | measured (halved) | error | within target |")
     print("|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
-        got = compare(runs_of(shape, root, args.ms, args.repeats, args.reuse))
+        got = compare(runs_of(shape, root, args.ms, args.repeats, args.reuse), args.ms)
         s, b, p, m, e, ok = row(shape, got)
         print(f"| `{s}` | {b:.1f} | {p:.1f} | {m:.1f} | {e:+.1%} | {'yes' if ok else 'NO'} |", flush=True)
 

@@ -180,6 +180,10 @@ def follow(shape: str, rank: int, delays: list) -> None:
 
 def worker(rank: int, shape: str, rpc_port: int, pg_port: int, out: str, delays: list) -> None:
     world, _, threads = SHAPES[shape]
+    # one intra-op thread, and torch's first matmul done before the job: a new thread's first
+    # op otherwise starts a thread pool (100-800 ms, varying), noise that is no planted delay
+    torch.set_num_threads(1)
+    torch.tanh(torch.ones(32, 32) @ torch.ones(32, 32))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(rpc_port))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{pg_port}", rank=rank, world_size=world)
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world,
@@ -217,9 +221,9 @@ if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], [float(x) for x in sys.argv[3:]])
 
 
-def compare(runs: list) -> dict:
+def compare(runs: list, planted_ms: float) -> dict:
     """Prediction against measurement over the job runs ``runs`` ([OUT_DIR], of one shape):
-    each step with the delay as planted (the largest MS) is replayed with ``planted:delay``
+    each step with the delay as planted (``planted_ms``) is replayed with ``planted:delay``
     on its rank halved, and each step run with the delay halved is the measurement.
     {"predicted": [ns], "measured": [ns], "baseline": [ns]} of those steps."""
     from tracemerge.analysis.job_timeline import job_timeline
@@ -234,12 +238,11 @@ def compare(runs: list) -> dict:
         session = Session.open(paths)
         job = job_timeline(session, session.align(), LocalEngine(1))
         delays = meta["steps"][meta["first_step"]:]
-        full = max(delays)
         same = whatif(job, [])
         half = whatif(job, [Speedup(PLANTED, meta["rank"], 2.0)])
         same, half = same[-len(delays):], half[-len(delays):]
         for ms, p, q in zip(delays, same, half):
-            if ms == full:
+            if ms == planted_ms:
                 out["baseline"].append(p.measured_ns)
                 out["predicted"].append(q.predicted_ns)
             else:

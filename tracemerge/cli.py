@@ -781,12 +781,15 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
     check_output(output, files, force=True)  # before any input is read
     job = open_inputs(list(files), rank_from, skip_bad, strict, file_warnings=True, cycle=cycle,
                       align=AlignRequest(method, reference, offsets))
-    timeline = job_timeline(job)
     from tracemerge.analysis.critical_path import critical_path
 
-    for note in what.check(timeline, parsed, critical_path(timeline)):
-        say(f"tracemerge: warning: {note}", err=True)
+    timeline = job_timeline(job)
+    what.check(timeline, parsed)   # exit 2 before any work for a speed-up that names nothing
     predictions = what.whatif(timeline, parsed)
+    if len(parsed) > 1 or all(p.predicted_ns == p.measured_ns for p in predictions):
+        # a lone speed-up that changed a window is on its path: the walk is needed otherwise
+        for note in what.check(timeline, parsed, critical_path(timeline)):
+            say(f"tracemerge: warning: {note}", err=True)
     text = (json.dumps(what.as_json(predictions, parsed), indent=2) + "\n" if fmt == "json"
             else what.table(predictions, parsed))
     write_text(output, text, files)

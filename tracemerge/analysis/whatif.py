@@ -29,6 +29,7 @@ path; the predicted window runs from its start's new time to its end's.
 """
 
 import difflib
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -115,7 +116,8 @@ class Replay:
             ts = sorted(set(th.bounds) | set(th.wait_start) | set(th.wait_end) | extra.get(key, set()))
             self.times[key], self.base[key] = ts, n
             n += len(ts)
-        self.sped = self._sped(speedups)
+        self._sped_by_key = self._sped_spans(job, speedups)
+        self.sped = {key: self._factors(key) for key in self._sped_by_key}
         self.measured: list = [t for key in self.keys for t in self.times[key]]   # by point id
         self.new: list = list(self.measured)
         self.pred: list = [None] * n   # (source id, (rank, name, kind)) of the edge that set each point
@@ -141,12 +143,6 @@ class Replay:
                 out.setdefault((rank, index), set()).add(at)
         return out
 
-    def _sped(self, speedups: list) -> dict:
-        """{thread key: ([start], [end], [factor])} of the sped-up spans, by start."""
-        found = self._sped_spans(self.job, speedups)
-        return {k: ([a for a, _, _ in v], [b for _, b, _ in v], [f for _, _, f in v])
-                for k, v in ((k, sorted(v)) for k, v in found.items())}
-
     @staticmethod
     def _sped_spans(job: JobTimeline, speedups: list) -> dict:
         """{thread key: [(start, end, factor)]} of the spans ``speedups`` name."""
@@ -161,21 +157,39 @@ class Replay:
                     found.setdefault(key, []).append((job.span_start[rank][span], job.span_end[rank][span], s.factor))
         return found
 
-    def _scaled(self, key: tuple, a: int, b: int) -> int:
-        """The time [a, b) of thread ``key`` takes with the speed-ups (inside a sped-up span: divided)."""
-        sped = self.sped.get(key)
-        if sped is None:
+    def _factors(self, key: tuple) -> list:
+        """The speed-up of each of thread ``key``'s intervals [point i, point i + 1): that of
+        the innermost sped-up span open over it (the open one that started last), None
+        outside any. One sweep over the points with a heap of the open spans, n log n."""
+        found = self._sped_by_key.get(key)
+        ts = self.times[key]
+        if not found:
+            return []
+        found = sorted(found)
+        out: list = [None] * len(ts)
+        heap: list = []   # (-start, end, factor) of spans begun so far
+        j = 0
+        for i, t in enumerate(ts):
+            while j < len(found) and found[j][0] <= t:
+                heapq.heappush(heap, (-found[j][0], found[j][1], found[j][2]))
+                j += 1
+            while heap and heap[0][1] <= t:   # ended by t: not open over [t, next)
+                heapq.heappop(heap)
+            if heap:
+                out[i] = heap[0][2]
+        return out
+
+    def _scaled(self, key: tuple, i: int, a: int, b: int) -> int:
+        """The time [a, b) (thread ``key``'s interval from its point ``i``) takes with the
+        speed-ups (inside a sped-up span: divided)."""
+        factors = self.sped.get(key)
+        f = factors[i] if factors else None
+        if f is None:
             return b - a
-        starts, ends, factors = sped
-        i = bisect_right(starts, a) - 1
-        while i >= 0:
-            if ends[i] >= b:
-                return 0 if math.isinf(factors[i]) else round((b - a) / factors[i])
-            i -= 1
-        return b - a
+        return 0 if math.isinf(f) else round((b - a) / f)
 
     # -- edges into one point ------------------------------------------------------------------
-    def _interval(self, key: tuple, th: Thread, a: int, b: int) -> tuple:
+    def _interval(self, key: tuple, th: Thread, i: int, a: int, b: int) -> tuple:
         """(weight, label, busy) of thread ``key``'s time [a, b): its duration if it was busy
         (scaled), 0 if it was blocked in a wait ending at b or idle."""
         job = self.job
@@ -191,7 +205,7 @@ class Replay:
                 return 0, None, False
             return b - a, (th.rank, UNTRACED, COMPUTE), True
         kind = EXECUTION if job.callee_of[th.rank][o] >= 0 else COMPUTE
-        return self._scaled(key, a, b), (th.rank, job.name_of(th.rank, o), kind), True
+        return self._scaled(key, i, a, b), (th.rank, job.name_of(th.rank, o), kind), True
 
     def _deps(self, key: tuple, th: Thread, b: int, prev: Optional[int], busy: bool) -> list:
         """[(source id, weight, label)] of the cross-thread edges into thread ``key``'s point at ``b``."""
@@ -343,7 +357,7 @@ class Replay:
             busy = True
             cont: list = []
             if i > 0:
-                w, label, busy = self._interval(key, th, ts[i - 1], t)
+                w, label, busy = self._interval(key, th, i - 1, ts[i - 1], t)
                 cont = self._continuation(th, ts[i - 1], t)
                 if cont:   # the async span's tail waited for its nested calls, not its thread
                     w, label, busy = 0, None, False
