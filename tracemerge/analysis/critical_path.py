@@ -385,7 +385,7 @@ class Walker:
         th, t = self.th, self.t
         we = th.wait_end
         for w in range(bisect_left(we, t), bisect_right(we, t)):
-            if th.wait_start[w] < t and (p.ostart < th.wait_start[w] or wraps_wait(self.job, th, p.owner, t)):
+            if th.wait_start[w] < t and (p.ostart <= th.wait_start[w] or wraps_wait(self.job, th, p.owner, t)):
                 if th.wait_kind[w] == RPC_WAIT:
                     return self.rpc_edge(th.wait_ref[w], th.wait_start[w])
                 if th.wait_kind[w] == COLLECTIVE_WAIT:
@@ -431,7 +431,7 @@ class Walker:
         for _ in range(64):
             if j < 0 or we[j] <= lower:
                 break
-            if th.wait_start[j] > p.ostart:
+            if th.wait_start[j] >= p.ostart:   # begun inside the span (or as it opened)
                 return we[j]
             j -= 1
         return lower

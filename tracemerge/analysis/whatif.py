@@ -198,7 +198,7 @@ class Replay:
         ostart = job.span_start[th.rank][o] if o >= 0 else -(1 << 62)
         for w in range(bisect_left(th.wait_end, b), bisect_right(th.wait_end, b)):
             # blocked: in a wait ending here, begun inside the running span or wrapped by it
-            if th.wait_start[w] <= a and (ostart < th.wait_start[w] or wraps_wait(job, th, o, b)):
+            if th.wait_start[w] <= a and (ostart <= th.wait_start[w] or wraps_wait(job, th, o, b)):
                 return 0, None, False
         if o < 0:
             if key in self.pool:
