@@ -53,6 +53,7 @@ from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimel
 from tracemerge.errors import UsageError
 
 TOP = 5   # segments of each window's new path shown
+_NEVER = -(1 << 62)   # the time before a thread's first point
 
 
 @dataclass(frozen=True)
@@ -362,7 +363,12 @@ class Replay:
                 if cont:   # the async span's tail waited for its nested calls, not its thread
                     w, label, busy = 0, None, False
                 best, via = new[pid - 1] + w, (pid - 1, label)
-            deps = self._deps(key, th, t, ts[i - 1] if i > 0 else None, busy) + cont
+            if i > 0:
+                # an async span's tail is not a pool thread woken from idle
+                deps = self._deps(key, th, t, ts[i - 1], busy or bool(cont)) + cont
+            else:
+                # a pool thread's first work ever was handed to it as any later work is
+                deps = self._deps(key, th, t, _NEVER if key in self.pool else None, key not in self.pool)
             if i > 0 and not busy and not deps:
                 # waiting for nothing known: the gap keeps its length
                 best, via = new[pid - 1] + (t - ts[i - 1]), (pid - 1, (th.rank, UNTRACED, COMPUTE))
