@@ -39,6 +39,7 @@ import numpy as np
 
 from tracemerge.analysis.critical_path import (
     COLLECTIVE,
+    CONTINUATION_NS,
     COMPUTE,
     EXECUTION,
     TRANSFER,
@@ -49,6 +50,7 @@ from tracemerge.analysis.critical_path import (
     windows,
     wraps_wait,
 )
+from tracemerge.analysis.critical_path import _completer  # the walk's own rule for who completed a future
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 from tracemerge.errors import UsageError
 
@@ -291,7 +293,15 @@ class Replay:
             return []
         found = nested_calls(job, th, o, b)
         if not found:
-            return []
+            # its future was completed by other work of the rank (a batching server's last
+            # caller sets every waiting future): the thread whose work ended last, within
+            # CONTINUATION_NS, as the critical path takes it
+            got = _completer(job, th, b, a, window=CONTINUATION_NS) if b - a > CONTINUATION_NS else None
+            if got is None:
+                return []
+            y, y_end = got
+            src = self.point((y.rank, y.index), y_end)
+            return [] if src is None else [(src, b - y_end, (rank, job.name_of(rank, o), EXECUTION))]
         last = max(done for _, done in found)
         out = []
         for call, _ in found:
