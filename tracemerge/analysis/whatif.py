@@ -39,18 +39,18 @@ import numpy as np
 
 from tracemerge.analysis.critical_path import (
     COLLECTIVE,
-    CONTINUATION_NS,
     COMPUTE,
+    CONTINUATION_NS,
     EXECUTION,
     TRANSFER,
     UNTRACED,
+    _completer,  # the walk's own rule for who completed a future
     nested_calls,
     open_async_span,
     pool_threads,
     windows,
     wraps_wait,
 )
-from tracemerge.analysis.critical_path import _completer  # the walk's own rule for who completed a future
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
 from tracemerge.errors import UsageError
 
@@ -221,7 +221,7 @@ class Replay:
                 out.extend(self._collective(ref, b, th.rank))
         c = self._served_start(th, b)
         if c is not None:
-            out.extend(self._request(th, c, b, prev, busy))
+            out.extend(self._request(th, c, b, prev))
         elif not busy and prev is not None and key in self.pool and not out:
             out.extend(self._wake(th, prev, b) or self._handoff(key, prev, b))
         return out
@@ -320,7 +320,7 @@ class Replay:
             return None
         return self.job.span_call.get((th.rank, c))
 
-    def _request(self, th: Thread, call: int, b: int, prev: Optional[int], busy: bool) -> list:
+    def _request(self, th: Thread, call: int, b: int, prev: Optional[int]) -> list:
         job = self.job
         caller = job.caller_span.get(call)
         if caller is None or not (job.has[0, call] and job.has[3, call]):
@@ -330,8 +330,10 @@ class Replay:
         src = self.point((rank, int(job.ranks[rank].span_thread[span])), t1)
         if src is None:
             return []
-        # the part of the delivery spent queued behind the thread's earlier work is thread order's
-        queued = max(0, (prev or t1) - (t1 + int(job.floor[call]))) if busy else 0
+        # the part of the delivery spent queued behind the thread's earlier work is thread
+        # order's — also when the thread went idle for a moment between that work and this
+        # call (one server thread serving calls that all arrived at once)
+        queued = max(0, (t1 if prev is None else prev) - (t1 + int(job.floor[call])))
         return [(src, max(b - t1 - queued, 0), (th.rank, job.call_name[call], TRANSFER))]
 
     def _wake(self, th: Thread, a: int, b: int) -> list:
