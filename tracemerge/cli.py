@@ -752,7 +752,7 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
 @files_argument
 @click.option("--speedup", "speedups", multiple=True, required=True, metavar="NAME[@RANK]=K",
               help="Spans named NAME (on rank RANK; without @RANK on every rank) run K times faster; K 0 or inf: "
-                   "they take no time. Repeatable.")
+                   "they take no time. Repeatable. A NAME no span has, or a RANK no input has, is an error (exit 2).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the answer here (default: stdout).")
 @align_options
