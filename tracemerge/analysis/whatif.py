@@ -42,6 +42,7 @@ from tracemerge.analysis.critical_path import (
     COMPUTE,
     CONTINUATION_NS,
     EXECUTION,
+    QUEUEING,
     TRANSFER,
     UNTRACED,
     _completer,  # the walk's own rule for who completed a future
@@ -334,7 +335,14 @@ class Replay:
         # order's — also when the thread went idle for a moment between that work and this
         # call (one server thread serving calls that all arrived at once)
         queued = max(0, (t1 if prev is None else prev) - (t1 + int(job.floor[call])))
-        return [(src, max(b - t1 - queued, 0), (th.rank, job.call_name[call], TRANSFER))]
+        out = [(src, max(b - t1 - queued, 0), (th.rank, job.call_name[call], TRANSFER))]
+        if queued and prev is not None and prev < b:
+            # the request was waiting when that work ended: the thread's moment before it
+            # took the call is its dispatch, which follows the work as measured
+            last = self.point((th.rank, th.index), prev)
+            if last is not None:
+                out.append((last, b - prev, (th.rank, job.call_name[call], QUEUEING)))
+        return out
 
     def _wake(self, th: Thread, a: int, b: int) -> list:
         ends, calls = self.job.rank_completions(th.rank)
