@@ -840,7 +840,7 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
 @files_argument
 @click.option("--speedup", "speedups", multiple=True, required=True, metavar="NAME[@RANK]=K",
               help="Spans named NAME (on rank RANK; without @RANK on every rank) run K times faster; K 0 or inf: "
-                   "they take no time. Repeatable.")
+                   "they take no time. Repeatable. A NAME no span has, or a RANK no input has, is an error (exit 2).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the answer here (default: stdout).")
 @align_options
@@ -869,7 +869,15 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
     check_output(output, files, force=True)  # before any input is read
     job = open_inputs(list(files), rank_from, skip_bad, strict, file_warnings=True, cycle=cycle,
                       align=AlignRequest(method, reference, offsets))
-    predictions = what.whatif(job_timeline(job), parsed)
+    from tracemerge.analysis.critical_path import critical_path
+
+    timeline = job_timeline(job)
+    what.check(timeline, parsed)   # exit 2 before any work for a speed-up that names nothing
+    predictions = what.whatif(timeline, parsed)
+    if len(parsed) > 1 or all(p.predicted_ns == p.measured_ns for p in predictions):
+        # a lone speed-up that changed a window is on its path: the walk is needed otherwise
+        for note in what.check(timeline, parsed, critical_path(timeline)):
+            say(f"tracemerge: warning: {note}", err=True)
     text = (json.dumps(what.as_json(predictions, parsed), indent=2) + "\n" if fmt == "json"
             else what.table(predictions, parsed))
     write_text(output, text, files)

@@ -85,6 +85,9 @@ CONTINUATION_NS = 200_000
 WHOLE_TRACE = "trace"
 _NEG = -(1 << 62)
 _STALL = 64   # steps without moving back in time before dependencies are ignored for one step
+# How soon after a wait ended a span begun after the wait must end to be taken as wrapping it
+# (``record_function("sync"): fut.wait()``): the thread's wake-up after the completion.
+WAKE_NS = 1_000_000
 
 
 @dataclass
@@ -382,7 +385,7 @@ class Walker:
         th, t = self.th, self.t
         we = th.wait_end
         for w in range(bisect_left(we, t), bisect_right(we, t)):
-            if p.ostart < th.wait_start[w] < t:
+            if th.wait_start[w] < t and (p.ostart <= th.wait_start[w] or wraps_wait(self.job, th, p.owner, t)):
                 if th.wait_kind[w] == RPC_WAIT:
                     return self.rpc_edge(th.wait_ref[w], th.wait_start[w])
                 if th.wait_kind[w] == COLLECTIVE_WAIT:
@@ -428,7 +431,7 @@ class Walker:
         for _ in range(64):
             if j < 0 or we[j] <= lower:
                 break
-            if th.wait_start[j] > p.ostart:
+            if th.wait_start[j] >= p.ostart:   # begun inside the span (or as it opened)
                 return we[j]
             j -= 1
         return lower
@@ -572,6 +575,14 @@ class Walker:
         self.emit(th, name, QUEUEING, arrival, t)
         self.emit(y, job.call_name[call], TRANSFER, min(t1, arrival), arrival)
         return self.go(y, min(t1, arrival))
+
+
+def wraps_wait(job: JobTimeline, th: Thread, owner: int, t: int) -> bool:
+    """Whether span ``owner`` of ``th``, begun after a wait that ends at ``t``, only wraps that
+    wait (it ends within WAKE_NS of ``t``): the thread was blocked in it, not working — a
+    span around ``fut.wait()``, ``wait_all`` or a collective's ``wait()``. A span that runs on
+    well after the completion was working while the call was in flight."""
+    return owner >= 0 and job.span_end[th.rank][owner] - t <= WAKE_NS
 
 
 def nested_calls(job: JobTimeline, th: Thread, c: int, t: int) -> list:

@@ -115,13 +115,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
         tid = trace.tids[key % ntids]
         threads.append(ThreadTimeline(tid=tid, bounds=bounds, owner=owner, first_ns=int(start[lo]),
                                       last_ns=int(end[lo:hi].max()), main=tid == trace.pids[key // ntids]))
-    callee_of = np.where(is_callee, np.arange(len(idx)), -1)
-    while True:  # inherit the innermost callee span from the parent, one level per pass
-        need = (callee_of < 0) & (parent >= 0)
-        need[need] = callee_of[parent[need]] >= 0
-        if not need.any():
-            break
-        callee_of[need] = callee_of[parent[need]]
+    callee_of = _nearest(np.where(is_callee, np.arange(len(idx)), -1), parent)
     span_name = trace.name[idx]
     step_codes = [i for i, n in enumerate(names) if isinstance(n, str) and n.startswith(STEP_PREFIX)]
     steps = [(names[span_name[p]], int(start[p]), int(end[p]), int(thread[p]))
@@ -129,6 +123,31 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
                         span_name=span_name, span_thread=thread, callee_of=callee_of, rpc_spans=rpc_spans,
                         steps=steps, async_spans=async_spans)
+
+
+def _nearest(value: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each span's ``value`` where it is >= 0, else its nearest ancestor's that is (-1: none):
+    by pointer jumping, log(depth) passes (one level per pass was quadratic in the depth)."""
+    value, jump = value.copy(), parent.copy()
+    while True:
+        need = np.flatnonzero((value < 0) & (jump >= 0))
+        if not len(need):
+            return value
+        up = jump[need]
+        value[need], jump[need] = value[up], jump[up]
+
+
+def _depth(parent: np.ndarray) -> np.ndarray:
+    """Each span's number of ancestors (``parent``: index, -1 for none), by pointer jumping."""
+    depth = (parent >= 0).astype(np.int64)
+    jump = parent.copy()
+    while True:
+        need = np.flatnonzero(jump >= 0)
+        if not len(need):
+            return depth
+        up = jump[need]
+        # both from before this pass: each span adds the edges its jump target had counted
+        depth[need], jump[need] = depth[need] + depth[up], jump[up]
 
 
 def _read(path: str) -> RankTrace:
@@ -151,13 +170,7 @@ def _pieces(s: np.ndarray, e: np.ndarray, parent: np.ndarray, sel: np.ndarray,
     n = len(sel)
     if not n:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    depth = np.zeros(n, dtype=np.int64)
-    has = parent >= 0
-    while has.any():  # depth of each span, one level per pass
-        new = np.where(parent >= 0, depth[np.maximum(parent, 0)] + 1, 0)
-        if np.array_equal(new, depth):
-            break
-        depth = new
+    depth = _depth(parent)
     times = np.concatenate((s, e))
     kind = np.concatenate((np.ones(n, np.int64), np.zeros(n, np.int64)))
     rank = np.concatenate((depth, -depth))

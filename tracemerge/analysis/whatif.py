@@ -28,6 +28,8 @@ by no more than the slack its other dependencies leave. Windows are those of the
 path; the predicted window runs from its start's new time to its end's.
 """
 
+import difflib
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -38,17 +40,23 @@ import numpy as np
 from tracemerge.analysis.critical_path import (
     COLLECTIVE,
     COMPUTE,
+    CONTINUATION_NS,
     EXECUTION,
+    QUEUEING,
     TRANSFER,
     UNTRACED,
+    _completer,  # the walk's own rule for who completed a future
     nested_calls,
     open_async_span,
     pool_threads,
     windows,
+    wraps_wait,
 )
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.errors import UsageError
 
 TOP = 5   # segments of each window's new path shown
+_NEVER = -(1 << 62)   # the time before a thread's first point
 
 
 @dataclass(frozen=True)
@@ -112,9 +120,13 @@ class Replay:
             ts = sorted(set(th.bounds) | set(th.wait_start) | set(th.wait_end) | extra.get(key, set()))
             self.times[key], self.base[key] = ts, n
             n += len(ts)
-        self.sped = self._sped(speedups)
-        self.new: list = [0] * n
+        self._sped_by_key = self._sped_spans(job, speedups)
+        self.sped = {key: self._factors(key) for key in self._sped_by_key}
+        self.measured: list = [t for key in self.keys for t in self.times[key]]   # by point id
+        self.new: list = list(self.measured)
         self.pred: list = [None] * n   # (source id, (rank, name, kind)) of the edge that set each point
+        self.order = sorted((t, self.base[key] + i, key, i) for key in self.keys for i, t in enumerate(self.times[key]))
+        self.order_t = [o[0] for o in self.order]
 
     # -- points -------------------------------------------------------------------------------
     def point(self, key: tuple, t: int) -> Optional[int]:
@@ -135,9 +147,9 @@ class Replay:
                 out.setdefault((rank, index), set()).add(at)
         return out
 
-    def _sped(self, speedups: list) -> dict:
-        """{thread key: ([start], [end], [factor])} of the sped-up spans, by start."""
-        job = self.job
+    @staticmethod
+    def _sped_spans(job: JobTimeline, speedups: list) -> dict:
+        """{thread key: [(start, end, factor)]} of the spans ``speedups`` name."""
         found: dict = {}
         for s in speedups:
             for rank, tl in job.ranks.items():
@@ -147,24 +159,41 @@ class Replay:
                 for span in np.flatnonzero(np.isin(tl.span_name, codes)).tolist():
                     key = (rank, int(tl.span_thread[span]))
                     found.setdefault(key, []).append((job.span_start[rank][span], job.span_end[rank][span], s.factor))
-        return {k: ([a for a, _, _ in v], [b for _, b, _ in v], [f for _, _, f in v])
-                for k, v in ((k, sorted(v)) for k, v in found.items())}
+        return found
 
-    def _scaled(self, key: tuple, a: int, b: int) -> int:
-        """The time [a, b) of thread ``key`` takes with the speed-ups (inside a sped-up span: divided)."""
-        sped = self.sped.get(key)
-        if sped is None:
+    def _factors(self, key: tuple) -> list:
+        """The speed-up of each of thread ``key``'s intervals [point i, point i + 1): that of
+        the innermost sped-up span open over it (the open one that started last), None
+        outside any. One sweep over the points with a heap of the open spans, n log n."""
+        found = self._sped_by_key.get(key)
+        ts = self.times[key]
+        if not found:
+            return []
+        found = sorted(found)
+        out: list = [None] * len(ts)
+        heap: list = []   # (-start, end, factor) of spans begun so far
+        j = 0
+        for i, t in enumerate(ts):
+            while j < len(found) and found[j][0] <= t:
+                heapq.heappush(heap, (-found[j][0], found[j][1], found[j][2]))
+                j += 1
+            while heap and heap[0][1] <= t:   # ended by t: not open over [t, next)
+                heapq.heappop(heap)
+            if heap:
+                out[i] = heap[0][2]
+        return out
+
+    def _scaled(self, key: tuple, i: int, a: int, b: int) -> int:
+        """The time [a, b) (thread ``key``'s interval from its point ``i``) takes with the
+        speed-ups (inside a sped-up span: divided)."""
+        factors = self.sped.get(key)
+        f = factors[i] if factors else None
+        if f is None:
             return b - a
-        starts, ends, factors = sped
-        i = bisect_right(starts, a) - 1
-        while i >= 0:
-            if ends[i] >= b:
-                return 0 if math.isinf(factors[i]) else round((b - a) / factors[i])
-            i -= 1
-        return b - a
+        return 0 if math.isinf(f) else round((b - a) / f)
 
     # -- edges into one point ------------------------------------------------------------------
-    def _interval(self, key: tuple, th: Thread, a: int, b: int) -> tuple:
+    def _interval(self, key: tuple, th: Thread, i: int, a: int, b: int) -> tuple:
         """(weight, label, busy) of thread ``key``'s time [a, b): its duration if it was busy
         (scaled), 0 if it was blocked in a wait ending at b or idle."""
         job = self.job
@@ -172,14 +201,15 @@ class Replay:
         o = th.owner[k] if k >= 0 else -1
         ostart = job.span_start[th.rank][o] if o >= 0 else -(1 << 62)
         for w in range(bisect_left(th.wait_end, b), bisect_right(th.wait_end, b)):
-            if ostart < th.wait_start[w] <= a:
+            # blocked: in a wait ending here, begun inside the running span or wrapped by it
+            if th.wait_start[w] <= a and (ostart <= th.wait_start[w] or wraps_wait(job, th, o, b)):
                 return 0, None, False
         if o < 0:
             if key in self.pool:
                 return 0, None, False
             return b - a, (th.rank, UNTRACED, COMPUTE), True
         kind = EXECUTION if job.callee_of[th.rank][o] >= 0 else COMPUTE
-        return self._scaled(key, a, b), (th.rank, job.name_of(th.rank, o), kind), True
+        return self._scaled(key, i, a, b), (th.rank, job.name_of(th.rank, o), kind), True
 
     def _deps(self, key: tuple, th: Thread, b: int, prev: Optional[int], busy: bool) -> list:
         """[(source id, weight, label)] of the cross-thread edges into thread ``key``'s point at ``b``."""
@@ -192,7 +222,7 @@ class Replay:
                 out.extend(self._collective(ref, b, th.rank))
         c = self._served_start(th, b)
         if c is not None:
-            out.extend(self._request(th, c, b, prev, busy))
+            out.extend(self._request(th, c, b, prev))
         elif not busy and prev is not None and key in self.pool and not out:
             out.extend(self._wake(th, prev, b) or self._handoff(key, prev, b))
         return out
@@ -264,7 +294,15 @@ class Replay:
             return []
         found = nested_calls(job, th, o, b)
         if not found:
-            return []
+            # its future was completed by other work of the rank (a batching server's last
+            # caller sets every waiting future): the thread whose work ended last, within
+            # CONTINUATION_NS, as the critical path takes it
+            got = _completer(job, th, b, a, window=CONTINUATION_NS) if b - a > CONTINUATION_NS else None
+            if got is None:
+                return []
+            y, y_end = got
+            src = self.point((y.rank, y.index), y_end)
+            return [] if src is None else [(src, b - y_end, (rank, job.name_of(rank, o), EXECUTION))]
         last = max(done for _, done in found)
         out = []
         for call, _ in found:
@@ -283,7 +321,7 @@ class Replay:
             return None
         return self.job.span_call.get((th.rank, c))
 
-    def _request(self, th: Thread, call: int, b: int, prev: Optional[int], busy: bool) -> list:
+    def _request(self, th: Thread, call: int, b: int, prev: Optional[int]) -> list:
         job = self.job
         caller = job.caller_span.get(call)
         if caller is None or not (job.has[0, call] and job.has[3, call]):
@@ -293,9 +331,18 @@ class Replay:
         src = self.point((rank, int(job.ranks[rank].span_thread[span])), t1)
         if src is None:
             return []
-        # the part of the delivery spent queued behind the thread's earlier work is thread order's
-        queued = max(0, (prev or t1) - (t1 + int(job.floor[call]))) if busy else 0
-        return [(src, max(b - t1 - queued, 0), (th.rank, job.call_name[call], TRANSFER))]
+        # the part of the delivery spent queued behind the thread's earlier work is thread
+        # order's — also when the thread went idle for a moment between that work and this
+        # call (one server thread serving calls that all arrived at once)
+        queued = max(0, (t1 if prev is None else prev) - (t1 + int(job.floor[call])))
+        out = [(src, max(b - t1 - queued, 0), (th.rank, job.call_name[call], TRANSFER))]
+        if queued and prev is not None and prev < b:
+            # the request was waiting when that work ended: the thread's moment before it
+            # took the call is its dispatch, which follows the work as measured
+            last = self.point((th.rank, th.index), prev)
+            if last is not None:
+                out.append((last, b - prev, (th.rank, job.call_name[call], QUEUEING)))
+        return out
 
     def _wake(self, th: Thread, a: int, b: int) -> list:
         ends, calls = self.job.rank_completions(th.rank)
@@ -315,40 +362,51 @@ class Replay:
         return self.point((rank, int(job.ranks[rank].span_thread[span])), int(job.t_ref[3, call]))
 
     # -- the replay ----------------------------------------------------------------------------
-    def run(self) -> None:
-        """The new time of every point, in measured time order (an edge from a point not yet
-        replayed — clock error can order a cause after its effect — keeps its measured shift, 0)."""
-        order = sorted((t, self.base[key] + i, key, i) for key in self.keys for i, t in enumerate(self.times[key]))
-        done = [False] * len(self.new)
-        for t, pid, key, i in order:
+    def run(self, lo: int, hi: int) -> None:
+        """The new time of every point of [``lo``, ``hi``] (a window), in measured time order;
+        every point outside keeps its measured time. So a window is predicted from the job as
+        measured up to its start — as a rerun of that step alone would run — and an edge from a
+        point not yet replayed (clock error can order a cause after its effect) starts from
+        its measured time."""
+        order, at = self.order, self.order_t
+        new, pred, measured = self.new, self.pred, self.measured
+        for _, pid, key, i in order[bisect_left(at, lo):bisect_right(at, hi)]:
             th = self.job.threads[key]
             ts = self.times[key]
-            best, pred = None, None
+            t = ts[i]
+            best, via = None, None
             busy = True
             cont: list = []
             if i > 0:
-                w, label, busy = self._interval(key, th, ts[i - 1], t)
+                w, label, busy = self._interval(key, th, i - 1, ts[i - 1], t)
                 cont = self._continuation(th, ts[i - 1], t)
                 if cont:   # the async span's tail waited for its nested calls, not its thread
                     w, label, busy = 0, None, False
-                best, pred = self.new[pid - 1] + w, (pid - 1, label)
-            deps = self._deps(key, th, t, ts[i - 1] if i > 0 else None, busy) + cont
+                best, via = new[pid - 1] + w, (pid - 1, label)
+            if i > 0:
+                # an async span's tail is not a pool thread woken from idle
+                deps = self._deps(key, th, t, ts[i - 1], busy or bool(cont)) + cont
+            else:
+                # a pool thread's first work ever was handed to it as any later work is
+                deps = self._deps(key, th, t, _NEVER if key in self.pool else None, key not in self.pool)
             if i > 0 and not busy and not deps:
                 # waiting for nothing known: the gap keeps its length
-                best, pred = self.new[pid - 1] + (t - ts[i - 1]), (pid - 1, (th.rank, UNTRACED, COMPUTE))
+                best, via = new[pid - 1] + (t - ts[i - 1]), (pid - 1, (th.rank, UNTRACED, COMPUTE))
             for src, w, label in deps:
-                at = (self.new[src] if done[src] else self._measured(src)) + w
-                if best is None or at > best:
-                    best, pred = at, (src, label)
-            self.new[pid] = t if best is None else best
-            self.pred[pid] = pred
-            done[pid] = True
+                # no edge takes longer than the measured time between its ends: with no
+                # speed-up every point keeps its measured time, whatever the model adds
+                w = min(w, t - measured[src])
+                if best is None or new[src] + w > best:
+                    best, via = new[src] + w, (src, label)
+            new[pid] = t if best is None else best
+            pred[pid] = via
 
-    def _measured(self, pid: int) -> int:
-        for key in reversed(self.keys):
-            if self.base[key] <= pid:
-                return self.times[key][pid - self.base[key]]
-        return 0
+    def reset(self, lo: int, hi: int) -> None:
+        """Every point of [``lo``, ``hi``] back at its measured time."""
+        order, at = self.order, self.order_t
+        for _, pid, _, _ in order[bisect_left(at, lo):bisect_right(at, hi)]:
+            self.new[pid] = self.measured[pid]
+            self.pred[pid] = None
 
     def path(self, end: int, start_new: int) -> list:
         """The new critical path into point ``end``, back to ``start_new``: [(label, ns)]."""
@@ -367,24 +425,79 @@ class Replay:
 
 def whatif(job: JobTimeline, speedups: list) -> list:
     """[:class:`Prediction`] per window of ``job``: measured and predicted time with ``speedups``
-    ([:class:`Speedup`]), and the new critical path's largest segments."""
+    ([:class:`Speedup`]), and the new critical path's largest segments. Each window is replayed
+    from its measured start (what came before it is as measured), so a speed-up never makes a
+    window longer, and the prediction of a step is what a rerun of that step would take."""
     replay = Replay(job, speedups)
-    replay.run()
     out = []
     for name, start, end, at, skey in windows(job):
-        s = replay.point(skey, start)
         e = replay.point(at, end)
-        if s is None or e is None:
+        if replay.point(skey, start) is None or e is None:
             continue
-        start_new = replay.new[s] - (replay.times[skey][s - replay.base[skey]] - start)
-        end_new = replay.new[e] + (end - replay.times[at][e - replay.base[at]])
+        replay.run(start, end)
+        end_new = replay.new[e] + (end - replay.measured[e])
         totals: dict = {}
-        for label, ns in replay.path(e, start_new):
+        for label, ns in replay.path(e, start):
             totals[label] = totals.get(label, 0) + ns
+        replay.reset(start, end)
         top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]
-        out.append(Prediction(window=name, measured_ns=end - start, predicted_ns=end_new - start_new,
+        out.append(Prediction(window=name, measured_ns=end - start, predicted_ns=end_new - start,
                               top=[{"rank": r, "name": n, "kind": k, "ns": ns} for (r, n, k), ns in top]))
     return out
+
+
+def span_names(job: JobTimeline) -> dict:
+    """{rank: set of the names of its host spans} (what a speed-up can name)."""
+    return {rank: {tl.names[c] for c in np.unique(tl.span_name).tolist()} for rank, tl in job.ranks.items()}
+
+
+def check(job: JobTimeline, speedups: list, path: Optional[list] = None) -> list:
+    """Raise :class:`~tracemerge.errors.UsageError` (exit 2) for a speed-up that names no span
+    of the job — an unknown rank (naming the ranks there are) or a name no span of its ranks
+    has (naming the closest names, difflib's); return a note for each whose spans all lie off
+    every window's critical path (``path``: the critical path's windows; None: not checked):
+    no work of the path runs inside any of them, so no window changes."""
+    names = span_names(job)
+    notes = []
+    for s in speedups:
+        if s.rank is not None and s.rank not in names:
+            raise UsageError(f"--speedup {s.label()!r}: no rank {s.rank}; the ranks are "
+                             f"{', '.join(map(str, sorted(names)))}")
+        ranks = [s.rank] if s.rank is not None else sorted(names)
+        if not any(s.name in names[r] for r in ranks):
+            pool = sorted(set().union(*(names[r] for r in ranks)))
+            # names holding what was typed (an RPC's span is named after its function), then
+            # the closest by difflib's ratio
+            close = [n for n in pool if s.name in n][:3]
+            close += [n for n in difflib.get_close_matches(s.name, pool, n=3, cutoff=0.5) if n not in close]
+            where = f"on rank {s.rank}" if s.rank is not None else "on any rank"
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            elsewhere = [r for r in sorted(names) if r not in ranks and s.name in names[r]]
+            if elsewhere:
+                hint += f" (spans of that name are on rank {', '.join(map(str, elsewhere))})"
+            raise UsageError(f"--speedup {s.label()!r}: no span named {s.name!r} {where}{hint}")
+        if path is not None and not _meets_path(job, s, path):
+            notes.append(f"--speedup {s.label()!r}: no span it names lies on a window's critical path, "
+                         f"so no window changes")
+    return notes
+
+
+def _meets_path(job: JobTimeline, s: Speedup, path: list) -> bool:
+    """Whether work on ``path`` (compute or callee execution) runs inside a span ``s`` names."""
+    work: dict = {}
+    for w in path:
+        for seg in w.segments:
+            if seg.kind in (COMPUTE, EXECUTION):
+                work.setdefault((seg.rank, seg.tid), []).append((seg.start_ns, seg.end_ns))
+    found = Replay._sped_spans(job, [s])
+    for (rank, index), spans in found.items():
+        segs = sorted(work.get((rank, job.ranks[rank].threads[index].tid), ()))
+        ends = [e for _, e in segs]
+        for a, b, _ in spans:
+            i = bisect_right(ends, a)
+            if i < len(segs) and segs[i][0] < b:
+                return True
+    return False
 
 
 def as_json(predictions: list, speedups: list) -> dict:
