@@ -294,7 +294,7 @@ def _steps():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True)):
         rec = recorder.Recorder(traced=True)  # as under capture with its profiler
-        recorder.peers.route(0, {})  # admitted: builtins to worker0 go natively
+        recorder.peers.route(0)  # admitted: builtins to worker0 go natively
         recorder.peers.answer(0, "bench")
 
         def stub(to, func, args, kwargs, timeout):

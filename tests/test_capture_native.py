@@ -148,8 +148,9 @@ def _callers(mode):
     return (0,) if mode in ("one", "onethread") else (0, 2)
 
 
-# one: a callee with one caller, which also sends Python functions asynchronously
-@pytest.fixture(scope="module", params=["trace", "light", "exact", "one", "onethread"])
+# onethread: a callee with one caller and one RPC server thread; the caller also sends
+# Python functions asynchronously
+@pytest.fixture(scope="module", params=["trace", "light", "exact", "onethread"])
 def job(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     run_job([__file__, out, request.param], JOB_TIMEOUT_S)
