@@ -90,6 +90,7 @@ def run_job(args, timeout, cwd=None):
     plain timeout would leave them running), and the test fails with the log's tail, as it
     does when the job fails. The job agrees a job id of its own, as a real run does, even
     when the test run sets ``TRACEMERGE_JOB_ID``."""
+    import shutil
     import tempfile
 
     import pytest
@@ -107,8 +108,11 @@ def run_job(args, timeout, cwd=None):
         os.killpg(proc.pid, signal.SIGKILL)
         log, _ = proc.communicate()
         pytest.fail("job timed out:\n" + log[-5000:])
-    assert proc.returncode == 0, log[-5000:]
-    check_exports(exports)
+    try:
+        assert proc.returncode == 0, log[-5000:]
+        check_exports(exports)
+    finally:
+        shutil.rmtree(exports, ignore_errors=True)
     return log
 
 
