@@ -121,8 +121,6 @@ class Recorder:
     _stopping: bool = False
     _askers: set = field(default_factory=set)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    # the devices of the RPC agent, once read (rpc._devices)
-    devices: Optional[list] = None
     # trace=True: the span of an rpc_async or remote call ends in C++ when its future
     # completes, where a Python done-callback would cost more than all the rest of the
     # call's capture (a GIL hand-off on the RPC agent's thread, and the relayed future).

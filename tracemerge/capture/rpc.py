@@ -237,40 +237,6 @@ def _rref_type(rref: Any) -> type:
     return found.value() if isinstance(found, torch._C.Future) else found
 
 
-def _relayed(fut: Any, on_done: Callable, rec: Optional[recorder.Recorder]) -> Any:
-    """A future that completes like ``fut`` once ``on_done(fut)`` ran. Not ``fut.then``: an
-    exception raised in a ``then`` callback arrives as a RuntimeError, where the job's
-    remote ``ValueError`` must stay a ``ValueError``."""
-    out: Any = torch.futures.Future(devices=_devices(rec))
-    fut.add_done_callback(functools.partial(_relay, on_done, out))
-    return out
-
-
-def _devices(rec: Optional[recorder.Recorder]) -> list:
-    """The devices of this process's RPC agent, which the futures handed to the job carry
-    as torch's own do (read once per capture); [] for CPU-only agents."""
-    if rec is not None and rec.devices is not None:
-        return rec.devices
-    try:
-        agent: Any = api._get_current_rpc_agent()
-        found = [str(d) for d in agent._get_backend_options().devices]
-    except Exception:  # an agent without devices: CPU futures
-        found = []
-    if rec is not None:
-        rec.devices = found
-    return found
-
-
-def _relay(on_done: Callable, out: Any, fut: Any) -> None:
-    on_done(fut)
-    try:
-        value = fut.wait()
-    except BaseException as e:  # the job's own error, handed on as it is
-        out.set_exception(e)
-        return
-    out.set_result(value)
-
-
 def _end(call: list, handle: Any, ok: bool) -> None:
     """Note the end of an issued call and close its span (after: it then covers the noted
     end). The span's ``args.async``
@@ -316,7 +282,12 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
     if not is_async:
         _served_end(side, handle, True)
         return result
-    return _relayed(result, functools.partial(_served_ended, side, handle), rec)
+    # Noted by a callback added before the RPC server adds its own, which sends the
+    # response (a future runs its callbacks in the order added): the side and the span end
+    # before the caller can see the call done. The job's future goes back as it is, with
+    # its value or its exception, and no future relays it.
+    result.add_done_callback(functools.partial(_served_ended, side, handle))
+    return result
 
 
 def _served_end(side: dict, handle: Any, ok: bool, is_async: bool = False) -> None:
