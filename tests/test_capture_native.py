@@ -245,6 +245,9 @@ def test_combine_joins_both_sides_of_every_call(job, tmp_path):
     files = [str(out / f"rank{r}.json.gz") for r in range(WORLD)]
     res = cli("combine", *files, "-o", tmp_path / "trace.json", "--report")
     assert res.returncode == 0, res.stderr
+    # the files hold what torch recorded: no span appended out of time order
+    info = cli("info", *files)
+    assert info.returncode == 0 and b"clock jump" not in res.stderr + info.stderr + info.stdout
     # and the two calls that take turns
     calls = IN_FLIGHT + 5 + TOGETHER + LAZY if mode in ("one", "onethread") else 2 * (IN_FLIGHT + 5 + TOGETHER) + 2
     if mode != "light":
