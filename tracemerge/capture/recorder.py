@@ -135,11 +135,6 @@ class Recorder:
     agent: Any = None
     me: Any = None
     workers: dict = field(default_factory=dict)
-    # (kind, func, callee name) -> (callee WorkerInfo, builtin or None, func name, span
-    # name) under the agent last seen: what a call's path would otherwise work out again
-    # for every call of a function to a callee (rpc._issue); RRef proxies are not kept
-    # (their name depends on the RRef)
-    routes: dict = field(default_factory=dict)
     # RRef -> (rpc_id, func) of the rpc.remote() call that made it, for naming its to_here()
     # (capture/rref.py); weak, so the job's RRefs are freed as they would be untraced
     rrefs: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)

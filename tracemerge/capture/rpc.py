@@ -94,15 +94,7 @@ def _traced_api(kind: str, original: Callable) -> Callable:
     def traced(to: Any, func: Callable, args: Optional[tuple] = None, kwargs: Optional[dict] = None,
                timeout: float = UNSET_RPC_TIMEOUT) -> Any:
         rec = recorder.current
-        if rec is None:
-            return original(to, func, args, kwargs, timeout)
-        try:  # a function called again to the same callee: known to be traced, and how
-            route = rec.routes[kind, func, to] if rec.agent is api._get_current_rpc_agent() else None
-        except (KeyError, TypeError, RuntimeError):  # not seen yet, unhashable, or no agent
-            route = None
-        if route is not None:
-            return _issue(rec, kind, original, to, func, args or (), kwargs or {}, timeout, route)
-        if _is_script(func) or _is_rpc_machinery(func) or not api._is_current_rpc_agent_set():
+        if rec is None or _is_script(func) or _is_rpc_machinery(func) or not api._is_current_rpc_agent_set():
             # TorchScript functions cannot be wrapped by a Python function without
             # changing how the callee runs them, so they go out untraced; without RPC
             # up, torch says so.
@@ -123,11 +115,11 @@ def _is_script(func: Callable) -> bool:
 
 
 def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func: Callable,
-           args: tuple, kwargs: dict, timeout: float, route: Optional[tuple] = None) -> Any:
-    me, dst = _worker_infos(rec, to) if route is None else (rec.me, route[0])
-    if route is None:
-        route = _route(rec, kind, func, to, args, me, dst)
-    _, builtin, func_name, name = route
+           args: tuple, kwargs: dict, timeout: float) -> Any:
+    me, dst = _worker_infos(rec, to)
+    builtin = torch.jit._builtins._find_builtin(func)
+    func_name = builtin if builtin is not None else _func_name(func, args)
+    name = f"{kind}#{func_name}({me.name} -> {dst.name})"
     rpc_id = rec.next_rpc_id(me.id)
     header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)  # HEADER_KEYS
     # the call, as the list recorder.issued_record reads (C_*): one allocation here
@@ -178,21 +170,6 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     return _end_in_cpp(rec, kind, result, fut, call, handle)
 
 
-def _route(rec: recorder.Recorder, kind: str, func: Callable, to: Any, args: tuple, me: Any, dst: Any) -> tuple:
-    """(callee, builtin or None, func name, span name) of a call, kept in ``rec.routes``
-    for the next call of ``func`` to ``to`` (not for RRef proxies: their name is the
-    RRef's type's)."""
-    builtin = torch.jit._builtins._find_builtin(func)
-    func_name = builtin if builtin is not None else _func_name(func, args)
-    route = (dst, builtin, func_name, f"{kind}#{func_name}({me.name} -> {dst.name})")
-    if func not in _PROXY_INVOKERS and isinstance(to, str):
-        try:
-            rec.routes[kind, func, to] = route
-        except TypeError:  # an unhashable callable: worked out every time
-            pass
-    return route
-
-
 def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, fut: Any, call: list, handle: Any) -> Any:
     """The span of an rpc_async or remote call ends in C++ when its future completes. The
     call is settled later (``Recorder.unsettled``) and its end is the span's, read when the
@@ -213,7 +190,7 @@ def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
     agent (init_rpc may run again inside the block) and callee name."""
     agent = api._get_current_rpc_agent()
     if agent is not rec.agent:
-        rec.agent, rec.me, rec.workers, rec.routes = agent, agent.get_worker_info(), {}, {}
+        rec.agent, rec.me, rec.workers = agent, agent.get_worker_info(), {}
     if not isinstance(to, str):
         return rec.me, api._to_worker_info(to)
     dst = rec.workers.get(to)
