@@ -294,16 +294,25 @@ def _steps():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True)):
         rec = recorder.Recorder(traced=True)  # as under capture with its profiler
-        recorder.peers.route(0, {})  # admitted: builtins to worker0 go natively
+        try:  # asked: builtins to worker0 go natively once it answers
+            recorder.peers.route(0)
+        except TypeError:  # the previous release's Peers (run side by side with this one)
+            recorder.peers.route(0, [])
         recorder.peers.answer(0, "bench")
 
         def stub(to, func, args, kwargs, timeout):
             return None
 
-        rows.append(("caller: builtin sent natively (all of _issue)",
-                     _timed(lambda: crpc._issue(rec, "rpc_sync", stub, "worker0", torch.add, (x, 1), {}, 0))))
-        rows.append(("caller: Python function, wrapped (all of _issue)",
-                     _timed(lambda: crpc._issue(rec, "rpc_sync", stub, "worker0", py_add, (x, 1), {}, 0))))
+        # through the wrapper capture puts inside rpc_sync (traced: what a call runs)
+        traced = crpc._traced_api("rpc_sync", stub)
+        recorder.activate(rec)
+        try:
+            rows.append(("caller: builtin sent natively (the traced rpc_sync, all of it)",
+                         _timed(lambda: traced("worker0", torch.add, (x, 1)))))
+            rows.append(("caller: Python function, wrapped (the traced rpc_sync, all of it)",
+                         _timed(lambda: traced("worker0", py_add, (x, 1)))))
+        finally:
+            recorder.deactivate()
         header = ("0:1", "rpc_sync", "py_add", "rpc_sync#py_add(worker0 -> worker1)", 0, 1, "worker0", "worker1")
         plain = _timed(lambda: py_add(x, 1))
         recorder.activate(rec)

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.tracefiles import cli, free_port, run_job  # noqa: E402
+from tracemerge import Job  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 
@@ -245,16 +246,18 @@ def test_shutdown_inside_the_block_keeps_every_side(inside_job, tmp_path):
     calls = {r["rpc_id"] for r in caller["rpcs"] if r["role"] == "caller"}
     assert len(calls) == 8
     # asked for when rpc.shutdown() ran in the block: RPC is down when the file is written;
-    # builtins sent natively to worker1, which records (issue 27), have their side in its
-    # own file instead, handed over at the same shutdown
+    # builtins sent natively to worker1, which records, have their side in its own ops,
+    # which the job pairs with them (worker1's file holds no record of theirs)
     native = {r["rpc_id"] for r in caller["rpcs"] if r["role"] == "caller" and r.get("native")}
     assert {c["rpc_id"] for side in caller["remote_sides"] for c in side["calls"]} == calls - native
-    assert native <= {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee" and r.get("native")}
+    assert not [r for r in callee["rpcs"] if r.get("native")]
+    files = [str(inside_job / "rank0.json.gz"), str(inside_job / "rank1.json.gz")]
+    paired = {r["rpc_id"] for r in Job.open(files).info(0).remote_rpcs if r.get("source") == "paired"}
+    assert native <= paired
     # worker1 records the calls it served once its profiler ran (which of them depends on
     # when it started: the block that records everything starts RPC inside it)
     own = {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"}
     assert own <= calls
-    files = [str(inside_job / "rank0.json.gz"), str(inside_job / "rank1.json.gz")]
     doc, err = _merged(files, tmp_path / "merged.json")
     assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
     callee_spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"
@@ -277,12 +280,17 @@ def test_init_and_shutdown_inside_the_block_record_every_side_and_every_callee_o
     assert caller["job_id"] == callee["job_id"] and "@" in caller["job_id"]
     calls = {r["rpc_id"] for r in caller["rpcs"] if r["role"] == "caller"}
     assert len(calls) == 8
-    # init_rpc waits for every worker: worker1 was recording before the first call came
-    assert {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"} == calls
+    # init_rpc waits for every worker: worker1 was recording before the first call came;
+    # its file holds the sides of the calls it served wrapped, and the ops of the builtins
+    # sent as themselves (paired by the job), no span torch did not record
+    native = {r["rpc_id"] for r in caller["rpcs"] if r["role"] == "caller" and r.get("native")}
+    assert {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"} == calls - native
     with gzip.open(everything_job / "rank1.json.gz") as f:
         events = json.load(f)["traceEvents"]
     remote = [e for e in events if e.get("name", "").endswith("#remote") and e.get("ph") == "X"]
-    assert len(remote) == 8
+    assert len(remote) == 8 - len(native)
+    files = [str(everything_job / "rank0.json.gz"), str(everything_job / "rank1.json.gz")]
+    assert native == {r["rpc_id"] for r in Job.open(files).info(0).remote_rpcs if r.get("source") == "paired"}
     adds = [e for e in events if e.get("name") == "aten::add" and e.get("ph") == "X"]
     assert len(adds) == 7  # 5 torch.add calls and 2 slow_add, each on the callee
     doc, err = _merged([str(everything_job / "rank0.json.gz"), str(everything_job / "rank1.json.gz")],

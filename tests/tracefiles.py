@@ -90,9 +90,16 @@ def run_job(args, timeout, cwd=None):
     plain timeout would leave them running), and the test fails with the log's tail, as it
     does when the job fails. The job agrees a job id of its own, as a real run does, even
     when the test run sets ``TRACEMERGE_JOB_ID``."""
+    import shutil
+    import tempfile
+
     import pytest
 
+    exports = tempfile.mkdtemp(prefix="torch-exports-")
     env = {k: v for k, v in os.environ.items() if k != "TRACEMERGE_JOB_ID"}
+    env[EXPORTS_ENV] = exports
+    hook = os.path.join(ROOT, "tests", "support", "torch_exports")  # its sitecustomize keeps the exports
+    env["PYTHONPATH"] = os.pathsep.join([hook] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.Popen([sys.executable, *map(str, args)], cwd=cwd, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -101,5 +108,103 @@ def run_job(args, timeout, cwd=None):
         os.killpg(proc.pid, signal.SIGKILL)
         log, _ = proc.communicate()
         pytest.fail("job timed out:\n" + log[-5000:])
-    assert proc.returncode == 0, log[-5000:]
+    try:
+        assert proc.returncode == 0, log[-5000:]
+        check_exports(exports)
+    finally:
+        shutil.rmtree(exports, ignore_errors=True)
     return log
+
+
+# Set by run_job for its job: every rank file capture writes there is compared with the
+# Kineto export torch made of the same profile (and that profile's key_averages()).
+EXPORTS_ENV = "TRACEMERGE_TEST_TORCH_EXPORTS"
+
+
+def keep_torch_exports():
+    """In a job run by run_job: keep a copy of every export torch makes for capture's
+    writer, with the same profile's key_averages() rows, for :func:`check_exports`. The
+    hook wraps torch's own method; capture's code is what it was."""
+    where = os.environ.get(EXPORTS_ENV)
+    if not where:
+        return
+    import hashlib
+    import shutil
+
+    import torch.profiler
+
+    original = torch.profiler.profile.export_chrome_trace
+    if getattr(original, "_kept", False):
+        return
+
+    def export(self, path):
+        found = original(self, path)
+        name = os.path.basename(str(path))
+        if name.startswith(".") and name.endswith(".kineto.json"):
+            rank_file = os.path.join(os.path.dirname(os.path.abspath(str(path))), name[1:-len(".kineto.json")])
+            stem = os.path.join(where, hashlib.sha1(rank_file.encode()).hexdigest()[:16])
+            shutil.copy(path, stem + ".json")
+            rows = [[e.key, e.is_user_annotation, e.count, e.cpu_time_total, e.self_cpu_time_total]
+                    for e in self.key_averages()]
+            with open(stem + ".meta", "w") as f:
+                json.dump({"rank_file": rank_file, "rows": rows}, f)
+        return found
+
+    export._kept = True
+    torch.profiler.profile.export_chrome_trace = export
+
+
+def _x_key(e):
+    return (e.get("cat"), e.get("pid"), e.get("tid"), e.get("ts"), e.get("dur"))
+
+
+def check_exports(where):
+    """Every rank file a job's capture wrote holds exactly the X events torch exported of
+    that profile (capture adds args, and names the span torch leaves unnamed around
+    ``rref.to_here()``), ``tracemerge report``'s rows of it are torch's key_averages() row
+    for row, and describing it gives no clock-jump warning."""
+    import numpy as np
+
+    from tracemerge.inputs import read_trace
+    from tracemerge.inputs.rankinfo import describe
+    from tracemerge.report.keyavg import group_rows, key_averages
+
+    for meta_path in sorted(p for p in os.listdir(where) if p.endswith(".meta")):
+        with open(os.path.join(where, meta_path)) as f:
+            meta = json.load(f)
+        rank_file = meta["rank_file"]
+        if not os.path.exists(rank_file):
+            continue  # the job removed it (or wrote none: the export failed first)
+        with open(os.path.join(where, meta_path[:-len(".meta")] + ".json"), "rb") as f:
+            torch_doc = json.load(f)
+        with gzip.open(rank_file) as f:
+            ours = json.load(f)
+        theirs = sorted((e for e in torch_doc["traceEvents"] if e.get("ph") == "X"), key=_x_key)
+        mine = sorted((e for e in ours["traceEvents"] if e.get("ph") == "X"), key=_x_key)
+        assert len(mine) == len(theirs), (rank_file, len(mine), len(theirs))
+        renamed = {}
+        for a, b in zip(mine, theirs):
+            assert _x_key(a) == _x_key(b), (rank_file, a, b)
+            if a["name"] != b["name"]:
+                assert b["name"] == "" and a["name"].startswith("to_here#"), (rank_file, a, b)
+                renamed[a["name"]] = ""
+            assert all(a.get("args", {}).get(k) == v for k, v in (b.get("args") or {}).items()), (rank_file, a, b)
+        trace = read_trace(rank_file)
+        rows = group_rows(key_averages(trace, np.zeros(len(trace.pids), dtype=np.int64)), by_rank=False)
+        got = {}
+        for r in rows:
+            key = (renamed.get(r.key, r.key), r.is_user_annotation)
+            count, total, self_ = got.get(key, (0, 0.0, 0.0))
+            got[key] = (count + r.count, total + r.cpu_time_total, self_ + r.self_cpu_time_total)
+        expected = {(k, u): (c, t, s) for k, u, c, t, s in meta["rows"]}
+        assert set(got) == set(expected), (rank_file, set(got) ^ set(expected))
+        for key, (count, total, self_) in expected.items():
+            g = got[key]
+            assert g[0] == count, (rank_file, key, g, expected[key])
+            assert abs(g[1] - total) <= 1e-3 + 1e-6 * abs(total), (rank_file, key, g, expected[key])
+            assert abs(g[2] - self_) <= 1e-3 + 1e-6 * abs(self_), (rank_file, key, g, expected[key])
+        jumps = [w for w in describe(trace).warnings if "clock jump" in w or "backwards" in w]
+        assert not jumps, (rank_file, jumps)
+
+
+keep_torch_exports()

@@ -138,10 +138,10 @@ class Journal:
 def _entry(name: str, item: Any) -> Tuple[str, Any, dict, bool]:
     """(kind, key, record as the rank file holds it, ended) of one of the recorder's items."""
     if name == "calls":
-        record = recorder.issued_record(item, bound=True)
-        settled = record.pop("_settled_ns", None)
-        if settled is not None:  # ended lazily: its end is known as the time it was seen
-            record["complete_ns"] = settled
+        record = recorder.issued_record(item)
+        if "complete_ns" not in record and "complete_by_ns" not in record and item[recorder.C_SEEN] is not None:
+            # its span's end is read when the file is written: until then, when it was seen done bounds it
+            record["complete_by_ns"] = item[recorder.C_SEEN]
         return "rpc", (record["rpc_id"], "caller"), record, record["status"] != "pending"
     if name == "served":
         record = recorder.callee_record(*item)[0]

@@ -31,23 +31,25 @@ HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_nam
  C_STATUS,     # "pending", "ok" or "error"
  C_ASYNC,      # whether its span ended on another thread (None until known)
  C_LAZY,       # its span ends in C++ (Recorder.unsettled); its end is read off the span
- C_SETTLED,    # when a native call whose span ended in C++ was seen ended (bounds its end)
- C_OWES,       # [callee] while ``peers.done`` is owed for a native call: popped once, by
-               # whichever thread settles it (a list's pop is atomic)
+ C_SEEN,       # when a call settled lazily was seen done: with no span to read its end
+               # from (trace=False), the record's complete_by_ns
+ C_SHAPES,     # a native builtin's argument shapes, when the profiler records shapes
  ) = range(10)
 
 
-def issued_record(call: list, bound: bool = False) -> dict:
-    """The record of an issued ``call`` (docs/rank-file-format.md). ``bound``: with the
-    time its end was seen, ``_settled_ns``, where the end is not known yet (a hand-over)."""
+def issued_record(call: list) -> dict:
+    """The record of an issued ``call`` (docs/rank-file-format.md)."""
     record = dict(zip(HEADER_KEYS, call[C_HEADER]), role="caller", status=call[C_STATUS])
     if call[C_NATIVE]:
         record["native"] = True
+        if call[C_SHAPES] is not None:
+            record["shapes"] = call[C_SHAPES]
     record["send_ns"] = call[C_SEND]
     if call[C_COMPLETE] is not None:
         record["complete_ns"] = call[C_COMPLETE]
-    elif bound and call[C_SETTLED] is not None:
-        record["_settled_ns"] = call[C_SETTLED]
+    elif not call[C_LAZY] and call[C_SEEN] is not None:
+        # no span holds its end (trace=False): when it was seen done bounds it
+        record["complete_by_ns"] = call[C_SEEN]
     return record
 
 
@@ -95,10 +97,15 @@ class Recorder:
     # callee sides asked for when rpc.shutdown() ran inside the block (the file is written
     # after it, when no callee can be asked any more): "clock_rank" objects, as fetched
     fetched: list = field(default_factory=list)
-    # builtin calls that callers sent this process natively (see ``Peers``), handed over
-    # when this capture stops serving natively: one {"caller", "boot_id", "offset_ns",
-    # "rtt_ns", "calls"} per caller; the writer finds their ops in the trace
-    native: list = field(default_factory=list)
+    # the callees that admitted this process's builtins (``Peers``), each with the clock
+    # reading its answer carried: {"callee", "asked_ns", "answered_ns", "answer":
+    # {"clock_rank", "boot_id", "read_ns"}} (the block's ``native_callees``; combine places
+    # the calls on the callee's clock with it when the two do not share one)
+    native_callees: list = field(default_factory=list)
+    # callers admitted to send builtins here natively, ever in this capture: the writer
+    # then keeps the outermost ops of the RPC server threads (the block's ``served_ops``),
+    # which combine pairs with those callers' calls
+    admitted: list = field(default_factory=list)
     # Whether this process's profiler records the ops of RPC server threads (all threads,
     # no schedule): only then may callers send builtins natively (their side is found in
     # the trace). Set once the profiler runs.
@@ -108,11 +115,12 @@ class Recorder:
     builtins_always_native: bool = False
     # profile(wrap_builtins=True): builtins go wrapped like Python functions
     wrap_builtins: bool = False
+    # the profiler records input shapes (record_shapes=True): a native builtin's record
+    # keeps its arguments' shapes, which tell its op from others in flight with it
+    shapes: bool = False
     _stopping: bool = False
     _askers: set = field(default_factory=set)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    # the devices of the RPC agent, once read (rpc._devices)
-    devices: Optional[list] = None
     # trace=True: the span of an rpc_async or remote call ends in C++ when its future
     # completes, where a Python done-callback would cost more than all the rest of the
     # call's capture (a GIL hand-off on the RPC agent's thread, and the relayed future).
@@ -121,9 +129,6 @@ class Recorder:
     traced: bool = False
     # (call, future) of the calls not settled yet, oldest first
     unsettled: deque = field(default_factory=deque)
-    # callee -> (call, future) of the native call to it whose end is not noted exactly,
-    # while it may still be the only one in flight there (rpc._company)
-    lazy_native: dict = field(default_factory=dict)
     _settling: threading.Lock = field(default_factory=threading.Lock)
     # the RPC agent last seen, this worker's and the callees' WorkerInfo under it
     # (rpc._worker_infos)
@@ -137,7 +142,7 @@ class Recorder:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, item: Any) -> None:
-        """Append to ``collectives``, ``spans`` or ``native`` (from any thread)."""
+        """Append to ``collectives``, ``spans`` or ``native_callees`` (from any thread)."""
         with self._lock:
             getattr(self, kind).append(item)
 
@@ -147,9 +152,8 @@ class Recorder:
             self.calls.append(call)
 
     def settle(self, everything: bool = False) -> None:
-        """Settle the calls whose future completed: their status ``ok``/``error``, and for
-        a native one the time its end was seen (a bound of it) and ``peers`` told. By
-        default only from the oldest on (cheap enough for every call); ``everything``: all
+        """Settle the calls whose future completed: their status ``ok``/``error`` and the
+        time they were seen done (``seen_ended``). By default only from the oldest on (cheap enough for every call); ``everything``: all
         of them (when the records are taken)."""
         pending = self.unsettled
         if not everything and not (pending and pending[0][1].done()):
@@ -165,16 +169,16 @@ class Recorder:
                     continue
                 seen_ended(call, fut)
 
-    def admit(self, caller: int) -> tuple:
-        """A caller asks whether it may send builtins natively: (this capture's token when
-        it serves natively, else None; the other callers admitted before it, see
-        ``Peers.shared``). The caller is then told before this capture stops."""
+    def admit(self, caller: int) -> Optional[str]:
+        """A caller asks whether it may send builtins natively: this capture's token when
+        it serves natively, else None. The caller is told when this capture stops."""
         with self._lock:
             if not self.serves_natively or self._stopping:
-                return None, []
-            before = sorted(self._askers - {caller})
-            self._askers.add(caller)
-            return self.token, before
+                return None
+            if caller not in self._askers:
+                self._askers.add(caller)
+                self.admitted.append(caller)
+            return self.token
 
     def stop_admitting(self) -> list:
         """No caller is admitted any more; the callers admitted so far, to be told."""
@@ -249,22 +253,12 @@ class Recorder:
 
 
 def seen_ended(call: list, fut: Any) -> None:
-    """A call settled lazily ended, seen now: its status, and for a native one the time
-    seen, which bounds its end for the callee's pairing (its exact end is its span's, read
-    when the file is written), and ``peers`` told."""
+    """A call settled lazily ended, seen now: its status, and the time it was seen done,
+    which bounds its end where no span holds it (trace=False; a span's end is read when
+    the file is written)."""
     call[C_STATUS] = "ok" if succeeded(fut) else "error"
-    if call[C_SETTLED] is None:
-        call[C_SETTLED] = time.time_ns()
-    release(call)
-
-
-def release(call: list) -> None:
-    """Tell ``peers`` that a native call ended, once whoever notices it first."""
-    try:
-        callee = call[C_OWES].pop()
-    except (AttributeError, IndexError):  # not native, or told already
-        return
-    peers.done(callee)
+    if call[C_SEEN] is None:
+        call[C_SEEN] = time.time_ns()
 
 
 def succeeded(fut: Any) -> bool:
@@ -340,115 +334,62 @@ class ServedSides:
 
 
 class Peers:
-    """Which callees this process may send builtins to natively, and the calls it sent so.
+    """Which callees this process may send builtins to natively.
 
     A builtin (``torch.add``) sent as itself runs on the callee's C++ path, where no Python
     runs: its callee side can only come from the callee's own profiler trace (its op on an
-    RPC server thread), and only the callee can match that op to an id, if it is told
-    which calls were sent to it. So a caller sends a callee builtins natively only after
-    the callee said that it records its server threads (``Recorder.admit``: the caller then
-    gets a token); until then, or when it said no, builtins go wrapped like Python
-    functions (whose served wrapper notes the side). Before that callee stops recording,
-    it tells every caller it admitted (``stop``): the caller stops sending natively, waits
-    for its native calls in flight to end, and hands their records over.
-
-    Process-wide, like ``served``: the callee asks whoever sent, whether or not that
-    process is still capturing. Notes not taken are bounded (oldest first out).
+    RPC server thread), which ``combine`` pairs with the caller's record. So a caller sends
+    a callee builtins natively only after the callee said that it records its server
+    threads (``Recorder.admit``: the caller then gets a token); until then, or when it said
+    no, builtins go wrapped like Python functions (whose served wrapper notes the side).
+    Before that callee stops recording it tells every caller it admitted (``revoke``), and
+    builtins to it go wrapped from then on. Nothing is counted or kept per call: the
+    pairing needs nothing but the records and the callee's trace.
     """
 
-    LIMIT = 1_000_000
     # A callee that said no is asked again after this long: it may have been about to
     # start its profiler (the answer costs one round trip).
     RETRY_S = 1.0
 
     def __init__(self) -> None:
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
         self._token: dict = {}      # callee id -> token (native) or None (wrap); absent: not asked
         self._asked: dict = {}      # callee id -> time.monotonic() of the last question
-        self._pushing: dict = {}    # callee id -> hand-overs of ours to it under way
         self._stopped: set = set()  # tokens whose capture stopped (a late answer cannot revive one)
-        self._pending: dict = {}    # callee id -> native calls in flight
-        self._sent: dict = {}       # callee id -> records of the native calls not yet handed over
-        self._count = 0
-        # Callees that admitted other callers too: a native call's callee side is found by
-        # time alone, so calls of several callers in flight there together need their
-        # exact ends (rpc._end_in_cpp). Read on every call without the lock.
-        self.shared: set = set()
 
-    def route(self, callee: int, call: list) -> Optional[int]:
-        """The number of native calls to ``callee`` in flight, this one included: send
-        natively (``call``, a C_* list, is kept for the callee and counted in flight until
-        ``done``); False: wrap; None: ask the callee first (``answer``), then ask again (the
-        first call to it, or its last no is RETRY_S old)."""
-        with self._cv:
+    def route(self, callee: int) -> Optional[bool]:
+        """True: send natively; False: wrap; None: ask the callee first (``answer``), then
+        ask again (the first call to it, or its last no is RETRY_S old)."""
+        token = self._token.get(callee, False)  # read without the lock: one dict lookup
+        if token:
+            return True
+        with self._lock:
             token = self._token.get(callee, False)
             if token is False or (token is None and time.monotonic() - self._asked[callee] > self.RETRY_S):
                 self._token[callee] = None
                 self._asked[callee] = time.monotonic()
                 return None
-            if token is None:
-                return False
-            self._pending[callee] = self._pending.get(callee, 0) + 1
-            if self._count >= self.LIMIT:
-                oldest = next(k for k, v in self._sent.items() if v)
-                self._sent[oldest].pop(0)
-                self._count -= 1
-            self._sent.setdefault(callee, []).append(call)
-            self._count += 1
-            return self._pending[callee]
+            return bool(token)
 
-    def done(self, callee: int) -> None:
-        """A native call to ``callee`` ended (its record holds its end)."""
-        with self._cv:
-            self._pending[callee] -= 1
-            if not self._pending[callee]:
-                self._cv.notify_all()
-
-    def answer(self, callee: int, token: Optional[str], shared: bool = False) -> None:
-        """The callee's answer to the question ``route`` asked for (``shared``: it admitted
-        other callers before)."""
-        with self._cv:
+    def answer(self, callee: int, token: Optional[str]) -> None:
+        """The callee's answer to the question ``route`` asked for."""
+        with self._lock:
             if token is not None and token not in self._stopped and self._token.get(callee) is None:
                 self._token[callee] = token
-            if shared:
-                self.shared.add(callee)
+
+    def revoke(self, callee: int, token: str) -> None:
+        """``callee``'s capture ``token`` stops: builtins to it go wrapped from now on."""
+        with self._lock:
+            self._stopped.add(token)
+            if self._token.get(callee) == token:
+                self._token[callee] = None
+                self._asked[callee] = time.monotonic()
 
     def forget_refusals(self) -> None:
         """A new capture here: callees that said no are asked again (they may record now)."""
-        with self._cv:
+        with self._lock:
             for callee in [c for c, t in self._token.items() if t is None]:
                 del self._token[callee]
-
-    def admitted(self) -> list:
-        """(callee, token) of the callees builtins go to natively now."""
-        with self._cv:
-            return [(c, t) for c, t in self._token.items() if t]
-
-    def take(self, callee: int, token: str, stop: bool, timeout_s: float, push: bool = False) -> list:
-        """The records of the native calls sent to ``callee``, to hand over to it, after
-        waiting (at most ``timeout_s``) for those in flight. ``stop``: its capture
-        ``token`` stops (or this process stops calling): wrap from now on. ``push``: we
-        hand them over ourselves (``pushed`` when done); else the callee asked, and is
-        answered only once a hand-over of ours under way has arrived (its file is
-        written right after: one arriving later would be lost)."""
-        with self._cv:
-            if stop:
-                self._stopped.add(token)
-                if self._token.get(callee) == token:
-                    self._token[callee] = None
-            self._cv.wait_for(lambda: not self._pending.get(callee) and (push or not self._pushing.get(callee)),
-                              timeout=timeout_s)
-            sent = self._sent.pop(callee, [])
-            self._count -= len(sent)
-            if push:
-                self._pushing[callee] = self._pushing.get(callee, 0) + 1
-        return [issued_record(c, bound=True) for c in sent]
-
-    def pushed(self, callee: int) -> None:
-        """A hand-over of ours to ``callee`` (``take(push=True)``) arrived or failed."""
-        with self._cv:
-            self._pushing[callee] -= 1
-            self._cv.notify_all()
 
 
 _lock = threading.Lock()

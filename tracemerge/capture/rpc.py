@@ -16,10 +16,10 @@ and used for alignment. Sides travel apart from the result, which stays ``func``
 Builtins (``torch.add``) are the exception when the callee records its RPC server
 threads: the wrapper would move them off the callee's C++ path onto the Python one, which
 costs more than the rest of the capture together. So they go out as themselves to a
-callee that said it records those threads (``recorder.Peers``); before it stops
-recording, the callee takes from each such caller the records of the builtins it sent
-there (:func:`stop_serving_natively`) and the writer finds their ops in the callee's
-trace (``native_sides``). TorchScript functions always go out as themselves, untraced.
+callee that said it records those threads (``recorder.Peers``): the callee's writer keeps
+the outermost ops of its server threads in its block (``native_sides``), and ``combine``
+pairs each call with the op that served it (``tracemerge.correlate.native_calls``), from
+the caller's record and span end and the callee's ops. TorchScript functions always go out as themselves, untraced.
 """
 
 import functools
@@ -43,9 +43,7 @@ from tracemerge.capture.patching import swapped
 _ORIGINAL_RPC_SYNC: Callable = getattr(rpc.rpc_sync, "__wrapped__")
 _ORIGINAL_RPC_ASYNC: Callable = getattr(rpc.rpc_async, "__wrapped__")
 
-# How long a caller's hand-over waits for its native calls in flight, and the capture's
-# own questions.
-_DRAIN_TIMEOUT_S = 10.0
+# How long the capture's own questions may take.
 _HANDSHAKE_TIMEOUT_S = 10.0
 
 # Spans opened without the dispatcher (record_function's ops cost 4x more per span); a
@@ -78,16 +76,12 @@ def _fetching_shutdown(original: Callable) -> Callable:
     """rpc.shutdown inside a ``profile`` block (every worker then records until all are
     done): the callee sides of this process's calls are asked for first, while every
     callee still answers (a graceful shutdown waits for all workers), since the file is
-    written after it; and the records of the builtins sent natively are handed to their
-    callees (a graceful shutdown returns only after every worker did so)."""
+    written after it."""
     def shutdown(*args: Any, **kwargs: Any) -> Any:
         rec = recorder.current
         if rec is not None:
             if rec.on_rpc_end is not None:
                 rec.on_rpc_end()
-            # the builtins sent natively go to their callees now: a callee that shuts
-            # down inside its block writes its file after RPC is down
-            hand_over_sent(stop=True)
             calls = rec.caller_records()
             fetched = {c["rpc_id"] for side in rec.fetched for c in side.get("calls", ())}
             rec.keep_sides(collect_remote_sides([r for r in calls if r["rpc_id"] not in fetched]))
@@ -132,33 +126,29 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     call = [header, False, 0, threading.get_native_id(), None, "pending", None, False, None, None]
     if rec.unsettled:  # calls ended since: settled here, before this call is counted
         rec.settle()
-    native, route = False, None
+    native = False
     if builtin is not None and not rec.wrap_builtins:
-        if rec.lazy_native:  # a native call to this callee whose end is not noted exactly
-            _company(rec.lazy_native.pop(dst.id, None))
-        # Builtins stay on the callee's C++ path when the callee finds their ops in its own
-        # trace (recorder.Peers); else they go wrapped, like Python functions.
-        route = recorder.peers.route(dst.id, call)
-        if route is None:
-            _ask_admission(me.id, dst)
-            route = recorder.peers.route(dst.id, call)
-        native = bool(route) or rec.builtins_always_native
-    # a native call the callee was told of: peers counts it in flight until it ends
-    native_to = dst.id if native and route else None
+        # Builtins stay on the callee's C++ path when the callee records its server
+        # threads (recorder.Peers): combine pairs each with its op there. Else they go
+        # wrapped, like Python functions.
+        way = recorder.peers.route(dst.id)
+        if way is None:
+            _ask_admission(rec, me.id, dst)
+            way = recorder.peers.route(dst.id)
+        native = bool(way) or rec.builtins_always_native
     if native:
         call[recorder.C_NATIVE] = True
-        if native_to is not None:
-            call[recorder.C_OWES] = [native_to]
+        if rec.shapes:
+            call[recorder.C_SHAPES] = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
         target, payload, kw = func, args, kwargs
     else:
         target = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
         payload, kw = (header, func, args, kwargs), None
-    # with the profiler, an rpc_async or remote span ends in C++ (_end_in_cpp) and the
-    # call's end is read off it, unless it is noted exactly: a native builtin's, when
-    # others are in flight to its callee (ours, or other callers')
-    in_cpp = rec.traced and kind != "rpc_sync"
-    call[recorder.C_LAZY] = in_cpp
-    exact = native_to is not None and (route != 1 or native_to in recorder.peers.shared)
+    # an rpc_async or remote call is settled lazily: with the profiler its span ends in
+    # C++ (_end_in_cpp) and its end is read off the span; without, it is bounded by when
+    # it was seen done. No Python runs when its future completes.
+    lazy = kind != "rpc_sync"
+    call[recorder.C_LAZY] = lazy and rec.traced
     # no span without a profiler (trace=False): nothing would record it
     handle = _span_enter(name) if rec.traced else None
     call[recorder.C_SEND] = time.time_ns()
@@ -168,70 +158,31 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
     except BaseException:
         _end(call, handle, False)
         raise
-    if kind == "rpc_sync":
+    if not lazy:
         _end(call, handle, True)
         return result
     if kind == "remote":
         rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
-    if in_cpp:
-        return _end_in_cpp(rec, kind, result, call, handle, native_to, exact)
-    on_done = functools.partial(_on_done, call, handle)
-    if kind == "remote":
-        result._get_future().add_done_callback(on_done)
-        return result
-    # The span ends when the future completes, as the legacy RPC profiler did; the future
-    # handed back completes after that, so a caller's wait() sees the record complete.
-    return _relayed(result, on_done, rec)
-
-
-def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, call: list, handle: Any,
-                native_to: Optional[int], exact: bool) -> Any:
-    """The span of an rpc_async or remote call ends in C++ when its future completes. The
-    call is settled later (``Recorder.unsettled``) and its end is the span's.
-
-    Builtins sent natively are the exception that needs care: the callee finds each one's
-    op by time, within [send, end], and the RPC server may serve calls in flight together
-    in any order, so only exact ends tell them apart. ``exact`` (others in flight to that
-    callee): a done-callback notes the end, registered first so that it runs before the
-    span ends and the future handed back completes. A native call alone in flight is
-    settled lazily, the time its end was seen bounding it (it is seen before the next
-    call to that callee is sent); should another call follow while it is still in flight,
-    a done-callback bounds it as tightly as the exact ones (``_company``)."""
     fut = result._get_future() if kind == "remote" else result
+    if handle is None:
+        rec.unsettled.append((call, fut))
+        return result
+    return _end_in_cpp(rec, kind, result, fut, call, handle)
+
+
+def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, fut: Any, call: list, handle: Any) -> Any:
+    """The span of an rpc_async or remote call ends in C++ when its future completes. The
+    call is settled later (``Recorder.unsettled``) and its end is the span's, read when the
+    file is written: exact, for every call, whatever else is in flight (combine pairs a
+    native builtin with its callee's op from it)."""
     # a future already complete ends the span now, on this thread: not asynchronous
     call[recorder.C_ASYNC] = not fut.done()
-    if exact:
-        fut.add_done_callback(functools.partial(_noted, call))
     with torch._C.DisableTorchFunctionSubclass():  # what record_function does: cheaper dispatch
         ended = _end_span_on(handle, fut)
-    if not exact:
-        rec.unsettled.append((call, fut))
-        if native_to is not None:
-            rec.lazy_native[native_to] = (call, fut)
+    rec.unsettled.append((call, fut))
     # rpc_async hands back the future that completes after the span ended, as torch's
     # profiled rpc_async did; a remote() RRef stays the job's own
     return result if kind == "remote" else ended
-
-
-def _noted(call: list, fut: Any) -> None:
-    """A native builtin's future completed: its exact end and status, ``peers`` told."""
-    call[recorder.C_COMPLETE] = time.time_ns()
-    call[recorder.C_STATUS] = "ok" if recorder.succeeded(fut) else "error"
-    recorder.release(call)
-
-
-def _company(lazy: Optional[tuple]) -> None:
-    """A native call is about to go to the callee of ``lazy`` (call, future), a native call
-    settled lazily: if it ended, its end is bounded now (before the next send); if it is
-    still in flight, a done-callback bounds it when it ends (it runs at once should the
-    call have completed meanwhile)."""
-    if lazy is None:
-        return
-    call, fut = lazy
-    if fut.done():
-        recorder.seen_ended(call, fut)
-    else:
-        fut.add_done_callback(functools.partial(recorder.seen_ended, call))
 
 
 def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
@@ -263,47 +214,9 @@ def _rref_type(rref: Any) -> type:
     return found.value() if isinstance(found, torch._C.Future) else found
 
 
-def _on_done(call: list, handle: Any, fut: Any) -> None:
-    _end(call, handle, recorder.succeeded(fut))
-
-
-def _relayed(fut: Any, on_done: Callable, rec: Optional[recorder.Recorder]) -> Any:
-    """A future that completes like ``fut`` once ``on_done(fut)`` ran. Not ``fut.then``: an
-    exception raised in a ``then`` callback arrives as a RuntimeError, where the job's
-    remote ``ValueError`` must stay a ``ValueError``."""
-    out: Any = torch.futures.Future(devices=_devices(rec))
-    fut.add_done_callback(functools.partial(_relay, on_done, out))
-    return out
-
-
-def _devices(rec: Optional[recorder.Recorder]) -> list:
-    """The devices of this process's RPC agent, which the futures handed to the job carry
-    as torch's own do (read once per capture); [] for CPU-only agents."""
-    if rec is not None and rec.devices is not None:
-        return rec.devices
-    try:
-        agent: Any = api._get_current_rpc_agent()
-        found = [str(d) for d in agent._get_backend_options().devices]
-    except Exception:  # an agent without devices: CPU futures
-        found = []
-    if rec is not None:
-        rec.devices = found
-    return found
-
-
-def _relay(on_done: Callable, out: Any, fut: Any) -> None:
-    on_done(fut)
-    try:
-        value = fut.wait()
-    except BaseException as e:  # the job's own error, handed on as it is
-        out.set_exception(e)
-        return
-    out.set_result(value)
-
-
 def _end(call: list, handle: Any, ok: bool) -> None:
-    """Note the end of an issued call, close its span (after: it then covers the noted
-    end), and for a native builtin tell ``peers`` it ended. The span's ``args.async``
+    """Note the end of an issued call and close its span (after: it then covers the noted
+    end). The span's ``args.async``
     says whether it ends on another thread than it began on: torch's ``key_averages()``
     counts such an event as asynchronous (self CPU 0, never a parent or child), and the
     Kineto trace does not say so."""
@@ -312,7 +225,6 @@ def _end(call: list, handle: Any, ok: bool) -> None:
     call[recorder.C_ASYNC] = threading.get_native_id() != call[recorder.C_TID]
     if handle is not None:
         _span_exit(handle)
-    recorder.release(call)
 
 
 def _serve(header: tuple, func: Callable, args: tuple, kwargs: dict) -> Any:
@@ -347,7 +259,12 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
     if not is_async:
         _served_end(side, handle, True)
         return result
-    return _relayed(result, functools.partial(_served_ended, side, handle), rec)
+    # Noted by a callback added before the RPC server adds its own, which sends the
+    # response (a future runs its callbacks in the order added): the side and the span end
+    # before the caller can see the call done. The job's future goes back as it is, with
+    # its value or its exception, and no future relays it.
+    result.add_done_callback(functools.partial(_served_ended, side, handle))
+    return result
 
 
 def _served_end(side: dict, handle: Any, ok: bool, is_async: bool = False) -> None:
@@ -395,106 +312,49 @@ def _take_sides(rpc_ids: list) -> dict:
 
 # ---------------------------------------------------------------- builtins sent natively
 
-def _ask_admission(me: int, dst: Any) -> None:
-    """Ask ``dst`` whether it finds builtin ops in its own trace (recorder.Peers): once,
-    at the first builtin to it (again after a no, now and then), one round trip waited
-    for, so that the calls that follow take one path."""
+def _ask_admission(rec: recorder.Recorder, me: int, dst: Any) -> None:
+    """Ask ``dst`` whether it records the ops of its RPC server threads (recorder.Peers):
+    once, at the first builtin to it (again after a no, now and then), one round trip
+    waited for, so that the calls that follow take one path. Its answer carries a reading
+    of its clock, kept with the round trip's ends (the block's ``native_callees``): combine
+    places the calls on the callee's clock with it when the two do not share one."""
     try:
-        token, shared = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
+        asked = time.time_ns()
+        token, read_ns, their_boot = _ORIGINAL_RPC_SYNC(dst, _admit, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
+        answered = time.time_ns()
     except Exception:  # e.g. the callee has no tracemerge (or an older one): builtins to it go wrapped
         return
-    recorder.peers.answer(dst.id, token, shared)
+    if token is not None:
+        rec.add("native_callees", {"callee": dst.id, "asked_ns": asked, "answered_ns": answered,
+                                   "answer": {"clock_rank": dst.id, "boot_id": their_boot, "read_ns": read_ns}})
+    recorder.peers.answer(dst.id, token)
 
 
 def _admit(caller: int) -> tuple:
     """Runs on the callee: (its capture's token if builtins may come natively, else None;
-    whether other callers were admitted before). The first caller admitted is told when a
-    second one is (``_shared``)."""
+    its clock; its boot id)."""
     rec = recorder.current
-    if rec is None:
-        return None, False
-    token, before = rec.admit(caller)
-    me = rpc.get_worker_info().id
-    # the second caller: the first one shares this callee from now on (later ones were told)
-    for other in before if len(before) == 1 else ():
-        try:  # not waited for: this thread serves the second caller's question
-            _ORIGINAL_RPC_ASYNC(other, _shared, args=(me,), timeout=_HANDSHAKE_TIMEOUT_S)
-        except Exception:  # that caller is gone
-            pass
-    return token, bool(before)
+    token = None if rec is None else rec.admit(caller)
+    return token, time.time_ns(), boot_id()
 
 
-def _shared(callee: int) -> None:
-    """Runs on a caller: ``callee`` admitted another caller too (``Peers.shared``)."""
-    recorder.peers.shared.add(callee)
-
-
-def _hand_over(callee: int, token: str, timeout_s: float) -> tuple:
-    """Runs on a caller when ``callee``'s capture stops: the records of the builtins it
-    sent there natively (after those in flight ended), its clock and its boot id."""
-    _company_of(callee)
-    return recorder.peers.take(callee, token, True, timeout_s), time.time_ns(), boot_id()
-
-
-def _receive_native(token: str, group: dict) -> None:
-    """Runs on the callee: a caller hands over the builtins it sent here natively."""
-    rec = recorder.current
-    if rec is not None and rec.token == token:
-        rec.add("native", group)
-
-
-def hand_over_sent(stop: bool) -> None:
-    """The caller's half (its capture ends, or rpc.shutdown() runs inside its block, when
-    a callee's capture may outlast RPC itself): hand every admitting callee the records
-    of the builtins sent there natively, with this clock's offset from the callee's.
-    ``stop``: builtins to them go wrapped from now on (this process calls no more)."""
-    if not (rpc.is_available() and api._is_current_rpc_agent_set()):
-        return
-    me = rpc.get_worker_info().id
-    for callee, token in recorder.peers.admitted():
-        _company_of(callee)
-        calls = recorder.peers.take(callee, token, stop, _DRAIN_TIMEOUT_S, push=True)
-        try:
-            if calls:
-                dst = api._to_worker_info(callee)
-                t1 = time.time_ns()
-                their_ns = _ORIGINAL_RPC_SYNC(dst, time.time_ns, timeout=_HANDSHAKE_TIMEOUT_S)
-                t4 = time.time_ns()
-                group = {"caller": me, "boot_id": boot_id(), "offset_ns": (t1 + t4) // 2 - their_ns,
-                         "rtt_ns": t4 - t1, "calls": calls}
-                _ORIGINAL_RPC_SYNC(dst, _receive_native, args=(token, group), timeout=_HANDSHAKE_TIMEOUT_S)
-        except Exception:  # the callee is gone: these calls keep the caller's side only
-            pass
-        finally:
-            recorder.peers.pushed(callee)
-
-
-def _company_of(callee: int) -> None:
-    """Before the native calls to ``callee`` are handed over: the one settled lazily gets
-    its bound, or its exact end once it ends (``peers.take`` waits for it)."""
-    rec = recorder.current
-    if rec is not None and rec.lazy_native:
-        _company(rec.lazy_native.pop(callee, None))
+def _revoke(callee: int, token: str) -> None:
+    """Runs on a caller: ``callee``'s capture stops; builtins to it go wrapped from now on."""
+    recorder.peers.revoke(callee, token)
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:
-    """Before this capture stops recording (at its end, or at rpc.shutdown() inside the
-    block, while every caller still answers): admit no more native builtins, and take
-    from each caller admitted so far the builtins it sent here natively (``rec.native``),
-    whose ops the writer then finds in this process's trace."""
+    """Before this capture stops recording (at its end, while every caller still answers):
+    admit no more native builtins and tell each caller admitted so far, so that builtins
+    sent after go wrapped (their callee side then comes back to the caller). A native
+    call still in flight may be served after the profiler stopped: combine then finds no
+    op for it and keeps the caller's side."""
     askers = rec.stop_admitting()
     if not askers or not (rpc.is_available() and api._is_current_rpc_agent_set()):
         return
     me = rpc.get_worker_info().id
     for caller in askers:
-        t1 = time.time_ns()
         try:
-            calls, their_ns, their_boot = _ORIGINAL_RPC_SYNC(
-                caller, _hand_over, args=(me, rec.token, _DRAIN_TIMEOUT_S),
-                timeout=_DRAIN_TIMEOUT_S + _HANDSHAKE_TIMEOUT_S)
-        except Exception:  # the caller is gone: its native calls keep the caller's side only
+            _ORIGINAL_RPC_SYNC(caller, _revoke, args=(me, rec.token), timeout=_HANDSHAKE_TIMEOUT_S)
+        except Exception:  # the caller is gone: it calls no more
             continue
-        t4 = time.time_ns()
-        # the caller's clock minus ours, to within rtt/2 (NTP): places its calls on our clock
-        rec.add("native", {"caller": caller, "boot_id": their_boot, "offset_ns": their_ns - (t1 + t4) // 2,
-                           "rtt_ns": t4 - t1, "calls": calls})

@@ -55,6 +55,7 @@ class profile:
         self._rank, self._worker_name = rank, worker_name
         self._trace = trace
         self._wrap_builtins = wrap_builtins
+        self._record_shapes = torch_profiler_kwargs.get("record_shapes", False)
         kwargs = dict(torch_profiler_kwargs)
         kwargs.setdefault("activities", _default_activities())
         # Builtins may reach this worker natively only when its trace holds the ops of
@@ -79,7 +80,8 @@ class profile:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._recorder = recorder.Recorder(on_rpc_end=self._identify, wrap_builtins=self._wrap_builtins,
                                            traced=self._trace,
-                                           builtins_always_native=not self._trace and not self._wrap_builtins)
+                                           builtins_always_native=not self._trace and not self._wrap_builtins,
+                                           shapes=bool(self._record_shapes))
         with contextlib.ExitStack() as stack:
             recorder.activate(self._recorder)
             stack.callback(recorder.deactivate)
@@ -109,10 +111,8 @@ class profile:
             if self._ended:  # the file was written when the signal came
                 return False
             self._ended = True
-            # while RPC is up: the builtins sent from here natively go to their callees'
-            # files; and, while the profiler still records, the builtins callers sent here
-            # natively end and their records come over (their ops are in this trace)
-            rpc.hand_over_sent(stop=False)
+            # while RPC is up and the profiler records: callers sending builtins here
+            # natively send them wrapped from now on (their ops would not be recorded)
             rpc.stop_serving_natively(self._recorder)
             stop_ns = time.time_ns()
             if self.profiler is not None:
@@ -204,8 +204,8 @@ class profile:
         got = {c["rpc_id"] for side in early for c in side.get("calls", ())}
         later = [r for r in calls if r["rpc_id"] not in got]
         taken["remote_sides"] = early + (rpc.collect_remote_sides(later) if ask else [])
-        taken["native"] = self._recorder.native
-        writer.write(self.out_dir / name, kineto_json, meta, taken)
+        taken["native_callees"] = list(self._recorder.native_callees)
+        writer.write(self.out_dir / name, kineto_json, meta, taken, served_ops=bool(self._recorder.admitted))
 
 
 def _default_activities():

@@ -24,12 +24,14 @@ _MATCH_SLACK_NS = 10_000
 
 
 def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | str | None",
-          meta: dict, taken: dict) -> None:
+          meta: dict, taken: dict, served_ops: bool = False) -> None:
     """Write ``path`` from the Kineto export and the recorder's ``taken`` records.
 
     ``meta`` holds the other fields, in file order; ``taken`` is
     ``Recorder.take(...)``'s output. The Kineto export is removed; without one
-    (``trace=False``) the file has no events.
+    (``trace=False``) the file has no events. ``served_ops``: callers sent builtins here
+    as themselves, and the block keeps the ops that may have served them (native_sides).
+    The events are Kineto's, none added or removed.
     """
     if kineto_json_path is None:  # trace=False: the records only
         trace: dict = {"traceEvents": []}
@@ -38,13 +40,15 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
             trace = orjson.loads(f.read())
         os.unlink(kineto_json_path)
     _annotate(trace, taken["spans"])
-    # callee records of the builtins callers sent natively: their ops are in this trace
-    served = native_sides.attach(trace, taken.get("native", []), meta.get("boot_id", ""), meta.get("pid", -1))
-    start, stop = meta.get("profile_start_ns"), meta.get("profile_stop_ns")
-    served = [r for r in served if start is None or stop is None or start <= r["start_ns"] <= stop]
     block = {"version": FORMAT_VERSION, **meta,
-             "rpcs": taken["rpcs"] + served, "collectives": taken["collectives"],
+             "rpcs": taken["rpcs"], "collectives": taken["collectives"],
              "remote_sides": taken.get("remote_sides", [])}
+    if taken.get("native_callees"):
+        block["native_callees"] = taken["native_callees"]
+    if served_ops:
+        # the ops that served the builtins callers sent here as themselves: combine pairs them
+        block["served_ops"] = native_sides.served_ops(trace, meta.get("pid", -1), meta.get("profile_start_ns") or 0,
+                                                      meta.get("profile_stop_ns") or 2**62)
     # "tracemerge" first, so readers can stop parsing after it.
     data = orjson.dumps({"tracemerge": block, **trace})
     tmp = f"{path}.tmp"

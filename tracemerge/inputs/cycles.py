@@ -94,6 +94,8 @@ def refresh(info: RankInfo) -> None:
     info.collectives = [c for p in parts for c in p.collectives]
     info.p2p = [c for p in parts for c in p.p2p]
     info.remote_rpcs = [r for p in parts for r in p.remote_rpcs]
+    info.served_ops = [r for p in parts for r in p.served_ops]
+    info.native_callees = [r for p in parts for r in p.native_callees]
     info.rpc_spans = [s for p in parts for s in p.rpc_spans]
     info.warnings = [f"cycle {p.cycle} ({os.path.basename(p.path)}): {w}" for p in parts for w in p.warnings]
     info.truncated = any(p.truncated for p in parts)

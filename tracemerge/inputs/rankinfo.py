@@ -53,6 +53,10 @@ class RankInfo:
     job: Dict[str, Any] = field(default_factory=dict)  # job_id / world_size / backend the file states (rankchecks.job_facts)
     boot_id: str = ""               # the machine's boot id: ranks with the same non-empty one share a wall clock
     remote_rpcs: List[Dict[str, Any]] = field(default_factory=list)  # callee sides the caller fetched (remote_records)
+    # a callee's ops that may have served builtins callers sent as themselves, and a
+    # caller's admissions by such callees (tracemerge.served_ops / native_callees)
+    served_ops: List[Dict[str, Any]] = field(default_factory=list)
+    native_callees: List[Dict[str, Any]] = field(default_factory=list)
     # the RPC spans its events hold ({rpc_id, role, ts_ns, dur_ns, cat}: tracemerge.inputs.rpc_spans)
     rpc_spans: List[Dict[str, Any]] = field(default_factory=list)
     cycle: Optional[int] = None     # the torch.profiler.schedule cycle the file holds (rank{R}.cycle{N}), else None
@@ -134,6 +138,10 @@ NS_LIMIT = 1 << 62   # times in int64 ns with room for offsets (year 2116)
 RECORD_FIELDS = {
     "rpcs": {"rpc_id": str, "role": str, "caller": int, "callee": int},
     "collectives": {"group": (str, int), "seq": int, "start_ns": int},
+    # a callee's ops that may have served builtins sent as themselves, and a caller's
+    # admission by such callees (capture/native_sides.py; paired by correlate/native_calls.py)
+    "served_ops": {"name": str, "tid": (int, str), "start_ns": int, "end_ns": int},
+    "native_callees": {"callee": int, "asked_ns": int, "answered_ns": int},
 }
 
 
@@ -211,8 +219,10 @@ def _shared_strings(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 OPTIONAL_FIELDS: Dict[str, Dict[str, type]] = {
     "rpcs": {"kind": str, "func": str, "name": str, "status": str, "caller_name": str, "callee_name": str},
     "collectives": {"op": str, "group_ranks": list},
+    "served_ops": {"shapes": list},
+    "native_callees": {"answer": dict},
 }
-RANK_FIELDS = {"rpcs": ("caller", "callee"), "collectives": ()}
+RANK_FIELDS = {"rpcs": ("caller", "callee"), "collectives": (), "served_ops": (), "native_callees": ("callee",)}
 RANK_LIMIT = 1 << 31
 
 
@@ -354,7 +364,8 @@ def _identity(path, block, meta):
     return dict(path=path, rank=rank, rank_source=source, worker_name=str(block.get("worker_name") or stem),
                 hostname=str(host), job_id=block.get("job_id"), rpcs=rpcs,
                 job=job_facts(block, meta), boot_id=boot if isinstance(boot, str) else "",
-                remote_rpcs=remote_records(path, block, rpcs), cycle=cycle_of(path, block))
+                remote_rpcs=remote_records(path, block, rpcs), cycle=cycle_of(path, block),
+                served_ops=records(path, block, "served_ops"), native_callees=records(path, block, "native_callees"))
 
 
 def remote_records(path, block, rpcs):

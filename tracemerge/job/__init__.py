@@ -30,6 +30,7 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.methods import align as align_clocks
 from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.correlate.match import Correlation, correlate
+from tracemerge.correlate.native_calls import pair_native
 from tracemerge.engine import Engine, Held, LocalEngine, available_memory, gc_paused
 from tracemerge.errors import TraceError, TracemergeError, reading
 from tracemerge.inputs.admit import admit
@@ -145,8 +146,14 @@ class Job:
             infos = join_cycles(infos)
         assign_ranks(infos, rank_from, strict)
         infos.sort(key=rank_of)
+        # builtins sent as themselves get their callee side from the callee's ops, once:
+        # like the sides a caller fetched, for every stage after this one
+        pairing = pair_native(infos)
+        for info in infos:
+            if info.rank in pairing.records:
+                info.remote_rpcs = info.remote_rpcs + pairing.records[info.rank]
         links = correlate(infos)
-        warnings = check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links) + list(links.order_warnings)
+        warnings = pairing.notes + check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links) + list(links.order_warnings)
         warnings += check_links(infos, links, strict)
         taken = {part.path for i in infos for part in i.files}
         job = cls(tuple(infos), links, tuple(given), skipped, tuple(warnings), None, engine,

@@ -1,0 +1,143 @@
+"""combine pairs builtins sent as themselves with the callee ops that served them
+(tracemerge/correlate/native_calls.py), on hand-made rank files whose ground truth the test
+plants: which op served which call, the clocks, the threads."""
+
+import pytest
+from tracefiles import BASE, cli, rank_file, write, x
+
+from tracemerge import Job
+
+US = 1000
+PID0, PID1 = 4000, 4001
+
+
+def _call(n, send_us, complete_us, func="aten::add", shapes=None, caller=0, kind="rpc_async"):
+    rec = {"rpc_id": f"{caller}:{n}", "role": "caller", "kind": kind, "func": func,
+           "name": f"{kind}#{func}(worker{caller} -> worker1)", "caller": caller, "callee": 1,
+           "caller_name": f"worker{caller}", "callee_name": "worker1", "status": "ok", "native": True,
+           "send_ns": BASE + send_us * US, "complete_ns": BASE + complete_us * US}
+    if shapes is not None:
+        rec["shapes"] = shapes
+    return rec
+
+
+def _op(start_us, end_us, tid, name="aten::add", shapes=None):
+    op = {"name": name, "tid": tid, "start_ns": BASE + start_us * US, "end_ns": BASE + end_us * US}
+    if shapes is not None:
+        op["shapes"] = shapes
+    return op
+
+
+def _files(tmp_path, calls, ops, callee_boot="boot-a", **caller_block):
+    """rank0 (the caller, boot-a) and rank1 (the callee): each op is also an event of rank1's trace."""
+    events = [{"ph": "M", "name": "thread_name", "pid": PID1, "tid": t, "args": {"name": f"thread {t} (pt_thread_pool)"}}
+              for t in sorted({op["tid"] for op in ops})]
+    events += [x(op["name"], (op["start_ns"] - BASE) / US, (op["end_ns"] - op["start_ns"]) / US, pid=PID1,
+                 tid=op["tid"]) for op in ops]
+    caller = rank_file([x(c["name"], (c["send_ns"] - BASE) / US, (c["complete_ns"] - c["send_ns"]) / US, pid=PID0,
+                          tid=7, cat="user_annotation", rpc_id=c["rpc_id"], role="caller") for c in calls],
+                       0, rpcs=calls, boot_id="boot-a", **caller_block)
+    callee = rank_file(events, 1, boot_id=callee_boot, served_ops=ops)
+    return [write(tmp_path / "rank0.json.gz", caller), write(tmp_path / "rank1.json.gz", callee)]
+
+
+def _paired(job):
+    return {r["rpc_id"]: (r["start_ns"], r["end_ns"], r["tid"]) for r in job.info(0).remote_rpcs
+            if r.get("source") == "paired"}
+
+
+def test_calls_apart_in_time_each_get_their_op(tmp_path):
+    calls = [_call(0, 0, 100), _call(1, 200, 300)]
+    ops = [_op(210, 250, 11), _op(10, 40, 12)]
+    job = Job.open(_files(tmp_path, calls, ops))
+    assert _paired(job) == {"0:0": (BASE + 10 * US, BASE + 40 * US, 12), "0:1": (BASE + 210 * US, BASE + 250 * US, 11)}
+    assert not [w for w in job.warnings if "sent as themselves" in w]
+    call = next(c for c in job.links.rpcs.calls if c.rpc_id == "0:1")
+    assert call.complete and call.start_ns == BASE + 210 * US
+
+
+def test_shapes_tell_calls_in_flight_together_apart(tmp_path):
+    # served in the other order than sent, on two threads: only the shapes say which is which
+    calls = [_call(0, 0, 100, shapes=[[3], []]), _call(1, 5, 100, shapes=[[4], []])]
+    ops = [_op(20, 30, 11, shapes=[[4], [], []]), _op(40, 50, 12, shapes=[[3], [], []])]
+    job = Job.open(_files(tmp_path, calls, ops))
+    assert _paired(job) == {"0:0": (BASE + 40 * US, BASE + 50 * US, 12), "0:1": (BASE + 20 * US, BASE + 30 * US, 11)}
+    assert not [w for w in job.warnings if "sent as themselves" in w]
+
+
+def test_one_thread_serves_one_callers_calls_in_order(tmp_path):
+    calls = [_call(n, n, 100) for n in range(4)]
+    ops = [_op(20 + 10 * n, 25 + 10 * n, 11) for n in range(4)]
+    job = Job.open(_files(tmp_path, calls, ops))
+    assert _paired(job) == {f"0:{n}": (BASE + (20 + 10 * n) * US, BASE + (25 + 10 * n) * US, 11) for n in range(4)}
+    assert not [w for w in job.warnings if "sent as themselves" in w]
+
+
+def test_what_neither_time_nor_shapes_tell_apart_is_said(tmp_path):
+    calls = [_call(n, n, 100) for n in range(3)]
+    ops = [_op(20 + 10 * n, 25 + 10 * n, 11 + n) for n in range(3)]   # three threads
+    job = Job.open(_files(tmp_path, calls, ops))
+    assert len(_paired(job)) == 3
+    said = [w for w in job.warnings if "sent as themselves" in w]
+    assert len(said) == 1 and said[0].startswith("3 builtin calls sent as themselves to rank 1")
+    res = cli("combine", *_files(tmp_path, calls, ops), "-o", tmp_path / "out.json")
+    assert res.returncode == 0 and b"3 builtin calls sent as themselves to rank 1" in res.stderr
+    assert b"3 RPCs: 3 with both sides" in res.stderr
+
+
+def test_an_op_outside_the_window_or_of_another_function_is_not_taken(tmp_path):
+    calls = [_call(0, 100, 200)]
+    ops = [_op(50, 60, 11), _op(120, 130, 11, name="aten::mul"), _op(150, 260, 11)]  # before; other; ends after
+    job = Job.open(_files(tmp_path, calls, ops))
+    assert _paired(job) == {}
+    said = [w for w in job.warnings if "sent as themselves" in w]
+    assert said and said[0].startswith("1 builtin calls sent as themselves to rank 1 have no op")
+
+
+def test_another_machine_is_placed_by_the_admissions_clock_reading(tmp_path):
+    # the callee's clock is 5 ms ahead; the admission round trip said so within 10 µs
+    skew = 5_000
+    calls = [_call(0, 0, 100), _call(1, 200, 300)]
+    ops = [_op(10 + skew, 40 + skew, 11), _op(210 + skew, 250 + skew, 11)]
+    reading = {"callee": 1, "asked_ns": BASE - 20 * US, "answered_ns": BASE - 10 * US,
+               "answer": {"clock_rank": 1, "boot_id": "boot-b", "read_ns": BASE + (skew - 15) * US}}
+    job = Job.open(_files(tmp_path, calls, ops, callee_boot="boot-b", native_callees=[reading]))
+    assert _paired(job) == {"0:0": (BASE + (10 + skew) * US, BASE + (40 + skew) * US, 11),
+                            "0:1": (BASE + (210 + skew) * US, BASE + (250 + skew) * US, 11)}
+    # without the reading there is no clock to place them by: said, not guessed
+    job = Job.open(_files(tmp_path, calls, ops, callee_boot="boot-b"))
+    assert _paired(job) == {}
+    assert any("do not share a clock" in w for w in job.warnings)
+
+
+def test_an_older_capture_with_appended_spans_is_read_and_said_to_be_older(tmp_path):
+    """A callee of the previous capture wrote the callee record itself and appended the
+    #remote span after its events (out of time order on its thread)."""
+    call = _call(0, 0, 100)
+    callee_rec = dict(call, role="callee", start_ns=BASE + 10 * US, end_ns=BASE + 40 * US)
+    for k in ("send_ns", "complete_ns"):
+        callee_rec.pop(k)
+    events = [x("aten::add", 10, 30, pid=PID1, tid=11), x("aten::mul", 500, 10, pid=PID1, tid=11),
+              x(call["name"] + "#remote", 9.999, 30.002, pid=PID1, tid=11, cat="user_annotation",
+                rpc_id="0:0", role="callee", **{"async": False})]
+    caller = rank_file([x(call["name"], 0, 100, pid=PID0, tid=7, cat="user_annotation", rpc_id="0:0", role="caller")],
+                       0, rpcs=[call], boot_id="boot-a")
+    files = [write(tmp_path / "rank0.json.gz", caller),
+             write(tmp_path / "rank1.json.gz", rank_file(events, 1, rpcs=[callee_rec], boot_id="boot-a"))]
+    job = Job.open(files)
+    assert any("older capture" in w and "rank1.json.gz" in w for w in job.warnings)
+    assert _paired(job) == {}   # the callee's own record stands
+    res = cli("combine", *files, "-o", tmp_path / "out.json")
+    assert res.returncode == 0, res.stderr
+    assert b"older capture" in res.stderr and b"1 RPCs: 1 with both sides" in res.stderr
+
+
+@pytest.mark.parametrize("command", ["info", "combine"])
+def test_the_commands_say_it(tmp_path, command):
+    calls = [_call(n, n, 100) for n in range(2)]
+    ops = [_op(20, 25, 11), _op(30, 35, 12)]
+    files = _files(tmp_path, calls, ops)
+    args = [command, *files] + (["-o", tmp_path / "out.json"] if command == "combine" else [])
+    res = cli(*args)
+    assert res.returncode == 0, res.stderr
+    assert b"2 builtin calls sent as themselves to rank 1" in res.stderr + res.stdout
