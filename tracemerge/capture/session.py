@@ -120,6 +120,9 @@ class profile:
             if self._cycle is None:
                 self._write("rank{rank}.json.gz", stop_ns, self.profiler)
             self._written = True
+            # now, under the lock: a signal that comes next finds the block ended and ends the
+            # process at once, before the undo below would have removed the journal
+            self._journal.close(remove=True)
         return False
 
     def _on_signal(self, signum: int) -> None:
