@@ -346,11 +346,9 @@ def size_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     return fn
 
 
-def selection_options(fn: "click.decorators.FC") -> "click.decorators.FC":
-    fn = size_options(fn)
-    fn = click.option("--format", "fmt", type=RegistryChoice(lambda: OUTPUT_FORMATS), default=None,
-                      help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")(fn)
-    return fn
+output_format_option = click.option(
+    "--format", "fmt", type=RegistryChoice(lambda: OUTPUT_FORMATS), default=None,
+    help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")
 
 
 def engine_options(fn: "click.decorators.FC") -> "click.decorators.FC":
@@ -361,6 +359,44 @@ def engine_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
                       help="Where per-rank work runs: local processes, or Dask workers.")(fn)
     return fn
+
+
+Decorator = typing.Callable[[typing.Callable[..., typing.Any]], typing.Any]
+
+
+def merge_options(force_help: str, causality_help: str, *between: Decorator) -> Decorator:
+    """The options of a command that aligns and selects as a merge does (``combine``,
+    ``export``), declared once: alignment, ranks, --force (``force_help``: what it replaces),
+    the input options, --enforce-causality (``causality_help`` ends its help), ``between``
+    (a command's own, e.g. combine's --format), what is kept, where the work runs."""
+    def decorate(fn: "click.decorators.FC") -> "click.decorators.FC":
+        fn = engine_options(fn)
+        fn = size_options(fn)
+        for option in reversed(between):
+            fn = option(fn)
+        fn = click.option("--enforce-causality", is_flag=True,
+                          help="Move each rank whose exchanges still contradict causality after alignment by the "
+                               "smallest constant shift that removes the contradiction" + causality_help)(fn)
+        fn = input_options(fn)
+        fn = click.option("--force", is_flag=True, help=force_help)(fn)
+        fn = rank_options(fn)
+        return align_options(fn)
+    return decorate
+
+
+def merge_engine(engine: str, jobs: "int | None", scheduler: "str | None") -> "typing.Any":
+    """The engine of ``--engine/--jobs/--scheduler``, with a progress line on a terminal."""
+    runner = make_engine(engine, jobs, scheduler)
+    runner.progress = Progress.for_terminal(quiet=_quiet())
+    return runner
+
+
+def selection_of(ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
+                 min_duration: "float | None", drop_categories: "tuple[str, ...]", overview: "float | None"
+                 ) -> Selection:
+    """The :class:`Selection` of ``--ranks/--window/--min-duration/--drop-category/--overview``."""
+    return Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
+                     drop_categories=frozenset(drop_categories), overview_us=overview)
 
 
 def comm_kernel_option(fn: "click.decorators.FC") -> "click.decorators.FC":
@@ -412,15 +448,8 @@ def main() -> None:
 @click.option("-o", "--output", required=True, metavar="PATH",
               help="Merged trace: .json, .json.gz (gzip), .json.zst (zstd), .pftrace (Perfetto protobuf; "
                    "also .gz, .zst), or - for stdout.")
-@align_options
-@rank_options
-@click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
-@input_options
-@click.option("--enforce-causality", is_flag=True,
-              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
-                   "constant shift that removes the contradiction (every duration kept); say what is left.")
-@selection_options
-@engine_options
+@merge_options("Overwrite the output if it exists.", " (every duration kept); say what is left.",
+               output_format_option)
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
               help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
@@ -460,14 +489,12 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
     if scheduler:
         # workers on other machines resolve relative paths against their own directory
         files = [os.path.abspath(f) for f in files]
-    runner = make_engine(engine, jobs, scheduler)
-    runner.progress = Progress.for_terminal(quiet=_quiet())
+    runner = merge_engine(engine, jobs, scheduler)
     try:
         job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
-        selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories), overview_us=overview)
+        selection = selection_of(ranks, window, min_duration, drop_categories, overview)
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
         if report_path is not None:
             report_path = write_combine_report(job, alignment, output, report_path, files, comm_kernels)
@@ -772,15 +799,7 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
 @click.option("-o", "--output", required=True, metavar="DIR",
               help="Directory of Parquet files to write: events/rank=N/part-K.parquet (one rank per folder), "
                    "rpcs, collectives, clocks, key_averages, rpc_latency, ... .parquet, tracemerge.json.")
-@align_options
-@rank_options
-@click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
-@input_options
-@click.option("--enforce-causality", is_flag=True,
-              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
-                   "constant shift that removes the contradiction, as combine does.")
-@size_options
-@engine_options
+@merge_options("Replace the output directory if it exists.", ", as combine does.")
 @click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
               help="key_averages: one row per op name over all ranks, or one per name and rank.")
 @click.option("--critical-path", "critical_path", is_flag=True,
@@ -824,13 +843,11 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
     if scheduler:
         files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves
         output = os.path.abspath(output)
-    runner = make_engine(engine, jobs, scheduler)
-    runner.progress = Progress.for_terminal(quiet=_quiet())
+    runner = merge_engine(engine, jobs, scheduler)
     try:
         job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
-        selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories), overview_us=overview)
+        selection = selection_of(ranks, window, min_duration, drop_categories, overview)
         summary = export(job, output, None, selection, force, group_by, critical_path, gpu, comm_kernels)
     finally:
         runner.close()
