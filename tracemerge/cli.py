@@ -31,10 +31,10 @@ from tracemerge.errors import (
 from tracemerge.place import OVERVIEW_US  # a constant of the package's light __init__
 
 if TYPE_CHECKING:
-    from tracemerge import native
     from tracemerge import serve as serving
+    from tracemerge import summary_lines as lines
     from tracemerge.clocks.methods import METHODS
-    from tracemerge.clocks.text import causality_line, clock_notes, offsets_json, offsets_table
+    from tracemerge.clocks.text import offsets_json, offsets_table
     from tracemerge.compose import write as write_trace
     from tracemerge.engine import LocalEngine, make_engine
     from tracemerge.formats import FORMATS as OUTPUT_FORMATS
@@ -51,11 +51,9 @@ if TYPE_CHECKING:
     from tracemerge.report.write import combine_report_path, write_combine_report, write_text
     from tracemerge.serve import serve
 else:
-    native = Deferred("tracemerge.native")
     serving = Deferred("tracemerge.serve")
+    lines = Deferred("tracemerge.summary_lines")
     METHODS = Deferred("tracemerge.clocks.methods", "METHODS")
-    causality_line = Deferred("tracemerge.clocks.text", "causality_line")
-    clock_notes = Deferred("tracemerge.clocks.text", "clock_notes")
     offsets_json = Deferred("tracemerge.clocks.text", "offsets_json")
     offsets_table = Deferred("tracemerge.clocks.text", "offsets_table")
     LocalEngine = Deferred("tracemerge.engine", "LocalEngine")
@@ -162,6 +160,12 @@ def say(line: str, err: bool = True) -> None:
         click.echo(line, err=err)
 
 
+def say_all(lines: "typing.Iterable[str]") -> None:
+    """Each line on stderr (tracemerge.summary_lines made them), as :func:`say`."""
+    for line in lines:
+        say(line)
+
+
 def _quiet() -> bool:
     ctx = click.get_current_context(silent=True)
     return bool(ctx and ctx.find_root().meta.get("tracemerge.quiet"))
@@ -234,25 +238,10 @@ def open_inputs(files: "list[str] | tuple[str, ...]", rank_from: str, skip_bad: 
     (``file_warnings``: also each file's own warnings, a truncated file's salvage among
     them, for commands that do not print them later)."""
     job = Job.open(files, rank_from, skip_bad=skip_bad, strict=strict, **kw)
-    for path, problem in job.skipped:
-        say(f"tracemerge: warning: skipped {path}: {problem}", err=True)
-    for w in job.warnings:
-        say(f"tracemerge: warning: {w}", err=True)
-    from tracemerge.inputs.rankinfo import ASSUMED_RANK  # a str: compared, so imported, not deferred
-
-    for info in job.infos:
-        if info.rank_source == ASSUMED_RANK:
-            say(f"tracemerge: note: {info.path}: no rank in the file (no distributedInfo.rank, none in its name): "
-                "the only input, taken as rank 0", err=True)
+    say_all(lines.job_notes(job))
     if file_warnings:
-        file_warnings_of([i for i in job.infos if not i.partial])  # a head says nothing of the events
+        say_all(lines.file_warnings([i for i in job.infos if not i.partial]))  # a head says nothing of the events
     return job
-
-
-def file_warnings_of(infos: "list[tracemerge.inputs.rankinfo.RankInfo]") -> None:
-    for info in infos:
-        for w in info.warnings:
-            say(f"tracemerge: warning: {info.path}: {w}", err=True)
 
 
 def parse_offsets(ctx: click.Context, param: click.Parameter, values: "tuple[str, ...]") -> "dict[int, int]":
@@ -357,11 +346,9 @@ def size_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     return fn
 
 
-def selection_options(fn: "click.decorators.FC") -> "click.decorators.FC":
-    fn = size_options(fn)
-    fn = click.option("--format", "fmt", type=RegistryChoice(lambda: OUTPUT_FORMATS), default=None,
-                      help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")(fn)
-    return fn
+output_format_option = click.option(
+    "--format", "fmt", type=RegistryChoice(lambda: OUTPUT_FORMATS), default=None,
+    help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")
 
 
 def engine_options(fn: "click.decorators.FC") -> "click.decorators.FC":
@@ -372,6 +359,44 @@ def engine_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
                       help="Where per-rank work runs: local processes, or Dask workers.")(fn)
     return fn
+
+
+Decorator = typing.Callable[[typing.Callable[..., typing.Any]], typing.Any]
+
+
+def merge_options(force_help: str, causality_help: str, *between: Decorator) -> Decorator:
+    """The options of a command that aligns and selects as a merge does (``combine``,
+    ``export``), declared once: alignment, ranks, --force (``force_help``: what it replaces),
+    the input options, --enforce-causality (``causality_help`` ends its help), ``between``
+    (a command's own, e.g. combine's --format), what is kept, where the work runs."""
+    def decorate(fn: "click.decorators.FC") -> "click.decorators.FC":
+        fn = engine_options(fn)
+        fn = size_options(fn)
+        for option in reversed(between):
+            fn = option(fn)
+        fn = click.option("--enforce-causality", is_flag=True,
+                          help="Move each rank whose exchanges still contradict causality after alignment by the "
+                               "smallest constant shift that removes the contradiction" + causality_help)(fn)
+        fn = input_options(fn)
+        fn = click.option("--force", is_flag=True, help=force_help)(fn)
+        fn = rank_options(fn)
+        return align_options(fn)
+    return decorate
+
+
+def merge_engine(engine: str, jobs: "int | None", scheduler: "str | None") -> "typing.Any":
+    """The engine of ``--engine/--jobs/--scheduler``, with a progress line on a terminal."""
+    runner = make_engine(engine, jobs, scheduler)
+    runner.progress = Progress.for_terminal(quiet=_quiet())
+    return runner
+
+
+def selection_of(ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
+                 min_duration: "float | None", drop_categories: "tuple[str, ...]", overview: "float | None"
+                 ) -> Selection:
+    """The :class:`Selection` of ``--ranks/--window/--min-duration/--drop-category/--overview``."""
+    return Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
+                     drop_categories=frozenset(drop_categories), overview_us=overview)
 
 
 def comm_kernel_option(fn: "click.decorators.FC") -> "click.decorators.FC":
@@ -394,18 +419,6 @@ def align_options(fn: "click.decorators.FC") -> "click.decorators.FC":
                       help_from=lambda: "Clock alignment: " + "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
                       + " (see docs/alignment.md).")(fn)
     return fn
-
-
-def core_line(cores: "list[tuple[str, str]]", unit: str = "ranks") -> str:
-    """Which core read the inputs: "core: native (8 ranks)", with each rank the Python path
-    read instead and why (the output is the same bytes either way); ``unit``: "files" when
-    some rank is several cycle files, each read on its own."""
-    n_native = sum(core == "native" for _, core in cores)
-    if not n_native and native.active() != "native":  # no compiled core: one reason for all
-        return f"core: python ({len(cores)} {unit}; {native.describe().split('(', 1)[-1].rstrip(')')})"
-    fallback = [(path, core.partition(": ")[2] or "not taken") for path, core in cores if core != "native"]
-    return f"core: native ({n_native} of {len(cores)} {unit})" + "".join(
-        f"; {path} read by the Python path: {why}" for path, why in fallback)
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -435,15 +448,8 @@ def main() -> None:
 @click.option("-o", "--output", required=True, metavar="PATH",
               help="Merged trace: .json, .json.gz (gzip), .json.zst (zstd), .pftrace (Perfetto protobuf; "
                    "also .gz, .zst), or - for stdout.")
-@align_options
-@rank_options
-@click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
-@input_options
-@click.option("--enforce-causality", is_flag=True,
-              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
-                   "constant shift that removes the contradiction (every duration kept); say what is left.")
-@selection_options
-@engine_options
+@merge_options("Overwrite the output if it exists.", " (every duration kept); say what is left.",
+               output_format_option)
 @click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
               help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
                    "output as <output>.report.txt; .json/.csv/.md pick the format.")
@@ -483,50 +489,18 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
     if scheduler:
         # workers on other machines resolve relative paths against their own directory
         files = [os.path.abspath(f) for f in files]
-    runner = make_engine(engine, jobs, scheduler)
-    runner.progress = Progress.for_terminal(quiet=_quiet())
+    runner = merge_engine(engine, jobs, scheduler)
     try:
         job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
-        selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories), overview_us=overview)
+        selection = selection_of(ranks, window, min_duration, drop_categories, overview)
         written = write_trace(job, alignment, output, force, fmt, selection, critical_path)
-        summary = written.summary
         if report_path is not None:
             report_path = write_combine_report(job, alignment, output, report_path, files, comm_kernels)
     finally:
         runner.close()
-    ev = summary["events"]
-    say(f"tracemerge: {len(job.infos)} ranks, {ev['in']} events in, {ev['out']} out "
-               f"({ev['added']} added, {ev['filtered']} filtered{_by(ev.get('filtered_by'))}, "
-               f"{ev['dropped']} dropped{_by(ev.get('dropped_by'))}), "
-               f"aligned by {alignment.method} to rank {alignment.reference} -> {output}"
-               + (f", report -> {report_path}" if report_path is not None else ""), err=True)
-    sides = summary["rpc_sides"]
-    if sides["calls"]:
-        say(f"tracemerge: {sides['calls']} RPCs: {sides['both_sides']} with both sides, {sides['caller_only']} "
-            f"caller only, {sides['callee_only']} callee only", err=True)
-        missing = sides.get("spans_missing") or {}
-        if sum(missing.values()):
-            say(f"tracemerge: warning: {sides['drawn']} RPCs are drawn with both spans and their arrows; "
-                f"{missing['caller']} caller and {missing['callee']} callee spans of the others are not in the "
-                "output (their file's events lack them — a cut file? — or --ranks/--window/--min-duration/"
-                "--drop-category left them out), so those calls have no arrows", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
-    say(f"tracemerge: {core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}",
-        err=True)
-    for line in clock_notes(alignment):
-        say(f"tracemerge: warning: {line}", err=True)
-    for info in job.infos:
-        for w in info.warnings:
-            say(f"tracemerge: warning: {info.path}: {w}", err=True)
-    unaccounted = ev["in"] + ev["added"] - ev["out"] - ev["filtered"] - ev["dropped"]
-    if unaccounted:
-        say(f"tracemerge: warning: {unaccounted} events are not accounted for (in + added != out + "
-                   "filtered + dropped); this is a bug, please report it", err=True)
-    for w in OUTPUT_FORMATS[summary["format"]].warnings(output, summary):
-        say(f"tracemerge: warning: {w}", err=True)
+    say_all(lines.combine_lines(job, alignment, written, output, report_path))
 
 
 @main.command()
@@ -560,22 +534,7 @@ def offsets(files: "tuple[str, ...]", method: str, reference: "int | None", offs
     alignment = job.clock_model()
     render = offsets_json if fmt == "json" else offsets_table
     click.echo(render(alignment, list(job.infos)))
-    for line in clock_notes(alignment):
-        say(f"tracemerge: warning: {line}", err=True)
-    say(f"tracemerge: {causality_line(alignment.causality, alignment.method)}", err=True)
-    heads = [i.path for i in job.infos if i.partial]
-    if heads:
-        say(f"tracemerge: note: {len(heads)} of {len(job.infos)} files were read from their heads "
-                   "(the clock records); their events were not read, so a bad event in them is not found here "
-                   "(`tracemerge info` reads them)", err=True)
-    for i in job.infos:
-        if not i.partial:
-            for w in i.warnings:
-                say(f"tracemerge: warning: {i.path}: {w}", err=True)
-
-
-def _by(reasons: "dict[str, int] | None") -> str:
-    return f" ({', '.join(f'{k}: {v}' for k, v in reasons.items())})" if reasons else ""
+    say_all(lines.offsets_notes(job, alignment))
 
 
 @main.command("open")
@@ -615,7 +574,7 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
     for path in files:
         trace = reports.read_merged(path)
         if trace is not None:
-            merged[path] = merged_lines(path, trace)
+            merged[path] = lines.merged_lines(path, trace)
     rest = [f for f in files if f not in merged]
     job = None
     if rest:
@@ -636,57 +595,8 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
         if i is None or id(i) in shown:
             continue  # left out by --skip-bad (named on stderr), or --cycle; or described already
         shown.add(id(i))
-        span_ms = (i.last_ns - i.first_ns) / 1e6
-        meta = []
-        if i.has_block:
-            meta.append(f"tracemerge ({len(i.rpcs)} rpc records, {len(i.collectives)} collective records)")
-        if i.base_ns is not None:
-            meta.append("baseTimeNanoseconds")
-        if i.rank_source == "distributedInfo":
-            meta.append("distributedInfo")
-        click.echo(f"{i.path}\n  rank {i.rank} (from {i.rank_source}) · worker {i.worker_name} · host {i.hostname}\n"
-                   f"  {i.events} events · {i.threads} threads · span {span_ms:.3f} ms · profiler start from {i.start_source}\n"
-                   f"  metadata: {', '.join(meta) or 'none'}")
-        if i.parts:
-            click.echo(f"  {len(i.parts)} schedule cycles, one process: "
-                       + ", ".join(f"cycle {p.cycle} {p.path} ({p.events} events)" for p in i.parts))
-        for w in i.warnings:
-            click.echo(f"  warning: {w}")
+        click.echo("\n".join(lines.rank_lines(i)))
     sys.stdout.flush()
-
-
-def _sources(entry):
-    """The files a merged trace's input entry came from: its path, or each of its cycle files."""
-    cycles = entry.get("cycles") or []
-    if not cycles:
-        return entry.get("path")
-    return f"{len(cycles)} cycle files: " + ", ".join(str(c.get("path")) for c in cycles)
-
-
-def merged_lines(path, trace):
-    """``info``'s description of a merged trace, from its summary."""
-    block = trace.tracemerge
-    inputs = block.get("inputs") or []
-    clocks = {c.get("rank"): c for c in block.get("alignment") or []}
-    span = trace.time_span()
-    span_ms = (span[1] - span[0]) / 1e6 if span else 0.0
-    events = block.get("events") or {}
-    lines = [f"{path}",
-             f"  merged trace (tracemerge {block.get('version', '?')}) of {len(inputs)} ranks · aligned by "
-             f"{block.get('align', '?')} to rank {block.get('reference', '?')} · {events.get('out', len(trace))} events "
-             f"· span {span_ms:.3f} ms"]
-    for i in inputs:
-        c = clocks.get(i.get("rank"), {})
-        bound = c.get("error_bound_ns")
-        lines.append(f"  rank {i.get('rank')} · worker {i.get('worker_name')} · host {i.get('hostname')} · "
-                     f"{i.get('events')} events · from {_sources(i)} · clock {c.get('method', '?')} offset "
-                     f"{c.get('offset_ns', 0) / 1e3:.1f} µs" + (f" ± {bound / 1e3:.1f} µs" if bound is not None else ""))
-    records = block.get("records")
-    if records is not None:
-        lines.append(f"  records: {sum(len(r.get('rpcs') or []) for r in records)} rpc, "
-                     f"{sum(len(r.get('collectives') or []) for r in records)} collective")
-    lines += [f"  warning: {w}" for w in block.get("warnings") or []]
-    return lines
 
 
 @main.command()
@@ -889,15 +799,7 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
 @click.option("-o", "--output", required=True, metavar="DIR",
               help="Directory of Parquet files to write: events/rank=N/part-K.parquet (one rank per folder), "
                    "rpcs, collectives, clocks, key_averages, rpc_latency, ... .parquet, tracemerge.json.")
-@align_options
-@rank_options
-@click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
-@input_options
-@click.option("--enforce-causality", is_flag=True,
-              help="Move each rank whose exchanges still contradict causality after alignment by the smallest "
-                   "constant shift that removes the contradiction, as combine does.")
-@size_options
-@engine_options
+@merge_options("Replace the output directory if it exists.", ", as combine does.")
 @click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
               help="key_averages: one row per op name over all ranks, or one per name and rank.")
 @click.option("--critical-path", "critical_path", is_flag=True,
@@ -941,19 +843,12 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
     if scheduler:
         files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves
         output = os.path.abspath(output)
-    runner = make_engine(engine, jobs, scheduler)
-    runner.progress = Progress.for_terminal(quiet=_quiet())
+    runner = merge_engine(engine, jobs, scheduler)
     try:
         job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
-        selection = Selection(ranks=ranks, window_ms=window, min_duration_us=min_duration,
-                              drop_categories=frozenset(drop_categories), overview_us=overview)
+        selection = selection_of(ranks, window, min_duration, drop_categories, overview)
         summary = export(job, output, None, selection, force, group_by, critical_path, gpu, comm_kernels)
     finally:
         runner.close()
-    ev = summary["events"]
-    say(f"tracemerge: {len(job.infos)} ranks, {ev['in']} events in, {ev['rows']} rows ({ev['filtered']} filtered), "
-        f"aligned by {summary['align']} to rank {summary['reference']} -> {output}", err=True)
-    for line in clock_notes(job.clock_model()):
-        say(f"tracemerge: warning: {line}", err=True)
-    file_warnings_of(job.infos)
+    say_all(lines.export_lines(job, summary, output))
