@@ -13,7 +13,17 @@ from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 
 from tracemerge.analysis.postmortem import as_dict as postmortem_dict
 from tracemerge.analysis.summary import Analysis, analysis_dict
-from tracemerge.analysis.tables import Table, analysis_sections
+from tracemerge.analysis.tables import (
+    Table,
+    collective_waits,
+    path_totals,
+    path_where,
+    path_windows,
+    rank_waits,
+    rpc_waits,
+    step_ranks,
+    stragglers_table,
+)
 from tracemerge.errors import TracemergeError
 from tracemerge.report.build import Report, postmortem_view, row_dict, row_fields, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, rpc_rows
@@ -122,13 +132,30 @@ def _has_analysis(report: Report) -> bool:
     return report.analysis is not None
 
 
-def _analysis_tables(prefix: str) -> Callable[[Report, int], Titled]:
-    """The analyses' tables whose titles start with ``prefix``."""
-    def tables(report: Report, row_limit: int) -> Titled:
-        if report.analysis is None:
-            return []
-        return [(t, table) for t, table in analysis_sections(report.analysis, row_limit) if t.startswith(prefix)]
-    return tables
+def _critical_path_tables(report: Report, row_limit: int) -> Titled:
+    windows = report.analysis.critical_path if report.analysis is not None else []
+    if not windows:
+        return []
+    return [("Critical path by rank and kind", path_totals(windows)),
+            ("Critical path: where the time went", path_where(windows, row_limit)),
+            ("Critical path per window", path_windows(windows, row_limit))]
+
+
+def _wait_tables(report: Report, row_limit: int) -> Titled:
+    waits = report.analysis.waits if report.analysis is not None else None
+    if waits is None:
+        return []
+    return [(title, table(waits)) for title, table, rows in (
+        ("Wait states: RPC", rpc_waits, waits.rpc), ("Wait states: collectives", collective_waits, waits.collectives),
+        ("Wait states per rank", rank_waits, waits.by_rank)) if rows]
+
+
+def _step_tables(report: Report, row_limit: int) -> Titled:
+    steps = report.analysis.steps if report.analysis is not None else None
+    if steps is None or not steps.steps:
+        return []
+    return [("Step times per rank", step_ranks(steps))] + (
+        [("Stragglers", stragglers_table(steps))] if steps.stragglers else [])
 
 
 def _analysis_keys(*keys: str) -> Callable[[Report, str, int], Dict[str, Any]]:
@@ -148,7 +175,7 @@ def _critical_path_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Se
 
 
 CRITICAL_PATH = Section(
-    "critical_path", "Critical path", _has_analysis, _analysis_tables("Critical path"),
+    "critical_path", "Critical path", _has_analysis, _critical_path_tables,
     _analysis_keys("critical_path", "critical_path_totals"),
     (("critical_path", _critical_path_csv),))
 
@@ -160,7 +187,7 @@ def _waits(report: Report, section: str) -> Any:
 
 
 WAITS = Section(
-    "waits", "Wait states", _has_analysis, _analysis_tables("Wait states"),
+    "waits", "Wait states", _has_analysis, _wait_tables,
     _analysis_keys("wait_states"),
     (("rpc_waits", lambda r, sort_by, limit: (
         ("name", "caller", "callee", "calls", "queueing_ns", "queueing_mean_ns", "callee_idle_ns",
@@ -193,7 +220,7 @@ def _stragglers_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Seque
 
 STRAGGLERS = Section(
     "stragglers", "Step times", _has_analysis,
-    lambda r, limit: _analysis_tables("Step times")(r, limit) + _analysis_tables("Stragglers")(r, limit),
+    _step_tables,
     _analysis_keys("stragglers"),
     (("step_times", _step_times_csv), ("stragglers", _stragglers_csv)))
 
