@@ -54,9 +54,9 @@ class Section:
     ``tables(report, row_limit) -> [(title, (head, body))]``: its tables, cells plain
     values. ``data(report, sort_by, row_limit) -> {key: value}``: its keys in the JSON
     report. ``csv``: the tables it offers ``report --format csv --section NAME``, as
-    ``(NAME, rows)``. ``summary(report)``: lines said before its tables. ``lead``: said
-    before everything else. ``fixed_columns``: the text table lays its tables out in
-    torch's fixed-width columns (else sized to their cells).
+    ``(NAME, rows)``. ``lead``: said before everything else (and the notes).
+    ``fixed_columns``: the text table lays its tables out in torch's fixed-width columns
+    (else sized to their cells). HTML heads the section with ``title``.
     """
 
     name: str
@@ -65,7 +65,6 @@ class Section:
     tables: Callable[[Report, int], Titled] = _none
     data: Callable[[Report, str, int], Dict[str, Any]] = _no_keys
     csv: Tuple[Tuple[str, CsvRows], ...] = ()
-    summary: Callable[[Report], List[str]] = lambda report: []
     lead: bool = False
     fixed_columns: bool = False
 
@@ -247,7 +246,7 @@ POSTMORTEM = Section(
     # a failed job's only, so the reports of others stay as they were
     lambda r, sort_by, limit: {"postmortem": postmortem_dict(r.postmortem)} if r.postmortem else {},
     (("postmortem", _postmortem_csv),),
-    summary=lambda r: postmortem_view(r)[0], lead=True)
+    lead=True)
 
 
 # Every section, in the order the formats show them (``lead`` ones first) and JSON holds
