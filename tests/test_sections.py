@@ -12,6 +12,7 @@ import textwrap
 import orjson
 import pytest
 
+from tracemerge.errors import TracemergeError
 from tracemerge.job import Job
 from tracemerge.report import sections
 from tracemerge.report.build import build_report
@@ -116,5 +117,5 @@ def test_without_its_registry_line_no_format_has_it(toy_report):
     report, _ = toy_report
     for fmt in ("table", "markdown", "html", "json"):
         assert "self_cpu_per_rank" not in render(report, fmt) and "Self CPU per rank" not in render(report, fmt)
-    with pytest.raises(Exception, match="--section 'self_cpu_per_rank'"):
+    with pytest.raises(TracemergeError, match="--section 'self_cpu_per_rank'"):
         render(report, "csv", section="self_cpu_per_rank")
