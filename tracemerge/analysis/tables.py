@@ -1,11 +1,10 @@
-"""The analyses as titled tables (head, body of plain values), which every report format
-lays out its own way: the text table, Markdown, HTML, and one CSV per ``--section``."""
+"""The analyses as tables (head, body of plain values), which every report format lays out
+its own way; the report's sections (``report/sections.py``) title them."""
 
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from tracemerge.analysis.critical_path import IDLE, KINDS, Window, totals
 from tracemerge.analysis.stragglers import StepTimes
-from tracemerge.analysis.summary import Analysis
 from tracemerge.analysis.waits import WaitStates
 
 # (head, body): a titled table's column names and rows of plain values
@@ -129,27 +128,6 @@ def stragglers_table(steps: StepTimes) -> Table:
 def _median(values: Sequence[float]) -> float:
     n = len(values)
     return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-
-
-def analysis_sections(analysis: Analysis, limit: int = 0) -> List[Tuple[str, Table]]:
-    """[(title, (head, body))] of a report's analyses (:class:`Analysis`), the empty ones left out."""
-    out: List[Tuple[str, Table]] = []
-    if analysis.critical_path:
-        out += [("Critical path by rank and kind", path_totals(analysis.critical_path)),
-                ("Critical path: where the time went", path_where(analysis.critical_path, limit)),
-                ("Critical path per window", path_windows(analysis.critical_path, limit))]
-    if analysis.waits is not None:
-        if analysis.waits.rpc:
-            out.append(("Wait states: RPC", rpc_waits(analysis.waits)))
-        if analysis.waits.collectives:
-            out.append(("Wait states: collectives", collective_waits(analysis.waits)))
-        if analysis.waits.by_rank:
-            out.append(("Wait states per rank", rank_waits(analysis.waits)))
-    if analysis.steps is not None and analysis.steps.steps:
-        out.append(("Step times per rank", step_ranks(analysis.steps)))
-        if analysis.steps.stragglers:
-            out.append(("Stragglers", stragglers_table(analysis.steps)))
-    return out
 
 
 def diff_table(diff: Diff, limit: int = 0) -> Table:

@@ -6,17 +6,16 @@ table like torch's ``key_averages().table()`` (with a Node ID column), CSV, JSON
 or an HTML page.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
 from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.analysis.postmortem import PostMortem, postmortem
-from tracemerge.analysis.postmortem import as_dict as postmortem_dict
 from tracemerge.analysis.postmortem import sections as postmortem_tables
 from tracemerge.analysis.postmortem import summary as postmortem_summary
-from tracemerge.analysis.summary import Analysis, analyse, analysis_dict
+from tracemerge.analysis.summary import Analysis, analyse
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import Correlation, correlate
@@ -311,26 +310,6 @@ def row_fields(rows: List[KeyAverage]) -> Tuple[str, ...]:
 
 def row_dict(r: KeyAverage, fields: tuple = ROW_FIELDS) -> dict:
     return {f: getattr(r, f) for f in fields}
-
-def report_dict(report: Report, sort_by: str = "cpu_time_total", row_limit: int = 0) -> Dict[str, Any]:
-    return {
-        "key_averages": [row_dict(r, row_fields(report.key_averages))
-                         for r in sorted_rows(report.key_averages, sort_by, row_limit)],
-        "group_by": report.group_by,
-        "ranks": report.ranks,
-        "reference": report.reference,
-        "align": report.align,
-        "alignment": report.clocks,
-        "rpc": asdict(report.rpc) if report.rpc is not None else None,
-        "collectives": [asdict(c) for c in report.collectives],
-        "notes": report.notes,
-        # GPU traces only, so CPU-only reports stay as they were
-        **({"gpu": [{**asdict(g), "overlap_share": g.overlap_share} for g in report.gpu]} if report.gpu else {}),
-        **(analysis_dict(report.analysis) if report.analysis is not None else {}),
-        # a failed job's only, so the reports of others stay as they were
-        **({"postmortem": postmortem_dict(report.postmortem)} if report.postmortem else {}),
-    }
-
 
 def postmortem_view(report: Report) -> Tuple[List[str], List[Tuple[str, Tuple[List[str], List[List[Any]]]]]]:
     """(summary lines, titled tables) of the post-mortem, times in ms from the report's

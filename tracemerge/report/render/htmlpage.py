@@ -14,14 +14,13 @@ from html import escape
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tracemerge.analysis.critical_path import KINDS, UNTRACED, Window
-from tracemerge.analysis.summary import Analysis
-from tracemerge.analysis.tables import analysis_sections, diff_table
+from tracemerge.analysis.tables import diff_table
 from tracemerge.report.build import Report, postmortem_view, sorted_rows
-from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.cells import callee_rows, key_footer, key_rows, rpc_rows
 from tracemerge.report.diff import Diff
-from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.render.base import ReportFormat
 from tracemerge.report.rpcstats import RpcKeyStats
+from tracemerge.report.sections import CRITICAL_PATH, Section, shown
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}td.num,th.num{text-align:right}td.name,th.name{text-align:left}
@@ -235,14 +234,16 @@ def _path(windows: List[Window], t0_ns: int, width: int = 840) -> str:
     return f"<p>{legend}{more}; hover a segment for its name.</p>" + scale + "".join(out)
 
 
-def _analysis(analysis: Analysis, row_limit: int, t0_ns: Optional[int]) -> str:
-    windows = analysis.critical_path
+def _critical_path(report: Report, sort_by: str, row_limit: int) -> str:
+    assert report.analysis is not None  # the section is present with the analyses only
+    windows = report.analysis.critical_path
+    t0_ns = report.timeline.get("start_ns")
     start = t0_ns if t0_ns is not None else min((w.start_ns for w in windows), default=0)
     parts = ["<h2>Critical path</h2>"]
     if any(seg.name == UNTRACED for w in windows for seg in w.segments):
         parts.append(f'<p class="note untraced">{escape(UNTRACED_NOTE)}</p>')
     parts.append(_path(windows, start))
-    for title, table in analysis_sections(analysis, row_limit):
+    for title, table in CRITICAL_PATH.tables(report, row_limit):
         parts.append(f"<h3>{escape(title)}</h3>" + _table(*table))
     return "".join(parts)
 
@@ -270,34 +271,68 @@ def render_diff_html(diff: Diff, row_limit: int = 100) -> str:
 
 
 def render_html(report: Report, sort_by: str = "cpu_time_total", row_limit: int = 100) -> str:
-    rows = sorted_rows(report.key_averages, sort_by, row_limit)
+    sections = shown(report)
+    lead = [s for s in sections if s.lead]
+    # the page ends with the key averages, its longest table, after the plots
+    rest = sorted((s for s in sections if not s.lead), key=lambda s: s.name == "key_averages")
     body = ["<h1>tracemerge report</h1>"]
-    found, tables = postmortem_view(report)  # a failed job: said first
-    if found:
-        body.append('<h2 id="postmortem">Post-mortem</h2><ul>' + "".join(f"<li>{escape(x)}</li>" for x in found)
-                    + "</ul>" + "".join(f"<h3>{escape(t)}</h3>" + _table(*table) for t, table in tables))
+    body += [_section(s, report, sort_by, row_limit) for s in lead]
     body += [f'<p class="hint">{escape(n)}</p>' for n in report.notes]
-    clocks = report.clocks
-    body.append(f"<h2>Clocks</h2><p>Aligned by <b>{escape(report.align)}</b> to rank {report.reference}. "
-                "Offset = the rank's clock minus the reference's, with its error bound when known.</p>")
-    body.append(_bars([f"rank {c['rank']} offset" for c in clocks], [c["offset_ns"] / 1000 for c in clocks], "µs",
-                      errors=[(c.get("error_bound_ns") or 0) / 1000 for c in clocks]))
-    body.append(_bars([f"rank {c['rank']} drift" for c in clocks], [c["drift_ppm"] for c in clocks], "ppm"))
-    if report.rpc is not None:
-        body.append("<h2>RPC latency</h2>" + _latency(report.rpc.keys))
-        body.append(_table(*rpc_rows(report.rpc)) + "<h3>Callees</h3>" + _table(*callee_rows(report.rpc)))
-    if report.collectives:
-        body.append("<h2>Collectives</h2>" + _table(*collective_rows(report.collectives)))
-    if report.gpu:
-        body.append("<h2>GPU (per rank)</h2>" + _table(*gpu_rows(report.gpu)))
-    body.append("<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks))
-    if report.analysis is not None:
-        body.append(_analysis(report.analysis, row_limit, report.timeline.get("start_ns")))
-    head, table, _ = key_rows(rows, report.key_averages)
-    footer = "<br>".join(key_footer(report.key_averages))
-    body.append(f"<h2>Key averages</h2>{_table(head, table)}<p>{footer}</p>")
+    body += [_section(s, report, sort_by, row_limit) for s in rest]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tracemerge report</title>'
             f'<style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
+
+
+def _section(section: Section, report: Report, sort_by: str, row_limit: int) -> str:
+    """A section as this page draws it: by its own hand (plots), else its tables under its title."""
+    own = OWN.get(section.name)
+    if own is not None:
+        return own(report, sort_by, row_limit)
+    tables = section.tables(report, row_limit)
+    if not tables:
+        return ""
+    return f"<h2>{escape(section.title)}</h2>" + "".join(
+        ("" if title == section.title else f"<h3>{escape(title)}</h3>") + _table(*table) for title, table in tables)
+
+
+def _postmortem(report: Report, sort_by: str, row_limit: int) -> str:
+    found, tables = postmortem_view(report)  # a failed job: said first
+    if not found:
+        return ""
+    return ('<h2 id="postmortem">Post-mortem</h2><ul>' + "".join(f"<li>{escape(x)}</li>" for x in found)
+            + "</ul>" + "".join(f"<h3>{escape(t)}</h3>" + _table(*table) for t, table in tables))
+
+
+def _clocks(report: Report, sort_by: str, row_limit: int) -> str:
+    clocks = report.clocks
+    return (f"<h2>Clocks</h2><p>Aligned by <b>{escape(report.align)}</b> to rank {report.reference}. "
+            "Offset = the rank's clock minus the reference's, with its error bound when known.</p>"
+            + _bars([f"rank {c['rank']} offset" for c in clocks], [c["offset_ns"] / 1000 for c in clocks], "µs",
+                    errors=[(c.get("error_bound_ns") or 0) / 1000 for c in clocks])
+            + _bars([f"rank {c['rank']} drift" for c in clocks], [c["drift_ppm"] for c in clocks], "ppm"))
+
+
+def _rpc(report: Report, sort_by: str, row_limit: int) -> str:
+    assert report.rpc is not None  # the section is present with RPC records only
+    return ("<h2>RPC latency</h2>" + _latency(report.rpc.keys)
+            + _table(*rpc_rows(report.rpc)) + "<h3>Callees</h3>" + _table(*callee_rows(report.rpc)))
+
+
+def _busy_timeline(report: Report, sort_by: str, row_limit: int) -> str:
+    return "<h2>Busy timeline</h2>" + _timeline(report.timeline, report.ranks)
+
+
+def _key_averages(report: Report, sort_by: str, row_limit: int) -> str:
+    head, table, _ = key_rows(sorted_rows(report.key_averages, sort_by, row_limit), report.key_averages)
+    footer = "<br>".join(key_footer(report.key_averages))
+    return f"<h2>Key averages</h2>{_table(head, table)}<p>{footer}</p>"
+
+
+# the sections this page draws by its own hand (plots, torch's key averages); the others
+# are their titled tables
+OWN: Dict[str, Callable[[Report, str, int], str]] = {
+    "postmortem": _postmortem, "clocks": _clocks, "rpc": _rpc, "timeline": _busy_timeline,
+    "critical_path": _critical_path, "key_averages": _key_averages}
 
 
 FORMAT = ReportFormat("html", render_html, (), option="--html", render_diff=render_diff_html)

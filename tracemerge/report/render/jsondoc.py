@@ -1,12 +1,13 @@
-"""JSON: the whole report (:func:`~tracemerge.report.build.report_dict`)."""
+"""JSON: the whole report (:func:`~tracemerge.report.sections.report_dict`: every section's keys)."""
 
 from dataclasses import asdict
 
 import orjson
 
-from tracemerge.report.build import Report, report_dict
+from tracemerge.report.build import Report
 from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
+from tracemerge.report.sections import report_dict
 
 
 def render_json(report: Report, sort_by: str, row_limit: int) -> str:

@@ -1,15 +1,15 @@
-"""The text table: torch's ``key_averages().table()`` with a Node ID column, then the RPC
-and collective sections."""
+"""The text table: torch's ``key_averages().table()`` with a Node ID column, then the other
+sections (:data:`~tracemerge.report.sections.SECTIONS`) as titled tables."""
 
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence
 
-from tracemerge.analysis.tables import Table, analysis_sections, diff_table
+from tracemerge.analysis.tables import diff_table
 from tracemerge.report.build import Report, postmortem_view, sorted_rows
-from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
+from tracemerge.report.cells import key_footer, key_rows
 from tracemerge.report.diff import Diff
-from tracemerge.report.gpu import gpu_rows
 from tracemerge.report.keyavg import KeyAverage
 from tracemerge.report.render.base import ReportFormat
+from tracemerge.report.sections import Section, shown
 
 
 def _fixed_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], first_width: int) -> List[str]:
@@ -61,26 +61,41 @@ def key_table(rows: List[KeyAverage], all_rows: List[KeyAverage], width: int = 5
 
 
 def render_table(report: Report, sort_by: str, row_limit: int) -> str:
+    lines: List[str] = []
+    for section in shown(report):
+        own = OWN.get(section.name)
+        lines += own(report, sort_by, row_limit) if own else _section(section, report, row_limit)
+    lines += [f"hint: {n}" if "thread-limited" in n else f"note: {n}" for n in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _section(section: Section, report: Report, row_limit: int) -> List[str]:
+    """A section's tables, each under its title: torch's fixed columns (the first sized to
+    its names) or columns sized to their cells."""
+    lines: List[str] = []
+    for title, (head, body) in section.tables(report, row_limit):
+        if section.fixed_columns:
+            first = max([len(str(r[0])) for r in body] + [len(head[0])]) + 2
+            lines += ["", title] + _fixed_table(head, body, first)
+        else:
+            lines += ["", title] + _aligned(head, body)
+    return lines
+
+
+def _postmortem(report: Report, sort_by: str, row_limit: int) -> List[str]:
     found, tables = postmortem_view(report)  # a failed job: said first
     lines = [f"post-mortem: {line}" for line in found]
     for title, (head, body) in tables:
         lines += [title] + _aligned(head, body) + [""]
-    lines += key_table(sorted_rows(report.key_averages, sort_by, row_limit), report.key_averages)
-    sections: List[Tuple[str, Table]] = []
-    if report.rpc is not None:
-        sections += [("RPC latency", rpc_rows(report.rpc)), ("RPC callees", callee_rows(report.rpc))]
-    if report.collectives:
-        sections.append(("Collectives", collective_rows(report.collectives)))
-    if report.gpu:
-        sections.append(("GPU (per rank)", gpu_rows(report.gpu)))
-    for title, (head, body) in sections:
-        first = max([len(str(r[0])) for r in body] + [len(head[0])]) + 2
-        lines += ["", title] + _fixed_table(head, body, first)
-    if report.analysis is not None:
-        for title, (head, body) in analysis_sections(report.analysis, row_limit):
-            lines += ["", title] + _aligned(head, body)
-    lines += [f"hint: {n}" if "thread-limited" in n else f"note: {n}" for n in report.notes]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _key_averages(report: Report, sort_by: str, row_limit: int) -> List[str]:
+    return key_table(sorted_rows(report.key_averages, sort_by, row_limit), report.key_averages)
+
+
+# the sections this format lays out its own way; the others are their titled tables
+OWN: Dict[str, Callable[[Report, str, int], List[str]]] = {"postmortem": _postmortem, "key_averages": _key_averages}
 
 
 def _aligned(head: List[str], body: List[List[Any]]) -> List[str]:
