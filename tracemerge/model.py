@@ -195,6 +195,9 @@ class RankTrace:
     extra: Extra                    # the event's other keys per event (a plain list is wrapped)
     warnings: list[str] = field(default_factory=list)
     truncated: bool = False         # read up to the last complete event of a cut file
+    # which core read it where the compiled core did not ('python: <why>'), kept with the
+    # events so that a rank a worker holds says why, as one read again does
+    read_by: Optional[str] = None
     # the typed reader's event structs, which the transform patches into output events
     # (``inputs.chrome._Event``); None for the generic reader
     events: Optional[list] = None

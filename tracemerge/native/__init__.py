@@ -136,23 +136,28 @@ def read_rank(path: str, columns_only: bool = False) -> tuple[RankTrace, str]:
     from tracemerge.inputs.chrome import read_columns
 
     if reader_for(path).name != READS:  # its own reader (read_columns is the chrome reader's)
-        return read_all(path), "python: another input format"
+        return _read_by(read_all(path), "python: another input format")
     read_trace = read_columns if columns_only else read_all
 
     if active() != "native":
-        return read_trace(path), "python"
+        return _read_by(read_trace(path), "python")
     data: bytes | mmap.mmap | None = _mapped(path)
     cut = ""
     if data is None:
         data, cut = read_data(path)
     if cut:
         del data
-        return read_trace(path), "python: the compressed stream ends early"
+        return _read_by(read_trace(path), "python: the compressed stream ends early")
     trace = read(path, data)
     if isinstance(trace, str):
         del data
-        return read_trace(path), f"python: {trace}"
+        return _read_by(read_trace(path), f"python: {trace}")
     return trace, "native"
+
+
+def _read_by(trace: RankTrace, core: str) -> tuple[RankTrace, str]:
+    trace.read_by = core
+    return trace, core
 
 
 def _mapped(path: str) -> mmap.mmap | None:
@@ -172,7 +177,7 @@ def _mapped(path: str) -> mmap.mmap | None:
 
 def core_of(trace: RankTrace) -> str:
     """"native" for a trace the core read (and will write), else "python"."""
-    return "native" if getattr(trace, "scan", None) is not None else "python"
+    return "native" if getattr(trace, "scan", None) is not None else (trace.read_by or "python")
 
 
 def read_file(path: str, columns_only: bool = False) -> RankTrace:
