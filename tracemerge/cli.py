@@ -845,7 +845,9 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
         output = os.path.abspath(output)
     runner = merge_engine(engine, jobs, scheduler)
     try:
-        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
+        # columns only, as a rank read again by the per-rank pass is (tables/parts.py): a rank
+        # held since Job.open gives the same tables
+        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle, columns_only=True,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         selection = selection_of(ranks, window, min_duration, drop_categories, overview)
         summary = export(job, output, None, selection, force, group_by, critical_path, gpu, comm_kernels)

@@ -68,7 +68,7 @@ def load(paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[
     the merged trace's events. ``critical_path``, ``gpu``: find the cross-rank critical path
     and each rank's GPU time too (from the same read of each rank). Every rank's events are held in memory: for a job
     larger than memory, ``tracemerge export`` writes them rank by rank to Parquet."""
-    job = Job.open(paths, rank_from, engine=engine, skip_bad=skip_bad, strict=strict, cycle=cycle,
+    job = Job.open(paths, rank_from, engine=engine, skip_bad=skip_bad, strict=strict, cycle=cycle, columns_only=True,
                    align=AlignRequest(align, reference, dict(offsets or {}), enforce_causality))
     selection = Selection(ranks=None if ranks is None else frozenset(ranks), window_ms=window_ms,
                           min_duration_us=min_duration_us, drop_categories=frozenset(drop_categories),
