@@ -11,7 +11,6 @@ quadratic. The target (docs/performance.md, "Hostile shapes"): every ratio near 
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -19,23 +18,13 @@ import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)  # the repository root: tests/support
+
+from tests.support.gen_shapes import write_shape  # noqa: E402
 
 RUNS = {"combine .json": ["combine", "-o", "{out}.json", "--force"],
         "combine .pftrace": ["combine", "-o", "{out}.pftrace", "--force"],
         "report": ["report"]}
-
-
-def write_shape(path, kind, n):
-    if kind == "open":
-        spans = [(i, n + 10) for i in range(n)]
-    elif kind == "same":
-        spans = [(100, 50)] * n
-    else:
-        spans = [(i, 2 * (n - i) + 1) for i in range(n)]
-    events = [{"ph": "X", "name": "s" if kind == "same" else f"s{i % 7}", "cat": "cpu_op", "ts": ts, "dur": dur,
-               "pid": 1, "tid": 1} for i, (ts, dur) in enumerate(spans)]
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events}, f)
 
 
 def timed(args, env):

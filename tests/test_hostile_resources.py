@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.gen_shapes import write_shape
 from support.pftrace import read_pftrace
 
 from tracemerge.cli import main
@@ -199,28 +200,13 @@ def test_item11_nearest_ancestor_is_the_climb(tree):
     assert nearest_ancestor(parent, stop).tolist() == eff.tolist()
 
 
-def shape(path, kind, n):
-    """The shapes of item 11, on one thread: ``open`` (all open at once, none nesting),
-    ``same`` (identical spans), ``nested`` (perfectly nested)."""
-    if kind == "open":
-        spans = [(i, n + 10) for i in range(n)]
-    elif kind == "same":
-        spans = [(100, 50)] * n
-    else:
-        spans = [(i, 2 * (n - i) + 1) for i in range(n)]
-    events = [{"ph": "X", "name": "s" if kind == "same" else f"s{i % 7}", "cat": "cpu_op", "ts": ts, "dur": dur,
-               "pid": 1, "tid": 1} for i, (ts, dur) in enumerate(spans)]
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events}, f)
-
-
 @pytest.mark.parametrize("kind,command", [("open", ["combine", "-o", "{out}.json"]), ("same", ["report"])])
 def test_item11_hang_guard(tmp_path, kind, command):
     """100k spans of the shapes of item 11: quadratic, they took minutes (combine 20k
     crossing spans: 42 s; report 40k identical spans: 12.6 s); seconds now. A generous
     limit: a hang guard, not a timing (benchmarks/hostile_shapes.py times them)."""
     src = str(tmp_path / "t.json")
-    shape(src, kind, 100_000)
+    write_shape(src, kind, 100_000)
     args = [a.replace("{out}", str(tmp_path / "out")) for a in command]
     p = subprocess.run([sys.executable, "-m", "tracemerge", args[0], src] + args[1:], capture_output=True, text=True,
                        timeout=60, env=ENV)
