@@ -61,6 +61,18 @@ def _by_rank(files):
     return {r: [f for f in files if os.path.basename(f).startswith(f"rank{r}.")] for r in (0, 1)}
 
 
+def _recorded_ids(files):
+    """The RPC ids each side's cycles recorded, read from the input files: the caller's
+    calls, and the calls the callee served in its own windows (its pace, not the
+    caller's, sets which; a call served in a callee window outside every caller window
+    is one only the callee saw)."""
+    ids = {"caller": set(), "callee": set()}
+    for f in files:
+        for r in load_output(f)["tracemerge"]["rpcs"]:
+            ids[r["role"]].add(r["rpc_id"])
+    return ids
+
+
 def _ops(doc):
     """The complete events of an input or output document."""
     return [e for e in doc["traceEvents"] if e.get("ph") == "X"]
@@ -95,9 +107,13 @@ def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_pat
                        e["dur"]) for d in inputs[r] for e in _ops(d))
         got = sorted((e["name"], e["ts"], e["dur"]) for e in _ops(doc) if e["pid"] in pids)
         assert got == want
-    # the RPCs of every cycle are joined, with both sides
-    assert summary["rpc_sides"] == {"calls": 2 * CYCLES, "both_sides": 2 * CYCLES, "caller_only": 0,
-                                    "callee_only": 0, "drawn": 2 * CYCLES,
+    # the RPCs of every cycle are joined, with both sides (the callee's side of each call
+    # the caller recorded is fetched at the caller's cycle end)
+    ids = _recorded_ids(cycle_files)
+    assert len(ids["caller"]) == 2 * CYCLES
+    assert summary["rpc_sides"] == {"calls": len(ids["caller"] | ids["callee"]), "both_sides": 2 * CYCLES,
+                                    "caller_only": 0, "callee_only": len(ids["callee"] - ids["caller"]),
+                                    "drawn": 2 * CYCLES,
                                     "spans_missing": {"caller": 0, "callee": 0}}, (summary["rpc_sides"], res.stderr)
     flows = [e for e in doc["traceEvents"] if e.get("ph") in ("s", "f") and e.get("cat") == "rpc"]
     assert len(flows) == 4 * 2 * CYCLES  # request and response, two halves each, per call
@@ -145,7 +161,9 @@ def test_info_report_and_offsets_take_the_cycles_together(cycle_files):
     got = {row["node_id"]: row["count"] for row in rep["key_averages"] if row["key"] == "aten::add"}
     assert got == {r: n for r, n in adds.items() if n}, (got, adds)
     [calls] = rep["rpc"]["keys"]
-    assert (calls["count"], calls["complete"], calls["caller"], calls["callee"]) == (2 * CYCLES, 2 * CYCLES, 0, 1)
+    ids = _recorded_ids(cycle_files)
+    assert (calls["count"], calls["complete"], calls["caller"], calls["callee"]) == (
+        len(ids["caller"] | ids["callee"]), 2 * CYCLES, 0, 1)
 
 
 def test_order_numbering_keeps_cycle_files_apart(cycle_files, tmp_path):
