@@ -36,12 +36,34 @@ def probe(*args, env=None):
     return json.loads(r.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+# the registries behind combine's and export's choices and option help (--align, --format,
+# --group-by, --sort-by): their names and summaries, none of what they name (tracemerge.registry)
+REGISTRIES = ("tracemerge.clocks", "tracemerge.formats", "tracemerge.report")
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["combine", "--help"], ["export", "--help"]])
 def test_version_and_help_import_nothing_heavy(args):
     result = probe(*args)
     assert result["code"] in (0, None)
-    loaded = [m for m in result["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert "Usage:" in result["out"] or "version" in result["out"]
+    loaded = [m for m in result["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)
+              and m not in REGISTRIES]
     assert loaded == []
+
+
+def test_the_registries_name_what_they_import():
+    """Each lazily imported registry entry is what its name says: a format's ``FORMAT.name``
+    is its key, a method's function runs, and every entry shows in the help."""
+    from click.testing import CliRunner
+
+    from tracemerge.cli import main
+    from tracemerge.clocks import METHODS
+    from tracemerge.formats import DEFAULT, FORMATS
+    assert [f.name for f in FORMATS.values()] == list(FORMATS) and DEFAULT in FORMATS
+    assert all(callable(m.align.resolve()) and m.align.resolve().__name__.startswith("align_") for m in METHODS.values())
+    shown = " ".join(CliRunner().invoke(main, ["combine", "--help"], terminal_width=1000).output.split())
+    assert "--format [" + "|".join(FORMATS) + "]" in shown
+    assert all(f"{m.name} = {m.summary}" in shown for m in METHODS.values())
 
 
 @pytest.mark.parametrize("env", [{}, {"TRACEMERGE_CORE": "python"}, {"TRACEMERGE_KERNEL": "python"}])

@@ -33,7 +33,7 @@ from tracemerge.place import OVERVIEW_US  # a constant of the package's light __
 if TYPE_CHECKING:
     from tracemerge import serve as serving
     from tracemerge import summary_lines as lines
-    from tracemerge.clocks.methods import METHODS
+    from tracemerge.clocks import METHODS
     from tracemerge.clocks.text import offsets_json, offsets_table
     from tracemerge.compose import write as write_trace
     from tracemerge.engine import LocalEngine, make_engine
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from tracemerge.output import check_output
     from tracemerge.place.selection import Selection, parse_ranks, parse_window
     from tracemerge.progress import Progress
+    from tracemerge.report import GROUP_BY, SORT_KEYS
     from tracemerge.report import build as reports
     from tracemerge.report.diff import diff_reports
     from tracemerge.report.render import FORMATS as REPORT_FORMATS
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 else:
     serving = Deferred("tracemerge.serve")
     lines = Deferred("tracemerge.summary_lines")
-    METHODS = Deferred("tracemerge.clocks.methods", "METHODS")
+    METHODS = Deferred("tracemerge.clocks", "METHODS")
     offsets_json = Deferred("tracemerge.clocks.text", "offsets_json")
     offsets_table = Deferred("tracemerge.clocks.text", "offsets_table")
     LocalEngine = Deferred("tracemerge.engine", "LocalEngine")
@@ -67,6 +68,8 @@ else:
     parse_ranks = Deferred("tracemerge.place.selection", "parse_ranks")
     parse_window = Deferred("tracemerge.place.selection", "parse_window")
     Progress = Deferred("tracemerge.progress", "Progress")
+    GROUP_BY = Deferred("tracemerge.report", "GROUP_BY")
+    SORT_KEYS = Deferred("tracemerge.report", "SORT_KEYS")
     reports = Deferred("tracemerge.report.build")
     diff_reports = Deferred("tracemerge.report.diff", "diff_reports")
     REPORT_FORMATS = Deferred("tracemerge.report.render", "FORMATS")
@@ -602,9 +605,9 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
 @main.command()
 @quiet_option
 @files_argument
-@click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
+@click.option("--group-by", type=RegistryChoice(lambda: GROUP_BY), default="name", show_default=True,
               help="name: one row per op name over all ranks (Node ID -1 when several); name,rank: one row per rank.")
-@click.option("--sort-by", type=RegistryChoice(lambda: reports.SORT_KEYS), default="cpu_time_total", show_default=True,
+@click.option("--sort-by", type=RegistryChoice(lambda: SORT_KEYS), default="cpu_time_total", show_default=True,
               help="Key-averages order: times and counts descending, key ascending.")
 @click.option("--row-limit", type=click.IntRange(min=0), default=100, show_default=True, help="Key-average rows shown; 0 for all.")
 @click.option("--format", "fmt", type=RegistryChoice(lambda: REPORT_FORMATS), default="table", show_default=True)
@@ -800,7 +803,7 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
               help="Directory of Parquet files to write: events/rank=N/part-K.parquet (one rank per folder), "
                    "rpcs, collectives, clocks, key_averages, rpc_latency, ... .parquet, tracemerge.json.")
 @merge_options("Replace the output directory if it exists.", ", as combine does.")
-@click.option("--group-by", type=RegistryChoice(lambda: reports.GROUP_BY), default="name", show_default=True,
+@click.option("--group-by", type=RegistryChoice(lambda: GROUP_BY), default="name", show_default=True,
               help="key_averages: one row per op name over all ranks, or one per name and rank.")
 @click.option("--critical-path", "critical_path", is_flag=True,
               help="Also find the cross-rank critical path (the critical_path table), from the same read of each rank.")

@@ -7,50 +7,17 @@ command first calls it, reads an attribute, indexes or iterates it), its registr
 choices as :class:`RegistryChoice` (read when an argument is checked or the help shown),
 and an option whose help or default comes from a registry as :class:`RegistryOption`.
 Nothing is cached here: after the first use the import system's own module table answers.
+The registries behind those choices name their entries without importing them
+(:mod:`tracemerge.registry`), so showing a command's help loads none of its work.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import click
 
-
-class Deferred:
-    """``module`` (or its attribute ``name``), imported on first use."""
-
-    __slots__ = ("_module", "_name")
-
-    def __init__(self, module: str, name: str | None = None) -> None:
-        self._module, self._name = module, name
-
-    def resolve(self) -> Any:
-        module = importlib.import_module(self._module)
-        return module if self._name is None else getattr(module, self._name)
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr in Deferred.__slots__:  # not set yet (copy, pickle): not the target's
-            raise AttributeError(attr)
-        return getattr(self.resolve(), attr)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.resolve()(*args, **kwargs)
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.resolve()[key]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.resolve())
-
-    def __len__(self) -> int:
-        return len(self.resolve())
-
-    def __contains__(self, item: Any) -> bool:
-        return item in self.resolve()
-
-    def __repr__(self) -> str:
-        return f"Deferred({self._module!r}{', ' + repr(self._name) if self._name else ''})"
+from tracemerge.registry import Deferred as Deferred  # cli.py's name for it; it needs no click
 
 
 class RegistryChoice(click.Choice):

@@ -1,31 +1,24 @@
 """Clock alignment: one :class:`~tracemerge.clocks.clock.ClockModel` per rank, from RankInfo only.
 
 Each method is a function ``(infos_by_rank, reference) -> {rank: ClockModel}`` listed in
-:data:`METHODS` with the line ``--align``'s help gives it; ``combine``, ``offsets`` and
-``report`` look methods up by name and the CLI's choices and help come from the list, so
-a new method is one function and one line there.
+:data:`tracemerge.clocks.METHODS` with the line ``--align``'s help gives it; ``combine``,
+``offsets`` and ``report`` look methods up by name and the CLI's choices and help come from
+the list, so a new method is one function and one line there (naming the function by its
+module: the list is read for ``--help`` without importing this one).
 """
 
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tracemerge.clocks import METHODS  # the registry, read without this module (clocks/__init__.py)
 from tracemerge.clocks.bands import collective_constraints, merge, merge_one_way, p2p_constraints, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.graph import solve
-from tracemerge.clocks.nccl_kernel import align_nccl_kernel, auto_with_kernels, kernel_linked
+from tracemerge.clocks.nccl_kernel import auto_with_kernels, kernel_linked
 from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.errors import TracemergeError, UsageError
-
-
-@dataclass(frozen=True)
-class Method:
-    """One alignment method: ``--align NAME``, its function, and what ``--help`` says of it."""
-
-    name: str
-    align: Callable[[Dict[int, Any], int, Any], Dict[int, ClockModel]]   # (infos by rank, reference, the job's Correlation)
-    summary: str
 
 
 def align_none(infos: Mapping[int, Any], reference: int, links: Optional[Correlation] = None) -> Dict[int, ClockModel]:
@@ -186,18 +179,6 @@ def _remapped(ranks: np.ndarray, rep: Dict[int, int]) -> np.ndarray:
     at = np.minimum(np.searchsorted(known, ranks), max(len(known) - 1, 0))
     hit = known[at] == ranks if len(known) else np.zeros(len(ranks), bool)
     return np.where(hit, heads[at] if len(known) else ranks, ranks)
-
-
-METHODS: Dict[str, Method] = {m.name: m for m in (
-    Method("none", align_none, "timestamps as written"),
-    Method("wall", align_wall, "each file's wall clock"),
-    Method("start", align_start, "profiler starts coincide"),
-    Method("rpc", align_rpc, "NTP-style offsets and drift from matched RPCs"),
-    Method("collective", align_collective, "from matched collectives"),
-    Method("nccl-kernel", align_nccl_kernel, "from the ends of matched collectives' NCCL kernels (GPU completion)"),
-    Method("auto", align_auto, "every exchange the data has, per rank (NCCL kernel ends first), wall clock for "
-                               "ranks with none"),
-)}
 
 
 def align(infos: Sequence[Any], method: str = "wall", reference: Optional[int] = None,

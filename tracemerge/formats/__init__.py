@@ -1,19 +1,21 @@
 """Output formats of ``combine``: one module per format, each defining its ``FORMAT``
 (:class:`~tracemerge.formats.base.Format`), and this registry listing them. A new format
-is one new module and one line in :data:`FORMATS`; ``--format``'s choices and the
-routing of output names by suffix come from here."""
+is one new module and one line in :data:`FORMATS` (its name, where its ``FORMAT`` is);
+``--format``'s choices and the routing of output names by suffix come from here. A format's
+module is imported when it is looked up, so ``--format``'s choices load no writer."""
 
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Optional
 
-from tracemerge.codecs import plain_name
-from tracemerge.formats import chrome, perfetto
-from tracemerge.formats.base import Format
+from tracemerge.registry import Registry
 
-FORMATS: Dict[str, Format] = {f.name: f for f in (
-    chrome.FORMAT,
-    perfetto.FORMAT,
-)}
-DEFAULT = chrome.FORMAT.name    # for outputs no format's suffix names (stdout, trace.txt)
+if TYPE_CHECKING:
+    from tracemerge.formats.base import Format
+
+FORMATS: "Registry[Format]" = Registry({
+    "json": "tracemerge.formats.chrome:FORMAT",
+    "perfetto": "tracemerge.formats.perfetto:FORMAT",
+})
+DEFAULT = "json"    # for outputs no format's suffix names (stdout, trace.txt)
 
 
 def output_format(output: str, fmt: Optional[str] = None) -> str:
@@ -21,5 +23,7 @@ def output_format(output: str, fmt: Optional[str] = None) -> str:
     (a compression suffix aside), else :data:`DEFAULT`."""
     if fmt:
         return fmt
+    from tracemerge.codecs import plain_name  # here: the registry's names need no codec
+
     name = plain_name(output)
     return next((f.name for f in FORMATS.values() if f.suffixes and name.endswith(f.suffixes)), DEFAULT)

@@ -27,16 +27,12 @@ from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.nesting import unfinished
+from tracemerge.report import GROUP_BY, SORT_KEYS  # the CLI's choices, read without this module
 from tracemerge.report.collectives import CollectiveStats, collective_report
 from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import KeyAverage, OpTree, group_rows, has_device_time, key_averages, op_tree
 from tracemerge.report.rpcstats import RpcReport, rpc_report, server_threads
 
-SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "key", "node_id",
-             "device_time_total", "self_device_time_total", "device_time",
-             # torch's sort_by takes "cuda" for "device" (_build_table)
-             "cuda_time_total", "self_cuda_time_total", "cuda_time")
-GROUP_BY = ("name", "name,rank")
 ROW_FIELDS = ("key", "count", "node_id", "cpu_time_total", "self_cpu_time_total", "cpu_time")
 # added to every row (JSON, CSV) when the report has device time, as torch's table adds its columns
 DEVICE_FIELDS = ("device_time_total", "self_device_time_total", "device_time", "device_type")
