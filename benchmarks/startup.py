@@ -31,6 +31,7 @@ one, so the change is a ratio on one machine.
 
 import argparse
 import glob
+import json
 import os
 import re
 import resource
@@ -39,26 +40,32 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_MS = 100.0   # issue 37: the main job's imports; --version and combine --help well under
 TOP_LEVEL = re.compile(r"import time:\s+\d+ \|\s+(\d+) \| (\S+)")   # one space: imported by no other module
-# runs ``python -m MODULE ARGS`` (or ``-c CODE``) with the CPU time of its outermost imports
-# added up, printed last on stderr
+# runs ``python -m MODULE ARGS`` (or ``-c CODE``) with the CPU time of its imports added up per
+# package (each module's own time, its imports' apart), printed last on stderr as JSON
 IMPORT_CPU = """
-import atexit, importlib._bootstrap as bootstrap, os, runpy, sys, time
-find, depth, spent = bootstrap._find_and_load, [0], [0.0]
+import atexit, importlib._bootstrap as bootstrap, json, os, runpy, sys, time
+find, open_, spent = bootstrap._find_and_load, [], {}
+def package(name):
+    top = name.partition(".")[0]
+    return top if top not in sys.stdlib_module_names and not top.startswith("_") else "standard library"
 def timed(name, import_):
-    if depth[0]:
-        return find(name, import_)
-    depth[0], start = 1, time.process_time()
+    open_.append(0.0)
+    start = time.process_time()
     try:
         return find(name, import_)
     finally:
-        spent[0] += time.process_time() - start
-        depth[0] = 0
+        took = time.process_time() - start
+        inner = open_.pop()
+        spent[package(name)] = spent.get(package(name), 0.0) + (took - inner) * 1e3
+        if open_:
+            open_[-1] += took
 bootstrap._find_and_load = timed
-atexit.register(lambda: os.write(2, b"\\nimport-cpu-ms %.3f\\n" % (spent[0] * 1e3)))
+atexit.register(lambda: os.write(2, b"\\nimport-cpu-ms " + json.dumps(spent).encode() + b"\\n"))
 flag, target, *sys.argv[1:] = sys.argv[1:]
 if flag == "-m":
     sys.argv[0] = target
@@ -100,11 +107,12 @@ def wall_cpu_ms(argv: "list[str]", env: "dict[str, str]") -> "tuple[float, float
     return (time.perf_counter() - t0) * 1e3, (_cpu_s() - c0) * 1e3
 
 
-def import_cpu_ms(argv: "list[str]", env: "dict[str, str]") -> float:
-    """CPU ms of the imports the command makes after the interpreter is up."""
+def import_cpu_ms(argv: "list[str]", env: "dict[str, str]") -> "dict[str, float]":
+    """CPU ms of the imports the command makes after the interpreter is up, per package."""
     r = subprocess.run([argv[0], "-c", IMPORT_CPU, *argv[1:]], env=env, cwd=env["PYTHONPATH"].split(os.pathsep)[0],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True, timeout=120)
-    return float(r.stderr.split("import-cpu-ms ")[-1])
+    by_package: "dict[str, float]" = json.loads(r.stderr.split("import-cpu-ms ")[-1])
+    return by_package
 
 
 def imports_ms(argv: "list[str]", env: "dict[str, str]") -> float:
@@ -114,7 +122,7 @@ def imports_ms(argv: "list[str]", env: "dict[str, str]") -> float:
     return sum(int(m.group(1)) for m in map(TOP_LEVEL.match, r.stderr.splitlines()) if m) / 1e3
 
 
-def measure(runs: int, checkouts: "dict[str, str]") -> "dict[tuple[str, str], dict[str, float]]":
+def measure(runs: int, checkouts: "dict[str, str]") -> "dict[tuple[str, str], dict[str, Any]]":
     with tempfile.TemporaryDirectory(prefix="tracemerge-startup-") as work:
         todo = {}
         for version, checkout in checkouts.items():
@@ -124,16 +132,23 @@ def measure(runs: int, checkouts: "dict[str, str]") -> "dict[tuple[str, str], di
                 todo[(version, name)] = (argv, env)
         seen: "dict[tuple[str, str], dict[str, list[float]]]" = {
             key: {"wall": [], "cpu": [], "imports": [], "import_cpu": []} for key in todo}
+        packages: "dict[tuple[str, str], list[dict[str, float]]]" = {key: [] for key in todo}
         for _ in range(runs):
             for key, (argv, env) in todo.items():
                 wall, cpu = wall_cpu_ms(argv, env)
                 seen[key]["wall"].append(wall)
                 seen[key]["cpu"].append(cpu)
                 seen[key]["imports"].append(imports_ms(argv, env))
-                seen[key]["import_cpu"].append(import_cpu_ms(argv, env))
-    return {key: {**{what: statistics.median(values) for what, values in figures.items()},
-                  "import_cpu_min": min(figures["import_cpu"]), "import_cpu_max": max(figures["import_cpu"])}
-            for key, figures in seen.items()}
+                packages[key].append(import_cpu_ms(argv, env))
+                seen[key]["import_cpu"].append(sum(packages[key][-1].values()))
+    figures: "dict[tuple[str, str], dict[str, Any]]" = {}
+    for key, values in seen.items():
+        names = {name for run in packages[key] for name in run}
+        figures[key] = {**{what: statistics.median(v) for what, v in values.items()},
+                        "import_cpu_min": min(values["import_cpu"]), "import_cpu_max": max(values["import_cpu"]),
+                        "packages": {name: statistics.median(run.get(name, 0.0) for run in packages[key])
+                                     for name in names}}
+    return figures
 
 
 def main() -> None:
@@ -156,6 +171,10 @@ def main() -> None:
         floor = figures[(version, "python -c pass")]["imports"]
         print(f"| `{name}` | {version} | {f['wall']:.0f} | {f['cpu']:.0f} | {f['imports']:.0f} | "
               f"{f['imports'] - floor:.0f} | {f['import_cpu']:.1f} ({f['import_cpu_min']:.1f}-{f['import_cpu_max']:.1f}) |")
+    for version in checkouts:
+        by_package = sorted(figures[(version, "combine samples (-j 1)")]["packages"].items(), key=lambda p: -p[1])
+        print(f"the main job's import CPU by package, {version} (median ms): "
+              + ", ".join(f"{name} {ms:.1f}" for name, ms in by_package if ms >= 0.5))
     for name in ("tracemerge --version", "tracemerge combine --help", "combine samples (-j 1)"):
         spent = figures[("this", name)]["import_cpu"]
         print(f"target: {name}: imports {spent:.0f} ms CPU <= {TARGET_MS:.0f} ms: "

@@ -51,6 +51,19 @@ def test_version_and_help_import_nothing_heavy(args):
     assert loaded == []
 
 
+def test_a_merge_imports_only_what_it_writes(tmp_path):
+    """A JSON merge of the samples (-j 1: every import in this one process) imports the
+    reader, aligner and JSON writer, not the analyses, the report, the Perfetto encoder,
+    pandas/pyarrow, Dask or the HTTP server."""
+    ranks = [os.path.join(ROOT, "samples", "rpc_profiling", f"rank{r}.json.gz") for r in (0, 1)]
+    result = probe("combine", *ranks, "-o", str(tmp_path / "t.json"), "-j", "1", "-q")
+    assert result["code"] in (0, None) and (tmp_path / "t.json").stat().st_size > 0
+    unused = ("tracemerge.analysis", "tracemerge.report", "tracemerge.tables", "tracemerge.serve",
+              "tracemerge.formats.perfetto.encoder", "perfetto", "pandas", "pyarrow", "dask", "http.server", "torch")
+    assert [m for m in result["modules"] if any(m == u or m.startswith(u + ".") for u in unused)] == []
+    assert "tracemerge.formats.chrome" in result["modules"] and "numpy" in result["modules"]
+
+
 def test_the_registries_name_what_they_import():
     """Each lazily imported registry entry is what its name says: a format's ``FORMAT.name``
     is its key, a method's function runs, and every entry shows in the help."""
