@@ -26,7 +26,16 @@ of calls through capture's wrappers and through the torch functions inside them:
 ratio is capture/torch.profiler (``off``: capture without profiler/none), each pair
 measured seconds apart.
 
+``--paired journal`` runs one capture (``profile(out)``, the default) on both workers and
+alternates, per case, blocks of the same traced calls with the journal writing and with
+its flusher paused on both workers (``Journal.pause``/``resume``, switched between blocks,
+untimed): the ratio is journal on / journal off. The journal flushes every 0.5 s, so a
+block lasts whole flush periods (``--block-s``, default 2 periods: 1 s) rather than a
+number of calls; ``--calls`` does not apply. Default settings: 7 cases x 3 rounds x 2
+blocks of 1 s, about 50 s in all.
+
     python benchmarks/capture_overhead.py [--calls 300] [--rounds 3] [--steps | --paired trace|off]
+    python benchmarks/capture_overhead.py --paired journal [--rounds 3] [--block-s 1.0]
 """
 
 import argparse
@@ -44,12 +53,14 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 from tracemerge.capture import profile
+from tracemerge.capture.journal import PERIOD_S
 
 MODES = ("none", "torch", "capture", "capture_off")
 IN_FLIGHT = 50
 
 _commands = queue.Queue()
 _entered = threading.Event()
+_held = {}  # worker1's capture while it serves a mode (its journal is switched by _journal_switch)
 
 
 def py_add(a, b):
@@ -138,11 +149,13 @@ def _command(cmd):
         _entered.wait()
 
 
-def _worker(rank, port, calls, rounds, out_dir, cases, paired=None):
+def _worker(rank, port, calls, rounds, out_dir, cases, paired=None, block_s=2 * PERIOD_S):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 1:
         _serve_modes(out_dir)
+    elif paired == "journal":
+        _paired_journal(rounds, out_dir, block_s)
     elif paired is not None:
         _paired(calls, rounds, out_dir, paired == "trace")
     else:
@@ -152,9 +165,11 @@ def _worker(rank, port, calls, rounds, out_dir, cases, paired=None):
 
 def _serve_modes(out_dir):
     while (cmd := _commands.get()) is not None:
-        with _context(cmd[1], os.path.join(out_dir, "w1")):
+        with _context(cmd[1], os.path.join(out_dir, "w1")) as held:
+            _held["capture"] = held
             _entered.set()
             assert _commands.get() == ("exit",)
+            del _held["capture"]
 
 
 def _drive(calls, rounds, out_dir, cases):
@@ -264,6 +279,68 @@ def _paired(calls, rounds, out_dir, trace):
         print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.2f} ({rlo:.2f}-{rhi:.2f}) |")
 
 
+def _switch(capture, on):
+    """The journal of ``capture`` (a running ``profile``) writing (what waited flushed first)
+    or paused: the capture as it is, and the capture without its journal."""
+    if on:
+        capture._journal.resume()
+    else:
+        capture._journal.pause()
+
+
+def _journal_switch(on):
+    """Served by worker1: its capture's journal on or off (``_switch``), before it answers."""
+    _switch(_held["capture"], on)
+
+
+def _block(fn, seconds):
+    """µs per call of ``fn``, called until ``seconds`` have passed."""
+    n, t0 = 0, time.perf_counter_ns()
+    end = t0 + int(seconds * 1e9)
+    while True:
+        fn()
+        n += 1
+        t = time.perf_counter_ns()
+        if t >= end:
+            return (t - t0) / n / 1000
+
+
+def _paired_journal(rounds, out_dir, block_s):
+    """Inside one capture (trace=True) on both workers, each case alternates blocks of
+    ``block_s`` seconds of traced calls with the journal writing on both workers and with
+    it paused on both, ``rounds`` times (which goes first alternates): journal on / off of
+    each pair, measured a second apart. A block resumed at its start holds its flushes
+    at every period after, as a running capture does."""
+    rpc.rpc_sync("worker1", _command, args=(("enter", "capture"),))
+    x = torch.ones(16)
+    rows = []
+    with _context("capture", os.path.join(out_dir, "w0")) as capture:
+        rpc.rpc_sync("worker1", torch.add, args=(x, 1))  # asks worker1 whether builtins may go natively
+        for case, (traced, _) in _paired_cases(x).items():
+            ratios, off = [], []
+            for i in range(rounds):
+                got = {}
+                for on in (True, False) if i % 2 else (False, True):
+                    rpc.rpc_sync("worker1", _journal_switch, args=(on,))
+                    _switch(capture, on)
+                    got[on] = _block(traced, block_s)
+                ratios.append(got[True] / got[False])
+                off.append(got[False])
+            rows.append((case, statistics.median(off), min(off), max(off), statistics.median(ratios),
+                         min(ratios), max(ratios)))
+        rpc.rpc_sync("worker1", _journal_switch, args=(True,))  # as it was: the block ends with its journal
+        _switch(capture, True)
+    rpc.rpc_sync("worker1", _command, args=(("exit",),))
+    rpc.rpc_sync("worker1", _command, args=(None,))
+    print(f"capture with its journal / without (paused on both workers), paired blocks of {block_s:g} s x {rounds}, "
+          f"torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print("| case | journal off µs (min-max) | journal on / off, median (min-max) |")
+    print("|---|---:|---:|")
+    for case, med, lo, hi, ratio, rlo, rhi in rows:
+        print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.3f} ({rlo:.3f}-{rhi:.3f}) |")
+    print(f"| median of the cases | | {statistics.median(r[4] for r in rows):.3f} |")
+
+
 def _timed(fn, n=20_000):
     """µs per call of ``fn()``, best of 5 runs of ``n`` (the least disturbed)."""
     for _ in range(200):
@@ -353,9 +430,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", action="store_true", help="time each step of one call's bookkeeping alone")
     parser.add_argument("--case", action="append", choices=list(CASES), help="only these cases (repeatable)")
-    parser.add_argument("--paired", choices=["trace", "off"],
+    parser.add_argument("--paired", choices=["trace", "off", "journal"],
                         help="one capture (trace=True, or trace=False) on both workers, traced and untraced "
-                             "calls in alternating blocks: capture/torch.profiler (or /no profiler) per case")
+                             "calls in alternating blocks: capture/torch.profiler (or /no profiler) per case; "
+                             "journal: one capture, blocks with its journal writing and paused: on/off per case")
+    parser.add_argument("--block-s", type=float, default=2 * PERIOD_S,
+                        help="--paired journal: seconds per block (whole journal flush periods; default %(default)s)")
     args = parser.parse_args()
     if args.steps:
         _steps()
@@ -364,8 +444,8 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES), args.paired),
-                 nprocs=2)
+        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES), args.paired,
+                                args.block_s), nprocs=2)
 
 
 if __name__ == "__main__":
