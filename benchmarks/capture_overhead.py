@@ -29,13 +29,15 @@ measured seconds apart.
 ``--paired journal`` runs one capture (``profile(out)``, the default) on both workers and
 alternates, per case, blocks of the same traced calls with the journal writing and with
 its flusher paused on both workers (``Journal.pause``/``resume``, switched between blocks,
-untimed): the ratio is journal on / journal off. The journal flushes every 0.5 s, so a
-block lasts whole flush periods (``--block-s``, default 2 periods: 1 s) rather than a
-number of calls; ``--calls`` does not apply. Default settings: 7 cases x 3 rounds x 2
-blocks of 1 s, about 50 s in all.
+untimed), in rounds of four blocks off-on-on-off (then on-off-off-on): the ratio is
+journal on / journal off, free of a steady drift. The journal flushes every 0.5 s, so a
+block lasts two flush periods and a little more (``--block-s``, default 1.02 s: two
+flushes, of its own calls' records) rather than a number of calls; ``--calls`` does not
+apply. The captures end without writing their files (not needed). Default settings:
+7 cases x 2 rounds x 4 blocks, about 80 s in all on a 16-core machine.
 
     python benchmarks/capture_overhead.py [--calls 300] [--rounds 3] [--steps | --paired trace|off]
-    python benchmarks/capture_overhead.py --paired journal [--rounds 3] [--block-s 1.0]
+    python benchmarks/capture_overhead.py --paired journal [--rounds 2] [--block-s 1.02]
 """
 
 import argparse
@@ -43,6 +45,7 @@ import os
 import queue
 import socket
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -57,6 +60,9 @@ from tracemerge.capture.journal import PERIOD_S
 
 MODES = ("none", "torch", "capture", "capture_off")
 IN_FLIGHT = 50
+# --paired journal: a block holds two flushes of the journal (one every PERIOD_S), the
+# second one late enough to fall inside it, of the records of its own calls
+BLOCK_S = 2 * PERIOD_S + 0.02
 
 _commands = queue.Queue()
 _entered = threading.Event()
@@ -149,7 +155,7 @@ def _command(cmd):
         _entered.wait()
 
 
-def _worker(rank, port, calls, rounds, out_dir, cases, paired=None, block_s=2 * PERIOD_S):
+def _worker(rank, port, calls, rounds, out_dir, cases, paired=None, block_s=BLOCK_S):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 1:
@@ -306,11 +312,14 @@ def _block(fn, seconds):
 
 
 def _paired_journal(rounds, out_dir, block_s):
-    """Inside one capture (trace=True) on both workers, each case alternates blocks of
-    ``block_s`` seconds of traced calls with the journal writing on both workers and with
-    it paused on both, ``rounds`` times (which goes first alternates): journal on / off of
-    each pair, measured a second apart. A block resumed at its start holds its flushes
-    at every period after, as a running capture does."""
+    """Inside one capture (trace=True) on both workers, each case runs ``rounds`` rounds of
+    four blocks of ``block_s`` seconds of traced calls, with the journal writing on both
+    workers (on) and paused on both (off), in the order off-on-on-off, then on-off-off-on
+    and so on: a round's ratio (its two "on" blocks' time over its two "off" blocks') is
+    free of a steady drift of the call's time (under the profiler calls slow down as its
+    buffers grow). A journal resumed just before its block flushes every period after,
+    as a running capture does: a block of two periods and a little more holds two
+    flushes, of the records of its own calls."""
     rpc.rpc_sync("worker1", _command, args=(("enter", "capture"),))
     x = torch.ones(16)
     rows = []
@@ -319,26 +328,32 @@ def _paired_journal(rounds, out_dir, block_s):
         for case, (traced, _) in _paired_cases(x).items():
             ratios, off = [], []
             for i in range(rounds):
-                got = {}
-                for on in (True, False) if i % 2 else (False, True):
+                got = {True: 0.0, False: 0.0}
+                for on in (True, False, False, True) if i % 2 else (False, True, True, False):
                     rpc.rpc_sync("worker1", _journal_switch, args=(on,))
                     _switch(capture, on)
-                    got[on] = _block(traced, block_s)
+                    got[on] += _block(traced, block_s)
                 ratios.append(got[True] / got[False])
-                off.append(got[False])
+                off.append(got[False] / 2)
             rows.append((case, statistics.median(off), min(off), max(off), statistics.median(ratios),
                          min(ratios), max(ratios)))
-        rpc.rpc_sync("worker1", _journal_switch, args=(True,))  # as it was: the block ends with its journal
-        _switch(capture, True)
-    rpc.rpc_sync("worker1", _command, args=(("exit",),))
-    rpc.rpc_sync("worker1", _command, args=(None,))
-    print(f"capture with its journal / without (paused on both workers), paired blocks of {block_s:g} s x {rounds}, "
-          f"torch {torch.__version__}, {os.cpu_count()} CPUs")
-    print("| case | journal off µs (min-max) | journal on / off, median (min-max) |")
-    print("|---|---:|---:|")
-    for case, med, lo, hi, ratio, rlo, rhi in rows:
-        print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.3f} ({rlo:.3f}-{rhi:.3f}) |")
-    print(f"| median of the cases | | {statistics.median(r[4] for r in rows):.3f} |")
+        print(f"capture with its journal / without (paused on both workers), {rounds} rounds of 4 blocks of "
+              f"{block_s:g} s (off-on-on-off, on-off-off-on, ...), torch {torch.__version__}, {os.cpu_count()} CPUs")
+        print("| case | journal off µs (min-max) | journal on / off, median (min-max) |")
+        print("|---|---:|---:|")
+        for case, med, lo, hi, ratio, rlo, rhi in rows:
+            print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.3f} ({rlo:.3f}-{rhi:.3f}) |")
+        print(f"| median of the cases | | {statistics.median(r[4] for r in rows):.3f} |", flush=True)
+        # the captures' files are not needed: both workers end here, without exporting the
+        # events of a minute of calls (that export would take longer than the blocks did)
+        rpc.rpc_sync("worker1", _leave)
+        os._exit(0)
+
+
+def _leave():
+    """Served by worker1: end the process once this call has answered."""
+    sys.stdout.flush()
+    threading.Timer(0.2, os._exit, args=(0,)).start()
 
 
 def _timed(fn, n=20_000):
@@ -427,16 +442,19 @@ def _record_function_once():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, help="default 3; --paired journal: 2 (of 4 blocks each)")
     parser.add_argument("--steps", action="store_true", help="time each step of one call's bookkeeping alone")
     parser.add_argument("--case", action="append", choices=list(CASES), help="only these cases (repeatable)")
     parser.add_argument("--paired", choices=["trace", "off", "journal"],
                         help="one capture (trace=True, or trace=False) on both workers, traced and untraced "
                              "calls in alternating blocks: capture/torch.profiler (or /no profiler) per case; "
                              "journal: one capture, blocks with its journal writing and paused: on/off per case")
-    parser.add_argument("--block-s", type=float, default=2 * PERIOD_S,
-                        help="--paired journal: seconds per block (whole journal flush periods; default %(default)s)")
+    parser.add_argument("--block-s", type=float, default=BLOCK_S,
+                        help="--paired journal: seconds per block (two journal flush periods and a little more: "
+                             "two flushes; default %(default)s)")
     args = parser.parse_args()
+    if args.rounds is None:
+        args.rounds = 2 if args.paired == "journal" else 3
     if args.steps:
         _steps()
         return
