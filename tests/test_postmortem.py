@@ -430,3 +430,29 @@ def test_journal_adds_to_a_dead_rank_cycle_files_what_they_lack(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert {"work0", "work1"} <= {e.get("name") for e in merged["traceEvents"]}
+
+
+def test_journal_paused_writes_nothing_and_resumed_writes_what_waited(tmp_path):
+    """Journal.pause/resume (the capture without its journal, for benchmarks/capture_overhead.py
+    --paired journal): paused, no flush for many periods; resumed, what was recorded meanwhile
+    is on disk at once, and the flusher runs again."""
+    from tracemerge.capture import journal, recorder
+
+    rec = recorder.Recorder()
+    j = journal.Journal(tmp_path / "rank0.journal", lambda: {"rank": 0}, rec, period_s=0.02).start()
+    try:
+        time.sleep(0.1)
+        j.pause()
+        paused = _journal_lines(j.path)
+        assert sum("alive_ns" in line for line in paused) >= 2  # it flushed while running
+        rec.collectives.append({"op": "all_reduce", "group": "0", "seq": 1, "start_ns": 5, "end_ns": 6})
+        time.sleep(0.2)  # ten periods
+        assert _journal_lines(j.path) == paused
+        j.resume()
+        resumed = _journal_lines(j.path)
+        assert resumed[len(paused):-1] == [{"collective": rec.collectives[0]}]
+        time.sleep(0.2)
+        assert len(_journal_lines(j.path)) > len(resumed)  # flushing every period again
+    finally:
+        j.close()
+    assert "closed_ns" in _journal_lines(j.path)[-1]
