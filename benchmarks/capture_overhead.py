@@ -26,7 +26,18 @@ of calls through capture's wrappers and through the torch functions inside them:
 ratio is capture/torch.profiler (``off``: capture without profiler/none), each pair
 measured seconds apart.
 
+``--paired journal`` runs one capture (``profile(out)``, the default) on both workers and
+alternates, per case, blocks of the same traced calls with the journal writing and with
+its flusher paused on both workers (``Journal.pause``/``resume``, switched between blocks,
+untimed), in rounds of four blocks off-on-on-off (then on-off-off-on): the ratio is
+journal on / journal off, free of a steady drift. The journal flushes every 0.5 s, so a
+block lasts two flush periods and a little more (``--block-s``, default 1.02 s: two
+flushes, of its own calls' records) rather than a number of calls; ``--calls`` does not
+apply. The captures end without writing their files (not needed). Default settings:
+7 cases x 2 rounds x 4 blocks, about 80 s in all on a 16-core machine.
+
     python benchmarks/capture_overhead.py [--calls 300] [--rounds 3] [--steps | --paired trace|off]
+    python benchmarks/capture_overhead.py --paired journal [--rounds 2] [--block-s 1.02]
 """
 
 import argparse
@@ -34,6 +45,7 @@ import os
 import queue
 import socket
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -44,12 +56,17 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 from tracemerge.capture import profile
+from tracemerge.capture.journal import PERIOD_S
 
 MODES = ("none", "torch", "capture", "capture_off")
 IN_FLIGHT = 50
+# --paired journal: a block holds two flushes of the journal (one every PERIOD_S), the
+# second one late enough to fall inside it, of the records of its own calls
+BLOCK_S = 2 * PERIOD_S + 0.02
 
 _commands = queue.Queue()
 _entered = threading.Event()
+_held = {}  # worker1's capture while it serves a mode (its journal is switched by _journal_switch)
 
 
 def py_add(a, b):
@@ -138,11 +155,13 @@ def _command(cmd):
         _entered.wait()
 
 
-def _worker(rank, port, calls, rounds, out_dir, cases, paired=None):
+def _worker(rank, port, calls, rounds, out_dir, cases, paired=None, block_s=BLOCK_S):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 1:
         _serve_modes(out_dir)
+    elif paired == "journal":
+        _paired_journal(rounds, out_dir, block_s)
     elif paired is not None:
         _paired(calls, rounds, out_dir, paired == "trace")
     else:
@@ -152,9 +171,11 @@ def _worker(rank, port, calls, rounds, out_dir, cases, paired=None):
 
 def _serve_modes(out_dir):
     while (cmd := _commands.get()) is not None:
-        with _context(cmd[1], os.path.join(out_dir, "w1")):
+        with _context(cmd[1], os.path.join(out_dir, "w1")) as held:
+            _held["capture"] = held
             _entered.set()
             assert _commands.get() == ("exit",)
+            del _held["capture"]
 
 
 def _drive(calls, rounds, out_dir, cases):
@@ -264,6 +285,77 @@ def _paired(calls, rounds, out_dir, trace):
         print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.2f} ({rlo:.2f}-{rhi:.2f}) |")
 
 
+def _switch(capture, on):
+    """The journal of ``capture`` (a running ``profile``) writing (what waited flushed first)
+    or paused: the capture as it is, and the capture without its journal."""
+    if on:
+        capture._journal.resume()
+    else:
+        capture._journal.pause()
+
+
+def _journal_switch(on):
+    """Served by worker1: its capture's journal on or off (``_switch``), before it answers."""
+    _switch(_held["capture"], on)
+
+
+def _block(fn, seconds):
+    """µs per call of ``fn``, called until ``seconds`` have passed."""
+    n, t0 = 0, time.perf_counter_ns()
+    end = t0 + int(seconds * 1e9)
+    while True:
+        fn()
+        n += 1
+        t = time.perf_counter_ns()
+        if t >= end:
+            return (t - t0) / n / 1000
+
+
+def _paired_journal(rounds, out_dir, block_s):
+    """Inside one capture (trace=True) on both workers, each case runs ``rounds`` rounds of
+    four blocks of ``block_s`` seconds of traced calls, with the journal writing on both
+    workers (on) and paused on both (off), in the order off-on-on-off, then on-off-off-on
+    and so on: a round's ratio (its two "on" blocks' time over its two "off" blocks') is
+    free of a steady drift of the call's time (under the profiler calls slow down as its
+    buffers grow). A journal resumed just before its block flushes every period after,
+    as a running capture does: a block of two periods and a little more holds two
+    flushes, of the records of its own calls."""
+    rpc.rpc_sync("worker1", _command, args=(("enter", "capture"),))
+    x = torch.ones(16)
+    rows = []
+    with _context("capture", os.path.join(out_dir, "w0")) as capture:
+        rpc.rpc_sync("worker1", torch.add, args=(x, 1))  # asks worker1 whether builtins may go natively
+        for case, (traced, _) in _paired_cases(x).items():
+            ratios, off = [], []
+            for i in range(rounds):
+                got = {True: 0.0, False: 0.0}
+                for on in (True, False, False, True) if i % 2 else (False, True, True, False):
+                    rpc.rpc_sync("worker1", _journal_switch, args=(on,))
+                    _switch(capture, on)
+                    got[on] += _block(traced, block_s)
+                ratios.append(got[True] / got[False])
+                off.append(got[False] / 2)
+            rows.append((case, statistics.median(off), min(off), max(off), statistics.median(ratios),
+                         min(ratios), max(ratios)))
+        print(f"capture with its journal / without (paused on both workers), {rounds} rounds of 4 blocks of "
+              f"{block_s:g} s (off-on-on-off, on-off-off-on, ...), torch {torch.__version__}, {os.cpu_count()} CPUs")
+        print("| case | journal off µs (min-max) | journal on / off, median (min-max) |")
+        print("|---|---:|---:|")
+        for case, med, lo, hi, ratio, rlo, rhi in rows:
+            print(f"| {case} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {ratio:.3f} ({rlo:.3f}-{rhi:.3f}) |")
+        print(f"| median of the cases | | {statistics.median(r[4] for r in rows):.3f} |", flush=True)
+        # the captures' files are not needed: both workers end here, without exporting the
+        # events of a minute of calls (that export would take longer than the blocks did)
+        rpc.rpc_sync("worker1", _leave)
+        os._exit(0)
+
+
+def _leave():
+    """Served by worker1: end the process once this call has answered."""
+    sys.stdout.flush()
+    threading.Timer(0.2, os._exit, args=(0,)).start()
+
+
 def _timed(fn, n=20_000):
     """µs per call of ``fn()``, best of 5 runs of ``n`` (the least disturbed)."""
     for _ in range(200):
@@ -350,13 +442,19 @@ def _record_function_once():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, help="default 3; --paired journal: 2 (of 4 blocks each)")
     parser.add_argument("--steps", action="store_true", help="time each step of one call's bookkeeping alone")
     parser.add_argument("--case", action="append", choices=list(CASES), help="only these cases (repeatable)")
-    parser.add_argument("--paired", choices=["trace", "off"],
+    parser.add_argument("--paired", choices=["trace", "off", "journal"],
                         help="one capture (trace=True, or trace=False) on both workers, traced and untraced "
-                             "calls in alternating blocks: capture/torch.profiler (or /no profiler) per case")
+                             "calls in alternating blocks: capture/torch.profiler (or /no profiler) per case; "
+                             "journal: one capture, blocks with its journal writing and paused: on/off per case")
+    parser.add_argument("--block-s", type=float, default=BLOCK_S,
+                        help="--paired journal: seconds per block (two journal flush periods and a little more: "
+                             "two flushes; default %(default)s)")
     args = parser.parse_args()
+    if args.rounds is None:
+        args.rounds = 2 if args.paired == "journal" else 3
     if args.steps:
         _steps()
         return
@@ -364,8 +462,8 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES), args.paired),
-                 nprocs=2)
+        mp.spawn(_worker, args=(port, args.calls, args.rounds, out_dir, args.case or list(CASES), args.paired,
+                                args.block_s), nprocs=2)
 
 
 if __name__ == "__main__":

@@ -221,6 +221,76 @@ def test_combine_marks_calls_never_completed_without_a_return_arrow(jobs, launch
     # nothing written is lost: every record of the inputs' rank files is in the summary's counts
     rpc_sides = trace["tracemerge"]["rpc_sides"]
     assert rpc_sides["calls"] >= 4
+    # the caller's own span of each call carries the mark too, its args otherwise as its rank file wrote them
+    for call in _report(run)["postmortem"]["in_flight"]:
+        written = _caller_span(run["out"] / f"rank{call['caller']}.json.gz", call["rpc_id"])
+        pids = set(trace["tracemerge"]["pids"][str(call["caller"])].values())
+        (own,) = [e for e in events if e.get("ph") == "X" and e["pid"] in pids and e["args"].get("role") == "caller"
+                  and e["args"].get("rpc_id") == call["rpc_id"]]
+        assert own["name"] == written["name"] == call["name"]
+        assert own["args"]["completed"] is False and own["args"]["in_flight_to"] == call["callee"] == 1
+        assert own["dur"] == pytest.approx(written["dur"], abs=0.002)
+        kept = {k: v for k, v in own["args"].items() if k not in ("completed", "in_flight_to", "External id")}
+        assert kept == {k: v for k, v in written["args"].items() if k != "External id"}
+        assert list(own["args"])[-2:] == ["completed", "in_flight_to"]
+    # spans of calls that completed carry no mark
+    assert not [e for e in events if e.get("ph") == "X" and (e.get("args") or {}).get("role") == "caller"
+                and e["args"]["rpc_id"] not in pending and "completed" in e["args"]]
+
+
+def _caller_span(path: Path, rpc_id: str) -> dict:
+    """The caller span of ``rpc_id`` as its rank file holds it."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    (span,) = [e for e in doc["traceEvents"] if e.get("ph") == "X" and (e.get("args") or {}).get("rpc_id") == rpc_id
+               and e["args"].get("role") == "caller"]
+    return span
+
+
+@pytest.mark.parametrize("launcher, mode", [c for c in CASES if c.values[0] == "spawn"])
+def test_in_flight_marks_are_the_same_bytes_from_either_core_and_in_the_pftrace(jobs, launcher, mode, tmp_path,
+                                                                                   monkeypatch):
+    from support.pftrace import read_pftrace
+
+    from tracemerge import native
+    run = jobs[launcher, mode]
+    written = {}
+    for core in ["python"] + (["native"] if native._core is not None else []):  # the compiled core where built
+        monkeypatch.setenv(native.ENV, core)
+        job = Job.open(_inputs(run["out"]), align=AlignRequest("auto"))
+        for name in ("merged.json", "merged.pftrace"):
+            combine(job, None, str(tmp_path / f"{core}.{name}"))
+            written[core, name] = (tmp_path / f"{core}.{name}").read_bytes()
+    for name in ("merged.json", "merged.pftrace"):
+        assert written["python", name] == written.get(("native", name), written["python", name]), name
+    slices = read_pftrace(str(tmp_path / "python.merged.pftrace"))["slices"]
+    for call in _report(run)["postmortem"]["in_flight"]:
+        (own,) = [s for s in slices if s["args"].get("role") == "caller" and s["args"].get("rpc_id") == call["rpc_id"]]
+        assert own["args"]["completed"] is False and own["args"]["in_flight_to"] == call["callee"]
+        assert own["name"] == call["name"] and not own["terminating"] and not own.get("end_terminating")
+
+
+@pytest.mark.parametrize("launcher, mode", CASES)
+def test_a_rank_left_as_a_journal_is_said_once_not_as_missing_spans(jobs, launcher, mode):
+    run = jobs[launcher, mode]
+    sides = run["merged"]["tracemerge"]["rpc_sides"]
+    stderr = run["combine_stderr"]
+    assert "spans of the others are not in the output" not in stderr, stderr
+    assert "no timestamped events" not in stderr, stderr
+    assert sides["spans_missing"] == {"caller": 0, "callee": 0}
+    if mode == "hang":  # every rank wrote its file
+        assert "journal_only" not in sides and "journal only" not in stderr
+        return
+    in_flight = [c for c in _report(run)["postmortem"]["in_flight"] if c["callee"] == 1]
+    # rank 1 served every call with both records; it died without writing a span
+    assert sides["journal_only"] == {"1": {"died": True, "in_flight_to": len(in_flight),
+                                           "spans_never_written": {"caller": 0, "callee": sides["both_sides"]}}}
+    if mode == "exit":  # the one call it died in
+        assert len(in_flight) == 1
+    lines = [line for line in stderr.splitlines() if "rank 1 died (journal only)" in line]
+    assert lines == [f"tracemerge: note: rank 1 died (journal only): {len(in_flight)} call"
+                     f"{'' if len(in_flight) == 1 else 's'} in flight to it, its spans were never written"
+                     + (f" (no arrows for the {sides['both_sides']} calls it served)" if sides["both_sides"] > 1 else
+                        " (no arrows for the 1 call it served)" if sides["both_sides"] else "")], stderr
 
 
 def test_journal_beside_its_rank_file_adds_nothing_twice(jobs, tmp_path):
@@ -360,3 +430,29 @@ def test_journal_adds_to_a_dead_rank_cycle_files_what_they_lack(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert {"work0", "work1"} <= {e.get("name") for e in merged["traceEvents"]}
+
+
+def test_journal_paused_writes_nothing_and_resumed_writes_what_waited(tmp_path):
+    """Journal.pause/resume (the capture without its journal, for benchmarks/capture_overhead.py
+    --paired journal): paused, no flush for many periods; resumed, what was recorded meanwhile
+    is on disk at once, and the flusher runs again."""
+    from tracemerge.capture import journal, recorder
+
+    rec = recorder.Recorder()
+    j = journal.Journal(tmp_path / "rank0.journal", lambda: {"rank": 0}, rec, period_s=0.02).start()
+    try:
+        time.sleep(0.1)
+        j.pause()
+        paused = _journal_lines(j.path)
+        assert sum("alive_ns" in line for line in paused) >= 2  # it flushed while running
+        rec.collectives.append({"op": "all_reduce", "group": "0", "seq": 1, "start_ns": 5, "end_ns": 6})
+        time.sleep(0.2)  # ten periods
+        assert _journal_lines(j.path) == paused
+        j.resume()
+        resumed = _journal_lines(j.path)
+        assert resumed[len(paused):-1] == [{"collective": rec.collectives[0]}]
+        time.sleep(0.2)
+        assert len(_journal_lines(j.path)) > len(resumed)  # flushing every period again
+    finally:
+        j.close()
+    assert "closed_ns" in _journal_lines(j.path)[-1]

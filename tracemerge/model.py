@@ -107,6 +107,59 @@ class Args(Sequence):
         at = [m.start() for m in re.finditer(re.escape(token), joined)]
         return np.unique(present[np.searchsorted(starts, at)]).tolist()
 
+    def raw_item(self, i: int) -> Any:
+        """``items[i]``: the args of one event as the reader made them (raw JSON where raw)."""
+        return self.items[i]
+
+
+class Replaced(Args):
+    """``base`` with the args of a few events replaced: ``over`` ({event index: item}, raw
+    JSON where ``base`` is raw). ``base`` is untouched and its items are not made until
+    something asks for them all (the compiled core's args are views made on first use)."""
+
+    __slots__ = ("base", "over", "_items")
+
+    def __init__(self, base: Args, over: dict[int, Any]) -> None:
+        self.base, self.over, self.raw = base, over, base.raw
+        self._items: Optional[list] = None
+
+    @property
+    def items(self) -> list:  # type: ignore[override]
+        if self._items is None:
+            self._items = list(self.base.items)
+            for i, item in self.over.items():
+                self._items[i] = item
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: SupportsIndex) -> Any:  # type: ignore[override]
+        item = self.over.get(int(i), msgspec.UNSET)
+        return self.base[i] if item is msgspec.UNSET else _decoded(item)
+
+    def __reduce__(self) -> tuple:
+        return Replaced, (self.base, self.over)
+
+    def dicts(self, idx: Indices) -> list[Optional[dict]]:
+        return self.take(idx).dicts(range(len(idx)))
+
+    def take(self, idx: Indices) -> Args:
+        taken = self.base.take(idx)
+        at = np.flatnonzero(np.isin(np.asarray(idx, np.int64), list(self.over))).tolist() if len(idx) else []
+        if at:
+            items = list(taken.items)
+            for k in at:
+                items[k] = self.over[int(idx[k])]
+            taken = Args(items, taken.raw)
+        return taken
+
+    def raw_item(self, i: int) -> Any:
+        return self.over[i] if i in self.over else self.base.raw_item(i)
+
+    def with_key(self, key: str) -> list[int]:
+        return sorted(set(self.base.with_key(key)) | set(self.over))
+
 
 _LIST = msgspec.json.Decoder(list)
 

@@ -70,6 +70,7 @@ def combine_lines(job: Any, alignment: Any, written: Any, output: str, report_pa
                 f"{missing['caller']} caller and {missing['callee']} callee spans of the others are not in the "
                 "output (their file's events lack them — a cut file? — or --ranks/--window/--min-duration/"
                 "--drop-category left them out), so those calls have no arrows")
+        lines += [f"{PREFIX}note: {journal_only_line(rank, j)}" for rank, j in (sides.get("journal_only") or {}).items()]
     lines.append(f"{PREFIX}{causality_line(alignment.causality, alignment.method)}")
     lines.append(f"{PREFIX}{core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}")
     lines += [f"{PREFIX}warning: {line}" for line in clock_notes(alignment)]
@@ -80,6 +81,17 @@ def combine_lines(job: Any, alignment: Any, written: Any, output: str, report_pa
                      "filtered + dropped); this is a bug, please report it")
     lines += [f"{PREFIX}warning: {w}" for w in OUTPUT_FORMATS[summary["format"]].warnings(output, summary)]
     return lines
+
+
+def journal_only_line(rank: str, j: Dict[str, Any]) -> str:
+    """What a merged trace lacks of a rank read from its journal alone (``rpc_sides.journal_only``),
+    said once: expected of a rank that died before writing its file, so no missing-span warning."""
+    n, unwritten = j["in_flight_to"], j["spans_never_written"]
+    how = "died" if j["died"] else "left only its journal (its rank file was not given)"
+    sides = " and ".join(f"{k} call{'' if k == 1 else 's'} it {what}" for k, what in
+                         ((unwritten["callee"], "served"), (unwritten["caller"], "made")) if k)
+    return (f"rank {rank} {how} (journal only): {n} call{'' if n == 1 else 's'} in flight to it, "
+            "its spans were never written" + (f" (no arrows for the {sides})" if sides else ""))
 
 
 def export_lines(job: Any, summary: Dict[str, Any], output: str) -> List[str]:

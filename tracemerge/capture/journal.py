@@ -63,6 +63,23 @@ class Journal:
         self._thread.start()
         return self
 
+    def pause(self) -> None:
+        """Stop the flusher thread; what is recorded meanwhile waits for the next flush (the
+        capture without its journal: ``benchmarks/capture_overhead.py --paired journal``)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+
+    def resume(self) -> None:
+        """After :meth:`pause`: flush what waited, then flush every ``period_s`` again."""
+        if self._fd is None or self._thread is not None:
+            return
+        self.flush()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tracemerge-journal", daemon=True)
+        self._thread.start()
+
     def _run(self) -> None:
         while not self._stop.wait(self._period_s):
             try:

@@ -17,7 +17,7 @@ import orjson
 from tracemerge import native
 from tracemerge.codecs import codec_for
 from tracemerge.formats.base import Counts, Format
-from tracemerge.model import Args, RankTrace
+from tracemerge.model import Args, RankTrace, Replaced
 from tracemerge.nesting import lanes
 from tracemerge.place.ids import namespaced_args
 from tracemerge.place.placement import OutputEvent, Placement, aligned_ns, lane_tid, transform_chunks
@@ -87,13 +87,19 @@ def native_body(trace: native.NativeTrace, place: Placement, start: np.ndarray, 
     written by the core's splice writer; None when it cannot write it. The renamed process
     metadata (a few events per rank) is made by the transform's own code and handed to the
     writer as replacement args; the spans ``moved`` to lanes ({event index: lane}) get
-    their lane's tid, encoded as the Python path encodes it."""
+    their lane's tid, encoded as the Python path encodes it. Args the combine replaced
+    (:class:`~tracemerge.model.Replaced`: the in-flight mark of ``place.in_flight``) are
+    handed over the same way: the core reads flat args only, whose ids the Python path
+    rewrites in their bytes one by one, so one item namespaced alone is what it writes."""
     overrides: Dict[int, bytes] = {}
+    if isinstance(trace.args, Replaced):
+        for i in trace.args.over:
+            a = namespaced_args(place.rank, Args([trace.args.raw_item(i)], raw=True))[0]
+            overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)
     for i in np.flatnonzero(trace.ph == ord("M")).tolist():
         if trace.names[trace.name[i]] not in ("process_name", "process_sort_index"):
             continue
-        item = trace.args.raw_item(i) if isinstance(trace.args, native.NativeArgs) else trace.args.items[i]
-        args = namespaced_args(place.rank, Args([item], raw=True))
+        args = namespaced_args(place.rank, Args([trace.args.raw_item(i)], raw=True))
         rewrite_process_metadata(trace, place, args, [i], i)
         a = args[0]
         overrides[i] = bytes(a) if a.__class__ is msgspec.Raw else msgspec.json.encode(a)

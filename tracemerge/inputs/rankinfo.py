@@ -414,14 +414,17 @@ EVENT_FACTS = ("first_ns", "last_ns", "events", "threads", "pids", "warnings", "
 def event_facts(trace):
     """What only the events tell about a rank: the RankInfo fields named in EVENT_FACTS."""
     span = trace.time_span()
-    empty = [] if span else ["no timestamped events: the file adds no time span to the merged trace"]
+    # a rank read from its journal has no events, as its own note says (inputs.journal)
+    journal = trace.tracemerge is not None and "journal" in trace.tracemerge
+    empty = [] if span or journal else ["no timestamped events: the file adds no time span to the merged trace"]
+    timed = span is not None
     span = span or (0, 0)
     # distinct keys of the sorted column: np.unique of a plain column takes numpy's hash path,
     # ~5x slower than this sort here, and imports numpy.ma (~10 ms of every merge's start-up)
     keys = np.sort(trace.thread_keys())
     threads = int(np.count_nonzero(keys[1:] != keys[:-1])) + bool(len(keys))
     return dict(first_ns=span[0], last_ns=span[1], events=len(trace), threads=threads, pids=list(trace.pids),
-                warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=not empty,
+                warnings=list(trace.warnings) + empty + clock_jumps(trace, PROFILER_SPAN), timed=timed,
                 truncated=trace.truncated, rpc_spans=rpc_spans_of(trace))
 
 

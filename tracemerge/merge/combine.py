@@ -12,13 +12,14 @@ from tracemerge.formats import FORMATS, output_format
 from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.formats.perfetto import time_shift
 from tracemerge.inputs.cycles import pids_agree, recoded
+from tracemerge.inputs.journal import is_journal
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.merge.assembly import Source, write_merged
 from tracemerge.model import RankTrace
 from tracemerge.output import check_output
 from tracemerge.place import selection as select
 from tracemerge.place.arrows import RpcFlows
-from tracemerge.place.in_flight import in_flight_jobs
+from tracemerge.place.in_flight import in_flight_calls, in_flight_jobs, marked
 from tracemerge.place.placement import Placement, rank_label
 from tracemerge.place.remote_spans import drawn_sides, remote_spans
 
@@ -129,7 +130,8 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             counts["filtered"] += info.events
             by = counts.setdefault("filtered_by", {})
             by["ranks"] = by.get("ranks", 0) + info.events
-    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc)
+    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc,
+                                in_flight=in_flight_calls(job.infos))
 
     jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
@@ -166,14 +168,30 @@ def _arrows(job: "Job", rpc: RpcFlows, spans: Set[Tuple[str, str, int]], drawn: 
             ranks: Set[int]) -> Dict[str, Any]:
     """What the output holds of the calls with both records between ranks it holds: how many
     are drawn (both spans, and the arrows between them), and how many spans of the others
-    are not there (the events lack them — a cut file — or the size controls left them out)."""
+    are not there (the events lack them — a cut file — or the size controls left them out).
+
+    A rank read from its journal alone (it died before writing its rank file) never wrote a
+    span: its sides are not counted missing but said of it, once (``journal_only``: per
+    such rank, whether it died, the calls to it that never completed, the spans of its
+    calls with both records that were never written)."""
     missing = {"caller": 0, "callee": 0}
+    journal_only = {rank_of(i): i for i in job.infos if is_journal(i) and not i.parts and rank_of(i) in ranks}
+    unwritten = {r: {"caller": 0, "callee": 0} for r in journal_only}
     for c in job.links.rpcs.calls:
         if c.send_ns is None or c.start_ns is None or c.caller not in ranks or c.callee not in ranks:
             continue
-        missing["caller"] += (c.rpc_id, "caller", c.caller) not in spans
-        missing["callee"] += (c.rpc_id, "callee", c.callee) not in spans and c.rpc_id not in drawn
-    return {"drawn": len(rpc.calls), "spans_missing": missing}
+        for role, rank, absent in (("caller", c.caller, (c.rpc_id, "caller", c.caller) not in spans),
+                                   ("callee", c.callee, (c.rpc_id, "callee", c.callee) not in spans
+                                    and c.rpc_id not in drawn)):
+            (unwritten[rank] if rank in unwritten else missing)[role] += absent
+    out: Dict[str, Any] = {"drawn": len(rpc.calls), "spans_missing": missing}
+    if journal_only:
+        to = [callee for caller, calls in in_flight_calls(job.infos).items() if caller in ranks
+              for callee in calls.values()]
+        out["journal_only"] = {str(r): {"died": not info.ending["journal"]["closed"], "in_flight_to": to.count(r),
+                                        "spans_never_written": unwritten[r]}
+                               for r, info in sorted(journal_only.items())}
+    return out
 
 
 def rank_jobs(job: "Job", kept: List[RankInfo], places: Dict[int, Placement], form: Format,
@@ -211,10 +229,12 @@ def _drawn_job(drawn: Drawn, places: Dict[int, Placement], taken: List[Placement
 
 def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection: Optional[select.Selection] = None,
                 window: Tuple[Optional[int], Optional[int]] = (None, None), rpc: Optional[RpcFlows] = None,
-                consume: bool = False) -> Tuple[Body, Counts]:
+                consume: bool = False, in_flight: Optional[Dict[int, Dict[str, int]]] = None,
+                ) -> Tuple[Body, Counts]:
     """(an iterable of event lists, or protobuf bytes; counts) of one rank; runs in the
     engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
-    are freed as they are encoded."""
+    are freed as they are encoded. ``in_flight``: {caller rank: {rpc_id: callee rank}} of
+    the calls that never completed, whose caller spans get the mark (place.in_flight)."""
     n_in = len(trace)
     if place.pids and not pids_agree(trace, place.pids):  # a cycle of a rank of several
         if native.core_of(trace) == "native":  # its splice writer writes the pid codes it read
@@ -226,6 +246,7 @@ def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection
     trace, counts = select.apply(trace, place, selection, window)
     found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
     counts.update(flow_counts, **{"in": n_in})
+    trace = marked(trace, (in_flight or {}).get(place.rank, {}))
     return form.rank(trace, place, rpc, found, counts, consume)
 
 

@@ -8,14 +8,22 @@ its last flush). Its name is the call's, its ``args`` carry ``rpc_id``, ``caller
 ``callee``, ``status`` and ``completed: false`` (no ``role``: it is no end of an arrow,
 and no arrow comes back), on one more process of the caller rank's group (the
 second-to-last slot of its pid block). docs/capture.md, "When a job fails".
+
+The caller's own span of such a call (its ``rpc_sync#…``/``rpc_async#…`` span, which ends
+where the caller's trace says: at the error, when the caller was stopped, or never) gets
+the mark too: ``completed: false`` and ``in_flight_to`` (the callee rank) added to its
+args (:func:`marked`), every other byte of them as written.
 """
 
 from dataclasses import replace
 from typing import Any, Collection, Dict, List, Mapping, Sequence, Tuple
 
+import msgspec
+
 from tracemerge.inputs.chrome import build
 from tracemerge.inputs.rankinfo import RankInfo
-from tracemerge.model import RankTrace
+from tracemerge.inputs.rpc_spans import span_args
+from tracemerge.model import RankTrace, Replaced
 from tracemerge.place.placement import Placement
 
 PID = "rpc calls never completed (from the records)"
@@ -34,6 +42,40 @@ def never_completed(infos: Sequence[RankInfo]) -> Dict[int, List[Dict[str, Any]]
                     and r["rpc_id"] not in ended):
                 out.setdefault(info.rank, []).append(r)
     return out
+
+
+def in_flight_calls(infos: Sequence[RankInfo]) -> Dict[int, Dict[str, int]]:
+    """{caller rank: {rpc_id: callee rank}} of the calls that never completed: whose
+    caller spans :func:`marked` marks."""
+    return {rank: {r["rpc_id"]: r["callee"] for r in recs} for rank, recs in never_completed(infos).items()}
+
+
+MARK_KEYS = (b'"completed"', b'"in_flight_to"')
+
+
+def marked(trace: RankTrace, calls: Mapping[str, int]) -> RankTrace:
+    """``trace`` with its caller spans of ``calls`` ({rpc_id: callee rank}, the calls of
+    this rank that never completed) marked: ``completed: false, in_flight_to: <callee>``
+    appended to their args (raw JSON: after their last byte, the rest kept as written);
+    ``trace`` itself untouched."""
+    over: Dict[int, Any] = {}
+    for i, rpc_id, role in span_args(trace) if calls else ():
+        if role == "caller" and rpc_id in calls:
+            over[i] = _mark(trace.args.raw_item(i), trace.args.raw, calls[rpc_id])
+    return replace(trace, args=Replaced(trace.args, over)) if over else trace
+
+
+def _mark(item: Any, raw: bool, callee: int) -> Any:
+    """One span's args with the mark (``item``: a dict, or raw JSON of an object)."""
+    if raw:
+        text = bytes(item).rstrip()
+        if text.endswith(b"}") and not any(k in text for k in MARK_KEYS):
+            head = text[:-1].rstrip()
+            return msgspec.Raw(head + (b"" if head.endswith(b"{") else b",")
+                               + b'"completed":false,"in_flight_to":' + msgspec.json.encode(callee) + b"}")
+        item = msgspec.json.decode(item)  # the keys there already: the mark's values win
+    marked_ = {**item, "completed": False, "in_flight_to": callee}
+    return msgspec.Raw(msgspec.json.encode(marked_)) if raw else marked_
 
 
 def in_flight_jobs(infos: Sequence[RankInfo], places: Mapping[int, Placement],
