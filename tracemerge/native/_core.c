@@ -24,6 +24,9 @@
 #include <string.h>
 #include <stdlib.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>   /* x86-64 baseline: 16 bytes a step where the scan walks text */
+#endif
 
 /* ---- keys --------------------------------------------------------------------------- */
 
@@ -41,13 +44,41 @@ static const char *const KEY_NAMES[K_COUNT] = {
 
 static const uint8_t KEY_LEN[K_COUNT] = {2, 3, 4, 3, 3, 2, 3, 4, 2, 3, 2, 1, 7, 7, 8, 3, 4, 5, 5, 2, 5, 3, 6};
 
-static int key_id(const char *s, size_t n) {
+/* each key's text as a little-endian word (keys are at most 8 bytes), made once at import */
+static uint64_t KEY_WORD[K_COUNT];
+
+static uint64_t word_of(const char *s, size_t n) {
+    uint64_t v = 0;
+    memcpy(&v, s, n);
+    return v;
+}
+
+static void key_words_init(void) {
+    for (int k = 0; k < K_COUNT; k++) KEY_WORD[k] = word_of(KEY_NAMES[k], KEY_LEN[k]);
+}
+
+static int key_word_id(uint64_t v, size_t n) {
     /* the common keys first, in Kineto's order, then the rest */
     for (int k = 0; k < K_COUNT; k++) {
-        if (KEY_LEN[k] == n && s[0] == KEY_NAMES[k][0] && memcmp(KEY_NAMES[k], s, n) == 0) return k;
+        if (KEY_LEN[k] == n && KEY_WORD[k] == v) return k;
     }
     return -1;
 }
+
+/* the key of n bytes at s, whose buffer holds at least avail bytes from s */
+static inline int key_id_at(const char *s, size_t n, size_t avail) {
+    if (n < 1 || n > 8) return -1;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (avail < 8) return key_word_id(word_of(s, n), n);
+#else
+    if (1) return key_word_id(word_of(s, n), n);  /* the mask below keeps the first bytes on little-endian only */
+#endif
+    uint64_t v;
+    memcpy(&v, s, 8);  /* one load, the bytes past the key masked off */
+    return key_word_id(n == 8 ? v : v & ((1ULL << (8 * n)) - 1), n);
+}
+
+static int key_id(const char *s, size_t n) { return key_id_at(s, n, n); }
 
 /* the args keys whose integer values are namespaced (transform.ARG_ID_KEYS) */
 static const char *const ARG_ID_KEYS[4] = {"External id", "correlation", "Correlation ID", "External ID"};
@@ -183,9 +214,24 @@ typedef struct {
 
 #define FAIL(ps, msg) do { if (!(ps)->why) (ps)->why = (msg); return 0; } while (0)
 
+static inline int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* Kineto pretty-prints: a newline and 4-8 spaces before every key. Most calls meet no
+ * whitespace at all (any byte above ' ' is none); a run is skipped 16 bytes a step. */
 static inline void ws(P *ps) {
     const uint8_t *p = ps->p, *e = ps->end;
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    if (p < e && *p > ' ') return;
+#ifdef __SSE2__
+    while (e - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i w = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        unsigned other = (unsigned)_mm_movemask_epi8(w) ^ 0xFFFFu;
+        if (other) { ps->p = p + __builtin_ctz(other); return; }
+        p += 16;
+    }
+#endif
+    while (p < e && is_ws(*p)) p++;
     ps->p = p;
 }
 
@@ -229,10 +275,27 @@ static inline uint64_t special8(uint64_t v) {
     return ((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS) | ((v - ONES * 0x20) & ~v & HIGHS) | (v & HIGHS);
 }
 
-static int string(P *ps, int *escaped) {
+#ifdef __SSE2__
+/* bytes of v that are '"', '\\', below 0x20 or from 0x80 (a signed compare below ' ' takes both) */
+static inline unsigned special16(const uint8_t *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i sp = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                              _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (unsigned)_mm_movemask_epi8(sp);
+}
+#endif
+
+static int string_slow(P *ps, int *escaped) {
     const uint8_t *p = ps->p + 1, *e = ps->end;
     int esc = 0;
     for (;;) {
+#ifdef __SSE2__
+        while (e - p >= 16) {  /* 16 plain bytes at a time */
+            unsigned m = special16(p);
+            if (m) { p += __builtin_ctz(m); goto special; }
+            p += 16;
+        }
+#endif
         while (e - p >= 8) {  /* 8 plain bytes at a time */
             uint64_t v;
             memcpy(&v, p, 8);
@@ -240,6 +303,9 @@ static int string(P *ps, int *escaped) {
             p += 8;
         }
         while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+#ifdef __SSE2__
+    special:
+#endif
         if (p >= e) FAIL(ps, "unterminated string");
         uint8_t c = *p;
         if (c == '"') break;
@@ -266,6 +332,22 @@ static int string(P *ps, int *escaped) {
     ps->p = p + 1;
     *escaped = esc;
     return 1;
+}
+
+/* Most strings of a trace (keys, ph, pids, short names) are plain ASCII and end within 16
+ * bytes: one compare of 16 bytes finds their closing quote; the rest take string_slow. */
+static inline int string(P *ps, int *escaped) {
+#ifdef __SSE2__
+    const uint8_t *p = ps->p + 1;
+    if (ps->end - p >= 16) {
+        unsigned m = special16(p);
+        if (m) {
+            unsigned k = (unsigned)__builtin_ctz(m);
+            if (p[k] == '"') { ps->p = p + k + 1; *escaped = 0; return 1; }
+        }
+    }
+#endif
+    return string_slow(ps, escaped);
 }
 
 /* A number at ps->p. *is_int: no fraction or exponent; *digits: digits of an integer's
@@ -308,7 +390,9 @@ static int literal(P *ps, const char *word) {
 
 /* Skip any JSON value, iteratively (an explicit stack of bounded depth). *braces counts
  * the objects met (the Python path rewrites args ids in the bytes only for flat args). */
-static int skip_value(P *ps, int *braces) {
+static inline int arg_id_key(const uint8_t *s, size_t n);
+
+static int skip_value(P *ps, int *braces, int *tokens) {
     int depth = 0, esc;
     for (;;) {
         ws(ps);
@@ -324,7 +408,9 @@ static int skip_value(P *ps, int *braces) {
             if (c == '{') goto object_key;
             continue;
         } else if (c == '"') {
+            const uint8_t *s0 = ps->p;
             if (!string(ps, &esc)) return 0;
+            if (tokens && arg_id_key(s0 + 1, (size_t)(ps->p - s0) - 2) >= 0) (*tokens)++;
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             int a, b, d;
             if (!number(ps, &a, &b, &d)) return 0;
@@ -418,6 +504,45 @@ static int to_double(P *ps, const uint8_t *s, size_t n, double *out) {
     return 1;
 }
 
+/* The common ts/dur, "4464888733311.333": at most 18 digits, no exponent, the digits' integer
+ * at most 2**53 and at most 22 of them after the point. Then number() would take it and
+ * to_double() take its fast path with the same integer and scale, so this gives the same
+ * double in one walk over the digits. 0 (ps->p unmoved) for anything else, which the two
+ * take as before. */
+static inline int plain_decimal(P *ps, double *out) {
+    const uint8_t *p = ps->p, *e = ps->end;
+    int neg = 0;
+    if (p < e && *p == '-') { neg = 1; p++; }
+    if (p >= e || *p < '0' || *p > '9') return 0;
+    const uint8_t *d0 = p;
+    uint64_t m = 0;
+    if (*p == '0') p++;
+    else while (p < e && *p >= '0' && *p <= '9' && p - d0 < 19) m = m * 10 + (uint64_t)(*p++ - '0');
+    int frac = 0;
+    if (p < e && *p == '.') {
+        const uint8_t *f0 = ++p;
+        while (p < e && *p >= '0' && *p <= '9' && p - d0 < 20) m = m * 10 + (uint64_t)(*p++ - '0');
+        frac = (int)(p - f0);
+        if (frac == 0) return 0;
+    }
+    /* 18 digits at most (p - d0 counts the point too), and the number ends here */
+    if (p - d0 - (frac > 0) > 18 || (p < e && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E')))
+        return 0;
+    if (m > ((uint64_t)1 << 53) || frac > 22) return 0;
+    double v = (double)m / POW10[frac];
+    *out = neg ? -v : v;
+    ps->p = p;
+    return 1;
+}
+
+/* the ARG_ID_KEYS index of the key s (n bytes, no quotes), or -1 */
+static inline int arg_id_key(const uint8_t *s, size_t n) {
+    if (n != 11 && n != 14) return -1;
+    for (int k = 0; k < 4; k++)
+        if (ARG_ID_LEN[k] == n && s[0] == (uint8_t)ARG_ID_KEYS[k][0] && memcmp(ARG_ID_KEYS[k], s, n) == 0) return k;
+    return -1;
+}
+
 /* args: a flat object. Records the spans of the id keys' integer values; gives up where
  * the Python path would decode and re-encode the args instead (a nested object or any
  * '{' in a string, a \u escape, an id key spelled anywhere but as a top-level key with a
@@ -425,7 +550,7 @@ static int to_double(P *ps, const uint8_t *s, size_t n, double *out) {
 static int parse_args(P *ps, Ev *ev) {
     const uint8_t *start = ps->p;
     uint32_t first = (uint32_t)ps->nai;
-    int esc_any = 0;
+    int esc_any = 0, value_tokens = 0;  /* strings among the values that spell an id key */
     ps->p++;  /* '{' */
     ws(ps);
     if (ps->p < ps->end && *ps->p == '}') { ps->p++; goto done; }
@@ -437,9 +562,7 @@ static int parse_args(P *ps, Ev *ev) {
         if (!string(ps, &esc)) return 0;
         esc_any |= esc;
         size_t klen = (size_t)(ps->p - k0) - 2;
-        int is_id = -1;
-        for (int k = 0; k < 4; k++)
-            if (ARG_ID_LEN[k] == klen && k0[1] == ARG_ID_KEYS[k][0] && memcmp(ARG_ID_KEYS[k], k0 + 1, klen) == 0) is_id = k;
+        int is_id = arg_id_key(k0 + 1, klen);
         ws(ps);
         if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected : in args");
         ps->p++;
@@ -462,10 +585,8 @@ static int parse_args(P *ps, Ev *ev) {
         } else {
             int braces = 0;
             /* a string value may spell an id key: the Python path's text search would see it */
-            const uint8_t *v0 = ps->p;
-            if (!skip_value(ps, &braces)) return 0;
+            if (!skip_value(ps, &braces, &value_tokens)) return 0;
             if (braces) FAIL(ps, "nested object in args");
-            (void)v0;
         }
         ws(ps);
         if (ps->p >= ps->end) FAIL(ps, "unexpected end");
@@ -478,28 +599,33 @@ done:;
     const uint8_t *s = start;
     /* the Python path counts '{' bytes and id-key tokens in the text, strings included */
     if (memchr(s + 1, '{', len - 1)) FAIL(ps, "'{' inside args");
-    if (esc_any || memchr(s, '\\', len)) {
+    if (!esc_any && !memchr(s, '\\', len)) {
+        /* No backslash: every '"' opens or closes a string, and a token ("correlation" with
+         * its quotes) can only start at an opening one, so the tokens in the text are the
+         * strings that spell an id key: the keys recorded above and value_tokens. */
+        if (value_tokens) FAIL(ps, "an id key token inside an args string");
+    } else {
         /* escapes: any backslash followed by 'u' (\u escapes, or an escaped backslash
          * before a u), or an id key token after a backslash, makes the Python path decode */
         for (const uint8_t *q = s; (q = memchr(q, '\\', (size_t)(s + len - q))) != NULL; q++) {
             if (q + 1 < s + len && q[1] == 'u') FAIL(ps, "\\u in args");
         }
-    }
-    /* every textual occurrence of an id key token must be one of the keys recorded above:
-     * one walk over the span's quotes, each compared with the tokens its next byte allows */
-    size_t tokens = 0;
-    const uint8_t *end_s = s + len;
-    for (const uint8_t *q = s; (q = memchr(q, '"', (size_t)(end_s - q))) != NULL; q++) {
-        if (end_s - q < 13) break;  /* the shortest token, "correlation", is 13 bytes */
-        uint8_t c = q[1];
-        if (c != 'E' && c != 'c' && c != 'C') continue;
-        for (int k = 0; k < 4; k++) {
-            size_t kl = ARG_ID_LEN[k];
-            if ((size_t)(end_s - q) >= kl + 2 && ARG_ID_KEYS[k][0] == (char)c &&
-                memcmp(q + 1, ARG_ID_KEYS[k], kl) == 0 && q[kl + 1] == '"') tokens++;
+        /* every textual occurrence of an id key token must be one of the keys recorded above:
+         * one walk over the span's quotes, each compared with the tokens its next byte allows */
+        size_t tokens = 0;
+        const uint8_t *end_s = s + len;
+        for (const uint8_t *q = s; (q = memchr(q, '"', (size_t)(end_s - q))) != NULL; q++) {
+            if (end_s - q < 13) break;  /* the shortest token, "correlation", is 13 bytes */
+            uint8_t c = q[1];
+            if (c != 'E' && c != 'c' && c != 'C') continue;
+            for (int k = 0; k < 4; k++) {
+                size_t kl = ARG_ID_LEN[k];
+                if ((size_t)(end_s - q) >= kl + 2 && ARG_ID_KEYS[k][0] == (char)c &&
+                    memcmp(q + 1, ARG_ID_KEYS[k], kl) == 0 && q[kl + 1] == '"') tokens++;
+            }
         }
+        if (tokens != ps->nai - first) FAIL(ps, "an id key token inside an args string");
     }
-    if (tokens != ps->nai - first) FAIL(ps, "an id key token inside an args string");
     if (ps->nai - first > 0xFFFF) FAIL(ps, "too many args ids");
     ev->args_off = (uint32_t)(start - ps->base);
     ev->args_len = (uint32_t)len;
@@ -548,7 +674,7 @@ static int event(P *ps) {
         int esc;
         if (!string(ps, &esc)) return 0;
         if (esc) FAIL(ps, "an escaped key");
-        int k = key_id((const char *)k0 + 1, (size_t)(ps->p - k0) - 2);
+        int k = key_id_at((const char *)k0 + 1, (size_t)(ps->p - k0) - 2, (size_t)(ps->end - k0) - 1);
         if (k < 0) FAIL(ps, "a key the core does not know");
         if (seen & (1u << k)) FAIL(ps, "a repeated key");
         seen |= 1u << k;
@@ -603,6 +729,10 @@ static int event(P *ps) {
         case K_DUR:
             if (c == 'n') { if (!literal(ps, "null")) return 0; break; }
             if (!(c == '-' || (c >= '0' && c <= '9'))) FAIL(ps, "ts or dur is not a number");
+            if (plain_decimal(ps, k == K_TS ? &ev->ts : &ev->dur)) {
+                ev->flags |= k == K_TS ? F_TS : F_DUR;
+                break;
+            }
             if (!number(ps, &isint, &digits, &canon)) return 0;
             if (isint && digits > MAX_DIGITS) FAIL(ps, "ts or dur out of range");
             if (!to_double(ps, v0, (size_t)(ps->p - v0), k == K_TS ? &ev->ts : &ev->dur)) return 0;
@@ -750,7 +880,7 @@ static int document(P *ps, PyObject *top) {
         } else {
             const uint8_t *v0 = ps->p;
             int braces = 0;
-            if (!skip_value(ps, &braces)) { Py_DECREF(key); return 0; }
+            if (!skip_value(ps, &braces, NULL)) { Py_DECREF(key); return 0; }
             PyObject *span = Py_BuildValue("(nn)", (Py_ssize_t)(v0 - ps->base), (Py_ssize_t)(ps->p - ps->base));
             if (!span || PyDict_SetItem(top, key, span) < 0) { Py_XDECREF(span); Py_DECREF(key); PyErr_Clear(); FAIL(ps, "out of memory"); }
             Py_DECREF(span);
@@ -1517,6 +1647,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         if (strlen(KEY_NAMES[k]) != KEY_LEN[k]) { PyErr_SetString(PyExc_SystemError, "KEY_LEN"); return NULL; }
     for (int k = 0; k < 4; k++)
         if (strlen(ARG_ID_KEYS[k]) != ARG_ID_LEN[k]) { PyErr_SetString(PyExc_SystemError, "ARG_ID_LEN"); return NULL; }
+    key_words_init();
     if (PyType_Ready(&ScanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m) return NULL;
