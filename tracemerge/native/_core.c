@@ -44,8 +44,16 @@ static const char *const KEY_NAMES[K_COUNT] = {
 
 static const uint8_t KEY_LEN[K_COUNT] = {2, 3, 4, 3, 3, 2, 3, 4, 2, 3, 2, 1, 7, 7, 8, 3, 4, 5, 5, 2, 5, 3, 6};
 
-/* each key's text as a little-endian word (keys are at most 8 bytes), made once at import */
+/* each key's text as a word (keys are at most 8 bytes), and a table of the keys by a
+ * multiplicative hash of it (the multiplier found offline: no two keys share a slot on a
+ * little-endian machine; elsewhere key_words_init finds a collision and the keys are
+ * searched one by one); made once at import */
 static uint64_t KEY_WORD[K_COUNT];
+#define KEY_HASH_MUL 0x9be3cecb8c497c69ULL
+static int8_t KEY_SLOT[64];
+static int KEY_HASHED;
+
+static inline unsigned key_slot(uint64_t v) { return (unsigned)((v * KEY_HASH_MUL) >> 58); }
 
 static uint64_t word_of(const char *s, size_t n) {
     uint64_t v = 0;
@@ -54,10 +62,21 @@ static uint64_t word_of(const char *s, size_t n) {
 }
 
 static void key_words_init(void) {
-    for (int k = 0; k < K_COUNT; k++) KEY_WORD[k] = word_of(KEY_NAMES[k], KEY_LEN[k]);
+    memset(KEY_SLOT, -1, sizeof KEY_SLOT);
+    KEY_HASHED = 1;
+    for (int k = 0; k < K_COUNT; k++) {
+        KEY_WORD[k] = word_of(KEY_NAMES[k], KEY_LEN[k]);
+        unsigned h = key_slot(KEY_WORD[k]);
+        if (KEY_SLOT[h] >= 0) KEY_HASHED = 0;
+        KEY_SLOT[h] = (int8_t)k;
+    }
 }
 
 static int key_word_id(uint64_t v, size_t n) {
+    if (KEY_HASHED) {
+        int k = KEY_SLOT[key_slot(v)];
+        return k >= 0 && KEY_WORD[k] == v && KEY_LEN[k] == n ? k : -1;
+    }
     /* the common keys first, in Kineto's order, then the rest */
     for (int k = 0; k < K_COUNT; k++) {
         if (KEY_LEN[k] == n && KEY_WORD[k] == v) return k;
@@ -117,8 +136,34 @@ typedef struct { uint32_t off, len; int64_t value; } ArgId;       /* an args id 
 
 typedef struct { const uint8_t *s; uint32_t len; int32_t code; } Slot;
 typedef struct { const uint8_t *s; uint32_t len; } Key;
-/* open addressing over token texts; keys[code] is the code's text, in first-seen order */
-typedef struct { Slot *slots; size_t mask, count; Key *keys; size_t kcap; } Table;
+/* open addressing over token texts; keys[code] is the code's text, in first-seen order;
+ * last: the slot found last (pids and tids repeat from one event to the next) */
+typedef struct { Slot *slots; size_t mask, count; Key *keys; size_t kcap; Slot last; } Table;
+
+/* a == b for n bytes, by (overlapping) word loads: no call for the short texts of a trace */
+static inline int same_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
+    if (n >= 8) {
+        uint64_t x, y;
+        for (size_t k = 0; k + 8 <= n; k += 8) {
+            memcpy(&x, a + k, 8);
+            memcpy(&y, b + k, 8);
+            if (x != y) return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return x == y && u == v;
+    }
+    for (size_t k = 0; k < n; k++) if (a[k] != b[k]) return 0;
+    return 1;
+}
 
 /* 8 bytes a step (the byte-wise FNV this replaced was a fifth of the scan: names are long) */
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
@@ -150,6 +195,7 @@ static int table_init(Table *t) {
     t->slots = calloc(t->mask + 1, sizeof(Slot));
     t->kcap = 256;
     t->keys = malloc(t->kcap * sizeof(Key));
+    t->last.s = NULL;
     return t->slots != NULL && t->keys != NULL;
 }
 
@@ -162,6 +208,7 @@ static void table_free(Table *t) {
 
 /* The code of s (a new one, count, when first seen); -1 when out of memory. */
 static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
+    if (t->last.s && t->last.len == len && same_bytes(t->last.s, s, len)) { *fresh = 0; return t->last.code; }
     if ((t->count + 1) * 2 > t->mask + 1) {
         size_t nm = t->mask * 2 + 1;
         Slot *ns = calloc(nm + 1, sizeof(Slot));
@@ -178,7 +225,11 @@ static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
     }
     size_t h = hash_bytes(s, len) & t->mask;
     while (t->slots[h].s) {
-        if (t->slots[h].len == len && memcmp(t->slots[h].s, s, len) == 0) { *fresh = 0; return t->slots[h].code; }
+        if (t->slots[h].len == len && same_bytes(t->slots[h].s, s, len)) {
+            t->last = t->slots[h];
+            *fresh = 0;
+            return t->slots[h].code;
+        }
         h = (h + 1) & t->mask;
     }
     if (t->count == t->kcap) {
@@ -192,6 +243,7 @@ static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
     t->slots[h].s = s;
     t->slots[h].len = len;
     t->slots[h].code = (int32_t)t->count++;
+    t->last = t->slots[h];
     *fresh = 1;
     return t->slots[h].code;
 }
@@ -221,6 +273,7 @@ static inline int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' |
 static inline void ws(P *ps) {
     const uint8_t *p = ps->p, *e = ps->end;
     if (p < e && *p > ' ') return;
+    if (e - p >= 2 && p[1] > ' ' && is_ws(*p)) { ps->p = p + 1; return; }  /* the space after ':' */
 #ifdef __SSE2__
     while (e - p >= 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)p);
@@ -504,6 +557,25 @@ static int to_double(P *ps, const uint8_t *s, size_t n, double *out) {
     return 1;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* whether the 8 bytes at p are all ASCII digits, and their value (SWAR: a ts has 13 digits
+ * before its point) */
+static inline int eight_digits(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return ((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
+           0x3333333333333333ULL;
+}
+
+static inline uint64_t eight_digits_value(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    v = ((v & 0x0F0F0F0F0F0F0F0FULL) * 2561) >> 8;
+    v = ((v & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
+    return ((v & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
+}
+#endif
+
 /* The common ts/dur, "4464888733311.333": at most 18 digits, no exponent, the digits' integer
  * at most 2**53 and at most 22 of them after the point. Then number() would take it and
  * to_double() take its fast path with the same integer and scale, so this gives the same
@@ -517,7 +589,12 @@ static inline int plain_decimal(P *ps, double *out) {
     const uint8_t *d0 = p;
     uint64_t m = 0;
     if (*p == '0') p++;
-    else while (p < e && *p >= '0' && *p <= '9' && p - d0 < 19) m = m * 10 + (uint64_t)(*p++ - '0');
+    else {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (e - p >= 8 && p - d0 <= 11 && eight_digits(p)) { m = m * 100000000 + eight_digits_value(p); p += 8; }
+#endif
+        while (p < e && *p >= '0' && *p <= '9' && p - d0 < 19) m = m * 10 + (uint64_t)(*p++ - '0');
+    }
     int frac = 0;
     if (p < e && *p == '.') {
         const uint8_t *f0 = ++p;
