@@ -403,6 +403,21 @@ static inline int string(P *ps, int *escaped) {
     return string_slow(ps, escaped);
 }
 
+/* the first byte from p that is not an ASCII digit (or e) */
+static inline const uint8_t *digits_end(const uint8_t *p, const uint8_t *e) {
+#ifdef __SSE2__
+    while (e - p >= 16) {  /* a signed compare: bytes from 0x80 are below '0' */
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i d = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)), _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+        unsigned other = (unsigned)_mm_movemask_epi8(d) ^ 0xFFFFu;
+        if (other) return p + __builtin_ctz(other);
+        p += 16;
+    }
+#endif
+    while (p < e && *p >= '0' && *p <= '9') p++;
+    return p;
+}
+
 /* A number at ps->p. *is_int: no fraction or exponent; *digits: digits of an integer's
  * magnitude; *canonical: an integer the Python path writes back with the same text
  * (not "-0"). */
@@ -413,19 +428,19 @@ static int number(P *ps, int *is_int, int *digits, int *canonical) {
     if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
     const uint8_t *d0 = p;
     if (*p == '0') p++;
-    else while (p < e && *p >= '0' && *p <= '9') p++;
+    else p = digits_end(p, e);
     int nd = (int)(p - d0);
     int isint = 1;
     if (p < e && *p == '.') {
         isint = 0; p++;
         if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
-        while (p < e && *p >= '0' && *p <= '9') p++;
+        p = digits_end(p, e);
     }
     if (p < e && (*p == 'e' || *p == 'E')) {
         isint = 0; p++;
         if (p < e && (*p == '+' || *p == '-')) p++;
         if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
-        while (p < e && *p >= '0' && *p <= '9') p++;
+        p = digits_end(p, e);
     }
     ps->p = p;
     *is_int = isint;
@@ -660,10 +675,21 @@ static int parse_args(P *ps, Ev *ev) {
             a->len = (uint32_t)(ps->p - v0);
             a->value = parse_int(v0, a->len);
         } else {
-            int braces = 0;
             /* a string value may spell an id key: the Python path's text search would see it */
-            if (!skip_value(ps, &braces, &value_tokens)) return 0;
-            if (braces) FAIL(ps, "nested object in args");
+            uint8_t c = *ps->p;
+            if (c == '"') {  /* the scalars as skip_value takes them, without its stack */
+                const uint8_t *s0 = ps->p;
+                int e0;
+                if (!string(ps, &e0)) return 0;
+                if (arg_id_key(s0 + 1, (size_t)(ps->p - s0) - 2) >= 0) value_tokens++;
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+                int a, b, d;
+                if (!number(ps, &a, &b, &d)) return 0;
+            } else {
+                int braces = 0;
+                if (!skip_value(ps, &braces, &value_tokens)) return 0;
+                if (braces) FAIL(ps, "nested object in args");
+            }
         }
         ws(ps);
         if (ps->p >= ps->end) FAIL(ps, "unexpected end");
