@@ -72,7 +72,7 @@ static void key_words_init(void) {
     }
 }
 
-static int key_word_id(uint64_t v, size_t n) {
+static inline __attribute__((always_inline)) int key_word_id(uint64_t v, size_t n) {
     if (KEY_HASHED) {
         int k = KEY_SLOT[key_slot(v)];
         return k >= 0 && KEY_WORD[k] == v && KEY_LEN[k] == n ? k : -1;
@@ -272,8 +272,10 @@ static inline int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' |
  * whitespace at all (any byte above ' ' is none); a run is skipped 16 bytes a step. */
 static inline void ws(P *ps) {
     const uint8_t *p = ps->p, *e = ps->end;
-    if (p < e && *p > ' ') return;
-    if (e - p >= 2 && p[1] > ' ' && is_ws(*p)) { ps->p = p + 1; return; }  /* the space after ':' */
+    if (e - p >= 2) {  /* one bound check for the two bytes the common cases read */
+        if (p[0] > ' ') return;
+        if (p[1] > ' ' && is_ws(p[0])) { ps->p = p + 1; return; }  /* the space after ':' */
+    }
 #ifdef __SSE2__
     while (e - p >= 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)p);
@@ -762,7 +764,13 @@ static int verbatim_scalar(P *ps, uint32_t *off, uint32_t *len) {
 static int event(P *ps) {
     if (!grow((void **)&ps->ev, &ps->cap, ps->n + 1, sizeof(Ev))) FAIL(ps, "out of memory");
     Ev *ev = &ps->ev[ps->n];
+#ifdef __SSE2__
+    _Static_assert(sizeof(Ev) % 16 == 0, "Ev is zeroed 16 bytes a store");
+    for (size_t k = 0; k < sizeof(Ev) / 16; k++)  /* not the rep stos gcc makes of a memset this size */
+        _mm_storeu_si128((__m128i *)ev + k, _mm_setzero_si128());
+#else
     memset(ev, 0, sizeof *ev);
+#endif
     ev->extra_first = (uint32_t)ps->nex;
     ev->argid_first = (uint32_t)ps->nai;
     uint32_t seen = 0;
@@ -889,7 +897,7 @@ static int event(P *ps) {
                    : intern(&ps->t_tid, b + ev->tid_off, ev->tid_len, &fresh);
         if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0) FAIL(ps, "out of memory");
         ev->name_code = c1;
-        ev->cat_code = c2;  /* a code of t_cat until tables() maps it */
+        ev->cat_code = c2;  /* a code of t_cat: Scan.cat_map maps it (in columns()) */
         ev->pid_code = c3;
         ev->tid_code = c4;
     }
@@ -920,6 +928,7 @@ typedef struct {
     Extra *ex; size_t nex;
     ArgId *ai; size_t nai;
     uint32_t used_keys;
+    int32_t *cat_map;   /* an event's cat_code (its code among the cats) -> its code in names */
     PyObject *names, *pids, *tids, *top;
 } Scan;
 
@@ -928,6 +937,7 @@ static void Scan_dealloc(Scan *self) {
     free(self->ev);
     free(self->ex);
     free(self->ai);
+    free(self->cat_map);
     Py_XDECREF(self->names);
     Py_XDECREF(self->pids);
     Py_XDECREF(self->tids);
@@ -1026,8 +1036,7 @@ static int tables(Scan *s, P *ps) {
         map[j] = intern(&ps->t_name, ps->t_cat.keys[j].s, ps->t_cat.keys[j].len, &fresh);
         if (map[j] < 0) { free(map); FAIL(ps, "out of memory"); }
     }
-    for (size_t i = 0; i < s->n; i++) s->ev[i].cat_code = map[s->ev[i].cat_code];
-    free(map);
+    s->cat_map = map;  /* applied by columns(), in its own pass over the events (not one more here) */
     s->names = values_of(&ps->t_name);
     s->pids = values_of(&ps->t_pid);
     s->tids = values_of(&ps->t_tid);
@@ -1041,6 +1050,7 @@ static PyObject *core_scan(PyObject *mod, PyObject *arg) {
     if (!s) return NULL;
     s->has_buf = 0; s->ev = NULL; s->ex = NULL; s->ai = NULL; s->n = s->nex = s->nai = 0;
     s->names = s->pids = s->tids = s->top = NULL;
+    s->cat_map = NULL;
     if (PyObject_GetBuffer(arg, &s->buf, PyBUF_SIMPLE) < 0) { Py_DECREF(s); return NULL; }
     s->has_buf = 1;
     if ((uint64_t)s->buf.len >= 0xFFFFFFFFull) { Py_DECREF(s); return PyUnicode_FromString("a file of 4 GB or more"); }
@@ -1088,7 +1098,7 @@ static PyObject *Scan_columns(Scan *s, PyObject *unused) {
     for (size_t i = 0; i < n; i++) {
         Ev *e = &s->ev[i];
         p[i] = e->ph;
-        c[i] = e->name_code; c[n + i] = e->cat_code; c[2 * n + i] = e->pid_code; c[3 * n + i] = e->tid_code;
+        c[i] = e->name_code; c[n + i] = s->cat_map[e->cat_code]; c[2 * n + i] = e->pid_code; c[3 * n + i] = e->tid_code;
         t[i] = e->ts; t[n + i] = e->dur;
         f[i] = e->flags;
     }
