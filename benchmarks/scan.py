@@ -7,10 +7,10 @@ tests/support/gen_kineto.py (Kineto's pretty-printed events plus the "tracemerge
 benchmarks/compare.py merges them; kept in DIR between runs), then times, per rank, ``repeat``
 times alternated, and prints the medians:
 
-- scan (memory): ``_core.scan`` of the file's bytes already in memory, alone: CPU seconds of
-  this process (the scan runs on one core) and wall seconds;
-- scan (file): what ``native.read_rank`` does before its Python side: map the file
-  (``native._mapped``, page cache) and scan it;
+- scan (memory): ``_core.scan`` of the file's bytes already in memory and its ``columns()``
+  (the core's whole part of ``native.read``: the columns are made in one pass over the
+  scan's events): CPU seconds of this process (the scan runs on one core) and wall seconds;
+- scan (file): the same from the file: map it (``native._mapped``, page cache) and scan it;
 - memchr: ``bytes.find`` of a byte the file lacks (one ``memchr`` over every byte): the least
   any pass over the bytes in memory costs;
 - cat: ``cat FILE > /dev/null`` (its own process: read(2) of the page cache, wall time).
@@ -58,11 +58,16 @@ def timed(fn):
         gc.enable()
 
 
+def scan(data):
+    """The core's scan of ``data`` and its columns: what native.read asks of the core."""
+    s = native.scan(data)
+    assert not isinstance(s, str), f"the core declined ({s})"
+    s.columns()
+
+
 def scan_file(path):
     data = native._mapped(path)
-    s = native.scan(data)
-    assert not isinstance(s, str), f"{path}: the core declined ({s})"
-    del s
+    scan(data)
     data.close()
 
 
@@ -77,7 +82,7 @@ def measure(path, repeat):
     del first
     rows = {"scan (memory)": [], "scan (file)": [], "memchr": [], "cat": []}
     for _ in range(repeat):  # alternated, so a change in the machine's load falls on every row
-        rows["scan (memory)"].append(timed(lambda: native.scan(data)))
+        rows["scan (memory)"].append(timed(lambda: scan(data)))
         rows["scan (file)"].append(timed(lambda: scan_file(path)))
         rows["memchr"].append(timed(lambda: data.find(b"\x01")))
         w0 = time.perf_counter()
