@@ -262,6 +262,9 @@ typedef struct {
      * order; merged after the scan), pids, tids */
     Table t_name, t_cat, t_pid, t_tid;
     uint8_t stack[MAX_DEPTH];
+    /* the key that followed each key (K_COUNT: the event's start) last time: Kineto writes
+     * an event kind's keys in one order, so the next key is tried first by one compare */
+    uint8_t next_key[K_COUNT + 1];
 } P;
 
 #define FAIL(ps, msg) do { if (!(ps)->why) (ps)->why = (msg); return 0; } while (0)
@@ -761,6 +764,25 @@ static int verbatim_scalar(P *ps, uint32_t *off, uint32_t *len) {
     return 1;
 }
 
+/* k when the string at k0 is exactly the key k ("ts", quotes included: what string() and
+ * key_id_at would find, without waiting for the string's end), ps->p past it; else -1 */
+static inline int expected_key(P *ps, const uint8_t *k0, int k) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (k < K_COUNT && ps->end - k0 >= 10) {  /* the 8-byte load at k0 + 1 and the quote after the key */
+        size_t n = KEY_LEN[k];
+        uint64_t v;
+        memcpy(&v, k0 + 1, 8);
+        if ((n == 8 ? v : v & ((1ULL << (8 * n)) - 1)) == KEY_WORD[k] && k0[1 + n] == '"') {
+            ps->p = k0 + n + 2;
+            return k;
+        }
+    }
+#else
+    (void)ps; (void)k0; (void)k;
+#endif
+    return -1;
+}
+
 static int event(P *ps) {
     if (!grow((void **)&ps->ev, &ps->cap, ps->n + 1, sizeof(Ev))) FAIL(ps, "out of memory");
     Ev *ev = &ps->ev[ps->n];
@@ -778,6 +800,7 @@ static int event(P *ps) {
     ev->extra_first = (uint32_t)ps->nex;
     ev->argid_first = (uint32_t)ps->nai;
     uint32_t seen = 0;
+    int prev = K_COUNT;
     if (ps->p >= ps->end || *ps->p != '{') FAIL(ps, "an event that is not an object");
     ps->p++;
     ws(ps);
@@ -787,10 +810,15 @@ static int event(P *ps) {
         if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key");
         const uint8_t *k0 = ps->p;
         int esc;
-        if (!string(ps, &esc)) return 0;
-        if (esc) FAIL(ps, "an escaped key");
-        int k = key_id_at((const char *)k0 + 1, (size_t)(ps->p - k0) - 2, (size_t)(ps->end - k0) - 1);
-        if (k < 0) FAIL(ps, "a key the core does not know");
+        int k = expected_key(ps, k0, ps->next_key[prev]);
+        if (k < 0) {  /* not the expected key: the string, then the key it spells */
+            if (!string(ps, &esc)) return 0;
+            if (esc) FAIL(ps, "an escaped key");
+            k = key_id_at((const char *)k0 + 1, (size_t)(ps->p - k0) - 2, (size_t)(ps->end - k0) - 1);
+            if (k < 0) FAIL(ps, "a key the core does not know");
+            ps->next_key[prev] = (uint8_t)k;
+        }
+        prev = k;
         if (seen & (1u << k)) FAIL(ps, "a repeated key");
         seen |= 1u << k;
         ws(ps);
