@@ -426,7 +426,7 @@ static inline const uint8_t *digits_end(const uint8_t *p, const uint8_t *e) {
 /* A number at ps->p. *is_int: no fraction or exponent; *digits: digits of an integer's
  * magnitude; *canonical: an integer the Python path writes back with the same text
  * (not "-0"). */
-static int number(P *ps, int *is_int, int *digits, int *canonical) {
+static inline __attribute__((always_inline)) int number(P *ps, int *is_int, int *digits, int *canonical) {
     const uint8_t *p = ps->p, *e = ps->end;
     int neg = 0;
     if (p < e && *p == '-') { neg = 1; p++; }
