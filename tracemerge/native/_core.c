@@ -595,22 +595,31 @@ static int to_double(P *ps, const uint8_t *s, size_t n, double *out) {
 }
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-/* whether the 8 bytes at p are all ASCII digits, and their value (SWAR: a ts has 13 digits
- * before its point) */
-static inline int eight_digits(const uint8_t *p) {
+/* the value of the n (1-8) digits at p, 8 bytes readable there: shifted up so that zero bytes
+ * lead them, then 8 digits at once (SWAR) */
+static inline uint64_t up_to_eight_digits(const uint8_t *p, size_t n) {
     uint64_t v;
     memcpy(&v, p, 8);
-    return ((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
-           0x3333333333333333ULL;
-}
-
-static inline uint64_t eight_digits_value(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
+    v <<= 8 * (8 - n);
     v = ((v & 0x0F0F0F0F0F0F0F0FULL) * 2561) >> 8;
     v = ((v & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
     return ((v & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
 }
+
+/* the value of the n (0-18) digits at p, 8 bytes readable past them */
+static inline uint64_t digits_value(const uint8_t *p, size_t n) {
+    uint64_t v = 0;
+    size_t head = n % 8;
+    if (head) { v = up_to_eight_digits(p, head); p += head; n -= head; }
+    for (; n; p += 8, n -= 8) v = v * 100000000 + up_to_eight_digits(p, 8);
+    return v;
+}
+
+static const uint64_t POW10_INT[19] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+                                       100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL,
+                                       1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
+                                       1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
+                                       1000000000000000000ULL};
 #endif
 
 /* The common ts/dur, "4464888733311.333": at most 18 digits, no exponent, the digits' integer
@@ -625,13 +634,28 @@ static inline int plain_decimal(P *ps, double *out) {
     if (p >= e || *p < '0' || *p > '9') return 0;
     const uint8_t *d0 = p;
     uint64_t m = 0;
-    if (*p == '0') p++;
-    else {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        while (e - p >= 8 && p - d0 <= 11 && eight_digits(p)) { m = m * 100000000 + eight_digits_value(p); p += 8; }
-#endif
-        while (p < e && *p >= '0' && *p <= '9' && p - d0 < 19) m = m * 10 + (uint64_t)(*p++ - '0');
+    if (e - d0 >= 40) {  /* room for every 8-byte load below: the runs of digits found 16 bytes a step, read 8 a step */
+        const uint8_t *q = digits_end(d0, e), *end = q;
+        size_t whole = (size_t)(q - d0), fr = 0;
+        int point = q < e && *q == '.';
+        if (point) {
+            end = digits_end(q + 1, e);
+            fr = (size_t)(end - q - 1);
+        }
+        if ((whole > 1 && *d0 == '0') || (point && fr == 0) || whole + fr > 18 ||
+            (end < e && (*end == '.' || *end == 'e' || *end == 'E')))
+            return 0;
+        m = digits_value(d0, whole) * POW10_INT[fr] + (fr ? digits_value(q + 1, fr) : 0);
+        if (m > ((uint64_t)1 << 53)) return 0;
+        double v = (double)m / POW10[fr];
+        *out = neg ? -v : v;
+        ps->p = end;
+        return 1;
     }
+#endif
+    if (*p == '0') p++;
+    else while (p < e && *p >= '0' && *p <= '9' && p - d0 < 19) m = m * 10 + (uint64_t)(*p++ - '0');
     int frac = 0;
     if (p < e && *p == '.') {
         const uint8_t *f0 = ++p;
