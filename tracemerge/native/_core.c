@@ -27,6 +27,11 @@
 #ifdef __SSE2__
 #include <emmintrin.h>   /* x86-64 baseline: 16 bytes a step where the scan walks text */
 #endif
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))  /* the scan's hot steps, called from several places */
+#else
+#define ALWAYS_INLINE inline
+#endif
 
 /* ---- keys --------------------------------------------------------------------------- */
 
@@ -72,7 +77,7 @@ static void key_words_init(void) {
     }
 }
 
-static inline __attribute__((always_inline)) int key_word_id(uint64_t v, size_t n) {
+static ALWAYS_INLINE int key_word_id(uint64_t v, size_t n) {
     if (KEY_HASHED) {
         int k = KEY_SLOT[key_slot(v)];
         return k >= 0 && KEY_WORD[k] == v && KEY_LEN[k] == n ? k : -1;
@@ -425,7 +430,7 @@ static inline int string(P *ps, int *escaped) {
     return string_slow(ps, escaped);
 }
 
-/* the first byte from p that is not an ASCII digit (or e) */
+/* the first byte from p that is not an ASCII digit, or e (the end) */
 static inline const uint8_t *digits_end(const uint8_t *p, const uint8_t *e) {
 #ifdef __SSE2__
     while (e - p >= 16) {  /* a signed compare: bytes from 0x80 are below '0' */
@@ -443,7 +448,7 @@ static inline const uint8_t *digits_end(const uint8_t *p, const uint8_t *e) {
 /* A number at ps->p. *is_int: no fraction or exponent; *digits: digits of an integer's
  * magnitude; *canonical: an integer the Python path writes back with the same text
  * (not "-0"). */
-static inline __attribute__((always_inline)) int number(P *ps, int *is_int, int *digits, int *canonical) {
+static ALWAYS_INLINE int number(P *ps, int *is_int, int *digits, int *canonical) {
     const uint8_t *p = ps->p, *e = ps->end;
     int neg = 0;
     if (p < e && *p == '-') { neg = 1; p++; }
