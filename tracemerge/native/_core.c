@@ -632,7 +632,7 @@ static const uint64_t POW10_INT[19] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 1
  * to_double() take its fast path with the same integer and scale, so this gives the same
  * double in one walk over the digits. 0 (ps->p unmoved) for anything else, which the two
  * take as before. */
-static inline int plain_decimal(P *ps, double *out) {
+static ALWAYS_INLINE int plain_decimal(P *ps, double *out) {
     const uint8_t *p = ps->p, *e = ps->end;
     int neg = 0;
     if (p < e && *p == '-') { neg = 1; p++; }
