@@ -678,6 +678,29 @@ static ALWAYS_INLINE int plain_decimal(P *ps, double *out) {
     return 1;
 }
 
+/* An array of numbers at ps->p ('['), read as skip_value reads it, without its stack: 1
+ * past it; 0 with ps->why set where a number is bad (skip_value would stop there the same
+ * way); 0 with nothing set for anything else (another element, nesting, the end), which
+ * skip_value then reads from the '[' again. */
+static int number_list(P *ps) {
+    ps->p++;
+    ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') { ps->p++; return 1; }
+    for (;;) {
+        ws(ps);
+        if (ps->p >= ps->end) return 0;
+        uint8_t c = *ps->p;
+        if (!(c == '-' || (c >= '0' && c <= '9'))) return 0;
+        int a, b, d;
+        if (!number(ps, &a, &b, &d)) return 0;
+        ws(ps);
+        if (ps->p >= ps->end) return 0;
+        if (*ps->p == ',') { ps->p++; continue; }
+        if (*ps->p == ']') { ps->p++; return 1; }
+        return 0;
+    }
+}
+
 /* the ARG_ID_KEYS index of the key s (n bytes, no quotes), or -1 */
 static inline int arg_id_key(const uint8_t *s, size_t n) {
     if (n != 11 && n != 14) return -1;
@@ -734,10 +757,15 @@ static int parse_args(P *ps, Ev *ev) {
                 if (!number(ps, &a, &b, &d)) return 0;
             } else {
                 int braces = 0;
+                const uint8_t *v0 = ps->p;
+                if (c == '[' && number_list(ps)) goto next;  /* a kernel's "grid": [64, 1, 1] */
+                if (ps->why) return 0;  /* a bad number: skip_value would stop there the same way */
+                ps->p = v0;
                 if (!skip_value(ps, &braces, &value_tokens)) return 0;
                 if (braces) FAIL(ps, "nested object in args");
             }
         }
+    next:
         ws(ps);
         if (ps->p >= ps->end) FAIL(ps, "unexpected end");
         if (*ps->p == ',') { ps->p++; continue; }
