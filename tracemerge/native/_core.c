@@ -24,6 +24,14 @@
 #include <string.h>
 #include <stdlib.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>   /* x86-64 baseline: 16 bytes a step where the scan walks text */
+#endif
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))  /* the scan's hot steps, called from several places */
+#else
+#define ALWAYS_INLINE inline
+#endif
 
 /* ---- keys --------------------------------------------------------------------------- */
 
@@ -41,13 +49,60 @@ static const char *const KEY_NAMES[K_COUNT] = {
 
 static const uint8_t KEY_LEN[K_COUNT] = {2, 3, 4, 3, 3, 2, 3, 4, 2, 3, 2, 1, 7, 7, 8, 3, 4, 5, 5, 2, 5, 3, 6};
 
-static int key_id(const char *s, size_t n) {
+/* each key's text as a word (keys are at most 8 bytes), and a table of the keys by a
+ * multiplicative hash of it (the multiplier found offline: no two keys share a slot on a
+ * little-endian machine; elsewhere key_words_init finds a collision and the keys are
+ * searched one by one); made once at import */
+static uint64_t KEY_WORD[K_COUNT];
+#define KEY_HASH_MUL 0x9be3cecb8c497c69ULL
+static int8_t KEY_SLOT[64];
+static int KEY_HASHED;
+
+static inline unsigned key_slot(uint64_t v) { return (unsigned)((v * KEY_HASH_MUL) >> 58); }
+
+static uint64_t word_of(const char *s, size_t n) {
+    uint64_t v = 0;
+    memcpy(&v, s, n);
+    return v;
+}
+
+static void key_words_init(void) {
+    memset(KEY_SLOT, -1, sizeof KEY_SLOT);
+    KEY_HASHED = 1;
+    for (int k = 0; k < K_COUNT; k++) {
+        KEY_WORD[k] = word_of(KEY_NAMES[k], KEY_LEN[k]);
+        unsigned h = key_slot(KEY_WORD[k]);
+        if (KEY_SLOT[h] >= 0) KEY_HASHED = 0;
+        KEY_SLOT[h] = (int8_t)k;
+    }
+}
+
+static ALWAYS_INLINE int key_word_id(uint64_t v, size_t n) {
+    if (KEY_HASHED) {
+        int k = KEY_SLOT[key_slot(v)];
+        return k >= 0 && KEY_WORD[k] == v && KEY_LEN[k] == n ? k : -1;
+    }
     /* the common keys first, in Kineto's order, then the rest */
     for (int k = 0; k < K_COUNT; k++) {
-        if (KEY_LEN[k] == n && s[0] == KEY_NAMES[k][0] && memcmp(KEY_NAMES[k], s, n) == 0) return k;
+        if (KEY_LEN[k] == n && KEY_WORD[k] == v) return k;
     }
     return -1;
 }
+
+/* the key of n bytes at s, whose buffer holds at least avail bytes from s */
+static inline int key_id_at(const char *s, size_t n, size_t avail) {
+    if (n < 1 || n > 8) return -1;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (avail < 8) return key_word_id(word_of(s, n), n);
+#else
+    if (1) return key_word_id(word_of(s, n), n);  /* the mask below keeps the first bytes on little-endian only */
+#endif
+    uint64_t v;
+    memcpy(&v, s, 8);  /* one load, the bytes past the key masked off */
+    return key_word_id(n == 8 ? v : v & ((1ULL << (8 * n)) - 1), n);
+}
+
+static int key_id(const char *s, size_t n) { return key_id_at(s, n, n); }
 
 /* the args keys whose integer values are namespaced (transform.ARG_ID_KEYS) */
 static const char *const ARG_ID_KEYS[4] = {"External id", "correlation", "Correlation ID", "External ID"};
@@ -86,8 +141,34 @@ typedef struct { uint32_t off, len; int64_t value; } ArgId;       /* an args id 
 
 typedef struct { const uint8_t *s; uint32_t len; int32_t code; } Slot;
 typedef struct { const uint8_t *s; uint32_t len; } Key;
-/* open addressing over token texts; keys[code] is the code's text, in first-seen order */
-typedef struct { Slot *slots; size_t mask, count; Key *keys; size_t kcap; } Table;
+/* open addressing over token texts; keys[code] is the code's text, in first-seen order;
+ * last: the slot found last (pids and tids repeat from one event to the next) */
+typedef struct { Slot *slots; size_t mask, count; Key *keys; size_t kcap; Slot last; } Table;
+
+/* a == b for n bytes, by (overlapping) word loads: no call for the short texts of a trace */
+static inline int same_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
+    if (n >= 8) {
+        uint64_t x, y;
+        for (size_t k = 0; k + 8 <= n; k += 8) {
+            memcpy(&x, a + k, 8);
+            memcpy(&y, b + k, 8);
+            if (x != y) return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return x == y && u == v;
+    }
+    for (size_t k = 0; k < n; k++) if (a[k] != b[k]) return 0;
+    return 1;
+}
 
 /* 8 bytes a step (the byte-wise FNV this replaced was a fifth of the scan: names are long) */
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
@@ -119,6 +200,7 @@ static int table_init(Table *t) {
     t->slots = calloc(t->mask + 1, sizeof(Slot));
     t->kcap = 256;
     t->keys = malloc(t->kcap * sizeof(Key));
+    t->last.s = NULL;
     return t->slots != NULL && t->keys != NULL;
 }
 
@@ -131,6 +213,7 @@ static void table_free(Table *t) {
 
 /* The code of s (a new one, count, when first seen); -1 when out of memory. */
 static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
+    if (t->last.s && t->last.len == len && same_bytes(t->last.s, s, len)) { *fresh = 0; return t->last.code; }
     if ((t->count + 1) * 2 > t->mask + 1) {
         size_t nm = t->mask * 2 + 1;
         Slot *ns = calloc(nm + 1, sizeof(Slot));
@@ -147,7 +230,11 @@ static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
     }
     size_t h = hash_bytes(s, len) & t->mask;
     while (t->slots[h].s) {
-        if (t->slots[h].len == len && memcmp(t->slots[h].s, s, len) == 0) { *fresh = 0; return t->slots[h].code; }
+        if (t->slots[h].len == len && same_bytes(t->slots[h].s, s, len)) {
+            t->last = t->slots[h];
+            *fresh = 0;
+            return t->slots[h].code;
+        }
         h = (h + 1) & t->mask;
     }
     if (t->count == t->kcap) {
@@ -161,6 +248,7 @@ static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
     t->slots[h].s = s;
     t->slots[h].len = len;
     t->slots[h].code = (int32_t)t->count++;
+    t->last = t->slots[h];
     *fresh = 1;
     return t->slots[h].code;
 }
@@ -179,14 +267,52 @@ typedef struct {
      * order; merged after the scan), pids, tids */
     Table t_name, t_cat, t_pid, t_tid;
     uint8_t stack[MAX_DEPTH];
+    /* the key that followed each key (K_COUNT: the event's start) last time: Kineto writes
+     * an event kind's keys in one order, so the next key is tried first by one compare */
+    uint8_t next_key[K_COUNT + 1];
 } P;
 
 #define FAIL(ps, msg) do { if (!(ps)->why) (ps)->why = (msg); return 0; } while (0)
 
+static inline int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* Kineto pretty-prints: a newline and 4-8 spaces before every key. Most calls meet no
+ * whitespace at all (any byte above ' ' is none); a run is skipped 16 bytes a step. */
 static inline void ws(P *ps) {
     const uint8_t *p = ps->p, *e = ps->end;
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    if (e - p >= 2) {  /* one bound check for the two bytes the common cases read */
+        if (p[0] > ' ') return;
+        if (p[1] > ' ' && is_ws(p[0])) { ps->p = p + 1; return; }  /* the space after ':' */
+    }
+#ifdef __SSE2__
+    while (e - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i w = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        unsigned other = (unsigned)_mm_movemask_epi8(w) ^ 0xFFFFu;
+        if (other) { ps->p = p + __builtin_ctz(other); return; }
+        p += 16;
+    }
+#endif
+    while (p < e && is_ws(*p)) p++;
     ps->p = p;
+}
+
+/* The ':' after a key and the whitespace around it, up to the value (which must follow).
+ * Kineto writes ": " and a value, compact JSON ":" and a value: those are seen in one
+ * look; anything else is walked as ws(), ':', ws() with their reasons. */
+static inline int colon(P *ps, const char *expected) {
+    const uint8_t *p = ps->p, *e = ps->end;
+    if (e - p >= 3 && p[0] == ':') {
+        if (p[1] > ' ') { ps->p = p + 1; return 1; }
+        if (p[1] == ' ' && p[2] > ' ') { ps->p = p + 2; return 1; }
+    }
+    ws(ps);
+    if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, expected);
+    ps->p++;
+    ws(ps);
+    if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+    return 1;
 }
 
 /* Validate one UTF-8 sequence starting at p (p[0] >= 0x80); returns its length or 0. */
@@ -229,10 +355,27 @@ static inline uint64_t special8(uint64_t v) {
     return ((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS) | ((v - ONES * 0x20) & ~v & HIGHS) | (v & HIGHS);
 }
 
-static int string(P *ps, int *escaped) {
+#ifdef __SSE2__
+/* bytes of v that are '"', '\\', below 0x20 or from 0x80 (a signed compare below ' ' takes both) */
+static inline unsigned special16(const uint8_t *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i sp = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                              _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (unsigned)_mm_movemask_epi8(sp);
+}
+#endif
+
+static int string_slow(P *ps, int *escaped) {
     const uint8_t *p = ps->p + 1, *e = ps->end;
     int esc = 0;
     for (;;) {
+#ifdef __SSE2__
+        while (e - p >= 16) {  /* 16 plain bytes at a time */
+            unsigned m = special16(p);
+            if (m) { p += __builtin_ctz(m); goto special; }
+            p += 16;
+        }
+#endif
         while (e - p >= 8) {  /* 8 plain bytes at a time */
             uint64_t v;
             memcpy(&v, p, 8);
@@ -240,6 +383,9 @@ static int string(P *ps, int *escaped) {
             p += 8;
         }
         while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+#ifdef __SSE2__
+    special:
+#endif
         if (p >= e) FAIL(ps, "unterminated string");
         uint8_t c = *p;
         if (c == '"') break;
@@ -268,29 +414,60 @@ static int string(P *ps, int *escaped) {
     return 1;
 }
 
+/* Most strings of a trace (keys, ph, pids, short names) are plain ASCII and end within 16
+ * bytes: one compare of 16 bytes finds their closing quote; the rest take string_slow. */
+static inline int string(P *ps, int *escaped) {
+#ifdef __SSE2__
+    const uint8_t *p = ps->p + 1;
+    if (ps->end - p >= 16) {
+        unsigned m = special16(p);
+        if (m) {
+            unsigned k = (unsigned)__builtin_ctz(m);
+            if (p[k] == '"') { ps->p = p + k + 1; *escaped = 0; return 1; }
+        }
+    }
+#endif
+    return string_slow(ps, escaped);
+}
+
+/* the first byte from p that is not an ASCII digit, or e (the end) */
+static inline const uint8_t *digits_end(const uint8_t *p, const uint8_t *e) {
+#ifdef __SSE2__
+    while (e - p >= 16) {  /* a signed compare: bytes from 0x80 are below '0' */
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i d = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)), _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+        unsigned other = (unsigned)_mm_movemask_epi8(d) ^ 0xFFFFu;
+        if (other) return p + __builtin_ctz(other);
+        p += 16;
+    }
+#endif
+    while (p < e && *p >= '0' && *p <= '9') p++;
+    return p;
+}
+
 /* A number at ps->p. *is_int: no fraction or exponent; *digits: digits of an integer's
  * magnitude; *canonical: an integer the Python path writes back with the same text
  * (not "-0"). */
-static int number(P *ps, int *is_int, int *digits, int *canonical) {
+static ALWAYS_INLINE int number(P *ps, int *is_int, int *digits, int *canonical) {
     const uint8_t *p = ps->p, *e = ps->end;
     int neg = 0;
     if (p < e && *p == '-') { neg = 1; p++; }
     if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
     const uint8_t *d0 = p;
     if (*p == '0') p++;
-    else while (p < e && *p >= '0' && *p <= '9') p++;
+    else p = digits_end(p, e);
     int nd = (int)(p - d0);
     int isint = 1;
     if (p < e && *p == '.') {
         isint = 0; p++;
         if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
-        while (p < e && *p >= '0' && *p <= '9') p++;
+        p = digits_end(p, e);
     }
     if (p < e && (*p == 'e' || *p == 'E')) {
         isint = 0; p++;
         if (p < e && (*p == '+' || *p == '-')) p++;
         if (p >= e || *p < '0' || *p > '9') FAIL(ps, "bad number");
-        while (p < e && *p >= '0' && *p <= '9') p++;
+        p = digits_end(p, e);
     }
     ps->p = p;
     *is_int = isint;
@@ -308,7 +485,9 @@ static int literal(P *ps, const char *word) {
 
 /* Skip any JSON value, iteratively (an explicit stack of bounded depth). *braces counts
  * the objects met (the Python path rewrites args ids in the bytes only for flat args). */
-static int skip_value(P *ps, int *braces) {
+static inline int arg_id_key(const uint8_t *s, size_t n);
+
+static int skip_value(P *ps, int *braces, int *tokens) {
     int depth = 0, esc;
     for (;;) {
         ws(ps);
@@ -324,7 +503,9 @@ static int skip_value(P *ps, int *braces) {
             if (c == '{') goto object_key;
             continue;
         } else if (c == '"') {
+            const uint8_t *s0 = ps->p;
             if (!string(ps, &esc)) return 0;
+            if (tokens && arg_id_key(s0 + 1, (size_t)(ps->p - s0) - 2) >= 0) (*tokens)++;
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             int a, b, d;
             if (!number(ps, &a, &b, &d)) return 0;
@@ -418,6 +599,116 @@ static int to_double(P *ps, const uint8_t *s, size_t n, double *out) {
     return 1;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* the value of the n (1-8) digits at p, 8 bytes readable there: shifted up so that zero bytes
+ * lead them, then 8 digits at once (SWAR) */
+static inline uint64_t up_to_eight_digits(const uint8_t *p, size_t n) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    v <<= 8 * (8 - n);
+    v = ((v & 0x0F0F0F0F0F0F0F0FULL) * 2561) >> 8;
+    v = ((v & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
+    return ((v & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
+}
+
+/* the value of the n (0-18) digits at p, 8 bytes readable past them */
+static inline uint64_t digits_value(const uint8_t *p, size_t n) {
+    uint64_t v = 0;
+    size_t head = n % 8;
+    if (head) { v = up_to_eight_digits(p, head); p += head; n -= head; }
+    for (; n; p += 8, n -= 8) v = v * 100000000 + up_to_eight_digits(p, 8);
+    return v;
+}
+
+static const uint64_t POW10_INT[19] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+                                       100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL,
+                                       1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
+                                       1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
+                                       1000000000000000000ULL};
+#endif
+
+/* The common ts/dur, "4464888733311.333": at most 18 digits, no exponent, the digits' integer
+ * at most 2**53 and at most 22 of them after the point. Then number() would take it and
+ * to_double() take its fast path with the same integer and scale, so this gives the same
+ * double in one walk over the digits. 0 (ps->p unmoved) for anything else, which the two
+ * take as before. */
+static ALWAYS_INLINE int plain_decimal(P *ps, double *out) {
+    const uint8_t *p = ps->p, *e = ps->end;
+    int neg = 0;
+    if (p < e && *p == '-') { neg = 1; p++; }
+    if (p >= e || *p < '0' || *p > '9') return 0;
+    const uint8_t *d0 = p;
+    uint64_t m = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (e - d0 >= 40) {  /* room for every 8-byte load below: the runs of digits found 16 bytes a step, read 8 a step */
+        const uint8_t *q = digits_end(d0, e), *end = q;
+        size_t whole = (size_t)(q - d0), fr = 0;
+        int point = q < e && *q == '.';
+        if (point) {
+            end = digits_end(q + 1, e);
+            fr = (size_t)(end - q - 1);
+        }
+        if ((whole > 1 && *d0 == '0') || (point && fr == 0) || whole + fr > 18 ||
+            (end < e && (*end == '.' || *end == 'e' || *end == 'E')))
+            return 0;
+        m = digits_value(d0, whole) * POW10_INT[fr] + (fr ? digits_value(q + 1, fr) : 0);
+        if (m > ((uint64_t)1 << 53)) return 0;
+        double v = (double)m / POW10[fr];
+        *out = neg ? -v : v;
+        ps->p = end;
+        return 1;
+    }
+#endif
+    if (*p == '0') p++;
+    else while (p < e && *p >= '0' && *p <= '9' && p - d0 < 19) m = m * 10 + (uint64_t)(*p++ - '0');
+    int frac = 0;
+    if (p < e && *p == '.') {
+        const uint8_t *f0 = ++p;
+        while (p < e && *p >= '0' && *p <= '9' && p - d0 < 20) m = m * 10 + (uint64_t)(*p++ - '0');
+        frac = (int)(p - f0);
+        if (frac == 0) return 0;
+    }
+    /* 18 digits at most (p - d0 counts the point too), and the number ends here */
+    if (p - d0 - (frac > 0) > 18 || (p < e && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E')))
+        return 0;
+    if (m > ((uint64_t)1 << 53) || frac > 22) return 0;
+    double v = (double)m / POW10[frac];
+    *out = neg ? -v : v;
+    ps->p = p;
+    return 1;
+}
+
+/* An array of numbers at ps->p ('['), read as skip_value reads it, without its stack: 1
+ * past it; 0 with ps->why set where a number is bad (skip_value would stop there the same
+ * way); 0 with nothing set for anything else (another element, nesting, the end), which
+ * skip_value then reads from the '[' again. */
+static int number_list(P *ps) {
+    ps->p++;
+    ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') { ps->p++; return 1; }
+    for (;;) {
+        ws(ps);
+        if (ps->p >= ps->end) return 0;
+        uint8_t c = *ps->p;
+        if (!(c == '-' || (c >= '0' && c <= '9'))) return 0;
+        int a, b, d;
+        if (!number(ps, &a, &b, &d)) return 0;
+        ws(ps);
+        if (ps->p >= ps->end) return 0;
+        if (*ps->p == ',') { ps->p++; continue; }
+        if (*ps->p == ']') { ps->p++; return 1; }
+        return 0;
+    }
+}
+
+/* the ARG_ID_KEYS index of the key s (n bytes, no quotes), or -1 */
+static inline int arg_id_key(const uint8_t *s, size_t n) {
+    if (n != 11 && n != 14) return -1;
+    for (int k = 0; k < 4; k++)
+        if (ARG_ID_LEN[k] == n && s[0] == (uint8_t)ARG_ID_KEYS[k][0] && memcmp(ARG_ID_KEYS[k], s, n) == 0) return k;
+    return -1;
+}
+
 /* args: a flat object. Records the spans of the id keys' integer values; gives up where
  * the Python path would decode and re-encode the args instead (a nested object or any
  * '{' in a string, a \u escape, an id key spelled anywhere but as a top-level key with a
@@ -425,7 +716,7 @@ static int to_double(P *ps, const uint8_t *s, size_t n, double *out) {
 static int parse_args(P *ps, Ev *ev) {
     const uint8_t *start = ps->p;
     uint32_t first = (uint32_t)ps->nai;
-    int esc_any = 0;
+    int esc_any = 0, value_tokens = 0;  /* strings among the values that spell an id key */
     ps->p++;  /* '{' */
     ws(ps);
     if (ps->p < ps->end && *ps->p == '}') { ps->p++; goto done; }
@@ -437,14 +728,8 @@ static int parse_args(P *ps, Ev *ev) {
         if (!string(ps, &esc)) return 0;
         esc_any |= esc;
         size_t klen = (size_t)(ps->p - k0) - 2;
-        int is_id = -1;
-        for (int k = 0; k < 4; k++)
-            if (ARG_ID_LEN[k] == klen && k0[1] == ARG_ID_KEYS[k][0] && memcmp(ARG_ID_KEYS[k], k0 + 1, klen) == 0) is_id = k;
-        ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected : in args");
-        ps->p++;
-        ws(ps);
-        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        int is_id = arg_id_key(k0 + 1, klen);
+        if (!colon(ps, "expected : in args")) return 0;
         if (is_id >= 0) {
             const uint8_t *v0 = ps->p;
             int isint, digits, canon;
@@ -460,13 +745,27 @@ static int parse_args(P *ps, Ev *ev) {
             a->len = (uint32_t)(ps->p - v0);
             a->value = parse_int(v0, a->len);
         } else {
-            int braces = 0;
             /* a string value may spell an id key: the Python path's text search would see it */
-            const uint8_t *v0 = ps->p;
-            if (!skip_value(ps, &braces)) return 0;
-            if (braces) FAIL(ps, "nested object in args");
-            (void)v0;
+            uint8_t c = *ps->p;
+            if (c == '"') {  /* the scalars as skip_value takes them, without its stack */
+                const uint8_t *s0 = ps->p;
+                int e0;
+                if (!string(ps, &e0)) return 0;
+                if (arg_id_key(s0 + 1, (size_t)(ps->p - s0) - 2) >= 0) value_tokens++;
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+                int a, b, d;
+                if (!number(ps, &a, &b, &d)) return 0;
+            } else {
+                int braces = 0;
+                const uint8_t *v0 = ps->p;
+                if (c == '[' && number_list(ps)) goto next;  /* a kernel's "grid": [64, 1, 1] */
+                if (ps->why) return 0;  /* a bad number: skip_value would stop there the same way */
+                ps->p = v0;
+                if (!skip_value(ps, &braces, &value_tokens)) return 0;
+                if (braces) FAIL(ps, "nested object in args");
+            }
         }
+    next:
         ws(ps);
         if (ps->p >= ps->end) FAIL(ps, "unexpected end");
         if (*ps->p == ',') { ps->p++; continue; }
@@ -478,28 +777,33 @@ done:;
     const uint8_t *s = start;
     /* the Python path counts '{' bytes and id-key tokens in the text, strings included */
     if (memchr(s + 1, '{', len - 1)) FAIL(ps, "'{' inside args");
-    if (esc_any || memchr(s, '\\', len)) {
+    if (!esc_any && !memchr(s, '\\', len)) {
+        /* No backslash: every '"' opens or closes a string, and a token ("correlation" with
+         * its quotes) can only start at an opening one, so the tokens in the text are the
+         * strings that spell an id key: the keys recorded above and value_tokens. */
+        if (value_tokens) FAIL(ps, "an id key token inside an args string");
+    } else {
         /* escapes: any backslash followed by 'u' (\u escapes, or an escaped backslash
          * before a u), or an id key token after a backslash, makes the Python path decode */
         for (const uint8_t *q = s; (q = memchr(q, '\\', (size_t)(s + len - q))) != NULL; q++) {
             if (q + 1 < s + len && q[1] == 'u') FAIL(ps, "\\u in args");
         }
-    }
-    /* every textual occurrence of an id key token must be one of the keys recorded above:
-     * one walk over the span's quotes, each compared with the tokens its next byte allows */
-    size_t tokens = 0;
-    const uint8_t *end_s = s + len;
-    for (const uint8_t *q = s; (q = memchr(q, '"', (size_t)(end_s - q))) != NULL; q++) {
-        if (end_s - q < 13) break;  /* the shortest token, "correlation", is 13 bytes */
-        uint8_t c = q[1];
-        if (c != 'E' && c != 'c' && c != 'C') continue;
-        for (int k = 0; k < 4; k++) {
-            size_t kl = ARG_ID_LEN[k];
-            if ((size_t)(end_s - q) >= kl + 2 && ARG_ID_KEYS[k][0] == (char)c &&
-                memcmp(q + 1, ARG_ID_KEYS[k], kl) == 0 && q[kl + 1] == '"') tokens++;
+        /* every textual occurrence of an id key token must be one of the keys recorded above:
+         * one walk over the span's quotes, each compared with the tokens its next byte allows */
+        size_t tokens = 0;
+        const uint8_t *end_s = s + len;
+        for (const uint8_t *q = s; (q = memchr(q, '"', (size_t)(end_s - q))) != NULL; q++) {
+            if (end_s - q < 13) break;  /* the shortest token, "correlation", is 13 bytes */
+            uint8_t c = q[1];
+            if (c != 'E' && c != 'c' && c != 'C') continue;
+            for (int k = 0; k < 4; k++) {
+                size_t kl = ARG_ID_LEN[k];
+                if ((size_t)(end_s - q) >= kl + 2 && ARG_ID_KEYS[k][0] == (char)c &&
+                    memcmp(q + 1, ARG_ID_KEYS[k], kl) == 0 && q[kl + 1] == '"') tokens++;
+            }
         }
+        if (tokens != ps->nai - first) FAIL(ps, "an id key token inside an args string");
     }
-    if (tokens != ps->nai - first) FAIL(ps, "an id key token inside an args string");
     if (ps->nai - first > 0xFFFF) FAIL(ps, "too many args ids");
     ev->args_off = (uint32_t)(start - ps->base);
     ev->args_len = (uint32_t)len;
@@ -530,13 +834,43 @@ static int verbatim_scalar(P *ps, uint32_t *off, uint32_t *len) {
     return 1;
 }
 
+/* k when the string at k0 is exactly the key k ("ts", quotes included: what string() and
+ * key_id_at would find, without waiting for the string's end), ps->p past it; else -1 */
+static inline int expected_key(P *ps, const uint8_t *k0, int k) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (k < K_COUNT && ps->end - k0 >= 10) {  /* the 8-byte load at k0 + 1 and the quote after the key */
+        size_t n = KEY_LEN[k];
+        uint64_t v;
+        memcpy(&v, k0 + 1, 8);
+        if ((n == 8 ? v : v & ((1ULL << (8 * n)) - 1)) == KEY_WORD[k] && k0[1 + n] == '"') {
+            ps->p = k0 + n + 2;
+            return k;
+        }
+    }
+#else
+    (void)ps; (void)k0; (void)k;
+#endif
+    return -1;
+}
+
 static int event(P *ps) {
     if (!grow((void **)&ps->ev, &ps->cap, ps->n + 1, sizeof(Ev))) FAIL(ps, "out of memory");
     Ev *ev = &ps->ev[ps->n];
-    memset(ev, 0, sizeof *ev);
+    /* the fields an event may leave unset, zeroed one by one: gcc makes a memset (or a loop
+     * of stores) of the whole record a rep stos, a twentieth of the scan */
+    ev->name_off = ev->name_len = ev->cat_off = ev->cat_len = 0;
+    ev->pid_off = ev->pid_len = ev->tid_off = ev->tid_len = 0;
+    ev->args_off = ev->args_len = 0;
+    ev->extra_count = ev->argid_count = 0;
+    ev->flags = 0;
+    ev->ts = ev->dur = 0.0;
+    ev->id = ev->bind_id = 0;
+    ev->name_code = ev->cat_code = ev->pid_code = ev->tid_code = 0;
+    ev->ph = 0;
     ev->extra_first = (uint32_t)ps->nex;
     ev->argid_first = (uint32_t)ps->nai;
     uint32_t seen = 0;
+    int prev = K_COUNT;
     if (ps->p >= ps->end || *ps->p != '{') FAIL(ps, "an event that is not an object");
     ps->p++;
     ws(ps);
@@ -546,17 +880,18 @@ static int event(P *ps) {
         if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key");
         const uint8_t *k0 = ps->p;
         int esc;
-        if (!string(ps, &esc)) return 0;
-        if (esc) FAIL(ps, "an escaped key");
-        int k = key_id((const char *)k0 + 1, (size_t)(ps->p - k0) - 2);
-        if (k < 0) FAIL(ps, "a key the core does not know");
+        int k = expected_key(ps, k0, ps->next_key[prev]);
+        if (k < 0) {  /* not the expected key: the string, then the key it spells */
+            if (!string(ps, &esc)) return 0;
+            if (esc) FAIL(ps, "an escaped key");
+            k = key_id_at((const char *)k0 + 1, (size_t)(ps->p - k0) - 2, (size_t)(ps->end - k0) - 1);
+            if (k < 0) FAIL(ps, "a key the core does not know");
+            ps->next_key[prev] = (uint8_t)k;
+        }
+        prev = k;
         if (seen & (1u << k)) FAIL(ps, "a repeated key");
         seen |= 1u << k;
-        ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':') FAIL(ps, "expected :");
-        ps->p++;
-        ws(ps);
-        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+        if (!colon(ps, "expected :")) return 0;
         const uint8_t *v0 = ps->p;
         uint8_t c = *v0;
         int isint, digits, canon;
@@ -603,6 +938,10 @@ static int event(P *ps) {
         case K_DUR:
             if (c == 'n') { if (!literal(ps, "null")) return 0; break; }
             if (!(c == '-' || (c >= '0' && c <= '9'))) FAIL(ps, "ts or dur is not a number");
+            if (plain_decimal(ps, k == K_TS ? &ev->ts : &ev->dur)) {
+                ev->flags |= k == K_TS ? F_TS : F_DUR;
+                break;
+            }
             if (!number(ps, &isint, &digits, &canon)) return 0;
             if (isint && digits > MAX_DIGITS) FAIL(ps, "ts or dur out of range");
             if (!to_double(ps, v0, (size_t)(ps->p - v0), k == K_TS ? &ev->ts : &ev->dur)) return 0;
@@ -656,7 +995,7 @@ static int event(P *ps) {
                    : intern(&ps->t_tid, b + ev->tid_off, ev->tid_len, &fresh);
         if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0) FAIL(ps, "out of memory");
         ev->name_code = c1;
-        ev->cat_code = c2;  /* a code of t_cat until tables() maps it */
+        ev->cat_code = c2;  /* a code of t_cat: Scan.cat_map maps it (in columns()) */
         ev->pid_code = c3;
         ev->tid_code = c4;
     }
@@ -687,6 +1026,7 @@ typedef struct {
     Extra *ex; size_t nex;
     ArgId *ai; size_t nai;
     uint32_t used_keys;
+    int32_t *cat_map;   /* an event's cat_code (its code among the cats) -> its code in names */
     PyObject *names, *pids, *tids, *top;
 } Scan;
 
@@ -695,6 +1035,7 @@ static void Scan_dealloc(Scan *self) {
     free(self->ev);
     free(self->ex);
     free(self->ai);
+    free(self->cat_map);
     Py_XDECREF(self->names);
     Py_XDECREF(self->pids);
     Py_XDECREF(self->tids);
@@ -750,7 +1091,7 @@ static int document(P *ps, PyObject *top) {
         } else {
             const uint8_t *v0 = ps->p;
             int braces = 0;
-            if (!skip_value(ps, &braces)) { Py_DECREF(key); return 0; }
+            if (!skip_value(ps, &braces, NULL)) { Py_DECREF(key); return 0; }
             PyObject *span = Py_BuildValue("(nn)", (Py_ssize_t)(v0 - ps->base), (Py_ssize_t)(ps->p - ps->base));
             if (!span || PyDict_SetItem(top, key, span) < 0) { Py_XDECREF(span); Py_DECREF(key); PyErr_Clear(); FAIL(ps, "out of memory"); }
             Py_DECREF(span);
@@ -793,8 +1134,7 @@ static int tables(Scan *s, P *ps) {
         map[j] = intern(&ps->t_name, ps->t_cat.keys[j].s, ps->t_cat.keys[j].len, &fresh);
         if (map[j] < 0) { free(map); FAIL(ps, "out of memory"); }
     }
-    for (size_t i = 0; i < s->n; i++) s->ev[i].cat_code = map[s->ev[i].cat_code];
-    free(map);
+    s->cat_map = map;  /* applied by columns(), in its own pass over the events (not one more here) */
     s->names = values_of(&ps->t_name);
     s->pids = values_of(&ps->t_pid);
     s->tids = values_of(&ps->t_tid);
@@ -808,6 +1148,7 @@ static PyObject *core_scan(PyObject *mod, PyObject *arg) {
     if (!s) return NULL;
     s->has_buf = 0; s->ev = NULL; s->ex = NULL; s->ai = NULL; s->n = s->nex = s->nai = 0;
     s->names = s->pids = s->tids = s->top = NULL;
+    s->cat_map = NULL;
     if (PyObject_GetBuffer(arg, &s->buf, PyBUF_SIMPLE) < 0) { Py_DECREF(s); return NULL; }
     s->has_buf = 1;
     if ((uint64_t)s->buf.len >= 0xFFFFFFFFull) { Py_DECREF(s); return PyUnicode_FromString("a file of 4 GB or more"); }
@@ -855,7 +1196,7 @@ static PyObject *Scan_columns(Scan *s, PyObject *unused) {
     for (size_t i = 0; i < n; i++) {
         Ev *e = &s->ev[i];
         p[i] = e->ph;
-        c[i] = e->name_code; c[n + i] = e->cat_code; c[2 * n + i] = e->pid_code; c[3 * n + i] = e->tid_code;
+        c[i] = e->name_code; c[n + i] = s->cat_map[e->cat_code]; c[2 * n + i] = e->pid_code; c[3 * n + i] = e->tid_code;
         t[i] = e->ts; t[n + i] = e->dur;
         f[i] = e->flags;
     }
@@ -1517,6 +1858,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         if (strlen(KEY_NAMES[k]) != KEY_LEN[k]) { PyErr_SetString(PyExc_SystemError, "KEY_LEN"); return NULL; }
     for (int k = 0; k < 4; k++)
         if (strlen(ARG_ID_KEYS[k]) != ARG_ID_LEN[k]) { PyErr_SetString(PyExc_SystemError, "ARG_ID_LEN"); return NULL; }
+    key_words_init();
     if (PyType_Ready(&ScanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m) return NULL;
