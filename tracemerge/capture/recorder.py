@@ -135,6 +135,10 @@ class Recorder:
     agent: Any = None
     me: Any = None
     workers: dict = field(default_factory=dict)
+    # (kind, func, callee as given) -> how such a call goes out (rpc._route), or None for
+    # one that goes untraced: worked out at a function's first call to a callee, not at
+    # every call
+    routes: dict = field(default_factory=dict)
     # RRef -> (rpc_id, func) of the rpc.remote() call that made it, for naming its to_here()
     # (capture/rref.py); weak, so the job's RRefs are freed as they would be untraced
     rrefs: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
