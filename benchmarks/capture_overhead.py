@@ -220,9 +220,10 @@ def _paired_cases(x):
         f"rpc_async x{IN_FLIGHT} in flight (per batch)": (in_flight(rpc.rpc_async), in_flight(async_)),
         "remote(torch.add).to_here()": (lambda: rpc.remote("worker1", torch.add, args=(x, 1)).to_here(),
                                         lambda: remote("worker1", torch.add, args=(x, 1)).to_here()),
-        # what the proxy does (fetch the type, then rpc_sync _local_invoke), through torch's own function
+        # what rref.rpc_sync() builds (a proxy whose method fetches the type, then sends
+        # _local_invoke by the api it holds), holding the untraced api
         "rref.rpc_sync().incr()": (lambda: counter.rpc_sync().incr(),
-                                   lambda: rref_proxy._invoke_rpc(counter, sync, "incr", UNSET_RPC_TIMEOUT)),
+                                   lambda: rref_proxy.RRefProxy(counter, sync, UNSET_RPC_TIMEOUT).incr()),
         "rpc_sync(async_execution fn)": (lambda: rpc.rpc_sync("worker1", async_add, args=(x, 1)),
                                          lambda: sync("worker1", async_add, args=(x, 1))),
     }

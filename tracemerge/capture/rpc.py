@@ -67,6 +67,9 @@ _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_exec
 
 _RPC_ID, _NAME = recorder.HEADER_KEYS.index("rpc_id"), recorder.HEADER_KEYS.index("name")
 
+# rec.routes has no route for a call yet (None there: it goes untraced)
+_UNKNOWN = object()
+
 
 def instrumented() -> Any:
     """A context manager under which rpc_sync, rpc_async and remote are traced."""
@@ -104,8 +107,10 @@ def _traced_api(kind: str, original: Callable) -> Callable:
         if rec is None:
             return original(to, func, args, kwargs, timeout)
         try:  # a function called again to the same callee: how, worked out at its first call
-            route = rec.routes[kind, func, to]
-        except (KeyError, TypeError):  # not seen yet (under this agent), or unhashable
+            route = rec.routes.get((kind, func, to), _UNKNOWN)
+        except TypeError:  # unhashable
+            route = _UNKNOWN
+        if route is _UNKNOWN:  # not seen yet (under this agent), an RRef proxy, or unhashable
             route = _route(rec, kind, func, to, args)
         if route is None:
             # TorchScript functions cannot be wrapped by a Python function without
@@ -284,11 +289,12 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
     side when taken): they end when ``func`` returns, or, for async functions, when the
     returned future completes."""
     rec = recorder.current
-    handle = None
-    if rec is not None:
+    if rec is None:
+        handle = None
+        side = recorder.served.begin(header[_RPC_ID])
+    else:
         handle = _span_enter(header[_NAME] + "#remote")
-    side = recorder.served.begin(header[_RPC_ID])
-    if rec is not None:
+        side = recorder.served.begin(header[_RPC_ID])
         rec.add_served(header, side)
     try:
         result = func(*args, **kwargs)
@@ -297,6 +303,11 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
         raise
     if not is_async:
         _served_end(side, handle, True)
+        return result
+    if result.done():
+        # completed already (the function finished its work before returning): noted
+        # now, on this thread, as a callback added now would be, without one
+        _served_end(side, handle, recorder.succeeded(result), True)
         return result
     # Noted by a callback added before the RPC server adds its own, which sends the
     # response (a future runs its callbacks in the order added): the side and the span end
