@@ -165,7 +165,11 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
     header = (rec.next_rpc_id(tail[3]),) + tail  # HEADER_KEYS
     # the call, as the list recorder.issued_record reads (C_*): one allocation here
     call = [header, False, 0, _tid(), None, "pending", None, False, None, None]
-    if rec.unsettled:  # calls ended since: settled here, before this call is counted
+    if not rec.traced and rec.unsettled:
+        # trace=False: the calls ended since are settled here, before this call is
+        # counted, since when they were seen done is the bound of their end. With the
+        # profiler their ends are their spans', and their statuses are read when the
+        # journal flushes or the file is written, not on a call's path.
         rec.settle()
     native = False
     if builtin is not None and not rec.wrap_builtins:
