@@ -135,6 +135,10 @@ class Recorder:
     agent: Any = None
     me: Any = None
     workers: dict = field(default_factory=dict)
+    # (kind, func, callee as given) -> how such a call goes out (rpc._route), or None for
+    # one that goes untraced: worked out at a function's first call to a callee, not at
+    # every call
+    routes: dict = field(default_factory=dict)
     # RRef -> (rpc_id, func) of the rpc.remote() call that made it, for naming its to_here()
     # (capture/rref.py); weak, so the job's RRefs are freed as they would be untraced
     rrefs: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
@@ -313,10 +317,14 @@ class ServedSides:
     def begin(self, rpc_id: str) -> dict:
         side = {"rpc_id": rpc_id, "start_ns": time.time_ns(), "tid": threading.get_native_id(),
                 "status": "pending"}
-        with self._lock:
-            if len(self._sides) >= self.LIMIT:
-                del self._sides[next(iter(self._sides))]
-            self._sides[side["rpc_id"]] = side
+        sides = self._sides
+        if len(sides) >= self.LIMIT:
+            with self._lock:
+                while len(sides) >= self.LIMIT:
+                    del sides[next(iter(sides))]
+        # one dict store, atomic under the GIL: no lock on the served call's path (take
+        # pops under the lock, each pop atomic too)
+        sides[rpc_id] = side
         return side
 
     @staticmethod

@@ -53,13 +53,22 @@ _span_enter = torch._C._autograd._record_function_with_args_enter
 _span_exit = torch._C._autograd._record_function_with_args_exit
 
 # Ends a span in C++ when a future completes (what record_function's
-# _call_end_callbacks_on_future calls): no Python runs on the RPC agent's thread.
-_end_span_on = torch.ops.profiler._call_end_callbacks_on_jit_fut._RecordFunction
+# _call_end_callbacks_on_future calls): no Python runs on the RPC agent's thread. Called
+# through the overload's C++ function (``_op``): the OpOverload's Python __call__ first
+# walks the arguments for fake script objects (export tracing): 1-5 us of the call here.
+_END_SPAN_OP = torch.ops.profiler._call_end_callbacks_on_jit_fut._RecordFunction
+_end_span_on = getattr(_END_SPAN_OP, "_op", _END_SPAN_OP)
+_no_torch_function = torch._C.DisableTorchFunctionSubclass
+_time_ns = time.time_ns
+_tid = threading.get_native_id
 
 # What RRef proxies (rref.rpc_sync().m(), ...) send: the method runs on the owner.
 _PROXY_INVOKERS = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
 
 _RPC_ID, _NAME = recorder.HEADER_KEYS.index("rpc_id"), recorder.HEADER_KEYS.index("name")
+
+# rec.routes has no route for a call yet (None there: it goes untraced)
+_UNKNOWN = object()
 
 
 def instrumented() -> Any:
@@ -85,6 +94,7 @@ def _fetching_shutdown(original: Callable) -> Callable:
             calls = rec.caller_records()
             fetched = {c["rpc_id"] for side in rec.fetched for c in side.get("calls", ())}
             rec.keep_sides(collect_remote_sides([r for r in calls if r["rpc_id"] not in fetched]))
+            rec.routes.clear()  # kept per agent: an init_rpc after this one makes another
         return original(*args, **kwargs)
 
     return shutdown
@@ -94,12 +104,20 @@ def _traced_api(kind: str, original: Callable) -> Callable:
     def traced(to: Any, func: Callable, args: Optional[tuple] = None, kwargs: Optional[dict] = None,
                timeout: float = UNSET_RPC_TIMEOUT) -> Any:
         rec = recorder.current
-        if rec is None or _is_script(func) or _is_rpc_machinery(func) or not api._is_current_rpc_agent_set():
+        if rec is None:
+            return original(to, func, args, kwargs, timeout)
+        try:  # a function called again to the same callee: how, worked out at its first call
+            route = rec.routes.get((kind, func, to), _UNKNOWN)
+        except TypeError:  # unhashable
+            route = _UNKNOWN
+        if route is _UNKNOWN:  # not seen yet (under this agent), an RRef proxy, or unhashable
+            route = _route(rec, kind, func, to, args)
+        if route is None:
             # TorchScript functions cannot be wrapped by a Python function without
             # changing how the callee runs them, so they go out untraced; without RPC
             # up, torch says so.
             return original(to, func, args, kwargs, timeout)
-        return _issue(rec, kind, original, to, func, args or (), kwargs or {}, timeout)
+        return _issue(rec, kind, original, route, func, args or (), kwargs or {}, timeout)
 
     return traced
 
@@ -114,27 +132,54 @@ def _is_script(func: Callable) -> bool:
     return isinstance(getattr(func, "_wrapped_async_rpc_function", func), torch.jit.ScriptFunction)
 
 
-def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func: Callable,
+def _route(rec: recorder.Recorder, kind: str, func: Callable, to: Any, args: Optional[tuple]) -> Optional[tuple]:
+    """How a call of ``func`` to ``to`` goes out, or None when it goes untraced:
+    (callee WorkerInfo, builtin name or None, the header without its rpc_id, the wrapper
+    it goes in when not sent as itself). Worked out at the first call of ``func`` to
+    ``to`` and kept in ``rec.routes`` for the next (cleared when RPC shuts down inside the
+    block, so a new agent's workers are read again); not kept for RRef proxies, whose name
+    is their RRef's type's."""
+    if not api._is_current_rpc_agent_set():
+        return None  # torch raises its own error
+    if _is_script(func) or _is_rpc_machinery(func):
+        route = None
+    else:
+        me, dst = _worker_infos(rec, to)
+        builtin = torch.jit._builtins._find_builtin(func)
+        func_name = builtin if builtin is not None else _func_name(func, args or ())
+        name = f"{kind}#{func_name}({me.name} -> {dst.name})"
+        wrapper = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
+        route = (dst, builtin, (kind, func_name, name, me.id, dst.id, me.name, dst.name), wrapper)  # HEADER_KEYS[1:]
+        if func in _PROXY_INVOKERS:
+            return route
+    try:
+        rec.routes[kind, func, to] = route
+    except TypeError:  # an unhashable callable or callee: worked out every time
+        pass
+    return route
+
+
+def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, func: Callable,
            args: tuple, kwargs: dict, timeout: float) -> Any:
-    me, dst = _worker_infos(rec, to)
-    builtin = torch.jit._builtins._find_builtin(func)
-    func_name = builtin if builtin is not None else _func_name(func, args)
-    name = f"{kind}#{func_name}({me.name} -> {dst.name})"
-    rpc_id = rec.next_rpc_id(me.id)
-    header = (rpc_id, kind, func_name, name, me.id, dst.id, me.name, dst.name)  # HEADER_KEYS
+    dst, builtin, tail, wrapper = route
+    header = (rec.next_rpc_id(tail[3]),) + tail  # HEADER_KEYS
     # the call, as the list recorder.issued_record reads (C_*): one allocation here
-    call = [header, False, 0, threading.get_native_id(), None, "pending", None, False, None, None]
-    if rec.unsettled:  # calls ended since: settled here, before this call is counted
+    call = [header, False, 0, _tid(), None, "pending", None, False, None, None]
+    if not rec.traced and rec.unsettled:
+        # trace=False: the calls ended since are settled here, before this call is
+        # counted, since when they were seen done is the bound of their end. With the
+        # profiler their ends are their spans', and their statuses are read when the
+        # journal flushes or the file is written, not on a call's path.
         rec.settle()
     native = False
     if builtin is not None and not rec.wrap_builtins:
         # Builtins stay on the callee's C++ path when the callee records its server
         # threads (recorder.Peers): combine pairs each with its op there. Else they go
         # wrapped, like Python functions.
-        way = recorder.peers.route(dst.id)
+        way = recorder.peers.route(tail[4])
         if way is None:
-            _ask_admission(rec, me.id, dst)
-            way = recorder.peers.route(dst.id)
+            _ask_admission(rec, tail[3], dst)
+            way = recorder.peers.route(tail[4])
         native = bool(way) or rec.builtins_always_native
     if native:
         call[recorder.C_NATIVE] = True
@@ -142,46 +187,48 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, to: Any, func:
             call[recorder.C_SHAPES] = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
         target, payload, kw = func, args, kwargs
     else:
-        target = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
-        payload, kw = (header, func, args, kwargs), None
-    # an rpc_async or remote call is settled lazily: with the profiler its span ends in
-    # C++ (_end_in_cpp) and its end is read off the span; without, it is bounded by when
-    # it was seen done. No Python runs when its future completes.
-    lazy = kind != "rpc_sync"
-    call[recorder.C_LAZY] = lazy and rec.traced
+        target, payload, kw = wrapper, (header, func, args, kwargs), None
     # no span without a profiler (trace=False): nothing would record it
-    handle = _span_enter(name) if rec.traced else None
-    call[recorder.C_SEND] = time.time_ns()
+    handle = _span_enter(tail[2]) if rec.traced else None
+    if kind == "rpc_sync":
+        call[recorder.C_SEND] = _time_ns()
+        rec.add_call(call)
+        try:
+            result = original(dst, target, payload, kw, timeout)
+        except BaseException:
+            _end(call, handle, False)
+            raise
+        _end(call, handle, True)
+        return result
+    # an rpc_async or remote call is settled lazily: with the profiler its span ends in
+    # C++ (below) and its end is read off the span; without, it is bounded by when
+    # it was seen done. No Python runs when its future completes.
+    call[recorder.C_LAZY] = handle is not None
+    call[recorder.C_SEND] = _time_ns()
     rec.add_call(call)
     try:
         result = original(dst, target, payload, kw, timeout)
     except BaseException:
         _end(call, handle, False)
         raise
-    if not lazy:
-        _end(call, handle, True)
-        return result
     if kind == "remote":
-        rec.rrefs[result] = (rpc_id, func_name)   # names the RRef's to_here() (capture/rref.py)
-    fut = result._get_future() if kind == "remote" else result
+        rec.rrefs[result] = (header[0], tail[1])   # names the RRef's to_here() (capture/rref.py)
+        fut = result._get_future()
+    else:
+        fut = result
     if handle is None:
         rec.unsettled.append((call, fut))
         return result
-    return _end_in_cpp(rec, kind, result, fut, call, handle)
-
-
-def _end_in_cpp(rec: recorder.Recorder, kind: str, result: Any, fut: Any, call: list, handle: Any) -> Any:
-    """The span of an rpc_async or remote call ends in C++ when its future completes. The
-    call is settled later (``Recorder.unsettled``) and its end is the span's, read when the
-    file is written: exact, for every call, whatever else is in flight (combine pairs a
-    native builtin with its callee's op from it)."""
     # a future already complete ends the span now, on this thread: not asynchronous
     call[recorder.C_ASYNC] = not fut.done()
-    with torch._C.DisableTorchFunctionSubclass():  # what record_function does: cheaper dispatch
+    with _no_torch_function():  # what record_function does: cheaper dispatch
         ended = _end_span_on(handle, fut)
     rec.unsettled.append((call, fut))
     # rpc_async hands back the future that completes after the span ended, as torch's
-    # profiled rpc_async did; a remote() RRef stays the job's own
+    # profiled rpc_async did; a remote() RRef stays the job's own. The call is settled
+    # later (``Recorder.unsettled``) and its end is the span's, read when the file is
+    # written: exact, for every call, whatever else is in flight (combine pairs a native
+    # builtin with its callee's op from it).
     return result if kind == "remote" else ended
 
 
@@ -191,6 +238,7 @@ def _worker_infos(rec: recorder.Recorder, to: Any) -> tuple:
     agent = api._get_current_rpc_agent()
     if agent is not rec.agent:
         rec.agent, rec.me, rec.workers = agent, agent.get_worker_info(), {}
+        rec.routes.clear()
     if not isinstance(to, str):
         return rec.me, api._to_worker_info(to)
     dst = rec.workers.get(to)
@@ -220,9 +268,9 @@ def _end(call: list, handle: Any, ok: bool) -> None:
     says whether it ends on another thread than it began on: torch's ``key_averages()``
     counts such an event as asynchronous (self CPU 0, never a parent or child), and the
     Kineto trace does not say so."""
-    call[recorder.C_COMPLETE] = time.time_ns()
+    call[recorder.C_COMPLETE] = _time_ns()
     call[recorder.C_STATUS] = "ok" if ok else "error"
-    call[recorder.C_ASYNC] = threading.get_native_id() != call[recorder.C_TID]
+    call[recorder.C_ASYNC] = False  # noted on the thread that issued the call
     if handle is not None:
         _span_exit(handle)
 
@@ -245,11 +293,12 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
     side when taken): they end when ``func`` returns, or, for async functions, when the
     returned future completes."""
     rec = recorder.current
-    handle = None
-    if rec is not None:
+    if rec is None:
+        handle = None
+        side = recorder.served.begin(header[_RPC_ID])
+    else:
         handle = _span_enter(header[_NAME] + "#remote")
-    side = recorder.served.begin(header[_RPC_ID])
-    if rec is not None:
+        side = recorder.served.begin(header[_RPC_ID])
         rec.add_served(header, side)
     try:
         result = func(*args, **kwargs)
@@ -258,6 +307,11 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
         raise
     if not is_async:
         _served_end(side, handle, True)
+        return result
+    if result.done():
+        # completed already (the function finished its work before returning): noted
+        # now, on this thread, as a callback added now would be, without one
+        _served_end(side, handle, recorder.succeeded(result), True)
         return result
     # Noted by a callback added before the RPC server adds its own, which sends the
     # response (a future runs its callbacks in the order added): the side and the span end
