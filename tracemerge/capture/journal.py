@@ -26,6 +26,10 @@ import orjson
 from tracemerge.capture import recorder
 
 JOURNAL_VERSION = 1
+# a record's line is {kind: record}: its start, per kind, put before the record's own
+# bytes (the same bytes as dumping the wrapping dict, without making one per record)
+_RPC_LINE = b'{"rpc":'
+_COLLECTIVE_LINE = b'{"collective":'
 PERIOD_S = 0.5
 SUFFIX = ".journal"
 
@@ -101,8 +105,8 @@ class Journal:
             settle = getattr(self._rec, "settle", None)
             if settle is not None:
                 settle(everything=True)  # statuses of calls whose futures completed
-            for kind, key, record in self._new():
-                lines.append(orjson.dumps({kind: record}))
+            for line_start, key, record in self._new():
+                lines.append(line_start + orjson.dumps(record) + b"}")
             now = time.time_ns()
             lines.append(orjson.dumps({"closed_ns": now} if closing else {"alive_ns": now}))
             os.write(self._fd, b"\n".join(lines) + b"\n")
@@ -125,8 +129,8 @@ class Journal:
                     except OSError:
                         pass
 
-    def _new(self) -> List[Tuple[str, Any, dict]]:
-        """(kind, key, record) of the records new or ended since the last flush."""
+    def _new(self) -> List[Tuple[bytes, Any, dict]]:
+        """(line start, key, record) of the records new or ended since the last flush."""
         out = []
         for name in ("calls", "served", "collectives"):
             items = getattr(self._rec, name, None)
@@ -152,16 +156,17 @@ class Journal:
         return out
 
 
-def _entry(name: str, item: Any) -> Tuple[str, Any, dict, bool]:
-    """(kind, key, record as the rank file holds it, ended) of one of the recorder's items."""
+def _entry(name: str, item: Any) -> Tuple[bytes, Any, dict, bool]:
+    """(its line's start, key, record as the rank file holds it, ended) of one of the
+    recorder's items."""
     if name == "calls":
         record = recorder.issued_record(item)
         if "complete_ns" not in record and "complete_by_ns" not in record and item[recorder.C_SEEN] is not None:
             # its span's end is read when the file is written: until then, when it was seen done bounds it
             record["complete_by_ns"] = item[recorder.C_SEEN]
-        return "rpc", (record["rpc_id"], "caller"), record, record["status"] != "pending"
+        return _RPC_LINE, (record["rpc_id"], "caller"), record, record["status"] != "pending"
     if name == "served":
-        record = recorder.callee_record(*item)[0]
-        return "rpc", (record["rpc_id"], "callee"), record, "end_ns" in record
+        record = recorder.served_record(*item)  # the journal needs no span
+        return _RPC_LINE, (record["rpc_id"], "callee"), record, "end_ns" in record
     record = dict(item)
-    return "collective", (record["group"], record.get("seq"), record["start_ns"]), record, "end_ns" in record
+    return _COLLECTIVE_LINE, (record["group"], record.get("seq"), record["start_ns"]), record, "end_ns" in record

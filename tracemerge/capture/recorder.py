@@ -282,12 +282,19 @@ def _served_start(served: tuple) -> int:
     return served[1]["start_ns"]
 
 
-def callee_record(header: tuple, side: dict) -> tuple:
-    """(record, span) of a call served while capturing, from its header and side."""
+def served_record(header: tuple, side: dict) -> dict:
+    """The record of a call served while capturing, from its header and side."""
     record = dict(zip(HEADER_KEYS, header), role="callee", status=side["status"], start_ns=side["start_ns"])
-    args = {"rpc_id": record["rpc_id"], "role": "callee"}
     if "end_ns" in side:
         record["end_ns"] = side["end_ns"]
+    return record
+
+
+def callee_record(header: tuple, side: dict) -> tuple:
+    """(record, span) of a call served while capturing, from its header and side."""
+    record = served_record(header, side)
+    args = {"rpc_id": record["rpc_id"], "role": "callee"}
+    if "end_ns" in side:
         args["async"] = side.get("end_tid", side["tid"]) != side["tid"]
     return record, Span(record["name"] + "#remote", side["tid"], side["start_ns"], args)
 
