@@ -190,20 +190,10 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
         target, payload, kw = wrapper, (header, func, args, kwargs), None
     # no span without a profiler (trace=False): nothing would record it
     handle = _span_enter(tail[2]) if rec.traced else None
-    if kind == "rpc_sync":
-        call[recorder.C_SEND] = _time_ns()
-        rec.add_call(call)
-        try:
-            result = original(dst, target, payload, kw, timeout)
-        except BaseException:
-            _end(call, handle, False)
-            raise
-        _end(call, handle, True)
-        return result
     # an rpc_async or remote call is settled lazily: with the profiler its span ends in
     # C++ (below) and its end is read off the span; without, it is bounded by when
     # it was seen done. No Python runs when its future completes.
-    call[recorder.C_LAZY] = handle is not None
+    call[recorder.C_LAZY] = handle is not None and kind != "rpc_sync"
     call[recorder.C_SEND] = _time_ns()
     rec.add_call(call)
     try:
@@ -211,6 +201,9 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
     except BaseException:
         _end(call, handle, False)
         raise
+    if kind == "rpc_sync":
+        _end(call, handle, True)
+        return result
     if kind == "remote":
         rec.rrefs[result] = (header[0], tail[1])   # names the RRef's to_here() (capture/rref.py)
         fut = result._get_future()
