@@ -65,6 +65,7 @@ from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.groups import components
 
 COMPUTE = "compute"
 TRANSFER = "RPC transfer"
@@ -147,19 +148,7 @@ def step_groups(job: JobTimeline, steps: List[Tuple[str, int, int, int, int]]) -
     of indices into ``steps``: steps of one name are in one group when they overlap in time,
     or when an RPC or a collective joins them (:func:`_joined`), and so on transitively. Steps
     of different names are never grouped."""
-    parent = list(range(len(steps)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def union(i: int, j: int) -> None:
-        a, b = root(i), root(j)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-
+    links: List[Tuple[int, int]] = []
     by_name: Dict[str, List[int]] = {}
     for i, step in enumerate(steps):
         by_name.setdefault(step[0], []).append(i)
@@ -169,19 +158,14 @@ def step_groups(job: JobTimeline, steps: List[Tuple[str, int, int, int, int]]) -
         head, reach = members[0], steps[members[0]][2]
         for i in members[1:]:
             if steps[i][1] < reach:
-                union(head, i)
+                links.append((head, i))
                 reach = max(reach, steps[i][2])
             else:
                 split = True
                 head, reach = i, steps[i][2]
     if split:   # joins only ever merge groups of one name that overlap did not
-        for i, j in _joined(job, steps):
-            if steps[i][0] == steps[j][0]:
-                union(i, j)
-    groups: Dict[int, List[int]] = {}
-    for i in range(len(steps)):
-        groups.setdefault(root(i), []).append(i)
-    return list(groups.values())
+        links += [(i, j) for i, j in _joined(job, steps) if steps[i][0] == steps[j][0]]
+    return components(range(len(steps)), links)
 
 
 def _joined(job: JobTimeline, steps: List[Tuple[str, int, int, int, int]]) -> List[Tuple[int, int]]:

@@ -25,30 +25,12 @@ import numpy as np
 
 from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, Constraints, PairFit, fit_pairs, stack
 from tracemerge.clocks.clock import ClockModel
+from tracemerge.groups import components
 
 ROUNDS = 3  # re-fit with the time axes the previous round found (offsets up to seconds move them)
 
 Pair = Tuple[int, int]
 Bounds = Dict[int, Tuple[float, float]]
-
-
-def components(ranks: Iterable[Any], edges: Iterable[Tuple[Any, Any]]) -> List[List[Any]]:
-    """Connected groups of ``ranks`` (each sorted) under ``edges`` {(a, b): ...}."""
-    parent = {r: r for r in ranks}
-
-    def find(r: Any) -> Any:
-        while parent[r] != r:
-            parent[r] = parent[parent[r]]
-            r = parent[r]
-        return r
-
-    for a, b in edges:
-        if a in parent and b in parent:
-            parent[find(a)] = find(b)
-    groups: Dict[Any, List[Any]] = {}
-    for r in parent:
-        groups.setdefault(find(r), []).append(r)
-    return [sorted(g) for g in groups.values()]
 
 
 def solve(infos: Mapping[int, Any], reference: int, constraints: Mapping[Pair, Constraints],

@@ -27,6 +27,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from tracemerge.groups import components
+
 # The profiler's op times and time.time_ns() agree to ±2 µs; a window this much wider
 # keeps an op that starts right at the caller's send (same clock) inside it.
 SLACK_NS = 20_000
@@ -164,24 +166,10 @@ def _by_order(component: List["_Call"], ops: List[Dict[str, Any]]) -> None:
 
 
 def _components(calls: List[_Call]) -> List[List[_Call]]:
-    """The calls grouped by shared candidate ops (union-find over the ops they may take)."""
-    parent = list(range(len(calls)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    """The calls grouped by shared candidate ops (the ops they may take link them)."""
     holder: Dict[int, int] = {}
-    for n, call in enumerate(calls):
-        for op in call.cands:
-            other = holder.setdefault(op, n)
-            parent[root(n)] = root(other)
-    groups: Dict[int, List[_Call]] = {}
-    for n, call in enumerate(calls):
-        groups.setdefault(root(n), []).append(call)
-    return list(groups.values())
+    links = [(n, holder.setdefault(op, n)) for n, call in enumerate(calls) for op in call.cands]
+    return [[calls[n] for n in group] for group in components(range(len(calls)), links)]
 
 
 def _shapes_agree(sent: Any, served: Any) -> bool:
