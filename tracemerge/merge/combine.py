@@ -122,7 +122,8 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
              if keep}
     drawn_ids = {r["rpc_id"] for recs in sides.values() for r in recs}
     rpc = RpcFlows.plan(job.links.rpcs, spans, {rank_of(i) for i in kept} | set(sides), drawn_ids)
-    arrows = _arrows(job, rpc, spans, drawn_ids, {rank_of(i) for i in kept} | set(sides))
+    in_flight = in_flight_calls(job.infos)  # the calls never completed: marked, and said of a dead rank
+    arrows = _arrows(job, rpc, spans, drawn_ids, {rank_of(i) for i in kept} | set(sides), in_flight)
     counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in job.infos:
         if info not in kept:
@@ -131,7 +132,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             by = counts.setdefault("filtered_by", {})
             by["ranks"] = by.get("ranks", 0) + info.events
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc,
-                                in_flight=in_flight_calls(job.infos))
+                                in_flight=in_flight)
 
     jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
@@ -165,7 +166,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
 
 
 def _arrows(job: "Job", rpc: RpcFlows, spans: Set[Tuple[str, str, int]], drawn: Set[str],
-            ranks: Set[int]) -> Dict[str, Any]:
+            ranks: Set[int], in_flight: Dict[int, Dict[str, int]]) -> Dict[str, Any]:
     """What the output holds of the calls with both records between ranks it holds: how many
     are drawn (both spans, and the arrows between them), and how many spans of the others
     are not there (the events lack them — a cut file — or the size controls left them out).
@@ -186,7 +187,7 @@ def _arrows(job: "Job", rpc: RpcFlows, spans: Set[Tuple[str, str, int]], drawn: 
             (unwritten[rank] if rank in unwritten else missing)[role] += absent
     out: Dict[str, Any] = {"drawn": len(rpc.calls), "spans_missing": missing}
     if journal_only:
-        to = [callee for caller, calls in in_flight_calls(job.infos).items() if caller in ranks
+        to = [callee for caller, calls in in_flight.items() if caller in ranks
               for callee in calls.values()]
         out["journal_only"] = {str(r): {"died": not info.ending["journal"]["closed"], "in_flight_to": to.count(r),
                                         "spans_never_written": unwritten[r]}
