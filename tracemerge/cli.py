@@ -95,6 +95,7 @@ class Group(click.Group):
             usage_error(e, info_name)
 
     def invoke(self, ctx: click.Context):
+        _one_blas_thread()
         try:
             with _sigterm_raises():
                 return super().invoke(ctx)
@@ -122,6 +123,19 @@ class Group(click.Group):
                 raise
             fail(ctx, f"internal error ({type(e).__name__}: {e}); this is a bug, please report it with "
                       "TRACEMERGE_DEBUG=1 set", EXIT_INTERNAL)
+
+
+# read by numpy's BLAS when numpy is first imported
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _one_blas_thread() -> None:
+    """One BLAS thread unless the user set otherwise: tracemerge's matrix work is a few
+    clock fits of a few hundred points, and OpenBLAS's thread pool spins after each call,
+    on the cores the per-rank workers need (8 x 20 MB ranks, -j 2, 2 cores: 13 % of the
+    CPU and 8 % of the wall; docs/performance.md)."""
+    for name in BLAS_THREADS:
+        os.environ.setdefault(name, "1")
 
 
 @contextlib.contextmanager

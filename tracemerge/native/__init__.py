@@ -74,12 +74,13 @@ class NativeArgs(Args):
     """Args whose raw items (views of the input bytes) are made on first use: a merge to
     JSON never needs them, :meth:`with_key` searches the spans in C."""
 
-    __slots__ = ("_items", "_scan", "_spans", "_view")
+    __slots__ = ("_items", "_scan", "_spans", "_view", "_with")
 
     def __init__(self, scan: Any, data: bytes | mmap.mmap) -> None:
         self._scan, self._view = scan, memoryview(data)
         self._spans = np.frombuffer(scan.args_spans(), np.int64).reshape(-1, 2)
         self._items: list | None = None
+        self._with: dict[str, list[int]] = {}
         self.raw = True
 
     @property
@@ -117,7 +118,12 @@ class NativeArgs(Args):
         return msgspec.Raw(self._view[o:o + n]) if n else None
 
     def with_key(self, key: str) -> list[int]:
-        return self._scan.args_with(msgspec.json.encode(key))
+        # kept: a held rank is asked again when it is written (its RPC spans), and each ask
+        # is a search of every event's args
+        found = self._with.get(key)
+        if found is None:
+            found = self._with[key] = self._scan.args_with(msgspec.json.encode(key))
+        return list(found)
 
 
 class Declined(Exception):
