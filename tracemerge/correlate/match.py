@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
 from operator import itemgetter
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Collection, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -86,6 +86,18 @@ class RpcCalls:
             yield RpcCall(rpc_id=rec["rpc_id"], kind=rec.get("kind", ""), func=rec.get("func", ""),
                           name=rec.get("name", ""), caller=caller, callee=callee, send_ns=t1, start_ns=t2,
                           end_ns=t3, complete_ns=t4, status=status)
+
+    def between(self, ranks: Collection[int]) -> List[Tuple[int, str, int, int, bool]]:
+        """(position, rpc_id, caller, callee, returned) of the calls with a send and a start
+        whose two ranks are both in ``ranks`` (what an output can draw an arrow for), in
+        order; ``returned``: the callee ended it and the caller heard back. From the columns,
+        without making a :class:`RpcCall` per call."""
+        have = np.fromiter(ranks, np.int64, len(ranks))
+        use = self.has[0] & self.has[1] & np.isin(self.caller, have) & np.isin(self.callee, have)
+        at = np.flatnonzero(use)
+        returned = (self.has[2] & self.has[3])[at].tolist()
+        return [(n, self.first[n]["rpc_id"], a, b, r) for n, a, b, r in
+                zip(at.tolist(), self.caller[at].tolist(), self.callee[at].tolist(), returned)]
 
     @property
     def quadruples(self) -> np.ndarray:

@@ -178,12 +178,10 @@ def _arrows(job: "Job", rpc: RpcFlows, spans: Set[Tuple[str, str, int]], drawn: 
     missing = {"caller": 0, "callee": 0}
     journal_only = {rank_of(i): i for i in job.infos if is_journal(i) and not i.parts and rank_of(i) in ranks}
     unwritten = {r: {"caller": 0, "callee": 0} for r in journal_only}
-    for c in job.links.rpcs.calls:
-        if c.send_ns is None or c.start_ns is None or c.caller not in ranks or c.callee not in ranks:
-            continue
-        for role, rank, absent in (("caller", c.caller, (c.rpc_id, "caller", c.caller) not in spans),
-                                   ("callee", c.callee, (c.rpc_id, "callee", c.callee) not in spans
-                                    and c.rpc_id not in drawn)):
+    for _, rpc_id, caller, callee, _ in job.links.rpcs.calls.between(ranks):
+        for role, rank, absent in (("caller", caller, (rpc_id, "caller", caller) not in spans),
+                                   ("callee", callee, (rpc_id, "callee", callee) not in spans
+                                    and rpc_id not in drawn)):
             (unwritten[rank] if rank in unwritten else missing)[role] += absent
     out: Dict[str, Any] = {"drawn": len(rpc.calls), "spans_missing": missing}
     if journal_only:

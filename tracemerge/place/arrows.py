@@ -81,11 +81,10 @@ class RpcFlows:
         rank) of the RPC spans the ranks' events hold and the size controls keep
         (``selection.kept_spans``); ``drawn`` the calls whose callee span is drawn from the
         caller's file (place.remote_spans). No arrow is drawn with one end in the air."""
-        calls = {c.rpc_id: (n, c.caller, c.callee, c.end_ns is not None and c.complete_ns is not None)
-                 for n, c in enumerate(match.calls)
-                 if c.send_ns is not None and c.start_ns is not None
-                 and c.caller in ranks and c.callee in ranks and (c.rpc_id, "caller", c.caller) in spans
-                 and ((c.rpc_id, "callee", c.callee) in spans or c.rpc_id in drawn)}
+        calls = {rpc_id: (n, caller, callee, returned)
+                 for n, rpc_id, caller, callee, returned in match.calls.between(ranks)
+                 if (rpc_id, "caller", caller) in spans
+                 and ((rpc_id, "callee", callee) in spans or rpc_id in drawn)}
         return cls({k: v[:3] for k, v in calls.items()}, frozenset(k for k, v in calls.items() if not v[3]))
 
     def ids(self, rpc_id: str) -> Tuple[int, int]:
