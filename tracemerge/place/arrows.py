@@ -138,15 +138,18 @@ class RpcFlows:
         events: List[Dict[str, Any]] = []
         lanes = lanes or {}
         ends = start + np.maximum(dur, 0)
-        threads = _thread_spans(trace, start, ends, dur, {(int(trace.pid[i]), int(trace.tid[i])) for i in found},
-                                lanes)
-        for i, (rpc_id, role) in found.items():
+        at = np.fromiter(found, np.int64, len(found))
+        # the spans' columns as Python ints at once (a numpy scalar per field and span cost
+        # more than the rest of the loop)
+        pids, tids = trace.pid[at].tolist(), trace.tid[at].tolist()
+        threads = _thread_spans(trace, start, ends, dur, set(zip(pids, tids)), lanes)
+        columns = zip(found.items(), start[at].tolist(), ends[at].tolist(), pids, tids)
+        for (i, (rpc_id, role)), s, e, pid_code, tid_code in columns:
             req, resp = self.ids(rpc_id)
-            s, e = int(start[i]), int(ends[i])
-            pid = place.pid_base + int(trace.pid[i])
+            pid = place.pid_base + pid_code
             first, last = ("s", "f") if role == "caller" else ("f", "s")
             if i in lanes:
-                tid = lane_tid(trace.tids[trace.tid[i]], lanes[i])
+                tid = lane_tid(trace.tids[tid_code], lanes[i])
                 events.append(_flow(first, req, rpc_id, pid, tid, _inside(s, e, at_end=False)))
                 if rpc_id not in self.unreturned:
                     events.append(_flow(last, resp, rpc_id, pid, tid, _inside(s, e, at_end=True)))
@@ -154,11 +157,11 @@ class RpcFlows:
             # spans of the thread nested in this one; a span that only partly overlaps it is
             # not on the thread's slice stack in Perfetto (dropped or moved), so it cannot
             # take the point, and counting it would push the return point before the callee's end
-            t_start, t_end = threads[int(trace.pid[i]), int(trace.tid[i])]
+            t_start, t_end = threads[pid_code, tid_code]
             lo, hi = bisect_left(t_start, s), bisect_right(t_start, e)
             gaps = _gaps(s, e, [(cs, ce) for cs, ce in zip(t_start[lo:hi], t_end[lo:hi])
                                 if ce <= e and not (cs == s and ce == e)])
-            tid = trace.tids[trace.tid[i]]
+            tid = trace.tids[tid_code]
             events.append(_flow(first, req, rpc_id, pid, tid, _inside(*gaps[0], at_end=False)))
             if rpc_id not in self.unreturned:  # no arrow for a return that never happened
                 events.append(_flow(last, resp, rpc_id, pid, tid, _inside(*gaps[-1], at_end=True)))
