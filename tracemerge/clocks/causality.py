@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from tracemerge.clocks.bands import synchronised
-from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.clock import ClockModel, to_reference_by_rank
 from tracemerge.correlate.match import Correlation, correlate
 
 SWEEPS = 200   # rounds of the rank-by-rank shift search; a feasible system settles in a few
@@ -66,18 +66,6 @@ def _span_pairs(infos: Sequence[Any], calls: Any) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, 6)
 
 
-def _to_ref(clocks: Dict[int, ClockModel], ranks: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """``times`` (each on its rank's clock) on the reference clock: one sort, then a slice per
-    rank, so the cost grows with the points, not with points times ranks."""
-    out = np.empty_like(times)
-    order = np.argsort(ranks, kind="stable")
-    sorted_ranks = ranks[order]
-    edges = np.flatnonzero(np.diff(sorted_ranks)) + 1
-    for part in np.split(order, edges) if len(order) else []:
-        out[part] = clocks[int(ranks[part[0]])].to_reference(times[part])
-    return out
-
-
 Aligned = Tuple[Tuple[np.ndarray, ...], Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, ...]]
 
 
@@ -85,11 +73,11 @@ def _aligned(p: Points, clocks: Dict[int, ClockModel]) -> Aligned:
     """(t1, t2, t3, t4) on the reference clock; (start, end) of the collective members; and
     (caller start, caller end, callee start, callee end) of the drawn span pairs, likewise."""
     r, c, sp = p.rpc, p.coll, p.spans
-    rpc = (_to_ref(clocks, r[:, 0], r[:, 2]), _to_ref(clocks, r[:, 1], r[:, 3]),
-           _to_ref(clocks, r[:, 1], r[:, 4]), _to_ref(clocks, r[:, 0], r[:, 5]))
-    spans = (_to_ref(clocks, sp[:, 0], sp[:, 2]), _to_ref(clocks, sp[:, 0], sp[:, 3]),
-             _to_ref(clocks, sp[:, 1], sp[:, 4]), _to_ref(clocks, sp[:, 1], sp[:, 5]))
-    return rpc, (_to_ref(clocks, c[:, 0], c[:, 1]), _to_ref(clocks, c[:, 0], c[:, 2])), spans
+    rpc = (to_reference_by_rank(clocks, r[:, 0], r[:, 2]), to_reference_by_rank(clocks, r[:, 1], r[:, 3]),
+           to_reference_by_rank(clocks, r[:, 1], r[:, 4]), to_reference_by_rank(clocks, r[:, 0], r[:, 5]))
+    spans = (to_reference_by_rank(clocks, sp[:, 0], sp[:, 2]), to_reference_by_rank(clocks, sp[:, 0], sp[:, 3]),
+             to_reference_by_rank(clocks, sp[:, 1], sp[:, 4]), to_reference_by_rank(clocks, sp[:, 1], sp[:, 5]))
+    return rpc, (to_reference_by_rank(clocks, c[:, 0], c[:, 1]), to_reference_by_rank(clocks, c[:, 0], c[:, 2])), spans
 
 
 def _violations(p: Points, rpc: Tuple[np.ndarray, ...], coll: Tuple[np.ndarray, np.ndarray],

@@ -30,7 +30,15 @@ from tracemerge.nesting import unfinished
 from tracemerge.report import GROUP_BY, SORT_KEYS  # the CLI's choices, read without this module
 from tracemerge.report.collectives import CollectiveStats, collective_report
 from tracemerge.report.gpu import GpuRank, gpu_rank
-from tracemerge.report.keyavg import KeyAverage, OpTree, group_rows, has_device_time, key_averages, op_tree
+from tracemerge.report.keyavg import (
+    KeyAverage,
+    OpTree,
+    correlations,
+    group_rows,
+    has_device_time,
+    key_averages,
+    op_tree,
+)
 from tracemerge.report.rpcstats import RpcReport, rpc_report, server_threads
 
 ROW_FIELDS = ("key", "count", "node_id", "cpu_time_total", "self_cpu_time_total", "cpu_time")
@@ -197,10 +205,11 @@ def rank_products(source: Union[RankTrace, str], rank: int, clock: ClockModel, p
         raise TracemergeError(f"{path}: a merged trace; report on it alone, or on the rank files")
     with reading(path):
         tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
+        links = correlations(trace)  # likewise: the key averages and the GPU section
         return RankProducts(
-            rows=key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree),
+            rows=key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree, links),
             open_at_stop=int(unfinished(trace).sum()),
-            gpu=gpu_rank(trace, rank, comm_kernels=comm_kernels),
+            gpu=gpu_rank(trace, rank, comm_kernels=comm_kernels, links=links),
             timeline=None if rpc_names is None else rank_timeline(trace, rank, clock, rpc_names),
             server_threads=server_threads(trace),
             spans=_top_spans(tree, clock.to_reference))

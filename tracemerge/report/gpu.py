@@ -31,7 +31,7 @@ from msgspec import UNSET
 
 from tracemerge.model import RankTrace
 from tracemerge.nesting import category_codes
-from tracemerge.report.keyavg import device_events
+from tracemerge.report.keyavg import Correlations, correlations, device_events, is_runtime
 
 # the known families of communication kernels, by name (case-insensitive search): (rule, regex)
 COMM_FAMILIES: Tuple[Tuple[str, str], ...] = (
@@ -98,10 +98,11 @@ def comm_rules(extra: Sequence[str] = ()) -> List[Tuple[str, "re.Pattern[str]"]]
 
 
 def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,
-             comm_kernels: Sequence[str] = ()) -> Optional[GpuRank]:
+             comm_kernels: Sequence[str] = (), links: Optional[Correlations] = None) -> Optional[GpuRank]:
     """The :class:`GpuRank` of one rank's trace (of a merged trace: of its events on the
     pid codes ``pids``); None when it has no device activity. ``comm_kernels``: regexes of
-    further communication kernels' names (``--comm-kernel``)."""
+    further communication kernels' names (``--comm-kernel``); ``links``: the trace's
+    correlations when the caller has them (the key averages read them too)."""
     dev = device_events(trace)
     if pids is not None:
         dev = dev[np.isin(trace.pid[dev], pids)]
@@ -126,7 +127,7 @@ def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,
     overlap = t_compute + t_comm - _length(start[both], end[both])
     out = GpuRank(rank=rank, window_us=window / 1000, compute_us=t_compute / 1000, communication_us=t_comm / 1000,
                   memory_us=_length(start[memory], end[memory]) / 1000, idle_us=(window - busy) / 1000,
-                  overlap_us=overlap / 1000, launch_delay_us=_launch_delays(trace, work), top_kernels=[])
+                  overlap_us=overlap / 1000, launch_delay_us=_launch_delays(trace, work, links), top_kernels=[])
     for k, (rule, _) in enumerate(rules):
         mine = which == k
         if mine.any():
@@ -140,16 +141,16 @@ def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,
     return out
 
 
-def _launch_delays(trace: RankTrace, work: np.ndarray) -> Dict[str, float]:
+def _launch_delays(trace: RankTrace, work: np.ndarray, links: Optional[Correlations] = None) -> Dict[str, float]:
     """Kernel start minus its runtime call's start, over the device events linked to one."""
-    runtime = np.flatnonzero(np.isin(trace.cat, category_codes(
-        trace, lambda c: c.endswith("_runtime") or c.endswith("_driver") or c == "runtime")))
+    runtime = np.flatnonzero(np.isin(trace.cat, category_codes(trace, is_runtime)))
+    links = correlations(trace) if links is None else links
     call_start: Dict[object, int] = {}
-    for i, v in zip(runtime.tolist(), trace.args.key_values(runtime.tolist(), "correlation")):
+    for ts, v in zip(trace.ts[runtime].tolist(), links.of(runtime.tolist())):
         if v is not UNSET:
-            call_start[v] = int(trace.ts[i])
-    delays = [int(trace.ts[i]) - call_start[v]
-              for i, v in zip(work.tolist(), trace.args.key_values(work.tolist(), "correlation", missing=None))
+            call_start[v] = ts
+    delays = [ts - call_start[v]
+              for ts, v in zip(trace.ts[work].tolist(), links.of(work.tolist(), missing=None))
               if v is not UNSET and v in call_start]
     if not delays:
         return {}

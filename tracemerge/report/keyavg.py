@@ -223,14 +223,15 @@ def remote_op_names(tree):
 
 
 def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = False,
-                 tree: Optional[OpTree] = None) -> List[KeyAverage]:
+                 tree: Optional[OpTree] = None, links: Optional["Correlations"] = None) -> List[KeyAverage]:
     """[KeyAverage] of one trace, one row per (key, node, user annotation), in first-seen
     order, then the device rows (:func:`device_rows`).
 
     ``node_of_pid`` maps the trace's pid codes to node ids (ranks): an int array, so a
     merged trace's processes map back to the ranks they came from. ``tree``: the trace's
     :func:`op_tree` when the caller has built it already (the report needs it for the busy
-    timeline too, and building it is a quarter of a report's time).
+    timeline too, and building it is a quarter of a report's time); ``links``: its
+    :func:`correlations`, likewise (the GPU section reads them too).
     """
     tree = op_tree(trace) if tree is None else tree
     codes, keys = remote_op_names(tree) if remote_ops else (tree.name, tree.keys)
@@ -249,7 +250,7 @@ def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = F
     count = np.bincount(inv, minlength=len(uniq))
     total = np.bincount(inv, weights=dur, minlength=len(uniq))
     self_ = np.bincount(inv, weights=tree.self_ns[keep][order], minlength=len(uniq))
-    own_dev, total_dev = device_times(trace, tree)
+    own_dev, total_dev = device_times(trace, tree, links)
     dev_total = np.bincount(inv, weights=total_dev[keep][order], minlength=len(uniq))
     dev_self = np.bincount(inv, weights=own_dev[keep][order], minlength=len(uniq))
     asynchronous = np.bincount(inv, weights=tree.is_async[keep][order], minlength=len(uniq)) == count
@@ -279,11 +280,40 @@ def device_name(trace: RankTrace) -> str:
     return "CUDA"
 
 
-def _is_runtime(cat: str) -> bool:
+def is_runtime(cat: str) -> bool:
     return cat.endswith("_runtime") or cat.endswith("_driver") or cat == "runtime"
 
 
-def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
+# a key_values value: the args are an object without "correlation" (UNSET: no object at all)
+NO_CORRELATION = object()
+
+
+@dataclass(frozen=True)
+class Correlations:
+    """``args.correlation`` of every runtime call and device event of a rank, decoded once:
+    the key averages (which op launched each kernel) and the GPU section (each kernel's
+    launch delay) both join kernels to their calls by it, and decoding it was most of a
+    report's per-rank time, twice over."""
+
+    index: np.ndarray   # sorted event indices
+    values: list        # each one's correlation; NO_CORRELATION where its args lack the key,
+    #                     UNSET where its args are no object
+
+    def of(self, idx: List[int], missing: object = UNSET) -> list:
+        """The correlations of the events ``idx`` (each in :attr:`index`), ``missing`` where
+        their args have none, as ``Args.key_values`` gives them."""
+        at = np.searchsorted(self.index, np.asarray(idx, np.int64)).tolist()
+        return [missing if v is NO_CORRELATION else v for v in map(self.values.__getitem__, at)]
+
+
+def correlations(trace: RankTrace) -> Correlations:
+    """The :class:`Correlations` of a rank's runtime calls and device events."""
+    runtime = np.flatnonzero(np.isin(trace.cat, category_codes(trace, is_runtime)))
+    index = np.union1d(runtime, device_events(trace))
+    return Correlations(index, list(trace.args.key_values(index.tolist(), "correlation", missing=NO_CORRELATION)))
+
+
+def launches(trace: RankTrace, tree: OpTree, links: Optional[Correlations] = None) -> Tuple[np.ndarray, np.ndarray]:
     """(device event indices, tree position of the op each was launched by, -1 for none).
 
     A device event's ``args.correlation`` names its runtime call (``cudaLaunchKernel``,
@@ -297,15 +327,16 @@ def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
     owner = np.full(len(dev), -1, dtype=np.int64)
     if not len(dev):
         return dev, owner
-    runtime = np.flatnonzero(np.isin(trace.cat[tree.index], category_codes(trace, _is_runtime)))
+    runtime = np.flatnonzero(np.isin(trace.cat[tree.index], category_codes(trace, is_runtime)))
+    links = correlations(trace) if links is None else links
     call_of: Dict[object, int] = {}
-    for pos, v in zip(runtime.tolist(), trace.args.key_values(tree.index[runtime].tolist(), "correlation")):
+    for pos, v in zip(runtime.tolist(), links.of(tree.index[runtime].tolist())):
         if v is not UNSET:
             call_of[v] = pos
     if not call_of:
         return dev, owner
     calls = np.array([call_of.get(v, -1) if v is not UNSET else -1
-                      for v in trace.args.key_values(dev.tolist(), "correlation", missing=None)], dtype=np.int64)
+                      for v in links.of(dev.tolist(), missing=None)], dtype=np.int64)
     launching = np.isin(trace.cat[tree.index], category_codes(trace, LAUNCHING_CATS.__contains__))
     # up past user annotations (and other non-dispatcher spans) to the launching op
     up = nearest_ancestor(tree.parent, launching)
@@ -313,12 +344,13 @@ def launches(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
     return dev, owner
 
 
-def device_times(trace: RankTrace, tree: OpTree) -> Tuple[np.ndarray, np.ndarray]:
+def device_times(trace: RankTrace, tree: OpTree, links: Optional[Correlations] = None,
+                 ) -> Tuple[np.ndarray, np.ndarray]:
     """(self, total) device ns per position of ``tree``: torch's ``self_device_time_total``
     (the durations of the kernels the op launched) and ``device_time_total`` (its own and
     those of every op nested under it)."""
     own = np.zeros(len(tree.index), dtype=np.int64)
-    dev, owner = launches(trace, tree)
+    dev, owner = launches(trace, tree, links)
     linked = owner >= 0
     if not linked.any():
         return own, own.copy()

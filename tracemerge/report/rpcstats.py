@@ -16,7 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.clock import ClockModel, to_reference_by_rank
 from tracemerge.correlate.match import RpcCall, RpcMatch
 from tracemerge.model import RankTrace
 from tracemerge.nesting import lane_origins
@@ -123,11 +123,15 @@ def rpc_report(match: RpcMatch, clocks: Mapping[int, ClockModel],
     # by position: records of two jobs may share an rpc_id (ids restart in every run), and
     # only the position tells a complete call from its namesake of the other job
     calls_seen = list(match.calls)
-    full = [n for n, c in enumerate(calls_seen) if c.complete and c.caller in clocks and c.callee in clocks]
-    transit: Dict[int, int] = {}
-    for n in full:
-        c = calls_seen[n]
-        transit[n] = clocks[c.callee].to_reference(c.start_ns) - clocks[c.caller].to_reference(c.send_ns)
+    columns = match.calls
+    have = np.fromiter(clocks, np.int64, len(clocks))
+    complete = columns.has.all(axis=0) & np.isin(columns.caller, have) & np.isin(columns.callee, have)
+    at = np.flatnonzero(complete)
+    # t2 on the reference clock less t1 there, every call's in one pass per rank
+    gap = (to_reference_by_rank(clocks, columns.callee[at], columns.times[1, at])
+           - to_reference_by_rank(clocks, columns.caller[at], columns.times[0, at]))
+    full: List[int] = at.tolist()
+    transit: Dict[int, int] = dict(zip(full, gap.tolist()))
     floor: Dict[Tuple[int, int], int] = {}
     for n in full:
         pair = (calls_seen[n].caller, calls_seen[n].callee)

@@ -36,7 +36,7 @@ from tracemerge.place import selection as select
 from tracemerge.place.placement import Placement
 from tracemerge.place.remote_spans import drawn_sides, remote_spans
 from tracemerge.report.gpu import GpuRank, gpu_rank
-from tracemerge.report.keyavg import KeyAverage, key_averages, op_tree
+from tracemerge.report.keyavg import KeyAverage, correlations, key_averages, op_tree
 from tracemerge.report.rpcstats import server_threads
 from tracemerge.tables import job_tables
 from tracemerge.tables.events import event_schema, rank_batches, require_arrow
@@ -97,10 +97,11 @@ def rank_part(source: Source, task: PartTask) -> RankPart:
         trace, counts = select.apply(trace, task.place, task.selection, task.window)
         part = RankPart(task.rank, task.part, 0, {**counts, "in": n_in}, core=core)
         if task.report:
+            links = correlations(trace)  # read by the key averages and the GPU section both
             part.key_averages = key_averages(trace, np.full(len(trace.pids), task.rank, dtype=np.int64),
-                                             task.remote_ops, op_tree(trace))
+                                             task.remote_ops, op_tree(trace), links)
             part.server_threads = server_threads(trace)
-            part.gpu = gpu_rank(trace, task.rank, comm_kernels=task.comm_kernels) if task.gpu else None
+            part.gpu = gpu_rank(trace, task.rank, comm_kernels=task.comm_kernels, links=links) if task.gpu else None
             _trim()  # the op tree's and the decoded args' pages, before the batches need more
         if task.timeline_names is not None:
             part.timeline = rank_timeline(trace, task.rank, task.place.clock, task.timeline_names)
