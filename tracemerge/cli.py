@@ -132,8 +132,11 @@ BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 def _one_blas_thread() -> None:
     """One BLAS thread unless the user set otherwise: tracemerge's matrix work is a few
     clock fits of a few hundred points, and OpenBLAS's thread pool spins after each call,
-    on the cores the per-rank workers need (8 x 20 MB ranks, -j 2, 2 cores: 13 % of the
-    CPU and 8 % of the wall; docs/performance.md)."""
+    on the cores the per-rank workers need (a combine -j 2 of 8 x 20 MB ranks on 2 cores:
+    3 % of its CPU samples in OpenBLAS; docs/performance.md). Read only when numpy loads: a
+    process that has numpy already (one that calls the CLI in-process) keeps its environment."""
+    if "numpy" in sys.modules:
+        return
     for name in BLAS_THREADS:
         os.environ.setdefault(name, "1")
 
