@@ -3,7 +3,6 @@ lists: :class:`LocalEngine` (processes on this machine, or inline with one job) 
 :class:`DaskEngine` (a Dask cluster; a LocalCluster when no scheduler is given)."""
 
 import collections
-import concurrent.futures
 import contextlib
 import ctypes
 import gc
@@ -17,14 +16,14 @@ import multiprocessing.sharedctypes  # noqa: F401
 import multiprocessing.synchronize  # noqa: F401
 import os
 import signal
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 from tracemerge.errors import TracemergeError
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     from tracemerge.progress import Progress
 
 
@@ -64,7 +63,7 @@ def _worker_start(parent: int) -> None:
         os._exit(1)
 
 
-def _kill_workers(pool: ProcessPoolExecutor) -> None:
+def _kill_workers(pool: "ProcessPoolExecutor") -> None:
     """End a pool's worker processes at once (ProcessPoolExecutor has no terminate())."""
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -289,6 +288,12 @@ class LocalEngine:
                 results.append(fn(*c))
                 self._tick(fn, len(results), len(calls), c, results[-1])
             return results
+        # here, not at the top: a held job (combine's usual case) never comes this way, and
+        # the module brings logging with it (~16 ms of the main job's start-up)
+        import concurrent.futures
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
         # fork: workers start in milliseconds and share the parent's imports
         ctx = multiprocessing.get_context("fork")
         pool = ProcessPoolExecutor(min(self.jobs, len(calls)), mp_context=ctx, initializer=_worker_start,

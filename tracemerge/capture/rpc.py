@@ -212,10 +212,14 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
     if handle is None:
         rec.unsettled.append((call, fut))
         return result
-    # a future already complete ends the span now, on this thread: not asynchronous
-    call[recorder.C_ASYNC] = not fut.done()
     with _no_torch_function():  # what record_function does: cheaper dispatch
         ended = _end_span_on(handle, fut)
+    # Where the span ended, as torch's key_averages() tells it (asynchronous: on another
+    # thread): a future complete when its end is attached runs the end at once, on this
+    # thread, and ``ended`` completes when the end has run. Asked after attaching, not
+    # before: a call that completes during the attaching (~10 us of dispatch) also ends
+    # here, and was taken for asynchronous (a flake of the exact-pairing test).
+    call[recorder.C_ASYNC] = not ended.done()
     rec.unsettled.append((call, fut))
     # rpc_async hands back the future that completes after the span ended, as torch's
     # profiled rpc_async did; a remote() RRef stays the job's own. The call is settled
