@@ -213,3 +213,20 @@ def test_skew_moves_every_ts_and_ns_field():
     assert new["profile_start_ns"] - blk["profile_start_ns"] == moved[0]
     assert all(n["start_ns"] > o["start_ns"] + 999_000_000 for o, n in zip(blk["rpcs"], new["rpcs"]) if "start_ns" in o)
     assert new["rank"] == blk["rank"] and new["rpcs"][0]["rpc_id"] == blk["rpcs"][0]["rpc_id"]
+
+
+def test_times_of_many_ranks_go_to_the_reference_clock_as_each_rank_alone_would():
+    from tracemerge.clocks.clock import to_reference_by_rank
+
+    base = 1_700_000_000_000_000_000
+    clocks = {0: ClockModel(rank=0, method="test"),
+              1: ClockModel(rank=1, method="test", offset_ns=-2_500, drift_ppm=12.5, anchor_ns=base),
+              3: ClockModel(rank=3, method="test", offset_ns=40_000,
+                            corrections=[[base, 0], [base + 10**9, 700]])}
+    rng = np.random.default_rng(7)
+    ranks = rng.choice([0, 1, 3], 500).astype(np.int64)
+    times = base + rng.integers(0, 2 * 10**9, 500)
+    got = to_reference_by_rank(clocks, ranks, times)
+    # each time alone, through the model's scalar path
+    assert got.tolist() == [int(clocks[r].to_reference(int(t))) for r, t in zip(ranks.tolist(), times.tolist())]
+    assert to_reference_by_rank(clocks, ranks[:0], times[:0]).tolist() == []

@@ -140,3 +140,19 @@ def test_calls_made_before_the_callers_window_are_named_for_what_they_are(tmp_pa
     assert "1 was made by ranks that have no input file" in said
     assert "2 were made while their caller was not recording, outside its profiling window" in said
     assert "have no caller record although" not in said
+
+
+def test_the_calls_an_output_can_draw_are_those_with_a_send_and_a_start_between_its_ranks():
+    # between() reads the columns; the calls iterated one by one say the same thing
+    infos = [info(0, [caller("0:1", 0, 1, 10, 50), caller("0:2", 0, 1, 60), caller("0:3", 0, 2, 70, 80),
+                      caller("0:4", 0, 1, 90, 99)]),
+             info(1, [callee("0:1", 0, 1, 20, 30), callee("0:2", 0, 1, 62), callee("1:5", 1, 0, 5, 6)]),
+             info(2, [callee("0:3", 0, 2, 72, 75)])]
+    calls = match_rpcs(infos).calls
+    for ranks in ({0, 1}, {0, 1, 2}, {1}, set()):
+        expected = [(n, c.rpc_id, c.caller, c.callee, c.end_ns is not None and c.complete_ns is not None)
+                    for n, c in enumerate(calls)
+                    if c.send_ns is not None and c.start_ns is not None and c.caller in ranks and c.callee in ranks]
+        assert calls.between(ranks) == expected
+    # by hand: 0:2 was never ended by its callee (no return), 0:4 never started, 1:5 has no send
+    assert calls.between({0, 1}) == [(0, "0:1", 0, 1, True), (1, "0:2", 0, 1, False)]

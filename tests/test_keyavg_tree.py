@@ -97,3 +97,45 @@ def test_dropped_names_and_profiler_span_are_not_counted():
         {"ph": "i", "name": "Iteration Start", "pid": 1, "tid": 1, "ts": 0},
     ]
     assert ours(events) == {"aten::add": (1, 10.0, 10.0)}
+
+
+@pytest.mark.parametrize("reader", ["core", "python"])
+def test_correlations_decoded_once_are_those_each_event_has(tmp_path, reader):
+    """The key averages and the GPU section read kernels' and runtime calls' correlation ids
+    from one decoding (keyavg.correlations); each is what that event's own args say."""
+    import json
+
+    from msgspec import UNSET
+
+    from tracemerge import native
+    from tracemerge.inputs import read_trace
+    from tracemerge.report.keyavg import correlations, device_events
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5, "dur": 3,
+         "args": {"correlation": 7, "cbid": 211}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 10, "dur": 3,
+         "args": {"correlation": None}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": 20, "dur": 3,
+         "args": {"cbid": 131}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventQuery", "pid": 1, "tid": 1, "ts": 30, "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": 12, "dur": 20,
+         "args": {"device": 0, "correlation": 7}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 33, "dur": 2,
+         "args": {"correlation": "7"}},
+        {"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7, "ts": 40, "dur": 2, "args": {"device": 0}},
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = native.read_rank(str(path))[0] if reader == "core" else read_trace(str(path))
+    links = correlations(trace)
+    runtime = [i for i, e in enumerate(events) if e["cat"] == "cuda_runtime"]
+    device = device_events(trace).tolist()
+    assert device == [5, 6, 7]
+    for idx in (runtime, device, runtime + device):
+        for missing in (UNSET, None):
+            assert links.of(idx, missing) == list(trace.args.key_values(idx, "correlation", missing=missing))
+    # by hand: explicit null, args without the key (``missing``), no args at all (UNSET)
+    assert links.of(runtime, missing=None) == [7, None, None, UNSET]
+    assert links.of(runtime) == [7, None, UNSET, UNSET]
