@@ -38,10 +38,11 @@ def probe(*args, env=None):
 
 # the registries behind combine's and export's choices and option help (--align, --format,
 # --group-by, --sort-by): their names and summaries, none of what they name (tracemerge.registry)
-REGISTRIES = ("tracemerge.clocks", "tracemerge.formats", "tracemerge.report")
+REGISTRIES = ("tracemerge.clocks", "tracemerge.formats", "tracemerge.report", "tracemerge.report.render")
 
 
-@pytest.mark.parametrize("args", [["--version"], ["--help"], ["combine", "--help"], ["export", "--help"]])
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["combine", "--help"], ["export", "--help"],
+                                  ["report", "--help"], ["diff", "--help"]])
 def test_version_and_help_import_nothing_heavy(args):
     result = probe(*args)
     assert result["code"] in (0, None)
@@ -77,6 +78,15 @@ def test_the_registries_name_what_they_import():
     shown = " ".join(CliRunner().invoke(main, ["combine", "--help"], terminal_width=1000).output.split())
     assert "--format [" + "|".join(FORMATS) + "]" in shown
     assert all(f"{m.name} = {m.summary}" in shown for m in METHODS.values())
+    # the report formats: each module's FORMAT is its name's, and the ones --format offers are
+    # those with no option of their own (named without importing them: render.OWN_OPTION)
+    from tracemerge.report import render
+    assert [f.name for f in render.RENDERERS.values()] == list(render.RENDERERS)
+    assert render.FORMATS == tuple(n for n, f in render.RENDERERS.items() if f.option is None)
+    assert render.DEFAULT in render.FORMATS
+    shown = " ".join(CliRunner().invoke(main, ["report", "--help"], terminal_width=1000).output.split())
+    assert "--format [" + "|".join(render.FORMATS) + "]" in shown
+    assert all(name in shown for name in render.csv_sections())   # --section's help names every CSV table
 
 
 @pytest.mark.parametrize("env", [{}, {"TRACEMERGE_CORE": "python"}, {"TRACEMERGE_KERNEL": "python"}])

@@ -46,9 +46,8 @@ if TYPE_CHECKING:
     from tracemerge.report import build as reports
     from tracemerge.report.diff import diff_reports
     from tracemerge.report.render import FORMATS as REPORT_FORMATS
-    from tracemerge.report.render import SECTIONS as CSV_SECTIONS
+    from tracemerge.report.render import csv_sections, render_diff
     from tracemerge.report.render import render as render_report
-    from tracemerge.report.render import render_diff
     from tracemerge.report.write import combine_report_path, write_combine_report, write_text
     from tracemerge.serve import serve
 else:
@@ -73,7 +72,7 @@ else:
     reports = Deferred("tracemerge.report.build")
     diff_reports = Deferred("tracemerge.report.diff", "diff_reports")
     REPORT_FORMATS = Deferred("tracemerge.report.render", "FORMATS")
-    CSV_SECTIONS = Deferred("tracemerge.report.render", "SECTIONS")
+    csv_sections = Deferred("tracemerge.report.render", "csv_sections")
     render_report = Deferred("tracemerge.report.render", "render")
     render_diff = Deferred("tracemerge.report.render", "render_diff")
     combine_report_path = Deferred("tracemerge.report.write", "combine_report_path")
@@ -123,6 +122,15 @@ class Group(click.Group):
                 raise
             fail(ctx, f"internal error ({type(e).__name__}: {e}); this is a bug, please report it with "
                       "TRACEMERGE_DEBUG=1 set", EXIT_INTERNAL)
+
+
+def _csv_section(value: "str | None") -> "str | None":
+    """``--section``'s value checked against the section registry's CSV tables when the
+    command runs (not when its help is shown: the sections import the analyses)."""
+    if value is not None and value not in csv_sections():
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, csv_sections()))}.",
+                                 param_hint="'--section'")
+    return value
 
 
 # read by numpy's BLAS when numpy is first imported
@@ -637,11 +645,11 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
                    "of the ranks whose steps meet, 'ProfilerStep#N (rank R)' for a rank whose step meets "
                    "no other's, else the whole trace; windows never overlap), wait states and stragglers, in every format (JSON: the "
                    "critical_path, critical_path_totals, wait_states and stragglers keys).")
-@click.option("--section", cls=RegistryOption, type=RegistryChoice(lambda: CSV_SECTIONS), default=lambda: CSV_SECTIONS[0],
-              show_default=True,
-              help="With --format csv, the table the CSV holds: key averages, a failed job's post-mortem, or "
-                   "(implying --analysis) the critical path's segments, the wait states, per-step times or the "
-                   "stragglers.")
+@click.option("--section", metavar="NAME", default=None, callback=lambda ctx, param, value: _csv_section(value),
+              help="With --format csv, the table the CSV holds: the key averages (key_averages, the default), "
+                   "a failed job's post-mortem (postmortem), or (implying --analysis) the critical path's segments "
+                   "(critical_path), the wait states (rpc_waits, collective_waits), per-step times (step_times) "
+                   "or the stragglers (stragglers); an analysis added to the report adds its own.")
 @comm_kernel_option
 @align_options
 @rank_options
@@ -663,7 +671,8 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
       tracemerge report rank*.json.gz --analysis --format json -o report.json
       tracemerge report rank*.json.gz --format csv --section critical_path -o path.csv
     """
-    if section != CSV_SECTIONS[0] and fmt != "csv":
+    section = section or csv_sections()[0]
+    if section != csv_sections()[0] and fmt != "csv":
         raise click.BadParameter("only for --format csv (the other formats hold every section)",
                                  param_hint="'--section'")
     for path in (output, html_path):
@@ -680,7 +689,7 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
 
     try:
         rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
-                                   analysis or section not in (CSV_SECTIONS[0], "postmortem"), comm_kernels)
+                                   analysis or section not in (csv_sections()[0], "postmortem"), comm_kernels)
     finally:
         runner.close()
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)

@@ -1,44 +1,55 @@
 """Report renderers, one module per format (each defines its ``FORMAT``, a
 :class:`~tracemerge.report.render.base.ReportFormat`), behind one :func:`render` call. A
 new report format is one new module and one line in :data:`RENDERERS`; ``report
---format``'s choices and ``combine --report PATH``'s suffix routing come from here."""
+--format``'s choices and ``combine --report PATH``'s suffix routing come from here. The
+registry names its modules (:mod:`tracemerge.registry`), so ``report --help`` and ``diff
+--help`` read the formats' names without importing a renderer, numpy or the analyses."""
 
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from tracemerge.errors import TracemergeError
-from tracemerge.report.build import Report
-from tracemerge.report.diff import Diff
-from tracemerge.report.render import csvtext, htmlpage, jsondoc, markdown, table
-from tracemerge.report.render.base import ReportFormat
+from tracemerge.registry import Registry
 
-RENDERERS: Dict[str, ReportFormat] = {f.name: f for f in (
-    table.FORMAT,
-    csvtext.FORMAT,
-    jsondoc.FORMAT,
-    markdown.FORMAT,
-    htmlpage.FORMAT,
-)}
-FORMATS = tuple(name for name, f in RENDERERS.items() if f.option is None)   # report --format NAME
+if TYPE_CHECKING:
+    from tracemerge.report.build import Report
+    from tracemerge.report.diff import Diff
+    from tracemerge.report.render.base import ReportFormat
+
+RENDERERS: "Registry[ReportFormat]" = Registry({
+    "table": "tracemerge.report.render.table:FORMAT",
+    "csv": "tracemerge.report.render.csvtext:FORMAT",
+    "json": "tracemerge.report.render.jsondoc:FORMAT",
+    "markdown": "tracemerge.report.render.markdown:FORMAT",
+    "html": "tracemerge.report.render.htmlpage:FORMAT",
+})
+# the formats asked for by an option of their own (their FORMAT.option, e.g. --html PATH), not
+# by --format NAME; named here so that the choices need no import (a test checks they agree)
+OWN_OPTION = ("html",)
+FORMATS = tuple(name for name in RENDERERS if name not in OWN_OPTION)   # report --format NAME
 DEFAULT = "table"
 
 
-SECTIONS = csvtext.SECTIONS   # report --section: the tables a one-table format can hold
+def csv_sections() -> Tuple[str, ...]:
+    """``report --section``'s choices: the tables a one-table format (CSV) can hold, the
+    section registry's, the default first (read from the sections, which import the analyses)."""
+    from tracemerge.report.render.csvtext import SECTIONS
+    return SECTIONS
 
 
-def render(report: Report, fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
+def render(report: "Report", fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
            section: Optional[str] = None) -> str:
     """``section`` picks the table of a format that holds one (CSV); the others hold them all."""
     if fmt not in RENDERERS:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
     form = RENDERERS[fmt]
-    if section is None or section == (form.sections or SECTIONS)[0]:
+    if section is None or section == (form.sections or csv_sections())[0]:
         return form.render(report, sort_by, row_limit)
     if not form.sections:
         raise TracemergeError(f"--section {section}: only for --format csv (the other formats hold every section)")
     return form.render(report, sort_by, row_limit, section=section)
 
 
-def render_diff(diff: Diff, fmt: str = DEFAULT, row_limit: int = 100) -> str:
+def render_diff(diff: "Diff", fmt: str = DEFAULT, row_limit: int = 100) -> str:
     """A :class:`~tracemerge.report.diff.Diff` in ``fmt`` (every report format has one)."""
     form = RENDERERS.get(fmt)
     if form is None or form.render_diff is None:
