@@ -427,3 +427,52 @@ def test_schedule_cycles_write_cycle_files_with_their_rpcs(tmp_path, solo_rpc):
 def test_on_trace_ready_is_refused(tmp_path):
     with pytest.raises(TypeError):
         profile(tmp_path, on_trace_ready=print)
+
+
+def test_where_a_span_ended_in_cpp_is_the_profilers_record(tmp_path):
+    """A caller span ended in C++ when its future completes is asynchronous in torch's
+    key_averages() when the end ran on another thread. The call's path can only guess that
+    (a future may complete while its end is being attached); the rank file takes the
+    profiler's own record, whatever the guess said."""
+    import torch
+    from torch.profiler import profile as torch_profile
+
+    from tracemerge.capture import writer
+    from tracemerge.capture.recorder import Span
+    from tracemerge.capture.session import ended_elsewhere
+
+    enter = torch._C._autograd._record_function_with_args_enter
+    end_on = torch.ops.profiler._call_end_callbacks_on_jit_fut._RecordFunction
+    with torch_profile() as prof:
+        done = torch.futures.Future()
+        done.set_result(1)
+        with torch._C.DisableTorchFunctionSubclass():
+            end_on(enter("rpc_async#here(w0 -> w1)"), done)          # ends at once, on this thread
+            later = torch.futures.Future()
+            end_on(enter("rpc_async#elsewhere(w0 -> w1)"), later)    # ends on the thread that completes it
+        t = threading.Thread(target=later.set_result, args=(1,))
+        t.start()
+        t.join()
+    names = {"rpc_async#here(w0 -> w1)", "rpc_async#elsewhere(w0 -> w1)"}
+    found = ended_elsewhere(prof, names)
+    assert sorted((name, a) for (name, _), a in found.items()) == [
+        ("rpc_async#elsewhere(w0 -> w1)", True), ("rpc_async#here(w0 -> w1)", False)]
+
+    # the writer puts the profiler's answer in the span's args, over a wrong guess
+    kineto = tmp_path / "k.json"
+    prof.export_chrome_trace(str(kineto))
+    doc = json.loads(kineto.read_text())
+    base = doc.get("baseTimeNanoseconds", 0)
+    spans = []
+    for e in doc["traceEvents"]:
+        if e.get("name") in names:
+            guess = e["name"].startswith("rpc_async#here")   # both wrong on purpose
+            spans.append(Span(e["name"], e["tid"], base + round(e["ts"] * 1000), {"rpc_id": e["name"], "async": guess},
+                              ends={"send_ns": 0, "status": "ok"}))
+    assert len(spans) == 2
+    out = tmp_path / "rank0.json.gz"
+    writer.write(out, kineto, {"rank": 0}, {"rpcs": [], "collectives": [], "spans": spans},
+                 ended_elsewhere=found)
+    written = json.loads(gzip.decompress(out.read_bytes()))
+    said = {e["name"]: e["args"]["async"] for e in written["traceEvents"] if e.get("name") in names}
+    assert said == {"rpc_async#here(w0 -> w1)": False, "rpc_async#elsewhere(w0 -> w1)": True}

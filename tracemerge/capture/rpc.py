@@ -214,11 +214,12 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
         return result
     with _no_torch_function():  # what record_function does: cheaper dispatch
         ended = _end_span_on(handle, fut)
-    # Where the span ended, as torch's key_averages() tells it (asynchronous: on another
-    # thread): a future complete when its end is attached runs the end at once, on this
-    # thread, and ``ended`` completes when the end has run. Asked after attaching, not
-    # before: a call that completes during the attaching (~10 us of dispatch) also ends
-    # here, and was taken for asynchronous (a flake of the exact-pairing test).
+    # Where the span ended (asynchronous: on another thread, as torch's key_averages()
+    # counts it), as far as this thread can tell: the end has not run yet once attached.
+    # A race either way (a future that completes during the ~10 us of attaching ends here,
+    # one that completes just after may end elsewhere before this check), so the writer
+    # takes the profiler's own record of the span's threads where it has one
+    # (session.ended_elsewhere); this guess stands only where it has none.
     call[recorder.C_ASYNC] = not ended.done()
     rec.unsettled.append((call, fut))
     # rpc_async hands back the future that completes after the span ended, as torch's

@@ -208,7 +208,23 @@ class profile:
         later = [r for r in calls if r["rpc_id"] not in got]
         taken["remote_sides"] = early + (rpc.collect_remote_sides(later) if ask else [])
         taken["native_callees"] = list(self._recorder.native_callees)
-        writer.write(self.out_dir / name, kineto_json, meta, taken, served_ops=bool(self._recorder.admitted))
+        ended = None if prof is None else ended_elsewhere(prof, {s.name for s in taken["spans"] if s.ends is not None})
+        writer.write(self.out_dir / name, kineto_json, meta, taken, served_ops=bool(self._recorder.admitted),
+                     ended_elsewhere=ended)
+
+
+def ended_elsewhere(prof: torch.profiler.profile, names: set) -> dict:
+    """{(name, start ns): whether it ended on another thread than it began on} of the
+    profile's spans named in ``names`` (the RPC spans ended in C++ when their futures
+    completed), as the profiler itself recorded it: what torch's ``key_averages()`` counts
+    as asynchronous. The call's own path cannot tell it without a race: a future that
+    completes while its end is being attached runs the end at once on the calling thread,
+    one that completes just after runs it on the agent's."""
+    results = getattr(prof.profiler, "kineto_results", None) if names else None
+    if results is None:
+        return {}
+    return {(e.name(), e.start_ns()): e.start_thread_id() != e.end_thread_id()
+            for e in results.events() if e.name() in names}
 
 
 def _default_activities():

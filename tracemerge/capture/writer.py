@@ -24,13 +24,15 @@ _MATCH_SLACK_NS = 10_000
 
 
 def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | str | None",
-          meta: dict, taken: dict, served_ops: bool = False) -> None:
+          meta: dict, taken: dict, served_ops: bool = False, ended_elsewhere: "dict | None" = None) -> None:
     """Write ``path`` from the Kineto export and the recorder's ``taken`` records.
 
     ``meta`` holds the other fields, in file order; ``taken`` is
     ``Recorder.take(...)``'s output. The Kineto export is removed; without one
     (``trace=False``) the file has no events. ``served_ops``: callers sent builtins here
     as themselves, and the block keeps the ops that may have served them (native_sides).
+    ``ended_elsewhere``: {(name, start ns): asynchronous} of the spans ended in C++, as the
+    profiler recorded them (session.ended_elsewhere); their ``args.async`` says the same.
     The events are Kineto's, none added or removed.
     """
     if kineto_json_path is None:  # trace=False: the records only
@@ -39,7 +41,7 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
         with open(kineto_json_path, "rb") as f:
             trace = orjson.loads(f.read())
         os.unlink(kineto_json_path)
-    _annotate(trace, taken["spans"])
+    _annotate(trace, taken["spans"], ended_elsewhere or {})
     block = {"version": FORMAT_VERSION, **meta,
              "rpcs": taken["rpcs"], "collectives": taken["collectives"],
              "remote_sides": taken.get("remote_sides", [])}
@@ -58,8 +60,9 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
     os.replace(tmp, path)
 
 
-def _annotate(trace: dict, spans: list) -> None:
-    """Add each span's args to the trace event it opened."""
+def _annotate(trace: dict, spans: list, ended_elsewhere: dict) -> None:
+    """Add each span's args to the trace event it opened (``args.async`` of a span ended in
+    C++ from ``ended_elsewhere``, where the profiler recorded it)."""
     base = trace.get("baseTimeNanoseconds", 0)
     wanted = {(s.tid, s.name) for s in spans}
     starts = defaultdict(list)  # (tid, name) -> [(start ns, event)]
@@ -84,6 +87,8 @@ def _annotate(trace: dict, spans: list) -> None:
         if i:
             start, event = found[i - 1]
             event.setdefault("args", {}).update(span.args)
+            if span.ends is not None and (span.name, start) in ended_elsewhere:
+                event["args"]["async"] = ended_elsewhere[span.name, start]
             if (span.ends is not None and "complete_ns" not in span.ends and span.ends["status"] != "pending"
                     and event["args"].get("finished", True)):
                 # a span ended in C++ when its future completed: its end is the call's
