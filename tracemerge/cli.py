@@ -671,8 +671,9 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
       tracemerge report rank*.json.gz --analysis --format json -o report.json
       tracemerge report rank*.json.gz --format csv --section critical_path -o path.csv
     """
-    section = section or csv_sections()[0]
-    if section != csv_sections()[0] and fmt != "csv":
+    key_averages = csv_sections()[0]  # the default table, the one every format holds
+    section = section or key_averages
+    if section != key_averages and fmt != "csv":
         raise click.BadParameter("only for --format csv (the other formats hold every section)",
                                  param_hint="'--section'")
     for path in (output, html_path):
@@ -689,7 +690,7 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
 
     try:
         rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
-                                   analysis or section not in (csv_sections()[0], "postmortem"), comm_kernels)
+                                   analysis or section not in (key_averages, "postmortem"), comm_kernels)
     finally:
         runner.close()
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)

@@ -223,8 +223,9 @@ def ended_elsewhere(prof: torch.profiler.profile, names: set) -> dict:
     results = getattr(prof.profiler, "kineto_results", None) if names else None
     if results is None:
         return {}
-    return {(e.name(), e.start_ns()): e.start_thread_id() != e.end_thread_id()
-            for e in results.events() if e.name() in names}
+    # each event named once: there may be millions, and name() makes a str each time
+    return {(name, e.start_ns()): e.start_thread_id() != e.end_thread_id()
+            for e in results.events() if (name := e.name()) in names}
 
 
 def _default_activities():

@@ -121,9 +121,10 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
                                                                    window))
              if keep}
     drawn_ids = {r["rpc_id"] for recs in sides.values() for r in recs}
-    rpc = RpcFlows.plan(job.links.rpcs, spans, {rank_of(i) for i in kept} | set(sides), drawn_ids)
+    shown = {rank_of(i) for i in kept} | set(sides)  # the ranks whose spans the output holds
+    rpc = RpcFlows.plan(job.links.rpcs, spans, shown, drawn_ids)
     in_flight = in_flight_calls(job.infos)  # the calls never completed: marked, and said of a dead rank
-    arrows = _arrows(job, rpc, spans, drawn_ids, {rank_of(i) for i in kept} | set(sides), in_flight)
+    arrows = _arrows(job, rpc, spans, drawn_ids, shown, in_flight)
     counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in job.infos:
         if info not in kept:

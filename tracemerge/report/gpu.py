@@ -31,7 +31,7 @@ from msgspec import UNSET
 
 from tracemerge.model import RankTrace
 from tracemerge.nesting import category_codes
-from tracemerge.report.keyavg import Correlations, correlations, device_events, is_runtime
+from tracemerge.report.keyavg import Correlations, correlations, device_events
 
 # the known families of communication kernels, by name (case-insensitive search): (rule, regex)
 COMM_FAMILIES: Tuple[Tuple[str, str], ...] = (
@@ -143,10 +143,9 @@ def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,
 
 def _launch_delays(trace: RankTrace, work: np.ndarray, links: Optional[Correlations] = None) -> Dict[str, float]:
     """Kernel start minus its runtime call's start, over the device events linked to one."""
-    runtime = np.flatnonzero(np.isin(trace.cat, category_codes(trace, is_runtime)))
     links = correlations(trace) if links is None else links
     call_start: Dict[object, int] = {}
-    for ts, v in zip(trace.ts[runtime].tolist(), links.of(runtime.tolist())):
+    for ts, v in zip(trace.ts[links.runtime].tolist(), links.of(links.runtime.tolist())):
         if v is not UNSET:
             call_start[v] = ts
     delays = [ts - call_start[v]

@@ -295,9 +295,10 @@ class Correlations:
     launch delay) both join kernels to their calls by it, and decoding it was most of a
     report's per-rank time, twice over."""
 
-    index: np.ndarray   # sorted event indices
-    values: list        # each one's correlation; NO_CORRELATION where its args lack the key,
-    #                     UNSET where its args are no object
+    runtime: np.ndarray  # the runtime calls' event indices
+    index: np.ndarray    # sorted event indices: the runtime calls' and the device events'
+    values: list         # each one's correlation; NO_CORRELATION where its args lack the key,
+    #                      UNSET where its args are no object
 
     def of(self, idx: List[int], missing: object = UNSET) -> list:
         """The correlations of the events ``idx`` (each in :attr:`index`), ``missing`` where
@@ -310,7 +311,8 @@ def correlations(trace: RankTrace) -> Correlations:
     """The :class:`Correlations` of a rank's runtime calls and device events."""
     runtime = np.flatnonzero(np.isin(trace.cat, category_codes(trace, is_runtime)))
     index = np.union1d(runtime, device_events(trace))
-    return Correlations(index, list(trace.args.key_values(index.tolist(), "correlation", missing=NO_CORRELATION)))
+    return Correlations(runtime, index,
+                        list(trace.args.key_values(index.tolist(), "correlation", missing=NO_CORRELATION)))
 
 
 def launches(trace: RankTrace, tree: OpTree, links: Optional[Correlations] = None) -> Tuple[np.ndarray, np.ndarray]:
