@@ -138,6 +138,19 @@ def test_any_collective_record_field_of_any_wrong_type(tmp_path_factory, field, 
         assert warned(said, paths[1], "tracemerge.collectives[1]: 'bytes'"), said
 
 
+@pytest.mark.parametrize("field", ["group", "seq"])
+@pytest.mark.parametrize("command", ["json", "combine_report", "report"])
+def test_a_collective_integer_beyond_64_bits_is_named(tmp_path, field, command):
+    """A case the property above drew once: a collective's group 2**70 passed the type check
+    and stopped the merged trace's write with an internal error (its summary keeps the
+    records, and no JSON writer takes an integer beyond 64 bits)."""
+    docs = with_collectives()
+    docs[1]["tracemerge"]["collectives"][1][field] = 2**70
+    result, paths = run(tmp_path, docs, command)
+    check(result, paths, codes=(3,))
+    assert f"tracemerge.collectives[1]: missing or bad '{field}'" in result.output
+
+
 @SETTINGS
 @given(field=st.sampled_from(["rank", "world_size", "backend"]), value=st.sampled_from(WRONG),
        command=st.sampled_from(sorted(COMMANDS)), block=st.booleans())

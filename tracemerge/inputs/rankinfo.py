@@ -132,6 +132,9 @@ def _profiler_stop(trace, last_ns):
 
 
 NS_LIMIT = 1 << 62   # times in int64 ns with room for offsets (year 2116)
+# an integer a record field may hold: 64 bits, what the JSON writers (orjson) and numpy take
+# (a collective's group 2**70 went through to the merged trace's summary and stopped its write)
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 
 # What every record must carry to be matched across ranks (docs/rank-file-format.md); the
 # other fields are optional, and a side that had not finished leaves its end time out.
@@ -232,7 +235,11 @@ def _records_ok(found, key):
     if not set(map(type, found)) <= {dict}:
         return False
     for name, kind in RECORD_FIELDS[key].items():
-        if not set(map(type, map(dict.get, found, repeat(name)))) <= set(kind if isinstance(kind, tuple) else (kind,)):
+        values = list(map(dict.get, found, repeat(name)))
+        if not set(map(type, values)) <= set(kind if isinstance(kind, tuple) else (kind,)):
+            return False
+        ints = [v for v in values if v.__class__ is int]
+        if ints and not INT_MIN <= min(ints) <= max(ints) <= INT_MAX:
             return False
     for name, kind in OPTIONAL_FIELDS[key].items():
         if not set(map(type, map(dict.get, found, repeat(name)))) <= {kind, type(None)}:
@@ -263,7 +270,8 @@ def _name_bad_record(path, found, key):
             raise TraceError(path, f"{where} is a {type(rec).__name__}, not an object")
         for name, kind in RECORD_FIELDS[key].items():
             value = rec.get(name)
-            if not isinstance(value, kind) or isinstance(value, bool):
+            if (not isinstance(value, kind) or isinstance(value, bool)
+                    or isinstance(value, int) and not INT_MIN <= value <= INT_MAX):
                 raise TraceError(path, f"{where}: missing or bad '{name}' ({value!r})")
         for name, kind in OPTIONAL_FIELDS[key].items():
             value = rec.get(name)
