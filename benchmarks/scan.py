@@ -9,7 +9,7 @@ times alternated, and prints the medians:
 
 - scan (memory): ``_core.scan`` of the file's bytes already in memory and its ``columns()``
   (the core's whole part of ``native.read``: the columns are made in one pass over the
-  scan's events): CPU seconds of this process (the scan runs on one core) and wall seconds;
+  scan's events): CPU seconds of the thread that ran it (the scan runs on one core) and wall seconds;
 - scan (file): the same from the file: map it (``native._mapped``, page cache) and scan it;
 - baseline (``--baseline SO``): the scan (memory) of another build of the core, e.g. the
   previous release's ``_core*.so`` copied aside, so a gain is a ratio measured in one run;
@@ -64,13 +64,15 @@ def load_core(path):
 
 
 def timed(fn):
-    """(CPU s, wall s) of one call of ``fn``; the collector off, as it would count the Python heap."""
+    """(CPU s, wall s) of one call of ``fn``; the collector off, as it would count the Python heap.
+    The CPU is this thread's, the one core the scan runs on: the process's would count numpy's
+    BLAS pool too, whose threads spin on the other core (9 % of this benchmark's samples)."""
     gc.collect()
     gc.disable()
     try:
-        c0, w0 = time.process_time(), time.perf_counter()
+        c0, w0 = time.thread_time(), time.perf_counter()
         fn()
-        return time.process_time() - c0, time.perf_counter() - w0
+        return time.thread_time() - c0, time.perf_counter() - w0
     finally:
         gc.enable()
 

@@ -1,19 +1,21 @@
 """An analysis is one module plus one registry line: a toy analysis, written as a module of
 its own in a temporary directory and added to ``report.sections.SECTIONS``, shows in every
-report format — the text table, Markdown, HTML, JSON and CSV (``--section``)."""
+report format — the text table, Markdown, HTML, JSON and CSV (``--section``) — and as a
+table of ``tracemerge export`` and ``tables.load``."""
 
 import csv
 import gzip
 import importlib.util
 import io
 import json
+import sys
 import textwrap
 
 import orjson
 import pytest
 
 from tracemerge.errors import TracemergeError
-from tracemerge.job import Job
+from tracemerge.job import AlignRequest, Job
 from tracemerge.report import sections
 from tracemerge.report.build import build_report
 from tracemerge.report.render import render
@@ -43,7 +45,19 @@ TOY = textwrap.dedent('''
         tables=tables,
         data=lambda report, sort_by, row_limit: {"self_cpu_per_rank": dict(per_rank(report))},
         csv=(("self_cpu_per_rank", lambda report, sort_by, row_limit: (
-            ("rank", "self_cpu_us"), ({"rank": r, "self_cpu_us": us} for r, us in per_rank(report)))),))
+            ("rank", "self_cpu_us"), ({"rank": r, "self_cpu_us": us} for r, us in per_rank(report)))),),
+        export=(("self_cpu_per_rank", "toy_analysis:self_cpu_table"),))
+
+
+    def self_cpu_table(made):
+        """export's table: the same sums, from the rows each rank's worker made"""
+        import pyarrow as pa
+        out = {}
+        for part in made.parts:
+            for row in part.key_averages:
+                out[row.node_id] = out.get(row.node_id, 0.0) + row.self_cpu_time_total
+        ranks = sorted(out)
+        return pa.table({"rank": ranks, "self_cpu_us": [out[r] for r in ranks]})
 ''')
 
 # planted: rank 0 runs 7 ms of ops, rank 1 3 ms (no op nested in another: self time = duration)
@@ -73,14 +87,16 @@ def toy_report(tmp_path_factory):
     spec.loader.exec_module(module)
     paths = [_rank_file(tmp / "rank0.json.gz", 0, [4.0, 3.0]), _rank_file(tmp / "rank1.json.gz", 1, [1.0, 2.0])]
     report = build_report(paths, Job.open, group_by="name,rank")
-    return report, module.SECTION
+    return report, module, paths
 
 
 @pytest.fixture
 def registered(toy_report, monkeypatch):
-    """The toy's registry line, for this test only."""
-    report, section = toy_report
-    monkeypatch.setattr(sections, "SECTIONS", sections.SECTIONS + (section,))
+    """The toy's registry line, for this test only (its module importable by its name, as an
+    installed analysis's would be: export finds its table by name)."""
+    report, module, _ = toy_report
+    monkeypatch.setattr(sections, "SECTIONS", sections.SECTIONS + (module.SECTION,))
+    monkeypatch.setitem(sys.modules, "toy_analysis", module)
     return report
 
 
@@ -113,9 +129,26 @@ def test_toy_analysis_as_a_csv_section(registered):
     assert {int(r["rank"]): float(r["self_cpu_us"]) / 1000 for r in rows} == pytest.approx(PLANTED_MS)
 
 
-def test_without_its_registry_line_no_format_has_it(toy_report):
-    report, _ = toy_report
+def test_toy_analysis_as_an_exported_table(registered, toy_report, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tracemerge.tables import load
+    from tracemerge.tables.export import export
+    _, _, paths = toy_report
+    export(Job.open(paths, align=AlignRequest()), tmp_path / "tables")
+    table = pq.read_table(tmp_path / "tables" / "self_cpu_per_rank.parquet").to_pydict()
+    assert {r: us / 1000 for r, us in zip(table["rank"], table["self_cpu_us"])} == pytest.approx(PLANTED_MS)
+    frame = load(paths).self_cpu_per_rank
+    assert {int(r): us / 1000 for r, us in zip(frame["rank"], frame["self_cpu_us"])} == pytest.approx(PLANTED_MS)
+
+
+def test_without_its_registry_line_no_format_has_it(toy_report, tmp_path):
+    report, _, paths = toy_report
     for fmt in ("table", "markdown", "html", "json"):
         assert "self_cpu_per_rank" not in render(report, fmt) and "Self CPU per rank" not in render(report, fmt)
     with pytest.raises(TracemergeError, match="--section 'self_cpu_per_rank'"):
         render(report, "csv", section="self_cpu_per_rank")
+    if importlib.util.find_spec("pyarrow") is not None:
+        from tracemerge.tables.export import export
+        export(Job.open(paths, align=AlignRequest()), tmp_path / "tables")
+        assert not (tmp_path / "tables" / "self_cpu_per_rank.parquet").exists()
+        assert (tmp_path / "tables" / "key_averages.parquet").exists()

@@ -56,7 +56,10 @@ class Section:
     report. ``csv``: the tables it offers ``report --format csv --section NAME``, as
     ``(NAME, rows)``. ``lead``: said before everything else (and the notes).
     ``fixed_columns``: the text table lays its tables out in torch's fixed-width columns
-    (else sized to their cells). HTML heads the section with ``title``.
+    (else sized to their cells). HTML heads the section with ``title``. ``export``: the
+    tables ``tracemerge export`` and ``tables.load`` make of it, as ``(NAME, "module:function")``,
+    the function taking the job's :class:`~tracemerge.tables.job_tables.Products` and
+    returning a pyarrow Table (named, not imported: the tables layer sits above this one).
     """
 
     name: str
@@ -67,6 +70,12 @@ class Section:
     csv: Tuple[Tuple[str, CsvRows], ...] = ()
     lead: bool = False
     fixed_columns: bool = False
+    export: Tuple[Tuple[str, str], ...] = ()
+
+
+def _made_by(*names: str) -> Tuple[Tuple[str, str], ...]:
+    """``export`` entries for tables of :mod:`tracemerge.tables.job_tables`, ``NAME_table`` each."""
+    return tuple((name, f"tracemerge.tables.job_tables:{name}_table") for name in names)
 
 
 def _analysis(report: Report, section: str) -> Analysis:
@@ -89,14 +98,16 @@ KEY_AVERAGES = Section(
     data=lambda r, sort_by, limit: {
         "key_averages": [row_dict(x, row_fields(r.key_averages)) for x in sorted_rows(r.key_averages, sort_by, limit)],
         "group_by": r.group_by},
-    csv=(("key_averages", _key_csv),))
+    csv=(("key_averages", _key_csv),),
+    export=_made_by("key_averages"))
 
 # --- the ranks and their clocks (HTML draws them) -------------------------------------
 
 CLOCKS = Section(
     "clocks", "Clocks",
     data=lambda r, sort_by, limit: {"ranks": r.ranks, "reference": r.reference, "align": r.align,
-                                    "alignment": r.clocks})
+                                    "alignment": r.clocks},
+    export=_made_by("clocks"))
 
 # --- RPC, collectives, GPU ----------------------------------------------------------
 
@@ -104,13 +115,13 @@ RPC = Section(
     "rpc", "RPC latency", lambda r: r.rpc is not None,
     lambda r, limit: [("RPC latency", rpc_rows(r.rpc)), ("RPC callees", callee_rows(r.rpc))] if r.rpc else [],
     lambda r, sort_by, limit: {"rpc": asdict(r.rpc) if r.rpc is not None else None},
-    fixed_columns=True)
+    fixed_columns=True, export=_made_by("rpcs", "rpc_latency", "rpc_callees"))
 
 COLLECTIVES = Section(
     "collectives", "Collectives", lambda r: bool(r.collectives),
     lambda r, limit: [("Collectives", collective_rows(r.collectives))],
     lambda r, sort_by, limit: {"collectives": [asdict(c) for c in r.collectives]},
-    fixed_columns=True)
+    fixed_columns=True, export=_made_by("collectives", "collective_stats"))
 
 GPU = Section(
     "gpu", "GPU (per rank)", lambda r: bool(r.gpu),
@@ -118,7 +129,7 @@ GPU = Section(
     # GPU traces only, so CPU-only reports stay as they were
     lambda r, sort_by, limit: {"gpu": [{**asdict(g), "overlap_share": g.overlap_share} for g in r.gpu]} if r.gpu
     else {},
-    fixed_columns=True)
+    fixed_columns=True, export=_made_by("gpu"))
 
 # --- the busy threads over the run (HTML draws it) ------------------------------------
 
@@ -176,7 +187,7 @@ def _critical_path_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Se
 CRITICAL_PATH = Section(
     "critical_path", "Critical path", _has_analysis, _critical_path_tables,
     _analysis_keys("critical_path", "critical_path_totals"),
-    (("critical_path", _critical_path_csv),))
+    (("critical_path", _critical_path_csv),), export=_made_by("critical_path"))
 
 
 def _waits(report: Report, section: str) -> Any:

@@ -48,12 +48,15 @@ class Tables:
                                              require_arrow().int32(): pd.Int32Dtype()}.get)
 
     def __getattr__(self, name: str) -> "pd.DataFrame":
-        if name in TABLES:
+        if name == "arrow":  # not set yet (copy, pickle): no table
+            raise AttributeError(name)
+        # the tables it holds, not TABLES: a section registered after import adds one
+        if name in self.arrow:
             return self.df(name)
-        raise AttributeError(f"no table {name!r}; the tables are {', '.join(TABLES)}")
+        raise AttributeError(f"no table {name!r}; the tables are {', '.join(self.arrow)}")
 
     def __dir__(self) -> List[str]:
-        return sorted(set(super().__dir__()) | set(TABLES))
+        return sorted(set(super().__dir__()) | set(self.arrow))
 
 
 def load(paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]], align: str = "auto", reference: Optional[int] = None,

@@ -2,26 +2,62 @@
 (``job.links``), its clock model, and what each rank's worker handed back (key-average
 rows, server threads, RPC spans, timelines): kilobytes, never another rank's events.
 
-Every table is a pyarrow Table with a fixed schema, so an empty one still has its columns.
+Each table is one function of :class:`Products` (what the tables share, made once), named
+by the report section it belongs to (``Section.export`` in :mod:`tracemerge.report.sections`):
+``export`` and ``tables.load`` walk that registry, so an analysis's table is one function
+and one registry entry. Every table is a pyarrow Table with a fixed schema, so an empty one
+still has its columns.
 """
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tracemerge.analysis.critical_path import Window
+from tracemerge.analysis.critical_path import critical_path as find_critical_path
+from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.clocks.text import offsets_document
 from tracemerge.job import Alignment, Job
 from tracemerge.report.collectives import collective_report
-from tracemerge.report.gpu import GpuRank
-from tracemerge.report.keyavg import KeyAverage, group_rows
-from tracemerge.report.rpcstats import PERCENTILES, rpc_report
+from tracemerge.report.keyavg import group_rows
+from tracemerge.report.rpcstats import PERCENTILES, RpcReport, rpc_report
 from tracemerge.tables.events import require_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from tracemerge.tables.parts import RankPart
+
 # (rpc_id, role) -> (rank, tid, thread name) of the span that shows that side of the call
 SpanSides = Mapping[Tuple[str, str], Tuple[int, str, Optional[str]]]
+
+
+@dataclass(frozen=True)
+class Products:
+    """What the job's tables are made from: the job, its clocks and the parts' small results,
+    with what several tables share made once (:func:`products`)."""
+
+    job: Job
+    alignment: Alignment
+    parts: Sequence["RankPart"]
+    group_by: str
+    sides: SpanSides                  # each RPC side's span: rank, tid, thread
+    rpc: Optional[RpcReport]          # the RPC latency and callee load (None: no RPC)
+    windows: Optional[List[Window]]   # the critical path (None: not asked for)
+
+
+def products(job: Job, alignment: Alignment, parts: Sequence["RankPart"], group_by: str = "name",
+             critical_path: bool = False) -> Products:
+    sides = {(rpc_id, role): (p.rank, tid, thread) for p in parts for rpc_id, role, tid, thread in p.rpc_spans}
+    threads = {p.rank: p.server_threads for p in parts if p.part == 0}
+    rpc = rpc_report(job.links.rpcs, alignment.clocks, threads) if len(job.links.rpcs.calls) else None
+    windows = None
+    if critical_path:
+        timelines = {p.rank: p.timeline for p in parts if p.timeline is not None}
+        windows = find_critical_path(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives,
+                                                    alignment.clocks))
+    return Products(job, alignment, parts, group_by, sides, rpc, windows)
 
 STATS = ("mean", *(f"p{p}" for p in PERCENTILES), "max")
 
@@ -36,10 +72,11 @@ def _table(columns: Sequence[Tuple[str, Any]], rows: Iterable[Dict[str, Any]]) -
     return pa.table(data, schema=schema)
 
 
-def rpcs_table(job: Job, alignment: Alignment, sides: SpanSides) -> "pa.Table":
+def rpcs_table(made: Products) -> "pa.Table":
     """One row per RPC with both sides: who called whom from which thread, t1..t4 on the
     reference clock (null where that side was not recorded), and which sides the inputs had."""
     pa = require_arrow()
+    job, alignment, sides = made.job, made.alignment, made.sides
     calls = job.links.rpcs.calls
     n = len(calls)
     s, i64, i32 = pa.string(), pa.int64(), pa.int32()
@@ -76,13 +113,13 @@ def rpcs_table(job: Job, alignment: Alignment, sides: SpanSides) -> "pa.Table":
     return pa.table([columns[k] for k in order], schema=schema)
 
 
-def collectives_table(job: Job, alignment: Alignment) -> "pa.Table":
+def collectives_table(made: Products) -> "pa.Table":
     """One row per rank per collective (group, seq): its op, the group, and that rank's
     start and end on the reference clock."""
     pa = require_arrow()
-    clocks = alignment.clocks
+    clocks = made.alignment.clocks
     rows = []
-    for m in job.links.collectives:
+    for m in made.job.links.collectives:
         for rank, start in m.start_ns.items():
             end = m.end_ns.get(rank)
             clock = clocks.get(rank)
@@ -96,11 +133,11 @@ def collectives_table(job: Job, alignment: Alignment) -> "pa.Table":
                    ("complete", pa.bool_())], rows)
 
 
-def clocks_table(job: Job, alignment: Alignment) -> "pa.Table":
+def clocks_table(made: Products) -> "pa.Table":
     """``tracemerge offsets``' table: each rank's clock against the reference, with bounds."""
     pa = require_arrow()
-    doc = offsets_document(alignment, list(job.infos))
-    notes = {r: c.note for r, c in alignment.clocks.items()}
+    doc = offsets_document(made.alignment, list(made.job.infos))
+    notes = {r: c.note for r, c in made.alignment.clocks.items()}
     rows = [{**r, "reference": doc["reference"], "note": notes.get(r["rank"]) or None} for r in doc["ranks"]]
     s, i64 = pa.string(), pa.int64()
     return _table([("rank", pa.int32()), ("reference", pa.int32()), ("method", s), ("offset_ns", i64),
@@ -108,10 +145,10 @@ def clocks_table(job: Job, alignment: Alignment) -> "pa.Table":
                    ("peers", pa.list_(pa.int32())), ("machine", pa.int32()), ("hostname", s), ("note", s)], rows)
 
 
-def key_averages_table(rows: List[KeyAverage], group_by: str = "name") -> "pa.Table":
+def key_averages_table(made: Products) -> "pa.Table":
     """``report``'s key averages (torch's columns, µs; ``node_id`` the rank, -1 over several)."""
     pa = require_arrow()
-    grouped = group_rows(rows, group_by == "name,rank")
+    grouped = group_rows([r for p in made.parts for r in p.key_averages], made.group_by == "name,rank")
     grouped.sort(key=lambda r: (-r.cpu_time_total, r.key, r.node_id))
     return _table([("key", pa.string()), ("count", pa.int64()), ("node_id", pa.int32()),
                    ("cpu_time_total_us", pa.float64()), ("self_cpu_time_total_us", pa.float64()),
@@ -121,33 +158,38 @@ def key_averages_table(rows: List[KeyAverage], group_by: str = "name") -> "pa.Ta
                     "is_user_annotation": r.is_user_annotation} for r in grouped))
 
 
-def rpc_tables(job: Job, alignment: Alignment, threads: Dict[int, int]) -> Tuple["pa.Table", "pa.Table"]:
-    """``report``'s RPC latency breakdown (one row per kind, function, caller and callee,
-    µs statistics) and its callee load (one row per callee: threads, queueing)."""
+def rpc_latency_table(made: Products) -> "pa.Table":
+    """``report``'s RPC latency breakdown: one row per kind, function, caller and callee, µs statistics."""
     pa = require_arrow()
-    rep = rpc_report(job.links.rpcs, alignment.clocks, threads) if len(job.links.rpcs.calls) else None
+    rep = made.rpc
     f64, s, i64 = pa.float64(), pa.string(), pa.int64()
     parts = ("e2e", "exec", "overhead", "queue")
-    latency = _table(
+    return _table(
         [("name", s), ("kind", s), ("func", s), ("caller", pa.int32()), ("callee", pa.int32()), ("count", i64),
          ("complete", i64), ("errors", i64)] + [(f"{p}_{k}_us", f64) for p in parts for k in STATS],
         ({"name": k.name, "kind": k.kind, "func": k.func, "caller": k.caller, "callee": k.callee, "count": k.count,
           "complete": k.complete, "errors": k.errors,
           **{f"{p}_{x}_us": getattr(k, f"{p}_us").get(x) for p in parts for x in STATS}}
          for k in (rep.keys if rep else [])))
-    callees = _table(
+
+
+def rpc_callees_table(made: Products) -> "pa.Table":
+    """``report``'s callee load: one row per callee, its server threads and queueing."""
+    pa = require_arrow()
+    rep = made.rpc
+    f64, s, i64 = pa.float64(), pa.string(), pa.int64()
+    return _table(
         [("callee", pa.int32()), ("name", s), ("calls", i64), ("threads", i64), ("max_concurrent", i64),
          ("all_busy_share", f64), ("queue_mean_us", f64), ("exec_mean_us", f64), ("hint", s)],
         ({"callee": c.callee, "name": c.name, "calls": c.calls, "threads": c.threads,
           "max_concurrent": c.max_concurrent, "all_busy_share": c.all_busy_share, "queue_mean_us": c.queue_mean_us,
           "exec_mean_us": c.exec_mean_us, "hint": c.hint or None} for c in (rep.callees if rep else [])))
-    return latency, callees
 
 
-def collective_stats_table(job: Job, alignment: Alignment) -> "pa.Table":
+def collective_stats_table(made: Products) -> "pa.Table":
     """``report``'s collectives section: per group and op, counts, bytes, arrival skew."""
     pa = require_arrow()
-    stats = collective_report(job.links.collectives, alignment.clocks)
+    stats = collective_report(made.job.links.collectives, made.alignment.clocks)
     f64, s, i64 = pa.float64(), pa.string(), pa.int64()
     return _table([("group", s), ("op", s), ("count", i64), ("complete", i64), ("bytes", i64),
                    ("skew_mean_us", f64), ("skew_max_us", f64), ("slowest_rank", pa.int32())],
@@ -156,7 +198,7 @@ def collective_stats_table(job: Job, alignment: Alignment) -> "pa.Table":
                     "slowest_rank": c.slowest_rank} for c in stats))
 
 
-def critical_path_table(windows: Optional[List[Any]]) -> "pa.Table":
+def critical_path_table(made: Products) -> "pa.Table":
     """The cross-rank critical path (:mod:`tracemerge.analysis.critical_path`): one row per
     segment, with the window (ProfilerStep#N, ProfilerStep#N (rank R), else the whole trace) it belongs to."""
     pa = require_arrow()
@@ -166,10 +208,10 @@ def critical_path_table(windows: Optional[List[Any]]) -> "pa.Table":
                   ({"window": w.window, "window_start_ns": w.start_ns, "window_end_ns": w.end_ns, "rank": seg.rank,
                     "tid": None if seg.tid is None else str(seg.tid), "name": seg.name, "kind": seg.kind,
                     "start_ns": seg.start_ns, "end_ns": seg.end_ns}
-                   for w in windows or [] for seg in w.segments))
+                   for w in made.windows or [] for seg in w.segments))
 
 
-def gpu_table(ranks: List[GpuRank]) -> "pa.Table":
+def gpu_table(made: Products) -> "pa.Table":
     """``report``'s GPU section (:mod:`tracemerge.report.gpu`): per rank with device events,
     its GPU window and the time (µs) compute, communication and memory work ran, idle, the
     communication overlapped by compute, the launch delays, and its top kernel."""
@@ -187,4 +229,4 @@ def gpu_table(ranks: List[GpuRank]) -> "pa.Table":
                     "launches": g.launch_delay_us.get("count"),
                     "top_kernel": g.top_kernels[0]["name"] if g.top_kernels else None,
                     "top_kernel_us": g.top_kernels[0]["total_us"] if g.top_kernels else None}
-                   for g in sorted(ranks, key=lambda g: g.rank)))
+                   for g in sorted((p.gpu for p in made.parts if p.gpu is not None), key=lambda g: g.rank)))

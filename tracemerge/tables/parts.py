@@ -17,13 +17,11 @@ import ctypes
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from tracemerge import native
-from tracemerge.analysis.critical_path import critical_path as find_critical_path
-from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.engine import Held, LocalEngine, gc_paused
 from tracemerge.errors import reading
@@ -35,6 +33,8 @@ from tracemerge.model import RankTrace
 from tracemerge.place import selection as select
 from tracemerge.place.placement import Placement
 from tracemerge.place.remote_spans import drawn_sides, remote_spans
+from tracemerge.registry import Registry
+from tracemerge.report import sections
 from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import KeyAverage, correlations, key_averages, op_tree
 from tracemerge.report.rpcstats import server_threads
@@ -46,10 +46,9 @@ if TYPE_CHECKING:
 
 Source = Union[str, RankTrace, Held, Tuple[Union[str, RankTrace, Held], ...]]
 
-# the job-level tables, in the order they are written; a table another stage adds is one
-# more name here and one more entry in job_level()
-JOB_TABLES = ("rpcs", "collectives", "clocks", "key_averages", "rpc_latency", "rpc_callees",
-              "collective_stats", "gpu", "critical_path")
+# the job-level tables tracemerge's own report sections make, in the order they are written
+# (a section's ``export``: one function of job_tables.Products each)
+JOB_TABLES = tuple(name for s in sections.SECTIONS for name, _ in s.export)
 
 
 @dataclass
@@ -226,23 +225,10 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
 
 def job_level(job: Job, alignment: Alignment, parts: List[RankPart], group_by: str = "name",
               critical_path: bool = False) -> Dict[str, "pa.Table"]:
-    """The job's tables (:data:`JOB_TABLES`) from its joins and the parts' small results."""
-    sides = {(rpc_id, role): (p.rank, tid, thread) for p in parts for rpc_id, role, tid, thread in p.rpc_spans}
-    threads = {p.rank: p.server_threads for p in parts if p.part == 0}
-    latency, callees = job_tables.rpc_tables(job, alignment, threads)
-    windows = None
-    if critical_path:
-        timelines = {p.rank: p.timeline for p in parts if p.timeline is not None}
-        windows = find_critical_path(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives,
-                                                    alignment.clocks))
-    return {
-        "rpcs": job_tables.rpcs_table(job, alignment, sides),
-        "collectives": job_tables.collectives_table(job, alignment),
-        "clocks": job_tables.clocks_table(job, alignment),
-        "key_averages": job_tables.key_averages_table([r for p in parts for r in p.key_averages], group_by),
-        "rpc_latency": latency,
-        "rpc_callees": callees,
-        "collective_stats": job_tables.collective_stats_table(job, alignment),
-        "gpu": job_tables.gpu_table([p.gpu for p in parts if p.gpu is not None]),
-        "critical_path": job_tables.critical_path_table(windows),
-    }
+    """The job's tables from its joins and the parts' small results: every report section's
+    ``export`` tables, in the registry's order (read when called: a section registered after
+    import is walked too)."""
+    made = job_tables.products(job, alignment, parts, group_by, critical_path)
+    tables: Registry[Callable[[job_tables.Products], "pa.Table"]] = Registry(
+        {name: where for s in sections.SECTIONS for name, where in s.export})
+    return {name: tables[name](made) for name in tables}
