@@ -4,6 +4,7 @@ One job is launched for the whole module (see ``_job``); the tests read the rank
 wrote with gzip + json and the outcomes each worker reported.
 """
 
+import collections
 import gzip
 import json
 import os
@@ -40,6 +41,21 @@ class Counter:
     def incr(self, k=1):
         self.n += k
         return self.n
+
+
+class Gauge:
+    """A second RRef type with Counter's method name and one of its own: a proxy's span is
+    named by its RRef's type and method, however the capture keeps their routes."""
+
+    def __init__(self):
+        self.v = 10
+
+    def incr(self, k=1):
+        self.v += k
+        return self.v
+
+    def read(self):
+        return self.v
 
 
 def udf_with_ops(x):
@@ -110,6 +126,9 @@ def _caller_script():
     counter = rpc.remote("worker1", Counter)
     out["proxies"] = [counter.rpc_sync().incr(), counter.rpc_async().incr().wait(),
                       counter.remote().incr().to_here()]
+    gauge = rpc.remote("worker1", Gauge)
+    out["proxies_other"] = [gauge.rpc_sync().incr(), gauge.rpc_sync().read(), counter.rpc_sync().incr(),
+                            gauge.rpc_sync().incr()]
     return out
 
 
@@ -246,10 +265,17 @@ def test_span_names_use_the_legacy_rpc_key(job):
         "rpc_sync#Counter.incr(worker0 -> worker1)",
         "rpc_async#Counter.incr(worker0 -> worker1)",
         "remote#Counter.incr(worker0 -> worker1)",
+        "rpc_sync#Gauge.incr(worker0 -> worker1)",
+        "rpc_sync#Gauge.read(worker0 -> worker1)",
         "remote#boom(worker0 -> worker1)",
         "rpc_sync#aten::add(worker1 -> worker2)",
         "rpc_async#udf_with_ops(worker1 -> worker2)",
     } <= names
+    # each proxy call named by its own RRef's type and method, interleaved as the job sent them
+    sent = collections.Counter(r["name"] for _, r in _records(ranks, "caller").values())
+    assert sent["rpc_sync#Counter.incr(worker0 -> worker1)"] == 2
+    assert sent["rpc_sync#Gauge.incr(worker0 -> worker1)"] == 2
+    assert sent["rpc_sync#Gauge.read(worker0 -> worker1)"] == 1
 
 
 def test_results_are_unchanged(job):
@@ -262,6 +288,7 @@ def test_results_are_unchanged(job):
     assert calls["async_slow"] == 2
     assert calls["async_nested"] == [5.0] * 3
     assert calls["proxies"] == [1, 2, 3]
+    assert calls["proxies_other"] == [11, 11, 4, 12]
 
 
 def test_remote_exceptions_propagate_unchanged(job):

@@ -69,6 +69,8 @@ _RPC_ID, _NAME = recorder.HEADER_KEYS.index("rpc_id"), recorder.HEADER_KEYS.inde
 
 # rec.routes has no route for a call yet (None there: it goes untraced)
 _UNKNOWN = object()
+# rec.routes' entry for an RRef proxy's invoker: its routes are kept per method and type
+_PROXY = object()
 
 
 def instrumented() -> Any:
@@ -110,7 +112,9 @@ def _traced_api(kind: str, original: Callable) -> Callable:
             route = rec.routes.get((kind, func, to), _UNKNOWN)
         except TypeError:  # unhashable
             route = _UNKNOWN
-        if route is _UNKNOWN:  # not seen yet (under this agent), an RRef proxy, or unhashable
+        if route is _PROXY:
+            route = _proxy_route(rec, kind, func, to, args)
+        elif route is _UNKNOWN:  # not seen yet (under this agent), or unhashable
             route = _route(rec, kind, func, to, args)
         if route is None:
             # TorchScript functions cannot be wrapped by a Python function without
@@ -137,8 +141,8 @@ def _route(rec: recorder.Recorder, kind: str, func: Callable, to: Any, args: Opt
     (callee WorkerInfo, builtin name or None, the header without its rpc_id, the wrapper
     it goes in when not sent as itself). Worked out at the first call of ``func`` to
     ``to`` and kept in ``rec.routes`` for the next (cleared when RPC shuts down inside the
-    block, so a new agent's workers are read again); not kept for RRef proxies, whose name
-    is their RRef's type's."""
+    block, so a new agent's workers are read again); an RRef proxy's are kept by method and
+    type too (:func:`_proxy_route`), since its name is its RRef's type's."""
     if not api._is_current_rpc_agent_set():
         return None  # torch raises its own error
     if _is_script(func) or _is_rpc_machinery(func):
@@ -151,11 +155,33 @@ def _route(rec: recorder.Recorder, kind: str, func: Callable, to: Any, args: Opt
         wrapper = _serve_async if hasattr(func, "_wrapped_async_rpc_function") else _serve
         route = (dst, builtin, (kind, func_name, name, me.id, dst.id, me.name, dst.name), wrapper)  # HEADER_KEYS[1:]
         if func in _PROXY_INVOKERS:
+            _keep(rec, (kind, func, to), _PROXY)
             return route
+    _keep(rec, (kind, func, to), route)
+    return route
+
+
+def _keep(rec: recorder.Recorder, key: tuple, route: Any) -> None:
     try:
-        rec.routes[kind, func, to] = route
+        rec.routes[key] = route
     except TypeError:  # an unhashable callable or callee: worked out every time
         pass
+
+
+def _proxy_route(rec: recorder.Recorder, kind: str, func: Callable, to: Any, args: Optional[tuple]) -> Optional[tuple]:
+    """An RRef proxy's route, kept by its method and its RRef's type (the proxy fetched the
+    type before sending: the RRef's cached answer, a few us where working the route out
+    again took ~8 us of each proxy call)."""
+    if not args:  # not a proxy's call: torch's own check of it raises
+        return _route(rec, kind, func, to, args)
+    key = (kind, func, to, args[1], _rref_type(args[0]))
+    try:
+        route = rec.routes.get(key, _UNKNOWN)
+    except TypeError:  # an unhashable method or type
+        return _route(rec, kind, func, to, args)
+    if route is _UNKNOWN:
+        route = _route(rec, kind, func, to, args)
+        _keep(rec, key, route)
     return route
 
 
