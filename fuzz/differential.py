@@ -133,6 +133,11 @@ def check_bytes(data, name="input.json"):
         why = same_trace(k, p)
         if why:
             raise Mismatch(f"read: {why}")
+        # the core's args array (Scan.args_array) against the Python reference (Args.joined),
+        # events in reverse and repeated, as a selection may ask for them
+        idx = list(range(len(p) - 1, -1, -1)) * 2
+        if p.args.raw and k.args.joined(idx) != p.args.joined(idx):
+            raise Mismatch("args.joined: the core's array of args differs from the Python reader's")
         for place in placements(p):
             start, dur = aligned_ns(k, place.clock, place.out_base_ns)
             moved = lanes(p, start, start + np.maximum(dur, 0))  # as formats.chrome.rank_body finds them

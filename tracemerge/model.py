@@ -56,10 +56,13 @@ class Args(Sequence):
     def dicts(self, idx: Indices) -> list[Optional[dict]]:
         """The args of the events ``idx`` (a list of indices), decoded together; None for
         args that are not an object."""
-        items = list(map(self.items.__getitem__, idx))
-        if self.raw:
-            items = _LIST.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
+        items = _LIST.decode(self.joined(idx)) if self.raw else list(map(self.items.__getitem__, idx))
         return [a if a.__class__ is dict else None for a in items]
+
+    def joined(self, idx: Indices) -> bytes:
+        """Raw args of the events ``idx`` as one JSON array, ``null`` for none: decoded in
+        one call (the compiled core's ``Scan.args_array`` makes it from the spans)."""
+        return b"[" + b",".join(a if a is not None else b"null" for a in map(self.items.__getitem__, idx)) + b"]"
 
     def chunked_dicts(self, idx: Indices, chunk: int = DICTS_CHUNK) -> Iterator[Optional[dict]]:
         """:meth:`dicts` of ``idx``, decoded :data:`DICTS_CHUNK` at a time: a caller that keeps
@@ -77,15 +80,18 @@ class Args(Sequence):
         one = msgspec.defstruct("One", [("value", Any, msgspec.UNSET)], rename={"value": key})
         decoder = msgspec.json.Decoder(list[Optional[one]])  # type: ignore[valid-type]
         for lo in range(0, len(idx), chunk):
-            items = self.take(idx[lo:lo + chunk]).items
+            part = idx[lo:lo + chunk]
             if self.raw:
+                text = self.joined(part)
                 try:
-                    found = decoder.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
+                    found = decoder.decode(text)
                     yield from (no_object if a is None else missing if a.value is msgspec.UNSET else a.value
                                 for a in found)
                     continue
                 except msgspec.ValidationError:  # args that are not objects: decoded whole, below
-                    items = _LIST.decode(b"[" + b",".join(a if a is not None else b"null" for a in items) + b"]")
+                    items = _LIST.decode(text)
+            else:
+                items = self.take(part).items
             yield from (a.get(key, missing) if a.__class__ is dict else no_object for a in items)
 
     def take(self, idx: Indices) -> "Args":
