@@ -495,7 +495,7 @@ def test_where_a_span_ended_in_cpp_is_the_profilers_record(tmp_path):
         if e.get("name") in names:
             guess = e["name"].startswith("rpc_async#here")   # both wrong on purpose
             spans.append(Span(e["name"], e["tid"], base + round(e["ts"] * 1000), {"rpc_id": e["name"], "async": guess},
-                              ends={"send_ns": 0, "status": "ok"}))
+                              ends={"role": "caller", "send_ns": 0, "status": "ok"}))
     assert len(spans) == 2
     out = tmp_path / "rank0.json.gz"
     writer.write(out, kineto, {"rank": 0}, {"rpcs": [], "collectives": [], "spans": spans},

@@ -167,6 +167,11 @@ def _entry(name: str, item: Any) -> Tuple[bytes, Any, dict, bool]:
         return _RPC_LINE, (record["rpc_id"], "caller"), record, record["status"] != "pending"
     if name == "served":
         record = recorder.served_record(*item)  # the journal needs no span
-        return _RPC_LINE, (record["rpc_id"], "callee"), record, "end_ns" in record
+        side = item[1]
+        if "end_ns" not in record and "end_by_ns" not in record and "seen_ns" in side:
+            # an async_execution side whose span's end is read when the file is written: until
+            # then, when it was seen done bounds it
+            record["end_by_ns"] = side["seen_ns"]
+        return _RPC_LINE, (record["rpc_id"], "callee"), record, record["status"] != "pending"
     record = dict(item)
     return _COLLECTIVE_LINE, (record["group"], record.get("seq"), record["start_ns"]), record, "end_ns" in record

@@ -283,20 +283,39 @@ def _served_start(served: tuple) -> int:
 
 
 def served_record(header: tuple, side: dict) -> dict:
-    """The record of a call served while capturing, from its header and side."""
+    """The record of a call served while capturing, from its header and side (an
+    ``async_execution`` side's status read off its future, if done: :func:`settle_side`)."""
+    settle_side(side)
     record = dict(zip(HEADER_KEYS, header), role="callee", status=side["status"], start_ns=side["start_ns"])
     if "end_ns" in side:
         record["end_ns"] = side["end_ns"]
+    elif "seen_ns" in side and not side["in_span"]:
+        # no span holds its end (the callee's profiler is off): when it was seen done bounds it
+        record["end_by_ns"] = side["seen_ns"]
     return record
 
 
 def callee_record(header: tuple, side: dict) -> tuple:
-    """(record, span) of a call served while capturing, from its header and side."""
+    """(record, span) of a call served while capturing, from its header and side. An
+    ``async_execution`` side whose span ended in C++ has its end (``end_ns``) read off the
+    span when the file is written, as a caller's ``rpc_async`` has."""
     record = served_record(header, side)
     args = {"rpc_id": record["rpc_id"], "role": "callee"}
     if "end_ns" in side:
         args["async"] = side.get("end_tid", side["tid"]) != side["tid"]
-    return record, Span(record["name"] + "#remote", side["tid"], side["start_ns"], args)
+    ends = record if side.get("in_span") else None
+    return record, Span(record["name"] + "#remote", side["tid"], side["start_ns"], args, ends=ends)
+
+
+def settle_side(side: dict) -> None:
+    """An ``async_execution`` side whose future completed: its status, and when it was seen
+    done (``seen_ns``), which bounds its end where no span holds it. No Python runs when
+    its future completes: this is asked when the side is read, or at the next call served."""
+    fut = side.get("future")
+    if fut is not None and fut.done():
+        side["status"] = "ok" if succeeded(fut) else "error"
+        side.setdefault("seen_ns", time.time_ns())
+        side.pop("future", None)  # settled once, on whichever thread read it first
 
 
 def _start(record: dict) -> int:
@@ -305,6 +324,10 @@ def _start(record: dict) -> int:
 
 def _mark(span: Span) -> int:
     return span.mark_ns
+
+
+# a side's keys kept in this process only: the C++-ended span's future, where its end is
+_SIDE_ONLY = ("end_tid", "future", "in_span", "seen_ns")
 
 
 class ServedSides:
@@ -319,9 +342,12 @@ class ServedSides:
 
     def __init__(self) -> None:
         self._sides: dict = {}  # rpc_id -> side; dicts keep insertion order, so the oldest go first
+        self._later: deque = deque()  # async sides waiting for their futures, oldest first
         self._lock = threading.Lock()
 
     def begin(self, rpc_id: str) -> dict:
+        if self._later:
+            self.settle()
         side = {"rpc_id": rpc_id, "start_ns": time.time_ns(), "tid": threading.get_native_id(),
                 "status": "pending"}
         sides = self._sides
@@ -341,11 +367,43 @@ class ServedSides:
         if is_async:  # where it ended: a span that ends on another thread is asynchronous
             side["end_tid"] = threading.get_native_id()
 
+    def later(self, side: dict, fut: Any, in_span: bool) -> None:
+        """An ``async_execution`` side that ends when ``fut`` completes, with no callback on
+        it: its status is read off the future (:func:`settle_side`) when the side is read
+        or the next call is served; ``in_span``: its span ends in C++ and holds its end."""
+        side["future"], side["in_span"] = fut, in_span
+        with self._lock:
+            if len(self._later) >= self.LIMIT:  # a future that never completes holds the queue: bounded
+                self._later.popleft()
+            self._later.append(side)
+
+    def settle(self) -> None:
+        """The waiting async sides whose futures completed, from the oldest on (a served
+        call asks: cheap when the oldest has not completed)."""
+        later = self._later
+        with self._lock:
+            while later:
+                fut = later[0].get("future")
+                if fut is not None and not fut.done():
+                    return
+                settle_side(later.popleft())
+
     def take(self, rpc_ids: list) -> list:
-        """The sides of ``rpc_ids`` that are here (copies: an in-flight call may still end), removed."""
+        """The sides of ``rpc_ids`` that are here (copies: an in-flight call may still end),
+        removed; an async side not ended by a span it holds has ``end_by_ns`` (when it was
+        seen done) in place of its end, which its caller cannot learn from this process."""
         with self._lock:
             found = [self._sides.pop(i, None) for i in rpc_ids]
-        return [{k: v for k, v in side.items() if k != "end_tid"} for side in found if side is not None]
+        out = []
+        for side in found:
+            if side is None:
+                continue
+            settle_side(side)
+            copy = {k: v for k, v in side.items() if k not in _SIDE_ONLY}
+            if "end_ns" not in side and "seen_ns" in side:
+                copy["end_by_ns"] = side["seen_ns"]
+            out.append(copy)
+        return out
 
 
 class Peers:

@@ -337,11 +337,19 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
         # now, on this thread, as a callback added now would be, without one
         _served_end(side, handle, recorder.succeeded(result), True)
         return result
-    # Noted by a callback added before the RPC server adds its own, which sends the
-    # response (a future runs its callbacks in the order added): the side and the span end
-    # before the caller can see the call done. The job's future goes back as it is, with
-    # its value or its exception, and no future relays it.
-    result.add_done_callback(functools.partial(_served_ended, side, handle))
+    # No Python runs when the job's future completes. With the profiler, the span ends in
+    # C++ then, attached before the RPC server adds the callback that sends the response
+    # (a future runs its callbacks in the order added), and its end is read off the span
+    # when the file is written; the status is read off the future when the side is read.
+    # Without (this process not capturing, or trace=False), when the side was seen done
+    # bounds its end (``end_by_ns``). The job's future goes back as it is.
+    in_span = rec is not None and rec.traced
+    if in_span:
+        with _no_torch_function():
+            _end_span_on(handle, result)
+    elif handle is not None:
+        _span_exit(handle)  # no profiler records it (trace=False): closed now, holding nothing
+    recorder.served.later(side, result, in_span)
     return result
 
 
@@ -349,10 +357,6 @@ def _served_end(side: dict, handle: Any, ok: bool, is_async: bool = False) -> No
     recorder.served.end(side, ok, is_async)
     if handle is not None:
         _span_exit(handle)  # after the noted end, which the span then covers
-
-
-def _served_ended(side: dict, handle: Any, fut: Any) -> None:
-    _served_end(side, handle, recorder.succeeded(fut), True)
 
 
 def collect_remote_sides(records: list, timeout_s: float = 10.0) -> list:

@@ -60,6 +60,10 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
     os.replace(tmp, path)
 
 
+# a record's role -> (its start, the end its span ended in C++ holds)
+_ENDS = {"caller": ("send_ns", "complete_ns"), "callee": ("start_ns", "end_ns")}
+
+
 def _annotate(trace: dict, spans: list, ended_elsewhere: dict) -> None:
     """Add each span's args to the trace event it opened (``args.async`` of a span ended in
     C++ from ``ended_elsewhere``, where the profiler recorded it)."""
@@ -89,7 +93,9 @@ def _annotate(trace: dict, spans: list, ended_elsewhere: dict) -> None:
             event.setdefault("args", {}).update(span.args)
             if span.ends is not None and (span.name, start) in ended_elsewhere:
                 event["args"]["async"] = ended_elsewhere[span.name, start]
-            if (span.ends is not None and "complete_ns" not in span.ends and span.ends["status"] != "pending"
-                    and event["args"].get("finished", True)):
-                # a span ended in C++ when its future completed: its end is the call's
-                span.ends["complete_ns"] = max(span.ends["send_ns"], start + round(event.get("dur", 0) * 1000))
+            if span.ends is not None:
+                # a span ended in C++ when its future completed: its end is the call's (the
+                # caller's t4, or an async_execution callee's t3)
+                begun, ended = _ENDS[span.ends["role"]]
+                if ended not in span.ends and span.ends["status"] != "pending" and event["args"].get("finished", True):
+                    span.ends[ended] = max(span.ends[begun], start + round(event.get("dur", 0) * 1000))

@@ -405,7 +405,7 @@ def remote_records(path, block, rpcs):
             rec.update(role="callee", status=str(call.get("status", "ok")), source="remote",
                        tid=call["tid"] if _is_int(call.get("tid")) else 0,
                        hostname=str(side.get("hostname") or ""), boot_id=str(side.get("boot_id") or ""))
-            for k in ("start_ns", "end_ns"):
+            for k in ("start_ns", "end_ns", "end_by_ns"):
                 value = call.get(k)
                 if _is_int(value):
                     if not -NS_LIMIT < value < NS_LIMIT:  # as a record's own times are checked
