@@ -166,12 +166,9 @@ def _entry(name: str, item: Any) -> Tuple[bytes, Any, dict, bool]:
             record["complete_by_ns"] = item[recorder.C_SEEN]
         return _RPC_LINE, (record["rpc_id"], "caller"), record, record["status"] != "pending"
     if name == "served":
-        record = recorder.served_record(*item)  # the journal needs no span
-        side = item[1]
-        if "end_ns" not in record and "end_by_ns" not in record and "seen_ns" in side:
-            # an async_execution side whose span's end is read when the file is written: until
-            # then, when it was seen done bounds it
-            record["end_by_ns"] = side["seen_ns"]
+        # the journal needs no span; an async_execution side whose span's end is read when
+        # the file is written has, until then, when it was seen done (end_by_ns)
+        record = recorder.served_record(*item)
         return _RPC_LINE, (record["rpc_id"], "callee"), record, record["status"] != "pending"
     record = dict(item)
     return _COLLECTIVE_LINE, (record["group"], record.get("seq"), record["start_ns"]), record, "end_ns" in record

@@ -289,8 +289,9 @@ def served_record(header: tuple, side: dict) -> dict:
     record = dict(zip(HEADER_KEYS, header), role="callee", status=side["status"], start_ns=side["start_ns"])
     if "end_ns" in side:
         record["end_ns"] = side["end_ns"]
-    elif "seen_ns" in side and not side["in_span"]:
-        # no span holds its end (the callee's profiler is off): when it was seen done bounds it
+    elif "seen_ns" in side:
+        # when it was seen done bounds its end; the writer puts the end of its span in place
+        # of this where the profile holds one (not: trace=False, a thread not profiled)
         record["end_by_ns"] = side["seen_ns"]
     return record
 

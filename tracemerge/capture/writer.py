@@ -60,8 +60,8 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
     os.replace(tmp, path)
 
 
-# a record's role -> (its start, the end its span ended in C++ holds)
-_ENDS = {"caller": ("send_ns", "complete_ns"), "callee": ("start_ns", "end_ns")}
+# a record's role -> (its start, the end its span ended in C++ holds, the bound it replaces)
+_ENDS = {"caller": ("send_ns", "complete_ns", "complete_by_ns"), "callee": ("start_ns", "end_ns", "end_by_ns")}
 
 
 def _annotate(trace: dict, spans: list, ended_elsewhere: dict) -> None:
@@ -96,6 +96,7 @@ def _annotate(trace: dict, spans: list, ended_elsewhere: dict) -> None:
             if span.ends is not None:
                 # a span ended in C++ when its future completed: its end is the call's (the
                 # caller's t4, or an async_execution callee's t3)
-                begun, ended = _ENDS[span.ends["role"]]
+                begun, ended, bound = _ENDS[span.ends["role"]]
                 if ended not in span.ends and span.ends["status"] != "pending" and event["args"].get("finished", True):
                     span.ends[ended] = max(span.ends[begun], start + round(event.get("dur", 0) * 1000))
+                    span.ends.pop(bound, None)  # the end itself, in place of when it was seen done
