@@ -13,7 +13,7 @@ import math
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_analysis import US, Ranks
@@ -137,6 +137,11 @@ def build(tmp_path, spec):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=jobs())
+# found by this property: rank 1's collectives, entered right after its own work on its main
+# thread and with no op of their own, were taken to run on its busier server thread, so the
+# critical path missed rank 2's late arrival that the replay (rightly) waited for
+@example(spec=[[("local", 1, 5, 1, False), ("local", 1, 5, 1, False), ("coll", 2, 5, 1, False),
+                ("coll", 1, 5, 1, False), ("nested", 1, 5, 1, False)]])
 def test_laws_on_generated_jobs(tmp_path_factory, spec):
     job = build(tmp_path_factory.mktemp("gen"), spec)
     names = [(n, r) for r, ns in span_names(job).items() for n in sorted(ns) if n not in ("f", "c0", "c1", "inner")]

@@ -232,16 +232,28 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
         if tl is None or not len(ks) or not tl.threads:
             continue
         starts = start_ref[ks, col]
-        best = np.full(len(ks), np.iinfo(np.int64).min)
+        # the thread that entered it: the one whose span open at the arrival began last (the
+        # collective's own op, or the span around it); where none is open (a record with no
+        # op of its own in the trace), the one whose work ended last before the arrival: a
+        # blocking call follows the caller's work. Else the busiest thread.
+        never = np.iinfo(np.int64).min
+        best = np.full(len(ks), never)
+        recent = np.full(len(ks), never)
         which = np.full(len(ks), max(range(len(tl.threads)), key=lambda i: len(tl.threads[i].bounds)))
+        after = which.copy()
         for i, th in enumerate(tl.threads):
             if not len(th.bounds):
                 continue
             at = np.searchsorted(th.bounds, starts, side="right") - 1
             owner = np.where(at >= 0, th.owner[np.maximum(at, 0)], -1)
-            score = np.where(owner >= 0, tl.span_start[np.maximum(owner, 0)], np.iinfo(np.int64).min)
+            score = np.where(owner >= 0, tl.span_start[np.maximum(owner, 0)], never)
             better = (owner >= 0) & (score > best)
             best[better], which[better] = score[better], i
+            # in a gap: it began when the thread's previous span ended
+            ended = np.where((at > 0) & (owner < 0), th.bounds[np.maximum(at, 0)], never)
+            later = ended > recent
+            recent[later], after[later] = ended[later], i
+        which = np.where(best > never, which, np.where(recent > never, after, which))
         ended = colls.ended[ks, col]
         for k, th, s, e, done in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
                                      ended.tolist()):
