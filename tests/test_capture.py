@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import sys
+import textwrap
 import threading
 import time
 from collections import defaultdict
@@ -503,3 +504,40 @@ def test_where_a_span_ended_in_cpp_is_the_profilers_record(tmp_path):
     written = json.loads(gzip.decompress(out.read_bytes()))
     said = {e["name"]: e["args"]["async"] for e in written["traceEvents"] if e.get("name") in names}
     assert said == {"rpc_async#here(w0 -> w1)": False, "rpc_async#elsewhere(w0 -> w1)": True}
+
+
+HELD_JOB = textwrap.dedent("""
+    import sys, threading, time
+    import torch
+    from tracemerge.capture import profile
+
+    started, done = threading.Event(), threading.Event()
+
+    def held():
+        with torch.autograd.profiler.record_function("held_across_the_stop"):
+            started.set()
+            done.wait(30)
+
+    if __name__ == "__main__":
+        t = threading.Thread(target=held)
+        with profile(sys.argv[1], rank=0):
+            t.start()
+            started.wait(30)
+            torch.add(torch.ones(2), 1)
+        done.set()
+        t.join()
+""")
+
+
+def test_a_span_open_at_the_stop_is_kept_as_torch_exported_it(tmp_path):
+    """A span a thread still runs when the profiler stops: the rank file holds it as torch
+    exported it (args.finished false); torch's key_averages() counts it with an end the file
+    does not hold, so run_job's comparison leaves its key out and checks that the report
+    counts it as open at the stop."""
+    script = tmp_path / "held.py"
+    script.write_text(HELD_JOB)
+    run_job([script, tmp_path / "out"], JOB_TIMEOUT_S)
+    doc = _load(tmp_path / "out" / "rank0.json.gz")
+    [held] = [e for e in doc["traceEvents"] if e.get("name") == "held_across_the_stop"]
+    assert held["args"]["finished"] is False
+    assert any(e.get("name") == "aten::add" for e in doc["traceEvents"])

@@ -167,6 +167,7 @@ def check_exports(where):
 
     from tracemerge.inputs import read_trace
     from tracemerge.inputs.rankinfo import describe
+    from tracemerge.nesting import unfinished
     from tracemerge.report.keyavg import group_rows, key_averages
 
     for meta_path in sorted(p for p in os.listdir(where) if p.endswith(".meta")):
@@ -191,12 +192,24 @@ def check_exports(where):
             assert all(a.get("args", {}).get(k) == v for k, v in (b.get("args") or {}).items()), (rank_file, a, b)
         trace = read_trace(rank_file)
         rows = group_rows(key_averages(trace, np.zeros(len(trace.pids), dtype=np.int64)), by_rank=False)
+        # A span still open when the profiler stopped (an op a server thread was running as a
+        # schedule's cycle ended): Kineto exports it with args.finished false and a duration
+        # to the stop, and torch's key_averages() counts it with an end of its own that the
+        # file does not hold (one such span, measured: 200,353 us against the file's
+        # 200,681). The report makes no row of it and says how many there were
+        # (nesting.unfinished): its key is left out of the comparison, and the count checked.
+        open_at_stop = {e["name"] for e in theirs if (e.get("args") or {}).get("finished") is False}
+        assert int(unfinished(trace).sum()) == sum(
+            1 for e in theirs if (e.get("args") or {}).get("finished") is False), rank_file
         got = {}
         for r in rows:
             key = (renamed.get(r.key, r.key), r.is_user_annotation)
             count, total, self_ = got.get(key, (0, 0.0, 0.0))
             got[key] = (count + r.count, total + r.cpu_time_total, self_ + r.self_cpu_time_total)
         expected = {(k, u): (c, t, s) for k, u, c, t, s in meta["rows"]}
+        for found in (got, expected):
+            for key in [k for k in found if k[0] in open_at_stop]:
+                del found[key]
         assert set(got) == set(expected), (rank_file, set(got) ^ set(expected))
         for key, (count, total, self_) in expected.items():
             g = got[key]
