@@ -198,9 +198,9 @@ def check_exports(where):
         # file does not hold (one such span, measured: 200,353 us against the file's
         # 200,681). The report makes no row of it and says how many there were
         # (nesting.unfinished): its key is left out of the comparison, and the count checked.
-        open_at_stop = {e["name"] for e in theirs if (e.get("args") or {}).get("finished") is False}
-        assert int(unfinished(trace).sum()) == sum(
-            1 for e in theirs if (e.get("args") or {}).get("finished") is False), rank_file
+        still_open = [e["name"] for e in theirs if (e.get("args") or {}).get("finished") is False]
+        assert int(unfinished(trace).sum()) == len(still_open), rank_file
+        open_at_stop = set(still_open)
         got = {}
         for r in rows:
             key = (renamed.get(r.key, r.key), r.is_user_annotation)

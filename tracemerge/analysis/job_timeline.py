@@ -250,9 +250,9 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
             better = (owner >= 0) & (score > best)
             best[better], which[better] = score[better], i
             # in a gap: it began when the thread's previous span ended
-            ended = np.where((at > 0) & (owner < 0), th.bounds[np.maximum(at, 0)], never)
-            later = ended > recent
-            recent[later], after[later] = ended[later], i
+            gap_from = np.where((at > 0) & (owner < 0), th.bounds[np.maximum(at, 0)], never)
+            later = gap_from > recent
+            recent[later], after[later] = gap_from[later], i
         which = np.where(best > never, which, np.where(recent > never, after, which))
         ended = colls.ended[ks, col]
         for k, th, s, e, done in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),

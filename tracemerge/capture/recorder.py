@@ -289,11 +289,16 @@ def served_record(header: tuple, side: dict) -> dict:
     record = dict(zip(HEADER_KEYS, header), role="callee", status=side["status"], start_ns=side["start_ns"])
     if "end_ns" in side:
         record["end_ns"] = side["end_ns"]
-    elif "seen_ns" in side:
-        # when it was seen done bounds its end; the writer puts the end of its span in place
-        # of this where the profile holds one (not: trace=False, a thread not profiled)
-        record["end_by_ns"] = side["seen_ns"]
+    _bound_end(side, record)
     return record
+
+
+def _bound_end(side: dict, out: dict) -> None:
+    """A side with no end noted but seen done: when it was seen done bounds its end
+    (``end_by_ns``); the writer puts the end of its span in place of this where the
+    profile holds one (not: trace=False, a thread not profiled, a caller's copy)."""
+    if "end_ns" not in side and "seen_ns" in side:
+        out["end_by_ns"] = side["seen_ns"]
 
 
 def callee_record(header: tuple, side: dict) -> tuple:
@@ -401,8 +406,7 @@ class ServedSides:
                 continue
             settle_side(side)
             copy = {k: v for k, v in side.items() if k not in _SIDE_ONLY}
-            if "end_ns" not in side and "seen_ns" in side:
-                copy["end_by_ns"] = side["seen_ns"]
+            _bound_end(side, copy)
             out.append(copy)
         return out
 

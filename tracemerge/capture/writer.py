@@ -91,11 +91,12 @@ def _annotate(trace: dict, spans: list, ended_elsewhere: dict) -> None:
         if i:
             start, event = found[i - 1]
             event.setdefault("args", {}).update(span.args)
-            if span.ends is not None and (span.name, start) in ended_elsewhere:
-                event["args"]["async"] = ended_elsewhere[span.name, start]
             if span.ends is not None:
-                # a span ended in C++ when its future completed: its end is the call's (the
-                # caller's t4, or an async_execution callee's t3)
+                # a span ended in C++ when its future completed: where it ended is the
+                # profiler's record, and its end is the call's (the caller's t4, or an
+                # async_execution callee's t3)
+                if (span.name, start) in ended_elsewhere:
+                    event["args"]["async"] = ended_elsewhere[span.name, start]
                 begun, ended, bound = _ENDS[span.ends["role"]]
                 if ended not in span.ends and span.ends["status"] != "pending" and event["args"].get("finished", True):
                     span.ends[ended] = max(span.ends[begun], start + round(event.get("dur", 0) * 1000))
