@@ -1,3 +1,3 @@
-from tracemerge.cli import main
+from tracemerge.cli import console
 
-main()
+console()

@@ -37,9 +37,10 @@ def span_args(trace: RankTrace) -> Iterator[Tuple[int, str, Any]]:
 def spans(trace: RankTrace) -> List[Dict[str, Any]]:
     """The RPC spans of a rank as small records: rpc_id, role, ts_ns and dur_ns (the file's
     clock) and cat (what the size controls of ``combine`` select by)."""
-    out = []
-    for i, rpc_id, role in span_args(trace):
-        cat = trace.names[trace.cat[i]]
-        out.append({"rpc_id": rpc_id, "role": role, "ts_ns": int(trace.ts[i]), "dur_ns": int(trace.dur[i]),
-                    "cat": cat if isinstance(cat, str) else ""})
-    return out
+    found = list(span_args(trace))
+    at = [i for i, _, _ in found]
+    # the columns as Python ints at once: a numpy scalar per field and span cost more than the rest
+    names = [n if isinstance(n, str) else "" for n in trace.names] + [""]  # code -1: no cat
+    return [{"rpc_id": rpc_id, "role": role, "ts_ns": ts, "dur_ns": dur, "cat": names[cat]}
+            for (_, rpc_id, role), ts, dur, cat in zip(found, trace.ts[at].tolist(), trace.dur[at].tolist(),
+                                                       trace.cat[at].tolist())]
