@@ -211,9 +211,9 @@ def _shared_strings(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     object: JSON decoding makes a new str for every occurrence, and a rank's thousands of
     records repeat a few names, kinds and statuses (the parent holds every rank's records
     for the whole merge)."""
-    seen: Dict[str, str] = {}
+    seen: Dict[Any, Any] = {}
     for name in set().union(*map(dict.keys, found)):
-        values = list(map(dict.get, found, repeat(name, len(found))))
+        values: List[Any] = list(map(dict.get, found, repeat(name, len(found))))
         kinds = set(map(type, values))
         if str not in kinds:
             continue
