@@ -96,8 +96,9 @@ class RpcCalls:
         use = self.has[0] & self.has[1] & np.isin(self.caller, have) & np.isin(self.callee, have)
         at = np.flatnonzero(use)
         returned = (self.has[2] & self.has[3])[at].tolist()
-        return [(n, self.first[n]["rpc_id"], a, b, r) for n, a, b, r in
-                zip(at.tolist(), self.caller[at].tolist(), self.callee[at].tolist(), returned)]
+        positions = at.tolist()
+        ids = map(itemgetter("rpc_id"), map(self.first.__getitem__, positions))  # at C speed: ~7,000 calls a rank
+        return list(zip(positions, ids, self.caller[at].tolist(), self.callee[at].tolist(), returned))
 
     @property
     def quadruples(self) -> np.ndarray:
