@@ -313,7 +313,7 @@ def _serve_async(header: tuple, func: Callable, args: tuple, kwargs: dict) -> An
 
 def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_async: bool) -> Any:
     """Run ``func`` with the callee's side of the call noted for its caller (recorder.served)
-    and, when this process is capturing, its ``#remote`` span (its record is made from the
+    and, when this process's profiler runs, its ``#remote`` span (its record is made from the
     side when taken): they end when ``func`` returns, or, for async functions, when the
     returned future completes."""
     rec = recorder.current
@@ -321,7 +321,10 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
         handle = None
         side = recorder.served.begin(header[_RPC_ID])
     else:
-        handle = _span_enter(header[_NAME] + "#remote")
+        # the span only with this process's profiler, as on the caller's side: under
+        # trace=False nothing records it, and making its handle cost ~25 us of each served
+        # call on a server thread just woken (its code and data cold in the caches)
+        handle = _span_enter(header[_NAME] + "#remote") if rec.traced else None
         side = recorder.served.begin(header[_RPC_ID])
         rec.add_served(header, side)
     try:
@@ -341,14 +344,12 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
     # C++ then, attached before the RPC server adds the callback that sends the response
     # (a future runs its callbacks in the order added), and its end is read off the span
     # when the file is written; the status is read off the future when the side is read.
-    # Without (this process not capturing, or trace=False), when the side was seen done
-    # bounds its end (``end_by_ns``). The job's future goes back as it is.
-    in_span = rec is not None and rec.traced
+    # Without (this process not capturing, or trace=False: no span), when the side was
+    # seen done bounds its end (``end_by_ns``). The job's future goes back as it is.
+    in_span = handle is not None
     if in_span:
         with _no_torch_function():
             _end_span_on(handle, result)
-    elif handle is not None:
-        _span_exit(handle)  # no profiler records it (trace=False): closed now, holding nothing
     recorder.served.later(side, result, in_span)
     return result
 
