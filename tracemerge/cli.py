@@ -476,33 +476,10 @@ def console() -> None:
     own, which ends with the command. Its objects are frozen out of the cyclic collector
     first: the interpreter's collections at exit would walk every one of them for nothing
     (a combine of 8 x 20 MB ranks: ~30 ms of its exit)."""
-    _keep_freed_memory()
     try:
         main()
     finally:
         gc.freeze()
-
-
-# glibc's mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-KEPT_BYTES = 256 << 20
-
-
-def _keep_freed_memory() -> None:
-    """Freed memory kept for the next rank (up to KEPT_BYTES), on glibc: its malloc gives
-    blocks back to the kernel once they are freed (mapped blocks over its adaptive ceiling
-    of 32 MB, a heap top over twice that), and each rank's scan, columns and output then
-    fault fresh zeroed pages in again. A combine of 8 x 20 MB ranks: 106 K page faults
-    down to 72 K; 8 x 60 MB: 308 K to 190 K (docs/performance.md). Worker processes are
-    forked from this one and keep the setting."""
-    import ctypes  # here: --version and --help do without it
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError):  # not glibc
-        return
-    mallopt(M_MMAP_THRESHOLD, KEPT_BYTES)   # both: either alone turns the other's adaptation off
-    mallopt(M_TRIM_THRESHOLD, 2 * KEPT_BYTES)
 
 
 @main.command()
