@@ -179,3 +179,18 @@ def test_spans_left_out_by_the_window_take_their_arrows_with_them(tmp_path):
     assert not any(e["ph"] == "X" and e["name"].endswith("#remote") for e in events)
     assert not _flow_ids(events)
     assert summary["rpc_sides"]["drawn"] == 0 and summary["rpc_sides"]["spans_missing"] == {"caller": 0, "callee": 1}
+
+
+@pytest.mark.parametrize("core", ["native", "python"])
+def test_an_rpc_span_without_a_cat_is_of_no_category(tmp_path, monkeypatch, core):
+    """A caller span written without "cat" is kept by ``--drop-category`` of any name: its
+    category is none, not the name that happens to come last in the rank's string table
+    (which the code -1 of an absent cat once read)."""
+    monkeypatch.setenv("TRACEMERGE_CORE", core)
+    r0, r1 = rpc_pair()
+    del r0["traceEvents"][0]["cat"]
+    last = r0["traceEvents"][-1]
+    last["cat"] = "zz_last_category"  # a category that is also the last string the reader meets
+    _, summary = merge(tmp_path, [r0, r1], "out.json",
+                       selection=Selection(drop_categories=frozenset({"zz_last_category"})))
+    assert summary["rpc_flows"] == {"caller_spans": 1, "callee_spans": 1, "duplicate_spans": 0, "flow_events": 4}
