@@ -297,3 +297,29 @@ def test_spans_ended_in_cpp_give_their_calls_ends(job):
         end = base + round(e["ts"] * 1000) + round(e["dur"] * 1000)
         assert r["status"] == "ok" and isinstance(e["args"]["async"], bool)
         assert r["complete_ns"] == max(r["send_ns"], end)
+
+
+def test_a_callee_that_said_no_is_asked_again_only_after_the_retry_time():
+    """recorder.Peers, the caller's memory of which callees take builtins natively: the
+    first call asks; a no is kept (calls in between take the answer without asking) until
+    RETRY_S has passed; a yes is kept until the callee's capture revokes it."""
+    from tracemerge.capture.recorder import Peers
+
+    peers = Peers()
+    peers.RETRY_S = 0.2
+    assert peers.route(1) is None          # first call: ask
+    assert peers.route(1) is False         # asked, not answered yet: wrapped, no second question
+    peers.answer(1, None)                  # no
+    for _ in range(100):
+        assert peers.route(1) is False
+    time.sleep(0.25)
+    assert peers.route(1) is None          # the no is old: ask again
+    peers.answer(1, "token-a")
+    assert peers.route(1) is True
+    peers.revoke(1, "token-a")
+    assert peers.route(1) is False         # revoked just now: wrapped
+    peers.answer(1, "token-a")             # a late answer of the stopped capture revives nothing
+    assert peers.route(1) is False
+    peers.forget_refusals()                # a new capture here: callees that said no are asked again
+    assert peers.route(1) is None
+    assert peers.route(2) is None          # another callee is its own question
