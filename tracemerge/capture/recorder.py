@@ -441,17 +441,21 @@ class Peers:
         token = self._token.get(callee, False)  # read without the lock: one dict lookup
         if token:
             return True
-        if token is None and time.monotonic() - self._asked.get(callee, 0.0) <= self.RETRY_S:
-            # said no lately (the callee does not profile, e.g. under trace=False): answered
-            # without the lock, which every call to it took before (~3 % of 50 calls in flight)
+        if self._said_no_lately(callee, token):
+            # answered without the lock, which every call to a callee that does not profile
+            # (e.g. under trace=False) took before (~3 % of 50 calls in flight)
             return False
         with self._lock:
             token = self._token.get(callee, False)
-            if token is False or (token is None and time.monotonic() - self._asked[callee] > self.RETRY_S):
+            if token is False or not self._said_no_lately(callee, token):
                 self._token[callee] = None
                 self._asked[callee] = time.monotonic()
                 return None
             return bool(token)
+
+    def _said_no_lately(self, callee: int, token: Any) -> bool:
+        """Asked (token None: no, or no answer yet) within the last RETRY_S."""
+        return token is None and time.monotonic() - self._asked.get(callee, 0.0) <= self.RETRY_S
 
     def answer(self, callee: int, token: Optional[str]) -> None:
         """The callee's answer to the question ``route`` asked for."""

@@ -40,7 +40,10 @@ def spans(trace: RankTrace) -> List[Dict[str, Any]]:
     found = list(span_args(trace))
     at = [i for i, _, _ in found]
     # the columns as Python ints at once: a numpy scalar per field and span cost more than the rest
-    names = [n if isinstance(n, str) else "" for n in trace.names] + [""]  # code -1: no cat
-    return [{"rpc_id": rpc_id, "role": role, "ts_ns": ts, "dur_ns": dur, "cat": names[cat]}
-            for (_, rpc_id, role), ts, dur, cat in zip(found, trace.ts[at].tolist(), trace.dur[at].tolist(),
-                                                       trace.cat[at].tolist())]
+    cats = trace.cat[at].tolist()
+    # the names of the few codes these spans use (a GPU rank's table holds tens of thousands);
+    # code -1 is an event without a cat
+    named = {c: trace.names[c] if c >= 0 else "" for c in set(cats)}
+    return [{"rpc_id": rpc_id, "role": role, "ts_ns": ts, "dur_ns": dur,
+             "cat": named[cat] if isinstance(named[cat], str) else ""}
+            for (_, rpc_id, role), ts, dur, cat in zip(found, trace.ts[at].tolist(), trace.dur[at].tolist(), cats)]
