@@ -177,6 +177,31 @@ def test_clock_jumps_warn(name, says):
     assert r.exit_code == 0 and "possible clock jump: " + says in r.output
 
 
+def test_clock_jump_keys_of_huge_tables_order_events_alike(tmp_path):
+    """The (pid, tid, cat) key the backwards-time check sorts by, as one int64 and as the
+    dense ranks a trace with tables too large for one int64 gets: the same groups in the
+    same order, on a trace with several processes, threads and categories (some absent)."""
+    import numpy as np
+
+    from tracemerge.inputs.rankchecks import _thread_cat_key
+    events = []
+    for i in range(200):
+        e = x(f"op{i}", ts=i, dur=1, pid=1 + i % 3, tid=i % 5, cat=("cpu_op", "user_annotation", "")[i % 7 % 3])
+        if not e["cat"]:
+            del e["cat"]
+        events.append(e)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(kineto(events)))
+    trace = read_trace(str(path))
+    idx = np.flatnonzero(trace.ph == ord("X"))
+    cat = trace.cat[idx]
+    fast, dense = _thread_cat_key(trace, idx, cat), _thread_cat_key(trace, idx, cat, limit=0)
+    assert np.argsort(fast, kind="stable").tolist() == np.argsort(dense, kind="stable").tolist()
+    assert (fast[:, None] == fast[None, :]).tolist() == (dense[:, None] == dense[None, :]).tolist()
+    groups = {(e["pid"], e["tid"], e.get("cat")) for e in events}
+    assert len(set(fast.tolist())) == len(set(dense.tolist())) == len(groups)
+
+
 def test_no_clock_jump_warning_on_real_traces():
     samples = os.path.join(os.path.dirname(CORPUS), "..", "samples", "kineto_rpc")
     r = invoke("info", *(os.path.join(samples, f"worker{i}.json.gz") for i in (0, 1)))

@@ -65,6 +65,18 @@ def test_a_merge_imports_only_what_it_writes(tmp_path):
     assert "tracemerge.formats.chrome" in result["modules"] and "numpy" in result["modules"]
 
 
+@pytest.mark.parametrize("out", ["t.json", "t.pftrace"])
+def test_the_main_job_leaves_numpy_ma_unimported(tmp_path, out):
+    """The README's main job (combine with --report, -j 1: every import in this process)
+    never takes numpy's masked-array module, which numpy 2's np.unique imports on first use
+    (~12 ms of each process's start: tracemerge.arrays)."""
+    ranks = [os.path.join(ROOT, "samples", "rpc_profiling", f"rank{r}.json.gz") for r in (0, 1)]
+    result = probe("combine", *ranks, "-o", str(tmp_path / out), "--report", "-j", "1", "-q")
+    assert result["code"] in (0, None) and (tmp_path / out).stat().st_size > 0
+    assert "tracemerge.report.keyavg" in result["modules"]   # the report ran here
+    assert [m for m in result["modules"] if m == "numpy.ma" or m.startswith("numpy.ma.")] == []
+
+
 def test_the_registries_name_what_they_import():
     """Each lazily imported registry entry is what its name says: a format's ``FORMAT.name``
     is its key, a method's function runs, and every entry shows in the help."""

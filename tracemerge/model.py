@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator, Optional, SupportsIndex, Union, cast
 import msgspec
 import numpy as np
 
+from tracemerge.arrays import distinct
+
 NO_TS = np.iinfo(np.int64).min  # an event without "ts" (legal for "M" metadata)
 NO_DUR = -1                     # an event without "dur"
 
@@ -111,7 +113,7 @@ class Args(Sequence):
         present = np.flatnonzero(np.fromiter(map(is_not, self.items, repeat(None)), bool, len(self.items)))
         starts = np.cumsum(np.fromiter(map(len, filter(None, self.items)), np.int64, len(present)) + 1) - 1
         at = [m.start() for m in re.finditer(re.escape(token), joined)]
-        return np.unique(present[np.searchsorted(starts, at)]).tolist()
+        return distinct(present[np.searchsorted(starts, at)]).tolist()
 
     def raw_item(self, i: int) -> Any:
         """``items[i]``: the args of one event as the reader made them (raw JSON where raw)."""

@@ -65,6 +65,7 @@ from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.arrays import distinct_rows
 from tracemerge.groups import components
 
 COMPUTE = "compute"
@@ -220,7 +221,7 @@ def _joined(job: JobTimeline, steps: List[Tuple[str, int, int, int, int]]) -> Li
         return []
     pairs = np.concatenate(found)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
-    return [(int(i), int(j)) for i, j in np.unique(pairs, axis=0).tolist()] if len(pairs) else []
+    return [(int(i), int(j)) for i, j in distinct_rows(pairs).tolist()] if len(pairs) else []
 
 
 def _labelled(steps: List[Tuple[str, int, int, int, int]], groups: List[List[int]]) -> List[Span]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
+from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
 from tracemerge.engine import Engine, LocalEngine
@@ -133,7 +134,7 @@ def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collecti
     caller, callee = (calls.caller.tolist(), calls.callee.tolist()) if n else ([], [])
     for k, key in enumerate(TIMES):
         side = calls.caller if key in ("send_ns", "complete_ns") else calls.callee
-        for rank in np.unique(side).tolist() if n else []:
+        for rank in distinct(side).tolist() if n else []:
             sel = (side == rank) & has[k]
             if rank in clocks:
                 t_ref[k, sel] = clocks[rank].to_reference(calls.times[k, sel])
@@ -143,7 +144,7 @@ def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collecti
     transit = t_ref[1] - t_ref[0]
     floor = np.zeros(n, dtype=np.int64)
     pair = np.asarray(caller, dtype=np.int64) * (1 << 20) + np.asarray(callee, dtype=np.int64)
-    for p in np.unique(pair[quad]).tolist():
+    for p in distinct(pair[quad]).tolist():
         floor[pair == p] = transit[quad & (pair == p)].min()
     index = {rec["rpc_id"]: i for i, rec in enumerate(calls.first)} if n else {}
     caller_span: Dict[int, Tuple[int, int]] = {}

@@ -53,6 +53,7 @@ from tracemerge.analysis.critical_path import (
     wraps_wait,
 )
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.arrays import distinct
 from tracemerge.errors import UsageError
 
 TOP = 5   # segments of each window's new path shown
@@ -448,7 +449,7 @@ def whatif(job: JobTimeline, speedups: list) -> list:
 
 def span_names(job: JobTimeline) -> dict:
     """{rank: set of the names of its host spans} (what a speed-up can name)."""
-    return {rank: {tl.names[c] for c in np.unique(tl.span_name).tolist()} for rank, tl in job.ranks.items()}
+    return {rank: {tl.names[c] for c in distinct(tl.span_name).tolist()} for rank, tl in job.ranks.items()}
 
 
 def check(job: JobTimeline, speedups: list, path: Optional[list] = None) -> list:

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from msgspec import UNSET
 
+from tracemerge.arrays import distinct, percentiles
 from tracemerge.model import RankTrace
 from tracemerge.nesting import category_codes
 from tracemerge.report.keyavg import Correlations, correlations, device_events
@@ -114,7 +115,7 @@ def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,
     memory = np.isin(trace.cat[work], category_codes(trace, MEMORY_CATS.__contains__))
     rules = comm_rules(comm_kernels)
     rule_of = np.full(len(trace.names), -1, np.int64)   # by name code: the first rule that matches it
-    for code in np.unique(trace.name[work]).tolist():
+    for code in distinct(trace.name[work]).tolist():
         name = trace.names[code]
         rule_of[code] = next((k for k, (_, rx) in enumerate(rules) if isinstance(name, str) and rx.search(name)), -1)
     which = np.where(memory, -1, rule_of[trace.name[work]])
@@ -131,7 +132,7 @@ def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,
     for k, (rule, _) in enumerate(rules):
         mine = which == k
         if mine.any():
-            out.communication_by[rule] = {"kernels": int(len(np.unique(trace.name[work][mine]))),
+            out.communication_by[rule] = {"kernels": int(len(distinct(trace.name[work][mine]))),
                                           "count": int(mine.sum()), "total_us": float(trace.dur[work][mine].sum()) / 1000}
     names, inv = np.unique(trace.name[work], return_inverse=True)
     total = np.bincount(inv, weights=trace.dur[work], minlength=len(names))
@@ -154,8 +155,8 @@ def _launch_delays(trace: RankTrace, work: np.ndarray, links: Optional[Correlati
     if not delays:
         return {}
     d = np.array(delays, dtype=np.float64) / 1000
-    return {"count": len(delays), "mean": float(d.mean()), "p50": float(np.percentile(d, 50)),
-            "p95": float(np.percentile(d, 95)), "max": float(d.max())}
+    p50, p95 = percentiles(d, (50, 95))
+    return {"count": len(delays), "mean": float(d.mean()), "p50": p50, "p95": p95, "max": float(d.max())}
 
 
 def gpu_rows(ranks: List[GpuRank]) -> Tuple[List[str], List[list]]:

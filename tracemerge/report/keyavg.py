@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from msgspec import UNSET
 
+from tracemerge.arrays import distinct, union
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import (
     DEVICE_CATS,
@@ -273,7 +274,7 @@ def device_events(trace: RankTrace) -> np.ndarray:
 
 def device_name(trace: RankTrace) -> str:
     """The device's name for torch's columns (``Self CUDA``, ``Self MTIA``, ...)."""
-    present = {trace.names[c].lower() for c in np.unique(trace.cat) if c >= 0 and isinstance(trace.names[c], str)}
+    present = {trace.names[c].lower() for c in distinct(trace.cat).tolist() if c >= 0 and isinstance(trace.names[c], str)}
     for prefix, name in DEVICE_NAMES:
         if any(c.startswith(prefix) for c in present):
             return name
@@ -310,7 +311,7 @@ class Correlations:
 def correlations(trace: RankTrace) -> Correlations:
     """The :class:`Correlations` of a rank's runtime calls and device events."""
     runtime = np.flatnonzero(np.isin(trace.cat, category_codes(trace, is_runtime)))
-    index = np.union1d(runtime, device_events(trace))
+    index = union(runtime, device_events(trace))
     return Correlations(runtime, index,
                         list(trace.args.key_values(index.tolist(), "correlation", missing=NO_CORRELATION)))
 

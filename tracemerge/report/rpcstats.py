@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from tracemerge.arrays import distinct, percentiles
 from tracemerge.clocks.clock import ClockModel, to_reference_by_rank
 from tracemerge.correlate.match import RpcCall, RpcMatch
 from tracemerge.model import RankTrace
@@ -35,7 +36,7 @@ def summary_us(values_ns: Union[Sequence[int], np.ndarray]) -> Dict[str, float]:
         return {}
     v = np.asarray(values_ns, dtype=np.float64) / 1000.0
     out = {"mean": float(v.mean())}
-    out.update({f"p{p}": float(np.percentile(v, p)) for p in PERCENTILES})
+    out.update(zip((f"p{p}" for p in PERCENTILES), percentiles(v, PERCENTILES)))
     out["max"] = float(v.max())
     return out
 
@@ -90,7 +91,7 @@ def server_threads(trace: RankTrace, pid_codes: Optional[np.ndarray] = None) -> 
     hits = np.isin(trace.name, codes) & (trace.ph == ord("X"))
     if pid_codes is not None:
         hits &= np.isin(trace.pid, pid_codes)
-    return len(np.unique(lane_origins(trace)[trace.tid[hits]]))
+    return len(distinct(lane_origins(trace)[trace.tid[hits]]))
 
 
 def _covered_ns(starts: np.ndarray, ends: np.ndarray, level: int) -> int:

@@ -17,6 +17,7 @@ import numpy as np
 from tracemerge.analysis.critical_path import Window
 from tracemerge.analysis.critical_path import critical_path as find_critical_path
 from tracemerge.analysis.job_timeline import build_timeline
+from tracemerge.arrays import distinct
 from tracemerge.clocks.text import offsets_document
 from tracemerge.job import Alignment, Job
 from tracemerge.report.collectives import collective_report
@@ -96,7 +97,7 @@ def rpcs_table(made: Products) -> "pa.Table":
         ranks = getattr(calls, role)
         times = calls.times[k].copy() if n else np.zeros(0, np.int64)
         known = calls.has[k].copy() if n else np.zeros(0, bool)
-        for rank in np.unique(ranks).tolist() if n else []:
+        for rank in distinct(ranks).tolist() if n else []:
             at = (ranks == rank) & known
             if rank in alignment.clocks:
                 times[at] = alignment.clocks[rank].to_reference(times[at])

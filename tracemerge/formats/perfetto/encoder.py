@@ -28,6 +28,7 @@ import numpy as np
 import orjson
 
 from tracemerge import native
+from tracemerge.arrays import distinct
 from tracemerge.formats.perfetto import time_shift
 from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.slices import SLICE_BEGIN, SLICE_END, nest, slice_order
@@ -355,7 +356,7 @@ def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, Sl
     is_instant = np.isin(ph, [ord("i"), ord("I"), ord("R")])
     is_counter = ph == ord("C")
     handled = is_meta | is_instant | is_counter | np.isin(ph, [ord(c) for c in "XBEbenSFstf"])
-    for code in np.unique(ph[~handled]).tolist():
+    for code in distinct(ph[~handled]).tolist():
         counts.drop(f"phase '{chr(code)}' has no TrackEvent form", int((ph == code).sum()))
 
     slices, async_instants = collect_slices(trace, start, dur, counts)
@@ -435,8 +436,8 @@ def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, Sl
     named[slices.begin] = True
     named[[i for i, _ in async_instants]] = True
     named |= is_instant
-    used_names = np.unique(trace.name[named]).tolist()
-    used_cats = np.unique(trace.cat[named & (trace.cat >= 0)]).tolist()
+    used_names = distinct(trace.name[named]).tolist()
+    used_cats = distinct(trace.cat[named & (trace.cat >= 0)]).tolist()
     interned = b"".join(_bytes(2, _uint(1, c + 1) + _str(2, names[c])) for c in used_names)
     interned += b"".join(_bytes(1, _uint(1, c + 1) + _str(2, names[c])) for c in used_cats)
 
