@@ -5,9 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracemerge import native
 from tracemerge.inputs.chrome import build
 from tracemerge.nesting import parents_nested as _parents_nested
 from tracemerge.nesting import parents_stack_walk as _parents_stack_walk
+from tracemerge.nesting import walk
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 
 profiler_util = pytest.importorskip("torch.autograd.profiler_util")
@@ -87,6 +89,34 @@ def test_partial_overlap_is_detected():
     e = np.array([10, 15], dtype=np.int64)
     assert _parents_nested(s, e) is None
     assert _parents_stack_walk(s, e).tolist() == [-1, -1]
+
+
+@st.composite
+def thread_slices(draw):
+    """One thread's slices in nest order (start, then end descending), many of them tied,
+    touching, zero-length, nested or crossing."""
+    spans = draw(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 6), st.booleans()), max_size=40))
+    pairs = sorted(((s, s + d * keep) for s, d, keep in spans), key=lambda p: (p[0], -p[1]))
+    return np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
+
+
+@settings(max_examples=500, deadline=None)
+@given(thread_slices())
+def test_walk_is_the_tree_where_there_is_one_else_torchs_walk(slices):
+    s, e = slices
+    parents, proper = walk(s, e)
+    assert proper == (_parents_nested(s, e) is not None)
+    assert parents.tolist() == _parents_stack_walk(s, e).tolist()
+
+
+@pytest.mark.skipif(native.active() != "native", reason="the compiled core is not active")
+@settings(max_examples=1000, deadline=None)
+@given(thread_slices())
+def test_the_compiled_walk_is_the_reference(slices):
+    s, e = slices
+    parents, proper = native.walk(s, e)
+    want, want_proper = walk(s, e)
+    assert proper is want_proper and parents.tolist() == want.tolist()
 
 
 def test_dropped_names_and_profiler_span_are_not_counted():

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -78,10 +79,33 @@ def sigint_default():
 
 
 def free_port():
-    """A free TCP port on loopback (a job's MASTER_PORT)."""
-    with socket.socket() as s:
+    """A free TCP port on loopback (a job's MASTER_PORT), drawn below the kernel's ephemeral
+    range: a port bind(0) returns is one of that range, which the connections of jobs running
+    beside it (gloo, TensorPipe) may take before the job listens on it (EADDRINUSE, seen with
+    three failing jobs started together). Drawn at random, two picks rarely meet either."""
+    low, _ = _ephemeral_range()
+    first = max(1024, low - 12_000)
+    rng = random.SystemRandom()
+    for _ in range(200 if first < low else 0):
+        port = rng.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a machine whose ports below the range are all taken
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = map(int, f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def run_job(args, timeout, cwd=None):

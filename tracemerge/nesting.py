@@ -99,7 +99,7 @@ def _hashable(v: Any) -> Any:
 
 
 def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
-          is_async: Optional[np.ndarray] = None) -> dict[int, int]:
+          is_async: Optional[np.ndarray] = None, walk: Optional["Walk"] = None) -> dict[int, int]:
     """{event index: lane} of the ``X`` spans that must leave their thread for Perfetto's
     JSON importer to show every span of it (it drops or moves a span that partly overlaps
     another of its thread, and would nest concurrent calls into each other).
@@ -108,9 +108,11 @@ def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
     inside it (torch never makes it a parent, and concurrent calls must not nest), or when
     it partly overlaps a synchronous span that stays (the later of the two leaves). The
     spans that leave a thread are dealt into lanes 1, 2, … where none overlaps another,
-    first fit in start order. ``start``/``end`` are the events' ns on any one clock.
+    first fit in start order. ``start``/``end`` are the events' ns on any one clock;
+    ``walk`` is :func:`walk` or the compiled core's (``native.walk``), which mirrors it.
     """
     is_async = asynchronous(trace) if is_async is None else is_async
+    walk = walk or globals()["walk"]
     spans = np.flatnonzero((trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR) & (end >= start))
     if not len(spans):
         return {}
@@ -123,7 +125,7 @@ def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
     out: dict[int, int] = {}
     for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [len(spans)])).tolist()):
         ts, te, ta = s[lo:hi], e[lo:hi], a[lo:hi]
-        if _nests(ts, te, ta):
+        if _nests(ts, te, ta, walk):
             continue
         moved = _leaving(ts.tolist(), te.tolist(), ta.tolist())
         for k, lane in zip(moved, first_fit(ts[moved].tolist(), te[moved].tolist())):
@@ -148,7 +150,7 @@ def first_fit(starts: Sequence[int], ends: Sequence[int]) -> list[int]:
     return out
 
 
-def _nests(s: np.ndarray, e: np.ndarray, is_async: np.ndarray) -> bool:
+def _nests(s: np.ndarray, e: np.ndarray, is_async: np.ndarray, walk: "Walk") -> bool:
     """True when a thread's spans (sorted by start, then end descending) need no lane: they
     form a proper tree and no asynchronous span encloses another (the next span in this
     order starts at or after its end)."""
@@ -157,7 +159,7 @@ def _nests(s: np.ndarray, e: np.ndarray, is_async: np.ndarray) -> bool:
     at = np.flatnonzero(is_async[:-1])
     if len(at) and np.any(s[at + 1] < e[at]):
         return False
-    return parents_nested(s, e) is not None
+    return walk(s, e)[1]
 
 
 def _leaving(s: Sequence[int], e: Sequence[int], is_async: Sequence[bool]) -> list[int]:
@@ -225,6 +227,19 @@ def parents_nested(s: np.ndarray, e: np.ndarray) -> Optional[np.ndarray]:
     if np.any(e[sib[check]] > s[check]):
         return None
     return parent
+
+
+# (start, end) of one thread's slices in nest order -> (parents, whether they form a proper tree)
+Walk = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, bool]"]
+
+
+def walk(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(parents, proper) of one thread's events sorted by (start, -end): their tree when they
+    form one (:func:`parents_nested`), else torch's own walk (:func:`parents_stack_walk`),
+    and whether they formed one. The reference of the compiled core's ``walk``
+    (``native.walk``: the same in one pass, where this takes a dozen array passes)."""
+    nested = parents_nested(s, e)
+    return (nested, True) if nested is not None else (parents_stack_walk(s, e), False)
 
 
 def parents_stack_walk(s: np.ndarray, e: np.ndarray) -> np.ndarray:

@@ -19,11 +19,12 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from tracemerge import native
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs import chrome, reader_for
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.model import RankTrace
-from tracemerge.nesting import host_ops, parents_nested, parents_stack_walk
+from tracemerge.nesting import host_ops
 
 STEP_PREFIX = "ProfilerStep#"
 REMOTE_SUFFIX = "#remote"
@@ -106,9 +107,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     for t, (lo, hi) in enumerate(zip(bounds_of[:-1].tolist(), bounds_of[1:].tolist())):
         sel = np.arange(lo, hi)[work[lo:hi]]
         s, e = start[sel], end[sel]
-        local = parents_nested(s, e) if len(sel) else np.empty(0, np.int64)
-        if local is None:
-            local = parents_stack_walk(s, e)
+        local = native.walk(s, e)[0]
         parent[sel] = np.where(local >= 0, sel[np.maximum(local, 0)], -1)
         bounds, owner = _pieces(s, e, local, sel, end)
         key = int(keys[t])

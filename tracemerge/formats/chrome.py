@@ -60,7 +60,7 @@ def rank_body(trace: RankTrace, place: Placement, rpc: Optional["RpcFlows"], fou
     :class:`tracemerge.native.Declined` where it cannot), with its RPC flow events last."""
     times = aligned_ns(trace, place.clock, place.out_base_ns)
     # spans Perfetto's JSON importer could not show on their thread go to lanes of it
-    moved = lanes(trace, times[0], times[0] + np.maximum(times[1], 0))
+    moved = lanes(trace, times[0], times[0] + np.maximum(times[1], 0), walk=native.walk)
     if moved:
         counts["lanes_spans"] = len(moved)
         counts["lanes_lanes"] = len({(int(trace.pid[i]), int(trace.tid[i]), k) for i, k in moved.items()})

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import msgspec
 import numpy as np
 
+from tracemerge import nesting
 from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.corestatus import ENV as ENV  # the environment's choice: corestatus, read without this package
 from tracemerge.corestatus import OLD_ENV as OLD_ENV
@@ -196,6 +197,15 @@ def debug_annotations(items: list, start: int, rank: int, iids: dict[str, bytes]
     """The compiled core's debug annotations of raw args (``formats.perfetto.encoder._Annotations``):
     (encoded args of ``items[start:]``, the index of the first one it declined)."""
     return _core.annotations(items, start, rank, iids, new_names)
+
+
+def walk(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, bool]:
+    """:func:`tracemerge.nesting.walk` (one thread's parents, and whether its events nest), by
+    the compiled core where it is active: one pass over the events."""
+    if _core is None or active() != "native":
+        return nesting.walk(s, e)
+    parents, proper = _core.walk(np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64))
+    return np.frombuffer(parents, np.int64), proper
 
 
 def proto() -> Any:

@@ -46,3 +46,8 @@ def scan(data: ReadableBuffer) -> Union[Scan, str]:
 def annotations(items: List[Any], start: int, rank: int, iids: Dict[str, bytes],
                 new_names: List[bytes]) -> Tuple[List[bytes], int]:
     """(debug annotations of each of ``items[start:]``, the index of the first one it declined)."""
+
+
+def walk(start: ReadableBuffer, end: ReadableBuffer) -> Tuple[bytes, bool]:
+    """(parents as int64 bytes, proper) of one thread's slices sorted by (start, -end): torch's
+    stack walk, and whether they form a proper tree (``nesting.walk``)."""

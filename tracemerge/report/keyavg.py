@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from msgspec import UNSET
 
+from tracemerge import native
 from tracemerge.arrays import distinct, union
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import (
@@ -40,8 +41,6 @@ from tracemerge.nesting import (
     host_ops,
     lane_origins,
     nest_order,
-    parents_nested,
-    parents_stack_walk,
     thread_runs,
     unfinished,
 )
@@ -157,9 +156,7 @@ def op_tree(trace):
     for lo, hi in thread_runs(thread):
         at = lo + np.flatnonzero(~is_async[lo:hi])
         s, e = start[at], end[at]
-        local = parents_nested(s, e)
-        if local is None:
-            local = parents_stack_walk(s, e)
+        local = native.walk(s, e)[0]
         parent[at] = np.where(local >= 0, at[np.maximum(local, 0)], -1)
 
     code_of, keys = _key_table(trace.names)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import msgspec
 import numpy as np
 
+from tracemerge import native
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.nesting import LANE_OF, lanes
 from tracemerge.place.placement import Placement, _lane_metadata, _process_metadata, aligned_ns
@@ -92,7 +93,7 @@ def rank_batches(trace: RankTrace, place: Placement
     start, dur = aligned_ns(trace, place.clock, 0)  # absolute ns on the reference clock
     timed = trace.ts != NO_TS
     has_dur = timed & (dur != NO_DUR)
-    moved = lanes(trace, start, start + np.maximum(dur, 0))  # what the merged JSON moves to lanes
+    moved = lanes(trace, start, start + np.maximum(dur, 0), walk=native.walk)  # what the merged JSON moves to lanes
     lane = np.zeros(n, np.int32)
     if moved:
         at = np.fromiter(moved, np.int64, len(moved))
