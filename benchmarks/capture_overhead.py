@@ -163,7 +163,7 @@ def _worker(rank, port, calls, rounds, out_dir, cases, paired=None, block_s=BLOC
     elif paired == "journal":
         _paired_journal(rounds, out_dir, block_s)
     elif paired is not None:
-        _paired(calls, rounds, out_dir, paired == "trace")
+        _paired(calls, rounds, out_dir, paired == "trace", cases)
     else:
         _drive(calls, rounds, out_dir, cases)
     rpc.shutdown()
@@ -250,7 +250,7 @@ def _paired_cases(x):
     }
 
 
-def _paired(calls, rounds, out_dir, trace):
+def _paired(calls, rounds, out_dir, trace, cases=tuple(CASES)):
     """Inside one capture on both workers, each case alternates blocks of ``calls`` calls
     traced and untraced (the torch function inside capture's wrapper: the same profiler,
     without capture's work), ``rounds`` times: traced/untraced of each pair is
@@ -262,6 +262,8 @@ def _paired(calls, rounds, out_dir, trace):
     with _context("capture" if trace else "capture_off", os.path.join(out_dir, "w0")):
         rpc.rpc_sync("worker1", torch.add, args=(x, 1))  # asks worker1 whether builtins may go natively
         for case, (traced, untraced) in _paired_cases(x).items():
+            if not any(case.startswith(wanted) for wanted in cases):  # --case: only these
+                continue
             n = max(1, calls // IN_FLIGHT) if "in flight" in case else calls
             ratios, plain = [], []
             for i in range(rounds):
