@@ -3,8 +3,9 @@
 For any bytes, either the core declines (the Python path then reads the rank, so the
 output is the Python path's by construction), or the core's trace has the same columns
 as :func:`tracemerge.inputs.chrome.read_trace` and :func:`tracemerge.formats.chrome.native_body` writes the
-same bytes as the transform and the JSON writer, and the .pftrace encoder's compiled writer
-the same packets as its Python loops. Used by the tests, the fuzz target and
+same bytes as the transform and the JSON writer, the core's nesting walk the same lanes as
+the reference's (``nesting.walk``), and the .pftrace encoder's compiled writer the same
+packets as its Python loops. Used by the tests, the fuzz target and
 ``.ci/run``.
 """
 
@@ -140,7 +141,12 @@ def check_bytes(data, name="input.json"):
             raise Mismatch("args.joined: the core's array of args differs from the Python reader's")
         for place in placements(p):
             start, dur = aligned_ns(k, place.clock, place.out_base_ns)
-            moved = lanes(p, start, start + np.maximum(dur, 0))  # as formats.chrome.rank_body finds them
+            moved = lanes(p, start, start + np.maximum(dur, 0))  # the reference's nesting walk (nesting.walk)
+            # the core's walk (formats.chrome.rank_body's) moves the same spans to the same lanes
+            by_core = lanes(k, start, start + np.maximum(dur, 0), walk=native.walk)
+            if by_core != moved:
+                raise Mismatch(f"rank {place.rank}: lanes by the core's walk {sorted(by_core.items())[:5]} != "
+                               f"by the reference's {sorted(moved.items())[:5]}")
             body = _body_or_error(native_body, k, place, start, dur, moved)
             if body is None:
                 continue  # out of the writer's reach: that rank is written by the Python path
