@@ -188,19 +188,19 @@ def same_annotations(k, p, rank=5):
     """None when the compiled core's debug annotations of every event's args (the .pftrace
     encoder's) are the Python encoder's, with the same names interned, else what differs."""
     events = list(range(len(k)))
-    native, python = _Annotations(), _Annotations()
+    compiled, python = _Annotations(), _Annotations()
     try:
         want = python.encode_python(p.args, events, rank)
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
         try:
-            native.encode_events(k.args, events, rank)
+            compiled.encode_events(k.args, events, rank)
         except type(e) as again:
             return None if str(again) == str(e) else f"annotations: the core's error {again} != {e}"
         return f"annotations: the core encoded args the Python path refuses ({e})"
-    got = native.encode_events(k.args, events, rank)
+    got = compiled.encode_events(k.args, events, rank)
     if got != want:
         at = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
         return f"annotations of event {at}: {got[at]!r:.120} != {want[at]!r:.120}"
-    if native.take_interned() != python.take_interned():
+    if compiled.take_interned() != python.take_interned():
         return "annotations: the interned names differ"
     return None
