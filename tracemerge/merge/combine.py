@@ -19,7 +19,7 @@ from tracemerge.model import RankTrace
 from tracemerge.output import check_output
 from tracemerge.place import selection as select
 from tracemerge.place.arrows import RpcFlows
-from tracemerge.place.in_flight import in_flight_calls, in_flight_jobs, marked
+from tracemerge.place.in_flight import in_flight_calls, in_flight_jobs, marked, never_completed
 from tracemerge.place.placement import Placement, rank_label
 from tracemerge.place.remote_spans import drawn_sides, remote_spans
 
@@ -122,9 +122,11 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
              if keep}
     drawn_ids = {r["rpc_id"] for recs in sides.values() for r in recs}
     shown = {rank_of(i) for i in kept} | set(sides)  # the ranks whose spans the output holds
-    rpc = RpcFlows.plan(job.links.rpcs, spans, shown, drawn_ids)
-    in_flight = in_flight_calls(job.infos)  # the calls never completed: marked, and said of a dead rank
-    arrows = _arrows(job, rpc, spans, drawn_ids, shown, in_flight)
+    between = job.links.rpcs.calls.between(shown)  # the calls an arrow may join, found once
+    rpc = RpcFlows.plan(between, spans, drawn_ids)
+    never = never_completed(job.infos)
+    in_flight = in_flight_calls(never)  # the calls never completed: marked, and said of a dead rank
+    arrows = _arrows(job, rpc, between, spans, drawn_ids, shown, in_flight)
     counts: Dict[str, Any] = {"in": 0, "out": 0, "added": 0, "filtered": 0, "dropped": 0}
     for info in job.infos:
         if info not in kept:
@@ -157,7 +159,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     # each rank is transformed and encoded by the job's engine, into its part of the output
     remote = remote_spans(job.infos, sides, alignment.clocks, places)
     jobs += remote.jobs
-    jobs += in_flight_jobs(job.infos, places, {rank_of(i) for i in kept})  # a failed job's unanswered calls
+    jobs += in_flight_jobs(never, job.infos, places, {rank_of(i) for i in kept})  # a failed job's unanswered calls
     extra = None
     if drawn is not None:
         job_, extra = _drawn_job(drawn, places, [p for _, p in jobs])
@@ -166,8 +168,9 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     return Written(summary, cores)
 
 
-def _arrows(job: "Job", rpc: RpcFlows, spans: Set[Tuple[str, str, int]], drawn: Set[str],
-            ranks: Set[int], in_flight: Dict[int, Dict[str, int]]) -> Dict[str, Any]:
+def _arrows(job: "Job", rpc: RpcFlows, between: List[Tuple[int, str, int, int, bool]],
+            spans: Set[Tuple[str, str, int]], drawn: Set[str], ranks: Set[int],
+            in_flight: Dict[int, Dict[str, int]]) -> Dict[str, Any]:
     """What the output holds of the calls with both records between ranks it holds: how many
     are drawn (both spans, and the arrows between them), and how many spans of the others
     are not there (the events lack them — a cut file — or the size controls left them out).
@@ -179,7 +182,7 @@ def _arrows(job: "Job", rpc: RpcFlows, spans: Set[Tuple[str, str, int]], drawn: 
     missing = {"caller": 0, "callee": 0}
     journal_only = {rank_of(i): i for i in job.infos if is_journal(i) and not i.parts and rank_of(i) in ranks}
     unwritten = {r: {"caller": 0, "callee": 0} for r in journal_only}
-    for _, rpc_id, caller, callee, _ in job.links.rpcs.calls.between(ranks):
+    for _, rpc_id, caller, callee, _ in between:  # the job's calls between ``ranks``
         for role, rank, absent in (("caller", caller, (rpc_id, "caller", caller) not in spans),
                                    ("callee", callee, (rpc_id, "callee", callee) not in spans
                                     and rpc_id not in drawn)):

@@ -22,7 +22,6 @@ from typing import Any, Collection, Dict, FrozenSet, Iterable, List, NamedTuple,
 
 import numpy as np
 
-from tracemerge.correlate.match import RpcMatch
 from tracemerge.inputs.rpc_spans import span_args
 from tracemerge.model import RankTrace
 from tracemerge.nesting import nest_order, thread_runs
@@ -74,15 +73,16 @@ class RpcFlows:
     unreturned: FrozenSet[str] = frozenset()
 
     @classmethod
-    def plan(cls, match: RpcMatch, spans: Collection[Tuple[str, str, int]], ranks: Collection[int],
+    def plan(cls, between: Iterable[Tuple[int, str, int, int, bool]], spans: Collection[Tuple[str, str, int]],
              drawn: Collection[str] = frozenset()) -> "RpcFlows":
-        """Calls of ``match`` (the job's RPC join) with both records whose two ranks are both
-        in the output and whose two spans the output will hold: ``spans`` the (rpc_id, role,
-        rank) of the RPC spans the ranks' events hold and the size controls keep
-        (``selection.kept_spans``); ``drawn`` the calls whose callee span is drawn from the
-        caller's file (place.remote_spans). No arrow is drawn with one end in the air."""
+        """Calls with both records whose two ranks are both in the output (``between``: the
+        job's RPC join's ``calls.between`` those ranks) and whose two spans the output will
+        hold: ``spans`` the (rpc_id, role, rank) of the RPC spans the ranks' events hold and
+        the size controls keep (``selection.kept_spans``); ``drawn`` the calls whose callee
+        span is drawn from the caller's file (place.remote_spans). No arrow is drawn with
+        one end in the air."""
         calls = {rpc_id: (n, caller, callee, returned)
-                 for n, rpc_id, caller, callee, returned in match.calls.between(ranks)
+                 for n, rpc_id, caller, callee, returned in between
                  if (rpc_id, "caller", caller) in spans
                  and ((rpc_id, "callee", callee) in spans or rpc_id in drawn)}
         return cls({k: v[:3] for k, v in calls.items()}, frozenset(k for k, v in calls.items() if not v[3]))

@@ -44,10 +44,10 @@ def never_completed(infos: Sequence[RankInfo]) -> Dict[int, List[Dict[str, Any]]
     return out
 
 
-def in_flight_calls(infos: Sequence[RankInfo]) -> Dict[int, Dict[str, int]]:
-    """{caller rank: {rpc_id: callee rank}} of the calls that never completed: whose
-    caller spans :func:`marked` marks."""
-    return {rank: {r["rpc_id"]: r["callee"] for r in recs} for rank, recs in never_completed(infos).items()}
+def in_flight_calls(never: Mapping[int, List[Dict[str, Any]]]) -> Dict[int, Dict[str, int]]:
+    """{caller rank: {rpc_id: callee rank}} of the calls that never completed (``never``:
+    :func:`never_completed`): whose caller spans :func:`marked` marks."""
+    return {rank: {r["rpc_id"]: r["callee"] for r in recs} for rank, recs in never.items()}
 
 
 MARK_KEYS = (b'"completed"', b'"in_flight_to"')
@@ -78,10 +78,10 @@ def _mark(item: Any, raw: bool, callee: int) -> Any:
     return msgspec.Raw(msgspec.json.encode(marked_)) if raw else marked_
 
 
-def in_flight_jobs(infos: Sequence[RankInfo], places: Mapping[int, Placement],
-                   ranks: Collection[int]) -> List[Tuple[RankTrace, Placement]]:
-    """The (trace, placement) of the never-completed calls of each caller rank in ``ranks``."""
-    calls = never_completed(infos)
+def in_flight_jobs(calls: Mapping[int, List[Dict[str, Any]]], infos: Sequence[RankInfo],
+                   places: Mapping[int, Placement], ranks: Collection[int]) -> List[Tuple[RankTrace, Placement]]:
+    """The (trace, placement) of the never-completed calls (``calls``: :func:`never_completed`
+    of ``infos``) of each caller rank in ``ranks``."""
     if not calls or not places:
         return []
     stride = min(p.pid_base for p in places.values())
