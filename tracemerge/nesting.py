@@ -98,8 +98,21 @@ def _hashable(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, type(None))) else repr(v)
 
 
+# (start, end) of one thread's slices in nest order -> (parents, whether they form a proper tree)
+Walk = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, bool]"]
+
+
+def walk(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(parents, proper) of one thread's events sorted by (start, -end): their tree when they
+    form one (:func:`parents_nested`), else torch's own walk (:func:`parents_stack_walk`),
+    and whether they formed one. The reference of the compiled core's ``walk``
+    (``native.walk``: the same in one pass, where this takes a dozen array passes)."""
+    nested = parents_nested(s, e)
+    return (nested, True) if nested is not None else (parents_stack_walk(s, e), False)
+
+
 def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
-          is_async: Optional[np.ndarray] = None, walk: Optional["Walk"] = None) -> dict[int, int]:
+          is_async: Optional[np.ndarray] = None, walk: Walk = walk) -> dict[int, int]:
     """{event index: lane} of the ``X`` spans that must leave their thread for Perfetto's
     JSON importer to show every span of it (it drops or moves a span that partly overlaps
     another of its thread, and would nest concurrent calls into each other).
@@ -112,7 +125,6 @@ def lanes(trace: RankTrace, start: np.ndarray, end: np.ndarray,
     ``walk`` is :func:`walk` or the compiled core's (``native.walk``), which mirrors it.
     """
     is_async = asynchronous(trace) if is_async is None else is_async
-    walk = walk or globals()["walk"]
     spans = np.flatnonzero((trace.ph == ord("X")) & (trace.ts != NO_TS) & (trace.dur != NO_DUR) & (end >= start))
     if not len(spans):
         return {}
@@ -150,7 +162,7 @@ def first_fit(starts: Sequence[int], ends: Sequence[int]) -> list[int]:
     return out
 
 
-def _nests(s: np.ndarray, e: np.ndarray, is_async: np.ndarray, walk: "Walk") -> bool:
+def _nests(s: np.ndarray, e: np.ndarray, is_async: np.ndarray, walk: Walk) -> bool:
     """True when a thread's spans (sorted by start, then end descending) need no lane: they
     form a proper tree and no asynchronous span encloses another (the next span in this
     order starts at or after its end)."""
@@ -227,19 +239,6 @@ def parents_nested(s: np.ndarray, e: np.ndarray) -> Optional[np.ndarray]:
     if np.any(e[sib[check]] > s[check]):
         return None
     return parent
-
-
-# (start, end) of one thread's slices in nest order -> (parents, whether they form a proper tree)
-Walk = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, bool]"]
-
-
-def walk(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, bool]:
-    """(parents, proper) of one thread's events sorted by (start, -end): their tree when they
-    form one (:func:`parents_nested`), else torch's own walk (:func:`parents_stack_walk`),
-    and whether they formed one. The reference of the compiled core's ``walk``
-    (``native.walk``: the same in one pass, where this takes a dozen array passes)."""
-    nested = parents_nested(s, e)
-    return (nested, True) if nested is not None else (parents_stack_walk(s, e), False)
 
 
 def parents_stack_walk(s: np.ndarray, e: np.ndarray) -> np.ndarray:

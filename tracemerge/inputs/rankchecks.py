@@ -117,13 +117,10 @@ def _thread_cat_key(trace: RankTrace, idx: np.ndarray, cat: np.ndarray, limit: i
     cats = len(trace.names) + 1   # cat codes from -1 (no cat)
     if (len(trace.pids) + 1) * trace.thread_stride * cats < limit:
         return thread * cats + (cat.astype(np.int64) + 1)
-    order = np.lexsort((cat, thread))
-    t, c = thread[order], cat[order]
-    new = np.ones(len(order), bool)
-    new[1:] = (t[1:] != t[:-1]) | (c[1:] != c[:-1])
-    dense = np.empty(len(order), np.int64)
-    dense[order] = np.cumsum(new) - 1
-    return dense
+    # each event's row among the sorted distinct (thread, cat) rows (asking for the inverse
+    # keeps np.unique off its numpy.ma path: tracemerge.arrays)
+    rows = np.column_stack((thread, cat.astype(np.int64)))
+    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 JOB_KEYS = ("job_id", "world_size", "backend")

@@ -202,7 +202,7 @@ def debug_annotations(items: list, start: int, rank: int, iids: dict[str, bytes]
 def walk(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, bool]:
     """:func:`tracemerge.nesting.walk` (one thread's parents, and whether its events nest), by
     the compiled core where it is active: one pass over the events."""
-    if _core is None or active() != "native":
+    if active() != "native":
         return nesting.walk(s, e)
     parents, proper = _core.walk(np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64))
     return np.frombuffer(parents, np.int64), proper
