@@ -374,6 +374,8 @@ def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
                 at = err.find("Traceback")
                 said = err[at:].strip().splitlines()[-8:] if at >= 0 else err.strip().splitlines()[-1:]
                 problems.append("internal error: " + ("\n         ".join(said) or "(no message)")[:1500])
+            if rc < 0 and -rc != case.sig:  # killed by a signal the sweep did not send: a crash
+                problems.append(f"crash: killed by {signal.Signals(-rc).name}: {err.strip()[-300:]}")
             if rss > RSS_LIMIT and size < SMALL_INPUTS:
                 problems.append(f"memory: {rss / 2**20:.0f} MiB peak RSS on {size / 2**20:.1f} MiB of input")
             if case.ok_codes and rc not in case.ok_codes:

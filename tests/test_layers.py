@@ -30,7 +30,7 @@ LAYERS = [
     ("compose", {"compose"}),      # combine with the analyses drawn in (--critical-path): merge and analysis
     ("report", {"report"}),
     ("tables", {"tables"}),        # the job as Arrow/pandas tables and Parquet: reads every layer below
-    ("commands", {"serve", "cli", "__main__", "summary_lines"}),
+    ("commands", {"serve", "cli", "entry", "__main__", "summary_lines"}),
 ]
 LAYER_OF = {name: n for n, (_, names) in enumerate(LAYERS) for name in names}
 

@@ -1,3 +1,3 @@
-from tracemerge.cli import console
+from tracemerge.entry import console
 
 console()

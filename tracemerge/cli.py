@@ -1,7 +1,6 @@
 """The ``tracemerge`` command: a thin click layer over the library API."""
 
 import contextlib
-import gc
 import math
 import os
 import signal
@@ -82,9 +81,31 @@ else:
     serve = Deferred("tracemerge.serve", "serve")
 
 
+def _orjson_whole() -> None:
+    """Imports orjson with Ctrl-C and SIGTERM held until it is in (~4 ms). Its module init
+    does not check the imports it makes, so one that a signal's exception interrupts crashes
+    the process (a segfault; ijl/orjson#310, found by the adversarial sweep). Called where a
+    command's work begins (its FILES, its body), not for --help, which needs no orjson."""
+    if "orjson" in sys.modules:
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        import orjson  # noqa: F401
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+class Command(click.Command):
+    def invoke(self, ctx: click.Context):
+        _orjson_whole()
+        return super().invoke(ctx)
+
+
 class Group(click.Group):
     """Turns every failure into one line on stderr and its documented exit code (docs/errors.md);
     TRACEMERGE_DEBUG=1 adds the traceback of an internal error."""
+
+    command_class = Command  # click >= 8.0: what @main.command() makes
 
     def make_context(self, info_name: "str | None", args: "list[str]", parent: "click.Context | None" = None,
                      **extra):
@@ -97,7 +118,7 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context):
         _one_blas_thread()
         try:
-            with _sigterm_raises():
+            with _signals_raise():
                 return super().invoke(ctx)
         except click.UsageError as e:
             usage_error(e, ctx.command_path)
@@ -151,9 +172,11 @@ def _one_blas_thread() -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_raises():
-    """SIGTERM (kill, a batch system's time limit) ends a command as Ctrl-C does: the
-    exception unwinds, temporary outputs are removed, the workers are stopped, exit 143."""
+def _signals_raise():
+    """Ctrl-C and SIGTERM (kill, a batch system's time limit) unwind the command: temporary
+    outputs are removed, the workers are stopped, exit 130 or 143. Until the command ran,
+    the console script ends the process on them (tracemerge.entry); a signal the process
+    was started ignoring (nohup) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -161,11 +184,16 @@ def _sigterm_raises():
     def terminated(signum: int, frame: object) -> None:
         raise Terminated()
 
-    before = signal.signal(signal.SIGTERM, terminated)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, terminated)):
+        if before[sig] is not signal.SIG_IGN:
+            signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            if handler is not None:  # None: a handler not installed from Python, left as it is
+                signal.signal(sig, handler)
 
 
 # click >= 8.2 signals "no arguments: show the help" as a usage error; older click has no such class
@@ -293,6 +321,7 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
     substitution, a FIFO) read whole into a temporary file that goes when the command ends
     (tracemerge.inputs.admit); anything else is judged by Job.open and the readers (exit 3,
     or left out by --skip-bad)."""
+    _orjson_whole()  # the readers come in with it
     from tracemerge.inputs import admit
 
     try:
@@ -469,17 +498,6 @@ def main() -> None:
       tracemerge combine samples/rpc_profiling/rank*.json.gz -o trace.json
       tracemerge info rank*.json.gz
     """
-
-
-def console() -> None:
-    """The console script and ``python -m tracemerge``: :func:`main` as a process of its
-    own, which ends with the command. Its objects are frozen out of the cyclic collector
-    first: the interpreter's collections at exit would walk every one of them for nothing
-    (a combine of 8 x 20 MB ranks: ~30 ms of its exit)."""
-    try:
-        main()
-    finally:
-        gc.freeze()
 
 
 @main.command()
