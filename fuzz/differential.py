@@ -22,7 +22,7 @@ from tracemerge.formats import chrome
 from tracemerge.formats.chrome import native_body
 from tracemerge.formats.perfetto.encoder import _Annotations, encode_rank
 from tracemerge.inputs.chrome import read_trace
-from tracemerge.model import NO_TS
+from tracemerge.model import ARG_ID_KEYS, NO_TS
 from tracemerge.nesting import lanes
 from tracemerge.place.placement import Placement, aligned_ns, transform_chunks
 
@@ -115,6 +115,15 @@ def python_body(trace, place, moved=None):
     return b",".join(chrome.encode_events(c) for c in chunks if c)
 
 
+def _values_or_error(args, idx, key):
+    """``args.key_values(idx, key)`` as a list (absent and no object told apart), or the
+    error it raises as a str."""
+    try:
+        return list(args.key_values(idx, key, missing="absent", no_object="no object"))
+    except ValueError as e:  # msgspec's DecodeError and ValidationError
+        return f"{type(e).__name__}: {e}"
+
+
 def check_bytes(data, name="input.json"):
     """Run the differential check on one document's bytes; returns "declined: <why>",
     "python error", or "same"; raises Mismatch when the paths disagree."""
@@ -139,6 +148,12 @@ def check_bytes(data, name="input.json"):
         idx = list(range(len(p) - 1, -1, -1)) * 2
         if p.args.raw and k.args.joined(idx) != p.args.joined(idx):
             raise Mismatch("args.joined: the core's array of args differs from the Python reader's")
+        # the id keys' values the scan recorded (Scan.arg_ids) against the reference's decode of
+        # the text (Args.key_values), value and type, or the error both must raise alike
+        for key in ARG_ID_KEYS:
+            got, want = (_values_or_error(a, idx, key) for a in (k.args, p.args))
+            if got != want or [type(v) for v in got] != [type(v) for v in want]:
+                raise Mismatch(f"args.key_values({key!r}): the core's {got!r:.200} != the reference's {want!r:.200}")
         for place in placements(p):
             start, dur = aligned_ns(k, place.clock, place.out_base_ns)
             moved = lanes(p, start, start + np.maximum(dur, 0))  # the reference's nesting walk (nesting.walk)

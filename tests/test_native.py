@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -92,6 +93,26 @@ def test_what_the_kernel_does_not_take_is_declined(event, reason):
 def test_repeated_key_is_declined():
     data = b'{"traceEvents": [{"ph": "X", "name": "a", "name": "b", "ts": 1, "pid": 1, "tid": 1}]}'
     assert check_bytes(data).startswith("declined: a repeated key")
+
+
+@needs_core
+def test_an_args_id_key_read_from_the_scan_is_the_decoded_value(tmp_path):
+    """The id keys' values the scan recorded (the report's correlations) are what decoding
+    the args gives: the last of a repeated key, the key's absence, an event without args,
+    and another id key beside it told apart."""
+    events = [{"ph": "X", "name": "k", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": a}
+              for a in ({"correlation": 7}, {"External id": 3}, None, {"correlation": 0, "External id": 9})]
+    text = json.dumps({"traceEvents": events})
+    text = text.replace('{"correlation": 7}', '{"correlation": 7, "x": "correlatio", "correlation": 8}')
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    trace, core = native.read_rank(str(path))
+    assert core == "native"
+    idx = [3, 2, 1, 0, 0]
+    assert list(trace.args.key_values(idx, "correlation", missing="absent", no_object="none")) == [
+        0, "none", "absent", 8, 8]
+    assert list(trace.args.key_values(idx, "External id")) == [9, msgspec.UNSET, 3, msgspec.UNSET, msgspec.UNSET]
+    assert check_bytes(text.encode()) == "same"
 
 
 # ---- hypothesis: random traces through both paths -------------------------------------

@@ -24,6 +24,9 @@ NO_DUR = -1                     # an event without "dur"
 # The keys held in columns; every other key of an event is kept in ``extra``.
 COLUMN_KEYS = frozenset(("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
 FLOW_ID_KEYS = ("id", "id2", "bind_id")   # the keys a flow or async event is keyed by
+# the args keys whose integer values are ids (namespaced per rank by place.ids; the compiled
+# core records their values while it scans, in this order: _core.c's ARG_ID_KEYS)
+ARG_ID_KEYS = ("External id", "correlation", "Correlation ID", "External ID")
 # event indices: a list, or an int array
 Indices = Union[Sequence[int], np.ndarray]
 # events whose args Args.chunked_dicts decodes at once

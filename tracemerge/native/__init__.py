@@ -19,7 +19,7 @@ import mmap
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import msgspec
 import numpy as np
@@ -32,7 +32,7 @@ from tracemerge.corestatus import chosen
 from tracemerge.corestatus import describe as describe_core
 from tracemerge.errors import TraceError
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
-from tracemerge.model import FLOW_ID_KEYS, Args, Extra, Indices, RankTrace
+from tracemerge.model import ARG_ID_KEYS, DICTS_CHUNK, FLOW_ID_KEYS, Args, Extra, Indices, RankTrace
 
 _core: Any
 _proto: Any
@@ -48,6 +48,7 @@ try:  # the .pftrace packet writer's loops (_proto.c); built apart from _core, o
 except ImportError:
     _proto = None
 
+ARG_ID_ABSENT, ARG_ID_NO_ARGS = -1, -2  # Scan.arg_ids: the args lack the key; the event has no args
 READS = "chrome"  # the input format (tracemerge.inputs.READERS) whose files the core reads
 
 
@@ -104,6 +105,20 @@ class NativeArgs(Args):
         if self._items is not None:
             return super().joined(idx)
         return self._scan.args_array(np.ascontiguousarray(idx, np.int64))
+
+    def key_values(self, idx: Indices, key: str, missing: Any = msgspec.UNSET, no_object: Any = msgspec.UNSET,
+                   chunk: int = DICTS_CHUNK) -> Iterator[Any]:
+        """Args.key_values; an id key's values (``correlation``: the report's link of every
+        runtime call to its kernels) read from the ids the scan recorded, without decoding
+        any text (~30 ms a rank with 20,000 runtime calls and kernels)."""
+        if key not in ARG_ID_KEYS:
+            return super().key_values(idx, key, missing, no_object, chunk)
+        found = np.frombuffer(self._scan.arg_ids(np.ascontiguousarray(idx, np.int64), ARG_ID_KEYS.index(key)),
+                              np.int64)
+        values = found.tolist()
+        for i in np.flatnonzero(found < 0).tolist():  # ids are never negative: the core reads none
+            values[i] = missing if values[i] == ARG_ID_ABSENT else no_object
+        return iter(values)
 
     def take(self, idx: Indices) -> Args:
         if self._items is not None:

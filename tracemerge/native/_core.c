@@ -132,7 +132,7 @@ typedef struct {
 } Ev;
 
 typedef struct { uint8_t key; uint32_t off, len; } Extra;        /* a verbatim extra key */
-typedef struct { uint32_t off, len; int64_t value; } ArgId;       /* an args id value */
+typedef struct { uint32_t off; uint16_t len, key; int64_t value; } ArgId;  /* an args id value: where, which key */
 
 #define MAX_DEPTH 512
 #define MAX_DIGITS 18
@@ -742,7 +742,8 @@ static int parse_args(P *ps, Ev *ev) {
             if (!grow((void **)&ps->ai, &ps->capai, ps->nai + 1, sizeof(ArgId))) FAIL(ps, "out of memory");
             ArgId *a = &ps->ai[ps->nai++];
             a->off = (uint32_t)(v0 - ps->base);
-            a->len = (uint32_t)(ps->p - v0);
+            a->len = (uint16_t)(ps->p - v0);  /* at most MAX_DIGITS, checked above */
+            a->key = (uint16_t)is_id;
             a->value = parse_int(v0, a->len);
         } else {
             /* a string value may spell an id key: the Python path's text search would see it */
@@ -1516,6 +1517,46 @@ static PyObject *Scan_args_with(Scan *s, PyObject *arg) {
     return out;
 }
 
+/* arg_ids(idx, key): for the events idx (int64 indices), the value of the args id key
+ * ARG_ID_KEYS[key] as int64 bytes: ARG_ID_ABSENT where the args object lacks it,
+ * ARG_ID_NO_ARGS where the event has no args. What Args.key_values decodes from the text
+ * (the last of a repeated key, as msgspec takes it): in a rank the core read, every
+ * occurrence of an id key's token in the args is a top-level key with a plain integer
+ * (parse_args declines anything else), so the recorded ids are the whole answer. */
+#define ARG_ID_ABSENT (-1)
+#define ARG_ID_NO_ARGS (-2)
+static PyObject *Scan_arg_ids(Scan *s, PyObject *args) {
+    Py_buffer v;
+    int key;
+    if (!PyArg_ParseTuple(args, "y*i", &v, &key)) return NULL;
+    if (v.len % 8 || key < 0 || key >= 4) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "arg_ids: int64 indices and a key of ARG_ID_KEYS");
+        return NULL;
+    }
+    const int64_t *idx = (const int64_t *)v.buf;
+    size_t k = (size_t)v.len / 8;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(k * 8));
+    if (!out) { PyBuffer_Release(&v); return NULL; }
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
+    for (size_t j = 0; j < k; j++) {
+        if (idx[j] < 0 || (uint64_t)idx[j] >= s->n) {
+            PyErr_Format(PyExc_IndexError, "arg_ids: event %lld of %zu", (long long)idx[j], s->n);
+            Py_DECREF(out); PyBuffer_Release(&v);
+            return NULL;
+        }
+        const Ev *e = &s->ev[idx[j]];
+        int64_t found = (e->flags & F_ARGS) ? ARG_ID_ABSENT : ARG_ID_NO_ARGS;
+        for (uint32_t m = 0; m < e->argid_count; m++) {
+            const ArgId *x = &s->ai[e->argid_first + m];
+            if (x->key == key) found = x->value;
+        }
+        o[j] = found;
+    }
+    PyBuffer_Release(&v);
+    return out;
+}
+
 /* args_array(idx): the JSON array of the args of the events idx (int64 indices), "null" for
  * none: model.Args.joined, in one call (the Python path made a bytes view per event) */
 static PyObject *Scan_args_array(Scan *s, PyObject *arg) {
@@ -1904,6 +1945,8 @@ static PyMethodDef Scan_methods[] = {
     {"args_spans", (PyCFunction)Scan_args_spans, METH_NOARGS, "int64 (offset, length) pairs"},
     {"args_with", (PyCFunction)Scan_args_with, METH_O, "indices of args containing a token"},
     {"args_array", (PyCFunction)Scan_args_array, METH_O, "the JSON array of the args of events (int64 indices)"},
+    {"arg_ids", (PyCFunction)Scan_arg_ids, METH_VARARGS,
+     "arg_ids(idx, key) -> int64 bytes: the value of ARG_ID_KEYS[key] of each event, -1 absent, -2 no args"},
     {"write", (PyCFunction)Scan_write, METH_VARARGS, "the events as the JSON writer writes them"},
     {NULL, NULL, 0, NULL}};
 

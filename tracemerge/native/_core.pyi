@@ -34,7 +34,9 @@ class Scan:
     def flow_ids(self, which: int) -> Tuple[bytes, List[Any]]: ...  # (indices, ints) of id (0) or bind_id (1)
     def extra_tokens(self, key: bytes) -> Tuple[bytes, List[bytes]]: ...  # (indices, raw bytes) of an extra key
     def args_spans(self) -> bytes: ...           # int64 (offset, length) pairs
-    def args_with(self, token: bytes) -> bytes: ...  # indices of the args that contain a token
+    def args_with(self, token: bytes) -> List[int]: ...  # indices of the args that contain a token
+    def args_array(self, idx: ReadableBuffer) -> bytes: ...  # the JSON array of the args of int64 indices
+    def arg_ids(self, idx: ReadableBuffer, key: int) -> bytes: ...  # int64 values of ARG_ID_KEYS[key]; -1, -2
     def write(self, idx: ReadableBuffer, ts_ns: ReadableBuffer, dur_ns: ReadableBuffer, pid_base: int, rank: int,
               overrides: Dict[int, bytes], tids: Dict[int, bytes] = ...) -> Optional[bytes]: ...
 

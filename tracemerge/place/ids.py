@@ -9,12 +9,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import msgspec
 import numpy as np
 
-from tracemerge.model import FLOW_ID_KEYS, Args
+from tracemerge.model import ARG_ID_KEYS, FLOW_ID_KEYS, Args
 
 # Keys that join events into flows or correlate CPU ops with device work; namespaced per
 # rank so no arrow ever joins two ranks by accident.
 ID_KEYS = ("id", "bind_id")
-ARG_ID_KEYS = ("External id", "correlation", "Correlation ID", "External ID")
 EXTRA_ID_KEYS = frozenset(FLOW_ID_KEYS)
 NAMESPACE_BITS = 32
 ID_LIMIT = 1 << NAMESPACE_BITS
