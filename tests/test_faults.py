@@ -240,37 +240,46 @@ def test_open_ctrl_c_exits_130(tmp_path):
         stop(proc)
 
 
-
 # A child that runs the console script's entry exactly as ``tracemerge`` does, and sends
-# itself SIG the moment the command line interface imports click: the signal lands while
-# the CLI is still loading, the moment a Ctrl-C right after Enter meets.
-SIGNAL_WHILE_LOADING = """
+# itself SIG (TIMES times) the moment the module MODULE is imported.
+SIGNAL_ON_IMPORT = """
 import os, signal, sys
-sig, times = signal.Signals(int(sys.argv[1])), int(sys.argv[2])
+sig, times, module = signal.Signals(int(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 class SignalOnImport:
     def find_spec(self, name, path=None, target=None):
-        if name == "click":
+        # "orjson init": the first import orjson's module init makes
+        if name == module or (module == "orjson init" and "orjson" in sys.modules and "orjson" not in name):
             sys.meta_path.remove(self)
             for _ in range(times):
                 os.kill(os.getpid(), sig)
         return None
 sys.meta_path.insert(0, SignalOnImport())
-sys.argv = ["tracemerge"] + sys.argv[3:]
+sys.argv = ["tracemerge"] + sys.argv[4:]
 from tracemerge.entry import console
 console()
 """
 
 
+def signal_on_import(sig, times, module, *args, **run):
+    return subprocess.run([sys.executable, "-c", SIGNAL_ON_IMPORT, str(int(sig)), str(times), module, *map(str, args)],
+                          capture_output=True, text=True, timeout=60, **{"preexec_fn": sigint_default, **run})
+
+
 @pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_while_the_cli_loads_ends_with_one_line_and_its_exit_code(sig, code, said, tmp_path):
+@pytest.mark.parametrize("module, then", [
+    # the CLI still loading (click: the moment a Ctrl-C right after Enter meets): one line
+    ("click", ""),
+    # the command begun, orjson initializing: its init does not check the imports it makes,
+    # so an exception a signal's handler raised there crashed the process (SIGSEGV;
+    # ijl/orjson#310); the command now holds the signal until orjson is in, then unwinds
+    ("orjson init", "; no output was written")])
+def test_a_signal_while_the_cli_loads_ends_with_one_line_and_its_exit_code(sig, code, said, module, then, tmp_path):
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
     out = tmp_path / "out"
     out.mkdir()
-    p = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_LOADING, str(int(sig)), "1", "combine", good,
-                        "-o", str(out / "t.json")], preexec_fn=sigint_default, capture_output=True, text=True,
-                       timeout=60)
-    assert (p.returncode, p.stderr) == (code, f"tracemerge: error: {said}\n")
+    p = signal_on_import(sig, 1, module, "combine", good, "-o", out / "t.json")
+    assert (p.returncode, p.stderr) == (code, f"tracemerge: error: {said}{then}\n")
     assert os.listdir(out) == []
 
 
@@ -279,28 +288,7 @@ def test_sigint_ignored_at_start_stays_ignored(tmp_path):
     command then runs to its end through any number of them."""
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
     out = tmp_path / "t.json"
-    p = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_LOADING, str(int(signal.SIGINT)), "3", "combine", good,
-                        "-o", str(out)], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-                       capture_output=True, text=True, timeout=60)
+    p = signal_on_import(signal.SIGINT, 3, "click", "combine", good, "-o", out,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["traceEvents"]
-
-
-# The same, with the signal sent from inside orjson's module init (the first import that
-# init makes): orjson does not check those imports, so an exception raised there by a
-# signal's handler crashed the process (SIGSEGV; ijl/orjson#310).
-SIGNAL_IN_ORJSON_INIT = SIGNAL_WHILE_LOADING.replace(
-    'if name == "click":', 'if "orjson" in sys.modules and name != "orjson" and "orjson" not in name:')
-
-
-@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted"),
-                                             (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_while_orjson_initializes_ends_the_command_cleanly(sig, code, said, tmp_path):
-    good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
-    out = tmp_path / "out"
-    out.mkdir()
-    p = subprocess.run([sys.executable, "-c", SIGNAL_IN_ORJSON_INIT, str(int(sig)), "1", "combine", good,
-                        "-o", str(out / "t.json")], preexec_fn=sigint_default, capture_output=True, text=True,
-                       timeout=60)
-    assert (p.returncode, p.stderr) == (code, f"tracemerge: error: {said}; no output was written\n")
-    assert os.listdir(out) == []
