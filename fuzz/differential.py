@@ -115,6 +115,11 @@ def python_body(trace, place, moved=None):
     return b",".join(chrome.encode_events(c) for c in chunks if c)
 
 
+# keys whose token args_with searches for: the RPC spans', the id keys', keys Kineto writes
+# in every event and out of args ("name"), and a token that crosses the args' edges (`"}`)
+WITH_KEYS = ("rpc_id", "role", *ARG_ID_KEYS, "name", "ts", "a", "", '"}', "}")
+
+
 def _values_or_error(args, idx, key):
     """``args.key_values(idx, key)`` as a list (absent and no object told apart), or the
     error it raises as a str."""
@@ -148,6 +153,11 @@ def check_bytes(data, name="input.json"):
         idx = list(range(len(p) - 1, -1, -1)) * 2
         if p.args.raw and k.args.joined(idx) != p.args.joined(idx):
             raise Mismatch("args.joined: the core's array of args differs from the Python reader's")
+        # the core's search of the args for a key's token (Scan.args_with: one search of the
+        # document) against the reference's search of every event's args (Args.with_key)
+        for key in WITH_KEYS:
+            if k.args.with_key(key) != p.args.with_key(key):
+                raise Mismatch(f"args.with_key({key!r}): the core's events differ from the reference's")
         # the id keys' values the scan recorded (Scan.arg_ids) against the reference's decode of
         # the text (Args.key_values), value and type, or the error both must raise alike
         for key in ARG_ID_KEYS:
