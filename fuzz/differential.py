@@ -153,8 +153,8 @@ def check_bytes(data, name="input.json"):
         idx = list(range(len(p) - 1, -1, -1)) * 2
         if p.args.raw and k.args.joined(idx) != p.args.joined(idx):
             raise Mismatch("args.joined: the core's array of args differs from the Python reader's")
-        # the core's search of the args for a key's token (Scan.args_with: one search of the
-        # document) against the reference's search of every event's args (Args.with_key)
+        # the core's search of each event's args for a key's token (Scan.args_with) against
+        # the reference's search of their joined text (Args.with_key)
         for key in WITH_KEYS:
             if k.args.with_key(key) != p.args.with_key(key):
                 raise Mismatch(f"args.with_key({key!r}): the core's events differ from the reference's")

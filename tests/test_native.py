@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from fuzz.differential import check_bytes
 from tracemerge import native
+from tracemerge.model import ARG_ID_KEYS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_core = pytest.mark.skipif(native.active() != "native", reason="the compiled core is not active")
@@ -117,7 +118,6 @@ def test_an_args_id_key_read_from_the_scan_is_the_decoded_value(tmp_path):
 
 # ---- hypothesis: random traces through both paths -------------------------------------
 
-ARG_ID_KEYS = ["External id", "correlation", "Correlation ID", "External ID"]
 PLAIN = st.one_of(st.sampled_from(["aten::mm", "ProfilerStep#1", "é ü", "{", "u\u2028", "", "0", "1",
                                    "process_name", "thread_name", "process_sort_index"]),
                   st.text(st.characters(blacklist_characters='"\\', blacklist_categories=["Cc", "Cs"]), max_size=6))
@@ -128,7 +128,7 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.f
                     NAMES)
 ARGS = st.one_of(
     st.none(),
-    st.dictionaries(st.one_of(st.sampled_from(ARG_ID_KEYS + ["name", "sort_index", "Input Dims", "rpc_id"]), NAMES),
+    st.dictionaries(st.one_of(st.sampled_from([*ARG_ID_KEYS, "name", "sort_index", "Input Dims", "rpc_id"]), NAMES),
                     st.one_of(SCALARS, st.integers(0, 10**19), st.lists(st.integers(0, 9), max_size=3),
                               st.lists(st.lists(st.integers(0, 9), max_size=2), max_size=2)),
                     max_size=4),

@@ -1995,5 +1995,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     PyModule_AddIntConstant(m, "F_NAME", F_NAME);
     PyModule_AddIntConstant(m, "F_CAT", F_CAT);
     PyModule_AddIntConstant(m, "F_ARGS", F_ARGS);
+    PyModule_AddIntConstant(m, "ARG_ID_ABSENT", ARG_ID_ABSENT);
+    PyModule_AddIntConstant(m, "ARG_ID_NO_ARGS", ARG_ID_NO_ARGS);
     return m;
 }

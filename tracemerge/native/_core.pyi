@@ -13,6 +13,9 @@ F_TID_ABSENT: int
 F_NAME: int
 F_CAT: int
 F_ARGS: int
+# what Scan.arg_ids gives where the args lack the key, and where the event has no args
+ARG_ID_ABSENT: int
+ARG_ID_NO_ARGS: int
 
 
 class Scan:
