@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple, Optional
 # The fields of an RPC that the caller sends with a wrapped call, as a tuple in this order
 # (cheaper to pickle than a dict); the callee's record has them too.
 HEADER_KEYS = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+_CALLEE = HEADER_KEYS.index("callee")
 
 
 # A call this process issued, kept as one list from the call's path on: making its record
@@ -183,6 +184,13 @@ class Recorder:
                 self._askers.add(caller)
                 self.admitted.append(caller)
             return self.token
+
+    def native_in_flight(self, callee: int) -> list:
+        """The calls sent natively to RPC worker ``callee`` that have not ended yet (C_*
+        lists): their callee must record until they were served (``rpc._revoke``)."""
+        with self._lock:
+            return [c for c in self.calls
+                    if c[C_NATIVE] and c[C_HEADER][_CALLEE] == callee and c[C_STATUS] == "pending"]
 
     def stop_admitting(self) -> list:
         """No caller is admitted any more; the callers admitted so far, to be told."""
@@ -456,6 +464,10 @@ class Peers:
     def _said_no_lately(self, callee: int, token: Any) -> bool:
         """Asked (token None: no, or no answer yet) within the last RETRY_S."""
         return token is None and time.monotonic() - self._asked.get(callee, 0.0) <= self.RETRY_S
+
+    def admits(self, callee: int) -> bool:
+        """Whether builtins to ``callee`` may go natively now (no question asked)."""
+        return bool(self._token.get(callee, False))
 
     def answer(self, callee: int, token: Optional[str]) -> None:
         """The callee's answer to the question ``route`` asked for."""

@@ -45,6 +45,10 @@ _ORIGINAL_RPC_ASYNC: Callable = getattr(rpc.rpc_async, "__wrapped__")
 
 # How long the capture's own questions may take.
 _HANDSHAKE_TIMEOUT_S = 10.0
+# How long a stopping callee waits for the builtins a caller sent it natively (less than
+# the question's timeout, so that the answer comes), and how often the caller looks.
+_DRAIN_S = 8.0
+_DRAIN_POLL_S = 0.001
 
 # Spans opened without the dispatcher (record_function's ops cost 4x more per span); a
 # handle ends on any thread, so an async span ends where its future completes. Both give
@@ -207,13 +211,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
             _ask_admission(rec, tail[3], dst)
             way = recorder.peers.route(tail[4])
         native = bool(way) or rec.builtins_always_native
-    if native:
-        call[recorder.C_NATIVE] = True
-        if rec.shapes:
-            call[recorder.C_SHAPES] = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
-        target, payload, kw = func, args, kwargs
-    else:
-        target, payload, kw = wrapper, (header, func, args, kwargs), None
+    call[recorder.C_NATIVE] = native
     # no span without a profiler (trace=False): nothing would record it
     handle = _span_enter(tail[2]) if rec.traced else None
     # an rpc_async or remote call is settled lazily: with the profiler its span ends in
@@ -222,6 +220,18 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
     call[recorder.C_LAZY] = handle is not None and kind != "rpc_sync"
     call[recorder.C_SEND] = _time_ns()
     rec.add_call(call)
+    if native and not rec.builtins_always_native and not recorder.peers.admits(tail[4]):
+        # The callee stopped admitting since the route was read. Its ``_revoke`` waits
+        # for the native calls it finds added, so a call added before the revoke is
+        # waited for, and one whose check comes after it goes wrapped: none reaches the
+        # callee once its profiler has stopped.
+        native = call[recorder.C_NATIVE] = False
+    if native:
+        if rec.shapes:
+            call[recorder.C_SHAPES] = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
+        target, payload, kw = func, args, kwargs
+    else:
+        target, payload, kw = wrapper, (header, func, args, kwargs), None
     try:
         result = original(dst, target, payload, kw, timeout)
     except BaseException:
@@ -421,23 +431,58 @@ def _admit(caller: int) -> tuple:
     return token, time.time_ns(), boot_id()
 
 
-def _revoke(callee: int, token: str) -> None:
-    """Runs on a caller: ``callee``'s capture stops; builtins to it go wrapped from now on."""
+@rpc.functions.async_execution
+def _revoke(callee: int, token: str) -> Any:
+    """Runs on a caller: ``callee``'s capture stops; builtins to it go wrapped from now on.
+    Answers once the calls this process sent it natively have ended (at most _DRAIN_S), so
+    that the callee, which waits for the answer, records until they were served: one
+    still in flight would be served after its profiler stopped (no op in its file), or
+    cut there (an op that seems to end at the stop). Asynchronous, so that no RPC server
+    thread of this process waits: their answers may need one."""
     recorder.peers.revoke(callee, token)
+    answered: Any = torch.futures.Future()
+    rec = recorder.current
+    pending = [] if rec is None else rec.native_in_flight(callee)
+    if not pending:
+        answered.set_result(None)
+    else:
+        threading.Thread(target=_answer_when_ended, args=(rec, pending, answered), daemon=True,
+                         name="tracemerge-revoke").start()
+    return answered
+
+
+def _answer_when_ended(rec: recorder.Recorder, pending: list, answered: Any) -> None:
+    # an rpc_async's or remote's status is set when it is settled, an rpc_sync's when it
+    # returns: polled, since no Python runs when their futures complete (_issue)
+    deadline = time.monotonic() + _DRAIN_S
+    while time.monotonic() < deadline:
+        rec.settle(everything=True)
+        if all(c[recorder.C_STATUS] != "pending" for c in pending):
+            break
+        time.sleep(_DRAIN_POLL_S)
+    answered.set_result(None)
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:
     """Before this capture stops recording (at its end, while every caller still answers):
     admit no more native builtins and tell each caller admitted so far, so that builtins
-    sent after go wrapped (their callee side then comes back to the caller). A native
-    call still in flight may be served after the profiler stopped: combine then finds no
-    op for it and keeps the caller's side."""
+    sent after go wrapped (their callee side then comes back to the caller), and wait
+    until the builtins they sent natively before have been served (``_revoke``: every
+    caller at once, each at most _DRAIN_S). A call still running after that (or whose
+    caller did not answer) may be cut by the stop: combine then pairs it with what the
+    profiler wrote, or keeps its caller's side."""
     askers = rec.stop_admitting()
     if not askers or not (rpc.is_available() and api._is_current_rpc_agent_set()):
         return
     me = rpc.get_worker_info().id
+    told = []
     for caller in askers:
         try:
-            _ORIGINAL_RPC_SYNC(caller, _revoke, args=(me, rec.token), timeout=_HANDSHAKE_TIMEOUT_S)
+            told.append(_ORIGINAL_RPC_ASYNC(caller, _revoke, args=(me, rec.token), timeout=_HANDSHAKE_TIMEOUT_S))
         except Exception:  # the caller is gone: it calls no more
+            continue
+    for answer in told:
+        try:
+            answer.wait()
+        except Exception:  # gone since, or too slow: its calls in flight may be cut
             continue
