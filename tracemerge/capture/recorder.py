@@ -429,8 +429,10 @@ class Peers:
     threads (``Recorder.admit``: the caller then gets a token); until then, or when it said
     no, builtins go wrapped like Python functions (whose served wrapper notes the side).
     Before that callee stops recording it tells every caller it admitted (``revoke``), and
-    builtins to it go wrapped from then on. Nothing is counted or kept per call: the
-    pairing needs nothing but the records and the callee's trace.
+    builtins to it go wrapped from then on; it stops once the builtins sent to it natively
+    before have ended (``rpc._revoke`` finds them among the caller's records,
+    ``Recorder.native_in_flight``). Nothing else is counted or kept per call: the pairing
+    needs nothing but the records and the callee's trace.
     """
 
     # A callee that said no is asked again after this long: it may have been about to
