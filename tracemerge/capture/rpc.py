@@ -455,12 +455,14 @@ def _answer_when_ended(rec: recorder.Recorder, pending: list, answered: Any) -> 
     # an rpc_async's or remote's status is set when it is settled, an rpc_sync's when it
     # returns: polled, since no Python runs when their futures complete (_issue)
     deadline = time.monotonic() + _DRAIN_S
-    while time.monotonic() < deadline:
-        rec.settle(everything=True)
-        if all(c[recorder.C_STATUS] != "pending" for c in pending):
-            break
-        time.sleep(_DRAIN_POLL_S)
-    answered.set_result(None)
+    try:
+        while time.monotonic() < deadline:
+            rec.settle(everything=True)
+            if all(c[recorder.C_STATUS] != "pending" for c in pending):
+                break
+            time.sleep(_DRAIN_POLL_S)
+    finally:  # answered whatever happens here: the callee waits for it
+        answered.set_result(None)
 
 
 def stop_serving_natively(rec: recorder.Recorder) -> None:
