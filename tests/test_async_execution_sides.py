@@ -5,7 +5,6 @@ its caller ``end_by_ns``, when its side was seen done, in place of an end. Real 
 loopback; the function's future completes from a timer thread a planted delay after it
 returned, so the served time is known."""
 
-import gzip
 import json
 import textwrap
 
@@ -13,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli, free_port, run_job  # noqa: E402
+from tests.tracefiles import cli, free_port, load_output, run_job  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 DELAY_S = 0.03
@@ -86,11 +85,6 @@ def silent(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("silent"), "silent")
 
 
-def _doc(path):
-    with gzip.open(path) as f:
-        return json.load(f)
-
-
 def _callers(doc):
     return {r["rpc_id"]: r for r in doc["tracemerge"]["rpcs"] if r["role"] == "caller"}
 
@@ -103,7 +97,7 @@ def test_no_python_callback_of_the_capture_on_the_served_future(mode, request):
 
 
 def test_a_profiling_callee_has_its_end_from_the_span(profiles):
-    caller, callee = _doc(profiles / "rank0.json.gz"), _doc(profiles / "rank1.json.gz")
+    caller, callee = load_output(profiles / "rank0.json.gz"), load_output(profiles / "rank1.json.gz")
     calls = _callers(caller)
     assert len(calls) == CALLS
     own = {r["rpc_id"]: r for r in callee["tracemerge"]["rpcs"] if r["role"] == "callee"}
@@ -134,7 +128,7 @@ def test_a_profiling_callees_end_reaches_the_report(profiles):
 
 
 def test_a_silent_callee_bounds_its_end_when_seen_done(silent):
-    caller = _doc(silent / "rank0.json.gz")
+    caller = load_output(silent / "rank0.json.gz")
     calls = _callers(caller)
     [side] = caller["tracemerge"]["remote_sides"]
     got = {c["rpc_id"]: c for c in side["calls"]}

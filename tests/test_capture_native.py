@@ -12,7 +12,6 @@ recorded by the callee only: calls in flight together are told apart by their or
 ``exact`` (wrap_builtins) and ``light`` (``trace=False``: no events, the records only).
 """
 
-import gzip
 import json
 import os
 import sys
@@ -26,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from tracefiles import cli, free_port, run_job  # noqa: E402
+from tracefiles import cli, free_port, load_output, run_job  # noqa: E402
 
 from tracemerge import Job  # noqa: E402
 from tracemerge.capture import profile  # noqa: E402
@@ -139,11 +138,6 @@ if __name__ == "__main__":
     mp.spawn(_worker, args=(free_port(), sys.argv[1], sys.argv[2]), nprocs=WORLD)
 
 
-def _load(path):
-    with gzip.open(path) as f:
-        return json.load(f)
-
-
 def _callers(mode):
     return (0,) if mode in ("one", "onethread") else (0, 2)
 
@@ -154,7 +148,7 @@ def _callers(mode):
 def job(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     run_job([__file__, out, request.param], JOB_TIMEOUT_S)
-    ranks = {r: _load(out / f"rank{r}.json.gz") for r in range(WORLD)}
+    ranks = {r: load_output(out / f"rank{r}.json.gz") for r in range(WORLD)}
     reports = {r: json.loads((out / f"report{r}.json").read_text()) for r in range(WORLD)}
     return request.param, out, ranks, reports
 

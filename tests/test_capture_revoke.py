@@ -10,7 +10,6 @@ side comes back to worker0. Ground truth: the product's op in worker1's file, an
 ``combine`` finding both sides of every call.
 """
 
-import gzip
 import json
 import os
 import sys
@@ -23,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from tracefiles import cli, free_port, run_job  # noqa: E402
+from tracefiles import cli, free_port, load_output, run_job  # noqa: E402
 
 from tracemerge.capture import profile  # noqa: E402
 
@@ -66,16 +65,11 @@ def _worker(rank, port, out):
     rpc.shutdown()
 
 
-def _events(path):
-    with gzip.open(path) as f:
-        return json.load(f)
-
-
 def test_a_native_call_in_flight_when_its_callee_stops_keeps_both_sides(tmp_path):
     run_job([__file__, tmp_path], JOB_TIMEOUT_S)
     assert json.loads((tmp_path / "results.json").read_text()) == [N, 6]
     files = [tmp_path / f"rank{r}.json.gz" for r in range(2)]
-    caller, callee = (_events(f) for f in files)
+    caller, callee = (load_output(f) for f in files)
     calls = {r["func"]: r for r in caller["tracemerge"]["rpcs"] if r["role"] == "caller"}
     assert calls["aten::mm"].get("native") is True  # went as itself
     # the product's op is in worker1's file: it was served before worker1's profiler stopped
