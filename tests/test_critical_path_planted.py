@@ -143,22 +143,55 @@ def on_path(window, rank, name, start, end):
                if s.rank == rank and s.name == name)
 
 
+CONCURRENT_CALLS = 5   # planted_job.py: the planted call and CONCURRENT_MS's four shorter ones
+# two of the concurrent calls that ended closer than this on their callee: either may be the
+# reply the caller waited for last (the replies' transit differs by more than the gap)
+RACE_MARGIN_NS = 2_000_000
+
+
+def last_concurrent(job, rank, lo, hi):
+    """(name, start, end) of the concurrent call (a span named planted:conc...) of rank
+    within [lo, hi) that ended last, or None where another ended within RACE_MARGIN_NS of it."""
+    tl = job.ranks[rank]
+    spans = sorted((job.span_end[rank][i], job.span_start[rank][i], tl.names[tl.span_name[i]])
+                   for i in range(len(tl.span_name))
+                   if tl.names[tl.span_name[i]].startswith("planted:conc") and lo <= job.span_start[rank][i] < hi)
+    assert len(spans) == CONCURRENT_CALLS
+    (end, start, name), (runner_up, _, _) = spans[-1], spans[-2]
+    return None if end - runner_up < RACE_MARGIN_NS else (name, start, end)
+
+
 def test_every_planted_delay_is_on_the_path(planted):
+    """Each planted delay lies on the path of every step. The five concurrent calls race:
+    the caller waits for the one that ends last, the planted 50 ms one (not when halved),
+    unless the machine woke a shorter call's sleep later still (seen on 2 loaded cores: the
+    40 ms call overslept by 35 ms and ended 0.5 ms after it). So of those, the call that
+    ended last is the one on the path, in every step where it ended clearly last."""
     meta, job, windows, _ = planted
-    places = list(meta["places"])
     assert len(windows) == len(meta["steps"])
     shares = {}
-    for w, variant in zip(windows, meta["steps"]):
+    decided = planted_last = 0
+    for w in windows:
         assert_tiles(w)
         assert {s.kind for s in w.segments} <= set(KINDS)
         for place, (rank, _) in meta["places"].items():
-            if place == "conc" and variant == places.index("conc") + 1:
-                continue   # halved, the 25 ms call is no longer the longest of the five
+            if place == "conc":
+                last = last_concurrent(job, rank, w.start_ns, w.end_ns)
+                if last is None:
+                    continue
+                name, start, end = last
+                decided += 1
+                planted_last += name == "planted:conc"
+                shares.setdefault("the concurrent call that ended last", []).append(
+                    on_path(w, rank, name, start, end) / (end - start))
+                continue
             [(start, end)] = planted_spans(job, rank, place, w.start_ns, w.end_ns)
             share = on_path(w, rank, f"planted:{place}", start, end) / (end - start)
             shares.setdefault(place, []).append(share)
     for place, got in shares.items():
         assert min(got) >= 0.9, (place, got)
+    # not a vacuous check: most steps had a clear last call, and mostly the planted one
+    assert decided >= len(windows) // 2 and planted_last >= 1, (decided, planted_last)
 
 
 def test_no_idle_time_of_a_pool_thread_is_work_on_the_path(planted):
