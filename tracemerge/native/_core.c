@@ -256,6 +256,25 @@ static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
 static const uint8_t NULL_KEY[] = "\0null";   /* never a token's text: tokens have no NUL */
 static const uint8_t ZERO_KEY[] = "0";
 
+/* Kineto writes the events of a kind with the same bytes between one value and the next
+ * (",\n    \"name\": "), and the args of a kind with the same keys in the same order. A Sep
+ * is that text as the walk met it last time in the same place: from a value's end (or the
+ * object's '{') over whitespace, ',', whitespace, a key without escapes, whitespace, ':'
+ * and whitespace to the next value. Where the same bytes are there again and the byte
+ * after them is not whitespace, walking them would take the same steps to the same key,
+ * with no error on the way: one compare of 32 bytes stands for the ~50 instructions of
+ * the walk (ws, the ',', ws, the key's string and lookup, the ':'). */
+#define SEP_MAX 32
+#define EV_SEPS ((K_COUNT + 1) * 8)   /* by the previous key and ph & 7 (X s f i M differ) */
+#define ARG_SEPS 128                  /* by a hash of the args' keys so far and the event's cat */
+typedef struct {
+    _Alignas(16) uint8_t text[SEP_MAX];
+    uint32_t need;      /* a bit per byte of the text: (1 << len) - 1 */
+    uint8_t len;        /* 0: nothing learned */
+    uint8_t key;        /* the event key; in args, the ARG_ID_KEYS index + 1, or 0 */
+    uint8_t next;       /* in args: the state after this key */
+} Sep;
+
 typedef struct {
     const uint8_t *base, *p, *end;
     const char *why;            /* the reason the core gives up, or NULL */
@@ -270,6 +289,7 @@ typedef struct {
     /* the key that followed each key (K_COUNT: the event's start) last time: Kineto writes
      * an event kind's keys in one order, so the next key is tried first by one compare */
     uint8_t next_key[K_COUNT + 1];
+    Sep ev_sep[EV_SEPS], arg_sep[ARG_SEPS];
 } P;
 
 #define FAIL(ps, msg) do { if (!(ps)->why) (ps)->why = (msg); return 0; } while (0)
@@ -313,6 +333,33 @@ static inline int colon(P *ps, const char *expected) {
     ws(ps);
     if (ps->p >= ps->end) FAIL(ps, "unexpected end");
     return 1;
+}
+
+/* 1 when the text learned in sp is at s and the byte after it is not whitespace (ws()
+ * would stop there, as it did when the text was learned) */
+static ALWAYS_INLINE int sep_at(const Sep *sp, const uint8_t *s, const uint8_t *e) {
+    if (!sp->len || e - s <= SEP_MAX) return 0;  /* 32 bytes readable and the one after the text */
+#ifdef __SSE2__
+    unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)s),
+                                                             _mm_load_si128((const __m128i *)sp->text))) |
+                  (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 16)),
+                                                             _mm_load_si128((const __m128i *)(sp->text + 16)))) << 16;
+    if ((eq & sp->need) != sp->need) return 0;
+#else
+    if (memcmp(s, sp->text, sp->len) != 0) return 0;
+#endif
+    return !is_ws(s[sp->len]);
+}
+
+/* remember the text s..s+len (the walk took it, with a key without escapes) for sp's place */
+static void sep_learn(Sep *sp, const uint8_t *s, size_t len, int key, unsigned next) {
+    if (len > SEP_MAX) { sp->len = 0; return; }
+    memset(sp->text, 0, SEP_MAX);
+    memcpy(sp->text, s, len);
+    sp->need = len == 32 ? 0xFFFFFFFFu : (1u << len) - 1;
+    sp->len = (uint8_t)len;
+    sp->key = (uint8_t)key;
+    sp->next = (uint8_t)next;
 }
 
 /* Validate one UTF-8 sequence starting at p (p[0] >= 0x80); returns its length or 0. */
@@ -717,19 +764,44 @@ static int parse_args(P *ps, Ev *ev) {
     const uint8_t *start = ps->p;
     uint32_t first = (uint32_t)ps->nai;
     int esc_any = 0, value_tokens = 0;  /* strings among the values that spell an id key */
-    ps->p++;  /* '{' */
-    ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') { ps->p++; goto done; }
-    for (;;) {
-        ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key in args");
-        const uint8_t *k0 = ps->p;
-        int esc;
-        if (!string(ps, &esc)) return 0;
-        esc_any |= esc;
-        size_t klen = (size_t)(ps->p - k0) - 2;
-        int is_id = arg_id_key(k0 + 1, klen);
-        if (!colon(ps, "expected : in args")) return 0;
+    /* the Seps of args: the state is a hash of the event's cat (Kineto writes it before the
+     * args; a kernel's args differ from a cpu_op's) and of the keys so far */
+    unsigned st = (ev->flags & F_CAT) ? (unsigned)((word_of((const char *)ps->base + ev->cat_off, ev->cat_len < 8 ? ev->cat_len : 8)
+                                                    * KEY_HASH_MUL) >> 57) : 0;
+    for (int first_key = 1;; first_key = 0) {
+        const uint8_t *s0 = ps->p;  /* the args' '{' or the last value's end */
+        Sep *sp = &ps->arg_sep[st];
+        int is_id;
+        if (sep_at(sp, s0, ps->end)) {
+            ps->p = s0 + sp->len;
+            is_id = (int)sp->key - 1;
+            st = sp->next;
+        } else {
+            if (first_key) {
+                ps->p++;  /* '{' */
+                ws(ps);
+                if (ps->p < ps->end && *ps->p == '}') { ps->p++; break; }
+            } else {
+                ws(ps);
+                if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+                if (*ps->p == ',') ps->p++;
+                else if (*ps->p == '}') { ps->p++; break; }
+                else FAIL(ps, "expected , or } in args");
+            }
+            ws(ps);
+            if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key in args");
+            const uint8_t *k0 = ps->p;
+            int esc;
+            if (!string(ps, &esc)) return 0;
+            esc_any |= esc;
+            size_t klen = (size_t)(ps->p - k0) - 2;
+            is_id = arg_id_key(k0 + 1, klen);
+            if (!colon(ps, "expected : in args")) return 0;
+            unsigned next = (unsigned)(((word_of((const char *)k0 + 1, klen < 8 ? klen : 8) ^ klen) + st * 0x9E3779B97F4A7C15ULL)
+                                       * KEY_HASH_MUL >> 57);
+            if (!esc) sep_learn(sp, s0, (size_t)(ps->p - s0), is_id + 1, next);
+            st = next;
+        }
         if (is_id >= 0) {
             const uint8_t *v0 = ps->p;
             int isint, digits, canon;
@@ -759,21 +831,14 @@ static int parse_args(P *ps, Ev *ev) {
             } else {
                 int braces = 0;
                 const uint8_t *v0 = ps->p;
-                if (c == '[' && number_list(ps)) goto next;  /* a kernel's "grid": [64, 1, 1] */
+                if (c == '[' && number_list(ps)) continue;  /* a kernel's "grid": [64, 1, 1] */
                 if (ps->why) return 0;  /* a bad number: skip_value would stop there the same way */
                 ps->p = v0;
                 if (!skip_value(ps, &braces, &value_tokens)) return 0;
                 if (braces) FAIL(ps, "nested object in args");
             }
         }
-    next:
-        ws(ps);
-        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
-        if (*ps->p == ',') { ps->p++; continue; }
-        if (*ps->p == '}') { ps->p++; break; }
-        FAIL(ps, "expected , or } in args");
     }
-done:;
     size_t len = (size_t)(ps->p - start);
     const uint8_t *s = start;
     /* the Python path counts '{' bytes and id-key tokens in the text, strings included */
@@ -873,26 +938,46 @@ static int event(P *ps) {
     uint32_t seen = 0;
     int prev = K_COUNT;
     if (ps->p >= ps->end || *ps->p != '{') FAIL(ps, "an event that is not an object");
-    ps->p++;
-    ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') FAIL(ps, "an empty event");
-    for (;;) {
-        ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key");
-        const uint8_t *k0 = ps->p;
-        int esc;
-        int k = expected_key(ps, k0, ps->next_key[prev]);
-        if (k < 0) {  /* not the expected key: the string, then the key it spells */
-            if (!string(ps, &esc)) return 0;
-            if (esc) FAIL(ps, "an escaped key");
-            k = key_id_at((const char *)k0 + 1, (size_t)(ps->p - k0) - 2, (size_t)(ps->end - k0) - 1);
-            if (k < 0) FAIL(ps, "a key the core does not know");
-            ps->next_key[prev] = (uint8_t)k;
+    for (int first = 1;; first = 0) {
+        /* from the event's '{' or the last value's end to the next value: the text met here
+         * last time (Sep), else walked */
+        const uint8_t *s0 = ps->p;
+        Sep *sp = &ps->ev_sep[prev * 8 + (ev->ph & 7)];
+        int esc, k;
+        if (sep_at(sp, s0, ps->end)) {
+            ps->p = s0 + sp->len;
+            k = sp->key;
+            prev = k;
+            if (seen & (1u << k)) FAIL(ps, "a repeated key");
+        } else {
+            if (first) {
+                ps->p++;
+                ws(ps);
+                if (ps->p < ps->end && *ps->p == '}') FAIL(ps, "an empty event");
+            } else {
+                ws(ps);
+                if (ps->p >= ps->end) FAIL(ps, "unexpected end");
+                if (*ps->p == ',') ps->p++;
+                else if (*ps->p == '}') { ps->p++; break; }
+                else FAIL(ps, "expected , or } after a value");
+            }
+            ws(ps);
+            if (ps->p >= ps->end || *ps->p != '"') FAIL(ps, "expected a key");
+            const uint8_t *k0 = ps->p;
+            k = expected_key(ps, k0, ps->next_key[prev]);
+            if (k < 0) {  /* not the expected key: the string, then the key it spells */
+                if (!string(ps, &esc)) return 0;
+                if (esc) FAIL(ps, "an escaped key");
+                k = key_id_at((const char *)k0 + 1, (size_t)(ps->p - k0) - 2, (size_t)(ps->end - k0) - 1);
+                if (k < 0) FAIL(ps, "a key the core does not know");
+                ps->next_key[prev] = (uint8_t)k;
+            }
+            prev = k;
+            if (seen & (1u << k)) FAIL(ps, "a repeated key");
+            if (!colon(ps, "expected :")) return 0;
+            sep_learn(sp, s0, (size_t)(ps->p - s0), k, 0);
         }
-        prev = k;
-        if (seen & (1u << k)) FAIL(ps, "a repeated key");
         seen |= 1u << k;
-        if (!colon(ps, "expected :")) return 0;
         const uint8_t *v0 = ps->p;
         uint8_t c = *v0;
         int isint, digits, canon;
@@ -973,11 +1058,6 @@ static int event(P *ps) {
             x->len = len;
         }
         }
-        ws(ps);
-        if (ps->p >= ps->end) FAIL(ps, "unexpected end");
-        if (*ps->p == ',') { ps->p++; continue; }
-        if (*ps->p == '}') { ps->p++; break; }
-        FAIL(ps, "expected , or } after a value");
     }
     if (!(seen & (1u << K_PH))) FAIL(ps, "an event without ph");
     if (!(seen & (1u << K_PID))) ev->flags |= F_PID_ABSENT;
