@@ -147,6 +147,16 @@ typedef struct { Slot *slots; size_t mask, count; Key *keys; size_t kcap; Slot l
 
 /* a == b for n bytes, by (overlapping) word loads: no call for the short texts of a trace */
 static inline int same_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
+#ifdef __SSE2__
+    if (n >= 16) {  /* long kernel names: 16 bytes a step, the last 16 overlapping */
+        for (size_t k = 0; k + 16 <= n; k += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(a + k)), y = _mm_loadu_si128((const __m128i *)(b + k));
+            if (_mm_movemask_epi8(_mm_cmpeq_epi8(x, y)) != 0xFFFF) return 0;
+        }
+        __m128i x = _mm_loadu_si128((const __m128i *)(a + n - 16)), y = _mm_loadu_si128((const __m128i *)(b + n - 16));
+        return _mm_movemask_epi8(_mm_cmpeq_epi8(x, y)) == 0xFFFF;
+    }
+#endif
     if (n >= 8) {
         uint64_t x, y;
         for (size_t k = 0; k + 8 <= n; k += 8) {
@@ -253,6 +263,12 @@ static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
     return t->slots[h].code;
 }
 
+/* Names are interned by a small table of the names met last, by their length and their first
+ * and last 8 bytes (no loop over a long kernel name for its hash), each checked whole;
+ * missing there, by intern(). The code of a text never changes within a scan. */
+#define NAME_HINTS 256
+typedef struct { uint64_t head, tail; const uint8_t *s; uint32_t len; int32_t code; } NameHint;
+
 static const uint8_t NULL_KEY[] = "\0null";   /* never a token's text: tokens have no NUL */
 static const uint8_t ZERO_KEY[] = "0";
 
@@ -286,6 +302,7 @@ typedef struct {
     uint8_t voff, vlen; /* a Value: its value's span in the text */
     uint8_t misses;     /* a Value: misses in a row; from VALUE_MISSES on, no more tries */
     uint16_t next;      /* in args: the state after this key */
+    int32_t code;       /* an event's Value: its value's code in its table once interned, else -1 */
 } Sep;
 #define VALUE_MISSES 4
 
@@ -303,6 +320,7 @@ typedef struct {
     /* the key that followed each key (K_COUNT: the event's start) last time: Kineto writes
      * an event kind's keys in one order, so the next key is tried first by one compare */
     uint8_t next_key[K_COUNT + 1];
+    NameHint name_hint[NAME_HINTS];
     Sep ev_sep[EV_SEPS], arg_sep[ARG_SEPS];
     Sep ev_value[EV_SEPS], arg_value[ARG_SEPS];
 } P;
@@ -409,10 +427,10 @@ static ALWAYS_INLINE int value_at(Sep *sp, const uint8_t *s, const uint8_t *e) {
 
 /* remember the text s0..v1 and the byte after it (the walk took it: a Sep's text, then a
  * value v0..v1 it records by its span alone) for sp's place */
-static void value_learn(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uint8_t *v1, const uint8_t *e,
+static Sep *value_learn(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uint8_t *v1, const uint8_t *e,
                         int key, unsigned next) {
     size_t len = (size_t)(v1 - s0);
-    if (sp->misses >= VALUE_MISSES || v1 >= e || len + 1 > SEP_MAX) { sp->len = 0; return; }
+    if (sp->misses >= VALUE_MISSES || v1 >= e || len + 1 > SEP_MAX) { sp->len = 0; return NULL; }
     memset(sp->text, 0, SEP_MAX);
     memcpy(sp->text, s0, len + 1);
     sp->need = len + 1 == 32 ? 0xFFFFFFFFu : (1u << (len + 1)) - 1;
@@ -421,6 +439,8 @@ static void value_learn(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uin
     sp->next = (uint16_t)next;
     sp->voff = (uint8_t)(v0 - s0);
     sp->vlen = (uint8_t)(v1 - v0);
+    sp->code = -1;
+    return sp;
 }
 
 /* Validate one UTF-8 sequence starting at p (p[0] >= 0x80); returns its length or 0. */
@@ -1008,6 +1028,9 @@ static int event(P *ps) {
     ev->argid_first = (uint32_t)ps->nai;
     uint32_t seen = 0;
     int prev = K_COUNT;
+    /* the Values that gave (or learned) the cat, pid and tid: a Value's text is one token's,
+     * whose code, once interned, it keeps (a text's code never changes within a scan) */
+    Sep *cat_v = NULL, *pid_v = NULL, *tid_v = NULL;
     if (ps->p >= ps->end || *ps->p != '{') FAIL(ps, "an event that is not an object");
     for (int first = 1;; first = 0) {
         /* from the event's '{' or the last value's end to the next value: the text met here
@@ -1024,9 +1047,9 @@ static int event(P *ps) {
             uint32_t off = (uint32_t)(v0 - ps->base);
             switch (k) {
             case K_PH: ev->ph = v0[1]; break;
-            case K_CAT: ev->cat_off = off; ev->cat_len = vp->vlen; ev->flags |= F_CAT; break;
-            case K_PID: ev->pid_off = off; ev->pid_len = vp->vlen; break;
-            default: ev->tid_off = off; ev->tid_len = vp->vlen; break;  /* K_TID */
+            case K_CAT: ev->cat_off = off; ev->cat_len = vp->vlen; ev->flags |= F_CAT; cat_v = vp; break;
+            case K_PID: ev->pid_off = off; ev->pid_len = vp->vlen; pid_v = vp; break;
+            default: ev->tid_off = off; ev->tid_len = vp->vlen; tid_v = vp; break;  /* K_TID */
             }
             ps->p = s0 + vp->len;
             continue;
@@ -1089,7 +1112,7 @@ static int event(P *ps) {
             if (k == K_NAME) { ev->name_off = (uint32_t)(v0 - ps->base); ev->name_len = (uint32_t)(ps->p - v0); ev->flags |= F_NAME; }
             else {
                 ev->cat_off = (uint32_t)(v0 - ps->base); ev->cat_len = (uint32_t)(ps->p - v0); ev->flags |= F_CAT;
-                value_learn(vp, s0, v0, ps->p, ps->end, k, 0);
+                cat_v = value_learn(vp, s0, v0, ps->p, ps->end, k, 0);
             }
             break;
         case K_PID:
@@ -1110,7 +1133,8 @@ static int event(P *ps) {
             }
             if (k == K_PID) { ev->pid_off = (uint32_t)(v0 - ps->base); ev->pid_len = (uint32_t)(ps->p - v0); }
             else { ev->tid_off = (uint32_t)(v0 - ps->base); ev->tid_len = (uint32_t)(ps->p - v0); }
-            value_learn(vp, s0, v0, ps->p, ps->end, k, 0);
+            if (k == K_PID) pid_v = value_learn(vp, s0, v0, ps->p, ps->end, k, 0);
+            else tid_v = value_learn(vp, s0, v0, ps->p, ps->end, k, 0);
             break;
         case K_TS:
         case K_DUR:
@@ -1157,16 +1181,35 @@ static int event(P *ps) {
     {
         const uint8_t *b = ps->base;
         int fresh;
-        int32_t c1 = (ev->flags & F_NAME) ? intern(&ps->t_name, b + ev->name_off, ev->name_len, &fresh)
-                                          : intern(&ps->t_name, NULL_KEY, 5, &fresh);
-        int32_t c2 = (ev->flags & F_CAT) ? intern(&ps->t_cat, b + ev->cat_off, ev->cat_len, &fresh)
-                                         : intern(&ps->t_cat, NULL_KEY, 5, &fresh);
-        int32_t c3 = (ev->flags & F_PID_ABSENT) ? intern(&ps->t_pid, ZERO_KEY, 1, &fresh)
-                                                : intern(&ps->t_pid, b + ev->pid_off, ev->pid_len, &fresh);
-        int32_t c4 = (ev->flags & F_TID_NULL) ? intern(&ps->t_tid, NULL_KEY, 5, &fresh)
+        int32_t c1;
+        if (ev->flags & F_NAME) {
+            const uint8_t *nm = b + ev->name_off;
+            uint32_t n = ev->name_len;  /* at least 2: the quotes */
+            uint64_t head = head_word(nm, n, ps->end), tail = n > 8 ? head_word(nm + n - 8, 8, ps->end) : 0;
+            NameHint *h = &ps->name_hint[((head ^ (tail * 0x9E3779B97F4A7C15ULL) ^ n) * KEY_HASH_MUL) >> 56];
+            if (h->len == n && h->head == head && h->tail == tail && (n <= 16 || same_bytes(h->s + 8, nm + 8, n - 16))) {
+                c1 = h->code;
+            } else {
+                c1 = intern(&ps->t_name, nm, n, &fresh);
+                if (c1 >= 0) { h->head = head; h->tail = tail; h->s = nm; h->len = n; h->code = c1; }
+            }
+        } else {
+            c1 = intern(&ps->t_name, NULL_KEY, 5, &fresh);
+        }
+        int32_t c2 = cat_v && cat_v->code >= 0 ? cat_v->code
+                   : (ev->flags & F_CAT) ? intern(&ps->t_cat, b + ev->cat_off, ev->cat_len, &fresh)
+                   : intern(&ps->t_cat, NULL_KEY, 5, &fresh);
+        int32_t c3 = pid_v && pid_v->code >= 0 ? pid_v->code
+                   : (ev->flags & F_PID_ABSENT) ? intern(&ps->t_pid, ZERO_KEY, 1, &fresh)
+                   : intern(&ps->t_pid, b + ev->pid_off, ev->pid_len, &fresh);
+        int32_t c4 = tid_v && tid_v->code >= 0 ? tid_v->code
+                   : (ev->flags & F_TID_NULL) ? intern(&ps->t_tid, NULL_KEY, 5, &fresh)
                    : (ev->flags & F_TID_ABSENT) ? intern(&ps->t_tid, ZERO_KEY, 1, &fresh)
                    : intern(&ps->t_tid, b + ev->tid_off, ev->tid_len, &fresh);
         if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0) FAIL(ps, "out of memory");
+        if (cat_v) cat_v->code = c2;
+        if (pid_v) pid_v->code = c3;
+        if (tid_v) tid_v->code = c4;
         ev->name_code = c1;
         ev->cat_code = c2;  /* a code of t_cat: Scan.cat_map maps it (in columns()) */
         ev->pid_code = c3;
