@@ -263,10 +263,11 @@ static int32_t intern(Table *t, const uint8_t *s, uint32_t len, int *fresh) {
     return t->slots[h].code;
 }
 
-/* Names are interned by a small table of the names met last, by their length and their first
- * and last 8 bytes (no loop over a long kernel name for its hash), each checked whole;
- * missing there, by intern(). The code of a text never changes within a scan. */
+/* Tokens are interned by a small table of the tokens met last, by their length and their
+ * first and last 8 bytes (no loop over a long kernel name for its hash, no call), each
+ * checked whole; missing there, by intern(). The code of a text never changes within a scan. */
 #define NAME_HINTS 256
+#define SHORT_HINTS 64    /* cats, pids, tids: few */
 typedef struct { uint64_t head, tail; const uint8_t *s; uint32_t len; int32_t code; } NameHint;
 
 static const uint8_t NULL_KEY[] = "\0null";   /* never a token's text: tokens have no NUL */
@@ -320,7 +321,7 @@ typedef struct {
     /* the key that followed each key (K_COUNT: the event's start) last time: Kineto writes
      * an event kind's keys in one order, so the next key is tried first by one compare */
     uint8_t next_key[K_COUNT + 1];
-    NameHint name_hint[NAME_HINTS];
+    NameHint name_hint[NAME_HINTS], cat_hint[SHORT_HINTS], pid_hint[SHORT_HINTS], tid_hint[SHORT_HINTS];
     Sep ev_sep[EV_SEPS], arg_sep[ARG_SEPS];
     Sep ev_value[EV_SEPS], arg_value[ARG_SEPS];
 } P;
@@ -1010,6 +1011,18 @@ static inline int expected_key(P *ps, const uint8_t *k0, int k) {
     return -1;
 }
 
+/* the code of the token s (n bytes, n >= 1, within the buffer) in t, by hints (NameHint), else intern() */
+static ALWAYS_INLINE int32_t intern_hinted(P *ps, Table *t, unsigned count, NameHint *hints, const uint8_t *s, uint32_t n) {
+    uint64_t head = head_word(s, n, ps->end), tail = n > 8 ? head_word(s + n - 8, 8, ps->end) : 0;
+    NameHint *h = &hints[((head ^ (tail * 0x9E3779B97F4A7C15ULL) ^ n) * KEY_HASH_MUL) >> 56 & (count - 1)];
+    if (h->len == n && h->head == head && h->tail == tail && (n <= 16 || same_bytes(h->s + 8, s + 8, n - 16)))
+        return h->code;
+    int fresh;
+    int32_t c = intern(t, s, n, &fresh);
+    if (c >= 0) { h->head = head; h->tail = tail; h->s = s; h->len = n; h->code = c; }
+    return c;
+}
+
 static int event(P *ps) {
     if (!grow((void **)&ps->ev, &ps->cap, ps->n + 1, sizeof(Ev))) FAIL(ps, "out of memory");
     Ev *ev = &ps->ev[ps->n];
@@ -1181,31 +1194,18 @@ static int event(P *ps) {
     {
         const uint8_t *b = ps->base;
         int fresh;
-        int32_t c1;
-        if (ev->flags & F_NAME) {
-            const uint8_t *nm = b + ev->name_off;
-            uint32_t n = ev->name_len;  /* at least 2: the quotes */
-            uint64_t head = head_word(nm, n, ps->end), tail = n > 8 ? head_word(nm + n - 8, 8, ps->end) : 0;
-            NameHint *h = &ps->name_hint[((head ^ (tail * 0x9E3779B97F4A7C15ULL) ^ n) * KEY_HASH_MUL) >> 56];
-            if (h->len == n && h->head == head && h->tail == tail && (n <= 16 || same_bytes(h->s + 8, nm + 8, n - 16))) {
-                c1 = h->code;
-            } else {
-                c1 = intern(&ps->t_name, nm, n, &fresh);
-                if (c1 >= 0) { h->head = head; h->tail = tail; h->s = nm; h->len = n; h->code = c1; }
-            }
-        } else {
-            c1 = intern(&ps->t_name, NULL_KEY, 5, &fresh);
-        }
+        int32_t c1 = (ev->flags & F_NAME) ? intern_hinted(ps, &ps->t_name, NAME_HINTS, ps->name_hint, b + ev->name_off, ev->name_len)
+                                          : intern(&ps->t_name, NULL_KEY, 5, &fresh);
         int32_t c2 = cat_v && cat_v->code >= 0 ? cat_v->code
-                   : (ev->flags & F_CAT) ? intern(&ps->t_cat, b + ev->cat_off, ev->cat_len, &fresh)
+                   : (ev->flags & F_CAT) ? intern_hinted(ps, &ps->t_cat, SHORT_HINTS, ps->cat_hint, b + ev->cat_off, ev->cat_len)
                    : intern(&ps->t_cat, NULL_KEY, 5, &fresh);
         int32_t c3 = pid_v && pid_v->code >= 0 ? pid_v->code
                    : (ev->flags & F_PID_ABSENT) ? intern(&ps->t_pid, ZERO_KEY, 1, &fresh)
-                   : intern(&ps->t_pid, b + ev->pid_off, ev->pid_len, &fresh);
+                   : intern_hinted(ps, &ps->t_pid, SHORT_HINTS, ps->pid_hint, b + ev->pid_off, ev->pid_len);
         int32_t c4 = tid_v && tid_v->code >= 0 ? tid_v->code
                    : (ev->flags & F_TID_NULL) ? intern(&ps->t_tid, NULL_KEY, 5, &fresh)
                    : (ev->flags & F_TID_ABSENT) ? intern(&ps->t_tid, ZERO_KEY, 1, &fresh)
-                   : intern(&ps->t_tid, b + ev->tid_off, ev->tid_len, &fresh);
+                   : intern_hinted(ps, &ps->t_tid, SHORT_HINTS, ps->tid_hint, b + ev->tid_off, ev->tid_len);
         if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0) FAIL(ps, "out of memory");
         if (cat_v) cat_v->code = c2;
         if (pid_v) pid_v->code = c3;
