@@ -324,6 +324,12 @@ typedef struct {
     NameHint name_hint[NAME_HINTS], cat_hint[SHORT_HINTS], pid_hint[SHORT_HINTS], tid_hint[SHORT_HINTS];
     Sep ev_sep[EV_SEPS], arg_sep[ARG_SEPS];
     Sep ev_value[EV_SEPS], arg_value[ARG_SEPS];
+    /* a Tail: from an event's last value over its '}', the ',' and whitespace, with the next
+     * event's '{' (the document's loop met them last time after the same place) */
+    Sep ev_tail[EV_SEPS];
+    const uint8_t *tail;    /* where the last event's Tail starts, */
+    Sep *tail_sep;          /* and the place it is learned for (NULL: none) */
+    int at_event;           /* 1: a Tail was met: ps->p is at the next event's '{' */
 } P;
 
 #define FAIL(ps, msg) do { if (!(ps)->why) (ps)->why = (msg); return 0; } while (0)
@@ -406,6 +412,30 @@ static void sep_learn(Sep *sp, const uint8_t *s, size_t len, int key, unsigned n
     sp->len = (uint8_t)len;
     sp->key = (uint8_t)key;
     sp->next = (uint16_t)next;
+}
+
+/* 1 when the text learned in sp and the byte after it are at s (a Tail: the byte is '{') */
+static ALWAYS_INLINE int text_at(const Sep *sp, const uint8_t *s, const uint8_t *e) {
+    if (!sp->len || e - s <= SEP_MAX) return 0;
+#ifdef __SSE2__
+    unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)s),
+                                                             _mm_load_si128((const __m128i *)sp->text))) |
+                  (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 16)),
+                                                             _mm_load_si128((const __m128i *)(sp->text + 16)))) << 16;
+    return (eq & sp->need) == sp->need;
+#else
+    return memcmp(s, sp->text, (size_t)sp->len + 1) == 0;
+#endif
+}
+
+/* remember s..t and the byte at t (t < the buffer's end) for sp's place */
+static void text_learn(Sep *sp, const uint8_t *s, const uint8_t *t) {
+    size_t len = (size_t)(t - s);
+    if (len + 1 > SEP_MAX) { sp->len = 0; return; }
+    memset(sp->text, 0, SEP_MAX);
+    memcpy(sp->text, s, len + 1);
+    sp->need = len + 1 == 32 ? 0xFFFFFFFFu : (1u << (len + 1)) - 1;
+    sp->len = (uint8_t)len;
 }
 
 /* 1 when the Value learned in sp (its text and the byte after its value) is at s */
@@ -1078,10 +1108,16 @@ static int event(P *ps) {
                 ws(ps);
                 if (ps->p < ps->end && *ps->p == '}') FAIL(ps, "an empty event");
             } else {
+                Sep *tp = &ps->ev_tail[place];
+                if (text_at(tp, s0, ps->end)) {  /* the event's end, the ',' and the next event's '{' */
+                    ps->p = s0 + tp->len;
+                    ps->at_event = 1;
+                    break;
+                }
                 ws(ps);
                 if (ps->p >= ps->end) FAIL(ps, "unexpected end");
                 if (*ps->p == ',') ps->p++;
-                else if (*ps->p == '}') { ps->p++; break; }
+                else if (*ps->p == '}') { ps->p++; ps->tail = s0; ps->tail_sep = tp; break; }
                 else FAIL(ps, "expected , or } after a value");
             }
             ws(ps);
@@ -1292,10 +1328,18 @@ static int document(P *ps, PyObject *top) {
             if (ps->p < ps->end && *ps->p == ']') ps->p++;
             else for (;;) {
                 ws(ps);
+                ps->tail_sep = NULL;
                 if (!event(ps)) { Py_DECREF(key); return 0; }
+                if (ps->at_event) { ps->at_event = 0; continue; }  /* at the next event's '{' (a Tail) */
                 ws(ps);
                 if (ps->p >= ps->end) { Py_DECREF(key); FAIL(ps, "unexpected end"); }
-                if (*ps->p == ',') { ps->p++; continue; }
+                if (*ps->p == ',') {
+                    ps->p++;
+                    ws(ps);
+                    /* the text from the event's last value to the next event's '{', for next time */
+                    if (ps->tail_sep && ps->p < ps->end && *ps->p == '{') text_learn(ps->tail_sep, ps->tail, ps->p);
+                    continue;
+                }
                 if (*ps->p == ']') { ps->p++; break; }
                 Py_DECREF(key);
                 FAIL(ps, "expected , or ] in traceEvents");
