@@ -387,6 +387,12 @@ static inline uint64_t head_word(const uint8_t *s, size_t n, const uint8_t *e) {
     return word_of((const char *)s, n < 8 ? n : 8);
 }
 
+/* the n (<= SEP_MAX) bytes at s into sp's text: the bytes past them are never compared (need) */
+static inline void copy_text(Sep *sp, const uint8_t *s, size_t n, const uint8_t *e) {
+    if (e - s >= SEP_MAX) memcpy(sp->text, s, SEP_MAX);  /* a fixed size: two moves, no call */
+    else memcpy(sp->text, s, n);
+}
+
 /* 1 when the text learned in sp is at s and the byte after it is not whitespace (ws()
  * would stop there, as it did when the text was learned) */
 static ALWAYS_INLINE int sep_at(const Sep *sp, const uint8_t *s, const uint8_t *e) {
@@ -404,10 +410,9 @@ static ALWAYS_INLINE int sep_at(const Sep *sp, const uint8_t *s, const uint8_t *
 }
 
 /* remember the text s..s+len (the walk took it, with a key without escapes) for sp's place */
-static void sep_learn(Sep *sp, const uint8_t *s, size_t len, int key, unsigned next) {
+static void sep_learn(Sep *sp, const uint8_t *s, size_t len, const uint8_t *e, int key, unsigned next) {
     if (len > SEP_MAX) { sp->len = 0; return; }
-    memset(sp->text, 0, SEP_MAX);
-    memcpy(sp->text, s, len);
+    copy_text(sp, s, len, e);
     sp->need = len == 32 ? 0xFFFFFFFFu : (1u << len) - 1;
     sp->len = (uint8_t)len;
     sp->key = (uint8_t)key;
@@ -429,11 +434,10 @@ static ALWAYS_INLINE int text_at(const Sep *sp, const uint8_t *s, const uint8_t 
 }
 
 /* remember s..t and the byte at t (t < the buffer's end) for sp's place */
-static void text_learn(Sep *sp, const uint8_t *s, const uint8_t *t) {
+static void text_learn(Sep *sp, const uint8_t *s, const uint8_t *t, const uint8_t *e) {
     size_t len = (size_t)(t - s);
     if (len + 1 > SEP_MAX) { sp->len = 0; return; }
-    memset(sp->text, 0, SEP_MAX);
-    memcpy(sp->text, s, len + 1);
+    copy_text(sp, s, len + 1, e);
     sp->need = len + 1 == 32 ? 0xFFFFFFFFu : (1u << (len + 1)) - 1;
     sp->len = (uint8_t)len;
 }
@@ -462,8 +466,7 @@ static Sep *value_learn(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uin
                         int key, unsigned next) {
     size_t len = (size_t)(v1 - s0);
     if (sp->misses >= VALUE_MISSES || v1 >= e || len + 1 > SEP_MAX) { sp->len = 0; return NULL; }
-    memset(sp->text, 0, SEP_MAX);
-    memcpy(sp->text, s0, len + 1);
+    copy_text(sp, s0, len + 1, e);
     sp->need = len + 1 == 32 ? 0xFFFFFFFFu : (1u << (len + 1)) - 1;
     sp->len = (uint8_t)len;
     sp->key = (uint8_t)key;
@@ -916,7 +919,7 @@ static int parse_args(P *ps, Ev *ev) {
             if (!colon(ps, "expected : in args")) return 0;
             unsigned next = (unsigned)(((head_word(k0 + 1, klen, ps->end) ^ klen) + st * 0x9E3779B97F4A7C15ULL)
                                        * KEY_HASH_MUL >> (64 - ARG_BITS));
-            if (!esc) sep_learn(sp, s0, (size_t)(ps->p - s0), is_id + 1, next);
+            if (!esc) sep_learn(sp, s0, (size_t)(ps->p - s0), ps->end, is_id + 1, next);
             st = next;
             key_esc = esc;
         }
@@ -934,7 +937,12 @@ static int parse_args(P *ps, Ev *ev) {
             a->off = (uint32_t)(v0 - ps->base);
             a->len = (uint16_t)(ps->p - v0);  /* at most MAX_DIGITS, checked above */
             a->key = (uint16_t)is_id;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            /* digits only (checked above): 8 at a time where 8 bytes are readable past them */
+            a->value = ps->end - v0 >= (Py_ssize_t)a->len + 8 ? (int64_t)digits_value(v0, a->len) : parse_int(v0, a->len);
+#else
             a->value = parse_int(v0, a->len);
+#endif
         } else {
             /* a string value may spell an id key: the Python path's text search would see it */
             uint8_t c = *ps->p;
@@ -1134,7 +1142,7 @@ static int event(P *ps) {
             prev = k;
             if (seen & (1u << k)) FAIL(ps, "a repeated key");
             if (!colon(ps, "expected :")) return 0;
-            sep_learn(sp, s0, (size_t)(ps->p - s0), k, 0);
+            sep_learn(sp, s0, (size_t)(ps->p - s0), ps->end, k, 0);
         }
         seen |= 1u << k;
         const uint8_t *v0 = ps->p;
@@ -1337,7 +1345,7 @@ static int document(P *ps, PyObject *top) {
                     ps->p++;
                     ws(ps);
                     /* the text from the event's last value to the next event's '{', for next time */
-                    if (ps->tail_sep && ps->p < ps->end && *ps->p == '{') text_learn(ps->tail_sep, ps->tail, ps->p);
+                    if (ps->tail_sep && ps->p < ps->end && *ps->p == '{') text_learn(ps->tail_sep, ps->tail, ps->p, ps->end);
                     continue;
                 }
                 if (*ps->p == ']') { ps->p++; break; }
