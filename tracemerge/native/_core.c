@@ -803,6 +803,25 @@ static ALWAYS_INLINE int plain_decimal(P *ps, double *out) {
     uint64_t m = 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (e - d0 >= 40) {  /* room for every 8-byte load below: the runs of digits found 16 bytes a step, read 8 a step */
+#ifdef __SSE2__
+        /* both runs of digits from one look at 32 bytes: a run that reaches past them makes
+         * more than 18 digits, which the check below turns away as the walk would */
+        __m128i lo = _mm_loadu_si128((const __m128i *)d0), hi = _mm_loadu_si128((const __m128i *)(d0 + 16));
+        __m128i below = _mm_set1_epi8('0' - 1), above = _mm_set1_epi8('9' + 1);
+        uint32_t digit = (uint32_t)_mm_movemask_epi8(_mm_and_si128(_mm_cmpgt_epi8(lo, below), _mm_cmplt_epi8(lo, above))) |
+                         (uint32_t)_mm_movemask_epi8(_mm_and_si128(_mm_cmpgt_epi8(hi, below), _mm_cmplt_epi8(hi, above))) << 16;
+        if (digit == 0xFFFFFFFFu) return 0;
+        size_t whole = (size_t)__builtin_ctz(~digit), fr = 0;
+        const uint8_t *q = d0 + whole, *end = q;
+        int point = *q == '.';
+        if (point) {
+            uint32_t after = whole + 1 < 32 ? ~(digit >> (whole + 1)) : 0;
+            if (!after) return 0;
+            fr = (size_t)__builtin_ctz(after);
+            if (whole + 1 + fr >= 32) return 0;
+            end = q + 1 + fr;
+        }
+#else
         const uint8_t *q = digits_end(d0, e), *end = q;
         size_t whole = (size_t)(q - d0), fr = 0;
         int point = q < e && *q == '.';
@@ -810,6 +829,7 @@ static ALWAYS_INLINE int plain_decimal(P *ps, double *out) {
             end = digits_end(q + 1, e);
             fr = (size_t)(end - q - 1);
         }
+#endif
         if ((whole > 1 && *d0 == '0') || (point && fr == 0) || whole + fr > 18 ||
             (end < e && (*end == '.' || *end == 'e' || *end == 'E')))
             return 0;
