@@ -302,6 +302,7 @@ typedef struct {
     uint8_t key;        /* the event key; in args, the ARG_ID_KEYS index + 1, or 0 */
     uint8_t voff, vlen; /* a Value: its value's span in the text */
     uint8_t misses;     /* a Value: misses in a row; from VALUE_MISSES on, no more tries */
+    uint8_t marks;      /* in args: MARK_BRACE, MARK_BACKSLASH of the text taken (text_marks) */
     uint16_t next;      /* in args: the state after this key */
     int32_t code;       /* an event's Value: its value's code in its table once interned, else -1 */
 } Sep;
@@ -391,6 +392,25 @@ static inline uint64_t head_word(const uint8_t *s, size_t n, const uint8_t *e) {
 static inline void copy_text(Sep *sp, const uint8_t *s, size_t n, const uint8_t *e) {
     if (e - s >= SEP_MAX) memcpy(sp->text, s, SEP_MAX);  /* a fixed size: two moves, no call */
     else memcpy(sp->text, s, n);
+}
+
+/* Which of the bytes the args' checks look for (a '{' past the args' own, a backslash) a
+ * text of len bytes holds: a text in args starts with the args' '{' or after a value, where
+ * a '{' cannot be, so its first byte is left out of the '{' search. */
+#define MARK_BRACE 1
+#define MARK_BACKSLASH 2
+static unsigned text_marks(const uint8_t *t, size_t len, const uint8_t *e) {
+#ifdef __SSE2__
+    if (len <= 32 && e - t >= 32) {  /* most: one look at 32 bytes */
+        __m128i lo = _mm_loadu_si128((const __m128i *)t), hi = _mm_loadu_si128((const __m128i *)(t + 16));
+        __m128i br = _mm_set1_epi8('{'), bs = _mm_set1_epi8('\\');
+        uint32_t in = len == 32 ? 0xFFFFFFFFu : (1u << len) - 1;
+        uint32_t b = ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(lo, br)) | (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(hi, br)) << 16) & in & ~1u;
+        uint32_t k = ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(lo, bs)) | (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(hi, bs)) << 16) & in;
+        return (b ? MARK_BRACE : 0) | (k ? MARK_BACKSLASH : 0);
+    }
+#endif
+    return (len > 1 && memchr(t + 1, '{', len - 1) ? MARK_BRACE : 0) | (memchr(t, '\\', len) ? MARK_BACKSLASH : 0);
 }
 
 /* 1 when the text learned in sp is at s and the byte after it is not whitespace (ws()
@@ -593,7 +613,7 @@ static inline int string(P *ps, int *escaped) {
 }
 
 /* the first byte from p that is not an ASCII digit, or e (the end) */
-static inline const uint8_t *digits_end(const uint8_t *p, const uint8_t *e) {
+static ALWAYS_INLINE const uint8_t *digits_end(const uint8_t *p, const uint8_t *e) {
 #ifdef __SSE2__
     while (e - p >= 16) {  /* a signed compare: bytes from 0x80 are below '0' */
         __m128i v = _mm_loadu_si128((const __m128i *)p);
@@ -701,8 +721,7 @@ static int skip_value(P *ps, int *braces, int *tokens) {
     }
 }
 
-static int grow(void **arr, size_t *cap, size_t need, size_t size) {
-    if (need <= *cap) return 1;
+static int grow_to(void **arr, size_t *cap, size_t need, size_t size) {
     size_t n = *cap ? *cap : 1024;
     while (n < need) n *= 2;
     void *q = realloc(*arr, n * size);
@@ -710,6 +729,11 @@ static int grow(void **arr, size_t *cap, size_t need, size_t size) {
     *arr = q;
     *cap = n;
     return 1;
+}
+
+/* room for need elements: the common case (there is) without a call */
+static ALWAYS_INLINE int grow(void **arr, size_t *cap, size_t need, size_t size) {
+    return need <= *cap || grow_to(arr, cap, need, size);
 }
 
 static int64_t parse_int(const uint8_t *s, size_t n) {
@@ -895,10 +919,18 @@ static inline int arg_id_key(const uint8_t *s, size_t n) {
  * the Python path would decode and re-encode the args instead (a nested object or any
  * '{' in a string, a \u escape, an id key spelled anywhere but as a top-level key with a
  * plain integer value of at most 18 digits). */
+/* an args Value learned, with its marks */
+static inline void learn_arg_value(Sep *vp, const uint8_t *s0, const uint8_t *v0, const uint8_t *v1, const uint8_t *e, unsigned st) {
+    if (value_learn(vp, s0, v0, v1, e, 0, st)) vp->marks = (uint8_t)text_marks(s0, (size_t)(v1 - s0), e);
+}
+
 static int parse_args(P *ps, Ev *ev) {
     const uint8_t *start = ps->p;
     uint32_t first = (uint32_t)ps->nai;
-    int esc_any = 0, value_tokens = 0;  /* strings among the values that spell an id key */
+    int value_tokens = 0;  /* strings among the values that spell an id key */
+    /* MARK_BRACE, MARK_BACKSLASH of the bytes walked: the '{' and '\\' the checks at the end
+     * look for can only be in strings (or a value skip_value walks), or in a learned text */
+    unsigned marks = 0;
     /* the Seps of args: the state is a hash of the event's cat (Kineto writes it before the
      * args; a kernel's args differ from a cpu_op's) and of the keys so far */
     unsigned st = (ev->flags & F_CAT) ? (unsigned)((head_word(ps->base + ev->cat_off, ev->cat_len, ps->end) * KEY_HASH_MUL)
@@ -910,12 +942,14 @@ static int parse_args(P *ps, Ev *ev) {
         if (value_at(vp, s0, ps->end)) {  /* the key and its value as last time here */
             ps->p = s0 + vp->len;
             st = vp->next;
+            marks |= vp->marks;
             continue;
         }
         if (sep_at(sp, s0, ps->end)) {
             ps->p = s0 + sp->len;
             is_id = (int)sp->key - 1;
             st = sp->next;
+            marks |= sp->marks;
         } else {
             if (first_key) {
                 ps->p++;  /* '{' */
@@ -933,13 +967,16 @@ static int parse_args(P *ps, Ev *ev) {
             const uint8_t *k0 = ps->p;
             int esc;
             if (!string(ps, &esc)) return 0;
-            esc_any |= esc;
+            marks |= text_marks(k0 - 1, (size_t)(ps->p - k0) + 1, ps->end);  /* the key (k0[-1]: not a '{' of its own) */
             size_t klen = (size_t)(ps->p - k0) - 2;
             is_id = arg_id_key(k0 + 1, klen);
             if (!colon(ps, "expected : in args")) return 0;
             unsigned next = (unsigned)(((head_word(k0 + 1, klen, ps->end) ^ klen) + st * 0x9E3779B97F4A7C15ULL)
                                        * KEY_HASH_MUL >> (64 - ARG_BITS));
-            if (!esc) sep_learn(sp, s0, (size_t)(ps->p - s0), ps->end, is_id + 1, next);
+            if (!esc) {
+                sep_learn(sp, s0, (size_t)(ps->p - s0), ps->end, is_id + 1, next);
+                sp->marks = (uint8_t)text_marks(s0, (size_t)(ps->p - s0), ps->end);
+            }
             st = next;
             key_esc = esc;
         }
@@ -970,21 +1007,23 @@ static int parse_args(P *ps, Ev *ev) {
             if (c == '"') {  /* the scalars as skip_value takes them, without its stack */
                 int e0;
                 if (!string(ps, &e0)) return 0;
+                marks |= text_marks(v0 - 1, (size_t)(ps->p - v0) + 1, ps->end);
                 if (arg_id_key(v0 + 1, (size_t)(ps->p - v0) - 2) >= 0) value_tokens++;
-                else if (!key_esc) value_learn(vp, s0, v0, ps->p, ps->end, 0, st);
+                else if (!key_esc) learn_arg_value(vp, s0, v0, ps->p, ps->end, st);
             } else if (c == '-' || (c >= '0' && c <= '9')) {
                 int a, b, d;
                 if (!number(ps, &a, &b, &d)) return 0;
-                if (!key_esc) value_learn(vp, s0, v0, ps->p, ps->end, 0, st);
+                if (!key_esc) learn_arg_value(vp, s0, v0, ps->p, ps->end, st);
             } else {
                 int braces = 0;
                 if (c == '[' && number_list(ps)) {  /* a kernel's "grid": [64, 1, 1] */
-                    if (!key_esc) value_learn(vp, s0, v0, ps->p, ps->end, 0, st);
+                    if (!key_esc) learn_arg_value(vp, s0, v0, ps->p, ps->end, st);
                     continue;
                 }
                 if (ps->why) return 0;  /* a bad number: skip_value would stop there the same way */
                 ps->p = v0;
                 if (!skip_value(ps, &braces, &value_tokens)) return 0;
+                marks |= text_marks(v0 - 1, (size_t)(ps->p - v0) + 1, ps->end);
                 if (braces) FAIL(ps, "nested object in args");
             }
         }
@@ -992,8 +1031,8 @@ static int parse_args(P *ps, Ev *ev) {
     size_t len = (size_t)(ps->p - start);
     const uint8_t *s = start;
     /* the Python path counts '{' bytes and id-key tokens in the text, strings included */
-    if (memchr(s + 1, '{', len - 1)) FAIL(ps, "'{' inside args");
-    if (!esc_any && !memchr(s, '\\', len)) {
+    if (marks & MARK_BRACE) FAIL(ps, "'{' inside args");
+    if (!(marks & MARK_BACKSLASH)) {
         /* No backslash: every '"' opens or closes a string, and a token ("correlation" with
          * its quotes) can only start at an opening one, so the tokens in the text are the
          * strings that spell an id key: the keys recorded above and value_tokens. */
