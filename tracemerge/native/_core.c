@@ -482,10 +482,10 @@ static ALWAYS_INLINE int value_at(Sep *sp, const uint8_t *s, const uint8_t *e) {
 
 /* remember the text s0..v1 and the byte after it (the walk took it: a Sep's text, then a
  * value v0..v1 it records by its span alone) for sp's place */
-static Sep *value_learn(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uint8_t *v1, const uint8_t *e,
-                        int key, unsigned next) {
+static Sep *value_learn_text(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uint8_t *v1, const uint8_t *e,
+                             int key, unsigned next) {
     size_t len = (size_t)(v1 - s0);
-    if (sp->misses >= VALUE_MISSES || v1 >= e || len + 1 > SEP_MAX) { sp->len = 0; return NULL; }
+    if (v1 >= e || len + 1 > SEP_MAX) { sp->len = 0; return NULL; }
     copy_text(sp, s0, len + 1, e);
     sp->need = len + 1 == 32 ? 0xFFFFFFFFu : (1u << (len + 1)) - 1;
     sp->len = (uint8_t)len;
@@ -495,6 +495,13 @@ static Sep *value_learn(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uin
     sp->vlen = (uint8_t)(v1 - v0);
     sp->code = -1;
     return sp;
+}
+
+/* value_learn_text, where the place's values have not kept changing (no call for those that have) */
+static ALWAYS_INLINE Sep *value_learn(Sep *sp, const uint8_t *s0, const uint8_t *v0, const uint8_t *v1, const uint8_t *e,
+                                      int key, unsigned next) {
+    if (sp->misses >= VALUE_MISSES) { sp->len = 0; return NULL; }
+    return value_learn_text(sp, s0, v0, v1, e, key, next);
 }
 
 /* Validate one UTF-8 sequence starting at p (p[0] >= 0x80); returns its length or 0. */
@@ -1141,12 +1148,13 @@ static int event(P *ps) {
     /* the Values that gave (or learned) the cat, pid and tid: a Value's text is one token's,
      * whose code, once interned, it keeps (a text's code never changes within a scan) */
     Sep *cat_v = NULL, *pid_v = NULL, *tid_v = NULL;
+    unsigned ph7 = 0;  /* ev->ph & 7, for the places */
     if (ps->p >= ps->end || *ps->p != '{') FAIL(ps, "an event that is not an object");
     for (int first = 1;; first = 0) {
         /* from the event's '{' or the last value's end to the next value: the text met here
          * last time (Sep), else walked */
         const uint8_t *s0 = ps->p;
-        unsigned place = (unsigned)prev * 8 + (ev->ph & 7u);
+        unsigned place = (unsigned)prev * 8 + ph7;
         Sep *vp = &ps->ev_value[place], *sp = &ps->ev_sep[place];
         int esc, k;
         if (value_at(vp, s0, ps->end)) {  /* the key and its value as last time here */
@@ -1156,7 +1164,7 @@ static int event(P *ps) {
             const uint8_t *v0 = s0 + vp->voff;
             uint32_t off = (uint32_t)(v0 - ps->base);
             switch (k) {
-            case K_PH: ev->ph = v0[1]; break;
+            case K_PH: ev->ph = v0[1]; ph7 = v0[1] & 7u; break;
             case K_CAT: ev->cat_off = off; ev->cat_len = vp->vlen; ev->flags |= F_CAT; cat_v = vp; break;
             case K_PID: ev->pid_off = off; ev->pid_len = vp->vlen; pid_v = vp; break;
             default: ev->tid_off = off; ev->tid_len = vp->vlen; tid_v = vp; break;  /* K_TID */
@@ -1213,6 +1221,7 @@ static int event(P *ps) {
             if (!string(ps, &esc)) return 0;
             if (ps->p - v0 != 3 || v0[1] < 0x20 || v0[1] >= 0x7f || esc) FAIL(ps, "ph is not one ASCII character");
             ev->ph = v0[1];
+            ph7 = v0[1] & 7u;
             value_learn(vp, s0, v0, ps->p, ps->end, k, 0);
             break;
         case K_NAME:
