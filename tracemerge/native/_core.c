@@ -283,12 +283,15 @@ static const uint8_t ZERO_KEY[] = "0";
  * the walk (ws, the ',', ws, the key's string and lookup, the ':'). */
 #define SEP_MAX 32
 /* the places: an event's by the previous key and ph & 7 (X s f i M differ; a place is met
- * at most once in an event); the args' by a hash of the event's cat and of the keys so far.
- * (The args' by the cat and the name too, a kernel's "grid" going with its name, and more
- * of them: more of the values met, and a slower scan: 1.10 against 1.15 GB/s.) */
+ * at most once in an event, the first key's alone); the args' by a hash of the event's cat
+ * for the first key (ARG_STATES of them, apart: only their texts start with the args' '{'),
+ * then by a hash of that and of the keys so far (ARG_STATES more). (The args' by the cat
+ * and the name too, a kernel's "grid" going with its name, and more of them: more of the
+ * values met, and a slower scan: 1.10 against 1.15 GB/s.) */
 #define EV_SEPS ((K_COUNT + 1) * 8)
 #define ARG_BITS 7
-#define ARG_SEPS (1 << ARG_BITS)
+#define ARG_STATES (1 << ARG_BITS)
+#define ARG_SEPS (2 * ARG_STATES)
 /* Many values repeat too (ph, cat, pid, tid; in args "Fwd thread id": 0, a kernel's
  * "registers per thread": 128, "grid": [64, 1, 1]). A second Sep of each place, Value, holds the
  * text on to the value's end and the byte after it: the same bytes parse to the same value
@@ -940,8 +943,8 @@ static int parse_args(P *ps, Ev *ev) {
     unsigned marks = 0;
     /* the Seps of args: the state is a hash of the event's cat (Kineto writes it before the
      * args; a kernel's args differ from a cpu_op's) and of the keys so far */
-    unsigned st = (ev->flags & F_CAT) ? (unsigned)((head_word(ps->base + ev->cat_off, ev->cat_len, ps->end) * KEY_HASH_MUL)
-                                                   >> (64 - ARG_BITS)) : 0;
+    unsigned st = ARG_STATES + ((ev->flags & F_CAT) ? (unsigned)((head_word(ps->base + ev->cat_off, ev->cat_len, ps->end)
+                                                                  * KEY_HASH_MUL) >> (64 - ARG_BITS)) : 0);
     for (int first_key = 1;; first_key = 0) {
         const uint8_t *s0 = ps->p;  /* the args' '{' or the last value's end */
         Sep *vp = &ps->arg_value[st], *sp = &ps->arg_sep[st];
