@@ -391,10 +391,14 @@ static inline uint64_t head_word(const uint8_t *s, size_t n, const uint8_t *e) {
     return word_of((const char *)s, n < 8 ? n : 8);
 }
 
-/* the n (<= SEP_MAX) bytes at s into sp's text: the bytes past them are never compared (need) */
-static inline void copy_text(Sep *sp, const uint8_t *s, size_t n, const uint8_t *e) {
+/* sp's text becomes the bytes at s of which the first `compared` (<= SEP_MAX, within the
+ * buffer) are checked when the place is met again (learned_at); len: where the walk goes
+ * on from. The bytes past them are never compared (need). */
+static inline void take_text(Sep *sp, const uint8_t *s, size_t len, size_t compared, const uint8_t *e) {
     if (e - s >= SEP_MAX) memcpy(sp->text, s, SEP_MAX);  /* a fixed size: two moves, no call */
-    else memcpy(sp->text, s, n);
+    else memcpy(sp->text, s, compared);
+    sp->need = compared == 32 ? 0xFFFFFFFFu : (1u << compared) - 1;
+    sp->len = (uint8_t)len;
 }
 
 /* Which of the bytes the args' checks look for (a '{' past the args' own, a backslash) a
@@ -416,69 +420,51 @@ static unsigned text_marks(const uint8_t *t, size_t len, const uint8_t *e) {
     return (len > 1 && memchr(t + 1, '{', len - 1) ? MARK_BRACE : 0) | (memchr(t, '\\', len) ? MARK_BACKSLASH : 0);
 }
 
-/* 1 when the text learned in sp is at s and the byte after it is not whitespace (ws()
- * would stop there, as it did when the text was learned) */
-static ALWAYS_INLINE int sep_at(const Sep *sp, const uint8_t *s, const uint8_t *e) {
-    if (!sp->len || e - s <= SEP_MAX) return 0;  /* 32 bytes readable and the one after the text */
+/* 1 when the bytes at s are the `compared` bytes sp learned (need), 32 bytes readable there
+ * and the one after them (the callers' e - s > SEP_MAX) */
+static ALWAYS_INLINE int learned_at(const Sep *sp, const uint8_t *s, size_t compared) {
 #ifdef __SSE2__
-    unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)s),
-                                                             _mm_load_si128((const __m128i *)sp->text))) |
-                  (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 16)),
-                                                             _mm_load_si128((const __m128i *)(sp->text + 16)))) << 16;
-    if ((eq & sp->need) != sp->need) return 0;
-#else
-    if (memcmp(s, sp->text, sp->len) != 0) return 0;
-#endif
-    return !is_ws(s[sp->len]);
-}
-
-/* remember the text s..s+len (the walk took it, with a key without escapes) for sp's place */
-static void sep_learn(Sep *sp, const uint8_t *s, size_t len, const uint8_t *e, int key, unsigned next) {
-    if (len > SEP_MAX) { sp->len = 0; return; }
-    copy_text(sp, s, len, e);
-    sp->need = len == 32 ? 0xFFFFFFFFu : (1u << len) - 1;
-    sp->len = (uint8_t)len;
-    sp->key = (uint8_t)key;
-    sp->next = (uint16_t)next;
-}
-
-/* 1 when the text learned in sp and the byte after it are at s (a Tail: the byte is '{') */
-static ALWAYS_INLINE int text_at(const Sep *sp, const uint8_t *s, const uint8_t *e) {
-    if (!sp->len || e - s <= SEP_MAX) return 0;
-#ifdef __SSE2__
+    (void)compared;
     unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)s),
                                                              _mm_load_si128((const __m128i *)sp->text))) |
                   (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 16)),
                                                              _mm_load_si128((const __m128i *)(sp->text + 16)))) << 16;
     return (eq & sp->need) == sp->need;
 #else
-    return memcmp(s, sp->text, (size_t)sp->len + 1) == 0;
+    return memcmp(s, sp->text, compared) == 0;
 #endif
+}
+
+/* 1 when the text learned in sp is at s and the byte after it is not whitespace (ws()
+ * would stop there, as it did when the text was learned) */
+static ALWAYS_INLINE int sep_at(const Sep *sp, const uint8_t *s, const uint8_t *e) {
+    return sp->len && e - s > SEP_MAX && learned_at(sp, s, sp->len) && !is_ws(s[sp->len]);
+}
+
+/* remember the text s..s+len (the walk took it, with a key without escapes) for sp's place */
+static void sep_learn(Sep *sp, const uint8_t *s, size_t len, const uint8_t *e, int key, unsigned next) {
+    if (len > SEP_MAX) { sp->len = 0; return; }
+    take_text(sp, s, len, len, e);
+    sp->key = (uint8_t)key;
+    sp->next = (uint16_t)next;
+}
+
+/* 1 when the text learned in sp and the byte after it are at s (a Tail: the byte is '{') */
+static ALWAYS_INLINE int text_at(const Sep *sp, const uint8_t *s, const uint8_t *e) {
+    return sp->len && e - s > SEP_MAX && learned_at(sp, s, (size_t)sp->len + 1);
 }
 
 /* remember s..t and the byte at t (t < the buffer's end) for sp's place */
 static void text_learn(Sep *sp, const uint8_t *s, const uint8_t *t, const uint8_t *e) {
     size_t len = (size_t)(t - s);
     if (len + 1 > SEP_MAX) { sp->len = 0; return; }
-    copy_text(sp, s, len + 1, e);
-    sp->need = len + 1 == 32 ? 0xFFFFFFFFu : (1u << (len + 1)) - 1;
-    sp->len = (uint8_t)len;
+    take_text(sp, s, len, len + 1, e);
 }
 
 /* 1 when the Value learned in sp (its text and the byte after its value) is at s */
 static ALWAYS_INLINE int value_at(Sep *sp, const uint8_t *s, const uint8_t *e) {
     if (!sp->len) return 0;
-    if (e - s > SEP_MAX) {
-#ifdef __SSE2__
-        unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)s),
-                                                                 _mm_load_si128((const __m128i *)sp->text))) |
-                      (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 16)),
-                                                                 _mm_load_si128((const __m128i *)(sp->text + 16)))) << 16;
-        if ((eq & sp->need) == sp->need) { sp->misses = 0; return 1; }
-#else
-        if (memcmp(s, sp->text, (size_t)sp->len + 1) == 0) { sp->misses = 0; return 1; }
-#endif
-    }
+    if (e - s > SEP_MAX && learned_at(sp, s, (size_t)sp->len + 1)) { sp->misses = 0; return 1; }
     sp->misses++;
     return 0;
 }
@@ -489,9 +475,7 @@ static Sep *value_learn_text(Sep *sp, const uint8_t *s0, const uint8_t *v0, cons
                              int key, unsigned next) {
     size_t len = (size_t)(v1 - s0);
     if (v1 >= e || len + 1 > SEP_MAX) { sp->len = 0; return NULL; }
-    copy_text(sp, s0, len + 1, e);
-    sp->need = len + 1 == 32 ? 0xFFFFFFFFu : (1u << (len + 1)) - 1;
-    sp->len = (uint8_t)len;
+    take_text(sp, s0, len, len + 1, e);
     sp->key = (uint8_t)key;
     sp->next = (uint16_t)next;
     sp->voff = (uint8_t)(v0 - s0);
