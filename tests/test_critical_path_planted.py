@@ -131,11 +131,17 @@ def predictions(planted):
     return out
 
 
-def planted_spans(job, rank, place, lo, hi):
-    """[(start, end)] of rank's spans named planted:<place> within [lo, hi]."""
+def spans_named(job, rank, wanted, lo, hi):
+    """[(name, start, end)] of rank's spans whose name ``wanted`` takes, starting within [lo, hi)."""
     tl = job.ranks[rank]
-    return [(job.span_start[rank][i], job.span_end[rank][i]) for i in range(len(tl.span_name))
-            if tl.names[tl.span_name[i]] == f"planted:{place}" and lo <= job.span_start[rank][i] < hi]
+    named = ((tl.names[tl.span_name[i]], job.span_start[rank][i], job.span_end[rank][i])
+             for i in range(len(tl.span_name)))
+    return [(name, start, end) for name, start, end in named if wanted(name) and lo <= start < hi]
+
+
+def planted_spans(job, rank, place, lo, hi):
+    """[(start, end)] of rank's spans named planted:<place> starting within [lo, hi)."""
+    return [(start, end) for _, start, end in spans_named(job, rank, f"planted:{place}".__eq__, lo, hi)]
 
 
 def on_path(window, rank, name, start, end):
@@ -152,10 +158,8 @@ RACE_MARGIN_NS = 2_000_000
 def last_concurrent(job, rank, lo, hi):
     """(name, start, end) of the concurrent call (a span named planted:conc...) of rank
     within [lo, hi) that ended last, or None where another ended within RACE_MARGIN_NS of it."""
-    tl = job.ranks[rank]
-    spans = sorted((job.span_end[rank][i], job.span_start[rank][i], tl.names[tl.span_name[i]])
-                   for i in range(len(tl.span_name))
-                   if tl.names[tl.span_name[i]].startswith("planted:conc") and lo <= job.span_start[rank][i] < hi)
+    spans = sorted((end, start, name) for name, start, end
+                   in spans_named(job, rank, lambda name: name.startswith("planted:conc"), lo, hi))
     assert len(spans) == CONCURRENT_CALLS
     (end, start, name), (runner_up, _, _) = spans[-1], spans[-2]
     return None if end - runner_up < RACE_MARGIN_NS else (name, start, end)
