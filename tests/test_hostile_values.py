@@ -30,7 +30,7 @@ WRONG = [None, True, False, "12", "x", [1], {"a": 1}, float("nan"), float("inf")
 COMMANDS = {
     "info": ["info"], "report": ["report"], "analysis": ["report", "--analysis"], "offsets": ["offsets"],
     "json": ["combine", "-o", "{out}.json", "-j", "1"], "pftrace": ["combine", "-o", "{out}.pftrace", "-j", "1"],
-    "combine_report": ["combine", "-o", "{out}.json", "--report", "{out}.txt", "-j", "1"],
+    "combine_report": ["combine", "-o", "{out}.json", "--report={out}.txt", "-j", "1"],
     "export": ["export", "-o", "{out}", "-j", "1"], "whatif": ["whatif", "--speedup", "aten::add=2"],
     "diff": ["diff"],
 }

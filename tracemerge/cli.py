@@ -95,10 +95,88 @@ def _orjson_whole() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+def _optional_value_taken(option: click.Option, word: str) -> bool:
+    """Whether ``--opt WORD`` gives an optional-value option its value (docs/errors.md,
+    "Optional values"): a number option takes the next word only when it reads as a number;
+    any other takes its value only as ``--opt=VALUE``, because the next word is then an input
+    (``--report rank0.json.gz`` once took that rank file as the report's path and, with
+    --force, overwrote it)."""
+    if isinstance(option.type, (click.types.FloatParamType, click.types.IntParamType)):
+        try:
+            float(word)  # nan or inf too: the option's type then refuses it by name (exit 2)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def optional_values_bound(command: click.Command, args: "list[str]",
+                          after_bare: "dict[str, str] | None" = None) -> "list[str]":
+    """``args`` with every bare optional-value option that does not take the next word (see
+    :func:`_optional_value_taken`) written ``--opt=<its value when given alone>``, so that
+    click never takes an input for its value. The values of other options are skipped as
+    click reads them (``-o --report`` names an output), and nothing after ``--`` is an option.
+    ``after_bare`` collects each word that followed such an option, by the option's name, for
+    the hint an error about that word gets."""
+    optional: "dict[str, click.Option]" = {}
+    valued: "dict[str, int]" = {}
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        for name in param.opts + param.secondary_opts:
+            if param._flag_needs_value:  # is_flag=False with a flag_value: the value may be left out
+                optional[name] = param
+            elif not param.is_flag and not param.count:
+                valued[name] = param.nargs
+    out: "list[str]" = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if word == "--":
+            out.extend(args[i - 1:])
+            break
+        if word in optional:
+            option = optional[word]
+            if not (i < len(args) and _optional_value_taken(option, args[i])):
+                if after_bare is not None and i < len(args):
+                    after_bare[args[i]] = word
+                word = f"{word}={option.flag_value}"
+        elif word in valued:
+            out.extend(args[i - 1:i + valued[word]])
+            i += valued[word]
+            continue
+        elif word[:1] == "-" and word[:2] != "--" and len(word) > 2:
+            # a cluster of short options (-qo OUT): a value option's value is the rest of the
+            # word, or the next word when it ends the cluster
+            letter = next((c for c in word[1:] if f"-{c}" in valued), None)
+            if letter is not None and word.index(letter) == len(word) - 1:
+                out.extend(args[i - 1:i + 1])
+                i += 1
+                continue
+        out.append(word)
+    return out
+
+
 class Command(click.Command):
+    def parse_args(self, ctx: click.Context, args: "list[str]") -> "list[str]":
+        ctx.meta[_AFTER_BARE] = after_bare = {}
+        return super().parse_args(ctx, optional_values_bound(self, args, after_bare))
+
     def invoke(self, ctx: click.Context):
         _orjson_whole()
-        return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except TracemergeError as e:
+            # `--report r.md` made r.md an input: the error about it says how a value is given
+            word = next((w for w in ctx.meta.get(_AFTER_BARE, {}) if e.message.startswith(f"{w}: ")), None)
+            if word is not None:
+                option = ctx.meta[_AFTER_BARE][word]
+                e.message += f" (read as an input: {option} takes a value only as {option}={word})"
+            raise
+
+
+_AFTER_BARE = "tracemerge.after_bare_optional"  # ctx.meta key: words that followed a bare optional-value option
 
 
 class Group(click.Group):
@@ -508,9 +586,10 @@ def main() -> None:
                    "also .gz, .zst), or - for stdout.")
 @merge_options("Overwrite the output if it exists.", " (every duration kept); say what is left.",
                output_format_option)
-@click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[PATH]",
-              help="Also write the report of all inputs (see `tracemerge report`) to PATH, or beside the "
-                   "output as <output>.report.txt; .json/.csv/.md pick the format.")
+@click.option("--report", "report_path", is_flag=False, flag_value="", default=None, metavar="[=PATH]",
+              help="Also write the report of all inputs (see `tracemerge report`) beside the output as "
+                   "<output>.report.txt, or to PATH given as --report=PATH (a bare --report never takes the "
+                   "next word: that is an input); .json/.csv/.md pick the format.")
 @click.option("--critical-path", "critical_path", is_flag=True,
               help="Also draw the cross-rank critical path (see `tracemerge report`): a 'critical path' process "
                    "with one slice per window (ProfilerStep#N of the ranks whose steps meet, 'ProfilerStep#N "

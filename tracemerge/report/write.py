@@ -1,4 +1,4 @@
-"""Where reports go: ``report -o``, ``combine --report [PATH]`` (by default beside the
+"""Where reports go: ``report -o``, ``combine --report[=PATH]`` (by default beside the
 merged trace), written atomically."""
 
 import os
@@ -30,18 +30,18 @@ def report_path_for(output: str) -> str:
 
 
 def combine_report_path(output: str, path: Optional[str], inputs: Iterable[str], force: bool) -> str:
-    """Where ``combine --report [PATH]`` writes, refused before the merge runs when it is
+    """Where ``combine --report[=PATH]`` writes, refused before the merge runs when it is
     the merged trace itself, an input, or an existing file without ``force``."""
     path = path or report_path_for(output)
     if "-" not in (path, output) and os.path.realpath(path) == os.path.realpath(output):
-        raise OutputError(f"{path}: the report would replace the merged trace; choose another --report PATH")
+        raise OutputError(f"{path}: the report would replace the merged trace; choose another --report=PATH")
     check_output(path, inputs, force)
     return path
 
 
 def write_combine_report(job: Job, alignment: Optional[Alignment], output: str, path: Optional[str],
                          inputs: Iterable[str] = (), comm_kernels: Sequence[str] = ()) -> str:
-    """``combine --report [PATH]``: the table (or the format PATH's extension asks for) beside the output;
+    """``combine --report[=PATH]``: the table (or the format PATH's extension asks for) beside the output;
     ``comm_kernels``: regexes of further communication kernels for its GPU section."""
     path = path or report_path_for(output)
     text = render(job_report(job, alignment, comm_kernels=comm_kernels), format_of(path))

@@ -1,7 +1,7 @@
 """Report renderers, one module per format (each defines its ``FORMAT``, a
 :class:`~tracemerge.report.render.base.ReportFormat`), behind one :func:`render` call. A
 new report format is one new module and one line in :data:`RENDERERS`; ``report
---format``'s choices and ``combine --report PATH``'s suffix routing come from here. The
+--format``'s choices and ``combine --report=PATH``'s suffix routing come from here. The
 registry names its modules (:mod:`tracemerge.registry`), so ``report --help`` and ``diff
 --help`` read the formats' names without importing a renderer, numpy or the analyses."""
 

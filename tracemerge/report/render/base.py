@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 class ReportFormat:
     """One report format; registered by one line in :data:`tracemerge.report.render.RENDERERS`.
 
-    ``render(report, sort_by, row_limit) -> str``. ``suffixes``: ``combine --report PATH``
+    ``render(report, sort_by, row_limit) -> str``. ``suffixes``: ``combine --report=PATH``
     names that choose it. ``option``: the CLI option that asks for it — ``--format NAME``
     when None, else its own (``--html PATH``). ``render_diff(diff, row_limit) -> str``:
     ``tracemerge diff`` in this format. ``sections``: for a format that holds one table
