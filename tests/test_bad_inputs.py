@@ -139,7 +139,7 @@ def test_output_directory_is_refused_before_reading_inputs(where, tmp_path):
     try:
         for args in (["combine", *paths, "-o", target / "t.json"],
                      ["combine", *paths, "-o", target / "t.pftrace"],
-                     ["combine", *paths, "-o", tmp_path / "t.json", "--report", target / "r.txt"],
+                     ["combine", *paths, "-o", tmp_path / "t.json", f"--report={target / 'r.txt'}"],
                      ["report", *paths, "-o", target / "r.txt"],
                      ["report", *paths, "--html", target / "r.html"]):
             r = invoke(args)

@@ -119,8 +119,9 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
 def test_missing_output_directory_is_refused_before_any_work(tmp_path):
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
     missing = tmp_path / "nope"
-    for args in (["-o", missing / "t.json"], ["-o", tmp_path / "t.json", "--report", missing / "r.txt"]):
+    for args, target in ((["-o", missing / "t.json"], missing / "t.json"),
+                         (["-o", tmp_path / "t.json", f"--report={missing / 'r.txt'}"], missing / "r.txt")):
         r = run("combine", good, *args)
         assert r.returncode == 5, r.stderr
-        assert error_lines(r.stderr) == [f"tracemerge: error: {args[-1]}: the directory {missing} does not exist"]
+        assert error_lines(r.stderr) == [f"tracemerge: error: {target}: the directory {missing} does not exist"]
     assert sorted(os.listdir(tmp_path)) == ["rank0.json"]  # the trace was not written before the report failed

@@ -31,7 +31,7 @@ def _op(start_us, end_us, tid, name="aten::add", shapes=None):
 def _files(tmp_path, calls, ops, callee_boot="boot-a", **caller_block):
     """rank0 (the caller, boot-a) and rank1 (the callee): each op is also an event of rank1's trace."""
     events = [{"ph": "M", "name": "thread_name", "pid": PID1, "tid": t, "args": {"name": f"thread {t} (pt_thread_pool)"}}
-              for t in sorted({op["tid"] for op in ops})]
+              for t in sorted({op["tid"] for op in ops}, key=str)]  # int and str tids alike
     events += [x(op["name"], (op["start_ns"] - BASE) / US, (op["end_ns"] - op["start_ns"]) / US, pid=PID1,
                  tid=op["tid"]) for op in ops]
     caller = rank_file([x(c["name"], (c["send_ns"] - BASE) / US, (c["complete_ns"] - c["send_ns"]) / US, pid=PID0,

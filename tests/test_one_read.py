@@ -93,7 +93,7 @@ COMMANDS = {
     "combine -j 1": lambda out: ["combine", "-o", out / "t.json", "-j", "1"],
     "combine -j 2": lambda out: ["combine", "-o", out / "t.json", "-j", "2"],
     "combine .pftrace": lambda out: ["combine", "-o", out / "t.pftrace", "-j", "2"],
-    "combine --report": lambda out: ["combine", "-o", out / "t.json", "-j", "2", "--report", out / "r.txt"],
+    "combine --report": lambda out: ["combine", "-o", out / "t.json", "-j", "2", f"--report={out / 'r.txt'}"],
     "combine --critical-path": lambda out: ["combine", "-o", out / "t.json", "-j", "2", "--critical-path"],
     "report": lambda out: ["report", "-o", out / "r.txt"],
     "report --analysis": lambda out: ["report", "--analysis", "--format", "json", "-o", out / "r.json"],

@@ -199,15 +199,15 @@ def test_merged_trace_recovers_node_ids(two_ranks, tmp_path):
 
 def test_combine_report_never_replaces_the_trace_or_an_existing_file(two_ranks, tmp_path):
     merged = tmp_path / "merged.json"
-    r = run("combine", *two_ranks, "-o", merged, "--report", merged)
+    r = run("combine", *two_ranks, "-o", merged, f"--report={merged}")
     assert r.exit_code == 5 and "the report would replace the merged trace" in r.stderr
     assert not merged.exists()
     report = tmp_path / "r.txt"
     report.write_text("keep")
-    r = run("combine", *two_ranks, "-o", merged, "--report", report)
+    r = run("combine", *two_ranks, "-o", merged, f"--report={report}")
     assert r.exit_code == 5 and f"{report}: exists; pass --force" in r.stderr
     assert report.read_text() == "keep" and not merged.exists()
-    assert run("combine", *two_ranks, "-o", merged, "--report", report, "--force").exit_code == 0
+    assert run("combine", *two_ranks, "-o", merged, f"--report={report}", "--force").exit_code == 0
     assert "RPC latency" in report.read_text() and orjson.loads(merged.read_bytes())["traceEvents"]
 
 

@@ -160,7 +160,8 @@ def optional_values_bound(command: click.Command, args: "list[str]",
 
 class Command(click.Command):
     def parse_args(self, ctx: click.Context, args: "list[str]") -> "list[str]":
-        ctx.meta[_AFTER_BARE] = after_bare = {}
+        after_bare: "dict[str, str]" = {}
+        ctx.meta[_AFTER_BARE] = after_bare
         return super().parse_args(ctx, optional_values_bound(self, args, after_bare))
 
     def invoke(self, ctx: click.Context):

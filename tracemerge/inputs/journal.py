@@ -22,7 +22,7 @@ import orjson
 from tracemerge.errors import TraceError
 from tracemerge.inputs import chrome
 from tracemerge.inputs.base import InputFormat
-from tracemerge.inputs.rankinfo import RankInfo, describe
+from tracemerge.inputs.rankinfo import RankInfo, check_record, describe
 from tracemerge.model import RankTrace
 
 MAGIC = b'{"tracemerge_journal"'
@@ -54,12 +54,15 @@ def block_of(path: str, data: bytes) -> Dict[str, Any]:
         if isinstance(item.get("meta"), dict):
             meta = item["meta"]
         rec = item.get("rpc")
-        if isinstance(rec, dict):
-            rpcs[(rec.get("rpc_id"), rec.get("role"))] = rec
+        if rec is not None:
+            # checked before its fields make a key (a list there ended every command in exit 1)
+            check_record(path, f"journal line {n + 1}: rpc", rec, "rpcs")
+            rpcs[(rec["rpc_id"], rec["role"])] = rec
         rec = item.get("collective")
-        if isinstance(rec, dict):
+        if rec is not None:
+            check_record(path, f"journal line {n + 1}: collective", rec, "collectives")
             # the key the capture gives it: its seq is known only once it was issued
-            collectives[(rec.get("group"), rec.get("op"), rec.get("start_ns"))] = rec
+            collectives[(rec["group"], rec.get("op"), rec["start_ns"])] = rec
         for key in ("alive_ns", "closed_ns"):
             if isinstance(item.get(key), int):
                 alive = item[key] if alive is None else max(alive, item[key])

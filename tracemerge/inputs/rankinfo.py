@@ -140,7 +140,7 @@ INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 
 # What every record must carry to be matched across ranks (docs/rank-file-format.md); the
 # other fields are optional, and a side that had not finished leaves its end time out.
-RECORD_FIELDS = {
+RECORD_FIELDS: Dict[str, Dict[str, Any]] = {
     "rpcs": {"rpc_id": str, "role": str, "caller": int, "callee": int},
     "collectives": {"group": (str, int), "seq": int, "start_ns": int},
     # a callee's ops that may have served builtins sent as themselves, and a caller's
@@ -150,16 +150,19 @@ RECORD_FIELDS = {
 }
 
 
-def records(path: str, block: Dict[str, Any], key: str, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+def records(path: str, block: Dict[str, Any], key: str, warnings: Optional[List[str]] = None,
+            where: Optional[str] = None) -> List[Dict[str, Any]]:
     """The ``key`` records of a rank file's block, checked so a bad one is named, not a crash
     later. An optional field that is null is taken as absent (every reader of a record
     allows for its absence); a collective's ``bytes`` that is no byte count is left out
-    with a warning appended to ``warnings`` (LENIENT_FIELDS)."""
+    with a warning appended to ``warnings`` (LENIENT_FIELDS). ``where``: the list's place
+    said in an error (default ``tracemerge.<key>``)."""
+    where = where or f"tracemerge.{key}"
     found = block.get(key) or []
     if not isinstance(found, list):
-        raise TraceError(path, f"'tracemerge.{key}' is a {type(found).__name__}, not a list")
+        raise TraceError(path, f"'{where}' is a {type(found).__name__}, not a list")
     if not _records_ok(found, key):
-        _name_bad_record(path, found, key)
+        _name_bad_record(path, found, key, where)
     _drop_nulls(found, key)
     said = _lenient(found, key)
     if warnings is not None:
@@ -236,6 +239,15 @@ OPTIONAL_FIELDS: Dict[str, Dict[str, type]] = {
 }
 RANK_FIELDS = {"rpcs": ("caller", "callee"), "collectives": (), "served_ops": (), "native_callees": ("callee",)}
 RANK_LIMIT = 1 << 31
+# a record's times that cannot run backwards, (first, then) where both are present: a
+# callee's end before its start was joined and gave the report a negative execution mean
+ORDERED_TIMES: Dict[str, Tuple[Tuple[str, str], ...]] = {
+    "rpcs": (("send_ns", "complete_ns"), ("send_ns", "complete_by_ns"), ("start_ns", "end_ns"),
+             ("start_ns", "end_by_ns")),
+    "collectives": (("start_ns", "end_ns"),),
+    "served_ops": (("start_ns", "end_ns"),),
+    "native_callees": (("asked_ns", "answered_ns"),),
+}
 
 
 def _records_ok(found, key):
@@ -265,6 +277,11 @@ def _records_ok(found, key):
             present = [v for v in values if v is not None]
             if present and not -NS_LIMIT < min(present) <= max(present) < NS_LIMIT:
                 return False
+    for first, then in ORDERED_TIMES[key]:
+        pairs = [(a, b) for a, b in zip(map(dict.get, found, repeat(first)), map(dict.get, found, repeat(then)))
+                 if a is not None and b is not None]
+        if pairs and min(b - a for a, b in pairs) < 0:
+            return False
     if key == "collectives":
         ranks = [r for rec in found for r in (rec.get("group_ranks") or ())]
         if not set(map(type, ranks)) <= {int} or (ranks and not 0 <= min(ranks) <= max(ranks) < RANK_LIMIT):
@@ -272,32 +289,43 @@ def _records_ok(found, key):
     return True
 
 
-def _name_bad_record(path, found, key):
+def _name_bad_record(path, found, key, where):
     for i, rec in enumerate(found):
-        where = f"tracemerge.{key}[{i}]"
-        if not isinstance(rec, dict):
-            raise TraceError(path, f"{where} is a {type(rec).__name__}, not an object")
-        for name, kind in RECORD_FIELDS[key].items():
-            value = rec.get(name)
-            if (not isinstance(value, kind) or isinstance(value, bool)
-                    or isinstance(value, int) and not INT_MIN <= value <= INT_MAX):
-                raise TraceError(path, f"{where}: missing or bad '{name}' ({value!r})")
-        for name, kind in OPTIONAL_FIELDS[key].items():
-            value = rec.get(name)
-            if value is not None and not isinstance(value, kind):
-                raise TraceError(path, f"{where}: '{name}' is not a {kind.__name__}: {value!r}")
-        for name in RANK_FIELDS[key]:
-            if not 0 <= rec[name] < RANK_LIMIT:
-                raise TraceError(path, f"{where}: '{name}' is not a rank: {rec[name]!r}")
-        for name, value in rec.items():
-            if name.endswith("_ns") and value is not None:
-                if not isinstance(value, int) or isinstance(value, bool):
-                    raise TraceError(path, f"{where}: '{name}' is not integer ns ({value!r})")
-                if not -NS_LIMIT < value < NS_LIMIT:
-                    raise TraceError(path, f"{where}: '{name}' {value} is out of range (beyond year 2116: 2**62 ns)")
-        for r in rec.get("group_ranks") or ():
-            if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < RANK_LIMIT:
-                raise TraceError(path, f"{where}: 'group_ranks' holds {r!r}, not a rank")
+        check_record(path, f"{where}[{i}]", rec, key)
+    raise AssertionError(f"{path}: {where}: refused by the fast check, passed by the one that names")
+
+
+def check_record(path: str, where: str, rec: Any, key: str) -> None:
+    """The schema check of one ``key`` record (a rank file's, a journal line's): a value
+    that is not what the field must be is named with the file, where the record is, the
+    field and the value (exit 3). Times that run backwards (an end before its start) too."""
+    if not isinstance(rec, dict):
+        raise TraceError(path, f"{where} is a {type(rec).__name__}, not an object")
+    for name, kind in RECORD_FIELDS[key].items():
+        value = rec.get(name)
+        if (not isinstance(value, kind) or isinstance(value, bool)
+                or isinstance(value, int) and not INT_MIN <= value <= INT_MAX):
+            raise TraceError(path, f"{where}: missing or bad '{name}' ({value!r})")
+    for name, kind in OPTIONAL_FIELDS[key].items():
+        value = rec.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise TraceError(path, f"{where}: '{name}' is not a {kind.__name__}: {value!r}")
+    for name in RANK_FIELDS[key]:
+        if not 0 <= rec[name] < RANK_LIMIT:
+            raise TraceError(path, f"{where}: '{name}' is not a rank: {rec[name]!r}")
+    for name, value in rec.items():
+        if name.endswith("_ns") and value is not None:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TraceError(path, f"{where}: '{name}' is not integer ns ({value!r})")
+            if not -NS_LIMIT < value < NS_LIMIT:
+                raise TraceError(path, f"{where}: '{name}' {value} is out of range (beyond year 2116: 2**62 ns)")
+    for r in rec.get("group_ranks") or ():
+        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < RANK_LIMIT:
+            raise TraceError(path, f"{where}: 'group_ranks' holds {r!r}, not a rank")
+    for first, then in ORDERED_TIMES[key]:
+        if isinstance(rec.get(first), int) and isinstance(rec.get(then), int) and rec[then] < rec[first]:
+            raise TraceError(path, f"{where}: '{then}' {rec[then]} is before '{first}' {rec[first]} "
+                                   f"({rec[first] - rec[then]} ns earlier): its times run backwards")
 
 
 def check_base(path: str, base: Any) -> None:
@@ -320,6 +348,21 @@ def check_block(path: str, block: Dict[str, Any]) -> None:
         value = block.get(name)
         if isinstance(value, int) and not -NS_LIMIT < value < NS_LIMIT:
             raise TraceError(path, f"'tracemerge.{name}' {value} is out of range (beyond year 2116: 2**62 ns)")
+    if "journal" in block and not _is_ending(block["journal"]):
+        # what inputs.journal makes of a journal; a rank file's own "journal" key (true,
+        # {"alive_ns": 5}) was taken as one and ended every command in exit 1
+        raise TraceError(path, f"'tracemerge.journal' is not a journal's ending ({{\"alive_ns\": ns or null, "
+                               f"\"closed\": bool, \"cut\": bool}}): {_short(block['journal'])}")
+    for name, kind in (("signal", str), ("signal_ns", int)):
+        value = block.get(name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise TraceError(path, f"'tracemerge.{name}' is not a {kind.__name__}: {_short(value)}")
+
+
+def _is_ending(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) == {"alive_ns", "closed", "cut"}
+            and (value["alive_ns"] is None or _is_int(value["alive_ns"]) and -NS_LIMIT < value["alive_ns"] < NS_LIMIT)
+            and isinstance(value["closed"], bool) and isinstance(value["cut"], bool))
 
 
 def describe(trace):

@@ -101,7 +101,9 @@ def _trace(callee: int, recs: List[Dict[str, Any]]) -> RankTrace:
     base = min(r["start_ns"] for r in recs)
     base -= base % 1000
     events: List[Dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}}]
-    for tid in sorted({r.get("tid", 0) for r in recs}):
+    # a served op's tid is an int or a string, as Kineto writes either (both in one file
+    # ended the write): ints first, then strings, each in their order
+    for tid in sorted({r.get("tid", 0) for r in recs}, key=lambda t: (1, 0, t) if isinstance(t, str) else (0, t, "")):
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
                        "args": {"name": f"thread {tid} (RPC server)"}})
     for r in recs:

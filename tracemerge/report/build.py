@@ -6,7 +6,7 @@ table like torch's ``key_averages().table()`` (with a Node ID column), CSV, JSON
 or an HTML page.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
@@ -23,6 +23,7 @@ from tracemerge.engine import LocalEngine
 from tracemerge.errors import TraceError, TracemergeError, reading
 from tracemerge.inputs.admit import MERGED_HEAD, is_merged_block, problem
 from tracemerge.inputs.head import read_head
+from tracemerge.inputs.merged_summary import check_summary
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
@@ -83,7 +84,10 @@ def read_merged(path: str) -> Optional[RankTrace]:
     if head is None or set(head) != MERGED_HEAD:
         return None
     trace = read_file(path)
-    return trace if is_merged(trace) else None
+    if not is_merged(trace):
+        return None
+    # checked before any reader takes a field (a value of the wrong type ended info, report, diff in exit 1)
+    return replace(trace, tracemerge=check_summary(path, trace.tracemerge or {}))
 
 
 def _top_spans(tree: OpTree, to_ref: Callable[[np.ndarray], np.ndarray],
