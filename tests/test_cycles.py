@@ -240,3 +240,85 @@ def test_info_of_a_merged_trace_names_every_cycle_file(cycle_files, tmp_path):
     for f in cycle_files:  # each rank's line names all its cycle files, not the first alone
         assert f in text, f
     assert text.count(f"{CYCLES} cycle files: ") == 2
+
+
+def _journal_beside(files, tmp_path):
+    """rank 1 as it is left when it dies after writing its cycle files 0 and 1: those two
+    files and its journal, which holds every record of its three cycles."""
+    by_rank = _by_rank(files)
+    docs = [load_output(f) for f in by_rank[1]]
+    meta = {k: v for k, v in docs[0]["tracemerge"].items() if not isinstance(v, list) and k != "cycle"}
+    lines = [{"tracemerge_journal": 1, "meta": meta}] + [{"rpc": r} for d in docs for r in d["tracemerge"]["rpcs"]]
+    lines.append({"alive_ns": docs[-1]["tracemerge"]["profile_stop_ns"]})
+    journal = tmp_path / "rank1.journal"
+    journal.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return by_rank[0] + by_rank[1][:2] + [str(journal)], docs
+
+
+def test_with_a_journal_beside_cycle_files_one_cycle_keeps_its_own_records(cycle_files, tmp_path):
+    """--cycle N once joined a dead rank's journal after the filter: the other cycles'
+    records leaked into cycle N as one more part."""
+    from tracemerge import Job
+
+    files, docs = _journal_beside(cycle_files, tmp_path)
+    for n in (0, 1):
+        job = Job.open(files, cycle=n)
+        rank1 = job.info(1)
+        assert [p.path for p in rank1.files] == [_by_rank(cycle_files)[1][n]]
+        assert sorted(r["rpc_id"] for r in rank1.rpcs) == sorted(r["rpc_id"] for r in docs[n]["tracemerge"]["rpcs"])
+    # the journal's own part is what none of the files holds: cycle 2's records, as cycle 2
+    job = Job.open(files, cycle=2)
+    assert [p.path for p in job.info(1).files] == [files[-1]]
+    assert sorted(r["rpc_id"] for r in job.info(1).rpcs) == sorted(r["rpc_id"] for r in docs[2]["tracemerge"]["rpcs"])
+
+
+def _whole_run(cycles, path):
+    """One rank's cycle files as the one file a run profiled whole would have left."""
+    docs = [load_output(f) for f in cycles]
+    whole = docs[0]
+    for d in docs[1:]:
+        whole["traceEvents"] += d["traceEvents"]
+        whole["tracemerge"]["rpcs"] += d["tracemerge"]["rpcs"]
+    whole["tracemerge"].update(cycle=None, profile_stop_ns=docs[-1]["tracemerge"]["profile_stop_ns"])
+    path.write_bytes(gzip.compress(json.dumps(whole).encode()))
+    return str(path)
+
+
+@pytest.mark.parametrize("shape", ["journal", "whole_run"])
+def test_ranks_of_different_numbers_of_files_are_reported(cycle_files, tmp_path, shape):
+    """A rank of several files beside a rank of one (cycle files and a journal; a whole-run
+    file beside another rank's cycle files) once ended report, combine --report and
+    --critical-path in exit 1: a worker's handle reached code in the parent."""
+    by_rank = _by_rank(cycle_files)
+    if shape == "journal":  # rank 0 one whole-run file, rank 1 two cycle files and its journal
+        files = [_whole_run(by_rank[0], tmp_path / "rank0.json.gz")] + _journal_beside(cycle_files, tmp_path)[0][3:]
+    else:
+        files = by_rank[0] + [_whole_run(by_rank[1], tmp_path / "rank1.json.gz")]
+    for args in (["report", *files, "--analysis", "--format", "json", "-o", tmp_path / "r.json"],
+                 ["combine", *files, "-o", tmp_path / "t.json", "--force", "--report", "--critical-path"]):
+        res = cli(*args)
+        assert res.returncode == 0, res.stderr.decode()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+    names = {e["args"]["name"] for e in load_output(tmp_path / "t.json")["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert any("critical path" in n for n in names), names
+    assert "RPC latency" in (tmp_path / "t.report.txt").read_text()
+
+
+def test_a_cycle_file_given_twice_is_refused(cycle_files, tmp_path):
+    """A cycle file copied under another cycle number was merged twice, 0 duplicates said."""
+    by_rank = _by_rank(cycle_files)
+    copy = tmp_path / f"rank0.cycle{CYCLES}.json.gz"
+    copy.write_bytes(open(by_rank[0][0], "rb").read())
+    res = cli("combine", *cycle_files, copy, "-o", tmp_path / "t.json")
+    assert res.returncode == 4
+    assert f"{copy}: holds cycle 0 of rank 0, as {by_rank[0][0]} does" in res.stderr.decode()
+    # the same with the cycle told by the name alone (a block without its cycle)
+    doc = load_output(by_rank[0][0])
+    doc["tracemerge"]["cycle"] = None
+    copy.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    res = cli("combine", *cycle_files, copy, "-o", tmp_path / "t.json")
+    assert res.returncode == 4
+    assert f"{copy}: cycle {CYCLES} of rank 0 is a copy of {by_rank[0][0]}" in res.stderr.decode()
+    assert not (tmp_path / "t.json").exists()

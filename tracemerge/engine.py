@@ -397,6 +397,24 @@ class DaskEngine:
 Engine = Union[LocalEngine, DaskEngine]
 
 
+def map_where_held(runner: "Engine", fn: Callable[..., Any], sources: List[Any], *columns: Iterable[Any]) -> list:
+    """``fn(source, *rest)`` for each rank, each where its source is: a value already in this
+    process (a rank's events joined from its cycle files; a core-read trace holds a map of
+    its file, which does not pickle) here, a path or a :class:`Held` by ``runner`` (a held
+    rank in the worker that holds it). A job mixes them when one rank is several cycle files
+    and another one file: all run here once handed a worker's Held, which only that worker
+    can resolve."""
+    calls = list(zip(sources, *columns))
+    away = [i for i, c in enumerate(calls) if isinstance(c[0], (str, Held))]
+    out: List[Any] = [None] * len(calls)
+    if away:
+        for i, made in zip(away, runner.map(fn, *zip(*[calls[i] for i in away]))):
+            out[i] = made
+    for i in sorted(set(range(len(calls))) - set(away)):
+        out[i] = fn(*calls[i])
+    return out
+
+
 def make_engine(engine: str = "local", jobs: Optional[int] = None, scheduler: Optional[str] = None) -> Engine:
     if engine == "local":
         if scheduler:

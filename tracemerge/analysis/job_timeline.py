@@ -22,8 +22,7 @@ from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
-from tracemerge.engine import Engine, LocalEngine
-from tracemerge.model import RankTrace
+from tracemerge.engine import Engine, LocalEngine, map_where_held
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
@@ -110,12 +109,7 @@ def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Op
     ranks: List[int] = job.ranks
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
     sources: List[Any] = [job.source(r) for r in ranks]
-    if any(isinstance(s, RankTrace) for s in sources):
-        # traces the job keeps are already in this process (and a core-read trace holds a
-        # map of its file, which does not pickle): their timelines are made here
-        made = list(map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names))
-    else:
-        made = runner.map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names)
+    made = map_where_held(runner, rank_timeline, sources, ranks, [clocks[r] for r in ranks], names)
     return build_timeline({tl.rank: tl for tl in made}, job.links.rpcs.calls, job.links.collectives, clocks)
 
 

@@ -74,6 +74,16 @@ def joined(parts: List[RankInfo]) -> RankInfo:
                 raise RankConflict(f"{part.path}: cycle {part.cycle} of rank {part.rank} is not from the process of "
                                    f"{first.path} ({key} {getattr(part, key)!r}, not {getattr(first, key)!r}); pass "
                                    "--cycle N to keep one cycle, or give the files of one run")
+    for before, part in zip(parts, parts[1:]):
+        # a process's cycles are windows one after the other: one that overlaps the one
+        # before is a file given twice (copied under another cycle number), not a cycle
+        if part.start_ns < before.stop_ns:
+            copy = next((p for p in parts if p is not part and (p.start_ns, p.stop_ns, p.events)
+                         == (part.start_ns, part.stop_ns, part.events)), None)
+            said = f"is a copy of {copy.path}" if copy is not None else (
+                f"overlaps the window of cycle {before.cycle} ({before.path})")
+            raise RankConflict(f"{part.path}: cycle {part.cycle} of rank {part.rank} {said}: the cycles of one "
+                               "process are windows one after the other; give each cycle file once")
     info = replace(first, cycle=None, parts=parts)
     refresh(info)
     return info

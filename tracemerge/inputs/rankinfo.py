@@ -523,6 +523,12 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = 
         if info.rank is None:
             raise RankConflict(f"{info.path}: cannot tell the rank (no 'tracemerge' block, no "
                                "distributedInfo.rank, no rank in the file name); pass --rank-from order")
+    cycles: Dict[Tuple[Optional[int], int], RankInfo] = {}
+    for info in infos:
+        other = cycles.setdefault((info.rank, info.cycle), info) if info.cycle is not None else info
+        if other is not info:  # said before the rank conflict it also is: it is the cause
+            raise RankConflict(f"{info.path}: holds cycle {info.cycle} of rank {info.rank}, as {other.path} does "
+                               "(one file given twice, or copied under another name?): give each cycle file once")
     seen: Dict[Optional[int], RankInfo] = {}
     for info in infos:
         other = seen.setdefault(info.rank, info)

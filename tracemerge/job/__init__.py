@@ -141,9 +141,11 @@ class Job:
                                       if problem is not None)
         if not infos:
             raise TracemergeError(f"no readable input: all {len(given)} files were skipped as bad")
+        # a rank's journal is joined with its files before any filter, so that with --cycle N
+        # it adds only what none of its cycle files holds, not the other cycles' records
+        infos = prefer_rank_files(infos)  # a journal beside its rank's file adds nothing twice
         if cycle is not None:
             infos = keep_cycle(infos, cycle)
-        infos = prefer_rank_files(infos)  # a journal beside its rank's file adds nothing twice
         if rank_from != "order":  # numbered in the order given, every file is a rank of its own
             infos = join_cycles(infos)
         assign_ranks(infos, rank_from, strict)

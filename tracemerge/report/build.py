@@ -19,7 +19,7 @@ from tracemerge.analysis.summary import Analysis, analyse
 from tracemerge.analysis.timeline import RankTimeline, rank_timeline
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.engine import LocalEngine
+from tracemerge.engine import LocalEngine, map_where_held
 from tracemerge.errors import TraceError, TracemergeError, reading
 from tracemerge.inputs.admit import MERGED_HEAD, is_merged_block, problem
 from tracemerge.inputs.head import read_head
@@ -157,8 +157,7 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
             [remote_ops] * len(sources), [tuple(comm_kernels)] * len(sources))
     # each rank's products by the worker that holds (or reads) it, once; traces kept in this
     # process are not sent to workers
-    made = list(map(rank_products, *args)) if any(isinstance(s, RankTrace) for s in sources) else \
-        runner.map(rank_products, *args)
+    made = map_where_held(runner, rank_products, *args)
     for rank, info, part in zip(job.ranks, job.infos, made):
         rows += part.rows
         open_at_stop[info.path] = part.open_at_stop
