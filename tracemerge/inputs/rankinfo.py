@@ -485,6 +485,41 @@ def event_facts(trace):
                 truncated=trace.truncated, rpc_spans=rpc_spans_of(trace))
 
 
+# the fields of a rank's records that name ranks, by the RankInfo list holding them
+RANK_NAMES: Dict[str, Tuple[str, ...]] = {"rpcs": ("caller", "callee"), "remote_rpcs": ("caller", "callee"),
+                                          "native_callees": ("callee",), "p2p": ("peer",)}
+
+
+def _renumber_records(infos: List[RankInfo], claimed: List[Optional[int]]) -> None:
+    """``--rank-from order``: the records renumbered with their files. Each file's records
+    name ranks as the job numbered them (the ranks the files claim); given ``rank1`` first,
+    the records of rank 0's file still said 0 -> 1, which the renumbered files read as a
+    call to itself (worker1's RPC row was computed from worker0's events). Where the files
+    claim no ranks, or the same one twice, the records cannot be renumbered: said."""
+    if all(c is None for c in claimed) or claimed == [info.rank for info in infos]:
+        return
+    if None in claimed or len(set(claimed)) < len(claimed):
+        for info in infos:
+            if info.rpcs or info.collectives:
+                info.warnings = list(info.warnings) + [
+                    "--rank-from order: the records name ranks as the job numbered them, and the files do not "
+                    "all claim distinct ranks, so they cannot be renumbered: RPCs and collectives may be joined "
+                    "wrongly; give the files their own ranks (--rank-from auto)"]
+        return
+    new = {old: info.rank for old, info in zip(claimed, infos)}
+
+    def moved(rank: Any) -> Any:
+        return new.get(rank, rank)
+    for info in infos:
+        for attr, names in RANK_NAMES.items():
+            setattr(info, attr, [{**rec, **{n: moved(rec[n]) for n in names if n in rec}} for rec in getattr(info, attr)])
+        info.native_callees = [{**rec, "answer": {**rec["answer"], "clock_rank": moved(rec["answer"].get("clock_rank"))}}
+                               if isinstance(rec.get("answer"), dict) and "clock_rank" in rec["answer"] else rec
+                               for rec in info.native_callees]
+        info.collectives = [{**rec, "group_ranks": [moved(r) for r in rec["group_ranks"]]} if rec.get("group_ranks")
+                            else rec for rec in info.collectives]
+
+
 def rank_of(info: RankInfo) -> int:
     """The rank of a described file once ranks are assigned (:func:`assign_ranks`)."""
     assert info.rank is not None, f"{info.path}: no rank assigned yet"
@@ -502,8 +537,10 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = 
     timeline row.
     """
     if rank_from == "order":
+        claimed = [info.rank for info in infos]
         for i, info in enumerate(infos):
             info.rank, info.rank_source = i, "order"
+        _renumber_records(infos, claimed)
         return infos
     if len(infos) == 1 and infos[0].rank is None:
         # one trace of a job without a process group (a plain torch.profiler run): nothing
