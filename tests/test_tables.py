@@ -106,7 +106,7 @@ def test_events_are_the_merged_json_of_the_samples(sample, tmp_path):
 
 @pytest.mark.parametrize("options", [
     ("--window", "2:40"), ("--min-duration", "5", "--drop-category", "python_function"),
-    ("--ranks", "1-2", "--align", "start"), ("--overview", "50"), ("--offset", "1=-250000", "--reference", "1", "--enforce-causality")])
+    ("--ranks", "1-2", "--align", "start"), ("--overview", "50"), ("--offset", "2=-250000", "--reference", "1", "--enforce-causality")])
 def test_selection_and_alignment_options_as_combine(options, tmp_path):
     files = SAMPLES["rl_agent"]
     doc = combined(files, tmp_path, *options)

@@ -199,5 +199,11 @@ def align(infos: Sequence[Any], method: str = "wall", reference: Optional[int] =
     for rank, offset in (offsets or {}).items():
         if rank not in by_rank:
             raise UsageError(f"--offset {rank}={offset}: no input has rank {rank}")
+        if rank == reference:
+            # the reference's clock is the one every rank is placed on: an offset for it once
+            # moved it away from the ranks sharing its clock, which stayed where they were
+            raise UsageError(f"--offset {rank}={offset}: rank {rank} is the reference, whose clock the others are "
+                             "placed on (offset 0 by definition); give the offsets of the other ranks, or pick "
+                             "another --reference")
         models[rank] = ClockModel(rank=rank, method="forced", offset_ns=int(offset), error_bound_ns=None)
     return reference, models

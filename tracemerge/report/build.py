@@ -169,9 +169,13 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
         traces_info.append({"rank": rank, "worker_name": info.worker_name, "hostname": info.hostname,
                             "path": info.path})
     # ranks with events (one read from its journal alone has none)
-    timed = [(r, i) for r, i in zip(job.ranks, job.infos) if i.timed] or list(zip(job.ranks, job.infos))
-    first = min(clocks[r].to_reference(i.first_ns) for r, i in timed)
-    last = max(clocks[r].to_reference(i.last_ns) for r, i in timed)
+    timed = [(r, i) for r, i in zip(job.ranks, job.infos) if i.timed]
+    if timed:
+        first = min(clocks[r].to_reference(i.first_ns) for r, i in timed)
+        last = max(clocks[r].to_reference(i.last_ns) for r, i in timed)
+    else:  # every rank left only a journal: the job's times are its profiling windows (its events' are 0)
+        first = min(clocks[r].to_reference(i.start_ns) for r, i in zip(job.ranks, job.infos))
+        last = max(clocks[r].to_reference(i.stop_ns) for r, i in zip(job.ranks, job.infos))
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
     busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
     report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
