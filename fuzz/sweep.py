@@ -16,13 +16,17 @@ Classes of hostile input (each run draws one, from its own seed ``SEED:K``):
   merged     a merged trace fed back in, alone or with its rank files
   signal     SIGTERM or SIGINT at a random moment
   concurrent two runs writing one output at once
+  journal, cycles, summary, served
+             the newer inputs (fuzz/sweep_inputs.py): a rank left as its journal, cycle sets
+             (with a journal, a cycle twice, a whole-run file), a merged summary read back,
+             served ops; each with one hostile value, and every input checked unchanged
 
 Asserted for every run: never exit 1 (an internal error) nor a traceback; no run past the
 time limit (a hang); no run over 1 GB of memory (peak RSS of the process and the workers it
 waited for) on inputs under 10 MB; a refused --force leaves its target as it was; no
 temporary file or directory left beside the output (signals, errors, concurrent writers).
 
-    python fuzz/sweep.py [--seconds 90] [--seed 35] [--jobs N] [--only K] [--keep DIR]
+    python fuzz/sweep.py [--seconds 90] [--seed 35] [--jobs N] [--only K] [--kind KIND] [--keep DIR]
 
 Exits 1 when anything was found, listing each finding with how to replay it (``--only K``).
 """
@@ -45,6 +49,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
+
+from sweep_inputs import MAKERS  # fuzz/: the directory of this script is on sys.path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "samples")
@@ -146,13 +152,21 @@ def _rank_files(rng: random.Random, tmp: str, mutate: Optional[Callable[[List[An
     return [_write(os.path.join(tmp, f"rank{r}"), d, rng) for r, d in enumerate(docs)]
 
 
-def make_case(k: int, seed: int, tmp: str) -> Case:
+KINDS = ["field", "field", "field", "truncate", "bomb", "deep", "special", "options", "force", "merged", "signal",
+         "concurrent"] + sorted(MAKERS) * 2
+
+
+def make_case(k: int, seed: int, tmp: str, kinds: Optional[List[str]] = None) -> Case:
     rng = random.Random(f"{seed}:{k}")
-    kind = rng.choice(["field", "field", "field", "truncate", "bomb", "deep", "special", "options", "force",
-                       "merged", "signal", "concurrent"])
+    kind = rng.choice(kinds or KINDS)
     command = rng.choice(sorted(COMMANDS))
     out = os.path.join(tmp, "out")
     os.makedirs(out)
+    if kind in MAKERS:  # the newer inputs (sweep_inputs.py): every input must be left as it was
+        files, extra = MAKERS[kind](rng, tmp, [_doc(p) for p in rng.choice(BASES)], HOSTILE, _write)
+        argv = COMMANDS[command](files, out)
+        return Case(kind, command, argv + extra if argv[0] not in ("diff", "@load") else argv,
+                    keep_intact=sorted(set(files)))
     if kind == "field":
         def mutate(docs: List[Any]) -> None:
             doc = rng.choice(docs)
@@ -345,10 +359,10 @@ def _at_startup(err: str) -> bool:
         all(name == "<module>" for name in _FRAME.findall(err))
 
 
-def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
+def run_case(k: int, seed: int, keep: Optional[str], kinds: Optional[List[str]] = None) -> Result:
     tmp = tempfile.mkdtemp(prefix=f"tracemerge-sweep-{k}-")
     try:
-        case = make_case(k, seed, tmp)
+        case = make_case(k, seed, tmp, kinds)
         size = 0
         for a in case.argv:
             if os.path.isfile(a):
@@ -409,6 +423,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=35)
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--only", type=int, action="append", help="replay run K (repeatable)")
+    ap.add_argument("--kind", action="append", choices=sorted(set(KINDS)),
+                    help="draw only this kind of hostile input (repeatable; a replay needs the same)")
     ap.add_argument("--keep", default=os.path.join(ROOT, "fuzz", "findings"),
                     help="where the inputs of each finding are kept")
     args = ap.parse_args()
@@ -423,7 +439,7 @@ def main() -> int:
                 k = next(counter, None)
             if k is None:
                 return
-            r = run_case(k, args.seed, args.keep)
+            r = run_case(k, args.seed, args.keep, args.kind)
             with lock:
                 results.append(r)
                 mark = "FAIL" if r.problems else "ok"
@@ -441,11 +457,18 @@ def main() -> int:
         kinds[r.case.kind] = kinds.get(r.case.kind, 0) + 1
     print(f"sweep: seed {args.seed}: {len(results)} runs ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); "
           f"{len(found)} with problems; peak RSS {max((r.rss for r in results), default=0) / 2**20:.0f} MiB")
+    said = [p for r in results for p in r.problems]
+    print(f"sweep: {sum(p.startswith('internal error') for p in said)} exit 1, "
+          f"{sum(p.startswith('changed what it must not') for p in said)} inputs changed, "
+          f"{sum(p.startswith('left temporary files') for p in said)} leftovers, "
+          f"{sum(p.startswith(('memory', 'hang')) for p in said)} above 1 GB or {RUN_LIMIT_S} s; "
+          f"slowest {max((r.seconds for r in results), default=0):.1f} s")
     for r in found:
         for problem in r.problems:
             print(f"sweep: FOUND #{r.k} {r.case.kind} {r.case.command}: {problem}\n"
                   f"       argv: tracemerge {' '.join(r.case.argv)}\n"
-                  f"       replay: python fuzz/sweep.py --seed {args.seed} --only {r.k}")
+                  f"       replay: python fuzz/sweep.py --seed {args.seed} --only {r.k}"
+                  + "".join(f" --kind {k}" for k in args.kind or ()))
     return 1 if found else 0
 
 
