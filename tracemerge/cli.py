@@ -28,8 +28,7 @@ from tracemerge.errors import (
 # What the commands use is imported when a command first uses it (tracemerge.deferred):
 # `tracemerge --version` and `--help` load click and these few modules, not numpy, msgspec,
 # orjson, the readers, the writers, the analyses or the HTTP server (docs/performance.md).
-from tracemerge.merge import ALIGN_NAME  # constants of the packages' light __init__s
-from tracemerge.place import OVERVIEW_US
+from tracemerge.place import ALIGN_NAME, OVERVIEW_US  # constants of the package's light __init__
 
 if TYPE_CHECKING:
     from tracemerge import serve as serving

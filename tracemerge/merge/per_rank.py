@@ -43,9 +43,9 @@ from tracemerge.inputs.chrome import build, parse_json, read_data, split_documen
 from tracemerge.inputs.journal import is_journal
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.job.checks import rpc_sides
-from tracemerge.merge import ALIGN_NAME
 from tracemerge.model import NO_DUR, NO_TS
 from tracemerge.output import atomic_output, check_kind, current_umask
+from tracemerge.place import ALIGN_NAME
 from tracemerge.place import selection as select
 from tracemerge.place.placement import aligned_ns
 
