@@ -183,6 +183,12 @@ def test_align_moves_every_event_as_offsets_reports_and_keeps_the_rest(skewed, t
     for r in (1, 2):
         t = clocks[r]["anchor_ns"]
         assert abs(clocks[r]["offset_ns"] - (truth[r].to_local(t) - t)) <= clocks[r]["error_bound_ns"]
+    # the outputs are rank files on one clock: read again, every rank is where the reference is
+    res = cli("offsets", *sorted(out.iterdir()), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    again = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
+    for r in (1, 2):
+        assert abs(again[r]["offset_ns"]) <= again[r]["error_bound_ns"], again[r]
 
 
 def test_hta_on_align_output_finds_the_ranks_where_the_truth_starts_them(skewed, tmp_path):
@@ -205,6 +211,37 @@ def test_hta_on_align_output_finds_the_ranks_where_the_truth_starts_them(skewed,
     raw = _hta_load(TraceAnalysis, src)
     off = raw.get_trace_start_unixtime_ns(2) + int(raw.traces[2]["ts"].min()) * US - true_start[2]
     assert abs(off - PLANTED[2][0]) < 1_000 * US
+
+
+def _tb_profiler():
+    try:
+        from torch_tb_profiler import consts
+        from torch_tb_profiler.profiler.data import RunProfileData
+    except ImportError as e:  # the test extra: pip install 'tracemerge[test]'
+        pytest.skip(f"torch-tb-profiler is not installed ({e}); pip install torch-tb-profiler==0.4.3")
+    return consts.WORKER_PATTERN, RunProfileData
+
+
+def test_tb_profiler_names_the_workers_of_align_output_and_starts_them_at_the_truth(skewed, captured, tmp_path):
+    pattern, RunProfileData = _tb_profiler()
+    src, _, _ = skewed
+    files = [src / f"rank{r}.json.gz" for r in range(WORLD)]
+    bound = {c["rank"]: c["error_bound_ns"] or 0 for c in json.loads(cli("offsets", *files, "--format", "json").stdout)["ranks"]}
+    out = tmp_path / "aligned"
+    assert cli("align", *files, "-o", out).returncode == 0
+    cache = str(tmp_path / "cache")
+    for r in range(WORLD):
+        name = f"rank{r}.pt.trace.json.gz"
+        assert pattern.match(name).group(1) == f"rank{r}"  # the run's worker, as tb-profiler lists files
+        aligned = RunProfileData.parse(f"rank{r}", None, str(out / name), cache)
+        truth = RunProfileData.parse(f"rank{r}", None, str(captured / f"rank{r}.json.gz"), cache)
+        skew = RunProfileData.parse(f"rank{r}", None, str(files[r]), cache)
+        assert aligned.distributed_info["rank"] == truth.distributed_info["rank"] == r  # its distributed view's rank
+        assert len(aligned.events) == len(truth.events) > 10
+        # µs after the shared base, which the truth's files share too (one machine)
+        assert abs(aligned.profiler_start_ts - truth.profiler_start_ts) * US <= bound[r] + US
+        if r == 2:
+            assert abs((skew.profiler_start_ts - truth.profiler_start_ts) * US - PLANTED[2][0]) < 1_000 * US
 
 
 # ---- plain torch.profiler traces, journals --------------------------------------------------
