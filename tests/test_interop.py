@@ -244,6 +244,23 @@ def test_tb_profiler_names_the_workers_of_align_output_and_starts_them_at_the_tr
             assert abs((skew.profiler_start_ts - truth.profiler_start_ts) * US - PLANTED[2][0]) < 1_000 * US
 
 
+def test_the_readme_hta_snippet_runs_on_align_output(captured, tmp_path, monkeypatch):
+    _hta()
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md"),
+                  encoding="utf-8").read()
+    section = readme.split("### `tracemerge align FILES... -o DIR`", 1)[1].split("\n### ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)```", section, re.S)[0]
+    snippet = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    align_line = next(line for line in commands.splitlines() if line.startswith("tracemerge align"))
+    args = align_line.split("#")[0].split()[2:]  # rank*.json.gz -o aligned/
+    assert args == ["rank*.json.gz", "-o", "aligned/"]
+    monkeypatch.chdir(tmp_path)
+    assert cli("align", str(captured / "rank*.json.gz"), "-o", tmp_path / "aligned").returncode == 0
+    scope: dict = {}
+    exec(snippet, scope)
+    assert scope["analysis"].t.get_ranks() == [0, 1, 2]
+
+
 # ---- plain torch.profiler traces, journals --------------------------------------------------
 
 def _plain_cycles(directory, rank):

@@ -508,6 +508,7 @@ def main() -> None:
     \b
     Examples:
       tracemerge combine samples/rpc_profiling/rank*.json.gz -o trace.json
+      tracemerge align samples/rpc_profiling/rank*.json.gz -o aligned/
       tracemerge info rank*.json.gz
     """
 
