@@ -18,7 +18,7 @@ from torch.autograd.profiler import record_function
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.tracefiles import free_port  # noqa: E402
+from tests.tracefiles import free_port, init_job  # noqa: E402
 from tracemerge.capture import profile  # noqa: E402
 
 WORLD = 3
@@ -34,10 +34,7 @@ def served(x: torch.Tensor) -> torch.Tensor:
 
 
 def worker(rank: int, rpc_port: int, pg_port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(rpc_port))
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{pg_port}", rank=rank, world_size=WORLD)
-    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=WORLD,
-                 rpc_backend_options=rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=TIMEOUT_S))
+    init_job(rank, WORLD, rpc_port, pg_port, TIMEOUT_S)
     with profile(out):
         dist.barrier()
         if rank == 0:

@@ -134,8 +134,8 @@ def align(job: "Job", output: "str | os.PathLike[str]", alignment: Optional["Ali
     staging = _staging(output)
     try:
         jobs = [RankJob(rank_of(i), tuple(p.path for p in _event_files(i)),
-                        os.path.join(staging, os.path.basename(paths[rank_of(i)])), alignment.clocks, base,
-                        _record(job, alignment, i)) for i in written]
+                        os.path.join(staging, os.path.basename(paths[rank_of(i)])), _clocks_for(i, alignment.clocks),
+                        base, _record(alignment, i)) for i in written]
         runner = job.engine
         counts = runner.map(write_rank, jobs) if runner is not None else [write_rank(j) for j in jobs]
         _commit(staging, output, {j.target: paths[j.rank] for j in jobs}, force)
@@ -162,7 +162,15 @@ def _event_files(info: RankInfo) -> List[RankInfo]:
     return [p for p in info.files if not is_journal(p)]
 
 
-def _record(job: "Job", alignment: "Alignment", info: RankInfo) -> Dict[str, Any]:
+def _clocks_for(info: RankInfo, clocks: Dict[int, ClockModel]) -> Dict[int, ClockModel]:
+    """The clocks a rank's block can name (``clock_rank``: the peers of its RPC records and
+    of the callees it asked), its own among them: what its worker needs, not every rank's."""
+    named = {rank_of(info)} | {r.get(k) for r in info.rpcs for k in ("caller", "callee")} | \
+        {r.get("callee") for r in info.native_callees}
+    return {r: clocks[r] for r in named if r in clocks}
+
+
+def _record(alignment: "Alignment", info: RankInfo) -> Dict[str, Any]:
     """The block's ``aligned``: what was applied, by whom, from which files. Its times are
     ns, named without ``_ns`` (an offset and a bound are no points on a clock)."""
     clock = alignment.clocks[rank_of(info)]
