@@ -10,7 +10,7 @@ object per line, every value but the events with those separators, the events co
 the ``"tracemerge"`` block, whose own ``"rank": R`` comes first in the file.
 """
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import msgspec
 
@@ -35,16 +35,19 @@ def _block(block: Dict[str, Any]) -> bytes:
                              for k, v in block.items()) + b"}"
 
 
-def document(doc: Dict[str, Any]) -> bytes:
-    """The bytes of a trace document (a dict, keys in file order): each top-level key on a
-    line of its own, ``traceEvents`` compact, the rest spaced as torch spells them."""
-    lines = []
-    for key, value in doc.items():
+def document(doc: Dict[str, Any]) -> List[bytes]:
+    """The bytes of a trace document (a dict, keys in file order) as pieces to write one
+    after the other (the events are most of the bytes: never copied into one object): each
+    top-level key on a line of its own, ``traceEvents`` compact, the rest spaced as torch
+    spells them."""
+    parts = [b"{\n"]
+    for n, (key, value) in enumerate(doc.items()):
         if key == "traceEvents":
             text = _encode(value)
         elif key == "tracemerge" and isinstance(value, dict):
             text = _block(value)
         else:
             text = spaced(value)
-        lines.append(b"  " + _encode(str(key)) + b": " + text)
-    return b"{\n" + b",\n".join(lines) + b"\n}\n"
+        parts += [b",\n  " if n else b"  ", _encode(str(key)), b": ", text]
+    parts.append(b"\n}\n")
+    return parts

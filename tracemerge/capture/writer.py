@@ -54,11 +54,11 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
                                                       meta.get("profile_stop_ns") or 2**62)
     # "tracemerge" first, so readers can stop parsing after it; spelled as torch spells the
     # trace where other tools read the text (HTA's rank: kineto_text)
-    data = kineto_text.document({"tracemerge": block, **trace})
+    parts = kineto_text.document({"tracemerge": block, **trace})
     tmp = f"{path}.tmp"
     # the combine's own gzip (level 1): this runs in the training job, where time counts more than size
     with open(tmp, "wb") as raw, Gzip().writer(raw) as f:
-        f.write(data)
+        f.writelines(parts)
     os.replace(tmp, path)
 
 

@@ -204,7 +204,7 @@ def write_rank(task: RankJob) -> Dict[str, int]:
         if key != "tracemerge":
             out[key] = events if key == "traceEvents" else task.base_ns if key == "baseTimeNanoseconds" else meta[key]
     with atomic_output(task.target) as f:
-        f.write(kineto_text.document(out))
+        f.writelines(kineto_text.document(out))
     return {"events": len(events), "moved": moved}
 
 
