@@ -28,7 +28,9 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import msgspec
@@ -38,8 +40,9 @@ import tracemerge
 from tracemerge import kineto_text
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.codecs import codec_for
+from tracemerge.engine import gc_paused
 from tracemerge.errors import OutputError, UsageError
-from tracemerge.inputs.chrome import build, parse_json, read_data, split_document
+from tracemerge.inputs.chrome import event_times_ns, parse_json, read_data, split_document
 from tracemerge.inputs.journal import is_journal
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.job.checks import rpc_sides
@@ -47,7 +50,7 @@ from tracemerge.model import NO_DUR, NO_TS
 from tracemerge.output import atomic_output, check_kind, current_umask
 from tracemerge.place import ALIGN_NAME
 from tracemerge.place import selection as select
-from tracemerge.place.placement import aligned_ns
+from tracemerge.place.placement import aligned_times
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
@@ -181,6 +184,7 @@ def _record(alignment: "Alignment", info: RankInfo) -> Dict[str, Any]:
             "from": [os.path.basename(p.path) for p in _event_files(info)]}
 
 
+@gc_paused()  # a rank's document is a tree of fresh dicts: the collector would only rescan it
 def write_rank(task: RankJob) -> Dict[str, int]:
     """Write one rank's output (in an engine's worker); returns its counts."""
     heads, events, moved = [], [], 0
@@ -189,7 +193,8 @@ def write_rank(task: RankJob) -> Dict[str, int]:
         doc, _ = parse_json(path, data, cut)  # a cut file: its complete events (the job warned of it)
         del data
         these, meta, block = split_document(path, doc)
-        moved += _place(these, build(path, these, meta, block), task.clocks[task.rank], task.base_ns)
+        moved += _place(these, *event_times_ns(path, these, meta.get("baseTimeNanoseconds")),
+                        task.clocks[task.rank], task.base_ns)
         heads.append((list(doc) if isinstance(doc, dict) else ["traceEvents"], meta, block))
         events += these
     order, meta, block = heads[0]
@@ -208,26 +213,26 @@ def write_rank(task: RankJob) -> Dict[str, int]:
     return {"events": len(events), "moved": moved}
 
 
-def _place(events: list, trace: Any, clock: ClockModel, base_ns: int) -> int:
-    """Write the reference-clock ``ts``/``dur`` of ``trace`` (the columns of ``events``) into
-    ``events`` where they changed; returns how many events moved."""
-    start, dur = aligned_ns(trace, clock, base_ns)
-    timed = trace.ts != NO_TS
-    own = np.where(timed, trace.ts - base_ns, 0)
-    has_dur = timed & (trace.dur != NO_DUR)
-    moved = np.flatnonzero(timed & (start != own))
-    for i, ns in zip(moved.tolist(), start[moved].tolist()):
-        events[i]["ts"] = _us(ns)
-    stretched = np.flatnonzero(has_dur & (dur != trace.dur))
-    for i, ns in zip(stretched.tolist(), dur[stretched].tolist()):
-        events[i]["dur"] = _us(ns)
+def _place(events: list, ts: np.ndarray, dur: np.ndarray, clock: ClockModel, base_ns: int) -> int:
+    """Write the reference-clock ``ts``/``dur`` of ``events`` (``ts``, ``dur``: their ns on
+    the file's clock) into them where they changed; returns how many events moved."""
+    start, out_dur = aligned_times(ts, dur, clock, base_ns)
+    timed = ts != NO_TS
+    moved = np.flatnonzero(timed & (start != np.where(timed, ts - base_ns, 0)))
+    _set_us(events, "ts", moved, start[moved])
+    stretched = np.flatnonzero(timed & (dur != NO_DUR) & (out_dur != dur))
+    _set_us(events, "dur", stretched, out_dur[stretched])
     return len(moved)
 
 
-def _us(ns: int) -> msgspec.Raw:
-    """µs with three decimals, exact, as Kineto writes ``ts``."""
-    whole, part = divmod(abs(ns), 1000)
-    return msgspec.Raw(f"{'-' if ns < 0 else ''}{whole}.{part:03d}".encode())
+def _set_us(events: list, key: str, at: np.ndarray, ns: np.ndarray) -> None:
+    """``events[i][key]`` for each i of ``at``: µs with three decimals, exact, as Kineto writes
+    them, from the integer ns (written verbatim: msgspec.Raw)."""
+    whole, part = np.divmod(np.abs(ns), 1000)
+    sign = np.where(ns < 0, "-", "")
+    texts = map("{}{}.{:03d}".format, sign.tolist(), whole.tolist(), part.tolist())
+    deque(map(dict.__setitem__, map(events.__getitem__, at.tolist()), repeat(key),
+              map(msgspec.Raw, map(str.encode, texts))), maxlen=0)  # consumed in C
 
 
 def _on_reference(value: Any, clock: ClockModel, clocks: Dict[int, ClockModel]) -> Any:
