@@ -1,11 +1,12 @@
 """``tracemerge align``: one trace per rank, every time on the reference clock.
 
 Algorithm. The job's clock model (``Job.open(align=...)``: the one ``combine`` places the
-ranks by) maps each rank's times to the reference clock. For one rank, its file is read as
-the generic reader reads it (every event, validated: :func:`tracemerge.inputs.chrome.build`),
-and :func:`tracemerge.place.placement.aligned_ns` — the function combine's transform
-places events with (``ClockModel.to_reference``; durations stretched under drift) — gives
-each event's start and duration on the reference clock, relative to one base shared by
+ranks by) maps each rank's times to the reference clock. For one rank, its file is parsed
+as the generic reader parses it (salvage included; Job.open validated every event), its
+events' ns come from the reader's own conversion (:func:`tracemerge.inputs.chrome.event_times_ns`),
+and :func:`tracemerge.place.placement.aligned_times` — the body of ``aligned_ns``, which
+combine's transform places events with (``ClockModel.to_reference``; durations stretched
+under drift) — gives each event's start and duration on the reference clock, relative to one base shared by
 every output: the reference rank's ``baseTimeNanoseconds`` (tools that compare ranks take
 ``ts`` as written: HTA subtracts the smallest ``ts`` of all ranks). A ``ts`` or ``dur`` that
 changed is written as µs with three decimals made from its integer ns, exact (a float µs
