@@ -74,6 +74,7 @@ COMMANDS: Dict[str, Callable[[List[str], str], List[str]]] = {
     "combine-pftrace": lambda files, out: ["combine", *files, "-o", os.path.join(out, "t.pftrace")],
     "combine-report": lambda files, out: ["combine", *files, "-o", os.path.join(out, "t.json.gz"), "--report"],
     "export": lambda files, out: ["export", *files, "-o", os.path.join(out, "pq")],
+    "align": lambda files, out: ["align", *files, "-o", os.path.join(out, "aligned")],
     "whatif": lambda files, out: ["whatif", *files, "--speedup", "aten::add=2"],
     "diff": lambda files, out: ["diff", files[0], files[-1]],
     "load": lambda files, out: ["@load", *files],

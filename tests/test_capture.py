@@ -381,7 +381,7 @@ def test_rank_file_format(job):
     ranks, _, out = job
     for rank, trace in ranks.items():
         with gzip.open(out / f"rank{rank}.json.gz", "rb") as f:
-            assert f.read(16) == b'{"tracemerge":{"'
+            assert f.read(20) == b'{\n  "tracemerge": {"'
         tm = trace["tracemerge"]
         assert (tm["version"], tm["rank"], tm["world_size"], tm["worker_name"], tm["cycle"]) == \
             (1, rank, WORLD, f"worker{rank}", None)

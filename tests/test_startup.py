@@ -42,7 +42,7 @@ REGISTRIES = ("tracemerge.clocks", "tracemerge.formats", "tracemerge.report", "t
 
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["combine", "--help"], ["export", "--help"],
-                                  ["report", "--help"], ["diff", "--help"]])
+                                  ["report", "--help"], ["diff", "--help"], ["align", "--help"]])
 def test_version_and_help_import_nothing_heavy(args):
     result = probe(*args)
     assert result["code"] in (0, None)

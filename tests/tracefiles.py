@@ -245,3 +245,16 @@ def check_exports(where):
 
 
 keep_torch_exports()
+
+
+def init_job(rank, world, rpc_port, pg_port, timeout_s):
+    """In a worker of a test job: a gloo group and TensorPipe RPC (``worker{rank}``) on
+    loopback, on the ports the parent drew (:func:`free_port`), calls timing out after
+    ``timeout_s``."""
+    import torch.distributed as dist
+    import torch.distributed.rpc as rpc
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(rpc_port))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{pg_port}", rank=rank, world_size=world)
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world,
+                 rpc_backend_options=rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=timeout_s))

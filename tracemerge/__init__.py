@@ -5,6 +5,7 @@ The library API the CLI is built on::
     from tracemerge import AlignRequest, Job, combine
     job = Job.open(["rank0.json.gz", "rank1.json.gz"], align=AlignRequest("auto"))  # read, describe, join, align
     summary = combine(job, job.alignment, "trace.pftrace")                         # write; returns the summary
+    align(job, "aligned/")                 # or each rank in its own file on the reference clock (docs/interop.md)
 
 ``tracemerge.load(paths)`` returns the aligned job as tables (pandas, Arrow; docs/tables.md).
 
@@ -28,11 +29,12 @@ _EXPORTS = {
     "Session": "tracemerge.job",
     "Job": "tracemerge.job",
     "combine": "tracemerge.compose",
+    "align": "tracemerge.merge.per_rank",
     "read_trace": "tracemerge.inputs",
     "load": "tracemerge.tables",
 }
 
-__all__ = ["AlignRequest", "Alignment", "ClockModel", "Job", "Session", "combine", "load", "read_trace",
+__all__ = ["AlignRequest", "Alignment", "ClockModel", "Job", "Session", "align", "combine", "load", "read_trace",
            "__version__"]
 
 

@@ -28,7 +28,7 @@ from tracemerge.errors import (
 # What the commands use is imported when a command first uses it (tracemerge.deferred):
 # `tracemerge --version` and `--help` load click and these few modules, not numpy, msgspec,
 # orjson, the readers, the writers, the analyses or the HTTP server (docs/performance.md).
-from tracemerge.place import OVERVIEW_US  # a constant of the package's light __init__
+from tracemerge.place import ALIGN_NAME, OVERVIEW_US  # constants of the package's light __init__
 
 if TYPE_CHECKING:
     from tracemerge import serve as serving
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from tracemerge.engine import LocalEngine, make_engine
     from tracemerge.formats import FORMATS as OUTPUT_FORMATS
     from tracemerge.job import AlignRequest, Job
+    from tracemerge.merge.per_rank import align as align_ranks
+    from tracemerge.merge.per_rank import check_request as check_align_output
     from tracemerge.output import check_output
     from tracemerge.place.selection import Selection, parse_ranks, parse_window
     from tracemerge.progress import Progress
@@ -61,6 +63,8 @@ else:
     OUTPUT_FORMATS = Deferred("tracemerge.formats", "FORMATS")
     AlignRequest = Deferred("tracemerge.job", "AlignRequest")
     Job = Deferred("tracemerge.job", "Job")
+    align_ranks = Deferred("tracemerge.merge.per_rank", "align")
+    check_align_output = Deferred("tracemerge.merge.per_rank", "check_request")
     write_trace = Deferred("tracemerge.compose", "write")
     check_output = Deferred("tracemerge.output", "check_output")
     Selection = Deferred("tracemerge.place.selection", "Selection")
@@ -478,9 +482,12 @@ def size_options(fn: "click.decorators.FC") -> "click.decorators.FC":
     fn = click.option("--window", callback=_parsed(parse_window), default=None, metavar="START:END",
                       help="Keep events overlapping START..END ms after the first aligned event "
                            "(either side may be empty).")(fn)
-    fn = click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
-                      help="Keep only these ranks, e.g. 0-3,7.")(fn)
-    return fn
+    return ranks_option(fn)
+
+
+def ranks_option(fn: "click.decorators.FC") -> "click.decorators.FC":
+    return click.option("--ranks", callback=_parsed(parse_ranks), default=None, metavar="LIST",
+                        help="Keep only these ranks, e.g. 0-3,7.")(fn)
 
 
 output_format_option = click.option(
@@ -511,14 +518,19 @@ def merge_options(force_help: str, causality_help: str, *between: Decorator) -> 
         fn = size_options(fn)
         for option in reversed(between):
             fn = option(fn)
-        fn = click.option("--enforce-causality", is_flag=True,
-                          help="Move each rank whose exchanges still contradict causality after alignment by the "
-                               "smallest constant shift that removes the contradiction" + causality_help)(fn)
+        fn = causality_option(causality_help)(fn)
         fn = input_options(fn)
         fn = click.option("--force", is_flag=True, help=force_help)(fn)
         fn = rank_options(fn)
         return align_options(fn)
     return decorate
+
+
+def causality_option(causality_help: str) -> Decorator:
+    """``--enforce-causality``; ``causality_help`` ends its help."""
+    return click.option("--enforce-causality", is_flag=True,
+                        help="Move each rank whose exchanges still contradict causality after alignment by the "
+                             "smallest constant shift that removes the contradiction" + causality_help)
 
 
 def merge_engine(engine: str, jobs: "int | None", scheduler: "str | None") -> "typing.Any":
@@ -575,6 +587,7 @@ def main() -> None:
     \b
     Examples:
       tracemerge combine samples/rpc_profiling/rank*.json.gz -o trace.json
+      tracemerge align samples/rpc_profiling/rank*.json.gz -o aligned/
       tracemerge info rank*.json.gz
     """
 
@@ -639,6 +652,51 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
     finally:
         runner.close()
     say_all(lines.combine_lines(job, alignment, written, output, report_path))
+
+
+@main.command("align")
+@quiet_option
+@files_argument
+@click.option("-o", "--output", required=True, metavar="DIR",
+              help="Directory to write one trace per rank into (made if missing; its other files are left alone).")
+@click.option("--name", default=ALIGN_NAME, show_default=True, metavar="TEMPLATE",
+              help="Each output's name, {rank} replaced by its rank; .json, .json.gz (gzip) or .json.zst (zstd) "
+                   "picks the compression. The default is found by HTA (any .json/.gz), torch-tb-profiler "
+                   "(*.pt.trace.json.gz, worker rankR) and TraceLens (rank regex); 'rank{rank}_trace.json' is "
+                   "TraceLens's --trace_dir name.")
+@align_options
+@rank_options
+@click.option("--force", is_flag=True, help="Replace outputs of the same names in DIR.")
+@input_options
+@causality_option(", as combine does.")
+@ranks_option
+def align_files(files: "tuple[str, ...]", output: str, name: str, method: str, reference: "int | None",
+                offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, skip_bad: bool,
+                strict: bool, enforce_causality: bool, ranks: "frozenset[int] | None") -> None:
+    """Write each rank's trace on the reference clock, one file per rank in DIR, for per-rank tools (HTA, TraceLens, tb-profiler).
+
+    Every time is placed exactly as `tracemerge combine` places it (the same clock model:
+    offset and drift; events, counters, flows and the rank-file block's *_ns fields), and
+    everything else is kept as torch wrote it: top-level keys, distributedInfo, pids,
+    metadata, every event. Each file's "tracemerge" block says what was applied
+    (aligned: method, offset, drift_ppm, error_bound). The cycle files of a rank make one
+    file; a rank read from its journal alone (it died unwritten) has no events and gets
+    none. Inputs are never changed; the outputs appear together or not at all.
+
+    \b
+    Examples:
+      tracemerge align rank*.json.gz -o aligned/
+      tracemerge align *.pt.trace.json --align start -o aligned/ --name 'rank{rank}_trace.json'
+    """
+    check_align_output(output, name, files, force)  # before any input is read
+    runner = LocalEngine()
+    try:
+        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle, keep_events=False,
+                          align=AlignRequest(method, reference, offsets, enforce_causality))
+        summary = align_ranks(job, output, None, force, name, ranks)
+    finally:
+        runner.close()
+    say_all(lines.align_lines(job, job.clock_model(), summary))
 
 
 @main.command()

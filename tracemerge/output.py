@@ -105,7 +105,7 @@ def atomic_output(path: str, compress: bool = True, force: bool = True) -> Itera
             with writer(codec_for(path) if compress else None, raw) as out:
                 yield out
             raw.flush()
-            os.fchmod(raw.fileno(), 0o666 & ~_umask())
+            os.fchmod(raw.fileno(), 0o666 & ~current_umask())
             _commit(raw.fileno(), tmp, path, force)
     except BaseException as e:
         if tmp is not None:
@@ -174,7 +174,7 @@ def _link(source: str, path: str) -> None:
         os.close(directory)
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -7,6 +7,7 @@ cli.py imports this module when a command first prints, not at start-up (it load
 clock text and the compiled core's status).
 """
 
+import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracemerge import native
@@ -61,8 +62,7 @@ def combine_lines(job: Any, alignment: Any, written: Any, output: str, report_pa
              + (f", report -> {report_path}" if report_path is not None else "")]
     sides = summary["rpc_sides"]
     if sides["calls"]:
-        lines.append(f"{PREFIX}{sides['calls']} RPCs: {sides['both_sides']} with both sides, "
-                     f"{sides['caller_only']} caller only, {sides['callee_only']} callee only")
+        lines.append(rpcs_line(sides))
         missing = sides.get("spans_missing") or {}
         if sum(missing.values()):
             lines.append(
@@ -73,13 +73,44 @@ def combine_lines(job: Any, alignment: Any, written: Any, output: str, report_pa
         lines += [f"{PREFIX}note: {journal_only_line(rank, j)}" for rank, j in (sides.get("journal_only") or {}).items()]
     lines.append(f"{PREFIX}{causality_line(alignment.causality, alignment.method)}")
     lines.append(f"{PREFIX}{core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}")
-    lines += [f"{PREFIX}warning: {line}" for line in clock_notes(alignment)]
-    lines += file_warnings(job.infos)
+    lines += clock_and_file_warnings(job, alignment)
     unaccounted = ev["in"] + ev["added"] - ev["out"] - ev["filtered"] - ev["dropped"]
     if unaccounted:
         lines.append(f"{PREFIX}warning: {unaccounted} events are not accounted for (in + added != out + "
                      "filtered + dropped); this is a bug, please report it")
     lines += [f"{PREFIX}warning: {w}" for w in OUTPUT_FORMATS[summary["format"]].warnings(output, summary)]
+    return lines
+
+
+def rpcs_line(sides: Dict[str, Any]) -> str:
+    """How many RPCs the job's records join, and with which sides."""
+    return (f"{PREFIX}{sides['calls']} RPCs: {sides['both_sides']} with both sides, "
+            f"{sides['caller_only']} caller only, {sides['callee_only']} callee only")
+
+
+def clock_and_file_warnings(job: Any, alignment: Any) -> List[str]:
+    """What the clock model and each file warn of."""
+    return [f"{PREFIX}warning: {line}" for line in clock_notes(alignment)] + file_warnings(job.infos)
+
+
+def align_lines(job: Any, alignment: Any, summary: Dict[str, Any]) -> List[str]:
+    """``align``'s summary, as ``combine``'s: ranks and events, the outputs, the RPCs' sides,
+    the ranks left without a file, causality, the clock and file warnings."""
+    ev, outputs = summary["events"], summary["outputs"]
+    names = ", ".join(os.path.basename(o["path"]) for o in outputs)
+    lines = [f"{PREFIX}{len(outputs)} ranks, {ev['in']} events in, {ev['out']} out ({ev['moved']} moved), "
+             f"aligned by {alignment.method} to rank {alignment.reference} -> {summary['output']} ({names})"]
+    if summary["rpc_sides"]["calls"]:
+        lines.append(rpcs_line(summary["rpc_sides"]))
+    lines += [f"{PREFIX}note: rank {r} was read from its journal alone (it died before writing its rank file, or its "
+              "file was not given): it has no events, so no file is written for it" for r in summary["journal_only"]]
+    lines.append(f"{PREFIX}{causality_line(alignment.causality, alignment.method)}")
+    lines += clock_and_file_warnings(job, alignment)
+    if summary["others_in_output"]:
+        others = summary["others_in_output"]
+        lines.append(f"{PREFIX}note: {summary['output']} holds {len(others)} other trace file"
+                     f"{'' if len(others) == 1 else 's'} ({', '.join(others[:3])}{', …' if len(others) > 3 else ''}), "
+                     "which HTA's trace_dir would read as ranks too")
     return lines
 
 
@@ -99,8 +130,7 @@ def export_lines(job: Any, summary: Dict[str, Any], output: str) -> List[str]:
     ev = summary["events"]
     lines = [f"{PREFIX}{len(job.infos)} ranks, {ev['in']} events in, {ev['rows']} rows ({ev['filtered']} filtered), "
              f"aligned by {summary['align']} to rank {summary['reference']} -> {output}"]
-    lines += [f"{PREFIX}warning: {line}" for line in clock_notes(job.clock_model())]
-    return lines + file_warnings(job.infos)
+    return lines + clock_and_file_warnings(job, job.clock_model())
 
 
 def offsets_notes(job: Any, alignment: Any) -> List[str]:

@@ -164,13 +164,35 @@ def skew(doc, offset_ns, drift_ppm=0.0, anchor_ns=None):
     drift would have added up to minutes).
     """
     base = doc.get("baseTimeNanoseconds") or 0
-    events = doc["traceEvents"]
     if anchor_ns is None:
-        anchor_ns = base + min((round(e["ts"] * 1000) for e in events if isinstance(e.get("ts"), (int, float))), default=0)
+        anchor_ns = base + min((round(e["ts"] * 1000) for e in doc["traceEvents"]
+                                if isinstance(e.get("ts"), (int, float))), default=0)
     clock = ClockModel(rank=-1, method="skew", offset_ns=int(offset_ns), drift_ppm=float(drift_ppm),
                        anchor_ns=int(anchor_ns))
+    out = _skew_events(doc, clock)
+    if isinstance(doc.get("tracemerge"), dict):
+        out["tracemerge"] = _skew_ns(doc["tracemerge"], clock)
+    return out
+
+
+def skew_job(docs, truth):
+    """Copies of a job's rank-file documents ({rank: doc}) as if rank R's clock read
+    ``truth[R].to_local(t)`` at true time t (a ClockModel): every event ``ts``/``dur`` by its
+    rank's clock, every ``*_ns`` field by the clock_rank rule (docs/rank-file-format.md:
+    inside an object with ``clock_rank: R`` by R's clock, elsewhere by the file's rank's)."""
+    out = {}
+    for rank, doc in docs.items():
+        out[rank] = _skew_events(doc, truth[rank])
+        if isinstance(doc.get("tracemerge"), dict):
+            out[rank]["tracemerge"] = _skew_ns(doc["tracemerge"], truth[rank], truth)
+    return out
+
+
+def _skew_events(doc, clock):
+    """A copy of ``doc`` with every event's ``ts`` (and ``dur``) read on ``clock``."""
+    base = doc.get("baseTimeNanoseconds") or 0
     out = dict(doc)
-    out["traceEvents"] = [dict(e) for e in events]
+    out["traceEvents"] = [dict(e) for e in doc["traceEvents"]]
     timed = [e for e in out["traceEvents"] if isinstance(e.get("ts"), (int, float))]
     ts = np.array([round(e["ts"] * 1000) for e in timed], dtype=np.int64) + base
     new = clock.to_local(ts)
@@ -180,17 +202,19 @@ def skew(doc, offset_ns, drift_ppm=0.0, anchor_ns=None):
         e["ts"] = t / 1000
     for i, end in zip(with_dur, ends.tolist()):
         timed[i]["dur"] = (end - int(new[i])) / 1000
-    if isinstance(doc.get("tracemerge"), dict):
-        out["tracemerge"] = _skew_ns(doc["tracemerge"], clock)
     return out
 
 
-def _skew_ns(value, clock):
+def _skew_ns(value, clock, others=None):
+    """``value`` with its ``*_ns`` integers read on ``clock``; with ``others`` ({rank:
+    ClockModel}), those inside an object with ``clock_rank: R`` on ``others[R]``."""
     if isinstance(value, dict):
+        if others is not None and isinstance(value.get("clock_rank"), int) and value["clock_rank"] in others:
+            clock = others[value["clock_rank"]]
         return {k: (clock.to_local(v) if k.endswith("_ns") and isinstance(v, int) and not isinstance(v, bool)
-                    else _skew_ns(v, clock)) for k, v in value.items()}
+                    else _skew_ns(v, clock, others)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_skew_ns(v, clock) for v in value]
+        return [_skew_ns(v, clock, others) for v in value]
     return value
 
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 import orjson
 
+from tracemerge import kineto_text
 from tracemerge.capture import native_sides
 from tracemerge.codecs import Gzip
 
@@ -51,12 +52,13 @@ def write(path: "os.PathLike[str] | str", kineto_json_path: "os.PathLike[str] | 
         # the ops that served the builtins callers sent here as themselves: combine pairs them
         block["served_ops"] = native_sides.served_ops(trace, meta.get("pid", -1), meta.get("profile_start_ns") or 0,
                                                       meta.get("profile_stop_ns") or 2**62)
-    # "tracemerge" first, so readers can stop parsing after it.
-    data = orjson.dumps({"tracemerge": block, **trace})
+    # "tracemerge" first, so readers can stop parsing after it; spelled as torch spells the
+    # trace where other tools read the text (HTA's rank: kineto_text)
+    parts = kineto_text.document({"tracemerge": block, **trace})
     tmp = f"{path}.tmp"
     # the combine's own gzip (level 1): this runs in the training job, where time counts more than size
     with open(tmp, "wb") as raw, Gzip().writer(raw) as f:
-        f.write(data)
+        f.writelines(parts)
     os.replace(tmp, path)
 
 

@@ -352,6 +352,13 @@ def times_ns(path: str, ts_values: list, dur_values: list, base: Optional[int],
     return float_times_ns(path, ts_f, ts_missing, dur_f, dur_missing, base)
 
 
+def event_times_ns(path: str, events: list, base: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`times_ns` of a list of event dicts, as the reader makes a trace's ts/dur
+    columns (only metadata events may lack a ts), without the rest of its columns."""
+    is_meta = np.fromiter(map("M".__eq__, _column(events, "ph")), bool, len(events))
+    return times_ns(path, _column(events, "ts"), _column(events, "dur"), base, required=~is_meta)
+
+
 # ns of the file's clock that fit int64 (after a base is added) with room for the rounding
 MAX_NS = float(2**63 - 2**12)
 

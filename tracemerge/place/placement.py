@@ -43,15 +43,20 @@ def rank_label(rank: int, worker_name: str, hostname: str) -> str:
 def aligned_ns(trace: RankTrace, clock: ClockModel, out_base_ns: int) -> Tuple[np.ndarray, np.ndarray]:
     """(ts, dur) int64 ns arrays on the reference clock, ts relative to ``out_base_ns``;
     0 where an event has no ts, NO_DUR where it has no dur."""
-    timed = trace.ts != NO_TS
-    start = np.where(timed, clock.to_reference(np.where(timed, trace.ts, 0)), 0)
-    has_dur = timed & (trace.dur != NO_DUR)
+    return aligned_times(trace.ts, trace.dur, clock, out_base_ns)
+
+
+def aligned_times(ts: np.ndarray, dur: np.ndarray, clock: ClockModel, out_base_ns: int) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`aligned_ns` of a trace's ``ts`` and ``dur`` columns (NO_TS, NO_DUR where absent)."""
+    timed = ts != NO_TS
+    start = np.where(timed, clock.to_reference(np.where(timed, ts, 0)), 0)
+    has_dur = timed & (dur != NO_DUR)
     if clock.drift_ppm or clock.corrections:  # both stretch time, so durations change too
-        end = clock.to_reference(np.where(has_dur, trace.ts + trace.dur, 0))
-        dur = np.where(has_dur, end - start, NO_DUR)
+        end = clock.to_reference(np.where(has_dur, ts + dur, 0))
+        out_dur = np.where(has_dur, end - start, NO_DUR)
     else:
-        dur = np.where(has_dur, trace.dur, NO_DUR)
-    return np.where(timed, start - out_base_ns, 0), dur
+        out_dur = np.where(has_dur, dur, NO_DUR)
+    return np.where(timed, start - out_base_ns, 0), out_dur
 
 
 def _us(ns: np.ndarray, present: np.ndarray) -> List[Optional[float]]:
