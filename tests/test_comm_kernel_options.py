@@ -33,7 +33,7 @@ def test_combine_report_takes_comm_kernel(renamed, tmp_path):
     for extra, want in (((), known_us), (("--comm-kernel", "ring_allgather"), told_us)):
         report = tmp_path / f"r{len(extra)}.json"
         result = CliRunner().invoke(main, ["combine", path, "-o", str(tmp_path / f"m{len(extra)}.json"), "-q",
-                                           "--report", str(report), *extra])
+                                           f"--report={report}", *extra])
         assert result.exit_code == 0, result.output
         assert json.loads(report.read_text())["gpu"][0]["communication_us"] == pytest.approx(want, abs=1e-3)
     alone = CliRunner().invoke(main, ["combine", path, "-o", str(tmp_path / "x.json"), "--comm-kernel", "a"])
