@@ -141,7 +141,7 @@ def pipe_wait_s() -> float:
     (``x``, ``-1``) is refused by name, never ignored, and one that no poll can hold
     (``inf``, ``1e300``: an internal error) too (UsageError, exit 2)."""
     given = os.environ.get(PIPE_WAIT_ENV)
-    if given is None:
+    if not given:  # unset or empty, as TRACEMERGE_MAX_INFLATE
         return PIPE_WAIT_S
     try:
         wait = float(given)
