@@ -28,6 +28,10 @@ Classes of hostile input (each run draws one, from its own seed ``SEED:K``):
              export): refused before the work, nothing written
   overwrite  report, diff, whatif -o onto an existing file without --force: exit 5, unchanged
   summary    a merged trace whose summary holds a hostile value, read by info/report/diff
+  journal    a rank that left only its journal (rank{R}.journal, JSON Lines), one of its
+             lines' fields hostile, beside the other ranks' files (with --cycle sometimes)
+  cycles     a rank's schedule cycle files (rank{R}.cycle{N}), one copied under another
+             cycle number, a journal or a whole-run file beside them
 
 Asserted for every run: never exit 1 (an internal error) nor a traceback; no run past the
 time limit (a hang); no run over 1 GB of memory (peak RSS of the process and the workers it
@@ -166,7 +170,7 @@ def make_case(k: int, seed: int, tmp: str) -> Case:
     rng = random.Random(f"{seed}:{k}")
     kind = rng.choice(["field", "field", "field", "truncate", "bomb", "deep", "special", "options", "force",
                        "merged", "signal", "concurrent", "values", "values", "names", "longname", "overwrite",
-                       "late", "summary"])
+                       "late", "summary", "journal", "cycles"])
     command = rng.choice(sorted(COMMANDS))
     out = os.path.join(tmp, "out")
     os.makedirs(out)
@@ -365,6 +369,45 @@ def make_case(k: int, seed: int, tmp: str) -> Case:
         argv = {"info": ["info", merged], "report": ["report", merged, "-o", os.path.join(out, "r.txt")],
                 "diff": ["diff", merged, merged]}[which]
         return Case(kind, which, argv)
+    if kind in ("journal", "cycles"):
+        files = _rank_files(rng, tmp)
+        victim = rng.randrange(len(files))
+        doc = _doc(files[victim]) if files[victim].endswith(".gz") else json.load(open(files[victim]))
+        block = doc.get("tracemerge") or {}
+        rank = block.get("rank", victim)
+        extra: List[str] = []
+        if kind == "journal" or rng.random() < 0.3:
+            meta = {k: block.get(k) for k in ("job_id", "rank", "world_size", "worker_name", "hostname", "boot_id",
+                                              "pid", "profile_start_ns")}
+            lines: List[Any] = [{"tracemerge_journal": 1, "meta": meta}]
+            lines += [{"rpc": r} for r in block.get("rpcs", [])] + [{"collective": c} for c in block.get("collectives", [])]
+            lines.append({"alive_ns": (block.get("profile_start_ns") or 0) + 10 ** 9})
+            if kind == "journal":
+                line = rng.choice(lines)
+                paths = [p for p in _paths(line) if len(p) > 1] or [p for p in _paths(line) if p]
+                _set(line, rng.choice(paths), rng.choice(HOSTILE))
+            journal = os.path.join(tmp, f"rank{rank}.journal")
+            with open(journal, "w") as f:
+                f.write("".join(json.dumps(line, allow_nan=True) + "\n" for line in lines))
+            extra.append(journal)
+        if kind == "cycles":
+            cycles = []
+            for n in range(rng.choice([1, 2, 3])):
+                block["cycle"] = n
+                cycles.append(_write(os.path.join(tmp, f"rank{rank}.cycle{n}"), doc, rng))
+            if rng.random() < 0.4:   # a cycle file copied under another cycle number
+                shutil.copy(cycles[0], cycles[0].replace("cycle0", f"cycle{len(cycles)}"))
+                cycles.append(cycles[0].replace("cycle0", f"cycle{len(cycles)}"))
+            extra += cycles
+        if kind == "journal" or rng.random() < 0.7:
+            os.unlink(files[victim])
+            files.pop(victim)
+        command = rng.choice(["info", "report", "report-analysis", "combine-json", "combine-report", "offsets",
+                              "export", "whatif"])
+        argv = COMMANDS[command](files + extra, out)
+        if rng.random() < 0.3:
+            argv += ["--cycle", str(rng.choice([0, 1]))]
+        return Case(kind, command, argv)
     files = _rank_files(rng, tmp)  # concurrent
     command = rng.choice(["combine-json", "combine-pftrace", "export"])
     return Case(kind, command, COMMANDS[command](files, out) + rng.choice([[], ["--force"]]), twin=True)
