@@ -19,7 +19,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import Terminated, TracemergeError
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -456,9 +456,9 @@ class DaskEngine:
             return self.client.gather(futures)
         except self._killed as e:
             raise WorkerDied(f"a Dask worker died running a rank (killed, or out of memory): {e}") from None
-        except BaseException:
-            # Ctrl-C, SIGTERM, a rank's error: the workers stop before the caller removes what
-            # they were writing (export's temporary directory), as the local engine's do
+        except (KeyboardInterrupt, Terminated):
+            # the workers stop before the caller removes what they were writing (export's
+            # temporary directory), as the local engine's do
             self.stop(futures)
             raise
 

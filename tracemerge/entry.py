@@ -9,8 +9,9 @@ one line and the same exit code: nothing has been written yet, so nothing needs 
 up. The command gives the signals back to this module when it ends, and a signal in the
 last moment after it (click's exit) ends the process the same way, its output already
 whole; once the command has returned, the signals are ignored while the interpreter exits
-(its finalisation resets them to the default, which killed the process silently). (Python's own start-up and ``tracemerge/__init__``, which run before this module,
-stay Python's.)
+(its finalisation resets them to the default, which killed the process silently).
+(Python's own start-up and ``tracemerge/__init__``, which run before this module, stay
+Python's.)
 """
 
 import gc
