@@ -204,7 +204,10 @@ class Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except TracemergeError as e:
-            fail(ctx, str(e), e.exit_code)
+            # an output put in place before another failed (a disk full) stays, and is said; not
+            # the one the error is about (another run's, put there while this one worked)
+            written = [p for p in _written(ctx) if not e.message.startswith(f"{p}: ")]
+            fail(ctx, str(e) + (f" ({', '.join(written)} was written, complete)" if written else ""), e.exit_code)
         except MemoryError:
             fail(ctx, "out of memory", EXIT_INPUT)
         except KeyboardInterrupt:
@@ -248,13 +251,18 @@ def watch_outputs(paths: "typing.Iterable[str | None]") -> None:
             watched[path] = _identity(path)
 
 
+def _written(ctx: click.Context) -> "list[str]":
+    """The outputs this command put in place: a new file (or directory) at the path."""
+    return [p for p, before in ctx.meta.get(_OUTPUTS, {}).items() if _identity(p) not in (None, before)]
+
+
 def _stopped(ctx: click.Context, what: str, code: int) -> None:
     """Ctrl-C or SIGTERM (``what``, exit ``code``) ended the command, its temporary outputs
     removed. An output put in place before it stays, whole, and is said to be there: when
     every output is in place nothing was lost (exit 0, a warning), else ``code`` naming the
     written and the unwritten (docs/errors.md, "Processes and signals")."""
     watched = ctx.meta.get(_OUTPUTS, {})
-    written = [p for p, before in watched.items() if _identity(p) not in (None, before)]
+    written = _written(ctx)
     if not written:
         fail(ctx, f"{what}; no output was written", code)
     missing = [p for p in watched if p not in written]
