@@ -99,6 +99,11 @@ def test_scheduler_parsed(job, tmp_path, address):
     assert seconds < 20
 
 
+def test_scheduler_without_the_dask_engine(job, tmp_path):
+    code, err, _ = run(["combine", *job, "-o", str(tmp_path / "m.json"), "--scheduler", "tcp://127.0.0.1:8786"])
+    one_line_usage(code, err, "--scheduler needs --engine dask")
+
+
 def test_scheduler_where_nothing_listens_fails_fast(job, tmp_path):
     address = f"tcp://127.0.0.1:{_closed_port()}"
     code, err, seconds = run(["combine", *job, "-o", str(tmp_path / "m.json"), "--engine", "dask",

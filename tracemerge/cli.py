@@ -603,6 +603,8 @@ def merge_options(force_help: str, causality_help: str, *between: Decorator) -> 
 
 def merge_engine(engine: str, jobs: "int | None", scheduler: "str | None") -> "typing.Any":
     """The engine of ``--engine/--jobs/--scheduler``, with a progress line on a terminal."""
+    if scheduler and engine != "dask":
+        raise click.UsageError("--scheduler needs --engine dask")
     runner = make_engine(engine, jobs, scheduler)
     runner.progress = Progress.for_terminal(quiet=_quiet())
     return runner
