@@ -40,7 +40,7 @@ and a refused --force's target, as they were); no temporary file or directory le
 the output or the inputs (signals, errors, concurrent writers). The last line counts each:
 ``exit 1: 0, inputs changed: 0, leftovers: 0, over 1 GB: 0, over 60 s: 0``.
 
-    python fuzz/sweep.py [--seconds 90] [--seed 35] [--jobs N] [--only K] [--keep DIR]
+    python fuzz/sweep.py [--seconds 90] [--seed 35] [--jobs N] [--only K] [--kind KIND] [--keep DIR]
 
 Exits 1 when anything was found, listing each finding with how to replay it (``--only K``).
 """
@@ -166,11 +166,13 @@ def _rank_files(rng: random.Random, tmp: str, mutate: Optional[Callable[[List[An
     return [_write(os.path.join(tmp, f"rank{r}"), d, rng) for r, d in enumerate(docs)]
 
 
-def make_case(k: int, seed: int, tmp: str) -> Case:
+KINDS = ["field", "field", "field", "truncate", "bomb", "deep", "special", "options", "force", "merged", "signal",
+         "concurrent", "values", "values", "names", "longname", "overwrite", "late", "summary", "journal", "cycles"]
+
+
+def make_case(k: int, seed: int, tmp: str, kinds: Optional[List[str]] = None) -> Case:
     rng = random.Random(f"{seed}:{k}")
-    kind = rng.choice(["field", "field", "field", "truncate", "bomb", "deep", "special", "options", "force",
-                       "merged", "signal", "concurrent", "values", "values", "names", "longname", "overwrite",
-                       "late", "summary", "journal", "cycles"])
+    kind = rng.choice([c for c in KINDS if not kinds or c in kinds])
     command = rng.choice(sorted(COMMANDS))
     out = os.path.join(tmp, "out")
     os.makedirs(out)
@@ -519,10 +521,10 @@ def _at_startup(err: str) -> bool:
         all(name == "<module>" for name in _FRAME.findall(err))
 
 
-def run_case(k: int, seed: int, keep: Optional[str]) -> Result:
+def run_case(k: int, seed: int, keep: Optional[str], kinds: Optional[List[str]] = None) -> Result:
     tmp = tempfile.mkdtemp(prefix=f"tracemerge-sweep-{k}-")
     try:
-        case = make_case(k, seed, tmp)
+        case = make_case(k, seed, tmp, kinds)
         size = 0
         for a in case.argv:
             if os.path.isfile(a):
@@ -592,6 +594,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=35)
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--only", type=int, action="append", help="replay run K (repeatable)")
+    ap.add_argument("--kind", action="append", choices=sorted(set(KINDS)),
+                    help="draw only this kind of hostile input (repeatable; replay with the same --kind)")
     ap.add_argument("--keep", default=os.path.join(ROOT, "fuzz", "findings"),
                     help="where the inputs of each finding are kept")
     args = ap.parse_args()
@@ -606,7 +610,7 @@ def main() -> int:
                 k = next(counter, None)
             if k is None:
                 return
-            r = run_case(k, args.seed, args.keep)
+            r = run_case(k, args.seed, args.keep, args.kind)
             with lock:
                 results.append(r)
                 mark = "FAIL" if r.problems else "ok"
@@ -633,7 +637,8 @@ def main() -> int:
             argv = " ".join(r.case.argv).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             print(f"sweep: FOUND #{r.k} {r.case.kind} {r.case.command}: {problem}\n"
                   f"       argv: tracemerge {argv[:2000]}\n"
-                  f"       replay: python fuzz/sweep.py --seed {args.seed} --only {r.k}")
+                  f"       replay: python fuzz/sweep.py --seed {args.seed} --only {r.k}"
+                  + "".join(f" --kind {k}" for k in args.kind or ()))
     return 1 if found else 0
 
 
