@@ -15,8 +15,8 @@ PACKAGE = os.path.join(ROOT, "tracemerge")
 
 # lowest first; a name is a top-level module or package of tracemerge ("" is tracemerge/__init__.py)
 LAYERS = [
-    ("base", {"", "errors", "arrays", "model", "codecs", "kineto_text", "nesting", "engine", "output", "progress", "corestatus", "deferred",
-              "registry", "groups"}),
+    ("base", {"", "errors", "arrays", "model", "codecs", "kineto_text", "nesting", "engine", "output", "progress",
+              "corestatus", "deferred", "registry", "groups", "names"}),
     ("capture", {"capture"}),      # runs inside the job's workers: base only
     ("read", {"inputs"}),
     ("native", {"native"}),        # the compiled reader/writer, with the Python reader as its fallback

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 import tracemerge
-from tracemerge import corestatus
+from tracemerge import corestatus, names
 from tracemerge.deferred import Deferred, RegistryChoice, RegistryOption
 from tracemerge.errors import (
     EXIT_INPUT,
@@ -208,13 +208,16 @@ class Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except TracemergeError as e:
-            fail(ctx, str(e), e.exit_code)
+            # an output put in place before another failed (a disk full) stays, and is said; not
+            # the one the error is about (another run's, put there while this one worked)
+            written = [p for p in _written(ctx) if not e.message.startswith(f"{p}: ")]
+            fail(ctx, str(e) + (f" ({', '.join(written)} was written, complete)" if written else ""), e.exit_code)
         except MemoryError:
             fail(ctx, "out of memory", EXIT_INPUT)
         except KeyboardInterrupt:
-            fail(ctx, "interrupted; no output was written", EXIT_INTERRUPTED)
+            _stopped(ctx, "interrupted", EXIT_INTERRUPTED)
         except Terminated:
-            fail(ctx, "terminated; no output was written", EXIT_TERMINATED)
+            _stopped(ctx, "terminated", EXIT_TERMINATED)
         except BrokenPipeError:
             # the reader of stdout went away: nothing more can be written there
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -227,6 +230,51 @@ class Group(click.Group):
                 raise
             fail(ctx, f"internal error ({type(e).__name__}: {e}); this is a bug, please report it with "
                       "TRACEMERGE_DEBUG=1 set", EXIT_INTERNAL)
+
+
+_OUTPUTS = "tracemerge.outputs"  # ctx.meta key: {output path: what was at it before the command ran}
+
+
+def _identity(path: str) -> "tuple[int, int, int] | None":
+    """What is at ``path`` now (device, inode, change time), None for nothing: an output put
+    in place is a new inode there (linked or renamed into place, never written over)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def watch_outputs(paths: "typing.Iterable[str | None]") -> None:
+    """Remember what is at each output path (None, "-": none) before the work, so that a
+    signal's message can say which outputs were put in place before it landed."""
+    ctx = click.get_current_context()
+    watched = ctx.meta.setdefault(_OUTPUTS, {})
+    for path in paths:
+        if path is not None and path != "-":
+            watched[path] = _identity(path)
+
+
+def _written(ctx: click.Context) -> "list[str]":
+    """The outputs this command put in place: a new file (or directory) at the path."""
+    return [p for p, before in ctx.meta.get(_OUTPUTS, {}).items() if _identity(p) not in (None, before)]
+
+
+def _stopped(ctx: click.Context, what: str, code: int) -> None:
+    """Ctrl-C or SIGTERM (``what``, exit ``code``) ended the command, its temporary outputs
+    removed. An output put in place before it stays, whole, and is said to be there: when
+    every output is in place nothing was lost (exit 0, a warning), else ``code`` naming the
+    written and the unwritten (docs/errors.md, "Processes and signals")."""
+    watched = ctx.meta.get(_OUTPUTS, {})
+    written = _written(ctx)
+    if not written:
+        fail(ctx, f"{what}; no output was written", code)
+    missing = [p for p in watched if p not in written]
+    if not missing:
+        click.echo(names.shown(f"tracemerge: warning: {what} after the output was written: {', '.join(written)} "
+                               "is complete"), err=True)
+        ctx.exit(0)
+    fail(ctx, f"{what}; {', '.join(written)} was written (complete), {', '.join(missing)} was not", code)
 
 
 def _csv_section(value: "str | None") -> "str | None":
@@ -288,7 +336,7 @@ def usage_error(e: click.UsageError, where: "str | None") -> None:
     if isinstance(e, NO_ARGS_IS_HELP):  # bare `tracemerge`: click shows the help
         raise e
     where = e.ctx.command_path if e.ctx else where
-    click.echo(f"tracemerge: error: {e.format_message()} (see '{where} --help')", err=True)
+    click.echo(f"tracemerge: error: {names.shown(e.format_message())} (see '{where} --help')", err=True)
     raise click.exceptions.Exit(EXIT_USAGE)
 
 
@@ -297,7 +345,7 @@ def say(line: str, err: bool = True) -> None:
     silences it."""
     ctx = click.get_current_context(silent=True)
     if ctx is None or not ctx.find_root().meta.get("tracemerge.quiet"):
-        click.echo(line, err=err)
+        click.echo(names.shown(line), err=err)
 
 
 def say_all(lines: "typing.Iterable[str]") -> None:
@@ -320,8 +368,23 @@ def quiet_option(fn: "click.decorators.FC") -> "click.decorators.FC":
                         help="Print nothing on stderr but errors: no summary, warnings, notes or progress.")(fn)
 
 
+force_option = click.option("--force", is_flag=True, help="Overwrite an output (-o, --html) that exists.")
+
+
+def check_outputs(paths: "typing.Iterable[str | None]", inputs: "typing.Iterable[str]", force: bool) -> None:
+    """Each output a command will write (None: not asked for) refused before any input is read:
+    an input, an existing file without --force, a name too long, two options naming one file."""
+    given = [p for p in paths if p is not None]
+    inputs = list(inputs)
+    for n, path in enumerate(given):
+        check_output(path, inputs, force)
+        if path != "-" and any(os.path.realpath(path) == os.path.realpath(p) for p in given[:n]):
+            raise click.UsageError(f"{path}: named by two outputs; give each its own")
+    watch_outputs(given)
+
+
 def fail(ctx: click.Context, message: str, code: int) -> None:
-    click.echo(f"tracemerge: error: {message}", err=True)
+    click.echo(f"tracemerge: error: {names.shown(message)}", err=True)
     ctx.exit(code)
 
 
@@ -411,6 +474,10 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
         files = admit.expand(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+    try:
+        admit.pipe_wait_s()  # TRACEMERGE_PIPE_WAIT set and mistyped: refused now, pipe or not
+    except TracemergeError as e:
+        raise click.UsageError(str(e)) from None
     pipes = [p for p in files if p in value and admit.is_pipe(p)]  # a FIFO a glob matched is not "given"
     if not pipes:
         return tuple(files)
@@ -495,9 +562,22 @@ output_format_option = click.option(
     help="Output format (default: perfetto for .pftrace names, else Chrome JSON).")
 
 
+def _scheduler(ctx: click.Context, param: click.Parameter, value: "str | None") -> "str | None":
+    """``--scheduler`` parsed before any work (tracemerge.engine.parse_scheduler)."""
+    if value is not None:
+        from tracemerge.engine import parse_scheduler
+
+        try:
+            parse_scheduler(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
 def engine_options(fn: "click.decorators.FC") -> "click.decorators.FC":
-    fn = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-                      help="Dask scheduler to run on (with --engine dask; default: a LocalCluster).")(fn)
+    fn = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", callback=_scheduler,
+                      help="Dask scheduler to run on (with --engine dask; default: a LocalCluster); tcp:// or "
+                           "tls://, a port from 1 to 65535.")(fn)
     fn = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
                       help="Worker processes for per-rank work (default: all cores).")(fn)
     fn = click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
@@ -535,6 +615,8 @@ def causality_option(causality_help: str) -> Decorator:
 
 def merge_engine(engine: str, jobs: "int | None", scheduler: "str | None") -> "typing.Any":
     """The engine of ``--engine/--jobs/--scheduler``, with a progress line on a terminal."""
+    if scheduler and engine != "dask":
+        raise click.UsageError("--scheduler needs --engine dask")
     runner = make_engine(engine, jobs, scheduler)
     runner.progress = Progress.for_terminal(quiet=_quiet())
     return runner
@@ -637,6 +719,7 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
     check_output(output, files, force)  # before any input is read: a long merge never ends in "cannot write"
     if report_path is not None:
         report_path = combine_report_path(output, report_path, files, force)
+    watch_outputs((output, report_path))
     if scheduler:
         # workers on other machines resolve relative paths against their own directory
         files = [os.path.abspath(f) for f in files]
@@ -729,7 +812,7 @@ def offsets(files: "tuple[str, ...]", method: str, reference: "int | None", offs
                       cycle=cycle, align=AlignRequest(method, reference, offsets))
     alignment = job.clock_model()
     render = offsets_json if fmt == "json" else offsets_table
-    click.echo(render(alignment, list(job.infos)))
+    click.echo(names.as_bytes(render(alignment, list(job.infos)) + "\n"), nl=False)
     say_all(lines.offsets_notes(job, alignment))
 
 
@@ -785,13 +868,13 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
     shown = set()
     for path in files:
         if path in merged:
-            click.echo("\n".join(merged[path]))
+            click.echo(names.as_bytes("\n".join(merged[path]) + "\n"), nl=False)  # names as the bytes they are
             continue
         i = described.get(path)
         if i is None or id(i) in shown:
             continue  # left out by --skip-bad (named on stderr), or --cycle; or described already
         shown.add(id(i))
-        click.echo("\n".join(lines.rank_lines(i)))
+        click.echo(names.as_bytes("\n".join(lines.rank_lines(i)) + "\n"), nl=False)
     sys.stdout.flush()
 
 
@@ -808,6 +891,7 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
 @click.option("--remote-ops", is_flag=True,
               help="Name ops run on a callee by their RPC: rpc_async#aten::mul(worker0 -> worker1)#remote_op: mul.")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page with plots.")
+@force_option
 @click.option("--analysis", is_flag=True,
               help="Add the cross-rank analyses of rank files: the critical path per window (ProfilerStep#N "
                    "of the ranks whose steps meet, 'ProfilerStep#N (rank R)' for a rank whose step meets "
@@ -823,7 +907,8 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
 @rank_options
 @input_options
 def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int, fmt: str, output: str,
-           remote_ops: bool, html_path: "str | None", analysis: bool, section: str, comm_kernels: "tuple[str, ...]",
+           remote_ops: bool, html_path: "str | None", force: bool, analysis: bool, section: str,
+           comm_kernels: "tuple[str, ...]",
            method: str, reference: "int | None", offsets: "dict[int, int]", rank_from: str, cycle: "int | None",
            skip_bad: bool, strict: bool) -> None:
     """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
@@ -844,9 +929,7 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
     if section != key_averages and fmt != "csv":
         raise click.BadParameter("only for --format csv (the other formats hold every section)",
                                  param_hint="'--section'")
-    for path in (output, html_path):
-        if path is not None:
-            check_output(path, files, force=True)  # before any input is read
+    check_outputs((output, html_path), files, force)  # before any input is read
 
     align = AlignRequest(method, reference, offsets)
     # each rank read once, by the worker that keeps it for its report products
@@ -861,9 +944,9 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
                                    analysis or section not in (key_averages, "postmortem"), comm_kernels)
     finally:
         runner.close()
-    write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files)
+    write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files, force)
     if html_path:
-        write_text(html_path, render_report(rep, "html", sort_by, row_limit), files)
+        write_text(html_path, render_report(rep, "html", sort_by, row_limit), files, force)
     for note in rep.notes:
         if "thread-limited" in note:
             say(f"tracemerge: hint: {note}", err=True)
@@ -872,14 +955,17 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
 
 
 def _regexes(values: "tuple[str, ...]") -> "tuple[str, ...]":
-    """``values``, each checked to be a regular expression (a usage error names the bad one)."""
-    import re
+    """``values``, each compiled as the GPU section will (:func:`tracemerge.report.gpu.comm_kernel_pattern`:
+    under the regex engine's bounds); a usage error names the bad one."""
+    if not values:
+        return values
+    from tracemerge.report.gpu import comm_kernel_pattern
 
     for value in values:
         try:
-            re.compile(value)
-        except re.error as e:
-            raise click.BadParameter(f"{value!r} is no regular expression: {e}", param_hint="'--comm-kernel'") from None
+            comm_kernel_pattern(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--comm-kernel'") from None
     return values
 
 
@@ -906,11 +992,12 @@ def run_files(arg: str) -> "list[str]":
 @click.option("--format", "fmt", type=RegistryChoice(lambda: REPORT_FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the diff here (default: stdout).")
 @click.option("--html", "html_path", default=None, metavar="PATH", help="Also write a self-contained HTML page.")
+@force_option
 @align_options
 @rank_options
 @input_options
-def diff(before, after, row_limit, fmt, output, html_path, method, reference, offsets, rank_from, cycle, skip_bad,
-         strict):
+def diff(before, after, row_limit, fmt, output, html_path, force, method, reference, offsets, rank_from, cycle,
+         skip_bad, strict):
     """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
 
     BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst traces: one run's rank
@@ -925,9 +1012,7 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
       tracemerge diff 'old/rank*.json.gz' new/merged.json --format markdown -o diff.md
     """
     sides = [run_files(before), run_files(after)]
-    for path in (output, html_path):
-        if path is not None:
-            check_output(path, sides[0] + sides[1], force=True)  # before any input is read
+    check_outputs((output, html_path), sides[0] + sides[1], force)  # before any input is read
 
     align = AlignRequest(method, reference, offsets)
 
@@ -938,23 +1023,26 @@ def diff(before, after, row_limit, fmt, output, html_path, method, reference, of
     runs = [reports.build_report(paths, opener, align) for paths in sides]
     result = diff_reports(*runs, *sides)
     inputs = sides[0] + sides[1]
-    write_text(output, render_diff(result, fmt, row_limit), inputs)
+    write_text(output, render_diff(result, fmt, row_limit), inputs, force)
     if html_path:
-        write_text(html_path, render_diff(result, "html", row_limit), inputs)
+        write_text(html_path, render_diff(result, "html", row_limit), inputs, force)
 
 
 @main.command()
 @quiet_option
 @files_argument
 @click.option("--speedup", "speedups", multiple=True, required=True, metavar="NAME[@RANK]=K",
-              help="Spans named NAME (on rank RANK; without @RANK on every rank) run K times faster; K 0 or inf: "
-                   "they take no time. Repeatable. A NAME no span has, or a RANK no input has, is an error (exit 2).")
+              help="Spans named NAME (on rank RANK; without @RANK on every rank) run K times faster (K from 0.001: "
+                   "below 1 slower); K 0 or inf: they take no time. Repeatable, one per span: two naming the same "
+                   "spans (NAME twice, NAME beside NAME@RANK) are refused, as is a NAME no span has or a RANK no "
+                   "input has (exit 2).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", default="-", metavar="PATH", help="Write the answer here (default: stdout).")
+@force_option
 @align_options
 @rank_options
 @input_options
-def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, cycle, skip_bad, strict):
+def whatif(files, speedups, fmt, output, force, method, reference, offsets, rank_from, cycle, skip_bad, strict):
     """How long each window would take if some spans ran faster: per window (as the critical
     path's: ProfilerStep#N, per rank where steps do not meet, else the whole trace) the measured time, the time predicted by replaying the job's dependencies
     (thread order, RPCs, collectives, continuations) with the change, and the new critical
@@ -971,10 +1059,10 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
     from tracemerge.analysis.job_timeline import job_timeline
 
     try:
-        parsed = [what.Speedup.parse(s) for s in speedups]
+        parsed = what.parse_all(list(speedups))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--speedup'") from None
-    check_output(output, files, force=True)  # before any input is read
+    check_outputs((output,), files, force)  # before any input is read
     job = open_inputs(list(files), rank_from, skip_bad, strict, file_warnings=True, cycle=cycle,
                       align=AlignRequest(method, reference, offsets))
     from tracemerge.analysis.critical_path import critical_path
@@ -986,9 +1074,9 @@ def whatif(files, speedups, fmt, output, method, reference, offsets, rank_from, 
         # a lone speed-up that changed a window is on its path: the walk is needed otherwise
         for note in what.check(timeline, parsed, critical_path(timeline)):
             say(f"tracemerge: warning: {note}", err=True)
-    text = (json.dumps(what.as_json(predictions, parsed), indent=2) + "\n" if fmt == "json"
+    text = (json.dumps(names.json_safe(what.as_json(predictions, parsed)), indent=2) + "\n" if fmt == "json"
             else what.table(predictions, parsed))
-    write_text(output, text, files)
+    write_text(output, text, files, force)
 
 
 @main.command("export")
@@ -1038,6 +1126,7 @@ def export_tables(files, output, method, reference, offsets, rank_from, cycle, f
     if comm_kernels and not gpu:
         raise click.BadParameter("only with --gpu (the gpu table is the GPU section)", param_hint="'--comm-kernel'")
     check_directory(output, force, files)  # before any input is read
+    watch_outputs((output,))
     if scheduler:
         files = [os.path.abspath(f) for f in files]  # workers on other machines resolve paths themselves
         output = os.path.abspath(output)

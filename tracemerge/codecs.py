@@ -178,6 +178,10 @@ MAX_INFLATE_ENV = "TRACEMERGE_MAX_INFLATE"
 MAX_INFLATE_RATIO = 64          # real trace JSON inflates 5-30x (gzip-1 ~11x, zstd-1 ~16x)
 MAX_INFLATE_FLOOR = 256 << 20   # small files may inflate this far whatever their ratio
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+# the largest bound a size may set: an inflate limit travels to zlib and zstd as a C size
+# (`inf`, `1e30`, `9999...G` were accepted, then ended the gzip reader in an internal error),
+# and no trace comes near a pebibyte
+MAX_SIZE = 1 << 50
 
 
 def parse_size(text: Union[str, int]) -> int:
@@ -190,6 +194,8 @@ def parse_size(text: Union[str, int]) -> int:
         raise ValueError(f"{text!r} is not a size (e.g. 512M, 8G, 0 for no limit)") from None
     if n < 0 or n != n:
         raise ValueError(f"{text!r} is not a size (e.g. 512M, 8G, 0 for no limit)")
+    if n * _UNITS[unit] > MAX_SIZE:  # inf too
+        raise ValueError(f"{text!r} is beyond the largest bound, 1024T (2**50 bytes; 0 for no limit)")
     return int(n * _UNITS[unit])
 
 

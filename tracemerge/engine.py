@@ -19,7 +19,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import Terminated, TracemergeError
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -343,6 +343,73 @@ def _named(call: tuple) -> tuple:
     return tuple(a.key if isinstance(a, Held) else a for a in call)
 
 
+def _ignore_ctrl_c() -> None:
+    """Run on each LocalCluster worker: Ctrl-C at a terminal goes to the whole process group,
+    and each worker's event loop turned it into a traceback of its own; tracemerge itself
+    stops the workers (:meth:`DaskEngine.map`)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _quiet_logs() -> None:
+    """distributed's warnings off, in the process it runs in: once work is interrupted each
+    cancelled task and closed connection is a warning (or a traceback) of its own."""
+    import logging
+
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+SCHEDULER_SCHEMES = ("tcp", "tls")
+CONNECT_PROBE_S = 5.0  # a scheduler address where nothing answers fails within this, not Dask's 30 s
+
+
+def parse_scheduler(address: str) -> Tuple[str, str, int]:
+    """(scheme, host, port) of a ``--scheduler`` address, ``tcp://HOST:PORT`` (``HOST:PORT``
+    is tcp), checked before any work: distributed took ``garbage`` or ``tcp://`` to an
+    internal error, and an impossible port to a 30 s wait. ValueError says what is wrong."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in SCHEDULER_SCHEMES:
+        raise ValueError(f"{address!r}: the scheme {scheme!r} is not one of {', '.join(SCHEDULER_SCHEMES)}")
+    host, colon, port = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]:8786
+    if not colon or not host or "/" in rest:
+        raise ValueError(f"{address!r} is not {scheme}://HOST:PORT (e.g. tcp://10.0.0.5:8786)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r}: the port {port!r} is not a number from 1 to 65535")
+    if scheme == "tls" and not _tls_configured():
+        raise ValueError(f"{address!r}: tls:// needs the client's certificates in Dask's configuration "
+                         "(distributed.comm.tls.ca-file and client.cert); tracemerge passes none of its own")
+    return scheme, host, int(port)
+
+
+def _tls_configured() -> bool:
+    """Whether Dask's configuration names the certificates a TLS client needs."""
+    try:
+        import dask.config
+    except ImportError:
+        return False
+    return bool(dask.config.get("distributed.comm.tls.ca-file", None)
+                and dask.config.get("distributed.comm.tls.client.cert", None))
+
+
+def _probe(address: str) -> None:
+    """Fail at once, in one line, where nothing listens at ``address`` (refused, no such
+    host, no route): distributed would retry for its whole timeout, then raise."""
+    import socket
+
+    _, host, port = parse_scheduler(address)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_PROBE_S).close()
+    except OSError as e:
+        reason = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise TracemergeError(f"--scheduler {address}: cannot connect: {reason}") from None
+
+
 class DaskEngine:
     """Per-rank tasks on a Dask cluster: ``scheduler`` is its address (``tcp://HOST:PORT``);
     without one, a LocalCluster of ``jobs`` single-threaded worker processes on loopback.
@@ -363,12 +430,14 @@ class DaskEngine:
         self.cluster = None
         try:
             if scheduler:
+                _probe(scheduler)
                 self.client = Client(scheduler, timeout="30s")
             else:
                 self.cluster = LocalCluster(n_workers=max(1, jobs or os.cpu_count() or 1), threads_per_worker=1,
                                             processes=True, host="127.0.0.1", dashboard_address=None)
                 self.client = Client(self.cluster)
-        except OSError as e:
+                self.client.run(_ignore_ctrl_c)
+        except (OSError, ValueError, TypeError) as e:  # TLS without certificates: a TypeError of distributed's
             self.close()
             where = f"--scheduler {scheduler}: cannot connect" if scheduler else "cannot start a Dask LocalCluster"
             raise TracemergeError(f"{where}: {e}") from None
@@ -387,11 +456,29 @@ class DaskEngine:
             return self.client.gather(futures)
         except self._killed as e:
             raise WorkerDied(f"a Dask worker died running a rank (killed, or out of memory): {e}") from None
+        except (KeyboardInterrupt, Terminated):
+            # the workers stop before the caller removes what they were writing (export's
+            # temporary directory), as the local engine's do
+            self.stop(futures)
+            raise
+
+    def stop(self, futures: list) -> None:
+        """Cancel ``futures`` and end a LocalCluster's workers (those of a scheduler given
+        finish the task they run, unseen), with distributed's own complaints about the
+        interrupted work silenced: the command says what happened in one line."""
+        _quiet_logs()
+        with contextlib.suppress(Exception):
+            if self.cluster is not None:
+                self.client.run(_quiet_logs)  # the workers warn of each task cancelled
+            self.client.cancel(futures, force=True)
+        self.close()
 
     def close(self) -> None:
         for thing in (getattr(self, "client", None), self.cluster):
             if thing is not None:
-                thing.close()
+                with contextlib.suppress(Exception):
+                    thing.close()
+        self.cluster = None
 
 
 Engine = Union[LocalEngine, DaskEngine]

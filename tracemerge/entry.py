@@ -8,8 +8,10 @@ whichever module the signal interrupted. Here the signal ends the process at onc
 one line and the same exit code: nothing has been written yet, so nothing needs cleaning
 up. The command gives the signals back to this module when it ends, and a signal in the
 last moment after it (click's exit) ends the process the same way, its output already
-whole. (Python's own start-up and ``tracemerge/__init__``, which run before this module,
-stay Python's.)
+whole; once the command has returned, the signals are ignored while the interpreter exits
+(its finalisation resets them to the default, which killed the process silently).
+(Python's own start-up and ``tracemerge/__init__``, which run before this module, stay
+Python's.)
 """
 
 import gc
@@ -44,4 +46,8 @@ def console() -> None:
     try:
         main()
     finally:
+        # the command has ended, its outputs in place and said: the interpreter's exit resets
+        # the handlers to the default, and a signal then killed the process silently (-2)
+        for sig in ENDS:
+            signal.signal(sig, signal.SIG_IGN)
         gc.freeze()

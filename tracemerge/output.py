@@ -39,6 +39,29 @@ def check_output(path: str, inputs: Iterable[str], force: bool) -> None:
         raise OutputError(f"{path}: the directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK) or not _can_create_in(directory):
         raise OutputError(f"{path}: the directory {directory} is not writable")
+    # with --force the file is first linked under a temporary name beside the target (_commit)
+    check_name_length(path, TEMPORARY_NAME_EXTRA if force else 0)
+
+
+# bytes a temporary name beside a file output adds to its name: ".NAME.<12 hex>.tmp" (_commit)
+TEMPORARY_NAME_EXTRA = len(".") + len(".") + 12 + len(".tmp")
+
+
+def check_name_length(path: str, extra: int = 0) -> None:
+    """Refuse an output whose name (with the ``extra`` bytes of the temporary name beside it)
+    is longer than its filesystem holds (PC_NAME_MAX, 255 bytes on most): checked before any
+    work, where it once ended a finished merge in exit 5 (``--report``'s NAME.report.txt is
+    longer than NAME.json)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return  # a filesystem that says no limit
+    size = len(os.fsencode(os.path.basename(os.path.abspath(path))))
+    if size + extra > limit:
+        more = f" and its temporary name beside it {extra} more" if extra else ""
+        raise OutputError(f"{path}: the file name is {size} bytes{more}; this filesystem holds names of at "
+                          f"most {limit}")
 
 
 # what a path that is not a regular file is, said in the refusal

@@ -57,6 +57,7 @@ from tracemerge.arrays import distinct
 from tracemerge.errors import UsageError
 
 TOP = 5   # segments of each window's new path shown
+MIN_FACTOR = 1e-3   # the slowest a speed-up may make a span: 1000x (the replay's times stay within 2**62 ns)
 _NEVER = -(1 << 62)   # the time before a thread's first point
 
 
@@ -83,6 +84,10 @@ class Speedup:
             factor = math.inf
         if not factor > 0:
             raise ValueError(f"{text!r}: K must be positive (0 or inf: the span takes no time)")
+        if factor < MIN_FACTOR:
+            # a span K times slower: 5e-324 overflowed the replay, 1e-15 predicted 7e19 ns
+            raise ValueError(f"{text!r}: K below {MIN_FACTOR:g} (a span more than {1 / MIN_FACTOR:g} times "
+                             "slower) is beyond what the replay holds")
         name, at, rank = head.rpartition("@")
         if at and rank.lstrip("-").isdigit() and name:
             return cls(name=name, rank=int(rank), factor=factor)
@@ -91,6 +96,22 @@ class Speedup:
     def label(self) -> str:
         k = "inf" if math.isinf(self.factor) else f"{self.factor:g}"
         return f"{self.name}{'' if self.rank is None else f'@{self.rank}'}={k}"
+
+
+def parse_all(texts: "list[str]") -> "list[Speedup]":
+    """Each ``NAME[@RANK]=K`` of ``texts`` (:meth:`Speedup.parse`), one per span set: two that
+    name the same spans (one name twice, or ``NAME=K`` beside ``NAME@R=K2``) are refused,
+    since which K a span takes would be a guess (the smallest used to win silently).
+    ValueError naming both as given."""
+    parsed = [Speedup.parse(t) for t in texts]
+    for i, a in enumerate(parsed):
+        for j, b in enumerate(parsed[:i]):
+            if a.name == b.name and (a.rank is None or b.rank is None or a.rank == b.rank):
+                where = "on every rank" if a.rank is None and b.rank is None else \
+                    f"on rank {a.rank if a.rank is not None else b.rank}"
+                raise ValueError(f"{texts[j]!r} and {texts[i]!r} both name the spans {a.name!r} {where}; "
+                                 "give one speed-up per span")
+    return parsed
 
 
 @dataclass

@@ -4,6 +4,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import orjson
 
+from tracemerge import names
 from tracemerge.clocks.methods import machine_of
 
 FIELDS = ("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers")
@@ -34,7 +35,7 @@ def machine_list(infos: Iterable[Any]) -> List[Dict[str, Any]]:
 
 
 def offsets_json(alignment: Any, infos: Iterable[Any] = ()) -> str:
-    return orjson.dumps(offsets_document(alignment, infos), option=orjson.OPT_INDENT_2).decode()
+    return names.dumps(offsets_document(alignment, infos), option=orjson.OPT_INDENT_2).decode()
 
 
 def offsets_table(alignment: Any, infos: Iterable[Any] = ()) -> str:

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional,
 
 import msgspec
 import numpy as np
-import orjson
 
-from tracemerge import native
+from tracemerge import names, native
 from tracemerge.codecs import codec_for
 from tracemerge.formats.base import Counts, Format
 from tracemerge.model import Args, RankTrace, Replaced
@@ -36,7 +35,7 @@ JSON_BYTES_PER_EVENT = 300    # Kineto events are ~257 B, ~437 B with record_sha
 
 def open_document(header: Dict[str, Any]) -> bytes:
     """``{...header, "traceEvents":[`` as bytes."""
-    head = orjson.dumps(header)
+    head = names.dumps(header)
     return head[:-1] + (b',"traceEvents":[' if len(head) > 2 else b'"traceEvents":[')
 
 
@@ -50,7 +49,7 @@ def encode_events(events: List[OutputEvent]) -> bytes:
 
 def close_document(footer: Dict[str, Any]) -> bytes:
     """``],"tracemerge":footer}`` as bytes."""
-    return b'],"tracemerge":' + orjson.dumps(footer) + b"}"
+    return b'],"tracemerge":' + names.dumps(footer) + b"}"
 
 
 def rank_body(trace: RankTrace, place: Placement, rpc: Optional["RpcFlows"], found: "Found", counts: Counts,

@@ -15,6 +15,7 @@
 
 import glob
 import io
+import math
 import os
 import select
 import stat
@@ -22,12 +23,13 @@ import time
 from typing import Any, Iterable, List, Optional, Tuple
 
 from tracemerge.codecs import MAX_INFLATE_ENV, decompressor, parse_size
-from tracemerge.errors import TraceError
+from tracemerge.errors import TraceError, UsageError
 from tracemerge.inputs.head import read_head
 from tracemerge.output import special_kind
 
 PIPE_WAIT_ENV = "TRACEMERGE_PIPE_WAIT"
 PIPE_WAIT_S = 10.0
+PIPE_WAIT_MAX_S = 86400.0
 # a pipe is copied to disk up to this much unless --max-inflate / TRACEMERGE_MAX_INFLATE says
 # otherwise (0: no bound): an endless writer (`<(cat /dev/zero)`) ends here, not on a full disk
 PIPE_LIMIT = 8 << 30
@@ -135,11 +137,20 @@ def admit(paths: List[str], skip_bad: bool) -> Tuple[List[str], Tuple[Tuple[str,
 
 
 def pipe_wait_s() -> float:
-    try:
-        wait = float(os.environ.get(PIPE_WAIT_ENV, PIPE_WAIT_S))
-    except ValueError:
+    """``TRACEMERGE_PIPE_WAIT`` seconds (default 10), at most a day: a wait set and mistyped
+    (``x``, ``-1``) is refused by name, never ignored, and one that no poll can hold
+    (``inf``, ``1e300``: an internal error) too (UsageError, exit 2)."""
+    given = os.environ.get(PIPE_WAIT_ENV)
+    if not given:  # unset or empty, as TRACEMERGE_MAX_INFLATE
         return PIPE_WAIT_S
-    return wait if wait == wait and wait >= 0 else PIPE_WAIT_S
+    try:
+        wait = float(given)
+    except ValueError:
+        wait = math.nan
+    if not 0 <= wait <= PIPE_WAIT_MAX_S:  # NaN too
+        raise UsageError(f"{PIPE_WAIT_ENV}={given!r} is not a number of seconds from 0 to {PIPE_WAIT_MAX_S:g} "
+                         "(a day)")
+    return wait
 
 
 def _pipe_limit() -> Optional[int]:
@@ -147,8 +158,8 @@ def _pipe_limit() -> Optional[int]:
     if given:
         try:
             return parse_size(given) or None
-        except ValueError:
-            pass
+        except ValueError as e:  # refused by name, as the inflate bound is (codecs.inflate_limit)
+            raise UsageError(f"{MAX_INFLATE_ENV}={given!r}: {e}") from None
     return PIPE_LIMIT
 
 

@@ -91,11 +91,31 @@ def _length(start: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
+MAX_PATTERN = 10_000  # characters of a --comm-kernel regex: a kernel's name, or an alternation of a few hundred
+
+
+def comm_kernel_pattern(rx: str) -> "re.Pattern[str]":
+    """``rx`` compiled, under the regex engine's own bounds: a repeat count past its limit
+    (``a{4294967296}``: OverflowError) or ~1,000 nested groups (RecursionError) ended the
+    command in an internal error; each is a ValueError naming the pattern, as a syntax error is."""
+    if len(rx) > MAX_PATTERN:
+        raise ValueError(f"{rx[:40]!r}... is longer than {MAX_PATTERN} characters")
+    try:
+        return re.compile(rx)
+    except re.error as e:
+        raise ValueError(f"{rx!r} is no regular expression: {e}") from None
+    except OverflowError as e:
+        raise ValueError(f"{rx!r} asks more than the regex engine holds ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{rx[:40]!r}{'...' if len(rx) > 40 else ''} nests its groups deeper than the regex "
+                         "engine follows") from None
+
+
 def comm_rules(extra: Sequence[str] = ()) -> List[Tuple[str, "re.Pattern[str]"]]:
     """The communication rules: :data:`COMM_FAMILIES`, then each ``--comm-kernel`` regex
     (named by itself)."""
     return ([(name, re.compile(rx, re.IGNORECASE)) for name, rx in COMM_FAMILIES]
-            + [(f"--comm-kernel {rx}", re.compile(rx)) for rx in extra])
+            + [(f"--comm-kernel {rx}", comm_kernel_pattern(rx)) for rx in extra])
 
 
 def gpu_rank(trace: RankTrace, rank: int, pids: Optional[np.ndarray] = None,

@@ -5,6 +5,7 @@ import os
 import sys
 from typing import Iterable, Optional, Sequence
 
+from tracemerge import names
 from tracemerge.codecs import plain_name
 from tracemerge.errors import OutputError
 from tracemerge.job import Alignment, Job
@@ -16,8 +17,8 @@ from tracemerge.report.render import format_of, render
 def write_text(path: str, text: str, inputs: Iterable[str] = (), force: bool = True) -> None:
     """Write ``text`` to ``path`` atomically ("-" is stdout)."""
     check_output(path, inputs, force)
-    with atomic_output(path) as stream:
-        stream.write(text.encode())
+    with atomic_output(path, force=force) as stream:
+        stream.write(names.as_bytes(text))  # a name of any bytes written as the bytes it is
 
 
 def report_path_for(output: str) -> str:

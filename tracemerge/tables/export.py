@@ -24,10 +24,12 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Union
 import orjson
 
 import tracemerge
+from tracemerge import names
 from tracemerge.errors import OutputError
 from tracemerge.inputs.rankinfo import rank_of
 from tracemerge.job import Alignment, Job
 from tracemerge.job.checks import rpc_sides
+from tracemerge.output import check_name_length
 from tracemerge.place.selection import Selection, describe
 from tracemerge.tables.events import require_arrow
 from tracemerge.tables.parts import build
@@ -97,6 +99,8 @@ def check_directory(output: str, force: bool, inputs: Iterable[str] = ()) -> Non
         raise OutputError(f"{parent}: no such directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{parent}: cannot write there")
+    # the temporary directory beside it, and the old one moved aside (_publish), are longer names
+    check_name_length(output, len(_temporary_prefix("", 1 << 22, "0" * 12)) + len("XXXXXXXX.old"))
 
 
 def export(job: Job, output: Union[str, "os.PathLike[str]"], alignment: Optional[Alignment] = None,
@@ -125,7 +129,7 @@ def export(job: Job, output: Union[str, "os.PathLike[str]"], alignment: Optional
             pq.write_table(table, os.path.join(tmp, f"{name}.parquet"))
         summary = _summary(job, built.alignment, built.parts, selection or Selection())
         with open(os.path.join(tmp, "tracemerge.json"), "wb") as f:
-            f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+            f.write(names.dumps(summary, option=orjson.OPT_INDENT_2))
         _publish(tmp, output, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

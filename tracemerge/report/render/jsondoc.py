@@ -4,6 +4,7 @@ from dataclasses import asdict
 
 import orjson
 
+from tracemerge import names
 from tracemerge.report.build import Report
 from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
@@ -11,13 +12,13 @@ from tracemerge.report.sections import report_dict
 
 
 def render_json(report: Report, sort_by: str, row_limit: int) -> str:
-    return orjson.dumps(report_dict(report, sort_by, row_limit),
-                        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+    return names.dumps(report_dict(report, sort_by, row_limit),
+                       option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
 
 
 def render_diff_json(diff: Diff, row_limit: int) -> str:
     """Every row (``row_limit`` is for the tables)."""
-    return orjson.dumps(asdict(diff), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    return names.dumps(asdict(diff), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
 
 
 FORMAT = ReportFormat("json", render_json, (".json",), render_diff=render_diff_json)
