@@ -66,7 +66,8 @@ class RankInfo:
     # cycle order; the fields above are then the whole process's
     parts: List["RankInfo"] = field(default_factory=list)
     # how the process ended, as its file says: "signal" and "signal_ns" (a rank file written
-    # on a signal), "journal" (a rank read from its journal alone: tracemerge.inputs.journal)
+    # on a signal), "journal" (a rank read from its journal alone: tracemerge.inputs.journal),
+    # "flight_recorder" (what a Flight Recorder dump says of its groups: tracemerge.inputs.flight_recorder)
     ending: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -95,7 +96,8 @@ def cycle_of(path: str, block: Dict[str, Any]) -> Optional[int]:
 
 def _rank_candidates(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> tuple[Optional[int], str]:
     if isinstance(block.get("rank"), int):
-        return block["rank"], "tracemerge"
+        # a block made by a reader of another format (a Flight Recorder dump) says where its rank came from
+        return block["rank"], str(block.get("rank_source") or "tracemerge")
     dist, _ = distributed_info(meta)
     if "rank" in dist:
         return dist["rank"], "distributedInfo"
@@ -363,7 +365,7 @@ def describe_head(path, head):
 
 def ending_of(block: Dict[str, Any]) -> Dict[str, Any]:
     """How the process that wrote ``block`` ended, where the block says (RankInfo.ending)."""
-    return {k: block[k] for k in ("signal", "signal_ns", "journal") if k in block}
+    return {k: block[k] for k in ("signal", "signal_ns", "journal", "flight_recorder") if k in block}
 
 
 def _is_int(v: Any) -> bool:
