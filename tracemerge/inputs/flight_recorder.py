@@ -343,8 +343,8 @@ def events_of(recs: List[Dict[str, Any]], base: int) -> List[Dict[str, Any]]:
     return out
 
 
-# frames of torch's own code and the launcher: the user's frame is the first that is none of these
-_LIBRARY = ("/torch/", "/multiprocessing/", "<string>", "/threading.py", "/runpy.py")
+# frames of torch's own code, the capture's wrappers and the launcher: the user's frame is the first that is none of these
+_LIBRARY = ("/torch/", "/tracemerge/capture/", "/multiprocessing/", "<string>", "/threading.py", "/runpy.py")
 
 
 def frame_text(frames: List[Dict[str, Any]]) -> str:
@@ -377,6 +377,58 @@ def describe_dump(path: str) -> RankInfo:
 
 def is_dump(info: RankInfo) -> bool:
     return "flight_recorder" in info.ending
+
+
+# what a dump's record adds to the rank file's record of the same collective
+FR_FIELDS = ("source", "profiling_name", "group_desc", "state", "completed", "record_id", "pg_id", "input_sizes",
+             "output_sizes", "input_dtypes", "output_dtypes", "frames", "thread", "timeout_ms", "started_ns")
+
+
+def join_dumps(infos: List[RankInfo]) -> List[RankInfo]:
+    """``infos`` with each dump whose rank has another file (its rank file, journal or cycle
+    files) made one more part of that rank: one process, one clock. The rank's records of a
+    collective the dump holds too gain the dump's fields (sizes, dtypes, state, frames); the
+    dump's other records are added; how the process ended is what its other files say, plus
+    the dump's group status (``ending["flight_recorder"]``)."""
+    others: Dict[int, RankInfo] = {}
+    for info in infos:
+        if info.rank is not None and not is_dump(info) and info.rank not in others:
+            others[info.rank] = info
+    joined: Dict[int, RankInfo] = {}
+    for info in infos:
+        if not is_dump(info) or info.rank not in others:
+            continue
+        main = joined.get(info.rank, others[info.rank])
+        joined[info.rank] = _with_dump(main, info)
+    out, done = [], set()
+    for info in infos:
+        if info.rank in joined:
+            if info.rank not in done:
+                done.add(info.rank)
+                out.append(joined[info.rank])
+        else:
+            out.append(info)
+    return out
+
+
+def _with_dump(main: RankInfo, dump: RankInfo) -> RankInfo:
+    from tracemerge.inputs.cycles import refresh
+
+    own = {(str(c["group"]), c["seq"]): c for c in main.collectives}
+    info = replace(main, parts=list(main.files) + [dump], cycle=None)
+    refresh(info)
+    added = []
+    for rec in dump.collectives:
+        key = (str(rec["group"]), rec["seq"])
+        if key in own:
+            own[key].update({k: rec[k] for k in FR_FIELDS if k in rec and k not in own[key]})
+        else:
+            added.append(rec)
+    info.collectives = list(main.collectives) + added
+    info.warnings = list(main.warnings) + [f"{os.path.basename(dump.path)}: {w}" for w in dump.warnings]
+    info.ending = {**dump.ending, **main.ending}
+    info.has_block = main.has_block
+    return info
 
 
 FORMAT = InputFormat("flight_recorder", read, describe_dump, sniff=sniff)
