@@ -254,3 +254,30 @@ def test_everything_torchfrtrace_reports_is_in_the_postmortem(jobs, mode, tmp_pa
     for seq, rank, kind, culprit in errors:
         assert any((m.seq, m.rank, m.kind, m.culprit) == (int(seq), int(rank), kind, culprit) for m in pm.mismatches)
     assert len(missing) == len(pm.unjoined) and len(errors) == len(pm.mismatches)
+
+
+def test_report_and_combine_of_the_jobs_directory(jobs, tmp_path):
+    """What the job left, with a stray JSON and a merged trace beside: the same post-mortem
+    as its files given one by one, what is left out named in one note."""
+    import shutil
+
+    out = tmp_path / "job"
+    shutil.copytree(jobs["hang"], out)
+    (out / "config.json").write_text('{"lr": 0.1}')
+    given = sorted(str(p) for p in out.glob("rank*.json.gz")) + _dumps(out, "pickle") + _dumps(out, "json")
+    merged = out / "merged.json"
+    done = _cli("combine", *given, "-o", str(merged))
+    assert done.returncode == 0, done.stderr
+    one_by_one = _cli("report", *given, "--format", "json")
+    whole = _cli("report", str(out), "--format", "json")
+    assert whole.returncode == 0, whole.stderr
+    assert json.loads(whole.stdout)["postmortem"] == json.loads(one_by_one.stdout)["postmortem"]
+    notes = [line for line in whole.stderr.splitlines() if "left out" in line]
+    assert len(notes) == 1, whole.stderr
+    for name in ("config.json (JSON that is no trace", "planted0.json", "job.log (not a trace",
+                 "merged.json (a merged trace"):
+        assert name in notes[0]
+    again = tmp_path / "again.json"
+    done = _cli("combine", str(out), "-o", str(again))
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(again.read_text())["tracemerge"]["inputs"]) == 2  # two ranks, each of its files

@@ -328,6 +328,7 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
         files = admit.expand(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+    files = _directories_read(files)
     pipes = [p for p in files if p in value and admit.is_pipe(p)]  # a FIFO a glob matched is not "given"
     if not pipes:
         return tuple(files)
@@ -347,9 +348,32 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
     return tuple(spooled.get(p, p) for p in files)
 
 
-# readable=False: an unreadable file is the reader's error (exit 3, --skip-bad skips it), not click's exit 2
+def _directories_read(files: "list[str]") -> "list[str]":
+    """``files`` with each directory replaced by the inputs it holds, told by content
+    (tracemerge.inputs.directory); what it held and left out is named in one note."""
+    if not any(os.path.isdir(p) for p in files):
+        return files
+    from tracemerge.inputs import directory
+
+    out: "list[str]" = []
+    for path in files:
+        if not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = directory.job_files(path)
+        if not found.files:
+            raise click.BadParameter(f"{path}: no trace, journal or Flight Recorder dump in the directory"
+                                     + (f" ({directory.note(path, found.left_out)})" if found.left_out else ""))
+        if found.left_out:
+            say(f"tracemerge: note: {directory.note(path, found.left_out)}", err=True)
+        out += found.files
+    return out
+
+
+# readable=False: an unreadable file is the reader's error (exit 3, --skip-bad skips it), not click's exit 2;
+# a directory stands for the inputs it holds (_directories_read)
 files_argument = click.argument("files", nargs=-1, required=True, callback=_front_door,
-                                type=click.Path(dir_okay=False, readable=False))
+                                type=click.Path(readable=False))
 
 
 def rank_options(fn: "click.decorators.FC") -> "click.decorators.FC":

@@ -421,7 +421,8 @@ def _with_dump(main: RankInfo, dump: RankInfo) -> RankInfo:
     for rec in dump.collectives:
         key = (str(rec["group"]), rec["seq"])
         if key in own:
-            own[key].update({k: rec[k] for k in FR_FIELDS if k in rec and k not in own[key]})
+            # what the record lacks or holds empty (a JSON dump's frames) the dump gives
+            own[key].update({k: rec[k] for k in FR_FIELDS if k in rec and not own[key].get(k)})
         else:
             added.append(rec)
     info.collectives = list(main.collectives) + added
