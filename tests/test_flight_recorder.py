@@ -124,6 +124,13 @@ def test_hung_job_dumps_alone_name_who_never_joined_and_how_long_the_others_wait
     assert "the rank everyone waited for: rank 1" in text.stdout
 
 
+def test_both_forms_of_one_ranks_dump_are_one_process(jobs):
+    out = jobs["hang"]
+    job, pm = _pm(_dumps(out, "pickle") + _dumps(out, "json"))
+    assert job.ranks == [0, 1] and all(len(i.parts) == 2 for i in job.infos)
+    assert [(u.seq, u.missing) for u in pm.unjoined] == [(_planted(out, 0)["seq"], [1])]
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_hung_job_dumps_beside_rank_files(jobs, form):
     out = jobs["hang"]

@@ -386,7 +386,7 @@ FR_FIELDS = ("source", "profiling_name", "group_desc", "state", "completed", "re
 
 def join_dumps(infos: List[RankInfo]) -> List[RankInfo]:
     """``infos`` with each dump whose rank has another file (its rank file, journal or cycle
-    files) made one more part of that rank: one process, one clock. The rank's records of a
+    files, or another dump) made one more part of that rank: one process, one clock. The rank's records of a
     collective the dump holds too gain the dump's fields (sizes, dtypes, state, frames); the
     dump's other records are added; how the process ended is what its other files say, plus
     the dump's group status (``ending["flight_recorder"]``)."""
@@ -394,9 +394,12 @@ def join_dumps(infos: List[RankInfo]) -> List[RankInfo]:
     for info in infos:
         if info.rank is not None and not is_dump(info) and info.rank not in others:
             others[info.rank] = info
+    for info in infos:  # a rank of dumps alone (pickle and JSON of one moment): its first is the main one
+        if info.rank is not None and is_dump(info):
+            others.setdefault(info.rank, info)
     joined: Dict[int, RankInfo] = {}
     for info in infos:
-        if not is_dump(info) or info.rank not in others:
+        if not is_dump(info) or info.rank not in others or others[info.rank] is info:
             continue
         main = joined.get(info.rank, others[info.rank])
         joined[info.rank] = _with_dump(main, info)
