@@ -33,6 +33,8 @@ class RankEnd:
     last_done: str = ""         # the last thing it completed (a call, a collective)
     last_done_ns: Optional[int] = None
     blocked_in: str = ""        # the call or collective it was in when it ended, "" when none
+    detail: str = ""            # "raised": the exception (type: message, thread); a rank seen dead
+                                # by its peers: the last exchange with it that succeeded
 
 
 @dataclass
@@ -94,6 +96,8 @@ def postmortem(infos: Sequence[Any], clocks: Mapping[int, Any]) -> PostMortem:
         end = _ending(info, to_ref[info.rank], infos, callee_sides, to_ref)
         if end is not None:
             ends[info.rank] = end
+    for end in _seen_dead(infos, to_ref):
+        ends.setdefault(end.rank, end)
     out = PostMortem()
     out.in_flight = _in_flight(infos, ends, callee_sides, to_ref)
     out.unjoined = _unjoined(infos, to_ref)
@@ -102,8 +106,9 @@ def postmortem(infos: Sequence[Any], clocks: Mapping[int, Any]) -> PostMortem:
     ended = ({r["rpc_id"] for i in infos for r in i.rpcs if r.get("status") == "ok" or "end_ns" in r}
              | {(str(c["group"]), c["seq"]) for i in infos for c in i.collectives if _done(c)})
     for rank, end in ends.items():
-        end.last_done, end.last_done_ns, end.blocked_in = _last_and_blocked(by_rank[rank], to_ref[rank], end.at_ns,
-                                                                            ended)
+        if rank in by_rank:  # a rank only its peers saw go has no records of its own
+            end.last_done, end.last_done_ns, end.blocked_in = _last_and_blocked(by_rank[rank], to_ref[rank],
+                                                                                end.at_ns, ended)
     out.ended = [ends[r] for r in sorted(ends)]
     fr = findings(infos, to_ref)
     out.mismatches, out.groups = fr.mismatches, fr.status
@@ -136,10 +141,62 @@ def _ending(info: Any, ref: Clock, infos: Sequence[Any], callee_sides: Dict[str,
             return None
         at, why = max(found)
         return RankEnd(info.rank, "died", at, why)
+    raised = ending.get("exception")
+    if isinstance(raised, dict):
+        at = raised["time_ns"] if isinstance(raised.get("time_ns"), int) else info.stop_ns
+        return RankEnd(info.rank, "raised", ref(at), "exception in its rank file",
+                       detail=f"{raised.get('type', 'Exception')}: {raised.get('message', '')} "
+                              f"(thread {raised.get('thread', '?')})")
     if "signal" in ending:
         at = ending.get("signal_ns", info.stop_ns)
         return RankEnd(info.rank, str(ending["signal"]), ref(at), "signal")
     return None
+
+
+# what a call or collective says when its peer went (gloo, TensorPipe)
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "unreachable",
+             "Connection refused")
+
+
+def _seen_dead(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[RankEnd]:
+    """The ranks that left no file of their own and whose peers saw them go: a call to one
+    that failed, a collective with one that ended in a lost peer's error. Each died at the
+    first such failure, after the last exchange with it that succeeded (``last_done_ns``)."""
+    given = {i.rank for i in infos}
+    failed: Dict[int, List[Tuple[int, str]]] = {}
+    last_ok: Dict[int, int] = {}
+    for info in infos:
+        ref = to_ref[info.rank]
+        for r in info.rpcs:
+            if r.get("role") != "caller":
+                continue
+            peer = r.get("callee")
+            if r.get("status") == "ok" and isinstance(r.get("complete_ns"), int):
+                last_ok[peer] = max(last_ok.get(peer, 0), ref(r["complete_ns"]))
+            elif r.get("status") == "error":
+                at = next((r[k] for k in ("complete_ns", "complete_by_ns", "send_ns") if isinstance(r.get(k), int)))
+                failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s call {_describe_rpc(r)} to it "
+                                                             "failed"))
+        for c in info.collectives:
+            peers = set(c.get("group_ranks") or []) - {info.rank}
+            error = str(c.get("error", ""))
+            if error and any(s in error for s in PEER_LOST):
+                at = c["error_at_ns"] if isinstance(c.get("error_at_ns"), int) else c["start_ns"]
+                for peer in peers:
+                    failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s {_describe_collective(c)} "
+                                                                 f"failed ({error[:80]})"))
+            elif isinstance(c.get("end_ns"), int):
+                for peer in peers:
+                    last_ok[peer] = max(last_ok.get(peer, 0), ref(c["end_ns"]))
+    out = []
+    for peer, seen in sorted(failed.items()):
+        if peer in given or not isinstance(peer, int):
+            continue  # its own file says how it ended
+        at, why = min(seen)
+        ok = last_ok.get(peer)
+        out.append(RankEnd(peer, "died", at, why, last_done="" if ok is None else "its last exchange that succeeded",
+                           last_done_ns=ok))
+    return out
 
 
 _RECORD_TIMES = ("send_ns", "complete_ns", "start_ns", "end_ns")
@@ -277,9 +334,10 @@ def sections(pm: PostMortem, t0: int) -> List[Tuple[str, Table]]:
     out: List[Tuple[str, Table]] = []
     if pm.ended:
         out.append(("Post-mortem: ranks that ended early", (
-            ["Rank", "How", "At ms", "Known from", "Last completed", "Last completed at ms", "Blocked in"],
+            ["Rank", "How", "At ms", "Known from", "Last completed", "Last completed at ms", "Blocked in", "Detail"],
             [[e.rank, e.how, _ms(e.at_ns - t0), e.known_from, e.last_done,
-              _ms(None if e.last_done_ns is None else e.last_done_ns - t0), e.blocked_in or "-"] for e in pm.ended])))
+              _ms(None if e.last_done_ns is None else e.last_done_ns - t0), e.blocked_in or "-", e.detail or "-"]
+             for e in pm.ended])))
     if pm.in_flight:
         out.append(("Post-mortem: RPCs in flight, never completed", (
             ["RPC id", "Caller", "Callee", "Sent ms", "Waited ms", "Status", "Name"],
@@ -315,9 +373,12 @@ def summary(pm: PostMortem, t0: int) -> List[str]:
     """The findings in a few lines (times in ms from ``t0``), said before the tables."""
     lines = []
     for e in pm.ended:
-        what = ("died without writing its rank file" if e.how == "died"
-                else f"was ended by {e.how}" if e.how.startswith("SIG") else f"ended ({e.how})")
-        line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from its {e.known_from})"
+        seen = e.known_from.startswith("rank ")  # its peers saw it go: it left no file
+        what = ("died, leaving no file (its peers saw it go)" if seen and e.how == "died"
+                else "died without writing its rank file" if e.how == "died"
+                else f"was ended by {e.how}" if e.how.startswith("SIG")
+                else f"raised {e.detail}" if e.how == "raised" else f"ended ({e.how})")
+        line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from {'' if seen else 'its '}{e.known_from})"
         if e.blocked_in:
             line += f", blocked in {e.blocked_in}"
         lines.append(line)

@@ -67,7 +67,8 @@ class RankInfo:
     parts: List["RankInfo"] = field(default_factory=list)
     # how the process ended, as its file says: "signal" and "signal_ns" (a rank file written
     # on a signal), "journal" (a rank read from its journal alone: tracemerge.inputs.journal),
-    # "flight_recorder" (what a Flight Recorder dump says of its groups: tracemerge.inputs.flight_recorder)
+    # "flight_recorder" (what a Flight Recorder dump says of its groups: tracemerge.inputs.flight_recorder),
+    # "exception" (the exception that ended its block: type, message, time_ns, thread)
     ending: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -365,7 +366,7 @@ def describe_head(path, head):
 
 def ending_of(block: Dict[str, Any]) -> Dict[str, Any]:
     """How the process that wrote ``block`` ended, where the block says (RankInfo.ending)."""
-    return {k: block[k] for k in ("signal", "signal_ns", "journal", "flight_recorder") if k in block}
+    return {k: block[k] for k in ("signal", "signal_ns", "journal", "flight_recorder", "exception") if k in block}
 
 
 def _is_int(v: Any) -> bool:
@@ -464,6 +465,16 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = 
         for i, info in enumerate(infos):
             info.rank, info.rank_source = i, "order"
         return infos
+    for info in infos:
+        journal = info.ending.get("journal")
+        if info.rank is None and journal is not None:
+            # never taken as rank 0, nor numbered by the order given: it is some rank that died early
+            meta = info.job
+            raise RankConflict(f"{info.path}: a journal whose rank was never learned (the process died before "
+                               f"RPC or torch.distributed told it, and it holds no call that names it; pid "
+                               f"{info.worker_name.removeprefix('pid')} on {info.hostname}"
+                               f"{', job ' + str(meta['job_id']) if meta.get('job_id') else ''}): rename it "
+                               "rank{R}.journal, or pass --rank-from order")
     if len(infos) == 1 and infos[0].rank is None:
         # one trace of a job without a process group (a plain torch.profiler run): nothing
         # to tell apart, so it is rank 0, and the CLI says so in a note
