@@ -15,6 +15,9 @@ steps. MODE plants the failure:
   is of a ``(4,)`` one, and at step ``KTH + 1`` of ``int32`` where rank 0's is ``float32``
   (the same bytes on the wire: gloo completes them, where a different element count
   aborts the process); after the steps each rank dumps (both forms) and ends normally.
+- ``raise``: rank 0 raises ``RuntimeError("planted in step 1")`` in its first step, before
+  its all_reduce; rank 1 is left in that all_reduce (gloo: "Connection closed by peer", or
+  the launcher's SIGTERM first). Rank 0 plants ``raised_ns`` just before it raises.
 
 The planted truth: ``OUT_DIR/planted{R}.json`` ({"seq": the collective's sequence number,
 "enter_ns": rank 0 just before it entered it, "dump_ns": just after its dump}).
@@ -86,6 +89,11 @@ def worker(rank: int, mode: str, out_dir: str, port: int) -> None:
                 entered.set()
                 if rank == 1:
                     threading.Event().wait()  # never joins; ended by the test's SIGTERM
+            elif mode == "raise" and n == 1:
+                plant(out_dir, rank, seq=dist.distributed_c10d._get_default_group()._get_sequence_number_for_group() + 1)
+                if rank == 0:
+                    plant(out_dir, rank, raised_ns=time.time_ns())
+                    raise RuntimeError(f"planted in step {n}")
             elif mode == "mismatch" and n == KTH:
                 plant(out_dir, rank, seq=dist.distributed_c10d._get_default_group()._get_sequence_number_for_group() + 1)
             dist.all_reduce(tensor)
