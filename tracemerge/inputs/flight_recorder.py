@@ -42,7 +42,6 @@ The algorithm:
 """
 
 import io
-import json
 import math
 import os
 import pickle
@@ -52,11 +51,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import orjson
 
-from tracemerge.codecs import decompress
 from tracemerge.errors import TraceError
 from tracemerge.inputs import chrome
 from tracemerge.inputs.base import InputFormat
-from tracemerge.inputs.kineto_collectives import DTYPE_BYTES
+
+# a group's ranks ('[0, 1]' as the dumps spell them, or a list) are read as Kineto's Process Group Ranks are
+from tracemerge.inputs.kineto_collectives import DTYPE_BYTES, _ranks
 from tracemerge.inputs.rankinfo import RankInfo, describe, rank_from_name
 from tracemerge.model import RankTrace
 
@@ -94,12 +94,7 @@ class _PlainUnpickler(pickle.Unpickler):
 
 def load(path: str) -> Tuple[Dict[str, Any], str]:
     """(the dump's dict, "pickle" | "json") of the file ``path``."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    data, cut = decompress(path, data)
+    data, cut = chrome.read_file_bytes(path)
     if cut:
         raise TraceError(path, f"Flight Recorder dump: the {cut} stream is cut")
     if data[:1] == b"\x80":
@@ -131,16 +126,6 @@ def _int(value: Any) -> Optional[int]:
     if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value):
         return int(value)
     return None
-
-
-def _ranks(value: Any) -> List[int]:
-    """A group's ranks: ``'[0, 1]'`` (the dumps' spelling) or a list."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return []
-    return [r for r in value if isinstance(r, int) and not isinstance(r, bool)] if isinstance(value, list) else []
 
 
 def groups_of(dump: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
