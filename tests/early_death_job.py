@@ -1,6 +1,7 @@
 """A 2-worker RPC job whose callee dies in its first second, for the early-death post-mortem:
 
-    python tests/early_death_job.py PATTERN OUT_DIR PLANT_DIR          (torch.multiprocessing.spawn)
+    python tests/early_death_job.py spawn PATTERN OUT_DIR PLANT_DIR          (torch.multiprocessing.spawn)
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/early_death_job.py torchrun PATTERN OUT_DIR PLANT_DIR
 
 PATTERN is one of the README's two block patterns: ``long`` (``profile`` entered before
 ``rpc.init_rpc``, which returns inside the block) or ``short`` (``profile`` after
@@ -55,10 +56,13 @@ def worker(rank: int, pattern: str, out_dir: str, plant_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    import torch.multiprocessing as mp
+    launcher, job_pattern, out, plant = sys.argv[1:5]
+    if launcher == "spawn":
+        import torch.multiprocessing as mp
 
-    from tests.tracefiles import free_port
+        from tests.tracefiles import free_port
 
-    job_pattern, out, plant = sys.argv[1:4]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    mp.spawn(worker, args=(job_pattern, out, plant), nprocs=2, join=True)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        mp.spawn(worker, args=(job_pattern, out, plant), nprocs=2, join=True)
+    else:  # torchrun set RANK, MASTER_ADDR and MASTER_PORT
+        worker(int(os.environ["RANK"]), job_pattern, out, plant)

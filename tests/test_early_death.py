@@ -2,7 +2,7 @@
 
 - a callee that dies by ``os._exit`` in its 2nd served call, within 0.3 s of RPC coming up,
   under each of the README's two block patterns (``profile`` around ``init_rpc``, and
-  after it): ``tests/early_death_job.py``;
+  after it), under ``mp.spawn`` and torchrun: ``tests/early_death_job.py``;
 - a rank that raises in its first step of a gloo job (``tests/fr_job.py raise``), the other
   left in the all_reduce it never got out of.
 
@@ -28,6 +28,16 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB_TIMEOUT_S = 300  # a bound, not the time: each job takes seconds on a quiet machine
 MS = 1_000_000
 PATTERNS = ("long", "short")
+LAUNCHERS = ("spawn", "torchrun")
+CASES = [f"{launcher}-{pattern}" for launcher in LAUNCHERS for pattern in PATTERNS]
+
+
+def _command(case: str, out: Path) -> list:
+    launcher, pattern = case.split("-")
+    job = [str(ROOT / "tests" / "early_death_job.py"), launcher, pattern, str(out / "traces"), str(out / "plant")]
+    if launcher == "spawn":
+        return job
+    return ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--monitor-interval", "0.1", *job]
 
 
 def _run(command: list, log: Path) -> None:
@@ -41,16 +51,15 @@ def _run(command: list, log: Path) -> None:
 def jobs(tmp_path_factory):
     base = tmp_path_factory.mktemp("early")
     runs = {}
-    for name in (*PATTERNS, "raise"):
+    for name in (*CASES, "raise"):
         (base / name / "traces").mkdir(parents=True)
         (base / name / "plant").mkdir()
-    commands = [([str(ROOT / "tests" / "early_death_job.py"), p, str(base / p / "traces"), str(base / p / "plant")],
-                 base / p / "job.log") for p in PATTERNS]
+    commands = [(_command(case, base / case), base / case / "job.log") for case in CASES]
     commands.append(([str(ROOT / "tests" / "fr_job.py"), "raise", str(base / "raise" / "traces")],
                      base / "raise" / "job.log"))
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(lambda c: _run(*c), commands))
-    for name in (*PATTERNS, "raise"):
+    for name in (*CASES, "raise"):
         runs[name] = base / name
     return runs
 
@@ -65,9 +74,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-@pytest.mark.parametrize("pattern", PATTERNS)
-def test_callee_dead_in_its_first_second_is_named_by_its_rank(jobs, pattern):
-    run = jobs[pattern]
+@pytest.mark.parametrize("case", CASES)
+def test_callee_dead_in_its_first_second_is_named_by_its_rank(jobs, case):
+    run = jobs[case]
     log = (run / "job.log").read_text(errors="replace")[-3000:]
     planted = json.loads((run / "plant" / "planted.json").read_text())
     assert planted["planted_ns"] - planted["up_ns"] < 300 * MS, log  # the planted death: within 0.3 s of RPC up
