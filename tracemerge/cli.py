@@ -549,7 +549,8 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
             engine: str, jobs: "int | None",
             scheduler: "str | None", report_path: "str | None", critical_path: bool, comm_kernels: "tuple[str, ...]",
             skip_bad: bool, strict: bool) -> None:
-    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
+    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst, journals, Flight Recorder dumps; a
+    directory: every such file in it) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
     flow and correlation ids made unique per rank. Every input event is kept exactly once
@@ -715,8 +716,10 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
     """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
-    FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
-    (reported from its events and the records its summary keeps; --analysis needs the rank files).
+    FILES are rank files, Kineto traces, journals, PyTorch Flight Recorder dumps (pickle or JSON),
+    or one merged trace written by `tracemerge combine` (reported from its events and the records its
+    summary keeps; --analysis needs the rank files). A directory stands for every such file in it,
+    told by content, what is left out named in one note: `tracemerge report traces/`.
 
     \b
     Examples:
