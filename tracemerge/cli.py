@@ -478,6 +478,7 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
         admit.pipe_wait_s()  # TRACEMERGE_PIPE_WAIT set and mistyped: refused now, pipe or not
     except TracemergeError as e:
         raise click.UsageError(str(e)) from None
+    files = _directories_read(files)
     pipes = [p for p in files if p in value and admit.is_pipe(p)]  # a FIFO a glob matched is not "given"
     if not pipes:
         return tuple(files)
@@ -497,9 +498,32 @@ def _front_door(ctx: click.Context, param: click.Parameter, value: "tuple[str, .
     return tuple(spooled.get(p, p) for p in files)
 
 
-# readable=False: an unreadable file is the reader's error (exit 3, --skip-bad skips it), not click's exit 2
+def _directories_read(files: "list[str]") -> "list[str]":
+    """``files`` with each directory replaced by the inputs it holds, told by content
+    (tracemerge.inputs.directory); what it held and left out is named in one note."""
+    if not any(os.path.isdir(p) for p in files):
+        return files
+    from tracemerge.inputs import directory
+
+    out: "list[str]" = []
+    for path in files:
+        if not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = directory.job_files(path)
+        if not found.files:
+            raise click.BadParameter(f"{path}: no trace, journal or Flight Recorder dump in the directory"
+                                     + (f" ({directory.note(path, found.left_out)})" if found.left_out else ""))
+        if found.left_out:
+            say(f"tracemerge: note: {directory.note(path, found.left_out)}", err=True)
+        out += found.files
+    return out
+
+
+# readable=False: an unreadable file is the reader's error (exit 3, --skip-bad skips it), not click's exit 2;
+# a directory stands for the inputs it holds (_directories_read)
 files_argument = click.argument("files", nargs=-1, required=True, callback=_front_door,
-                                type=click.Path(dir_okay=False, readable=False))
+                                type=click.Path(readable=False))
 
 
 def rank_options(fn: "click.decorators.FC") -> "click.decorators.FC":
@@ -700,7 +724,8 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
             engine: str, jobs: "int | None",
             scheduler: "str | None", report_path: "str | None", critical_path: bool, comm_kernels: "tuple[str, ...]",
             skip_bad: bool, strict: bool) -> None:
-    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst) into one Chrome trace or Perfetto protobuf.
+    """Merge FILES (rank files, Kineto/Chrome JSON, .json.gz, .json.zst, journals, Flight Recorder dumps; a
+    directory: every such file in it) into one Chrome trace or Perfetto protobuf.
 
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
     flow and correlation ids made unique per rank. Every input event is kept exactly once
@@ -914,8 +939,10 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
     """Key averages (torch's table with a Node ID), RPC latency breakdown, callee saturation, collectives;
     with --analysis also the cross-rank critical path, wait states and stragglers.
 
-    FILES are rank files, Kineto traces, or one merged trace written by `tracemerge combine`
-    (reported from its events and the records its summary keeps; --analysis needs the rank files).
+    FILES are rank files, Kineto traces, journals, PyTorch Flight Recorder dumps (pickle or JSON),
+    or one merged trace written by `tracemerge combine` (reported from its events and the records its
+    summary keeps; --analysis needs the rank files). A directory stands for every such file in it,
+    told by content, what is left out named in one note: `tracemerge report traces/`.
 
     \b
     Examples:

@@ -2,7 +2,10 @@
 flight to or from them, the collectives some rank never joined, and, for a job that hung
 until it was killed, what each rank was blocked in and the rank everyone waited for.
 
-From the ranks' records alone (kilobytes: ``RankInfo``), on the reference clock. How a
+From the ranks' records alone (kilobytes: ``RankInfo``), on the reference clock; a
+Flight Recorder dump's records count as any rank's (a dump-only rank's window ends at its
+dump), and what only they say — mismatches between ranks, each group's status, the frames
+a rank was in — comes from :mod:`tracemerge.analysis.flight_recorder`. How a
 rank ended is what its file says (``RankInfo.ending``): a rank read from a journal that
 was never closed died without writing its rank file (os._exit, SIGKILL, the OOM killer, a
 segfault); a rank file written on a signal says which. docs/reports.md, "Post-mortem".
@@ -10,6 +13,9 @@ segfault); a rank file written on a signal says which. docs/reports.md, "Post-mo
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tracemerge.analysis.flight_recorder import GroupStatus, Mismatch, findings
+from tracemerge.inputs.flight_recorder import frame_text
 
 # (head, body) as the other analyses' tables (analysis.tables.Table)
 Table = Tuple[List[str], List[List[Any]]]
@@ -27,6 +33,8 @@ class RankEnd:
     last_done: str = ""         # the last thing it completed (a call, a collective)
     last_done_ns: Optional[int] = None
     blocked_in: str = ""        # the call or collective it was in when it ended, "" when none
+    detail: str = ""            # "raised": the exception (type: message, thread); a rank seen dead
+                                # by its peers: the last exchange with it that succeeded
 
 
 @dataclass
@@ -52,6 +60,10 @@ class Unjoined:
     missing: List[int]          # the ranks that never joined it
     waiting: Dict[int, int]     # {rank: how long it waited in it, ns}
     start_ns: int               # the first rank entered it (reference clock)
+    # {rank: the frame it entered it from} (Flight Recorder frames), and of each rank that
+    # never joined, the last collective of the group it did enter, and from where
+    where: Dict[int, str] = field(default_factory=dict)
+    missing_last: Dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,13 +72,15 @@ class PostMortem:
     in_flight: List[InFlight] = field(default_factory=list)
     unjoined: List[Unjoined] = field(default_factory=list)
     waited_for: Optional[int] = None                           # the rank everyone waited for (hung job)
+    mismatches: List[Mismatch] = field(default_factory=list)   # collectives whose ranks' entries differ (Flight Recorder)
+    groups: List[GroupStatus] = field(default_factory=list)    # each rank's groups at its dump (Flight Recorder)
 
     @property
     def died(self) -> List[RankEnd]:
         return [e for e in self.ended if e.how == "died"]
 
     def __bool__(self) -> bool:
-        return bool(self.ended or self.in_flight or self.unjoined)
+        return bool(self.ended or self.in_flight or self.unjoined or self.mismatches)
 
 
 Clock = Callable[[int], int]
@@ -82,17 +96,22 @@ def postmortem(infos: Sequence[Any], clocks: Mapping[int, Any]) -> PostMortem:
         end = _ending(info, to_ref[info.rank], infos, callee_sides, to_ref)
         if end is not None:
             ends[info.rank] = end
+    for end in _seen_dead(infos, to_ref):
+        ends.setdefault(end.rank, end)
     out = PostMortem()
     out.in_flight = _in_flight(infos, ends, callee_sides, to_ref)
     out.unjoined = _unjoined(infos, to_ref)
     # what ended on some rank ended for all: a journal's last flush may predate the end of
     # a call or collective it shows open (another rank's records tell)
     ended = ({r["rpc_id"] for i in infos for r in i.rpcs if r.get("status") == "ok" or "end_ns" in r}
-             | {(str(c["group"]), c["seq"]) for i in infos for c in i.collectives if isinstance(c.get("end_ns"), int)})
+             | {(str(c["group"]), c["seq"]) for i in infos for c in i.collectives if _done(c)})
     for rank, end in ends.items():
-        end.last_done, end.last_done_ns, end.blocked_in = _last_and_blocked(by_rank[rank], to_ref[rank], end.at_ns,
-                                                                            ended)
+        if rank in by_rank:  # a rank only its peers saw go has no records of its own
+            end.last_done, end.last_done_ns, end.blocked_in = _last_and_blocked(by_rank[rank], to_ref[rank],
+                                                                                end.at_ns, ended)
     out.ended = [ends[r] for r in sorted(ends)]
+    fr = findings(infos, to_ref)
+    out.mismatches, out.groups = fr.mismatches, fr.status
     missing = [r for u in out.unjoined for r in u.missing]
     if missing:
         out.waited_for = max(set(missing), key=missing.count)
@@ -122,10 +141,62 @@ def _ending(info: Any, ref: Clock, infos: Sequence[Any], callee_sides: Dict[str,
             return None
         at, why = max(found)
         return RankEnd(info.rank, "died", at, why)
+    raised = ending.get("exception")
+    if isinstance(raised, dict):
+        at = raised["time_ns"] if isinstance(raised.get("time_ns"), int) else info.stop_ns
+        return RankEnd(info.rank, "raised", ref(at), "exception in its rank file",
+                       detail=f"{raised.get('type', 'Exception')}: {raised.get('message', '')} "
+                              f"(thread {raised.get('thread', '?')})")
     if "signal" in ending:
         at = ending.get("signal_ns", info.stop_ns)
         return RankEnd(info.rank, str(ending["signal"]), ref(at), "signal")
     return None
+
+
+# what a call or collective says when its peer went (gloo, TensorPipe)
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "unreachable",
+             "Connection refused")
+
+
+def _seen_dead(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[RankEnd]:
+    """The ranks that left no file of their own and whose peers saw them go: a call to one
+    that failed, a collective with one that ended in a lost peer's error. Each died at the
+    first such failure, after the last exchange with it that succeeded (``last_done_ns``)."""
+    given = {i.rank for i in infos}
+    failed: Dict[int, List[Tuple[int, str]]] = {}
+    last_ok: Dict[int, int] = {}
+    for info in infos:
+        ref = to_ref[info.rank]
+        for r in info.rpcs:
+            if r.get("role") != "caller":
+                continue
+            peer = r.get("callee")
+            if r.get("status") == "ok" and isinstance(r.get("complete_ns"), int):
+                last_ok[peer] = max(last_ok.get(peer, 0), ref(r["complete_ns"]))
+            elif r.get("status") == "error":
+                at = next((r[k] for k in ("complete_ns", "complete_by_ns", "send_ns") if isinstance(r.get(k), int)))
+                failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s call {_describe_rpc(r)} to it "
+                                                             "failed"))
+        for c in info.collectives:
+            peers = set(c.get("group_ranks") or []) - {info.rank}
+            error = str(c.get("error", ""))
+            if error and any(s in error for s in PEER_LOST):
+                at = c["error_at_ns"] if isinstance(c.get("error_at_ns"), int) else c["start_ns"]
+                for peer in peers:
+                    failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s {_describe_collective(c)} "
+                                                                 f"failed ({error[:80]})"))
+            elif isinstance(c.get("end_ns"), int):
+                for peer in peers:
+                    last_ok[peer] = max(last_ok.get(peer, 0), ref(c["end_ns"]))
+    out = []
+    for peer, seen in sorted(failed.items()):
+        if peer in given or not isinstance(peer, int):
+            continue  # its own file says how it ended
+        at, why = min(seen)
+        ok = last_ok.get(peer)
+        out.append(RankEnd(peer, "died", at, why, last_done="" if ok is None else "its last exchange that succeeded",
+                           last_done_ns=ok))
+    return out
 
 
 _RECORD_TIMES = ("send_ns", "complete_ns", "start_ns", "end_ns")
@@ -183,7 +254,7 @@ def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[Unjoine
             groups.setdefault((str(c["group"]), c["seq"]), {})[info.rank] = c
     out = []
     for (group, seq), members in groups.items():
-        stuck = {rank: c for rank, c in members.items() if not isinstance(c.get("end_ns"), int)}
+        stuck = {rank: c for rank, c in members.items() if not _done(c)}
         first = next(iter(members.values()))
         ranks = first.get("group_ranks") or []
         missing = sorted(set(ranks) - set(members))
@@ -195,9 +266,29 @@ def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[Unjoine
             info = by_rank[rank]
             stop = max(info.stop_ns, info.last_ns if info.timed else info.stop_ns)
             waiting[rank] = max(0, stop - c["start_ns"])
+        where = {rank: frame_text(c["frames"]) for rank, c in sorted(stuck.items()) if c.get("frames")}
         out.append(Unjoined(group, seq, str(first.get("op", "")), missing, dict(sorted(waiting.items())),
-                            min(to_ref[r](c["start_ns"]) for r, c in stuck.items())))
+                            min(to_ref[r](c["start_ns"]) for r, c in stuck.items()), where,
+                            _last_entered(by_rank, missing, group)))
     out.sort(key=lambda u: u.start_ns)
+    return out
+
+
+def _done(c: dict) -> bool:
+    """A collective record that ended: its end is given, or its Flight Recorder entry completed."""
+    return isinstance(c.get("end_ns"), int) or bool(c.get("completed"))
+
+
+def _last_entered(by_rank: Mapping[int, Any], ranks: List[int], group: str) -> Dict[int, str]:
+    """{rank: the last collective of ``group`` it entered, and the frame it entered it from}."""
+    out = {}
+    for rank in ranks:
+        info = by_rank.get(rank)
+        recs = [c for c in info.collectives if str(c["group"]) == group] if info is not None else []
+        if recs:
+            last = max(recs, key=lambda c: c["seq"])
+            where = frame_text(last.get("frames") or [])
+            out[rank] = f"{last.get('op', 'collective')} (seq {last['seq']})" + (f" at {where}" if where else "")
     return out
 
 
@@ -225,6 +316,8 @@ def _last_and_blocked(info: Any, ref: Clock, at_ns: int, ended: set) -> Tuple[st
     for c in info.collectives:
         if isinstance(c.get("end_ns"), int):
             done.append((ref(c["end_ns"]), _describe_collective(c)))
+        elif c.get("completed"):  # a Flight Recorder entry that completed at a time it does not say
+            done.append((ref(c["start_ns"]), _describe_collective(c)))
         elif isinstance(c.get("start_ns"), int) and (str(c["group"]), c["seq"]) not in ended:
             open_.append((ref(c["start_ns"]), _describe_collective(c)))
     last = max(done) if done else None
@@ -241,9 +334,10 @@ def sections(pm: PostMortem, t0: int) -> List[Tuple[str, Table]]:
     out: List[Tuple[str, Table]] = []
     if pm.ended:
         out.append(("Post-mortem: ranks that ended early", (
-            ["Rank", "How", "At ms", "Known from", "Last completed", "Last completed at ms", "Blocked in"],
+            ["Rank", "How", "At ms", "Known from", "Last completed", "Last completed at ms", "Blocked in", "Detail"],
             [[e.rank, e.how, _ms(e.at_ns - t0), e.known_from, e.last_done,
-              _ms(None if e.last_done_ns is None else e.last_done_ns - t0), e.blocked_in or "-"] for e in pm.ended])))
+              _ms(None if e.last_done_ns is None else e.last_done_ns - t0), e.blocked_in or "-", e.detail or "-"]
+             for e in pm.ended])))
     if pm.in_flight:
         out.append(("Post-mortem: RPCs in flight, never completed", (
             ["RPC id", "Caller", "Callee", "Sent ms", "Waited ms", "Status", "Name"],
@@ -251,19 +345,40 @@ def sections(pm: PostMortem, t0: int) -> List[Tuple[str, Table]]:
              for c in pm.in_flight])))
     if pm.unjoined:
         out.append(("Post-mortem: collectives never joined", (
-            ["Group", "Seq", "Op", "Entered ms", "Never joined", "Waiting (ms)"],
+            ["Group", "Seq", "Op", "Entered ms", "Never joined", "Waiting (ms)", "Waiting in", "Never joined: last in"],
             [[u.group, u.seq, u.op, _ms(u.start_ns - t0), " ".join(map(str, u.missing)),
-              " ".join(f"{r}:{_ms(w)}" for r, w in u.waiting.items())] for u in pm.unjoined])))
+              " ".join(f"{r}:{_ms(w)}" for r, w in u.waiting.items()),
+              "; ".join(f"{r}: {w}" for r, w in u.where.items()) or "-",
+              "; ".join(f"{r}: {w}" for r, w in u.missing_last.items()) or "-"] for u in pm.unjoined])))
+    if pm.mismatches:
+        out.append(("Post-mortem: collectives whose ranks disagree (Flight Recorder)", (
+            ["Group", "Seq", "Op", "Rank", "Expected as rank", "Mismatch", "Detail"],
+            [[m.group, m.seq, m.op, m.rank, m.expected_rank, m.kind, m.culprit or "-"] for m in pm.mismatches])))
+    if pm.groups:
+        out.append(("Post-mortem: each rank's groups at its Flight Recorder dump", (
+            ["Rank", "Group", "Last enqueued", "Last started", "Last completed", "Last completed op", "In",
+             "Since ms", "Issued at"],
+            [[g.rank, g.group, _seq(g.last_enqueued), _seq(g.last_started), _seq(g.last_completed),
+              g.last_completed_op or "-", g.pending or "-",
+              _ms(None if g.pending_since_ns is None else g.pending_since_ns - t0) or "-", g.where or "-"]
+             for g in pm.groups])))
     return out
+
+
+def _seq(value: Optional[int]) -> str:
+    return "-" if value is None or value < 0 else str(value)
 
 
 def summary(pm: PostMortem, t0: int) -> List[str]:
     """The findings in a few lines (times in ms from ``t0``), said before the tables."""
     lines = []
     for e in pm.ended:
-        what = ("died without writing its rank file" if e.how == "died"
-                else f"was ended by {e.how}" if e.how.startswith("SIG") else f"ended ({e.how})")
-        line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from its {e.known_from})"
+        seen = e.known_from.startswith("rank ")  # its peers saw it go: it left no file
+        what = ("died, leaving no file (its peers saw it go)" if seen and e.how == "died"
+                else "died without writing its rank file" if e.how == "died"
+                else f"was ended by {e.how}" if e.how.startswith("SIG")
+                else f"raised {e.detail}" if e.how == "raised" else f"ended ({e.how})")
+        line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from {'' if seen else 'its '}{e.known_from})"
         if e.blocked_in:
             line += f", blocked in {e.blocked_in}"
         lines.append(line)
@@ -273,7 +388,12 @@ def summary(pm: PostMortem, t0: int) -> List[str]:
     for u in pm.unjoined:
         lines.append(f"{u.op} (group {u.group}, seq {u.seq}): rank{'s' if len(u.missing) > 1 else ''} "
                      f"{', '.join(map(str, u.missing))} never joined; "
-                     + ", ".join(f"rank {r} waited {_ms(w)} ms" for r, w in u.waiting.items()))
+                     + ", ".join(f"rank {r} waited {_ms(w)} ms" + (f" in it at {u.where[r]}" if r in u.where else "")
+                                 for r, w in u.waiting.items())
+                     + "".join(f"; rank {r} last entered {w}" for r, w in u.missing_last.items()))
+    for m in pm.mismatches:
+        lines.append(f"{m.op} (group {m.group}, seq {m.seq}): rank {m.rank} does not match rank {m.expected_rank}: "
+                     f"{m.kind}" + (f" ({m.culprit})" if m.culprit else ""))
     if pm.waited_for is not None and (pm.unjoined or pm.died):
         lines.append(f"the rank everyone waited for: rank {pm.waited_for}")
     return lines
@@ -284,4 +404,5 @@ def as_dict(pm: PostMortem) -> Dict[str, Any]:
     from dataclasses import asdict
 
     return {"ended": [asdict(e) for e in pm.ended], "in_flight": [asdict(c) for c in pm.in_flight],
-            "unjoined": [asdict(u) for u in pm.unjoined], "waited_for": pm.waited_for}
+            "unjoined": [asdict(u) for u in pm.unjoined], "waited_for": pm.waited_for,
+            "mismatches": [asdict(m) for m in pm.mismatches], "groups": [asdict(g) for g in pm.groups]}

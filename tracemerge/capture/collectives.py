@@ -62,7 +62,13 @@ def _traced(op, signature, original):
             "start_ns": time.time_ns(),
         }
         rec.add("collectives", record)
-        work = original(*args, **kwargs)
+        try:
+            work = original(*args, **kwargs)
+        except Exception as e:
+            # how it ended: a peer lost ("Connection closed by peer") names who died, in the post-mortem
+            record["error"] = f"{type(e).__name__}: {str(e)[:500]}"
+            record["error_at_ns"] = time.time_ns()
+            raise
         # Read after issuing: the number this collective was given.
         record["seq"] = pg._get_sequence_number_for_group()
         if bound.arguments.get("async_op"):

@@ -1,10 +1,14 @@
 """Who this worker is in its job: rank, name, world size and a job id shared by all ranks."""
 
+import contextlib
+import functools
 import os
 import uuid
 
 import torch.distributed as dist
 from torch.distributed import rpc
+
+from tracemerge.capture.patching import swapped
 
 
 def in_job():
@@ -84,3 +88,34 @@ def boot_id():
             return f.read().strip()
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def on_init(callback):
+    """Within the block, ``callback()`` runs as soon as ``rpc.init_rpc`` or
+    ``torch.distributed.init_process_group`` returns: who this worker is can be told from
+    then on. ``init_process_group`` is swapped inside its wrapper (every holder of it sees
+    the swap); ``init_rpc`` has none, so the module's name for it is rebound."""
+
+    def after(original):
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            out = original(*args, **kwargs)
+            try:
+                callback()
+            except Exception:  # never fail the training job over who it is
+                pass
+            return out
+
+        return call
+
+    has_rpc = rpc.is_available() and hasattr(rpc, "init_rpc")
+    original = rpc.init_rpc if has_rpc else None
+    if has_rpc:
+        rpc.init_rpc = after(original)
+    try:
+        with swapped({dist.init_process_group: after}):
+            yield
+    finally:
+        if has_rpc:
+            rpc.init_rpc = original

@@ -5,7 +5,10 @@ rank that dies by ``os._exit``, SIGKILL, the OOM killer or a segfault never writ
 and its records die with it. So while a capture is active a flusher thread appends to
 ``rank{R}.journal`` beside the rank file, every ``PERIOD_S`` and at each block boundary:
 the records made since (calls issued, calls served, collectives; pending ones too, and
-once more when they end) and a line saying it was alive then. Each flush is one
+once more when they end) and a line saying it was alive then — every ``EARLY_PERIOD_S``
+in its first ``EARLY_S``, and at once when the first call is sent or served and the first
+collective issued. It is ``pid{P}.journal`` until the rank is known, then renamed
+``rank{R}.journal`` (once, atomically) with the identity written at once. Each flush is one
 ``os.write`` of whole lines: the kernel keeps what was written when the process dies, and
 a journal cut in a line is read up to its last whole line. Format: docs/rank-file-format.md
 ("The journal").
@@ -31,6 +34,10 @@ JOURNAL_VERSION = 1
 _RPC_LINE = b'{"rpc":'
 _COLLECTIVE_LINE = b'{"collective":'
 PERIOD_S = 0.5
+# the first seconds flush more often: a job dies most often there (its peers, its setup),
+# and a rank that dies then must still leave its first records (docs/capture.md measures the cost)
+EARLY_S = 2.0
+EARLY_PERIOD_S = 0.05
 SUFFIX = ".journal"
 
 
@@ -52,6 +59,8 @@ class Journal:
         self._period_s = period_s
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # poke: flush now (the flusher's thread, off the caller's path)
+        self._started = time.monotonic()
         self._fd: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._last_meta: Optional[Dict[str, Any]] = None
@@ -61,16 +70,33 @@ class Journal:
         self._open: Dict[Any, Tuple[str, Any]] = {}
 
     def start(self) -> "Journal":
+        self._started = time.monotonic()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.flush(first=True)
         self._thread = threading.Thread(target=self._run, name="tracemerge-journal", daemon=True)
         self._thread.start()
         return self
 
+    def poke(self) -> None:
+        """Have the flusher flush now (the first call sent or served, the first collective)."""
+        self._wake.set()
+
+    def rename(self, path: Path) -> None:
+        """Go on as ``path`` (the rank became known): one rename, atomic; the open file goes on."""
+        with self._lock:
+            if self._fd is None or path == self.path:
+                return
+            try:
+                os.rename(self.path, path)
+            except OSError:  # never fail the training job over its journal's name
+                return
+            self.path = path
+
     def pause(self) -> None:
         """Stop the flusher thread; what is recorded meanwhile waits for the next flush (the
         capture without its journal: ``benchmarks/capture_overhead.py --paired journal``)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         self._thread = None
@@ -85,7 +111,13 @@ class Journal:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._period_s):
+        stop, wake = self._stop, self._wake
+        while not stop.is_set():
+            early = time.monotonic() - self._started < EARLY_S
+            wake.wait(min(self._period_s, EARLY_PERIOD_S) if early else self._period_s)
+            wake.clear()
+            if stop.is_set():
+                return
             try:
                 self.flush()
             except Exception:  # never fail the training job over its journal
@@ -115,6 +147,7 @@ class Journal:
         """Stop, with a last flush (the block ended); ``remove``: its rank file is written,
         which holds all the journal does, so the journal goes."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2 * self._period_s)
         if not remove:
@@ -171,4 +204,5 @@ def _entry(name: str, item: Any) -> Tuple[bytes, Any, dict, bool]:
         record = recorder.served_record(*item)
         return _RPC_LINE, (record["rpc_id"], "callee"), record, record["status"] != "pending"
     record = dict(item)
-    return _COLLECTIVE_LINE, (record["group"], record.get("seq"), record["start_ns"]), record, "end_ns" in record
+    return (_COLLECTIVE_LINE, (record["group"], record.get("seq"), record["start_ns"]), record,
+            "end_ns" in record or "error" in record)

@@ -89,6 +89,11 @@ class Recorder:
     # called just before RPC shuts down inside the block, while every worker still answers
     # (the capture learns who it is there when RPC started inside the block)
     on_rpc_end: Optional[Callable[[], None]] = None
+    # called (on the call's thread) when the first call is sent, the first call served and
+    # the first collective issued: the journal flushes then (a rank that dies in its first
+    # second leaves them); one set lookup a call after that
+    on_first: Optional[Callable[[], None]] = None
+    _firsts: set = field(default_factory=set)
     # the calls this process issued (C_* lists)
     calls: list = field(default_factory=list)
     collectives: list = field(default_factory=list)
@@ -150,11 +155,20 @@ class Recorder:
         """Append to ``collectives``, ``spans`` or ``native_callees`` (from any thread)."""
         with self._lock:
             getattr(self, kind).append(item)
+        if kind == "collectives":
+            self._first(kind)
 
     def add_call(self, call: list) -> None:
         """A call issued (a C_* list)."""
         with self._lock:
             self.calls.append(call)
+        self._first("calls")
+
+    def _first(self, kind: str) -> None:
+        if kind not in self._firsts:
+            self._firsts.add(kind)
+            if self.on_first is not None:
+                self.on_first()
 
     def settle(self, everything: bool = False) -> None:
         """Settle the calls whose future completed: their status ``ok``/``error`` and the
@@ -209,6 +223,7 @@ class Recorder:
         the caller's ``header`` and the served ``side`` when taken, off the call's path."""
         with self._lock:
             self.served.append((header, side))
+        self._first("served")
 
     def take(self, start_ns: int, stop_ns: int) -> dict:
         """Records and spans that began in [start_ns, stop_ns]; drops everything begun

@@ -14,7 +14,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from tracemerge.capture import collectives, journal, recorder, rpc, rref, signals, writer
-from tracemerge.capture.identity import boot_id, identify, in_job, job_id
+from tracemerge.capture.identity import boot_id, identify, in_job, job_id, on_init
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -78,7 +78,7 @@ class profile:
         self._known = False
         self._identify()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._recorder = recorder.Recorder(on_rpc_end=self._identify, wrap_builtins=self._wrap_builtins,
+        self._recorder = recorder.Recorder(on_rpc_end=self._learned, wrap_builtins=self._wrap_builtins,
                                            traced=self._trace,
                                            builtins_always_native=not self._trace and not self._wrap_builtins,
                                            shapes=bool(self._record_shapes))
@@ -88,20 +88,27 @@ class profile:
             stack.enter_context(rpc.instrumented())
             stack.enter_context(rref.instrumented())
             stack.enter_context(collectives.instrumented())
-            if self.profiler is not None:
-                self.profiler.__enter__()
-            self._window_start_ns = time.time_ns()
-            # callees that refused native builtins before may record now
-            recorder.peers.forget_refusals()
-            self._recorder.serves_natively = self._trace and self._serves_natively
             self._by_signal = self._ended = self._written = False
             self._ending = threading.Lock()  # one ending: the block's, or a signal's
+            # the journal before the profiler, which takes up to a second to start on busy
+            # cores: a rank serving calls meanwhile (its peers' profilers started first) and
+            # dying in one leaves them (its window's start is the profiler's once it runs)
+            self._window_start_ns = time.time_ns()
             self._journal = journal.Journal(self.out_dir / journal.name_of(self.rank if self._known else None,
                                                                            os.getpid()),
                                             self._journal_meta, self._recorder).start()
             # once the block's file is written the journal holds nothing more: removed then
             # (a journal left behind is a rank that died, or whose file could not be written)
             stack.callback(lambda: self._journal.close(remove=self._written))
+            self._recorder.on_first = self._journal.flush  # once per kind, on its thread: before it can die
+            # init_rpc / init_process_group inside the block: who it is, known at once
+            stack.enter_context(on_init(self._learned))
+            if self.profiler is not None:
+                self.profiler.__enter__()
+            self._window_start_ns = time.time_ns()
+            # callees that refused native builtins before may record now
+            recorder.peers.forget_refusals()
+            self._recorder.serves_natively = self._trace and self._serves_natively
             self._signals = stack.enter_context(signals.OnSignal(self._on_signal))
             self._undo = stack.pop_all()
         return self
@@ -118,7 +125,7 @@ class profile:
             if self.profiler is not None:
                 self.profiler.__exit__(*exc_info)
             if self._cycle is None:
-                self._write("rank{rank}.json.gz", stop_ns, self.profiler)
+                self._write("rank{rank}.json.gz", stop_ns, self.profiler, raised=_raised(exc_info, stop_ns))
             self._written = True
             # now, under the lock: a signal that comes next finds the block ended and ends the
             # process at once, before the undo below would have removed the journal
@@ -144,9 +151,18 @@ class profile:
             self._journal.close(remove=True)
 
     def _journal_meta(self) -> dict:
-        """What the journal says of this rank first: who it is (the rank once known: None
-        until RPC or torch.distributed tells it) and its window's start."""
-        return dict(self._meta, profile_start_ns=self._window_start_ns, **({} if self._known else {"rank": None}))
+        """What the journal says of this rank first: who it is (rank, world size and name
+        once known: None until RPC or torch.distributed tells them) and its window's start."""
+        unknown = {} if self._known else {"rank": None, "world_size": None, "worker_name": None}
+        return dict(self._meta, profile_start_ns=self._window_start_ns, **unknown)
+
+    def _learned(self) -> None:
+        """RPC or torch.distributed started inside the block (or RPC is ending): who this
+        worker is, written to the journal at once, which becomes ``rank{R}.journal``."""
+        self._identify()
+        if self._known:
+            self._journal.rename(self.out_dir / journal.name_of(self.rank, os.getpid()))
+            self._journal.flush()
 
     def _identify(self):
         """Who this worker is (rank, name, world size, job id): told when the block starts
@@ -155,12 +171,15 @@ class profile:
         told at ``rpc.shutdown()`` in the block or when the file is written."""
         if self._known:
             return
-        self._known = in_job() or self._rank is not None
+        known = in_job() or self._rank is not None
         rank, worker_name, world_size = identify(self._rank, self._worker_name)
-        self.rank = rank
+        # the journal's flusher reads these from its thread: the identity first, "known" last
+        # (job_id may ask rank 0, which takes a while: never half an identity in the journal)
         self._meta = {"job_id": job_id(), "rank": rank, "world_size": world_size,
                       "worker_name": worker_name, "hostname": socket.gethostname(),
                       "boot_id": boot_id(), "pid": os.getpid()}
+        self.rank = rank
+        self._known = known
 
     def step(self) -> None:
         """``self.profiler.step()``: marks a step for ``schedule`` (nothing with trace=False)."""
@@ -187,9 +206,10 @@ class profile:
         self._cycle += 1
 
     def _write(self, name: str, stop_ns: int, prof: Optional[torch.profiler.profile], ask: bool = True,
-               ended_by: Optional[tuple] = None) -> None:
+               ended_by: Optional[tuple] = None, raised: Optional[dict] = None) -> None:
         """Write a rank file; ``ask``: fetch the callee sides of this rank's calls (by RPC);
-        ``ended_by``: (name, time seen) of the signal that ends the process (``signal``, ``signal_ns``)."""
+        ``ended_by``: (name, time seen) of the signal that ends the process (``signal``, ``signal_ns``);
+        ``raised``: the exception that ended the block (``exception``: type, message, time, thread)."""
         self._identify()
         self._journal.flush()  # a block boundary: its records are on disk before they are taken
         name = name.format(rank=self.rank)
@@ -201,6 +221,8 @@ class profile:
                     profile_start_ns=self._window_start_ns, profile_stop_ns=stop_ns)
         if ended_by:
             meta["signal"], meta["signal_ns"] = ended_by
+        if raised:
+            meta["exception"] = raised
         taken = self._recorder.take(self._window_start_ns or 0, stop_ns)
         calls = [r for r in taken["rpcs"] if r["role"] == "caller"]
         early = self._recorder.fetched_sides(calls)  # asked for when rpc.shutdown() ran in the block
@@ -211,6 +233,18 @@ class profile:
         ended = None if prof is None else ended_elsewhere(prof, {s.name for s in taken["spans"] if s.ends is not None})
         writer.write(self.out_dir / name, kineto_json, meta, taken, served_ops=bool(self._recorder.admitted),
                      ended_elsewhere=ended)
+
+
+MESSAGE_LIMIT = 2000  # an exception's message kept in the rank file, in characters
+
+
+def _raised(exc_info: tuple, at_ns: int) -> Optional[dict]:
+    """The exception that ends the block, as the rank file keeps it; None when it ends normally."""
+    kind, value = exc_info[0], exc_info[1]
+    if kind is None:
+        return None
+    return {"type": kind.__name__, "message": str(value)[:MESSAGE_LIMIT], "time_ns": at_ns,
+            "thread": threading.current_thread().name}
 
 
 def ended_elsewhere(prof: torch.profiler.profile, names: set) -> dict:

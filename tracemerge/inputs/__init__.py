@@ -4,7 +4,7 @@
 is one new module and one line here.
 
 Modules: the Chrome/Kineto JSON reader (chrome), a rank file's head (head), cut-file
-salvage (salvage), what a file says about its rank (rankinfo, kineto_collectives) and
+salvage (salvage), PyTorch Flight Recorder dumps (flight_recorder), what a file says about its rank (rankinfo, kineto_collectives) and
 checks over one rank and over the job (rankchecks, jobchecks).
 """
 
@@ -14,13 +14,14 @@ from typing import Tuple, Union
 
 from tracemerge.codecs import decompressor
 from tracemerge.errors import TraceError
-from tracemerge.inputs import chrome, journal
+from tracemerge.inputs import chrome, flight_recorder, journal
 from tracemerge.inputs.base import InputFormat
 from tracemerge.model import RankTrace
 
 # formats with a sniff first, in order; the last, without one, takes the rest
 READERS: Tuple[InputFormat, ...] = (
     journal.FORMAT,
+    flight_recorder.FORMAT,
     chrome.FORMAT,
 )
 

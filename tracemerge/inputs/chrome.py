@@ -49,15 +49,20 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
-def read_data(path: str) -> tuple[bytes, str]:
-    """(decompressed bytes, cut) of ``path``; ``cut`` names the codec ("gzip", "zstd") when
-    its stream ends early, else it is "" (:func:`tracemerge.codecs.decompress`)."""
+def read_file_bytes(path: str) -> tuple[bytes, str]:
+    """(decompressed bytes, cut) of any file ``path``; ``cut`` names the codec ("gzip",
+    "zstd") when its stream ends early, else it is "" (:func:`tracemerge.codecs.decompress`)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    data, cut = decompress(path, data)
+    return decompress(path, data)
+
+
+def read_data(path: str) -> tuple[bytes, str]:
+    """:func:`read_file_bytes` of a JSON trace, checked to hold text and to be no Perfetto protobuf."""
+    data, cut = read_file_bytes(path)
     content = _CONTENT.search(data)  # data.strip() would copy the whole file when it ends in a newline
     if not content:
         raise TraceError(path, "empty file" if not cut else f"truncated {cut} with no data before the cut")

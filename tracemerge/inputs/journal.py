@@ -15,7 +15,7 @@ adds the records none of them holds (those after the last cycle), as one more pa
 """
 
 from dataclasses import replace
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import orjson
 
@@ -70,11 +70,25 @@ def block_of(path: str, data: bytes) -> Dict[str, Any]:
             closed = item["closed_ns"]
     start = meta.get("profile_start_ns")
     block = {k: v for k, v in meta.items() if not k.endswith("_ns")}
+    if not isinstance(block.get("rank"), int):
+        # its rank never learned (it died before RPC or torch.distributed told it): its calls name it
+        rank = rank_of_records(list(rpcs.values()))
+        if rank is not None:
+            block.update(rank=rank, rank_source="its calls (the rank they name it by)")
     block.update(version=1, rpcs=list(rpcs.values()), collectives=list(collectives.values()), remote_sides=[],
                  journal={"alive_ns": alive, "closed": closed is not None, "cut": cut})
     if isinstance(start, int) and isinstance(alive, int):
         block.update(profile_start_ns=start, profile_stop_ns=max(start, alive))
     return block
+
+
+def rank_of_records(rpcs: List[Dict[str, Any]]) -> Optional[int]:
+    """The rank a journal's call records name it by (a served call's ``callee``, a sent
+    call's ``caller``), when they agree; else None."""
+    named = {r.get("callee") if r.get("role") == "callee" else r.get("caller") for r in rpcs}
+    named.discard(None)
+    found = next(iter(named)) if len(named) == 1 else None
+    return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else None
 
 
 def read(path: str) -> RankTrace:

@@ -66,7 +66,9 @@ class RankInfo:
     # cycle order; the fields above are then the whole process's
     parts: List["RankInfo"] = field(default_factory=list)
     # how the process ended, as its file says: "signal" and "signal_ns" (a rank file written
-    # on a signal), "journal" (a rank read from its journal alone: tracemerge.inputs.journal)
+    # on a signal), "journal" (a rank read from its journal alone: tracemerge.inputs.journal),
+    # "flight_recorder" (what a Flight Recorder dump says of its groups: tracemerge.inputs.flight_recorder),
+    # "exception" (the exception that ended its block: type, message, time_ns, thread)
     ending: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -95,7 +97,8 @@ def cycle_of(path: str, block: Dict[str, Any]) -> Optional[int]:
 
 def _rank_candidates(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> tuple[Optional[int], str]:
     if isinstance(block.get("rank"), int):
-        return block["rank"], "tracemerge"
+        # a block made by a reader of another format (a Flight Recorder dump) says where its rank came from
+        return block["rank"], str(block.get("rank_source") or "tracemerge")
     dist, _ = distributed_info(meta)
     if "rank" in dist:
         return dist["rank"], "distributedInfo"
@@ -406,7 +409,7 @@ def describe_head(path, head):
 
 def ending_of(block: Dict[str, Any]) -> Dict[str, Any]:
     """How the process that wrote ``block`` ended, where the block says (RankInfo.ending)."""
-    return {k: block[k] for k in ("signal", "signal_ns", "journal") if k in block}
+    return {k: block[k] for k in ("signal", "signal_ns", "journal", "flight_recorder", "exception") if k in block}
 
 
 def _is_int(v: Any) -> bool:
@@ -542,6 +545,16 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = 
             info.rank, info.rank_source = i, "order"
         _renumber_records(infos, claimed)
         return infos
+    for info in infos:
+        journal = info.ending.get("journal")
+        if info.rank is None and journal is not None:
+            # never taken as rank 0, nor numbered by the order given: it is some rank that died early
+            meta = info.job
+            raise RankConflict(f"{info.path}: a journal whose rank was never learned (the process died before "
+                               f"RPC or torch.distributed told it, and it holds no call that names it; pid "
+                               f"{info.worker_name.removeprefix('pid')} on {info.hostname}"
+                               f"{', job ' + str(meta['job_id']) if meta.get('job_id') else ''}): rename it "
+                               "rank{R}.journal, or pass --rank-from order")
     if len(infos) == 1 and infos[0].rank is None:
         # one trace of a job without a process group (a plain torch.profiler run): nothing
         # to tell apart, so it is rank 0, and the CLI says so in a note

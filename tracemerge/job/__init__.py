@@ -35,6 +35,7 @@ from tracemerge.engine import Engine, Held, LocalEngine, available_memory, gc_pa
 from tracemerge.errors import TraceError, TracemergeError, reading
 from tracemerge.inputs.admit import admit
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
+from tracemerge.inputs.flight_recorder import join_dumps
 from tracemerge.inputs.journal import prefer_rank_files
 from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
 from tracemerge.job.checks import check_job, check_links, check_windows, rpc_peers
@@ -147,7 +148,7 @@ class Job:
         if cycle is not None:
             infos = keep_cycle(infos, cycle)
         if rank_from != "order":  # numbered in the order given, every file is a rank of its own
-            infos = join_cycles(infos)
+            infos = join_dumps(join_cycles(infos))  # a Flight Recorder dump beside its rank's files: one process
         assign_ranks(infos, rank_from, strict)
         infos.sort(key=rank_of)
         # builtins sent as themselves get their callee side from the callee's ops, once:

@@ -67,7 +67,8 @@ def rpc_peers(infos: Sequence[RankInfo], links: Correlation) -> List[str]:
     if absent:
         warnings.append(f"{absent} of {sides['calls']} RPCs have only the caller's side because their callee "
                         "ranks have no input file: give every rank's file")
-    ended = sorted(i.rank for i in infos if i.ending and i.rank is not None)
+    # a Flight Recorder dump's group status says nothing of how its rank ended
+    ended = sorted(i.rank for i in infos if i.rank is not None and set(i.ending) - {"flight_recorder"})
     if sides["caller_only"] - absent and ended:
         # a failed job: no older capture to blame, the callees ended before they answered
         warnings.append(

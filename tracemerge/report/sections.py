@@ -238,7 +238,8 @@ STRAGGLERS = Section(
 
 
 def _postmortem_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Sequence[str], Iterable[Dict[str, Any]]]:
-    # one row per finding: a rank that ended early, a call never completed, a collective never joined
+    # one row per finding: a rank that ended early, a call never completed, a collective never
+    # joined, a collective whose ranks' Flight Recorder entries disagree
     pm = report.postmortem
     found: List[Dict[str, Any]] = [] if not pm else (
         [{"kind": "rank", "rank": e.rank, "what": e.how, "at_ns": e.at_ns, "known_from": e.known_from,
@@ -247,7 +248,10 @@ def _postmortem_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Seque
             "detail": f"{c.rpc_id} from rank {c.caller}, {c.status}"} for c in pm.in_flight]
         + [{"kind": "collective", "rank": " ".join(map(str, u.missing)), "what": f"{u.op} {u.group}:{u.seq}",
             "at_ns": u.start_ns, "waited_ns": max(u.waiting.values(), default=0),
-            "detail": "waiting: " + " ".join(map(str, u.waiting))} for u in pm.unjoined])
+            "detail": "waiting: " + " ".join(map(str, u.waiting))} for u in pm.unjoined]
+        + [{"kind": "mismatch", "rank": m.rank, "what": f"{m.op} {m.group}:{m.seq}", "at_ns": None,
+            "known_from": "Flight Recorder", "detail": f"{m.kind}: {m.culprit}" if m.culprit else m.kind}
+           for m in pm.mismatches])
     return ("kind", "rank", "what", "at_ns", "known_from", "waited_ns", "detail"), found
 
 
