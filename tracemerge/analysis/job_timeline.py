@@ -260,6 +260,41 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
                                      ended.tolist()):
             thread_of[(k, rank)] = th
             if done:
+                e = resumed_at(tl, th, s, e)
                 waits.setdefault((rank, th), []).append((s, max(e, s), COLLECTIVE_WAIT, k))
     return ops, groups, ranks, arrive, last, thread_of
 
+
+# how long after the completion a collective's execution span may be stamped on its own
+# thread: the issuing thread resumes when the work completes, the runloop thread closes the
+# span after (a few ms later on busy cores: measured up to ~2 ms on 2 shared cores)
+END_LAG_NS = 5_000_000
+
+
+def resumed_at(tl: RankTimeline, thread: int, start: int, end: int) -> int:
+    """The end of a collective wait on ``thread`` of ``tl`` from ``start`` to ``end``.
+
+    An execution span's end (gloo's runloop thread) is stamped after the completion that
+    woke the issuing thread, by up to END_LAG_NS on busy cores. The thread sat blocked
+    longest, within the wait, in a stretch where it ran nothing of its own (no span, or
+    only spans open since before the wait: the step around it); where it resumed from that
+    stretch no more than END_LAG_NS before ``end``, the collective completed then, and the
+    wait ends there. Else ``end``."""
+    th = tl.threads[thread]
+    bounds, owner = th.bounds, th.owner
+    lo = max(int(np.searchsorted(bounds, start, side="right")) - 1, 0)
+    hi = int(np.searchsorted(bounds, end, side="right"))
+    if hi - lo < 2:
+        return end
+    own = owner[lo:hi]
+    blocked = (own < 0) | (tl.span_start[np.maximum(own, 0)] <= start)
+    edges = np.diff(np.r_[0, blocked.astype(np.int8), 0])
+    first, after = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)   # runs [first, after)
+    after_ns = bounds[np.minimum(lo + after, len(bounds) - 1)]
+    inside = lo + after < len(bounds)
+    if not inside.any():
+        return end
+    lengths = np.where(inside, after_ns - np.maximum(bounds[lo + first], start), -1)
+    k = int(np.argmax(lengths))
+    resume = int(after_ns[k])
+    return resume if inside[k] and start < resume < end and end - resume <= END_LAG_NS else end
