@@ -60,7 +60,7 @@ the path would be without it (tests use this to check that each edge is taken).
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 
@@ -315,7 +315,7 @@ RUNLOOP_PREFIXES = ("gloo:",)
 def runloop_threads(job: JobTimeline) -> frozenset:
     """The (rank, thread index) of threads that ran only collectives' execution spans
     (``gloo:all_reduce`` …): they run what the issuing threads enqueue."""
-    out = set()
+    out: Set[Tuple[int, int]] = set()
     for rank, tl in job.ranks.items():
         runs = np.fromiter((str(n).startswith(RUNLOOP_PREFIXES) for n in tl.names), bool, len(tl.names))
         if not len(tl.span_name) or not runs.any():
