@@ -8,7 +8,9 @@ Python ``dist.*`` collective inside the profiled steps (DDP's reducer issues the
 Rank 2 sleeps ``SLEEP_MS`` in every forward, inside ``record_function("planted_sleep")``:
 the others wait for it in backward's all_reduce. PROFILER:
 
-- ``capture``: ``tracemerge.capture.profile`` around STEPS steps (``p.step()`` each);
+- ``capture``: ``tracemerge.capture.profile`` around STEPS steps (``p.step()`` each), with
+  ``schedule(wait=0, warmup=1, active=STEPS - 1, repeat=1)`` so the steps are marked
+  (``ProfilerStep#N``): one file per rank, ``rank{R}.cycle0.json.gz``;
 - ``plain``: ``torch.profiler.profile`` with ``schedule(wait=1, warmup=1, active=ACTIVE,
   repeat=2)`` and ``tensorboard_trace_handler(OUT_DIR)``: two files per rank.
 
@@ -87,9 +89,11 @@ def main(profiler: str, out_dir: str, sleep_ms: float, fail: str = "") -> None:
         took.append(time.time_ns() - started)
 
     if profiler == "capture":
+        from torch.profiler import schedule
+
         from tracemerge.capture import profile
 
-        with profile(out_dir) as p:
+        with profile(out_dir, schedule=schedule(wait=0, warmup=1, active=STEPS - 1, repeat=1)) as p:
             for n in range(STEPS):
                 step(n)
                 p.step()

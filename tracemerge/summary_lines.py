@@ -34,6 +34,16 @@ def core_line(cores: "Sequence[Tuple[str, str]]", unit: str = "ranks") -> str:
         f"; {path} read by the Python path: {why}" for path, why in fallback)
 
 
+def clock_warnings(job: Any, alignment: Any) -> List[str]:
+    """The clock notes of ``alignment`` (:func:`~tracemerge.clocks.text.clock_notes`), once per
+    cause: a rank the job's warnings already name as linked to no other rank (why, and what
+    would link it) is not said again as a rank no exchange links to the reference."""
+    unlinked = {info.rank for info in job.infos
+                if any(w.startswith(f"rank {info.rank} (") and "is linked to no other rank" in w for w in job.warnings)}
+    return [line for line, rank in zip(clock_notes(alignment), sorted(r for r, c in alignment.clocks.items() if c.note))
+            if not (rank in unlinked and "no exchange links" in line)]
+
+
 def file_warnings(infos: Iterable[Any]) -> List[str]:
     """Each file's own warnings (a truncated file's salvage among them), named by its path."""
     return [f"{PREFIX}warning: {info.path}: {w}" for info in infos for w in info.warnings]
@@ -73,7 +83,7 @@ def combine_lines(job: Any, alignment: Any, written: Any, output: str, report_pa
         lines += [f"{PREFIX}note: {journal_only_line(rank, j)}" for rank, j in (sides.get("journal_only") or {}).items()]
     lines.append(f"{PREFIX}{causality_line(alignment.causality, alignment.method)}")
     lines.append(f"{PREFIX}{core_line(written.cores, 'files' if any(i.parts for i in job.infos) else 'ranks')}")
-    lines += [f"{PREFIX}warning: {line}" for line in clock_notes(alignment)]
+    lines += [f"{PREFIX}warning: {line}" for line in clock_warnings(job, alignment)]
     lines += file_warnings(job.infos)
     unaccounted = ev["in"] + ev["added"] - ev["out"] - ev["filtered"] - ev["dropped"]
     if unaccounted:
@@ -99,14 +109,14 @@ def export_lines(job: Any, summary: Dict[str, Any], output: str) -> List[str]:
     ev = summary["events"]
     lines = [f"{PREFIX}{len(job.infos)} ranks, {ev['in']} events in, {ev['rows']} rows ({ev['filtered']} filtered), "
              f"aligned by {summary['align']} to rank {summary['reference']} -> {output}"]
-    lines += [f"{PREFIX}warning: {line}" for line in clock_notes(job.clock_model())]
+    lines += [f"{PREFIX}warning: {line}" for line in clock_warnings(job, job.clock_model())]
     return lines + file_warnings(job.infos)
 
 
 def offsets_notes(job: Any, alignment: Any) -> List[str]:
     """What ``offsets`` says after its table: clock warnings, causality, the files read from
     their heads only, the warnings of the files read whole."""
-    lines = [f"{PREFIX}warning: {line}" for line in clock_notes(alignment)]
+    lines = [f"{PREFIX}warning: {line}" for line in clock_warnings(job, alignment)]
     lines.append(f"{PREFIX}{causality_line(alignment.causality, alignment.method)}")
     heads = [i.path for i in job.infos if i.partial]
     if heads:

@@ -23,6 +23,7 @@ from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
 from tracemerge.engine import Engine, LocalEngine
+from tracemerge.inputs.event_collectives import SOURCE as EVENTS
 from tracemerge.model import RankTrace
 
 if TYPE_CHECKING:
@@ -256,11 +257,13 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
             recent[later], after[later] = gap_from[later], i
         which = np.where(best > never, which, np.where(recent > never, after, which))
         ended = colls.ended[ks, col]
-        for k, th, s, e, done in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
-                                     ended.tolist()):
+        # an execution span's end lags the completion (resumed_at); a capture's record's does not
+        lags = [colls.records[i].get("source") == EVENTS for i in colls.last[ks, col].tolist()]
+        for k, th, s, e, done, lag in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
+                                          ended.tolist(), lags):
             thread_of[(k, rank)] = th
             if done:
-                e = resumed_at(tl, th, s, e)
+                e = resumed_at(tl, th, s, e) if lag else e
                 waits.setdefault((rank, th), []).append((s, max(e, s), COLLECTIVE_WAIT, k))
     return ops, groups, ranks, arrive, last, thread_of
 

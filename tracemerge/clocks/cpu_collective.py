@@ -21,6 +21,7 @@ from typing import Any, Dict, Mapping
 
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.nccl_kernel import align_from_ends, auto_with_kernels, kernel_linked
+from tracemerge.inputs.event_collectives import SOURCE
 
 METHOD = "cpu-collective"
 WHAT = ("collective ends", "gloo collective ends")
@@ -28,7 +29,7 @@ WHAT = ("collective ends", "gloo collective ends")
 
 def is_event_end(record: Dict[str, Any]) -> bool:
     """A record read from a collective's execution span on the CPU: its end is the completion."""
-    return record.get("source") == "events" and not record.get("kernel")
+    return record.get("source") == SOURCE and not record.get("kernel")
 
 
 def align_cpu_collective(infos: Mapping[int, Any], reference: int, links: Any = None) -> Dict[int, ClockModel]:
