@@ -140,15 +140,16 @@ def align_nccl_kernel(infos: Mapping[int, Any], reference: int, links: Any = Non
 
 
 def align_from_ends(infos: Mapping[int, Any], reference: int, links: Any, counts: Counts, method: str, what: str,
-                    which: str) -> Dict[int, ClockModel]:
+                    which: str, widen: Callable[[Any], int] = lambda collectives: 0) -> Dict[int, ClockModel]:
     """{rank: ClockModel} from the ends of the matched collectives' records that ``counts``
-    (``what``: how the notes name those ends; ``which``: one such record); ranks none joins
-    to the reference keep their wall clock and say so."""
+    (``what``: how the notes name those ends; ``which``: one such record; ``widen``: ns added
+    to every pair's bound, from the matched collectives); ranks none joins to the reference
+    keep their wall clock and say so."""
     if links is None:
         from tracemerge.correlate.match import correlate  # only when called without the job's links
 
         links = correlate(list(infos.values()))
-    pairs = kernel_pairs(links.collectives, reference, counts)
+    pairs = widened(kernel_pairs(links.collectives, reference, counts), widen(links.collectives))
     found = solve_kernel_pairs(sorted(infos), reference, pairs, infos[reference].start_ns, method, what)
     out: Dict[int, ClockModel] = {}
     for r in sorted(infos):
@@ -161,6 +162,14 @@ def align_from_ends(infos: Mapping[int, Any], reference: int, links: Any, counts
                 f"no {which} of a matched collective links rank {r} to reference rank {reference}; "
                 "its wall clock is trusted."))
     return out
+
+
+def widened(pairs: Dict[Tuple[int, int], KernelPair], extra_ns: int) -> Dict[Tuple[int, int], KernelPair]:
+    """``pairs`` with ``extra_ns`` added to each bound."""
+    if extra_ns:
+        for p in pairs.values():
+            p.bound_ns += extra_ns
+    return pairs
 
 
 def solve_kernel_pairs(ranks: List[int], root: int, pairs: Mapping[Tuple[int, int], KernelPair],
@@ -262,11 +271,12 @@ def prefer_kernels(cpu: Dict[int, ClockModel], kernel: Dict[int, ClockModel], me
 
 def auto_with_kernels(infos: Mapping[int, Any], reference: int, links: Any, cpu: Dict[int, ClockModel],
                       counts: Counts = is_kernel, method: str = METHOD,
-                      what: Tuple[str, str] = ("kernel ends", "NCCL kernel ends")) -> Dict[int, ClockModel]:
+                      what: Tuple[str, str] = ("kernel ends", "NCCL kernel ends"),
+                      widen: Callable[[Any], int] = lambda collectives: 0) -> Dict[int, ClockModel]:
     """``cpu`` (auto's clocks from every other exchange) with the kernel clocks preferred
     (:func:`prefer_kernels`); a group of ranks the kernels join but not to the reference is
     placed through its member whose ``cpu`` clock is best known."""
-    pairs = kernel_pairs(links.collectives, reference, counts)
+    pairs = widened(kernel_pairs(links.collectives, reference, counts), widen(links.collectives))
     ranks = sorted(infos)
     anchor = infos[reference].start_ns
     found = solve_kernel_pairs(ranks, reference, pairs, anchor, method, what[0])
