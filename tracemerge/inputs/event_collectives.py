@@ -16,7 +16,9 @@ The algorithm, per rank:
    op was issued before the window began. The record starts at the issue (the rank's
    arrival: what the waits and the critical path take) and ends where the execution ended
    (the completion, which is one moment on every rank up to the last message: what the
-   ``cpu-collective`` alignment reads, :mod:`tracemerge.clocks.cpu_collective`).
+   ``cpu-collective`` alignment reads, :mod:`tracemerge.clocks.cpu_collective`); an
+   execution span still open when the profiler stopped (``finished: false``: a peer never
+   came) gives no end, as the post-mortem needs.
 2. **Group.** The trace names none: a rank whose ``distributedInfo.pg_config`` lists one
    process group puts them in it (its ``pg_name``, as ``_get_process_group_name`` and the
    capture's records name it, and its ranks); otherwise they are one order of
@@ -110,7 +112,9 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
         rec: EventCollective = {"op": op, "group": group, "group_ranks": list(ranks), "seq": 0, "seq_inferred": True,
                                 "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0), "nelems": nelems,
                                 "dtype": dtype, "start_ns": int(trace.ts[at]), "source": SOURCE}
-        if r is not None:
+        # a span still open at the stop (``finished: false``) runs to the stop, not to the
+        # collective's end: the collective never ended in the window (a peer never came)
+        if r is not None and not (isinstance(run_args[r], dict) and run_args[r].get("finished") is False):
             rec["end_ns"] = int(trace.ts[runs[r]] + trace.dur[runs[r]])
         out.append(dict(rec, seq=len(out)))
     return out
