@@ -1,20 +1,22 @@
 """A 3-rank DDP job (gloo, CPU) for the collectives tests (issue 46), run under
 ``python -m torch.distributed.run --standalone --nproc-per-node 3``:
 
-    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/ddp_job.py PROFILER OUT_DIR SLEEP_MS [FAIL]
+    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/ddp_job.py PROFILER OUT_DIR SLEEP_MS [fsdp] [FAIL]
 
-Every rank trains one small model wrapped in ``DistributedDataParallel``; nothing calls a
+Every rank trains one small model wrapped in ``DistributedDataParallel`` (with ``fsdp``:
+sharded by FSDP2's ``fully_shard``, which runs on gloo on CPU); nothing calls a
 Python ``dist.*`` collective inside the profiled steps (DDP's reducer issues them from C++).
 Rank 2 sleeps ``SLEEP_MS`` in every forward, inside ``record_function("planted_sleep")``:
 the others wait for it in backward's all_reduce. PROFILER:
 
 - ``capture``: ``tracemerge.capture.profile`` around STEPS steps (``p.step()`` each), with
   ``schedule(wait=0, warmup=1, active=STEPS - 1, repeat=1)`` so the steps are marked
-  (``ProfilerStep#N``): one file per rank, ``rank{R}.cycle0.json.gz``;
+  (``ProfilerStep#N``): one file per rank, ``rank{R}.cycle0.json.gz`` (with FAIL, no
+  schedule: ``rank{R}.json.gz``, written however the job ends);
 - ``plain``: ``torch.profiler.profile`` with ``schedule(wait=1, warmup=1, active=ACTIVE,
   repeat=2)`` and ``tensorboard_trace_handler(OUT_DIR)``: two files per rank.
 
-FAIL plants a failure in step ``FAIL_STEP`` of rank 1 (capture only): ``raise`` (a
+FAIL (``raise`` or ``hang``) plants a failure in step ``FAIL_STEP`` of rank 1 (capture only): ``raise`` (a
 RuntimeError out of the step: torchrun ends the others) or ``hang`` (blocks forever before
 its backward, so the others wait in the all_reduce; the test ends the job with
 ``timeout -s TERM``). The failing rank writes ``OUT_DIR/planted.json`` just before.
@@ -65,12 +67,18 @@ def plant(out_dir: str, **facts) -> None:
     os.replace(path + ".tmp", path)
 
 
-def main(profiler: str, out_dir: str, sleep_ms: float, fail: str = "") -> None:
+def main(profiler: str, out_dir: str, sleep_ms: float, *options: str) -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
     rank = dist.get_rank()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = DistributedDataParallel(Slowed(rank, sleep_ms / 1000))
+    fail = next((o for o in options if o in ("raise", "hang")), "")
+    if "fsdp" in options:
+        from torch.distributed.fsdp import fully_shard
+
+        model = fully_shard(Slowed(rank, sleep_ms / 1000))
+    else:
+        model = DistributedDataParallel(Slowed(rank, sleep_ms / 1000))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(32, 64)
     took = []
@@ -93,7 +101,10 @@ def main(profiler: str, out_dir: str, sleep_ms: float, fail: str = "") -> None:
 
         from tracemerge.capture import profile
 
-        with profile(out_dir, schedule=schedule(wait=0, warmup=1, active=STEPS - 1, repeat=1)) as p:
+        # a failing job's files are written when it ends (a signal's, a raise's), so no schedule then:
+        # only completed cycles are written
+        cycles = {} if fail else {"schedule": schedule(wait=0, warmup=1, active=STEPS - 1, repeat=1)}
+        with profile(out_dir, **cycles) as p:
             for n in range(STEPS):
                 step(n)
                 p.step()
@@ -114,4 +125,4 @@ def main(profiler: str, out_dir: str, sleep_ms: float, fail: str = "") -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "")
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), *sys.argv[4:])

@@ -10,12 +10,18 @@ comes from the traces' own events. Three jobs run once for the module, one after
   repeat=2)``: two files per rank, named ``<host>_<pid>.<ms>.pt.trace.json``;
 - ``rerun``: the capture job without the sleep (what ``whatif`` of the sleep removed is
   compared with).
+
+Two more run when their tests are selected: the capture job with FSDP2's ``fully_shard``
+instead of DDP (it runs on gloo on CPU), and the capture job where rank 1 hangs before its
+backward in step 2 until the test ends the job as ``timeout -s TERM`` would.
 """
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -37,14 +43,28 @@ JOB_TIMEOUT_S = 240
 MS = 1_000_000
 
 
-def _run(profiler: str, sleep_ms: float, out: Path) -> Path:
+def _run(profiler: str, sleep_ms: float, out: Path, *options: str) -> Path:
+    """Run the job to its end (``hang``: until the test ends it, 2 s after the hang began)."""
     out.mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = ["timeout", "-s", "TERM", str(JOB_TIMEOUT_S), sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "3", "--monitor-interval", "0.1", JOB, profiler, str(out), str(sleep_ms)]
+           "--nproc-per-node", "3", "--monitor-interval", "0.1", JOB, profiler, str(out), str(sleep_ms), *options]
     with open(out / "job.log", "wb") as log:
-        done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, timeout=JOB_TIMEOUT_S + 30)
-    assert done.returncode == 0, (out / "job.log").read_text()[-3000:]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
+        try:
+            if "hang" in options:
+                deadline = time.monotonic() + JOB_TIMEOUT_S
+                while not (out / "planted.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(2)
+                os.kill(proc.pid, signal.SIGTERM)   # `timeout` firing: TERM to torchrun, which TERMs the workers
+            proc.wait(timeout=JOB_TIMEOUT_S + 30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if "hang" not in options:
+        assert proc.returncode == 0, (out / "job.log").read_text()[-3000:]
     return out
 
 
@@ -192,3 +212,52 @@ def test_planted_clock_shifts_recovered_from_gloo_collectives(runs, tmp_path, sh
             assert clock.method == "cpu-collective", (method, clock)
             error = abs(clock.offset_ns - planted[rank])
             assert error <= clock.error_bound_ns and error <= 5_000_000, (method, rank, clock)
+
+
+@pytest.fixture(scope="module")
+def fsdp(tmp_path_factory):
+    path = _run("capture", SLEEP_MS, tmp_path_factory.mktemp("fsdp") / "job", "fsdp")
+    job = Job.open(_traces(path), align=AlignRequest("auto"))
+    return job, job_timeline(job)
+
+
+def test_fsdp_collectives_matched_and_straggler_named(fsdp):
+    """FSDP2 on gloo (CPU): each step's all_gather (forward) and reduce_scatter (backward,
+    which gloo runs as an all_reduce) matched on every rank, none counted twice; rank 2,
+    asleep in its forward, is the rank the others wait for, in the reduce_scatter."""
+    job, timeline = fsdp
+    colls = list(job.links.collectives)
+    steps = {s[0] for tl in timeline.ranks.values() for s in tl.steps}
+    assert len(steps) >= 6 and not job.links.order_warnings
+    by_op: dict = {}
+    for c in colls:
+        by_op.setdefault(c.op, []).append(c)
+        assert sorted(c.end_ns) == [0, 1, 2], c
+    assert len(by_op["all_gather_into_tensor"]) == len(by_op["reduce_scatter_tensor"]) == len(steps)
+    found = stragglers(timeline)
+    assert found.stragglers[0].rank == SLOW and "arrival" in found.stragglers[0].by
+    assert next(iter(found.stragglers[0].late_work)) == "planted_sleep"
+    assert abs(found.stragglers[0].waits_caused_ns - SLEEP_MS * MS) <= 0.2 * SLEEP_MS * MS
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory):
+    return _run("capture", 0, tmp_path_factory.mktemp("hang") / "job", "hang")
+
+
+def test_hang_postmortem_names_the_rank_and_the_collective(hung):
+    """Rank 1 hangs before its backward in step 2; the others enter that step's all_reduce
+    (DDP's, no capture record) and wait in it until the job is TERMed: the post-mortem names
+    rank 1 as the rank they waited for and the all_reduce it never joined."""
+    planted = json.loads((hung / "planted.json").read_text())
+    assert planted["rank"] == 1
+    job = Job.open(_traces(hung), align=AlignRequest("auto"))
+    from tracemerge.analysis.postmortem import postmortem
+
+    pm = postmortem(list(job.infos), job.alignment.clocks)
+    assert pm.waited_for == 1
+    (unjoined,) = pm.unjoined
+    assert unjoined.op == "all_reduce" and unjoined.missing == [1] and sorted(unjoined.waiting) == [0, 2]
+    assert all(w > 1_000 * MS for w in unjoined.waiting.values())   # from the hang to the TERM (2 s)
+    assert {e.rank for e in pm.ended} == {0, 1, 2} and all(e.how == "SIGTERM" for e in pm.ended)
+    assert all("all_reduce" in e.blocked_in for e in pm.ended if e.rank != 1)

@@ -58,10 +58,11 @@ ISSUE_OPS = {
     "alltoall_": "all_to_all", "alltoall_base_": "all_to_all_single", "barrier": "barrier",
     "monitored_barrier_": "barrier",
 }
-# ops whose execution span may be gloo's own name for another (c10d op -> the gloo spans that run it)
-RUNS_AS = {"all_reduce_coalesced": "all_reduce", "all_gather_into_tensor": "all_gather",
-           "all_gather_coalesced": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-           "all_to_all_single": "all_to_all"}
+# ops whose execution span is gloo's name for another (c10d op -> the gloo spans that may run it;
+# gloo runs a tensor reduce_scatter as an all_reduce: seen under FSDP2 on CPU, torch 2.13)
+RUNS_AS = {"all_reduce_coalesced": ("all_reduce",), "all_gather_into_tensor": ("all_gather",),
+           "all_gather_coalesced": ("all_gather",), "reduce_scatter_tensor": ("reduce_scatter", "all_reduce"),
+           "reduce_scatter": ("reduce_scatter", "all_reduce"), "all_to_all_single": ("all_to_all",)}
 
 
 class EventCollective(TypedDict, total=False):
@@ -114,7 +115,8 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
                                 "dtype": dtype, "start_ns": int(trace.ts[at]), "source": SOURCE}
         # a span still open at the stop (``finished: false``) runs to the stop, not to the
         # collective's end: the collective never ended in the window (a peer never came)
-        if r is not None and not (isinstance(run_args[r], dict) and run_args[r].get("finished") is False):
+        args = run_args[r] if r is not None else None
+        if r is not None and not (isinstance(args, dict) and args.get("finished") is False):
             rec["end_ns"] = int(trace.ts[runs[r]] + trace.dur[runs[r]])
         out.append(dict(rec, seq=len(out)))
     return out
@@ -137,7 +139,7 @@ def _paired(issue_ts: List[int], issue_ops: List[str], run_ts: List[int],
     i = 0
     for r, (t, op) in enumerate(zip(run_ts, run_ops)):
         j = i
-        while j < len(issue_ts) and issue_ts[j] <= t and RUNS_AS.get(issue_ops[j], issue_ops[j]) != op:
+        while j < len(issue_ts) and issue_ts[j] <= t and op not in RUNS_AS.get(issue_ops[j], (issue_ops[j],)):
             j += 1
         if j < len(issue_ts) and issue_ts[j] <= t:
             out.extend((k, None) for k in range(i, j))   # issued, never run in the window
