@@ -1,11 +1,12 @@
 """A 3-rank DDP job (gloo, CPU) for the collectives tests (issue 46), run under
 ``python -m torch.distributed.run --standalone --nproc-per-node 3``:
 
-    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/ddp_job.py PROFILER OUT_DIR SLEEP_MS [fsdp] [FAIL]
+    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/ddp_job.py PROFILER OUT_DIR SLEEP_MS [fsdp] [barrier] [FAIL]
 
 Every rank trains one small model wrapped in ``DistributedDataParallel`` (with ``fsdp``:
 sharded by FSDP2's ``fully_shard``, which runs on gloo on CPU); nothing calls a
-Python ``dist.*`` collective inside the profiled steps (DDP's reducer issues them from C++).
+Python ``dist.*`` collective inside the profiled steps (DDP's reducer issues them from C++),
+unless ``barrier``: a ``dist.barrier()`` ends every step.
 Rank 2 sleeps ``SLEEP_MS`` in every forward, inside ``record_function("planted_sleep")``:
 the others wait for it in backward's all_reduce. PROFILER:
 
@@ -94,6 +95,8 @@ def main(profiler: str, out_dir: str, sleep_ms: float, *options: str) -> None:
             time.sleep(3600)
         loss.backward()
         opt.step()
+        if "barrier" in options:
+            dist.barrier()   # a Python dist.* call: the capture records it, the trace shows it too
         took.append(time.time_ns() - started)
 
     if profiler == "capture":

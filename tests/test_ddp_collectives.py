@@ -5,7 +5,9 @@ Rank 2 sleeps a planted SLEEP_MS in every forward; nothing in the profiled steps
 Python ``dist.*`` collective (DDP's reducer issues them from C++), so every collective
 comes from the traces' own events. Three jobs run once for the module, one after another:
 
-- ``capture``: ``tracemerge.capture.profile`` with a schedule (one cycle file per rank);
+- ``capture``: ``tracemerge.capture.profile`` with a schedule (one cycle file per rank),
+  and a Python ``dist.barrier()`` ending every step (the capture records it, the trace
+  shows it too);
 - ``plain``: plain ``torch.profiler`` + ``tensorboard_trace_handler`` + ``schedule(...,
   repeat=2)``: two files per rank, named ``<host>_<pid>.<ms>.pt.trace.json``;
 - ``rerun``: the capture job without the sleep (what ``whatif`` of the sleep removed is
@@ -75,10 +77,10 @@ def _traces(out: Path) -> list:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("ddp")
-    cases = {"capture": ("capture", SLEEP_MS), "plain": ("plain", SLEEP_MS), "rerun": ("capture", 0)}
+    cases = {"capture": ("capture", SLEEP_MS, "barrier"), "plain": ("plain", SLEEP_MS), "rerun": ("capture", 0, "barrier")}
     # one after the other: the rerun's steps are compared with the first job's, so each
     # job runs on cores as busy as the others' (a job beside another is slowed by it)
-    return {name: _run(prof, sleep, base / name) for name, (prof, sleep) in cases.items()}
+    return {name: _run(prof, sleep, base / name, *options) for name, (prof, sleep, *options) in cases.items()}
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +117,29 @@ def test_every_all_reduce_matched_across_ranks(jobs, name):
     steps = {s[0] for tl in timeline.ranks.values() for s in tl.steps}
     assert len(reduces) == len(steps) >= 6
     assert all(sorted(c.end_ns) == [0, 1, 2] and sorted(c.start_ns) == [0, 1, 2] for c in reduces)
-    assert all(r.get("source") == "events" for i in job.infos for r in i.collectives)
+    assert all(r.get("source") == "events" for i in job.infos for r in i.collectives if r["op"] == "all_reduce")
     assert not job.links.order_warnings
     assert not any("linked to no other rank" in w for w in job.warnings)
+
+
+def test_capture_records_and_events_are_one_collective_each(jobs):
+    """The capture records each step's dist.barrier() and the trace shows it as well (with
+    DDP's all_reduces, which only the trace shows): each barrier is one collective, by the
+    capture's sequence number, and the all_reduces take torch's numbers from them: on every
+    rank the records number the group's collectives 1, 2, 3, … without a gap or a repeat."""
+    job, timeline = jobs["capture"]
+    steps = {s[0] for tl in timeline.ranks.values() for s in tl.steps}
+    for info in job.infos:
+        barriers = [r for r in info.collectives if r["op"] == "barrier"]
+        reduces = [r for r in info.collectives if r["op"] == "all_reduce"]
+        assert len(barriers) == len(reduces) == len(steps)
+        assert all("source" not in r for r in barriers) and all(r["source"] == "events" for r in reduces)
+        seqs = sorted(r["seq"] for r in info.collectives)
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) and not any(r.get("seq_inferred")
+                                                                             for r in info.collectives)
+    ops = [c.op for c in job.links.collectives if c.op in ("barrier", "all_reduce")]
+    assert all(sorted(c.end_ns) == [0, 1, 2] for c in job.links.collectives)
+    assert ops.count("barrier") == ops.count("all_reduce") == len(steps)
 
 
 @pytest.mark.parametrize("name", SLEPT)
