@@ -13,9 +13,9 @@ comes from the traces' own events. Three jobs run once for the module, one after
 - ``rerun``: the capture job without the sleep (what ``whatif`` of the sleep removed is
   compared with).
 
-Two more run when their tests are selected: the capture job with FSDP2's ``fully_shard``
+Three more run when their tests are selected: the capture job with FSDP2's ``fully_shard``
 instead of DDP (it runs on gloo on CPU), and the capture job where rank 1 hangs before its
-backward in step 2 until the test ends the job as ``timeout -s TERM`` would.
+backward in step 2 until the test ends the job as ``timeout -s TERM`` would, or raises there.
 """
 
 import json
@@ -283,3 +283,25 @@ def test_hang_postmortem_names_the_rank_and_the_collective(hung):
     assert all(w > 1_000 * MS for w in unjoined.waiting.values())   # from the hang to the TERM (2 s)
     assert {e.rank for e in pm.ended} == {0, 1, 2} and all(e.how == "SIGTERM" for e in pm.ended)
     assert all("all_reduce" in e.blocked_in for e in pm.ended if e.rank != 1)
+
+
+@pytest.fixture(scope="module")
+def raised(tmp_path_factory):
+    return _run("capture", 0, tmp_path_factory.mktemp("raise") / "job", "raise")
+
+
+def test_raise_postmortem_names_the_rank_and_the_collective(raised):
+    """Rank 1 raises before its backward in step 2 (its file is written as the block
+    raises, and the job ends with an error): the others had entered that step's all_reduce,
+    which it never joined; the post-mortem names rank 1 and that all_reduce."""
+    planted = json.loads((raised / "planted.json").read_text())
+    assert planted["rank"] == 1 and planted["fail"] == "raise"
+    job = Job.open(_traces(raised), align=AlignRequest("auto"))
+    from tracemerge.analysis.postmortem import postmortem
+
+    pm = postmortem(list(job.infos), job.alignment.clocks)
+    assert pm.waited_for == 1
+    (unjoined,) = pm.unjoined
+    assert unjoined.op == "all_reduce" and unjoined.missing == [1] and set(unjoined.waiting) <= {0, 2}
+    last = {i.rank: max(r["seq"] for r in i.collectives if r["op"] == "all_reduce") for i in job.infos}
+    assert last[1] + 1 == last[0] == last[2] == unjoined.seq   # the one all_reduce rank 1 never entered
