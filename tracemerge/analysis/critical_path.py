@@ -60,11 +60,11 @@ the path would be without it (tests use this to check that each edge is taken).
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread, runloops
 from tracemerge.arrays import distinct_rows
 from tracemerge.groups import components
 
@@ -308,22 +308,10 @@ def pool_threads(job: JobTimeline) -> frozenset:
     return frozenset(serving | helpers | runloop_threads(job))
 
 
-# the spans a collective's runloop thread runs (gloo's pt_gloo_runloop): work handed to it
-RUNLOOP_PREFIXES = ("gloo:",)
-
-
 def runloop_threads(job: JobTimeline) -> frozenset:
     """The (rank, thread index) of threads that ran only collectives' execution spans
-    (``gloo:all_reduce`` …): they run what the issuing threads enqueue."""
-    out: Set[Tuple[int, int]] = set()
-    for rank, tl in job.ranks.items():
-        runs = np.fromiter((str(n).startswith(RUNLOOP_PREFIXES) for n in tl.names), bool, len(tl.names))
-        if not len(tl.span_name) or not runs.any():
-            continue
-        on = tl.span_thread[runs[tl.span_name]]
-        off = set(tl.span_thread[~runs[tl.span_name]].tolist())
-        out.update((rank, int(i)) for i in set(on.tolist()) - off)
-    return frozenset(out)
+    (:func:`~tracemerge.analysis.job_timeline.runloops`): they run what the issuing threads enqueue."""
+    return frozenset((rank, i) for rank, tl in job.ranks.items() for i in runloops(tl))
 
 
 class Walker:

@@ -233,6 +233,10 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
         ks = np.flatnonzero(seen[:, col])
         if tl is None or not len(ks) or not tl.threads:
             continue
+        # no collective is issued from a runloop thread (its execution span may still be open
+        # when the issuing thread, resumed, issues the next one)
+        loops = runloops(tl)
+        issuing = [i for i in range(len(tl.threads)) if i not in loops] or list(range(len(tl.threads)))
         starts = start_ref[ks, col]
         # the thread that entered it: the one whose span open at the arrival began last (the
         # collective's own op, or the span around it); where none is open (a record with no
@@ -241,9 +245,10 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
         never = np.iinfo(np.int64).min
         best = np.full(len(ks), never)
         recent = np.full(len(ks), never)
-        which = np.full(len(ks), max(range(len(tl.threads)), key=lambda i: len(tl.threads[i].bounds)))
+        which = np.full(len(ks), max(issuing, key=lambda i: len(tl.threads[i].bounds)))
         after = which.copy()
-        for i, th in enumerate(tl.threads):
+        for i in issuing:
+            th = tl.threads[i]
             if not len(th.bounds):
                 continue
             at = np.searchsorted(th.bounds, starts, side="right") - 1
@@ -266,6 +271,20 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
                 e = resumed_at(tl, th, s, e) if lag else e
                 waits.setdefault((rank, th), []).append((s, max(e, s), COLLECTIVE_WAIT, k))
     return ops, groups, ranks, arrive, last, thread_of
+
+
+# the spans a collective's runloop thread runs (gloo's pt_gloo_runloop): work handed to it
+RUNLOOP_PREFIXES = ("gloo:",)
+
+
+def runloops(tl: RankTimeline) -> frozenset:
+    """The indices of the threads of ``tl`` that ran only collectives' execution spans
+    (``gloo:all_reduce`` …)."""
+    runs = np.fromiter((str(n).startswith(RUNLOOP_PREFIXES) for n in tl.names), bool, len(tl.names))
+    if not len(tl.span_name) or not runs.any():
+        return frozenset()
+    on = set(tl.span_thread[runs[tl.span_name]].tolist())
+    return frozenset(int(i) for i in on - set(tl.span_thread[~runs[tl.span_name]].tolist()))
 
 
 # how long after the completion a collective's execution span may be stamped on its own

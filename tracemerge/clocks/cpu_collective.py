@@ -37,7 +37,7 @@ WHAT = ("collective ends", "gloo collective ends")
 
 def is_event_end(record: Dict[str, Any]) -> bool:
     """A record read from a collective's execution span on the CPU: its end is the completion."""
-    return record.get("source") == SOURCE and not record.get("kernel")
+    return record.get("source") == SOURCE and not record.get("kernel") and not record.get("end_at_stop")
 
 
 def last_message_ns(collectives: Any) -> int:

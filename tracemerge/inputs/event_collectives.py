@@ -16,9 +16,13 @@ The algorithm, per rank:
    op was issued before the window began. The record starts at the issue (the rank's
    arrival: what the waits and the critical path take) and ends where the execution ended
    (the completion, which is one moment on every rank up to the last message: what the
-   ``cpu-collective`` alignment reads, :mod:`tracemerge.clocks.cpu_collective`); an
-   execution span still open when the profiler stopped (``finished: false``: a peer never
-   came) gives no end, as the post-mortem needs.
+   ``cpu-collective`` alignment reads, :mod:`tracemerge.clocks.cpu_collective`). An
+   execution span still open when the profiler stopped (``finished: false``) runs to the
+   stop, not to the collective's end: where the step around its issue ended before the
+   stop (a schedule's cycle stops right after a step, often before the runloop thread has
+   closed the span of the step's last collective), the collective had completed, and the
+   stop is its end (``end_at_stop``: no end the alignment reads); else it gives no end: it
+   was never left (a peer never came), as the post-mortem needs.
 2. **Group.** The trace names none: a rank whose ``distributedInfo.pg_config`` lists one
    process group puts them in it (its ``pg_name``, as ``_get_process_group_name`` and the
    capture's records name it, and its ranks); otherwise they are one order of
@@ -79,6 +83,7 @@ class EventCollective(TypedDict, total=False):
     dtype: str
     start_ns: int            # issued (the c10d op's start), else the execution's start
     end_ns: int              # the execution's end; absent when it had not ended in the window
+    end_at_stop: bool        # end_ns is the profiler's stop (the step ended, the span was still open)
     source: str              # SOURCE
 
 
@@ -100,6 +105,7 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     group, ranks = _group(trace.meta)
     run_args = trace.args.dicts(runs.tolist())
     issue_args = trace.args.dicts(issues.tolist())
+    steps = _ended_steps(trace)
     out: List[Dict[str, Any]] = []
     for i, r in pairs:
         if r is not None and run_ops[r] in ("send", "recv"):
@@ -113,13 +119,36 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
         rec: EventCollective = {"op": op, "group": group, "group_ranks": list(ranks), "seq": 0, "seq_inferred": True,
                                 "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0), "nelems": nelems,
                                 "dtype": dtype, "start_ns": int(trace.ts[at]), "source": SOURCE}
-        # a span still open at the stop (``finished: false``) runs to the stop, not to the
-        # collective's end: the collective never ended in the window (a peer never came)
-        args = run_args[r] if r is not None else None
-        if r is not None and not (isinstance(args, dict) and args.get("finished") is False):
-            rec["end_ns"] = int(trace.ts[runs[r]] + trace.dur[runs[r]])
+        if r is not None:
+            end = int(trace.ts[runs[r]] + trace.dur[runs[r]])
+            args = run_args[r]
+            if not (isinstance(args, dict) and args.get("finished") is False):
+                rec["end_ns"] = end
+            elif i is not None and _step_ended(steps, trace, int(issues[i])):
+                rec["end_ns"], rec["end_at_stop"] = end, True
         out.append(dict(rec, seq=len(out)))
     return out
+
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+def _ended_steps(trace: RankTrace) -> List[Tuple[Any, int, int]]:
+    """[(thread key, start, end)] of the trace's ``ProfilerStep#N`` spans that ended in the window."""
+    codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(STEP_PREFIX)]
+    if not codes:
+        return []
+    idx = np.flatnonzero(np.isin(trace.name, codes) & trace.timed & (trace.dur >= 0))
+    keys = trace.thread_keys(idx).tolist()
+    return [(k, int(trace.ts[i]), int(trace.ts[i] + trace.dur[i])) for k, i, a in zip(keys, idx.tolist(),
+                                                                                       trace.args.dicts(idx.tolist()))
+            if not (isinstance(a, dict) and a.get("finished") is False)]
+
+
+def _step_ended(steps: List[Tuple[Any, int, int]], trace: RankTrace, issue: int) -> bool:
+    """The step around the issue op ``issue`` (on its thread) ended before the stop."""
+    key, t = int(trace.thread_keys(np.array([issue]))[0]), int(trace.ts[issue])
+    return any(k == key and s <= t <= e for k, s, e in steps)
 
 
 def _in_order(trace: RankTrace, idx: np.ndarray) -> np.ndarray:
