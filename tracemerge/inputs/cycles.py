@@ -120,7 +120,7 @@ def refresh(info: RankInfo) -> None:
     info.served_ops = [r for p in parts for r in p.served_ops]
     info.native_callees = [r for p in parts for r in p.native_callees]
     info.rpc_spans = [s for p in parts for s in p.rpc_spans]
-    info.warnings = [f"cycle {p.cycle} ({os.path.basename(p.path)}): {w}" for p in parts for w in p.warnings]
+    info.warnings = _said_once(parts)
     info.truncated = any(p.truncated for p in parts)
     info.timed = any(p.timed for p in parts)
     info.has_block = any(p.has_block for p in parts)
@@ -190,4 +190,21 @@ def _numbered(records: List[dict]) -> List[dict]:
             rec = dict(rec, seq=count.get(str(rec["group"]), 0))
             count[str(rec["group"])] = rec["seq"] + 1
         out.append(rec)
+    return out
+
+
+def _said_once(parts: List[RankInfo]) -> List[str]:
+    """The cycles' warnings, each named by its cycle and file; one that several cycles give
+    word for word (a file-level fact every cycle file repeats) is said once, naming them all."""
+    by_text: Dict[str, List[RankInfo]] = {}
+    for p in parts:
+        for w in dict.fromkeys(p.warnings):
+            by_text.setdefault(w, []).append(p)
+    out = []
+    for w, said in by_text.items():
+        if len(said) == 1:
+            out.append(f"cycle {said[0].cycle} ({os.path.basename(said[0].path)}): {w}")
+        else:
+            out.append(f"cycles {', '.join(str(p.cycle) for p in said)} "
+                       f"({', '.join(os.path.basename(p.path) for p in said)}): {w}")
     return out

@@ -26,7 +26,9 @@ The algorithm, per rank:
 2. **Group.** The trace names none: a rank whose ``distributedInfo.pg_config`` lists one
    process group puts them in it (its ``pg_name``, as ``_get_process_group_name`` and the
    capture's records name it, and its ranks); otherwise they are one order of
-   :data:`~tracemerge.inputs.kineto_collectives.DEFAULT_GROUP`.
+   :data:`~tracemerge.inputs.kineto_collectives.DEFAULT_GROUP`. Execution spans that no
+   issue op precedes, on a rank whose others have one, are a group's torch runs from C++
+   (RPC's agent at init and shutdown): their own order, :data:`UNISSUED`.
 3. **Order.** A group runs its collectives in the order every rank issued them (a rank
    that issued them in another order would hang), so the k-th of a group on one rank is the
    k-th on every other: ``seq`` is that k, ``seq_inferred`` set, with the op, ``nelems`` and
@@ -52,6 +54,11 @@ from tracemerge.model import RankTrace
 ISSUE_PREFIX = "c10d::"
 RUN_PREFIXES = ("gloo:",)
 SOURCE = "events"   # a record's ``source``: read from the trace's events (the capture's have none)
+# the group of execution spans no dispatcher op issued, on a rank whose others were: torch's
+# own groups issue from C++ (RPC's agent: its all_gathers and barrier at init and shutdown)
+UNISSUED = "unissued"
+# a capture record with no end (a call never left): its issue op is the first after its start within this
+OPEN_CALL_NS = 10_000_000
 # the c10d dispatcher op of each collective, and the name the capture's records (torch.distributed's API) give it
 ISSUE_OPS = {
     "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced", "broadcast_": "broadcast",
@@ -106,6 +113,7 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     run_args = trace.args.dicts(runs.tolist())
     issue_args = trace.args.dicts(issues.tolist())
     steps = _ended_steps(trace)
+    issues_seen = bool(len(issues))
     out: List[Dict[str, Any]] = []
     for i, r in pairs:
         if r is not None and run_ops[r] in ("send", "recv"):
@@ -116,7 +124,10 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
         nelems, dtype = _size(run_args[r] if r is not None else None)
         if nelems is None and i is not None:
             nelems, dtype = _size(issue_args[i])
-        rec: EventCollective = {"op": op, "group": group, "group_ranks": list(ranks), "seq": 0, "seq_inferred": True,
+        # issued by no dispatcher op while others were: a group of torch's own (RPC's), apart
+        own = issues_seen and i is None
+        rec: EventCollective = {"op": op, "group": UNISSUED if own else group, "group_ranks": [] if own else list(ranks),
+                                "seq": 0, "seq_inferred": True,
                                 "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0), "nelems": nelems,
                                 "dtype": dtype, "start_ns": int(trace.ts[at]), "source": SOURCE}
         if r is not None:
@@ -126,7 +137,11 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
                 rec["end_ns"] = end
             elif i is not None and _step_ended(steps, trace, int(issues[i])):
                 rec["end_ns"], rec["end_at_stop"] = end, True
-        out.append(dict(rec, seq=len(out)))
+        out.append(dict(rec))
+    count: Dict[str, int] = {}
+    for made in out:   # each group's own order
+        made["seq"] = count.get(made["group"], 0)
+        count[made["group"]] = made["seq"] + 1
     return out
 
 
@@ -249,7 +264,7 @@ def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]],
         starts = [r["start_ns"] for r in recs]
         used: Dict[int, int] = {}   # event place -> the capture record's seq
         for c in mine:
-            end = c.get("end_ns", c["start_ns"])
+            end = c.get("end_ns", c["start_ns"] + OPEN_CALL_NS)
             k = int(np.searchsorted(starts, c["start_ns"], side="left"))
             while k < len(recs) and starts[k] <= end and (k in used or recs[k]["op"] != c.get("op", recs[k]["op"])):
                 k += 1
