@@ -287,4 +287,5 @@ def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]],
             for key in ("seq_inferred", "nelems", "dtype"):   # a true number: no order to check
                 rec.pop(key, None)
             out.append(rec)
+    out.sort(key=lambda r: r["start_ns"])   # one rank's collectives in time order, whichever told of them
     return out, said
