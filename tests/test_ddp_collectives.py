@@ -225,7 +225,7 @@ def test_planted_clock_shifts_recovered_from_gloo_collectives(runs, tmp_path, sh
     1's clock set ``shift`` ahead and rank 2's ``shift`` behind (``baseTimeNanoseconds``
     moved, which moves every event by exactly that): ``cpu-collective`` and ``auto``
     recover both from the gloo all_reduces' ends, within their error bounds, and within
-    the accuracy docs/alignment.md states for this job (5 ms on busy cores)."""
+    the accuracy docs/alignment.md states for this job (10 ms on these busy cores)."""
     planted = {0: 0, 1: shift, 2: -shift}
     files = []
     for path in _traces(runs["plain"]):
@@ -239,7 +239,7 @@ def test_planted_clock_shifts_recovered_from_gloo_collectives(runs, tmp_path, sh
             clock = job.alignment.clocks[rank]
             assert clock.method == "cpu-collective", (method, clock)
             error = abs(clock.offset_ns - planted[rank])
-            assert error <= clock.error_bound_ns and error <= 5_000_000, (method, rank, clock)
+            assert error <= clock.error_bound_ns and error <= 10_000_000, (method, rank, clock)
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +307,10 @@ def test_raise_postmortem_names_the_rank_and_the_collective(raised):
 
     pm = postmortem(list(job.infos), job.alignment.clocks)
     assert pm.waited_for == 1
+    ends = {e.rank: e for e in pm.ended}
+    assert ends[1].how == "raised RuntimeError" and ends[1].known_from == "exception"
     (unjoined,) = pm.unjoined
-    assert unjoined.op == "all_reduce" and unjoined.missing == [1] and set(unjoined.waiting) <= {0, 2}
+    assert unjoined.op == "all_reduce" and unjoined.missing == [1] and sorted(unjoined.waiting) == [0, 2]
+    assert unjoined.start_ns >= ends[1].at_ns
     last = {i.rank: max(r["seq"] for r in i.collectives if r["op"] == "all_reduce") for i in job.infos}
     assert last[1] + 1 == last[0] == last[2] == unjoined.seq   # the one all_reduce rank 1 never entered

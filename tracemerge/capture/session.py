@@ -118,7 +118,8 @@ class profile:
             if self.profiler is not None:
                 self.profiler.__exit__(*exc_info)
             if self._cycle is None:
-                self._write("rank{rank}.json.gz", stop_ns, self.profiler)
+                raised = exc_info[0].__name__ if exc_info and exc_info[0] is not None else None
+                self._write("rank{rank}.json.gz", stop_ns, self.profiler, raised=raised)
             self._written = True
             # now, under the lock: a signal that comes next finds the block ended and ends the
             # process at once, before the undo below would have removed the journal
@@ -187,9 +188,10 @@ class profile:
         self._cycle += 1
 
     def _write(self, name: str, stop_ns: int, prof: Optional[torch.profiler.profile], ask: bool = True,
-               ended_by: Optional[tuple] = None) -> None:
+               ended_by: Optional[tuple] = None, raised: Optional[str] = None) -> None:
         """Write a rank file; ``ask``: fetch the callee sides of this rank's calls (by RPC);
-        ``ended_by``: (name, time seen) of the signal that ends the process (``signal``, ``signal_ns``)."""
+        ``ended_by``: (name, time seen) of the signal that ends the process (``signal``, ``signal_ns``);
+        ``raised``: the type of the exception the block raised (``raised``)."""
         self._identify()
         self._journal.flush()  # a block boundary: its records are on disk before they are taken
         name = name.format(rank=self.rank)
@@ -201,6 +203,8 @@ class profile:
                     profile_start_ns=self._window_start_ns, profile_stop_ns=stop_ns)
         if ended_by:
             meta["signal"], meta["signal_ns"] = ended_by
+        if raised:
+            meta["raised"] = raised
         taken = self._recorder.take(self._window_start_ns or 0, stop_ns)
         calls = [r for r in taken["rpcs"] if r["role"] == "caller"]
         early = self._recorder.fetched_sides(calls)  # asked for when rpc.shutdown() ran in the block

@@ -67,7 +67,8 @@ class RankInfo:
     # cycle order; the fields above are then the whole process's
     parts: List["RankInfo"] = field(default_factory=list)
     # how the process ended, as its file says: "signal" and "signal_ns" (a rank file written
-    # on a signal), "journal" (a rank read from its journal alone: tracemerge.inputs.journal)
+    # on a signal), "raised" (the block ended by an exception: its type), "journal" (a rank
+    # read from its journal alone: tracemerge.inputs.journal)
     ending: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -380,7 +381,7 @@ def describe_head(path, head):
 
 def ending_of(block: Dict[str, Any]) -> Dict[str, Any]:
     """How the process that wrote ``block`` ended, where the block says (RankInfo.ending)."""
-    return {k: block[k] for k in ("signal", "signal_ns", "journal") if k in block}
+    return {k: block[k] for k in ("signal", "signal_ns", "journal", "raised") if k in block}
 
 
 def _is_int(v: Any) -> bool:
