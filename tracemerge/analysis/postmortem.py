@@ -194,8 +194,8 @@ def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock],
         ranks = first.get("group_ranks") or []
         missing = sorted(set(ranks) - set(members))
         entered = min(to_ref[r](c["start_ns"]) for r, c in members.items())
-        if missing and not stuck and all(r in ends and ends[r].at_ns <= entered for r in missing):
-            stuck = dict(members)   # they waited in it for a rank that was gone
+        if missing and all(r in ends and ends[r].at_ns <= entered for r in missing):
+            stuck = dict(members)   # every member waited in it for a rank that was gone
         if not stuck or not missing:
             continue
         by_rank = {i.rank: i for i in infos}
