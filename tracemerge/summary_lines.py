@@ -35,6 +35,16 @@ def core_line(cores: "Sequence[Tuple[str, str]]", unit: str = "ranks") -> str:
         f"; {path} read by the Python path: {why}" for path, why in fallback)
 
 
+def clock_warnings(job: Any, alignment: Any) -> List[str]:
+    """The clock notes of ``alignment`` (:func:`~tracemerge.clocks.text.clock_notes`), once per
+    cause: a rank the job's warnings already name as linked to no other rank (why, and what
+    would link it) is not said again as a rank no exchange links to the reference."""
+    unlinked = {info.rank for info in job.infos
+                if any(w.startswith(f"rank {info.rank} (") and "is linked to no other rank" in w for w in job.warnings)}
+    return [line for line, rank in zip(clock_notes(alignment), sorted(r for r, c in alignment.clocks.items() if c.note))
+            if not (rank in unlinked and "no exchange links" in line)]
+
+
 def file_warnings(infos: Iterable[Any]) -> List[str]:
     """Each file's own warnings (a truncated file's salvage among them), named by its path."""
     return [f"{PREFIX}warning: {info.path}: {w}" for info in infos for w in info.warnings]
@@ -90,7 +100,7 @@ def rpcs_line(sides: Dict[str, Any]) -> str:
 
 def clock_and_file_warnings(job: Any, alignment: Any) -> List[str]:
     """What the clock model and each file warn of."""
-    return [f"{PREFIX}warning: {line}" for line in clock_notes(alignment)] + file_warnings(job.infos)
+    return [f"{PREFIX}warning: {line}" for line in clock_warnings(job, alignment)] + file_warnings(job.infos)
 
 
 def align_lines(job: Any, alignment: Any, summary: Dict[str, Any]) -> List[str]:
@@ -136,7 +146,7 @@ def export_lines(job: Any, summary: Dict[str, Any], output: str) -> List[str]:
 def offsets_notes(job: Any, alignment: Any) -> List[str]:
     """What ``offsets`` says after its table: clock warnings, causality, the files read from
     their heads only, the warnings of the files read whole."""
-    lines = [f"{PREFIX}warning: {line}" for line in clock_notes(alignment)]
+    lines = [f"{PREFIX}warning: {line}" for line in clock_warnings(job, alignment)]
     lines.append(f"{PREFIX}{causality_line(alignment.causality, alignment.method)}")
     heads = [i.path for i in job.infos if i.partial]
     if heads:

@@ -64,7 +64,7 @@ from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread, runloops
 from tracemerge.arrays import distinct_rows
 from tracemerge.groups import components
 
@@ -139,7 +139,10 @@ def windows(job: JobTimeline) -> List[Span]:
     threads = [th for th in job.threads.values() if th.bounds or th.wait_end]
     if not threads:
         return []
-    last = max(threads, key=lambda th: th.last_ns)
+    # a collective's runloop thread ends when the last collective does: the job's own
+    # thread that issued it is where the path ends
+    runloop = runloop_threads(job)
+    last = max([th for th in threads if (th.rank, th.index) not in runloop] or threads, key=lambda th: th.last_ns)
     first = min(threads, key=lambda th: th.first_ns)
     return [Span(WHOLE_TRACE, first.first_ns, last.last_ns, (last.rank, last.index), (first.rank, first.index))]
 
@@ -302,7 +305,13 @@ def pool_threads(job: JobTimeline) -> frozenset:
     stepping = {(rank, th) for rank, tl in job.ranks.items() for _, _, _, th in tl.steps}
     helpers = {(rank, i) for rank in callees if rank in job.ranks
                for i, th in enumerate(job.ranks[rank].threads) if not th.main and (rank, i) not in stepping}
-    return frozenset(serving | helpers)
+    return frozenset(serving | helpers | runloop_threads(job))
+
+
+def runloop_threads(job: JobTimeline) -> frozenset:
+    """The (rank, thread index) of threads that ran only collectives' execution spans
+    (:func:`~tracemerge.analysis.job_timeline.runloops`): they run what the issuing threads enqueue."""
+    return frozenset((rank, i) for rank, tl in job.ranks.items() for i in runloops(tl))
 
 
 class Walker:

@@ -23,6 +23,7 @@ from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
 from tracemerge.engine import Engine, LocalEngine, map_where_held
+from tracemerge.inputs.event_collectives import SOURCE as EVENTS
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
@@ -226,6 +227,10 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
         ks = np.flatnonzero(seen[:, col])
         if tl is None or not len(ks) or not tl.threads:
             continue
+        # no collective is issued from a runloop thread (its execution span may still be open
+        # when the issuing thread, resumed, issues the next one)
+        loops = runloops(tl)
+        issuing = [i for i in range(len(tl.threads)) if i not in loops] or list(range(len(tl.threads)))
         starts = start_ref[ks, col]
         # the thread that entered it: the one whose span open at the arrival began last (the
         # collective's own op, or the span around it); where none is open (a record with no
@@ -234,9 +239,10 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
         never = np.iinfo(np.int64).min
         best = np.full(len(ks), never)
         recent = np.full(len(ks), never)
-        which = np.full(len(ks), max(range(len(tl.threads)), key=lambda i: len(tl.threads[i].bounds)))
+        which = np.full(len(ks), max(issuing, key=lambda i: len(tl.threads[i].bounds)))
         after = which.copy()
-        for i, th in enumerate(tl.threads):
+        for i in issuing:
+            th = tl.threads[i]
             if not len(th.bounds):
                 continue
             at = np.searchsorted(th.bounds, starts, side="right") - 1
@@ -250,10 +256,61 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
             recent[later], after[later] = gap_from[later], i
         which = np.where(best > never, which, np.where(recent > never, after, which))
         ended = colls.ended[ks, col]
-        for k, th, s, e, done in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
-                                     ended.tolist()):
+        # an execution span's end lags the completion (resumed_at); a capture's record's does not
+        lags = [colls.records[i].get("source") == EVENTS for i in colls.last[ks, col].tolist()]
+        for k, th, s, e, done, lag in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
+                                          ended.tolist(), lags):
             thread_of[(k, rank)] = th
             if done:
+                e = resumed_at(tl, th, s, e) if lag else e
                 waits.setdefault((rank, th), []).append((s, max(e, s), COLLECTIVE_WAIT, k))
     return ops, groups, ranks, arrive, last, thread_of
 
+
+# the spans a collective's runloop thread runs (gloo's pt_gloo_runloop): work handed to it
+RUNLOOP_PREFIXES = ("gloo:",)
+
+
+def runloops(tl: RankTimeline) -> frozenset:
+    """The indices of the threads of ``tl`` that ran only collectives' execution spans
+    (``gloo:all_reduce`` …)."""
+    runs = np.fromiter((str(n).startswith(RUNLOOP_PREFIXES) for n in tl.names), bool, len(tl.names))
+    if not len(tl.span_name) or not runs.any():
+        return frozenset()
+    on = set(tl.span_thread[runs[tl.span_name]].tolist())
+    return frozenset(int(i) for i in on - set(tl.span_thread[~runs[tl.span_name]].tolist()))
+
+
+# how long after the completion a collective's execution span may be stamped on its own
+# thread: the issuing thread resumes when the work completes, the runloop thread closes the
+# span after (a few ms later on busy cores: measured up to ~2 ms on 2 shared cores)
+END_LAG_NS = 5_000_000
+
+
+def resumed_at(tl: RankTimeline, thread: int, start: int, end: int) -> int:
+    """The end of a collective wait on ``thread`` of ``tl`` from ``start`` to ``end``.
+
+    An execution span's end (gloo's runloop thread) is stamped after the completion that
+    woke the issuing thread, by up to END_LAG_NS on busy cores. The thread sat blocked
+    longest, within the wait, in a stretch where it ran nothing of its own (no span, or
+    only spans open since before the wait: the step around it); where it resumed from that
+    stretch no more than END_LAG_NS before ``end``, the collective completed then, and the
+    wait ends there. Else ``end``."""
+    th = tl.threads[thread]
+    bounds, owner = th.bounds, th.owner
+    lo = max(int(np.searchsorted(bounds, start, side="right")) - 1, 0)
+    hi = int(np.searchsorted(bounds, end, side="right"))
+    if hi - lo < 2:
+        return end
+    own = owner[lo:hi]
+    blocked = (own < 0) | (tl.span_start[np.maximum(own, 0)] <= start)
+    edges = np.diff(np.r_[0, blocked.astype(np.int8), 0])
+    first, after = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)   # runs [first, after)
+    after_ns = bounds[np.minimum(lo + after, len(bounds) - 1)]
+    inside = lo + after < len(bounds)
+    if not inside.any():
+        return end
+    lengths = np.where(inside, after_ns - np.maximum(bounds[lo + first], start), -1)
+    k = int(np.argmax(lengths))
+    resume = int(after_ns[k])
+    return resume if inside[k] and start < resume < end and end - resume <= END_LAG_NS else end

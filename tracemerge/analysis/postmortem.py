@@ -100,7 +100,7 @@ def postmortem(infos: Sequence[Any], clocks: Mapping[int, Any]) -> PostMortem:
         ends.setdefault(end.rank, end)
     out = PostMortem()
     out.in_flight = _in_flight(infos, ends, callee_sides, to_ref)
-    out.unjoined = _unjoined(infos, to_ref)
+    out.unjoined = _unjoined(infos, to_ref, ends)
     # what ended on some rank ended for all: a journal's last flush may predate the end of
     # a call or collective it shows open (another rank's records tell)
     ended = ({r["rpc_id"] for i in infos for r in i.rpcs if r.get("status") == "ok" or "end_ns" in r}
@@ -245,9 +245,13 @@ def _in_flight(infos: Sequence[Any], ends: Mapping[int, RankEnd], callee_sides: 
     return out
 
 
-def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[Unjoined]:
+def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock],
+              ends: Optional[Mapping[int, RankEnd]] = None) -> List[Unjoined]:
     """Collectives that some rank of the group entered and did not leave while another
-    rank of the group never entered them."""
+    rank of the group never entered them; or that a rank of the group never entered because
+    it had ended (``ends``) before the first rank entered them, however the others left
+    (a gloo collective fails once its peer is gone: it ends, with an error)."""
+    ends = ends or {}
     groups: Dict[tuple, Dict[int, dict]] = {}
     for info in infos:
         for c in info.collectives:
@@ -258,13 +262,17 @@ def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[Unjoine
         first = next(iter(members.values()))
         ranks = first.get("group_ranks") or []
         missing = sorted(set(ranks) - set(members))
+        entered = min(to_ref[r](c["start_ns"]) for r, c in members.items())
+        if missing and all(r in ends and ends[r].at_ns <= entered for r in missing):
+            stuck = dict(members)   # every member waited in it for a rank that was gone
         if not stuck or not missing:
             continue
         by_rank = {i.rank: i for i in infos}
         waiting = {}
         for rank, c in stuck.items():
             info = by_rank[rank]
-            stop = max(info.stop_ns, info.last_ns if info.timed else info.stop_ns)
+            stop = c["end_ns"] if isinstance(c.get("end_ns"), int) else max(
+                info.stop_ns, info.last_ns if info.timed else info.stop_ns)
             waiting[rank] = max(0, stop - c["start_ns"])
         where = {rank: frame_text(c["frames"]) for rank, c in sorted(stuck.items()) if c.get("frames")}
         out.append(Unjoined(group, seq, str(first.get("op", "")), missing, dict(sorted(waiting.items())),

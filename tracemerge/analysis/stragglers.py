@@ -7,6 +7,12 @@ MIN_SPREAD of the median and at 1 µs, so equal ranks do not divide by zero). A 
 straggler when its median z over the steps is at least Z_STRAGGLER (Iglewicz and Hoaglin's
 outlier cut for this score). Three ranks are needed for a median to stand against one.
 
+In a lockstep job (data parallel: every step ends in a collective) step times cannot tell
+the straggler, since every rank's step ends when the collective does: the rank the others
+waited for is found by its arrivals instead (:mod:`tracemerge.analysis.arrivals`), and is
+named here with ``by="arrival"``, the waits it caused per step and the work that made it
+late, beside the step times.
+
 Each rank's step is split into the kinds of the critical path, from its step thread:
 ``waiting in a collective`` (the union of its collective waits in the step), RPC waits
 (the union of its calls from send to completion) shared out among ``RPC transfer``,
@@ -21,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from tracemerge.analysis.arrivals import LateRank, late_ranks
 from tracemerge.analysis.critical_path import (
     COLLECTIVE,
     COMPUTE,
@@ -44,6 +51,9 @@ class Straggler:
     steps: int               # steps the rank ran
     excess_ns: float         # median over steps of (its duration - the step's median)
     kinds: Dict[str, float] = field(default_factory=dict)   # {kind: per-step ns above the other ranks' median}, largest first
+    by: str = "step time"    # what names it: "step time", "arrival" (the others wait for it), or both
+    waits_caused_ns: float = 0.0   # by arrival: per step, how long each other rank waited for it (median)
+    late_work: Dict[str, float] = field(default_factory=dict)   # by arrival: {span: ns per step above the others'}
 
 
 @dataclass
@@ -54,6 +64,7 @@ class StepTimes:
     z: List[List[Optional[float]]] = field(default_factory=list)          # [step][rank index]
     breakdown: Dict[int, Dict[str, float]] = field(default_factory=dict)  # {rank: {kind: median ns per step}}
     stragglers: List[Straggler] = field(default_factory=list)   # highest score first
+    late: List[LateRank] = field(default_factory=list)   # every rank that arrived last somewhere (arrivals.late_ranks)
 
 
 def stragglers(job: JobTimeline) -> StepTimes:
@@ -63,7 +74,7 @@ def stragglers(job: JobTimeline) -> StepTimes:
         for name, start, end, thread in tl.steps:
             at[(name, rank)] = (start, end, thread)
     if not at:
-        return StepTimes()
+        return _by_arrival(StepTimes(), job)
     ranks = sorted(job.ranks)
     first: Dict[str, int] = {}
     for (name, _), (start, _, _) in at.items():
@@ -106,6 +117,33 @@ def stragglers(job: JobTimeline) -> StepTimes:
                                         steps=int((~np.isnan(d[:, j])).sum()),
                                         excess_ns=float(np.nanmedian(excess)), kinds=kinds))
     out.stragglers.sort(key=lambda s: -s.score)
+    return _by_arrival(out, job)
+
+
+def _by_arrival(out: StepTimes, job: JobTimeline) -> StepTimes:
+    """``out`` with the ranks' arrivals (``late``) and the stragglers by arrival named first
+    (``by``: "arrival", or "step time, arrival" for a rank both name)."""
+    out.late = late_ranks(job)
+    named = {s.rank: s for s in out.stragglers}
+    first = []
+    for late in out.late:
+        if not late.straggler:
+            continue
+        s = named.get(late.rank)
+        if s is None:
+            j = out.ranks.index(late.rank) if late.rank in out.ranks else None
+            col = [v for row in out.duration_ns if j is not None and (v := row[j]) is not None]
+            others = [v for row in out.duration_ns for i, v in enumerate(row) if i != j and v is not None]
+            excess = float(np.median(col) - np.median(others)) if col and others else 0.0
+            s = Straggler(rank=late.rank, score=round(late.last / max(late.collectives, 1), 3),
+                          slow_steps=sum(v >= late.waits_caused_ns / 2 for v in late.per_step_ns.values()),
+                          steps=late.steps, excess_ns=excess, by="arrival")
+        else:
+            out.stragglers.remove(s)
+            s.by = "step time, arrival"
+        s.waits_caused_ns, s.late_work = late.waits_caused_ns, dict(late.late_work)
+        first.append(s)
+    out.stragglers = first + out.stragglers
     return out
 
 

@@ -119,9 +119,15 @@ def step_ranks(steps: StepTimes) -> Table:
 
 
 def stragglers_table(steps: StepTimes) -> Table:
-    head = ["Rank", "Score", "Slow steps", "Excess per step ms", "Kinds that make the difference (ms per step)"]
-    body = [[s.rank, f"{s.score:.2f}", f"{s.slow_steps}/{s.steps}", _ms(s.excess_ns),
-             ", ".join(f"{k} +{_ms(v)}" for k, v in s.kinds.items()) or "-"] for s in steps.stragglers]
+    """The stragglers: by step time (score: median robust z) and by arrival (score: the share
+    of collectives it arrived at last; the others' wait for it per step; the spans that made
+    it late, above the others')."""
+    head = ["Rank", "By", "Score", "Slow steps", "Excess per step ms", "Others wait per step ms",
+            "Kinds that make the difference (ms per step)"]
+    body = [[s.rank, s.by, f"{s.score:.2f}", f"{s.slow_steps}/{s.steps}", _ms(s.excess_ns),
+             _ms(s.waits_caused_ns) if "arrival" in s.by else "-",
+             ", ".join(f"{k} +{_ms(v)}" for k, v in {**s.late_work, **s.kinds}.items()) or "-"]
+            for s in steps.stragglers]
     return head, body
 
 

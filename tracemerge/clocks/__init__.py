@@ -35,6 +35,8 @@ METHODS: Dict[str, Method] = {m.name: m for m in (
     Method("collective", _in("methods", "align_collective"), "from matched collectives"),
     Method("nccl-kernel", _in("nccl_kernel", "align_nccl_kernel"),
            "from the ends of matched collectives' NCCL kernels (GPU completion)"),
-    Method("auto", _in("methods", "align_auto"), "every exchange the data has, per rank (NCCL kernel ends first), "
-                                                 "wall clock for ranks with none"),
+    Method("cpu-collective", _in("cpu_collective", "align_cpu_collective"),
+           "from the ends of matched gloo collectives (CPU completion)"),
+    Method("auto", _in("methods", "align_auto"), "every exchange the data has, per rank (NCCL kernel ends first, "
+                                                 "then gloo collective ends), wall clock for ranks with none"),
 )}

@@ -15,6 +15,7 @@ import numpy as np
 from tracemerge.clocks import METHODS  # the registry, read without this module (clocks/__init__.py)
 from tracemerge.clocks.bands import collective_constraints, merge, merge_one_way, p2p_constraints, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.cpu_collective import auto_with_ends, ends_linked
 from tracemerge.clocks.graph import solve
 from tracemerge.clocks.nccl_kernel import auto_with_kernels, kernel_linked
 from tracemerge.correlate.match import Correlation, correlate
@@ -75,9 +76,12 @@ def align_auto(infos: Mapping[int, Any], reference: int, links: Optional[Correla
     of the reference's machine are exact (``shared-clock``), and every other machine gets
     one model, fitted from all exchanges between its ranks and the others'. Where NCCL
     kernels of matched collectives join ranks, their ends win (``nccl-kernel``,
-    :func:`~tracemerge.clocks.nccl_kernel.auto_with_kernels`)."""
+    :func:`~tracemerge.clocks.nccl_kernel.auto_with_kernels`); before them, the ends of gloo
+    collectives' execution spans where they bound a clock tighter (``cpu-collective``)."""
     links = links or correlate(list(infos.values()))
     models = _auto_exchanges(infos, reference, links)
+    if ends_linked(links):   # CPU completions: gloo collectives' ends, where they are tighter
+        models = auto_with_ends(infos, reference, links, models)
     return auto_with_kernels(infos, reference, links, models) if kernel_linked(links) else models
 
 

@@ -28,7 +28,7 @@ end when the call was enqueued, not when the collective completed.
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Set, Tuple
 
 import numpy as np
 
@@ -58,15 +58,24 @@ class KernelPair:
     outliers: List[Tuple[Any, int]] = field(default_factory=list)   # (collective key, ns off the median)
 
 
-def kernel_ends(collectives: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def is_kernel(record: Dict[str, Any]) -> bool:
+    """A record read from an NCCL kernel: its end is the collective's completion on the GPU."""
+    return bool(record.get("kernel"))
+
+
+# which records' ends a method reads: (record) -> whether it counts
+Counts = Callable[[Dict[str, Any]], bool]
+
+
+def kernel_ends(collectives: Any, counts: Counts = is_kernel) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(collective, rank, end ns) of every member entry of a
-    :class:`~tracemerge.correlate.match.Collectives` whose record is a kernel of a
-    synchronising collective that it saw end, by collective then rank."""
+    :class:`~tracemerge.correlate.match.Collectives` whose record ``counts`` (a kernel, by
+    default) of a synchronising collective that it saw end, by collective then rank."""
     if not len(collectives):
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
     records = collectives.records
-    is_kernel = np.fromiter((bool(records[i].get("kernel")) for i in collectives.member_record.tolist()), bool,
+    is_kernel = np.fromiter((counts(records[i]) for i in collectives.member_record.tolist()), bool,
                             len(collectives.member_record))
     sync = np.fromiter(map(synchronising, collectives.ops), bool, len(collectives))
     keep = collectives.member_ended & is_kernel & sync[collectives.member_row]
@@ -76,10 +85,10 @@ def kernel_ends(collectives: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return row[order], rank[order], collectives.member_end[keep][order]
 
 
-def kernel_pairs(collectives: Any, reference: int) -> Dict[Tuple[int, int], KernelPair]:
+def kernel_pairs(collectives: Any, reference: int, counts: Counts = is_kernel) -> Dict[Tuple[int, int], KernelPair]:
     """{(hub, rank): KernelPair}: every rank against the hub of each collective it ran
     (the reference where it ran it, else the collective's lowest rank)."""
-    row, rank, end = kernel_ends(collectives)
+    row, rank, end = kernel_ends(collectives, counts)
     samples: Dict[Tuple[int, int], List[Tuple[int, int, Any]]] = {}
     starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if len(row) else np.zeros(0, np.int64)
     bounds = np.r_[starts, len(row)].tolist()
@@ -127,12 +136,21 @@ def fit_pair(pair: Tuple[int, int], samples: List[Tuple[int, int, Any]]) -> Kern
 def align_nccl_kernel(infos: Mapping[int, Any], reference: int, links: Any = None) -> Dict[int, ClockModel]:
     """{rank: ClockModel} from the kernel ends of matched collectives; ranks no kernel joins
     to the reference keep their wall clock and say so."""
+    return align_from_ends(infos, reference, links, is_kernel, METHOD, "kernel ends", "NCCL kernel")
+
+
+def align_from_ends(infos: Mapping[int, Any], reference: int, links: Any, counts: Counts, method: str, what: str,
+                    which: str, widen: Callable[[Any], int] = lambda collectives: 0) -> Dict[int, ClockModel]:
+    """{rank: ClockModel} from the ends of the matched collectives' records that ``counts``
+    (``what``: how the notes name those ends; ``which``: one such record; ``widen``: ns added
+    to every pair's bound, from the matched collectives); ranks none joins to the reference
+    keep their wall clock and say so."""
     if links is None:
         from tracemerge.correlate.match import correlate  # only when called without the job's links
 
         links = correlate(list(infos.values()))
-    pairs = kernel_pairs(links.collectives, reference)
-    found = solve_kernel_pairs(sorted(infos), reference, pairs, infos[reference].start_ns)
+    pairs = widened(kernel_pairs(links.collectives, reference, counts), widen(links.collectives))
+    found = solve_kernel_pairs(sorted(infos), reference, pairs, infos[reference].start_ns, method, what)
     out: Dict[int, ClockModel] = {}
     for r in sorted(infos):
         if r in found:
@@ -141,13 +159,21 @@ def align_nccl_kernel(infos: Mapping[int, Any], reference: int, links: Any = Non
             out[r] = ClockModel(rank=r, method="reference", error_bound_ns=0)
         else:
             out[r] = ClockModel(rank=r, method="wall", note=(
-                f"no NCCL kernel of a matched collective links rank {r} to reference rank {reference}; "
+                f"no {which} of a matched collective links rank {r} to reference rank {reference}; "
                 "its wall clock is trusted."))
     return out
 
 
+def widened(pairs: Dict[Tuple[int, int], KernelPair], extra_ns: int) -> Dict[Tuple[int, int], KernelPair]:
+    """``pairs`` with ``extra_ns`` added to each bound."""
+    if extra_ns:
+        for p in pairs.values():
+            p.bound_ns += extra_ns
+    return pairs
+
+
 def solve_kernel_pairs(ranks: List[int], root: int, pairs: Mapping[Tuple[int, int], KernelPair],
-                       anchor_ns: int) -> Dict[int, ClockModel]:
+                       anchor_ns: int, method: str = METHOD, what: str = "kernel ends") -> Dict[int, ClockModel]:
     """{rank: ClockModel} of the ranks ``pairs`` join to ``root`` (``root`` included, at 0),
     along the paths of least total bound (Dijkstra)."""
     near: Dict[int, List[Tuple[int, KernelPair, int]]] = {r: [] for r in ranks}
@@ -191,7 +217,7 @@ def solve_kernel_pairs(ranks: List[int], root: int, pairs: Mapping[Tuple[int, in
         said = list(notes)
         if p.outliers:
             worst = max(p.outliers, key=lambda k: abs(k[1]))
-            said.append(f"{len(p.outliers)} of {p.samples + len(p.outliers)} kernel ends with rank "
+            said.append(f"{len(p.outliers)} of {p.samples + len(p.outliers)} {what} with rank "
                         f"{parent} left out as outliers (the furthest: collective {worst[0][-2]} #{worst[0][-1]}, "
                         f"{worst[1] / 1000:+.1f} µs off the median).")
         state[r] = (o_r, s_r, bound + p.bound_ns, samples + p.samples, said)
@@ -201,19 +227,20 @@ def solve_kernel_pairs(ranks: List[int], root: int, pairs: Mapping[Tuple[int, in
         if r == root:
             out[r] = ClockModel(rank=r, method="reference", error_bound_ns=0, peers=sorted(n for n, _, _ in near[r]))
             continue
-        out[r] = ClockModel(rank=r, method=METHOD, offset_ns=int(round(o)), drift_ppm=float(s), anchor_ns=int(anchor_ns),
+        out[r] = ClockModel(rank=r, method=method, offset_ns=int(round(o)), drift_ppm=float(s), anchor_ns=int(anchor_ns),
                             error_bound_ns=int(math.ceil(bound)), samples=samples,
                             peers=sorted({n for n, _, _ in near[r]}), note=" ".join(notes))
     return out
 
 
-def kernel_linked(links: Any) -> bool:
-    """Some matched collective has the kernel ends of two ranks."""
-    row, _, _ = kernel_ends(links.collectives)
+def kernel_linked(links: Any, counts: Counts = is_kernel) -> bool:
+    """Some matched collective has the kernel ends (``counts``' ends) of two ranks."""
+    row, _, _ = kernel_ends(links.collectives, counts)
     return bool(len(row)) and bool((np.bincount(row) >= 2).any())
 
 
-def prefer_kernels(cpu: Dict[int, ClockModel], kernel: Dict[int, ClockModel]) -> Dict[int, ClockModel]:
+def prefer_kernels(cpu: Dict[int, ClockModel], kernel: Dict[int, ClockModel], method: str = METHOD,
+                   what: str = "NCCL kernel ends") -> Dict[int, ClockModel]:
     """``cpu`` (the clocks of the other exchanges) with every rank the kernels reach replaced by
     its kernel clock, unless the two agree (within both bounds) and the other's bound is no
     wider: kernel ends that spread widely (hundreds of µs) say less than a tight band. Where
@@ -221,7 +248,7 @@ def prefer_kernels(cpu: Dict[int, ClockModel], kernel: Dict[int, ClockModel]) ->
     (``shared-clock``: exact) keeps it unless the kernel ends contradict it."""
     out = dict(cpu)
     for r, k in kernel.items():
-        if k.method != METHOD or r not in cpu:
+        if k.method != method or r not in cpu:
             continue
         c = cpu[r]
         at = [k.anchor_ns, c.anchor_ns]   # compared where each is anchored: their drifts may differ
@@ -235,39 +262,41 @@ def prefer_kernels(cpu: Dict[int, ClockModel], kernel: Dict[int, ClockModel]) ->
             cpu_bound = "?" if c.error_bound_ns is None else f"{c.error_bound_ns / 1000:.1f}"
             note = " ".join(filter(None, (note, (
                 f"the CPU-side records ({c.method}) put its clock at "
-                f"{(int(c.to_local(k.anchor_ns)) - k.anchor_ns) / 1000:+.1f} ± {cpu_bound} µs, its NCCL kernel ends at "
-                f"{k.offset_ns / 1000:+.1f} ± {(k.error_bound_ns or 0) / 1000:.1f} µs: the kernel ends are used."))))
-        out[r] = ClockModel(rank=r, method=METHOD, offset_ns=k.offset_ns, drift_ppm=k.drift_ppm, anchor_ns=k.anchor_ns,
+                f"{(int(c.to_local(k.anchor_ns)) - k.anchor_ns) / 1000:+.1f} ± {cpu_bound} µs, its {what} at "
+                f"{k.offset_ns / 1000:+.1f} ± {(k.error_bound_ns or 0) / 1000:.1f} µs: the {what} are used."))))
+        out[r] = ClockModel(rank=r, method=method, offset_ns=k.offset_ns, drift_ppm=k.drift_ppm, anchor_ns=k.anchor_ns,
                             error_bound_ns=k.error_bound_ns, samples=k.samples, peers=k.peers, note=note)
     return out
 
 
-def auto_with_kernels(infos: Mapping[int, Any], reference: int, links: Any,
-                      cpu: Dict[int, ClockModel]) -> Dict[int, ClockModel]:
+def auto_with_kernels(infos: Mapping[int, Any], reference: int, links: Any, cpu: Dict[int, ClockModel],
+                      counts: Counts = is_kernel, method: str = METHOD,
+                      what: Tuple[str, str] = ("kernel ends", "NCCL kernel ends"),
+                      widen: Callable[[Any], int] = lambda collectives: 0) -> Dict[int, ClockModel]:
     """``cpu`` (auto's clocks from every other exchange) with the kernel clocks preferred
     (:func:`prefer_kernels`); a group of ranks the kernels join but not to the reference is
     placed through its member whose ``cpu`` clock is best known."""
-    pairs = kernel_pairs(links.collectives, reference)
+    pairs = widened(kernel_pairs(links.collectives, reference, counts), widen(links.collectives))
     ranks = sorted(infos)
     anchor = infos[reference].start_ns
-    found = solve_kernel_pairs(ranks, reference, pairs, anchor)
-    out = prefer_kernels(cpu, found)
+    found = solve_kernel_pairs(ranks, reference, pairs, anchor, method, what[0])
+    out = prefer_kernels(cpu, found, method, what[1])
     reached = set(found) | {reference}
     linked = {r for pair in pairs for r in pair} - reached
     while linked:
         root = min(linked, key=lambda r: (cpu[r].error_bound_ns is None, cpu[r].error_bound_ns or 0, r))
         base = cpu[root]
         at_anchor = int(base.to_local(anchor)) - anchor   # the root's offset where the kernel clocks are anchored
-        group = solve_kernel_pairs(ranks, root, pairs, anchor + at_anchor)
+        group = solve_kernel_pairs(ranks, root, pairs, anchor + at_anchor, method, what[0])
         for r, m in group.items():
             if r == root:
                 continue
-            through = ClockModel(rank=r, method=METHOD, offset_ns=at_anchor + m.offset_ns,
+            through = ClockModel(rank=r, method=method, offset_ns=at_anchor + m.offset_ns,
                                  drift_ppm=base.drift_ppm + m.drift_ppm, anchor_ns=anchor,
                                  error_bound_ns=None if base.error_bound_ns is None or m.error_bound_ns is None
                                  else base.error_bound_ns + m.error_bound_ns, samples=m.samples, peers=m.peers,
                                  note=" ".join(filter(None, (f"placed through rank {root}'s clock ({base.method}).",
                                                              m.note))))
-            out[r] = prefer_kernels({r: cpu[r]}, {r: through})[r]
+            out[r] = prefer_kernels({r: cpu[r]}, {r: through}, method, what[1])[r]
         linked -= set(group) | {root}
     return out

@@ -43,6 +43,7 @@ def join_cycles(infos: List[RankInfo]) -> List[RankInfo]:
     of one rank that are not such a set (a whole-run file beside cycle files, one cycle
     given twice) are left apart, for the rank check to refuse.
     """
+    number_plain_cycles(infos)
     by_rank: Dict[int, List[RankInfo]] = {}
     for info in infos:
         if info.cycle is not None and info.rank is not None:
@@ -61,6 +62,28 @@ def join_cycles(infos: List[RankInfo]) -> List[RankInfo]:
             done.add(info.rank)
             out.append(whole)
     return out
+
+
+def number_plain_cycles(infos: List[RankInfo]) -> None:
+    """Give the files of ``tensorboard_trace_handler`` their cycles: plain traces (no block)
+    of one rank (``distributedInfo.rank``) and one process (the ``<host>_<pid>`` their names
+    begin with) whose profiling windows do not overlap are that process's schedule cycles,
+    numbered in time order. Files that overlap, or of several processes, are left as they
+    are, for the rank check to refuse."""
+    by_rank: Dict[Tuple[int, str], List[RankInfo]] = {}
+    for info in infos:
+        if info.cycle is None and info.rank is not None and not info.has_block and info.rank_source == "distributedInfo":
+            by_rank.setdefault((info.rank, info.worker_name), []).append(info)
+    claimed: Dict[int, int] = {}
+    for rank, _ in by_rank:
+        claimed[rank] = claimed.get(rank, 0) + 1
+    for (rank, _), group in by_rank.items():
+        if len(group) < 2 or claimed[rank] > 1:
+            continue
+        group = sorted(group, key=lambda i: (i.start_ns, i.stop_ns))
+        if all(a.stop_ns <= b.start_ns for a, b in zip(group, group[1:])):
+            for n, info in enumerate(group):
+                info.cycle = n
 
 
 def joined(parts: List[RankInfo]) -> RankInfo:
@@ -101,13 +124,13 @@ def refresh(info: RankInfo) -> None:
     info.threads = max(p.threads for p in parts)  # the threads of its busiest cycle: the files do not name them
     info.pids = list(dict.fromkeys(pid for p in parts for pid in p.pids))
     info.rpcs = [r for p in parts for r in p.rpcs]
-    info.collectives = [c for p in parts for c in p.collectives]
+    info.collectives = _numbered([c for p in parts for c in p.collectives])
     info.p2p = [c for p in parts for c in p.p2p]
     info.remote_rpcs = [r for p in parts for r in p.remote_rpcs]
     info.served_ops = [r for p in parts for r in p.served_ops]
     info.native_callees = [r for p in parts for r in p.native_callees]
     info.rpc_spans = [s for p in parts for s in p.rpc_spans]
-    info.warnings = [f"cycle {p.cycle} ({os.path.basename(p.path)}): {w}" for p in parts for w in p.warnings]
+    info.warnings = _said_once(parts)
     info.truncated = any(p.truncated for p in parts)
     info.timed = any(p.timed for p in parts)
     info.has_block = any(p.has_block for p in parts)
@@ -164,3 +187,34 @@ def joined_trace(traces: List[RankTrace]) -> RankTrace:
 def _codes(table: Dict, values: list) -> np.ndarray:
     """The codes of ``values`` in ``table`` (added where new), as an array indexed by the old code."""
     return np.array([table.setdefault(v, len(table)) for v in values] or [0], dtype=np.int64)
+
+
+def _numbered(records: List[dict]) -> List[dict]:
+    """The cycles' collective records with the inferred ones (each numbered by its place in
+    its own cycle) numbered by their place in the whole rank, per group: the cycles of every
+    rank hold the same steps, so the k-th of the rank is the k-th of every other."""
+    count: Dict[str, int] = {}
+    out = []
+    for rec in records:
+        if rec.get("seq_inferred"):
+            rec = dict(rec, seq=count.get(str(rec["group"]), 0))
+            count[str(rec["group"])] = rec["seq"] + 1
+        out.append(rec)
+    return out
+
+
+def _said_once(parts: List[RankInfo]) -> List[str]:
+    """The cycles' warnings, each named by its cycle and file; one that several cycles give
+    word for word (a file-level fact every cycle file repeats) is said once, naming them all."""
+    by_text: Dict[str, List[RankInfo]] = {}
+    for p in parts:
+        for w in dict.fromkeys(p.warnings):
+            by_text.setdefault(w, []).append(p)
+    out = []
+    for w, said in by_text.items():
+        if len(said) == 1:
+            out.append(f"cycle {said[0].cycle} ({os.path.basename(said[0].path)}): {w}")
+        else:
+            out.append(f"cycles {', '.join(str(p.cycle) for p in said)} "
+                       f"({', '.join(os.path.basename(p.path) for p in said)}): {w}")
+    return out

@@ -15,6 +15,7 @@ import numpy as np
 
 from tracemerge.arrays import distinct
 from tracemerge.errors import RankConflict, TraceError
+from tracemerge.inputs import event_collectives
 from tracemerge.inputs.kineto_collectives import communication
 from tracemerge.inputs.rankchecks import clock_jumps, distributed_info, job_facts
 from tracemerge.inputs.rpc_spans import spans as rpc_spans_of
@@ -375,15 +376,31 @@ def describe(trace):
     span = (facts["first_ns"], facts["last_ns"])
     start, start_source = _profiler_start(trace, span[0])
     block = trace.tracemerge or {}
-    found, p2p = communication(trace) if "collectives" not in block else ([], [])
     said: List[str] = []  # warnings about the block, added after the RankInfo is made
+    found, p2p = collectives_of(trace, records(trace.path, block, "collectives", said) if "collectives" in block
+                                else None, said)
     info = RankInfo(
         **_identity(trace.path, block, trace.meta), base_ns=trace.base_ns, start_ns=start, start_source=start_source,
-        stop_ns=max(start, _profiler_stop(trace, span[1])), **facts,
-        collectives=records(trace.path, block, "collectives", said) if "collectives" in block else found, p2p=p2p,
+        stop_ns=max(start, _profiler_stop(trace, span[1])), **facts, collectives=found, p2p=p2p,
         has_block=trace.tracemerge is not None, ending=ending_of(block))
     info.warnings += said + distributed_info(trace.meta)[1]
     return info
+
+
+def collectives_of(trace, captured: Optional[List[Dict[str, Any]]],
+                   said: List[str]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(collective records, point-to-point records) of a rank: the capture's records
+    (``captured``, None without a block) joined with the collectives its gloo events show
+    (:func:`tracemerge.inputs.event_collectives.merged`, sentences appended to ``said``);
+    without a block, the c10d fields and NCCL kernels of the trace
+    (:mod:`tracemerge.inputs.kineto_collectives`), else its gloo events."""
+    if captured is not None:
+        # NCCL's records beside the capture's would count its Python calls twice: the capture's are kept
+        found, more = event_collectives.merged(captured, event_collectives.collectives(trace), trace.path)
+        said.extend(more)
+        return found, []
+    found, p2p = communication(trace)
+    return (found or list(event_collectives.collectives(trace))), p2p
 
 
 def describe_head(path, head):

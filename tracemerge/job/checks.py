@@ -203,10 +203,19 @@ def check_links(infos: Sequence[RankInfo], links: Correlation, strict: bool = Fa
                "group fields)")
         # the sentence is kept as the golden outputs have it; matched sends and receives link too
         out.append(f"rank {info.rank} ({info.path}) is linked to no other rank: {why}, no RPC with both sides, no "
-                   "other rank on its machine (boot_id); its clock is taken on trust. What would link it: the NCCL "
-                   "kernels or c10d collective records of the groups it shares with the others (torch.profiler with "
-                   "CUDA activity), RPCs captured by tracemerge on both sides, or a rank file with its machine's "
-                   "boot_id")
+                   f"other rank on its machine (boot_id); its clock is taken on trust. What would link it: "
+                   f"{_collective_advice(info)}, RPCs captured by tracemerge on both sides, or a rank file with its "
+                   "machine's boot_id")
     if out and strict:
         raise RankConflict(out[0] + " (refused by --strict)")
     return out
+
+
+def _collective_advice(info: RankInfo) -> str:
+    """What collectives would link a rank, by its backend: a gloo job's are its own events,
+    an NCCL job's its kernels (a CPU-only trace of a gloo job has no NCCL or CUDA activity)."""
+    if str(info.job.get("backend") or "").lower() == "gloo":
+        return ("the gloo collectives of the groups it shares with the others, as its trace records them "
+                "(c10d::allreduce_ and gloo:all_reduce spans: profile the steps that run them)")
+    return ("the NCCL kernels or c10d collective records of the groups it shares with the others (torch.profiler "
+            "with CUDA activity)")

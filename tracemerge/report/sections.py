@@ -162,9 +162,9 @@ def _wait_tables(report: Report, row_limit: int) -> Titled:
 
 def _step_tables(report: Report, row_limit: int) -> Titled:
     steps = report.analysis.steps if report.analysis is not None else None
-    if steps is None or not steps.steps:
+    if steps is None or not (steps.steps or steps.stragglers):
         return []
-    return [("Step times per rank", step_ranks(steps))] + (
+    return ([("Step times per rank", step_ranks(steps))] if steps.steps else []) + (
         [("Stragglers", stragglers_table(steps))] if steps.stragglers else [])
 
 
@@ -222,9 +222,11 @@ def _step_times_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Seque
 
 
 def _stragglers_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Sequence[str], Iterable[Dict[str, Any]]]:
-    return (("rank", "score", "slow_steps", "steps", "excess_ns", "kinds"),
-            ({"rank": s.rank, "score": s.score, "slow_steps": s.slow_steps, "steps": s.steps,
-              "excess_ns": s.excess_ns, "kinds": " ".join(f"{k}={v:.0f}" for k, v in s.kinds.items())}
+    return (("rank", "by", "score", "slow_steps", "steps", "excess_ns", "waits_caused_ns", "kinds", "late_work"),
+            ({"rank": s.rank, "by": s.by, "score": s.score, "slow_steps": s.slow_steps, "steps": s.steps,
+              "excess_ns": s.excess_ns, "waits_caused_ns": s.waits_caused_ns,
+              "kinds": " ".join(f"{k}={v:.0f}" for k, v in s.kinds.items()),
+              "late_work": " ".join(f"{k}={v:.0f}" for k, v in s.late_work.items())}
              for s in _steps(report, "stragglers").stragglers))
 
 

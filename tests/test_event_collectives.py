@@ -1,0 +1,108 @@
+"""Collectives from gloo events on hand-made Kineto files (issue 46): what the real DDP jobs
+of tests/test_ddp_collectives.py cannot plant — a rank whose order disagrees, an issue op
+whose execution never ran in the window, an execution span still open at the stop, and
+the capture's records beside the events. Each file is what torch 2.13 writes for gloo on
+CPU: ``c10d::<op>`` on the issuing thread, ``gloo:<op>`` on a ``pt_gloo_runloop`` thread,
+``distributedInfo`` with one process group."""
+
+import json
+from pathlib import Path
+
+from tracemerge import AlignRequest, Job
+
+US = 1_000
+BASE = 1_790_000_000_000_000_000
+
+
+def _trace(path: Path, rank: int, ops: list, block: dict = None, extra: list = ()) -> str:
+    """A rank's file: ``ops`` [(c10d name or None, gloo name or None, issue µs, run start µs,
+    run end µs, finished)] plus ``extra`` events."""
+    events = [{"ph": "M", "name": "thread_name", "pid": 10 + rank, "tid": 99, "args": {"name": "thread 99 (pt_gloo_runloop)"}}]
+    for issue, run, t_issue, t_start, t_end, finished in ops:
+        if issue:
+            events.append({"ph": "X", "cat": "cpu_op", "name": issue, "pid": 10 + rank, "tid": 10 + rank,
+                           "ts": t_issue, "dur": 5, "args": {}})
+        if run:
+            args = {} if finished else {"finished": False}
+            events.append({"ph": "X", "cat": "user_annotation", "name": run, "pid": 10 + rank, "tid": 99,
+                           "ts": t_start, "dur": t_end - t_start, "args": args})
+    events += list(extra)
+    doc = {"schemaVersion": 1, "baseTimeNanoseconds": BASE,
+           "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2, "pg_count": 1,
+                               "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]},
+           "traceEvents": events}
+    if block is not None:
+        doc["tracemerge"] = block
+    out = path / f"rank{rank}.json"
+    out.write_text(json.dumps(doc))
+    return str(out)
+
+
+def _reduce(t: int, end: int, finished: bool = True) -> tuple:
+    return ("c10d::allreduce_", "gloo:all_reduce", t, t + 10, end, finished)
+
+
+def test_kth_of_the_group_matched_and_a_mismatch_named(tmp_path):
+    """Three all_reduces on both ranks, then rank 1 a broadcast where rank 0 has an
+    all_reduce: the first three are matched by their place, the fourth is not, and a
+    warning names the collective and what each rank has there."""
+    r0 = _trace(tmp_path, 0, [_reduce(1000 * k, 1000 * k + 500) for k in range(4)])
+    r1 = _trace(tmp_path, 1, [_reduce(1000 * k + 50, 1000 * k + 502) for k in range(3)]
+                + [("c10d::broadcast_", "gloo:broadcast", 3050, 3060, 3502, True)])
+    job = Job.open([r0, r1])
+    matched = [c for c in job.links.collectives if sorted(c.end_ns) == [0, 1]]
+    assert [c.seq for c in matched] == [0, 1, 2] and {c.op for c in matched} == {"all_reduce"}
+    (said,) = [w for w in job.warnings if "disagrees" in w]
+    assert "#3" in said and "rank 0 has all_reduce" in said and "rank 1 has broadcast" in said
+
+
+def test_issue_without_execution_and_execution_open_at_the_stop(tmp_path):
+    """An issue op whose execution never began in the window, and an execution span still
+    open at the stop outside any finished step: neither has an end (never left, as far as
+    the trace tells), and each still takes its place in the order."""
+    r0 = _trace(tmp_path, 0, [_reduce(0, 500), _reduce(1000, 1500), ("c10d::allreduce_", None, 2000, 0, 0, True)])
+    r1 = _trace(tmp_path, 1, [_reduce(10, 501), _reduce(1010, 1501), _reduce(2010, 9000, finished=False)])
+    job = Job.open([r0, r1])
+    by_rank = {i.rank: i.collectives for i in job.infos}
+    assert [("end_ns" in r) for r in by_rank[0]] == [True, True, False]
+    assert [("end_ns" in r) for r in by_rank[1]] == [True, True, False]
+    third = list(job.links.collectives)[2]
+    assert third.seq == 2 and sorted(third.start_ns) == [0, 1] and third.end_ns == {}
+
+
+def test_capture_records_and_events_counted_once(tmp_path):
+    """A rank file whose capture recorded one dist.all_reduce (torch's seq 7) among three the
+    trace shows (the others DDP's, unrecorded): one record per collective, the events
+    numbered 6, 7, 8 from the capture's, no order inferred."""
+    files = []
+    for rank in (0, 1):
+        shift = 20 * rank
+        block = {"version": 1, "rank": rank, "world_size": 2, "job_id": "j", "profile_start_ns": BASE,
+                 "profile_stop_ns": BASE + 10_000 * US, "rpcs": [],
+                 "collectives": [{"op": "all_reduce", "group": "0", "group_ranks": [0, 1], "seq": 7,
+                                  "start_ns": BASE + (1000 + shift) * US - 3 * US,
+                                  "end_ns": BASE + (1510 + shift) * US}]}
+        files.append(_trace(tmp_path, rank, [_reduce(1000 * k + shift, 1000 * k + 500 + shift) for k in range(3)],
+                            block))
+    job = Job.open(files, align=AlignRequest("auto"))
+    for info in job.infos:
+        assert sorted(r["seq"] for r in info.collectives) == [6, 7, 8]
+        assert [r.get("source") for r in sorted(info.collectives, key=lambda r: r["seq"])] == ["events", None, "events"]
+        assert not any(r.get("seq_inferred") for r in info.collectives)
+    assert [c.seq for c in job.links.collectives if sorted(c.end_ns) == [0, 1]] == [6, 7, 8]
+
+
+def test_overlapping_plain_files_of_one_rank_are_not_cycles(tmp_path):
+    """Two plain files naming one rank whose windows overlap are no schedule's cycles: still
+    refused as two claims of one rank (exit 4), the message naming both files."""
+    import pytest
+
+    from tracemerge.errors import RankConflict
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    one = _trace(a, 0, [_reduce(0, 500)])
+    two = _trace(b, 0, [_reduce(100, 600)])
+    with pytest.raises(RankConflict, match="also claimed"):
+        Job.open([one, two])

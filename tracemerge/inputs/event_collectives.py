@@ -1,0 +1,291 @@
+"""Collectives from a rank's CPU events where the trace names no group, sequence or size:
+gloo's (``c10d::allreduce_`` on the issuing thread, ``gloo:all_reduce`` on a
+``pt_gloo_runloop`` thread), as DDP's and FSDP's reducers issue them without any Python
+``dist.*`` call.
+
+Every collective torch runs passes through a dispatcher op ``c10d::<op>`` on the thread
+that issues it (it only enqueues the work) and, on gloo, an execution span ``gloo:<op>``
+on one of the group's runloop threads (from when the work started to when it completed).
+The algorithm, per rank:
+
+1. **Issue and execution paired.** The ``c10d::`` ops and the ``gloo:`` spans, each in
+   start order, are merged: an execution span belongs to the earliest unpaired issue op
+   before it whose op it runs (``allgather_`` and ``_allgather_base_`` both run as
+   ``gloo:all_gather``); an issue op passed over has no execution in the window (the
+   collective was still running when profiling stopped), an execution span with no issue
+   op was issued before the window began. The record starts at the issue (the rank's
+   arrival: what the waits and the critical path take) and ends where the execution ended
+   (the completion, which is one moment on every rank up to the last message: what the
+   ``cpu-collective`` alignment reads, :mod:`tracemerge.clocks.cpu_collective`). An
+   execution span still open when the profiler stopped (``finished: false``) runs to the
+   stop, not to the collective's end: where the step around its issue ended before the
+   stop (a schedule's cycle stops right after a step, often before the runloop thread has
+   closed the span of the step's last collective), the collective had completed, and the
+   stop is its end (``end_at_stop``: no end the alignment reads); else it gives no end: it
+   was never left (a peer never came), as the post-mortem needs.
+2. **Group.** The trace names none: a rank whose ``distributedInfo.pg_config`` lists one
+   process group puts them in it (its ``pg_name``, as ``_get_process_group_name`` and the
+   capture's records name it, and its ranks); otherwise they are one order of
+   :data:`~tracemerge.inputs.kineto_collectives.DEFAULT_GROUP`. Execution spans that no
+   issue op precedes, on a rank whose others have one, are a group's torch runs from C++
+   (RPC's agent at init and shutdown): their own order, :data:`UNISSUED`.
+3. **Order.** A group runs its collectives in the order every rank issued them (a rank
+   that issued them in another order would hang), so the k-th of a group on one rank is the
+   k-th on every other: ``seq`` is that k, ``seq_inferred`` set, with the op, ``nelems`` and
+   ``dtype`` kept so the join checks the k-th agree across ranks
+   (:func:`tracemerge.correlate.match.inferred_order_cuts` names a mismatch and stops
+   matching the group there). Where the rank's capture records of the same group name
+   their true sequence numbers (Python ``dist.*`` calls), :func:`merged` numbers the event
+   records from them instead and keeps one record of each collective.
+
+Sizes come from ``record_shapes``: the execution span's tensors (a coalesced all_reduce
+runs several), else the issue op's; without shapes, none. Point-to-point ops (``send``,
+``recv``) are left out: on gloo a receive completes in a ``wait`` that is no span, so its
+end (which a one-way link needs) is not in the trace.
+"""
+
+from typing import Any, Dict, List, Optional, Tuple, TypedDict
+
+import numpy as np
+
+from tracemerge.inputs.kineto_collectives import DEFAULT_GROUP, DTYPE_BYTES
+from tracemerge.model import RankTrace
+
+ISSUE_PREFIX = "c10d::"
+RUN_PREFIXES = ("gloo:",)
+SOURCE = "events"   # a record's ``source``: read from the trace's events (the capture's have none)
+# the group of execution spans no dispatcher op issued, on a rank whose others were: torch's
+# own groups issue from C++ (RPC's agent: its all_gathers and barrier at init and shutdown)
+UNISSUED = "unissued"
+# a capture record with no end (a call never left): its issue op is the first after its start within this
+OPEN_CALL_NS = 10_000_000
+# the c10d dispatcher op of each collective, and the name the capture's records (torch.distributed's API) give it
+ISSUE_OPS = {
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced", "broadcast_": "broadcast",
+    "reduce_": "reduce", "allgather_": "all_gather", "_allgather_base_": "all_gather_into_tensor",
+    "allgather_coalesced_": "all_gather_coalesced", "allgather_into_tensor_coalesced_": "all_gather_into_tensor",
+    "gather_": "gather", "scatter_": "scatter", "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor",
+    "alltoall_": "all_to_all", "alltoall_base_": "all_to_all_single", "barrier": "barrier",
+    "monitored_barrier_": "barrier",
+}
+# ops whose execution span is gloo's name for another (c10d op -> the gloo spans that may run it;
+# gloo runs a tensor reduce_scatter as an all_reduce: seen under FSDP2 on CPU, torch 2.13)
+RUNS_AS = {"all_reduce_coalesced": ("all_reduce",), "all_gather_into_tensor": ("all_gather",),
+           "all_gather_coalesced": ("all_gather",), "reduce_scatter_tensor": ("reduce_scatter", "all_reduce"),
+           "reduce_scatter": ("reduce_scatter", "all_reduce"), "all_to_all_single": ("all_to_all",)}
+
+
+class EventCollective(TypedDict, total=False):
+    """One collective as a rank's events show it, in the rank-file record shape
+    (docs/rank-file-format.md) plus the fields the inferred order is checked by."""
+
+    op: str                  # torch.distributed's name: all_reduce, broadcast, all_gather_into_tensor, ...
+    group: str               # the process group's name, or DEFAULT_GROUP
+    group_ranks: List[int]   # its ranks, where distributedInfo lists them
+    seq: int                 # its place in the group's order on this rank (or the true number: merged)
+    seq_inferred: bool       # seq is the place in this rank's window, not torch's number
+    bytes: int               # this rank's input, where shapes were recorded, else 0
+    nelems: Optional[int]
+    dtype: str
+    start_ns: int            # issued (the c10d op's start), else the execution's start
+    end_ns: int              # the execution's end; absent when it had not ended in the window
+    end_at_stop: bool        # end_ns is the profiler's stop (the step ended, the span was still open)
+    source: str              # SOURCE
+
+
+def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
+    """The rank's collectives from its gloo issue and execution events (module docstring),
+    in issue order with their inferred ``seq``, each an :class:`EventCollective` (a plain
+    dict, as every record is); [] when the trace has no ``gloo:`` span."""
+    run_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(RUN_PREFIXES)]
+    if not run_codes:
+        return []
+    issue_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(ISSUE_PREFIX)
+                   and n[len(ISSUE_PREFIX):] in ISSUE_OPS]
+    ok = trace.timed & (trace.dur >= 0)
+    runs = _in_order(trace, np.flatnonzero(np.isin(trace.name, run_codes) & ok))
+    issues = _in_order(trace, np.flatnonzero(np.isin(trace.name, issue_codes) & ok)) if issue_codes else runs[:0]
+    run_ops = [_run_op(trace.names[int(trace.name[i])]) for i in runs.tolist()]
+    issue_ops = [ISSUE_OPS[trace.names[int(trace.name[i])][len(ISSUE_PREFIX):]] for i in issues.tolist()]
+    pairs = _paired(trace.ts[issues].tolist(), issue_ops, trace.ts[runs].tolist(), run_ops)
+    group, ranks = _group(trace.meta)
+    run_args = trace.args.dicts(runs.tolist())
+    issue_args = trace.args.dicts(issues.tolist())
+    steps = _ended_steps(trace)
+    issues_seen = bool(len(issues))
+    out: List[Dict[str, Any]] = []
+    for i, r in pairs:
+        if r is not None and run_ops[r] in ("send", "recv"):
+            continue
+        # the issue op names it more precisely (every pair has one side or both)
+        op = issue_ops[i] if i is not None else run_ops[r or 0]
+        at = int(issues[i]) if i is not None else int(runs[r or 0])
+        nelems, dtype = _size(run_args[r] if r is not None else None)
+        if nelems is None and i is not None:
+            nelems, dtype = _size(issue_args[i])
+        # issued by no dispatcher op while others were: a group of torch's own (RPC's), apart
+        own = issues_seen and i is None
+        rec: EventCollective = {"op": op, "group": UNISSUED if own else group, "group_ranks": [] if own else list(ranks),
+                                "seq": 0, "seq_inferred": True,
+                                "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0), "nelems": nelems,
+                                "dtype": dtype, "start_ns": int(trace.ts[at]), "source": SOURCE}
+        if r is not None:
+            end = int(trace.ts[runs[r]] + trace.dur[runs[r]])
+            args = run_args[r]
+            if not (isinstance(args, dict) and args.get("finished") is False):
+                rec["end_ns"] = end
+            elif i is not None and _step_ended(steps, trace, int(issues[i])):
+                rec["end_ns"], rec["end_at_stop"] = end, True
+        out.append(dict(rec))
+    count: Dict[str, int] = {}
+    for made in out:   # each group's own order
+        made["seq"] = count.get(made["group"], 0)
+        count[made["group"]] = made["seq"] + 1
+    return out
+
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+def _ended_steps(trace: RankTrace) -> List[Tuple[Any, int, int]]:
+    """[(thread key, start, end)] of the trace's ``ProfilerStep#N`` spans that ended in the window."""
+    codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(STEP_PREFIX)]
+    if not codes:
+        return []
+    idx = np.flatnonzero(np.isin(trace.name, codes) & trace.timed & (trace.dur >= 0))
+    keys = trace.thread_keys(idx).tolist()
+    return [(k, int(trace.ts[i]), int(trace.ts[i] + trace.dur[i])) for k, i, a in zip(keys, idx.tolist(),
+                                                                                       trace.args.dicts(idx.tolist()))
+            if not (isinstance(a, dict) and a.get("finished") is False)]
+
+
+def _step_ended(steps: List[Tuple[Any, int, int]], trace: RankTrace, issue: int) -> bool:
+    """The step around the issue op ``issue`` (on its thread) ended before the stop."""
+    key, t = int(trace.thread_keys(np.array([issue]))[0]), int(trace.ts[issue])
+    return any(k == key and s <= t <= e for k, s, e in steps)
+
+
+def _in_order(trace: RankTrace, idx: np.ndarray) -> np.ndarray:
+    return idx[np.argsort(trace.ts[idx], kind="stable")]
+
+
+def _run_op(name: str) -> str:
+    return name.split(":", 1)[1]
+
+
+def _paired(issue_ts: List[int], issue_ops: List[str], run_ts: List[int],
+            run_ops: List[str]) -> List[Tuple[Optional[int], Optional[int]]]:
+    """[(issue index or None, execution index or None)] in issue order: each execution span
+    joined to the earliest unpaired issue op at or before its start that it runs (step 1 of
+    the module docstring)."""
+    out: List[Tuple[Optional[int], Optional[int]]] = []
+    i = 0
+    for r, (t, op) in enumerate(zip(run_ts, run_ops)):
+        j = i
+        while j < len(issue_ts) and issue_ts[j] <= t and op not in RUNS_AS.get(issue_ops[j], (issue_ops[j],)):
+            j += 1
+        if j < len(issue_ts) and issue_ts[j] <= t:
+            out.extend((k, None) for k in range(i, j))   # issued, never run in the window
+            out.append((j, r))
+            i = j + 1
+        else:
+            out.append((None, r))   # issued before the window began
+    out.extend((k, None) for k in range(i, len(issue_ts)))
+    out.sort(key=lambda p: issue_ts[p[0]] if p[0] is not None else run_ts[p[1]])   # type: ignore[index]
+    return out
+
+
+def _group(meta: Dict[str, Any]) -> Tuple[str, List[int]]:
+    """(group name, ranks) of the collectives: the one process group ``distributedInfo``
+    lists, else (DEFAULT_GROUP, [])."""
+    dist = meta.get("distributedInfo")
+    configs = dist.get("pg_config") if isinstance(dist, dict) else None
+    if isinstance(configs, list) and len(configs) == 1 and isinstance(configs[0], dict):
+        name, ranks = configs[0].get("pg_name"), configs[0].get("ranks")
+        if isinstance(name, (str, int)) and not isinstance(name, bool):
+            if isinstance(ranks, list) and all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 31
+                                               for r in ranks):
+                return str(name), list(ranks)
+            return str(name), []
+    return DEFAULT_GROUP, []
+
+
+def _size(args: Optional[dict]) -> Tuple[Optional[int], str]:
+    """(elements, dtype) of the tensors an op's recorded shapes name (``Input Dims``, a tensor
+    list's included), else (None, "")."""
+    if not isinstance(args, dict):
+        return None, ""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None, ""
+    total, dtype, seen = 0, "", False
+    for d, t in zip(dims, types):
+        shapes = d if d and all(isinstance(x, list) for x in d) else [d] if isinstance(d, list) and d else []
+        if not shapes or not isinstance(t, str) or t in ("Scalar", "ScalarList", ""):
+            continue
+        for s in shapes:
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
+                return None, ""
+            total += int(np.prod(s)) if s else 1
+        dtype = "" if t == "TensorList" else t   # a list's element type is not recorded
+        seen = True
+        break   # the first tensor argument: the rank's input
+    return (total, dtype) if seen else (None, "")
+
+
+def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]],
+           path: str = "") -> Tuple[List[Dict[str, Any]], List[str]]:
+    """(the capture's records and the event records of the collectives they do not hold,
+    one record per collective; a sentence per group whose events could not be numbered).
+
+    A capture record (a Python ``dist.*`` call, with torch's sequence number) and the event
+    record of the same call are one collective: the issue op lies inside the call on the
+    same rank's clock (the first of the same op that starts within it). Such pairs give
+    the group's numbering of the rank's window (true number - place in the window), so
+    every event record of the group takes its true number and the pairs are kept once
+    (the capture's). A group the capture recorded but whose events none of its records
+    lie around keeps only the capture's records: numbered by their place alone, the event
+    records would collide with its numbers."""
+    if not events:
+        return list(captured), []
+    if not captured:
+        return list(events), []
+    by_group: Dict[str, List[Dict[str, Any]]] = {}
+    for rec in events:
+        by_group.setdefault(rec["group"], []).append(rec)
+    out: List[Dict[str, Any]] = list(captured)
+    said: List[str] = []
+    for group, recs in by_group.items():
+        mine = sorted((c for c in captured if str(c.get("group")) == group), key=lambda c: c["start_ns"])
+        if not mine:
+            out.extend(recs)
+            continue
+        starts = [r["start_ns"] for r in recs]
+        used: Dict[int, int] = {}   # event place -> the capture record's seq
+        for c in mine:
+            end = c.get("end_ns", c["start_ns"] + OPEN_CALL_NS)
+            k = int(np.searchsorted(starts, c["start_ns"], side="left"))
+            while k < len(recs) and starts[k] <= end and (k in used or recs[k]["op"] != c.get("op", recs[k]["op"])):
+                k += 1
+            if k < len(recs) and starts[k] <= end:
+                used[k] = int(c["seq"])
+        shifts = [seq - k for k, seq in used.items()]
+        if not shifts:
+            said.append(f"{path}: the collectives of process group {group} in its events lie in none of the "
+                        f"capture's records of that group; only the capture's {len(mine)} are matched")
+            continue
+        shift = max(set(shifts), key=shifts.count)
+        if len(set(shifts)) > 1:
+            said.append(f"{path}: the collectives of process group {group} in its events are numbered from the "
+                        f"capture's records, which disagree on {len(shifts) - shifts.count(shift)} of {len(shifts)} "
+                        "(the most common numbering is kept)")
+        for k, rec in enumerate(recs):
+            if k in used:
+                continue
+            rec["seq"] = k + shift
+            for key in ("seq_inferred", "nelems", "dtype"):   # a true number: no order to check
+                rec.pop(key, None)
+            out.append(rec)
+    out.sort(key=lambda r: r["start_ns"])   # one rank's collectives in time order, whichever told of them
+    return out, said
