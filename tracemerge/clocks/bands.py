@@ -511,7 +511,8 @@ def without_outliers(c: Constraints, span: Tuple[int, int],
     passes above its upper or below its lower bound. ``span``: a's clock range the fit is
     for. Returns ``c`` and [] when it was feasible, or when no such removal makes it so."""
     most = max(OUTLIERS_MIN, int(OUTLIERS_SHARE * max(len(c.x_upper), len(c.x_lower))))
-    out, dropped = c, []
+    out = c
+    dropped: List[Tuple[str, float]] = []
     fit = fit_pairs([out], stack([out]), [span], drift)[0]
     while not fit.feasible and len(dropped) < most:
         score = _violations(out, fit)

@@ -282,7 +282,8 @@ def _sweep(recs: Sequence[Dict[str, Any]], windows: Sequence[Window],
     if not points:
         return None
     points.sort(key=lambda p: (p[0], -p[1]))  # an interval's start before another's end at one offset
-    best, depth, regions = 0, 0, []
+    best, depth = 0, 0
+    regions: List[Tuple[float, float]] = []
     for i, (at, step) in enumerate(points):
         depth += step
         if step > 0 and depth >= best:
