@@ -142,7 +142,12 @@ def test_builtins_across_machines_get_their_ops_and_the_clocks_hold(captured, tm
     expected = {k: (tid, moved[1].to_local(start)) for k, (tid, start) in truth.items()}
     wrong = [k for k, v in got.items() if expected.get(k) != v]
     assert not wrong, f"{len(wrong)} builtins paired with another call's op"
-    assert len(got) >= 0.9 * len(truth), (len(got), len(truth))
+    # the rest are said to be open: across machines a call's window is wider by the clocks'
+    # bound (on two shared cores ~1 ms, the fastest round trips' half), so more calls of
+    # one function overlap (measured: 84 of 110 under load 15, 150 of 168 under load 8)
+    assert len(got) >= 0.6 * len(truth), (len(got), len(truth))
+    said = sum(int(w.split()[0]) for w in job.warnings if "sent as themselves to rank 1" in w)
+    assert said >= builtins - len(got)
     # every rank's clock within its error bound of the planted one
     clocks = job.alignment.clocks
     for r in (1, 2):
@@ -161,5 +166,5 @@ def test_combine_leaves_no_call_backwards(captured, tmp_path):
         out = tmp_path / f"out{len(extra)}.json"
         res = cli("combine", *paths, "-o", out, *extra)
         assert res.returncode == 0, res.stderr
-        causality = load_output(out)["tracemerge"]["alignment"]["causality"]
+        causality = load_output(out)["tracemerge"]["causality"]
         assert causality["violations_before"]["total"] == 0 and causality["violations_after"]["total"] == 0

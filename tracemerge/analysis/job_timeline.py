@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from tracemerge.analysis.timeline import RankTimeline, rank_timeline
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline, served_spans
 from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
@@ -110,12 +110,14 @@ def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Op
     ranks: List[int] = job.ranks
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
     sources: List[Any] = [job.source(r) for r in ranks]
+    paired = served_spans(infos)  # paired builtins: their ops are their callee spans
+    served = [paired.get(r, {}) for r in ranks]
     if any(isinstance(s, RankTrace) for s in sources):
         # traces the job keeps are already in this process (and a core-read trace holds a
         # map of its file, which does not pickle): their timelines are made here
-        made = list(map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names))
+        made = list(map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names, served))
     else:
-        made = runner.map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names)
+        made = runner.map(rank_timeline, sources, ranks, [clocks[r] for r in ranks], names, served)
     return build_timeline({tl.rank: tl for tl in made}, job.links.rpcs.calls, job.links.collectives, clocks)
 
 
