@@ -152,3 +152,28 @@ def test_the_commands_say_it(tmp_path, command):
     res = cli(*args)
     assert res.returncode == 0, res.stderr
     assert b"2 builtin calls sent as themselves to rank 1" in res.stderr + res.stdout
+
+
+def test_a_paired_builtins_op_is_its_callee_span_on_the_critical_path(tmp_path):
+    """rank 0 waits in an rpc_sync of torch.add from 20 to 200 µs; rank 1's pool thread ran
+    the op from 60 to 150: that op is the call's callee execution on the path, not 180 µs
+    of transfer."""
+    from tracemerge import AlignRequest
+    from tracemerge.analysis.critical_path import EXECUTION, TRANSFER, critical_path
+    from tracemerge.analysis.job_timeline import job_timeline
+
+    call = dict(_call(0, 20, 200, kind="rpc_sync"))
+    ops = [_op(60, 150, 11)]
+    events = [{"ph": "M", "name": "thread_name", "pid": PID1, "tid": 11, "args": {"name": "thread 11 (pt_thread_pool)"}},
+              x("aten::add", 60, 90, pid=PID1, tid=11), x("main1", 0, 5, pid=PID1, tid=PID1)]
+    caller = rank_file([x("before", 0, 20, pid=PID0, tid=PID0),
+                        x(call["name"], 20, 180, pid=PID0, tid=PID0, cat="user_annotation", rpc_id="0:0", role="caller"),
+                        x("after", 200, 10, pid=PID0, tid=PID0)], 0, rpcs=[call], boot_id="boot-a")
+    files = [write(tmp_path / "rank0.json.gz", caller),
+             write(tmp_path / "rank1.json.gz", rank_file(events, 1, boot_id="boot-a", served_ops=ops))]
+    job = Job.open(files, align=AlignRequest("auto"))
+    [window] = critical_path(job_timeline(job))
+    path = [(s.rank, s.name, s.kind, (s.start_ns - BASE) // US, (s.end_ns - BASE) // US) for s in window.segments]
+    assert path == [(0, "before", "compute", 0, 20), (0, call["name"], TRANSFER, 20, 60),
+                    (1, "aten::add", EXECUTION, 60, 150), (1, call["name"], TRANSFER, 150, 200),
+                    (0, "after", "compute", 200, 210)]
