@@ -177,3 +177,20 @@ def test_a_paired_builtins_op_is_its_callee_span_on_the_critical_path(tmp_path):
     assert path == [(0, "before", "compute", 0, 20), (0, call["name"], TRANSFER, 20, 60),
                     (1, "aten::add", EXECUTION, 60, 150), (1, call["name"], TRANSFER, 150, 200),
                     (0, "after", "compute", 200, 210)]
+
+
+def test_causality_counts_the_drawn_callee_spans(tmp_path):
+    # the callee's clock is 5 ms ahead: under --align wall the op drawn as the call's
+    # #remote span lies outside the caller's span, and the figures say so, as the output shows
+    from tracemerge import AlignRequest
+
+    skew = 5_000
+    calls = [_call(0, 0, 100), _call(1, 200, 300)]
+    ops = [_op(10 + skew, 40 + skew, 11), _op(210 + skew, 250 + skew, 11)]
+    reading = {"callee": 1, "asked_ns": BASE - 20 * US, "answered_ns": BASE - 10 * US,
+               "answer": {"clock_rank": 1, "boot_id": "boot-b", "read_ns": BASE + (skew - 15) * US}}
+    files = _files(tmp_path, calls, ops, callee_boot="boot-b", native_callees=[reading])
+    wall = Job.open(files, align=AlignRequest("wall")).alignment.causality["violations_before"]
+    assert wall["spans"] == 2 and wall["rpc"] == 2
+    fitted = Job.open(files, align=AlignRequest("auto")).alignment.causality["violations_before"]
+    assert fitted["total"] == 0
