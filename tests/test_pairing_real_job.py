@@ -112,12 +112,15 @@ def _moved(docs, tmp_path, skews):
     """The job's files with the clocks of ``skews`` and a machine each; {rank: the clock
     moved by (ClockModel)}."""
     paths, clocks = [], {}
+    anchor = min(doc["tracemerge"]["profile_start_ns"] for doc in docs)
     for doc in docs:
         rank = doc["tracemerge"]["rank"]
-        anchor = doc["tracemerge"]["profile_start_ns"]
         offset, drift = skews.get(rank, (0, 0.0))
         clocks[rank] = ClockModel(rank=rank, method="skew", offset_ns=offset, drift_ppm=drift, anchor_ns=anchor)
-        moved = synth.skew(doc, offset, drift, anchor_ns=anchor)
+    for doc in docs:
+        rank = doc["tracemerge"]["rank"]
+        # the times of another rank's clock in this file move with that rank's
+        moved = synth.skew(doc, clocks[rank].offset_ns, clocks[rank].drift_ppm, anchor_ns=anchor, others=clocks)
         moved["tracemerge"]["boot_id"] = f"machine-{rank}"
         for sample in moved["tracemerge"].get("native_callees", []):
             if isinstance(sample.get("answer"), dict):
