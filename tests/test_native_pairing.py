@@ -105,13 +105,22 @@ def test_an_op_outside_the_window_or_of_another_function_is_not_taken(tmp_path):
     assert said and said[0].startswith("1 builtin calls sent as themselves to rank 1 have no op")
 
 
-def test_another_machine_is_placed_by_the_admissions_clock_reading(tmp_path):
-    # the callee's clock is 5 ms ahead; the admission round trip said so within 10 µs
-    skew = 5_000
+SKEW_US = 5_000
+
+
+def _skewed():
+    """Two calls to a callee on another machine whose clock is SKEW_US ahead: (calls, ops,
+    the admission's reading, which said so within 10 µs)."""
     calls = [_call(0, 0, 100), _call(1, 200, 300)]
-    ops = [_op(10 + skew, 40 + skew, 11), _op(210 + skew, 250 + skew, 11)]
+    ops = [_op(10 + SKEW_US, 40 + SKEW_US, 11), _op(210 + SKEW_US, 250 + SKEW_US, 11)]
     reading = {"callee": 1, "asked_ns": BASE - 20 * US, "answered_ns": BASE - 10 * US,
-               "answer": {"clock_rank": 1, "boot_id": "boot-b", "read_ns": BASE + (skew - 15) * US}}
+               "answer": {"clock_rank": 1, "boot_id": "boot-b", "read_ns": BASE + (SKEW_US - 15) * US}}
+    return calls, ops, reading
+
+
+def test_another_machine_is_placed_by_the_admissions_clock_reading(tmp_path):
+    skew = SKEW_US
+    calls, ops, reading = _skewed()
     job = Job.open(_files(tmp_path, calls, ops, callee_boot="boot-b", native_callees=[reading]))
     assert _paired(job) == {"0:0": (BASE + (10 + skew) * US, BASE + (40 + skew) * US, 11),
                             "0:1": (BASE + (210 + skew) * US, BASE + (250 + skew) * US, 11)}
@@ -184,11 +193,7 @@ def test_causality_counts_the_drawn_callee_spans(tmp_path):
     # #remote span lies outside the caller's span, and the figures say so, as the output shows
     from tracemerge import AlignRequest
 
-    skew = 5_000
-    calls = [_call(0, 0, 100), _call(1, 200, 300)]
-    ops = [_op(10 + skew, 40 + skew, 11), _op(210 + skew, 250 + skew, 11)]
-    reading = {"callee": 1, "asked_ns": BASE - 20 * US, "answered_ns": BASE - 10 * US,
-               "answer": {"clock_rank": 1, "boot_id": "boot-b", "read_ns": BASE + (skew - 15) * US}}
+    calls, ops, reading = _skewed()
     files = _files(tmp_path, calls, ops, callee_boot="boot-b", native_callees=[reading])
     wall = Job.open(files, align=AlignRequest("wall")).alignment.causality["violations_before"]
     assert wall["spans"] == 2 and wall["rpc"] == 2

@@ -133,8 +133,10 @@ def _direct(c: Constraints, sends: np.ndarray, caller_is_a: bool, a: Any) -> Lis
             continue
         bound = float(max(fit.bounds))
         if caller_is_a:
+            # outside its piece the line is off by at most the true drift's difference from its own
             out.append(Window(fit.offset_ns, bound, int(span[0]), int(span[1]), drift_ppm=fit.drift_ppm,
-                              anchor_ns=fit.anchor_ns, growth_ppm=DRIFT_LIMIT_PPM, source="fit"))
+                              anchor_ns=fit.anchor_ns, growth_ppm=DRIFT_LIMIT_PPM + abs(fit.drift_ppm),
+                              source="fit"))
         else:
             out.append(_from_callee_line(fit.offset_ns, fit.drift_ppm * 1e-6, fit.anchor_ns, bound, span))
     return out
@@ -166,4 +168,4 @@ def _from_callee_line(offset: float, slope: float, anchor: int, bound: float, sp
         return int(round(y + offset + slope * (y - anchor)))
 
     return Window(-offset, bound, at_callee(span[0]), at_callee(span[1]), drift_ppm=drift, anchor_ns=int(x_anchor),
-                  growth_ppm=DRIFT_LIMIT_PPM, source="fit")
+                  growth_ppm=DRIFT_LIMIT_PPM + abs(drift), source="fit")

@@ -66,7 +66,7 @@ def rpc_peers(infos: Sequence[RankInfo], links: Correlation) -> List[str]:
     absent = int((caller_only & ~np.isin(match.calls.callee, [rank_of(i) for i in infos])).sum())
     # builtins sent as themselves that the pairing left without a side: its own note says why
     native = np.fromiter((bool(rec.get("native")) for rec in match.calls.first), bool, len(match.calls))
-    said = int((caller_only & native & np.isin(match.calls.callee, [i.rank for i in infos if i.served_ops])).sum())
+    said = int((caller_only & native & np.isin(match.calls.callee, [rank_of(i) for i in infos if i.served_ops])).sum())
     if absent:
         warnings.append(f"{absent} of {sides['calls']} RPCs have only the caller's side because their callee "
                         "ranks have no input file: give every rank's file")
