@@ -170,6 +170,8 @@ def test_a_paired_builtins_op_is_its_callee_span_on_the_critical_path(tmp_path):
     from tracemerge import AlignRequest
     from tracemerge.analysis.critical_path import EXECUTION, TRANSFER, critical_path
     from tracemerge.analysis.job_timeline import job_timeline
+    from tracemerge.report.build import job_report
+    from tracemerge.tables import load
 
     call = dict(_call(0, 20, 200, kind="rpc_sync"))
     ops = [_op(60, 150, 11)]
@@ -181,11 +183,18 @@ def test_a_paired_builtins_op_is_its_callee_span_on_the_critical_path(tmp_path):
     files = [write(tmp_path / "rank0.json.gz", caller),
              write(tmp_path / "rank1.json.gz", rank_file(events, 1, boot_id="boot-a", served_ops=ops))]
     job = Job.open(files, align=AlignRequest("auto"))
-    [window] = critical_path(job_timeline(job))
-    path = [(s.rank, s.name, s.kind, (s.start_ns - BASE) // US, (s.end_ns - BASE) // US) for s in window.segments]
-    assert path == [(0, "before", "compute", 0, 20), (0, call["name"], TRANSFER, 20, 60),
-                    (1, "aten::add", EXECUTION, 60, 150), (1, call["name"], TRANSFER, 150, 200),
-                    (0, "after", "compute", 200, 210)]
+    expected = [(0, "before", "compute", 0, 20), (0, call["name"], TRANSFER, 20, 60),
+                (1, "aten::add", EXECUTION, 60, 150), (1, call["name"], TRANSFER, 150, 200),
+                (0, "after", "compute", 200, 210)]
+    # the analyses' own timeline, the report's (report --analysis) and the tables' (export)
+    report = job_report(job, analysis=True).analysis.critical_path
+    tables = load(files).arrow["critical_path"]
+    for windows in (critical_path(job_timeline(job)), report):
+        [window] = windows
+        assert [(s.rank, s.name, s.kind, (s.start_ns - BASE) // US, (s.end_ns - BASE) // US)
+                for s in window.segments] == expected
+    assert [(r, n, k) for r, n, k in zip(tables["rank"].to_pylist(), tables["name"].to_pylist(),
+                                          tables["kind"].to_pylist())] == [e[:3] for e in expected]
 
 
 def test_causality_counts_the_drawn_callee_spans(tmp_path):
