@@ -14,8 +14,8 @@ algorithm, per callee and function:
    :func:`pair_native`, :mod:`tracemerge.clocks.joint`); else the clock readings the
    callee's answers carried (``native_callees``: the round trip's midpoint, within half of
    it), the admission's reading only a prior: where that reading is loose (a cold pipe:
-   tens of ms), the offsets at which the most early calls find an op of theirs tighten
-   it (:func:`_sweep`). Every window's bound grows with the drift limit away from where
+   tens of ms), the offsets at which the most calls of each piece of the link's calls
+   find an op of theirs tighten it there (:func:`_sweeps`). Every window's bound grows with the drift limit away from where
    it was read, so drift never pushes a call's op out of its window.
 2. **Candidates, bounded.** An op is a candidate of a call when it has the call's
    function, lies inside the call's window and its input shapes agree (where both sides
@@ -55,8 +55,8 @@ MAX_CANDIDATES = 48
 # The drift two clocks may have (the clock fit's prior, tracemerge.clocks.bands): a
 # window's bound grows by this much per ns away from where its offset was read.
 DRIFT_PRIOR_PPM = 500.0
-# The offset sweep (a loose reading's prior tightened by the early calls): the calls of
-# this span after the link's first call, at most this many of them.
+# The offset sweep (a loose reading's prior tightened by the calls near each other): pieces
+# of a link's calls of at most this span from their first, and this many calls.
 SWEEP_SPAN_NS = 200_000_000
 SWEEP_CALLS = 64
 _HEADER = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
@@ -225,8 +225,27 @@ def link_windows(caller: Any, callee: Any, recs: Sequence[Dict[str, Any]],
     windows = list(fitted) + readings(caller, callee, growth_ppm)
     if not windows:
         return []
-    swept = _sweep(recs, windows, ops_of, callee.rank, growth_ppm)
-    return windows + ([swept] if swept is not None else [])
+    return windows + _sweeps(recs, windows, ops_of, callee.rank, growth_ppm)
+
+
+def _sweeps(recs: Sequence[Dict[str, Any]], windows: Sequence[Window],
+            ops_of: Mapping[Tuple[int, str], List[Dict[str, Any]]], callee: int,
+            growth_ppm: float) -> List[Window]:
+    """The :func:`_sweep` windows of the link's calls, piece by piece (each of at most
+    :data:`SWEEP_CALLS` calls within :data:`SWEEP_SPAN_NS`), so that drift and a loose
+    reading far from most calls never spoil what the calls near each other tell."""
+    timed = sorted((r for r in recs if isinstance(r.get("complete_ns"), int)), key=lambda r: r["send_ns"])
+    out, start = [], 0
+    while start < len(timed):
+        stop = start
+        while stop < len(timed) and stop - start < SWEEP_CALLS and \
+                timed[stop]["send_ns"] - timed[start]["send_ns"] <= SWEEP_SPAN_NS:
+            stop += 1
+        swept = _sweep(timed[start:stop], windows, ops_of, callee, growth_ppm)
+        if swept is not None:
+            out.append(swept)
+        start = stop
+    return out
 
 
 def call_window(rec: Dict[str, Any], windows: Sequence[Window], stop_ns: int) -> Tuple[float, float]:
@@ -242,20 +261,18 @@ def call_window(rec: Dict[str, Any], windows: Sequence[Window], stop_ns: int) ->
     return send + offset - bound, end + end_offset + end_bound
 
 
-def _sweep(recs: Sequence[Dict[str, Any]], windows: Sequence[Window],
+def _sweep(use: Sequence[Dict[str, Any]], windows: Sequence[Window],
            ops_of: Mapping[Tuple[int, str], List[Dict[str, Any]]], callee: int,
            growth_ppm: float) -> Optional[Window]:
-    """A window from the offsets at which the most of the link's first calls (those of the
-    first :data:`SWEEP_CALLS` and :data:`SWEEP_SPAN_NS`) find an op of theirs inside
-    their call, searched within what the other windows allow: each (call, op) admits the
-    offsets ``[op end - complete, op start - send]``, widened by the drift limit away from
-    the first call; the hull of the offsets that most calls admit is the window. None where
-    it would not be tighter than the windows it searched in, or no call finds an op."""
-    timed = sorted((r for r in recs if isinstance(r.get("complete_ns"), int)), key=lambda r: r["send_ns"])
-    if not timed:
+    """A window from the offsets at which the most of the completed calls ``use`` (by send,
+    one piece of a link's) find an op of theirs inside their call, searched within what the
+    other windows allow: each (call, op) admits the offsets ``[op end - complete, op start -
+    send]``, widened by the drift limit away from the first call; the hull of the offsets
+    that most calls admit is the window. None where it would not be tighter than the
+    windows it searched in, or no call finds an op."""
+    if not use:
         return None
-    x0 = timed[0]["send_ns"]
-    use = [r for r in timed[:SWEEP_CALLS] if r["send_ns"] - x0 <= SWEEP_SPAN_NS]
+    x0 = use[0]["send_ns"]
     x1 = max(r["complete_ns"] for r in use)
     prior = min(windows, key=lambda w: w.at(x0)[1])
     offset, bound = prior.at(x0)
