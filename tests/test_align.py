@@ -145,11 +145,28 @@ def test_points_near_the_hulls_decide_every_extreme_bit_for_bit(seed):
             assert np.array_equal(near.at(ends)(np.tile(s, 2)), every.at(ends)(np.tile(s, 2)))
 
 
-def test_inconsistent_link_is_not_used(tmp_path):
+@pytest.mark.parametrize("moved_ns", [3_000_000_000, 800_000])
+def test_one_contradicting_exchange_is_named_and_left_out_and_the_link_kept(tmp_path, moved_ns):
+    # one callee record from another clock (3 s), or another call's op 0.8 ms earlier: the
+    # link's other 19 exchanges still say where rank 1's clock is
     job = synth.generate(ranks=2, pairs="star", duration_s=10, calls=20, seed=8)
     rec = job.docs[1]["tracemerge"]["rpcs"][0]
-    rec["start_ns"] -= 3_000_000_000  # a callee record from another clock: no line fits
-    rec["end_ns"] -= 3_000_000_000
+    rec["start_ns"] -= moved_ns
+    rec["end_ns"] -= moved_ns
+    infos = infos_of(job, tmp_path)
+    by_rank = {i.rank: i for i in infos}
+    models, fits = solve(by_rank, 0, rpc_constraints(match_rpcs(infos).calls))
+    assert (0, 1) in fits and models[1].method == "rpc"
+    assert f"1 exchange of ranks 0 and 1 contradicts the others and is left out ({rec['rpc_id']} by" in models[1].note
+    err = synth.true_error(models, job.truth, 0, job.span_true)
+    assert err[1] <= models[1].error_bound_ns
+
+
+def test_a_link_of_many_contradictions_is_not_used(tmp_path):
+    job = synth.generate(ranks=2, pairs="star", duration_s=10, calls=20, seed=8)
+    for rec in job.docs[1]["tracemerge"]["rpcs"][::2]:  # half the records from another clock: no clock to keep
+        rec["start_ns"] -= 3_000_000_000
+        rec["end_ns"] -= 3_000_000_000
     infos = infos_of(job, tmp_path)
     by_rank = {i.rank: i for i in infos}
     models, fits = solve(by_rank, 0, rpc_constraints(match_rpcs(infos).calls))

@@ -69,6 +69,30 @@ def test_async_span_ends_with_its_nested_call_and_the_callback(tmp_path):
     assert_tiles(w)
 
 
+def test_a_nested_builtin_in_an_async_function_is_on_the_path(tmp_path):
+    """The same, the nested call a builtin sent as itself (issue 45): its op on rank 2 is
+    its callee execution, and the path neither stalls at it nor books a wait as work."""
+    j = Ranks(3)
+    outer = j.rpc(0, 1, "outer", 0, 50, 1000, 1050, callee_tid=7)
+    j.events[1][-1]["args"]["async"] = True
+    inner = j.builtin(1, 2, "aten::add", 60, 100, 700, 750, caller_tid=7, callee_tid=9)
+    j.op(1, "early", 0, 20, tid=8)
+    j.op(1, "then_cb", 800, 990, tid=8)
+    [w] = critical_path(j.job(tmp_path))
+    assert path_of(w) == [
+        (0, outer, TRANSFER, 0, 50),
+        (1, outer + "#remote", EXECUTION, 50, 60),
+        (1, inner, TRANSFER, 60, 100),
+        (2, "aten::add", EXECUTION, 100, 700),
+        (2, inner, TRANSFER, 700, 750),
+        (1, inner, TRANSFER, 750, 800),
+        (1, "then_cb", COMPUTE, 800, 990),
+        (1, outer + "#remote", EXECUTION, 990, 1000),
+        (1, outer, TRANSFER, 1000, 1050),
+    ]
+    assert_tiles(w)
+
+
 def test_idle_pool_thread_is_never_untraced_work(tmp_path):
     """Without the RPC edges the woken thread's cause is unknown: the walk still does not
     count its 780 µs of idleness as work of its own."""

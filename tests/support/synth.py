@@ -155,9 +155,11 @@ def _us(ns):
     return int(ns) / 1000
 
 
-def skew(doc, offset_ns, drift_ppm=0.0, anchor_ns=None):
+def skew(doc, offset_ns, drift_ppm=0.0, anchor_ns=None, others=None):
     """A copy of a rank-file document as if its clock read ``offset_ns`` more at ``anchor_ns``
-    and gained ``drift_ppm``: every event ``ts`` (and ``dur``) and every ``*_ns`` field.
+    and gained ``drift_ppm``: every event ``ts`` (and ``dur``) and every ``*_ns`` field —
+    but those inside a ``"clock_rank": R`` object (docs/rank-file-format.md) are on rank
+    R's clock, moved by ``others[R]`` (a ClockModel; kept where ``others`` has no R).
 
     ``baseTimeNanoseconds`` is kept, so event times move inside ``ts``, computed in ns.
     ``anchor_ns`` defaults to the first event (the floored base is months earlier, where
@@ -171,7 +173,7 @@ def skew(doc, offset_ns, drift_ppm=0.0, anchor_ns=None):
                        anchor_ns=int(anchor_ns))
     out = _skew_events(doc, clock)
     if isinstance(doc.get("tracemerge"), dict):
-        out["tracemerge"] = _skew_ns(doc["tracemerge"], clock)
+        out["tracemerge"] = _skew_ns(doc["tracemerge"], clock, others)
     return out
 
 
@@ -206,11 +208,11 @@ def _skew_events(doc, clock):
 
 
 def _skew_ns(value, clock, others=None):
-    """``value`` with its ``*_ns`` integers read on ``clock``; with ``others`` ({rank:
-    ClockModel}), those inside an object with ``clock_rank: R`` on ``others[R]``."""
     if isinstance(value, dict):
-        if others is not None and isinstance(value.get("clock_rank"), int) and value["clock_rank"] in others:
-            clock = others[value["clock_rank"]]
+        if others is not None and isinstance(value.get("clock_rank"), int):
+            clock = others.get(value["clock_rank"])
+            if clock is None:
+                return value
         return {k: (clock.to_local(v) if k.endswith("_ns") and isinstance(v, int) and not isinstance(v, bool)
                     else _skew_ns(v, clock, others)) for k, v in value.items()}
     if isinstance(value, list):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from tracemerge.analysis.timeline import RankTimeline, rank_timeline
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline, served_spans
 from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
@@ -110,7 +110,9 @@ def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Op
     ranks: List[int] = job.ranks
     names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
     sources: List[Any] = [job.source(r) for r in ranks]
-    made = map_where_held(runner, rank_timeline, sources, ranks, [clocks[r] for r in ranks], names)
+    paired = served_spans(infos)  # paired builtins: their ops are their callee spans
+    served = [paired.get(r, {}) for r in ranks]
+    made = map_where_held(runner, rank_timeline, sources, ranks, [clocks[r] for r in ranks], names, served)
     return build_timeline({tl.rank: tl for tl in made}, job.links.rpcs.calls, job.links.collectives, clocks)
 
 

@@ -15,7 +15,7 @@ result (a few arrays per thread) is all the analyses need of the events.
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -60,10 +60,25 @@ class RankTimeline:
     async_spans: frozenset = frozenset()
 
 
-def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = ()) -> RankTimeline:
+def served_spans(infos: Iterable[Any]) -> Dict[int, Dict[Tuple[Any, int], str]]:
+    """{callee rank: {(tid, op start ns): rpc_id}} of every builtin the job paired with the
+    op that served it (``remote_rpcs`` of ``source: "paired"``): those ops are the calls'
+    callee spans wherever the job is analysed, as a wrapped call's ``#remote`` span is."""
+    out: Dict[int, Dict[Tuple[Any, int], str]] = {}
+    for info in infos:
+        for r in info.remote_rpcs:
+            if r.get("source") == "paired":
+                out.setdefault(r["callee"], {})[(r["tid"], r.get("op_start_ns", r["start_ns"]))] = r["rpc_id"]
+    return out
+
+
+def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = (),
+                  served: Optional[Mapping[Tuple[Any, int], str]] = None) -> RankTimeline:
     """The :class:`RankTimeline` of ``source`` (a path or a RankTrace) under ``clock``
     (its :class:`~tracemerge.clock.ClockModel`); ``rpc_names`` are the caller span names
-    of the RPC records of the rank (callee spans are those plus ``#remote``)."""
+    of the RPC records of the rank (callee spans are those plus ``#remote``); ``served``
+    ({(tid, start ns): rpc_id}, :func:`served_spans`): ops that are the callee spans of
+    paired builtins."""
     trace = _read(source) if isinstance(source, str) else source
     idx = host_ops(trace)
     names = trace.names
@@ -80,6 +95,8 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
                 role[i] = (args["rpc_id"], args["role"])
                 if args["role"] == "callee" and args.get("async") is True:
                     ended_elsewhere.add(i)
+    if served:
+        _served_roles(trace, idx, served, role)
     ntids = max(len(trace.tids), 1)
     thread_key = trace.pid[idx].astype(np.int64) * ntids + trace.tid[idx]
     start_local = trace.ts[idx]
@@ -122,6 +139,22 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
                         span_name=span_name, span_thread=thread, callee_of=callee_of, rpc_spans=rpc_spans,
                         steps=steps, async_spans=async_spans)
+
+
+def _served_roles(trace: RankTrace, idx: np.ndarray, served: Mapping[Tuple[Any, int], str],
+                  role: Dict[int, Tuple[str, str]]) -> None:
+    """Add to ``role`` the host ops of ``idx`` that ``served`` names (by thread and start)
+    as callee spans: one bisection per paired call."""
+    order = idx[np.argsort(trace.ts[idx], kind="stable")]
+    starts = trace.ts[order]
+    for (tid, start), rpc_id in served.items():
+        at = int(np.searchsorted(starts, start))
+        while at < len(order) and starts[at] == start:
+            i = int(order[at])
+            if i not in role and trace.tids[int(trace.tid[i])] == tid:
+                role[i] = (rpc_id, "callee")
+                break
+            at += 1
 
 
 def _nearest(value: np.ndarray, parent: np.ndarray) -> np.ndarray:

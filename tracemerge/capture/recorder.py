@@ -108,6 +108,9 @@ class Recorder:
     # {"clock_rank", "boot_id", "read_ns"}} (the block's ``native_callees``; combine places
     # the calls on the callee's clock with it when the two do not share one)
     native_callees: list = field(default_factory=list)
+    # {callee id: time.monotonic() its next clock sample is due} (rpc._maybe_sample), of
+    # the callees builtins went to natively; their clock samples join native_callees
+    clock_due: dict = field(default_factory=dict)
     # callers admitted to send builtins here natively, ever in this capture: the writer
     # then keeps the outermost ops of the RPC server threads (the block's ``served_ops``),
     # which combine pairs with those callers' calls

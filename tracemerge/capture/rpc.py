@@ -97,6 +97,7 @@ def _fetching_shutdown(original: Callable) -> Callable:
         if rec is not None:
             if rec.on_rpc_end is not None:
                 rec.on_rpc_end()
+            end_samples(rec)
             calls = rec.caller_records()
             fetched = {c["rpc_id"] for side in rec.fetched for c in side.get("calls", ())}
             rec.keep_sides(collect_remote_sides([r for r in calls if r["rpc_id"] not in fetched]))
@@ -211,6 +212,8 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
             _ask_admission(rec, tail[3], dst)
             way = recorder.peers.route(tail[4])
         native = bool(way) or rec.builtins_always_native
+        if way:
+            _maybe_sample(rec, dst)
     call[recorder.C_NATIVE] = native
     # no span without a profiler (trace=False): nothing would record it
     handle = _span_enter(tail[2]) if rec.traced else None
@@ -421,6 +424,73 @@ def _ask_admission(rec: recorder.Recorder, me: int, dst: Any) -> None:
         rec.add("native_callees", {"callee": dst.id, "asked_ns": asked, "answered_ns": answered,
                                    "answer": {"clock_rank": dst.id, "boot_id": their_boot, "read_ns": read_ns}})
     recorder.peers.answer(dst.id, token)
+
+
+def _maybe_sample(rec: recorder.Recorder, dst: Any) -> None:
+    """A clock sample of ``dst`` while builtins flow to it natively: none at the first
+    call (the admission's pipe may have been cold: its reading is only a prior), then at
+    the next call and at most one every SAMPLE_EVERY_S after it (one dict lookup and a
+    clock read on a call's path otherwise)."""
+    now = time.monotonic()
+    due = rec.clock_due.get(dst.id)
+    if due is None:
+        rec.clock_due[dst.id] = now
+    elif now >= due:
+        rec.clock_due[dst.id] = now + SAMPLE_EVERY_S
+        sample_clock(rec, dst, wait=False)
+
+
+# At most one clock sample of a callee a second while builtins flow to it.
+SAMPLE_EVERY_S = 1.0
+
+
+def sample_clock(rec: recorder.Recorder, dst: Any, wait: bool) -> None:
+    """An NTP-style sample of ``dst``'s clock on the warm pipe: asked, read there, answered,
+    kept like the admission's reading (the block's ``native_callees``, ``"sample":
+    true``); combine takes, for each call, the reading whose round trip bounds its offset
+    tightest there. ``wait``: block until the answer (the block's end); else the answer is
+    noted when it comes, on the RPC agent's thread."""
+    try:
+        asked = _time_ns()
+        fut = _ORIGINAL_RPC_ASYNC(dst, _clock_reading, timeout=_HANDSHAKE_TIMEOUT_S)
+    except Exception:  # a callee gone: no sample
+        return
+
+    def answered(f: Any) -> None:
+        done = _time_ns()
+        try:
+            read_ns, their_boot = f.value()
+        except Exception:
+            return
+        rec.add("native_callees", {"callee": dst.id, "asked_ns": asked, "answered_ns": done, "sample": True,
+                                   "answer": {"clock_rank": dst.id, "boot_id": their_boot, "read_ns": read_ns}})
+
+    if wait:
+        try:
+            fut.wait()
+        except Exception:
+            return
+        answered(fut)
+    else:
+        fut.add_done_callback(answered)
+
+
+def end_samples(rec: recorder.Recorder) -> None:
+    """One clock sample of every callee builtins went to natively, at the block's end
+    (while every worker still answers): the last of the calls then lies between two."""
+    if not rec.clock_due or not (rpc.is_available() and api._is_current_rpc_agent_set()):
+        return
+    for callee in sorted(rec.clock_due):
+        try:
+            dst = api._to_worker_info(callee)
+        except Exception:
+            continue
+        sample_clock(rec, dst, wait=True)
+
+
+def _clock_reading() -> tuple:
+    """Runs on the callee: its clock and boot id (a clock sample's answer)."""
+    return time.time_ns(), boot_id()
 
 
 def _admit(caller: int) -> tuple:

@@ -75,7 +75,7 @@ class profile:
 
     def __enter__(self) -> "profile":
         self._meta: dict = {}
-        self._known = False
+        self._known = self._in_job = False
         self._identify()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._recorder = recorder.Recorder(on_rpc_end=self._learned, wrap_builtins=self._wrap_builtins,
@@ -169,9 +169,12 @@ class profile:
         if RPC or torch.distributed is up, else as soon as it is — ``rpc.init_rpc`` inside
         the block (every worker then records before any call, since init_rpc waits for all),
         told at ``rpc.shutdown()`` in the block or when the file is written."""
-        if self._known:
+        joined = in_job()
+        if self._known and (self._in_job or not joined):
             return
-        known = in_job() or self._rank is not None
+        # a rank given to profile() is known at once, but the world size and the job's id
+        # only once RPC or torch.distributed is up: told again then
+        known = joined or self._rank is not None
         rank, worker_name, world_size = identify(self._rank, self._worker_name)
         # the journal's flusher reads these from its thread: the identity first, "known" last
         # (job_id may ask rank 0, which takes a while: never half an identity in the journal)
@@ -179,6 +182,7 @@ class profile:
                       "worker_name": worker_name, "hostname": socket.gethostname(),
                       "boot_id": boot_id(), "pid": os.getpid()}
         self.rank = rank
+        self._in_job = joined
         self._known = known
 
     def step(self) -> None:

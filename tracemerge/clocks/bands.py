@@ -64,6 +64,9 @@ class Constraints:
     lower: np.ndarray
     widths: np.ndarray    # δ of each exchange (upper - lower of its own pair)
     kinds: frozenset      # {"rpc", "collective"}
+    # what names each exchange (an RPC's rpc_id), where the k-th upper and lower bounds are
+    # the k-th exchange's two: () where they are not (one-way sends) or no name is known
+    names: tuple = ()
 
     @property
     def samples(self) -> int:
@@ -71,9 +74,36 @@ class Constraints:
 
     def __add__(self, other: "Constraints") -> "Constraints":
         cat = np.concatenate
+        named = self.exchanges and other.exchanges
         return Constraints(self.a, self.b, cat([self.x_upper, other.x_upper]), cat([self.upper, other.upper]),
                            cat([self.x_lower, other.x_lower]), cat([self.lower, other.lower]),
-                           cat([self.widths, other.widths]), self.kinds | other.kinds)
+                           cat([self.widths, other.widths]), self.kinds | other.kinds,
+                           _names(self) + _names(other) if named else ())
+
+    @property
+    def exchanges(self) -> bool:
+        """Whether the k-th upper and lower bounds are one exchange's (an RPC's, a collective's)."""
+        return len(self.x_upper) == len(self.x_lower) == len(self.widths)
+
+    def without(self, drop: np.ndarray) -> "Constraints":
+        """These constraints less the exchanges ``drop`` (a bool mask over them; only where
+        :attr:`exchanges`) or, else, less the upper bounds ``drop[:n_upper]`` and the lower
+        bounds ``drop[n_upper:]``."""
+        if self.exchanges:
+            keep_u = keep_l = ~drop
+            keep_w = ~drop
+        else:
+            keep_u, keep_l = ~drop[:len(self.x_upper)], ~drop[len(self.x_upper):]
+            k = min(int(keep_u.sum()), int(keep_l.sum()))
+            keep_w = np.arange(len(self.widths)) < k
+        names = tuple(n for n, d in zip(self.names, drop.tolist()) if not d) if self.names else ()
+        return Constraints(self.a, self.b, self.x_upper[keep_u], self.upper[keep_u], self.x_lower[keep_l],
+                           self.lower[keep_l], self.widths[keep_w], self.kinds, names)
+
+
+def _names(c: "Constraints") -> tuple:
+    """The exchanges' names of ``c``, or their positions where it has none."""
+    return c.names if c.names else tuple(f"#{k}" for k in range(len(c.widths)))
 
 
 def rpc_constraints(calls: Any) -> Dict[Tuple[int, int], "Constraints"]:
@@ -88,9 +118,11 @@ def rpc_constraints(calls: Any) -> Dict[Tuple[int, int], "Constraints"]:
                      np.where(out, t3 - t4, t1 - t2)])
     order = np.lexsort((b, a))  # stable: a pair's calls stay in call order
     a, b, rows = a[order], b[order], rows[:, order]
+    ids = [calls.first[i]["rpc_id"] for i in np.flatnonzero(use)[order].tolist()]
     start = _runs(a, b)
     groups = np.split(rows, start[1:], axis=1)
-    return {(int(a[i]), int(b[i])): _constraints((a[i], b[i]), groups[k], "rpc")
+    ends = start.tolist()[1:] + [len(ids)]
+    return {(int(a[i]), int(b[i])): _constraints((a[i], b[i]), groups[k], "rpc", tuple(ids[i:ends[k]]))
             for k, i in sorted(enumerate(start.tolist()), key=lambda g: order[g[1]])}
 
 
@@ -213,10 +245,10 @@ def synchronised(collectives: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, 
     return row[order], rank[order], collectives.member_start[keep][order], collectives.member_end[keep][order]
 
 
-def _constraints(pair: Tuple[Any, Any], rows: np.ndarray, kind: str) -> Constraints:
+def _constraints(pair: Tuple[Any, Any], rows: np.ndarray, kind: str, names: tuple = ()) -> Constraints:
     """Constraints of ``rows`` (x_upper, upper, x_lower, lower) between the ranks of ``pair``."""
     xu, u, xl, lo = rows
-    return Constraints(int(pair[0]), int(pair[1]), xu, u, xl, lo, u - lo, frozenset((kind,)))
+    return Constraints(int(pair[0]), int(pair[1]), xu, u, xl, lo, u - lo, frozenset((kind,)), names)
 
 
 def merge(*sets: Dict[Tuple[int, int], Constraints]) -> Dict[Tuple[int, int], Constraints]:
@@ -459,3 +491,52 @@ def fit_pairs(constraints: List[Constraints], sides: Optional[Tuple["Side", "Sid
             continue
         fits.append(sloped if max(sloped.bounds or (np.inf,)) < max(flat.bounds or (np.inf,)) else flat)
     return fits
+
+
+# At most this share of a pair's exchanges (and at least OUTLIERS_MIN) is left out as
+# contradicting the rest; a pair that needs more admits no linear clock.
+OUTLIERS_SHARE = 0.05
+OUTLIERS_MIN = 3
+
+
+def without_outliers(c: Constraints, span: Tuple[int, int],
+                     drift: Optional[bool] = None) -> Tuple[Constraints, List[Tuple[str, float]]]:
+    """(``c`` less the exchanges that contradict the rest, [(name, by ns)]).
+
+    While no line satisfies them all: the exchanges the least infeasible line (the band's
+    thickest, of negative width) violates are the suspects; each is left out in turn, and
+    the one whose absence leaves the thickest band (the most room between the rest: a good
+    exchange left out in its place only lets the line tilt to the edge of what the others
+    allow) goes, up to OUTLIERS_SHARE of them. An exchange's violation is how far the line
+    passes above its upper or below its lower bound. ``span``: a's clock range the fit is
+    for. Returns ``c`` and [] when it was feasible, or when no such removal makes it so."""
+    most = max(OUTLIERS_MIN, int(OUTLIERS_SHARE * max(len(c.x_upper), len(c.x_lower))))
+    out = c
+    dropped: List[Tuple[str, float]] = []
+    fit = fit_pairs([out], stack([out]), [span], drift)[0]
+    while not fit.feasible and len(dropped) < most:
+        score = _violations(out, fit)
+        names = _names(out) if out.exchanges else tuple(f"upper bound at {x}" for x in out.x_upper.tolist()) + tuple(
+            f"lower bound at {x}" for x in out.x_lower.tolist())
+        suspects = [k for k in np.argsort(-score)[:SUSPECTS].tolist() if score[k] > 0]
+        if not suspects:
+            break
+        trials = [out.without(np.arange(len(score)) == k) for k in suspects]
+        fits = fit_pairs(trials, stack(trials), [span] * len(trials), drift)
+        room = [float(-_violations(t, f).max()) if f.feasible else -np.inf for t, f in zip(trials, fits)]
+        best = int(np.argmax(room)) if max(room) > -np.inf else 0
+        dropped.append((names[suspects[best]], float(score[suspects[best]])))
+        out, fit = trials[best], fits[best]
+    return (out, dropped) if fit.feasible else (c, [])
+
+
+SUSPECTS = 8  # the most violated exchanges tried, each left out in turn
+
+
+def _violations(c: Constraints, fit: "PairFit") -> np.ndarray:
+    """How far ``fit``'s line passes above each upper and below each lower bound of ``c``
+    (negative: inside by that much): per exchange where :attr:`Constraints.exchanges`, else
+    the upper bounds' then the lower bounds'."""
+    above = fit.at(c.x_upper.astype(np.float64)) - c.upper
+    below = c.lower - fit.at(c.x_lower.astype(np.float64))
+    return np.maximum(above, below) if c.exchanges else np.concatenate([above, below])

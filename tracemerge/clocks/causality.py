@@ -54,13 +54,23 @@ def points(infos: Sequence[Any], links: Optional[Correlation] = None) -> Points:
 
 def _span_pairs(infos: Sequence[Any], calls: Any) -> np.ndarray:
     """Rows (caller, callee, caller span start, end, callee span start, end) of the calls
-    whose two spans the ranks' events hold (``RankInfo.rpc_spans``: what a merge draws)."""
+    whose two spans a merge shows: the caller's span in its rank's events
+    (``RankInfo.rpc_spans``), and the callee's there or, for a call its callee did not
+    record, the ``#remote`` span drawn from the side its caller's file carries or that
+    the pairing found (``remote_rpcs``, :mod:`tracemerge.place.remote_spans`)."""
     at = {(sp["rpc_id"], sp["role"], info.rank): (sp["ts_ns"], sp["ts_ns"] + max(sp["dur_ns"], 0))
           for info in infos for sp in getattr(info, "rpc_spans", ())}
+    own = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"}
+    present = {info.rank for info in infos}  # a callee with no file has no clock to check it on
+    drawn = {(r["rpc_id"], "callee", r["callee"]): (r["start_ns"], max(r["end_ns"], r["start_ns"]))
+             for info in infos for r in getattr(info, "remote_rpcs", ())
+             if r["rpc_id"] not in own and r["callee"] in present and isinstance(r.get("start_ns"), int)
+             and isinstance(r.get("end_ns"), int)}
     rows = []
     if at:
         for rec, a, b in zip(calls.first, calls.caller.tolist(), calls.callee.tolist()):
-            caller, callee = at.get((rec["rpc_id"], "caller", a)), at.get((rec["rpc_id"], "callee", b))
+            key = (rec["rpc_id"], "callee", b)
+            caller, callee = at.get((rec["rpc_id"], "caller", a)), at.get(key, drawn.get(key))
             if caller is not None and callee is not None:
                 rows.append((a, b, *caller, *callee))
     return np.array(rows, dtype=np.int64).reshape(-1, 6)

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, Constraints, PairFit, fit_pairs, stack
+from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, Constraints, PairFit, fit_pairs, stack, without_outliers
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.groups import components
 
@@ -41,6 +41,7 @@ def solve(infos: Mapping[int, Any], reference: int, constraints: Mapping[Pair, C
     models = {r: ClockModel(rank=r, method="wall") for r in ranks}
     bounds: Bounds = {r: (0.0, 0.0) for r in ranks}
     links = [(pair, c) for pair, c in constraints.items() if pair[0] in infos and pair[1] in infos]
+    links, left_out = _robust(links, infos, drift)
     sides = stack([c for _, c in links]) if links else None
     fits: Dict[Pair, PairFit] = {}
     conflicts: List[Pair] = []
@@ -56,12 +57,39 @@ def solve(infos: Mapping[int, Any], reference: int, constraints: Mapping[Pair, C
             else:
                 conflicts.append((a, b))
         models, bounds = _solve_graph(ranks, reference, fits, models, bounds, (t0, t1))
+    for (a, b), dropped in left_out.items():
+        said = ", ".join(f"{name} by {by / 1e3:.1f} µs" for name, by in dropped[:5])
+        more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
+        for r in (a, b):
+            models[r].note = " ".join(filter(None, (models[r].note, (
+                f"{len(dropped)} exchange{'s' if len(dropped) > 1 else ''} of ranks {a} and {b} contradict{'' if len(dropped) > 1 else 's'} "
+                f"the others and {'are' if len(dropped) > 1 else 'is'} left out ({said}{more}); the link is kept."))))
     for a, b in conflicts:
         for r in (a, b):
             models[r].note = " ".join(filter(None, (models[r].note, (
                 f"the exchanges of ranks {a} and {b} admit no linear clock (a clock stepped, or records "
                 "are mismatched); that link is not used."))))
     return models, fits
+
+
+def _robust(links: List[Tuple[Pair, Constraints]], infos: Mapping[int, Any], drift: Optional[bool]
+            ) -> Tuple[List[Tuple[Pair, Constraints]], Dict[Pair, List[Tuple[str, float]]]]:
+    """(``links`` with the exchanges that contradict the rest of their link left out,
+    {pair: [(exchange, by ns)]}): a link no linear clock satisfies keeps what
+    :func:`~tracemerge.clocks.bands.without_outliers` leaves, so one wrong exchange no
+    longer costs the whole link."""
+    if not links:
+        return links, {}
+    spans = [(infos[a].start_ns, infos[a].stop_ns) for (a, _), _ in links]
+    fits = fit_pairs([c for _, c in links], stack([c for _, c in links]), spans, drift)
+    out, left_out = [], {}
+    for (pair, c), fit, span in zip(links, fits, spans):
+        if not fit.feasible:
+            cleaned, dropped = without_outliers(c, span, drift)
+            if dropped:
+                c, left_out[pair] = cleaned, dropped
+        out.append((pair, c))
+    return out, left_out
 
 
 def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairFit],

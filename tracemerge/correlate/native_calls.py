@@ -5,17 +5,33 @@ callee has no record of it, only its op in its own trace. Its file keeps those o
 block (``tracemerge.served_ops``: the outermost ops of the threads that may serve RPCs,
 with thread, times and, when recorded, input shapes); the caller's record (``native:
 true``) has the call's exact start and its span's end, read off the caller's trace. Here,
-once per job, each such call gets the op that served it, from both sides' data:
+once per job, each such call gets the op that served it, from both sides' data. The
+algorithm, per callee and function:
 
-- the op has the call's function and lies inside the call's window ([send, complete] put
-  on the callee's clock: the same clock when both share one boot, else by the clock
-  reading the callee's admission answer carried, within half that round trip);
-- input shapes, where both sides recorded them (``profile(record_shapes=True)``), must
-  agree;
-- calls that time and shapes cannot tell apart (in flight together) are paired in the
-  order they were sent, which is exact when one caller's calls were served by one
-  thread (the RPC server takes requests in the order they arrive); otherwise the pairing
-  of those calls is said to be ambiguous (a note), with how many calls it concerns.
+1. **Windows on the callee's clock.** A call's ``[send, complete]`` is put on the callee's
+   clock through the best :class:`Window` of its link (caller → callee) at its send: the
+   same clock when both share one boot; a fit of the two clocks (given by the caller of
+   :func:`pair_native`, :mod:`tracemerge.clocks.joint`); else the clock readings the
+   callee's answers carried (``native_callees``: the round trip's midpoint, within half of
+   it), the admission's reading only a prior: where that reading is loose (a cold pipe:
+   tens of ms), the offsets at which the most calls of each piece of the link's calls
+   find an op of theirs tighten it there (:func:`_sweeps`). Every window's bound grows with the drift limit away from where
+   it was read, so drift never pushes a call's op out of its window.
+2. **Candidates, bounded.** An op is a candidate of a call when it has the call's
+   function, lies inside the call's window and its input shapes agree (where both sides
+   recorded them). Ops are sorted by start once; a call's candidates are a bisection, and a
+   call with more than :data:`MAX_CANDIDATES` is not enumerated (it is *wide*: it may
+   take any op of its window), so time and memory grow as ``n log n`` in the calls.
+3. **A matching, and only what it forces.** Calls sharing candidates, transitively, form a
+   component, matched as a bipartite graph (greedy by window end, then augmenting paths:
+   a maximum matching). A call is paired only when its edge is in *every* maximum
+   matching (Dulmage–Mendelsohn): no alternating cycle through it (strongly connected
+   components of the matching's alternating graph) and no alternating path to it from a
+   call or op left free — a wide call counts as a free call next to every op of its
+   window. Calls are never ordered by the send times of different callers (two clocks);
+   within one caller whose calls one thread served, the order sent is the order served
+   (the RPC server takes one pipe's requests in order), which decides what the matching
+   leaves open. What stays open is *ambiguous*: counted and said, never guessed.
 
 Each paired call gives a callee-side record like those a caller fetches from a callee that
 did not record (``remote_rpcs``: ``source: "paired"``, the op's thread and times), so the
@@ -25,14 +41,50 @@ join, the clock model, the reports and the drawn ``#remote`` spans
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tracemerge.groups import components
 
 # The profiler's op times and time.time_ns() agree to ±2 µs; a window this much wider
 # keeps an op that starts right at the caller's send (same clock) inside it.
 SLACK_NS = 20_000
+# A call with more candidate ops than this is not enumerated: it may take any of them, so
+# it decides nothing, and enumerating every op of every call in flight together is
+# quadratic (6,000 calls in flight: ~2 GB, ~20 s).
+MAX_CANDIDATES = 48
+# The drift two clocks may have (the clock fit's prior, tracemerge.clocks.bands): a
+# window's bound grows by this much per ns away from where its offset was read.
+DRIFT_PRIOR_PPM = 500.0
+# The offset sweep (a loose reading's prior tightened by the calls near each other): pieces
+# of a link's calls of at most this span from their first, and this many calls.
+SWEEP_SPAN_NS = 200_000_000
+SWEEP_CALLS = 64
 _HEADER = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
+
+Link = Tuple[int, int]  # (caller rank, callee rank)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The callee's clock minus the caller's at the caller's time ``x``:
+    ``offset_ns + drift_ppm*1e-6*(x - anchor_ns)``, true within ``bound(x)``: ``bound_ns``
+    over ``[low_x, high_x]`` (where it was read or fitted), growing by ``growth_ppm``
+    away from it."""
+
+    offset_ns: float
+    bound_ns: float
+    low_x: int
+    high_x: int
+    drift_ppm: float = 0.0
+    anchor_ns: int = 0
+    growth_ppm: float = DRIFT_PRIOR_PPM
+    source: str = "reading"   # "shared-clock", "reading", "sweep", "fit"
+
+    def at(self, x: float) -> Tuple[float, float]:
+        """(offset, bound) at the caller's time ``x``."""
+        away = max(self.low_x - x, x - self.high_x, 0)
+        return (self.offset_ns + self.drift_ppm * 1e-6 * (x - self.anchor_ns),
+                self.bound_ns + self.growth_ppm * 1e-6 * away)
 
 
 @dataclass
@@ -42,76 +94,119 @@ class Pairing:
     records: Dict[int, List[Dict[str, Any]]] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)
     by_order: int = 0       # calls told apart by the order they were sent (one caller, one thread)
-    ambiguous: int = 0      # calls paired in the order sent where that order may not be the served one
+    ambiguous: int = 0      # calls whose op the data leave open: not paired, said
     unpaired: int = 0       # calls with no op to pair with
+    paired: int = 0         # calls given their op
+    windows: Dict[Link, List[Window]] = field(default_factory=dict)  # the windows each link's calls had
+
+    @property
+    def pairs(self) -> Dict[str, Tuple[Any, int]]:
+        """{rpc_id: (the op's thread, its start)} of every paired call."""
+        return {r["rpc_id"]: (r["tid"], r["op_start_ns"]) for recs in self.records.values() for r in recs}
 
 
 class _Call:
-    __slots__ = ("rec", "low", "high", "cands", "op")
+    __slots__ = ("rec", "low", "high", "cands", "op", "wide")
 
-    def __init__(self, rec: Dict[str, Any], low: int, high: float) -> None:
+    def __init__(self, rec: Dict[str, Any], low: float, high: float) -> None:
         self.rec, self.low, self.high = rec, low, high
         self.cands: List[int] = []
         self.op: Optional[int] = None
+        self.wide = False
 
 
-def pair_native(infos: Sequence[Any]) -> Pairing:
-    """Pair every builtin call sent as itself (a caller record with ``native: true`` and no
-    callee record anywhere) with its op in its callee's ``served_ops``. ``infos``:
-    RankInfo-like (rank, path, boot_id, stop_ns, rpcs, remote_rpcs, served_ops,
-    native_callees)."""
-    out = Pairing()
-    older = [info for info in infos if any(r["role"] == "callee" and r.get("native") for r in info.rpcs)]
-    for info in older:
-        out.notes.append(
-            f"{info.path} was written by an older capture: the callee spans of builtins sent as themselves "
-            "were appended to its events by the capture (they are read as they are, and may make time go "
-            "backwards on a thread); capture again with this version to have them paired by combine")
+def native_links(infos: Sequence[Any]) -> Dict[Link, List[Dict[str, Any]]]:
+    """{(caller, callee): [caller records]} of every builtin sent as itself with no callee
+    record anywhere, to a callee that kept its served ops."""
     own = {r["rpc_id"] for info in infos for r in info.rpcs if r["role"] == "callee"}
     own.update(r["rpc_id"] for info in infos for r in info.remote_rpcs)
-    by_rank = {info.rank: info for info in infos}
-    groups: Dict[Tuple[int, str], List[_Call]] = {}
-    unplaced: Dict[int, int] = {}
+    served = {info.rank for info in infos if info.served_ops}
+    out: Dict[Link, List[Dict[str, Any]]] = {}
     for info in infos:
         for rec in info.rpcs:
-            if rec["role"] != "caller" or not rec.get("native") or rec["rpc_id"] in own or "send_ns" not in rec:
-                continue
-            callee = by_rank.get(rec["callee"])
-            if callee is None or not callee.served_ops:
-                continue
-            clock = _clock(info, callee)
-            if clock is None:
-                unplaced[callee.rank] = unplaced.get(callee.rank, 0) + 1
-                continue
-            offset, slack = clock
-            end = rec.get("complete_ns", rec.get("complete_by_ns"))
-            high = callee.stop_ns + SLACK_NS if end is None else end + offset + slack
-            groups.setdefault((callee.rank, rec.get("func", "")), []).append(
-                _Call(rec, rec["send_ns"] + offset - slack, high))
+            if rec["role"] == "caller" and rec.get("native") and rec["rpc_id"] not in own and "send_ns" in rec \
+                    and rec["callee"] in served:
+                out.setdefault((info.rank, rec["callee"]), []).append(rec)
+    return out
+
+
+def same_boot(caller: Any, callee: Any) -> bool:
+    return bool(caller.boot_id) and caller.boot_id == callee.boot_id
+
+
+def readings(caller: Any, callee: Any, growth_ppm: float = DRIFT_PRIOR_PPM) -> List[Window]:
+    """The windows of the clock readings ``callee``'s answers to ``caller`` carried (the
+    round trip's midpoint, within half of it, read between its ends)."""
+    out = []
+    for sample in caller.native_callees:
+        answer = sample.get("answer")
+        read = answer.get("read_ns") if isinstance(answer, dict) else None
+        if sample["callee"] != callee.rank or not isinstance(read, int) or isinstance(read, bool):
+            continue
+        asked, answered = sample["asked_ns"], sample["answered_ns"]
+        if answered >= asked:
+            out.append(Window(read - (asked + answered) / 2, (answered - asked) / 2 + SLACK_NS, asked, answered,
+                              growth_ppm=growth_ppm))
+    return out
+
+
+def pair_native(infos: Sequence[Any], fitted: Optional[Mapping[Link, Sequence[Window]]] = None,
+                growth_ppm: float = DRIFT_PRIOR_PPM) -> Pairing:
+    """Pair every builtin call sent as itself (a caller record with ``native: true`` and no
+    callee record anywhere) with its op in its callee's ``served_ops`` (see the module's
+    doc). ``infos``: RankInfo-like (rank, path, boot_id, stop_ns, rpcs, remote_rpcs,
+    served_ops, native_callees); ``fitted``: {(caller, callee): [Window]} from a fit of
+    the clocks, used beside the readings (each call takes its tightest window)."""
+    out = Pairing()
+    for info in infos:
+        if any(r["role"] == "callee" and r.get("native") for r in info.rpcs):
+            out.notes.append(
+                f"{info.path} was written by an older capture: the callee spans of builtins sent as themselves "
+                "were appended to its events by the capture (they are read as they are, and may make time go "
+                "backwards on a thread); capture again with this version to have them paired by combine")
+    by_rank = {info.rank: info for info in infos}
+    ops_of: Dict[Tuple[int, str], List[Dict[str, Any]]] = {}
+    for info in infos:
+        for op in sorted(info.served_ops, key=lambda op: op["start_ns"]):
+            ops_of.setdefault((info.rank, op["name"]), []).append(op)
+    groups: Dict[Tuple[int, str], List[_Call]] = {}
+    unplaced: Dict[int, int] = {}
+    for (caller, callee), recs in sorted(native_links(infos).items()):
+        a, b = by_rank[caller], by_rank[callee]
+        windows = link_windows(a, b, recs, ops_of, (fitted or {}).get((caller, callee), ()), growth_ppm)
+        if not windows:
+            unplaced[callee] = unplaced.get(callee, 0) + len(recs)
+            continue
+        out.windows[(caller, callee)] = windows
+        for rec in recs:
+            low, high = call_window(rec, windows, b.stop_ns)
+            groups.setdefault((callee, rec.get("func", "")), []).append(_Call(rec, low, high))
     for rank, n in sorted(unplaced.items()):
         out.notes.append(f"{n} builtin calls sent as themselves to rank {rank} are not paired with its ops: the caller "
                          "and the callee do not share a clock and the caller's file has no clock reading of the callee "
                          "(native_callees)")
     ambiguous: Dict[int, int] = {}
     unpaired: Dict[int, int] = {}
-    for (rank, func), calls in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (rank, func), calls in sorted(groups.items(), key=lambda kv: kv[0]):
         callee = by_rank[rank]
-        ops = sorted((op for op in callee.served_ops if op["name"] == func), key=lambda op: op["start_ns"])
-        _pair(calls, ops, out, ambiguous, rank)
+        ops = ops_of.get((rank, func), [])
+        out.by_order += _pair(calls, ops)
         for call in calls:
-            if call.op is None:
+            if call.op is not None:
+                out.paired += 1
+                rec = _record(call.rec, ops[call.op], callee, same_clock=same_boot(by_rank[call.rec["caller"]], callee))
+                out.records.setdefault(call.rec["caller"], []).append(rec)
+            elif call.cands or call.wide:
+                ambiguous[rank] = ambiguous.get(rank, 0) + 1
+            else:
                 unpaired[rank] = unpaired.get(rank, 0) + 1
-                continue
-            rec = _record(call.rec, ops[call.op], callee, same_clock=_same_boot(by_rank[call.rec["caller"]], callee))
-            out.records.setdefault(call.rec["caller"], []).append(rec)
     for rank, n in sorted(ambiguous.items()):
         out.ambiguous += n
         out.notes.append(
             f"{n} builtin calls sent as themselves to rank {rank} were in flight together with calls of the same "
-            "function that neither time nor input shapes tell apart, served by several threads or for several "
-            "callers: they are paired in the order they were sent, which the callee need not have kept (record "
-            "input shapes on both sides, profile(record_shapes=True), to tell calls of different shapes apart, "
-            "or profile(wrap_builtins=True) to give every call its own side)")
+            "function that neither time nor input shapes tell apart: they are left without a callee side rather "
+            "than given a guessed op (record input shapes on both sides, profile(record_shapes=True), to tell "
+            "calls of different shapes apart, or profile(wrap_builtins=True) to give every call its own side)")
     for rank, n in sorted(unpaired.items()):
         out.unpaired += n
         out.notes.append(f"{n} builtin calls sent as themselves to rank {rank} have no op of theirs in its trace "
@@ -120,49 +215,324 @@ def pair_native(infos: Sequence[Any]) -> Pairing:
     return out
 
 
-def _pair(calls: List[_Call], ops: List[Dict[str, Any]], out: Pairing, ambiguous: Dict[int, int], rank: int) -> None:
-    """Give each of ``calls`` (one callee, one function) an op of ``ops`` (by start), each op once."""
+def link_windows(caller: Any, callee: Any, recs: Sequence[Dict[str, Any]],
+                 ops_of: Mapping[Tuple[int, str], List[Dict[str, Any]]], fitted: Sequence[Window],
+                 growth_ppm: float = DRIFT_PRIOR_PPM) -> List[Window]:
+    """The windows the calls ``recs`` of one link may take: the shared clock; else the
+    fitted ones and the readings, with the sweep's where the readings are loose."""
+    if same_boot(caller, callee):
+        return [Window(0.0, SLACK_NS, -(1 << 62), 1 << 62, growth_ppm=0.0, source="shared-clock")]
+    windows = list(fitted) + readings(caller, callee, growth_ppm)
+    if not windows:
+        return []
+    return windows + _sweeps(recs, windows, ops_of, callee.rank, growth_ppm)
+
+
+def _sweeps(recs: Sequence[Dict[str, Any]], windows: Sequence[Window],
+            ops_of: Mapping[Tuple[int, str], List[Dict[str, Any]]], callee: int,
+            growth_ppm: float) -> List[Window]:
+    """The :func:`_sweep` windows of the link's calls, piece by piece (each of at most
+    :data:`SWEEP_CALLS` calls within :data:`SWEEP_SPAN_NS`), so that drift and a loose
+    reading far from most calls never spoil what the calls near each other tell."""
+    timed = sorted((r for r in recs if isinstance(r.get("complete_ns"), int)), key=lambda r: r["send_ns"])
+    out, start = [], 0
+    while start < len(timed):
+        stop = start
+        while stop < len(timed) and stop - start < SWEEP_CALLS and \
+                timed[stop]["send_ns"] - timed[start]["send_ns"] <= SWEEP_SPAN_NS:
+            stop += 1
+        swept = _sweep(timed[start:stop], windows, ops_of, callee, growth_ppm)
+        if swept is not None:
+            out.append(swept)
+        start = stop
+    return out
+
+
+def call_window(rec: Dict[str, Any], windows: Sequence[Window], stop_ns: int) -> Tuple[float, float]:
+    """[low, high] of the call ``rec`` on the callee's clock, through its tightest window at
+    its send (``stop_ns``: the callee's stop, the end of a call that never completed)."""
+    send = rec["send_ns"]
+    best = min(windows, key=lambda w: w.at(send)[1])
+    offset, bound = best.at(send)
+    end = rec.get("complete_ns", rec.get("complete_by_ns"))
+    if end is None:
+        return send + offset - bound, stop_ns + SLACK_NS
+    end_offset, end_bound = best.at(end)
+    return send + offset - bound, end + end_offset + end_bound
+
+
+def _sweep(use: Sequence[Dict[str, Any]], windows: Sequence[Window],
+           ops_of: Mapping[Tuple[int, str], List[Dict[str, Any]]], callee: int,
+           growth_ppm: float) -> Optional[Window]:
+    """A window from the offsets at which the most of the completed calls ``use`` (by send,
+    one piece of a link's) find an op of theirs inside their call, searched within what the
+    other windows allow: each (call, op) admits the offsets ``[op end - complete, op start -
+    send]``, widened by the drift limit away from the first call; the hull of the offsets
+    that most calls admit is the window. None where it would not be tighter than the
+    windows it searched in, or no call finds an op."""
+    if not use:
+        return None
+    x0 = use[0]["send_ns"]
+    x1 = max(r["complete_ns"] for r in use)
+    prior = min(windows, key=lambda w: w.at(x0)[1])
+    offset, bound = prior.at(x0)
+    if bound <= 4 * SLACK_NS:
+        return None
+    drift_room = growth_ppm * 1e-6 * (x1 - x0)
+    low_limit, high_limit = offset - bound - drift_room, offset + bound + drift_room
+    points: List[Tuple[float, int]] = []
+    for rec in use:
+        ops = ops_of.get((callee, rec.get("func", "")), [])
+        starts = [op["start_ns"] for op in ops]  # sorted by start (ops_of)
+        send, complete = rec["send_ns"], rec["complete_ns"]
+        room = growth_ppm * 1e-6 * (send - x0) + SLACK_NS
+        i, stop = bisect.bisect_left(starts, send + low_limit), bisect.bisect_right(starts, complete + high_limit)
+        spans = []
+        for op in ops[i:min(stop, i + 8 * MAX_CANDIDATES)]:
+            if not _shapes_agree(rec.get("shapes"), op.get("shapes")):
+                continue
+            lo, hi = max(op["end_ns"] - complete - room, low_limit), min(op["start_ns"] - send + room, high_limit)
+            if lo <= hi:
+                spans.append((lo, hi))
+        for lo, hi in _union(spans):
+            points += [(lo, 1), (hi, -1)]
+    if not points:
+        return None
+    points.sort(key=lambda p: (p[0], -p[1]))  # an interval's start before another's end at one offset
+    best, depth = 0, 0
+    regions: List[Tuple[float, float]] = []
+    for i, (at, step) in enumerate(points):
+        depth += step
+        if step > 0 and depth >= best:
+            if depth > best:
+                best, regions = depth, []
+            regions.append((at, points[i + 1][0]))
+    low, high = min(r[0] for r in regions), max(r[1] for r in regions)
+    if high - low >= 2 * bound:
+        return None
+    return Window((low + high) / 2, (high - low) / 2 + SLACK_NS, x0, x1, growth_ppm=growth_ppm, source="sweep")
+
+
+def _union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """The union of ``spans`` as disjoint intervals (a call counted once per offset)."""
+    out: List[List[float]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _pair(calls: List[_Call], ops: List[Dict[str, Any]]) -> int:
+    """Give each of ``calls`` (one callee, one function) the op of ``ops`` (by start) that
+    every maximum matching gives it; the number told apart by the order sent."""
     starts = [op["start_ns"] for op in ops]
+    wide: List[Tuple[int, int]] = []  # op index ranges a wide call may take
     for call in calls:
+        i, stop = bisect.bisect_left(starts, call.low), bisect.bisect_right(starts, call.high)
+        if stop - i > MAX_CANDIDATES:
+            call.wide = True
+            wide.append((i, stop))
+            continue
         shapes = call.rec.get("shapes")
-        i = bisect.bisect_left(starts, call.low)
-        while i < len(ops) and starts[i] <= call.high:
-            op = ops[i]
-            if op["end_ns"] <= call.high and _shapes_agree(shapes, op.get("shapes")):
-                call.cands.append(i)
-            i += 1
-    # calls that share a candidate op, transitively, are decided together
-    for component in _components(calls):
-        if all(len(c.cands) == 1 for c in component) and len({c.cands[0] for c in component}) == len(component):
+        call.cands = [j for j in range(i, stop) if ops[j]["end_ns"] <= call.high
+                      and _shapes_agree(shapes, ops[j].get("shapes"))]
+    contested = _covered(wide, len(ops))
+    told = 0
+    for component in _components([c for c in calls if c.cands]):
+        if all(len(c.cands) == 1 for c in component) and len({c.cands[0] for c in component}) == len(component) \
+                and not any(contested[c.cands[0]] for c in component):
             for c in component:
                 c.op = c.cands[0]
             continue
-        _by_order(component, ops)
-        told = len({c.rec["caller"] for c in component}) == 1 and len(
-            {ops[c.op]["tid"] for c in component if c.op is not None}) <= 1
-        if told:
-            out.by_order += sum(c.op is not None for c in component)
-        else:
-            ambiguous[rank] = ambiguous.get(rank, 0) + sum(c.op is not None for c in component)
+        if _in_order(component, ops, contested):
+            told += len(component)
+            continue
+        _forced(component, contested)
+    return told
 
 
-def _by_order(component: List["_Call"], ops: List[Dict[str, Any]]) -> None:
-    """The k-th call sent takes the k-th op started among their candidates, where it lies in
-    the call's window; a call whose turn falls on an op outside its window takes the
-    earliest free op of its own (the windows decide where order cannot)."""
+def _covered(ranges: Iterable[Tuple[int, int]], n: int) -> List[bool]:
+    """Which of ``n`` ops lie in any of ``ranges`` ([start, stop) of op indices)."""
+    step = [0] * (n + 1)
+    for i, stop in ranges:
+        step[i] += 1
+        step[stop] -= 1
+    out, depth = [], 0
+    for k in range(n):
+        depth += step[k]
+        out.append(depth > 0)
+    return out
+
+
+def _in_order(component: List[_Call], ops: List[Dict[str, Any]], contested: List[bool]) -> bool:
+    """Pair one caller's calls that one thread served in the order they were sent (the k-th
+    call sent takes the k-th op started), where that is the only order the windows allow
+    for exactly as many ops: True when done."""
     pool = sorted({i for c in component for i in c.cands})
-    taken: set = set()
-    ordered = sorted(component, key=lambda c: (c.rec["send_ns"], c.high))
-    for k, c in enumerate(ordered):
-        if k < len(pool) and pool[k] in c.cands and pool[k] not in taken:
-            c.op = pool[k]
-            taken.add(pool[k])
-    for c in sorted(ordered, key=lambda c: (c.high, c.low)):
-        if c.op is None:
-            free = [i for i in c.cands if i not in taken]
-            if free:
-                c.op = free[0]
-                taken.add(free[0])
+    if len({c.rec["caller"] for c in component}) != 1 or len({ops[i]["tid"] for i in pool}) != 1 \
+            or len(pool) != len(component) or any(contested[i] for i in pool):
+        return False
+    ordered = sorted(component, key=lambda c: (c.rec["send_ns"], c.high))  # one caller: one clock
+    if any(op not in c.cands for c, op in zip(ordered, pool)):
+        return False
+    for c, op in zip(ordered, pool):
+        c.op = op
+    return True
+
+
+def _forced(component: List[_Call], contested: List[bool]) -> None:
+    """Set ``op`` of the calls of ``component`` whose edge is in every maximum matching.
+
+    A maximum matching first (greedy by window end, then augmenting paths). In the
+    alternating graph (call → op on an unmatched edge, op → call on a matched one) a
+    matched edge can be swapped for another when an alternating path from a free call
+    reaches its op (the free call takes it), when one from its call reaches a free op
+    (read backwards), or when a cycle runs through it (one strongly connected component);
+    ops a wide call may take are reached from a free call. What is left is forced.
+    """
+    ops = sorted({i for c in component for i in c.cands})
+    at = {op: k for k, op in enumerate(ops)}
+    adj = [[at[i] for i in c.cands] for c in component]        # call -> local ops
+    holders: List[List[int]] = [[] for _ in ops]                # op -> calls that may take it
+    for n, nbrs in enumerate(adj):
+        for o in nbrs:
+            holders[o].append(n)
+    mate_call, mate_op = _matching(component, adj)
+    nc = len(component)
+    # ops reached from a free call (or a wide call) by alternating paths
+    swap = [False] * nc
+    seen_op = [contested[op] for op in ops]
+    queue = [o for o in range(len(ops)) if seen_op[o]]
+    for n in range(nc):
+        if mate_call[n] < 0:
+            for o in adj[n]:
+                if not seen_op[o]:
+                    seen_op[o] = True
+                    queue.append(o)
+    while queue:
+        o = queue.pop()
+        n = mate_op[o]
+        if n < 0 or swap[n]:
+            continue
+        swap[n] = True
+        for o2 in adj[n]:
+            if not seen_op[o2]:
+                seen_op[o2] = True
+                queue.append(o2)
+    # calls reaching a free op (backwards: free op <- call, call's op <- calls that may take it)
+    seen_call = [False] * nc
+    stack = [n for o in range(len(ops)) if mate_op[o] < 0 for n in holders[o]]
+    while stack:
+        n = stack.pop()
+        if seen_call[n]:
+            continue
+        seen_call[n] = True
+        swap[n] = True
+        o = mate_call[n]
+        if o >= 0:
+            stack.extend(m for m in holders[o] if not seen_call[m])
+    cycle = _on_cycles(adj, mate_call, mate_op)
+    for n, c in enumerate(component):
+        if mate_call[n] >= 0 and not swap[n] and not cycle[n]:
+            c.op = ops[mate_call[n]]
+
+
+def _matching(component: List[_Call], adj: List[List[int]]) -> Tuple[List[int], List[int]]:
+    """(op of each call, call of each op; -1: free): a maximum matching, greedy by window
+    end (earliest first, each taking its earliest free op), then augmenting paths."""
+    nc, no = len(adj), 1 + max((o for nbrs in adj for o in nbrs), default=-1)
+    mate_call, mate_op = [-1] * nc, [-1] * no
+    for n in sorted(range(nc), key=lambda n: (component[n].high, component[n].low)):
+        for o in adj[n]:
+            if mate_op[o] < 0:
+                mate_call[n], mate_op[o] = o, n
+                break
+    for root in range(nc):
+        if mate_call[root] >= 0:
+            continue
+        # iterative depth-first search for an augmenting path from the free call
+        parent_op: Dict[int, int] = {}      # op -> call it was reached from
+        stack, visited = [root], {root}
+        found = -1
+        while stack and found < 0:
+            n = stack.pop()
+            for o in adj[n]:
+                if o in parent_op:
+                    continue
+                parent_op[o] = n
+                m = mate_op[o]
+                if m < 0:
+                    found = o
+                    break
+                if m not in visited:
+                    visited.add(m)
+                    stack.append(m)
+        while found >= 0:  # flip the path
+            n = parent_op[found]
+            previous = mate_call[n]
+            mate_call[n], mate_op[found] = found, n
+            found = previous if n != root else -1
+    return mate_call, mate_op
+
+
+def _on_cycles(adj: List[List[int]], mate_call: List[int], mate_op: List[int]) -> List[bool]:
+    """Per call: its matched edge lies on an alternating cycle (its call and op are in one
+    strongly connected component of call → unmatched op, op → its matched call;
+    Tarjan's algorithm, iterative)."""
+    nc = len(adj)
+    # nodes: calls 0..nc-1, ops nc..; an op's only edge goes to its matched call
+    def succ(v: int) -> List[int]:
+        if v < nc:
+            return [nc + o for o in adj[v] if o != mate_call[v]]
+        m = mate_op[v - nc]
+        return [m] if m >= 0 else []
+
+    total = nc + len(mate_op)
+    index = [-1] * total
+    low = [0] * total
+    comp = [-1] * total
+    on_stack = [False] * total
+    order: List[int] = []
+    counter = 0
+    ncomp = 0
+    for start in range(total):
+        if index[start] >= 0:
+            continue
+        work = [(start, iter(succ(start)))]
+        index[start] = low[start] = counter
+        counter += 1
+        order.append(start)
+        on_stack[start] = True
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    order.append(w)
+                    on_stack[w] = True
+                    work.append((w, iter(succ(w))))
+                    advanced = True
+                    break
+                if on_stack[w]:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                while True:
+                    w = order.pop()
+                    on_stack[w] = False
+                    comp[w] = ncomp
+                    if w == v:
+                        break
+                ncomp += 1
+    return [mate_call[n] >= 0 and comp[n] == comp[nc + mate_call[n]] for n in range(nc)]
 
 
 def _components(calls: List[_Call]) -> List[List[_Call]]:
@@ -180,28 +550,6 @@ def _shapes_agree(sent: Any, served: Any) -> bool:
     return served[:len(sent)] == sent
 
 
-def _same_boot(caller: Any, callee: Any) -> bool:
-    return bool(caller.boot_id) and caller.boot_id == callee.boot_id
-
-
-def _clock(caller: Any, callee: Any) -> Optional[Tuple[int, int]]:
-    """(callee's clock minus the caller's, slack) in ns: 0 on one machine's clock, else the
-    reading the callee's admission answer carried (the round trip's midpoint, within half
-    of it; the shortest round trip when it answered several times); None without one."""
-    if _same_boot(caller, callee):
-        return 0, SLACK_NS
-    best: Optional[Tuple[int, int]] = None
-    for sample in caller.native_callees:
-        answer = sample.get("answer")
-        read = answer.get("read_ns") if isinstance(answer, dict) else None
-        if sample["callee"] != callee.rank or not isinstance(read, int):
-            continue
-        rtt = sample["answered_ns"] - sample["asked_ns"]
-        if rtt >= 0 and (best is None or rtt < best[1]):
-            best = (read - (sample["asked_ns"] + sample["answered_ns"]) // 2, rtt)
-    return None if best is None else (best[0], SLACK_NS + best[1] // 2)
-
-
 def _record(call: Dict[str, Any], op: Dict[str, Any], callee: Any, same_clock: bool) -> Dict[str, Any]:
     """The callee-side record of ``call`` served by ``op`` (times on the callee's clock)."""
     start, end = op["start_ns"], op["end_ns"]
@@ -213,6 +561,7 @@ def _record(call: Dict[str, Any], op: Dict[str, Any], callee: Any, same_clock: b
     rec = {k: call[k] for k in _HEADER if k in call}
     # the op ran, so it ended; an error is known to the caller (a remote()'s never is)
     rec.update(role="callee", native=True, source="paired", tid=op["tid"], start_ns=start, end_ns=end,
-               status="error" if call.get("status") == "error" else "ok",
+               op_start_ns=op["start_ns"], status="error" if call.get("status") == "error" else "ok",
                hostname=callee.hostname, boot_id=callee.boot_id)
     return rec
+

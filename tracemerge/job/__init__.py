@@ -27,10 +27,10 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from tracemerge import native
 from tracemerge.clocks.causality import review
 from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.joint import pair_jointly
 from tracemerge.clocks.methods import align as align_clocks
 from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.correlate.native_calls import pair_native
 from tracemerge.engine import Engine, Held, LocalEngine, available_memory, gc_paused
 from tracemerge.errors import TraceError, TracemergeError, reading
 from tracemerge.inputs.admit import admit
@@ -151,9 +151,10 @@ class Job:
             infos = join_dumps(join_cycles(infos))  # a Flight Recorder dump beside its rank's files: one process
         assign_ranks(infos, rank_from, strict)
         infos.sort(key=rank_of)
-        # builtins sent as themselves get their callee side from the callee's ops, once:
-        # like the sides a caller fetched, for every stage after this one
-        pairing = pair_native(infos)
+        # builtins sent as themselves get their callee side from the callee's ops, once
+        # (paired on the callee's clock, jointly with the clocks across machines): like the
+        # sides a caller fetched, for every stage after this one
+        pairing = pair_jointly(infos)
         for info in infos:
             if info.rank in pairing.records:
                 info.remote_rpcs = info.remote_rpcs + pairing.records[info.rank]

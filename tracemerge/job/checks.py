@@ -64,20 +64,23 @@ def rpc_peers(infos: Sequence[RankInfo], links: Correlation) -> List[str]:
     has = match.calls.has
     caller_only = has[0] & ~has[1]  # as RpcMatch.caller_only counts them: a send, no start
     absent = int((caller_only & ~np.isin(match.calls.callee, [rank_of(i) for i in infos])).sum())
+    # builtins sent as themselves that the pairing left without a side: its own note says why
+    native = np.fromiter((bool(rec.get("native")) for rec in match.calls.first), bool, len(match.calls))
+    said = int((caller_only & native & np.isin(match.calls.callee, [rank_of(i) for i in infos if i.served_ops])).sum())
     if absent:
         warnings.append(f"{absent} of {sides['calls']} RPCs have only the caller's side because their callee "
                         "ranks have no input file: give every rank's file")
     # a Flight Recorder dump's group status says nothing of how its rank ended
     ended = sorted(i.rank for i in infos if i.rank is not None and set(i.ending) - {"flight_recorder"})
-    if sides["caller_only"] - absent and ended:
+    if sides["caller_only"] - absent - said and ended:
         # a failed job: no older capture to blame, the callees ended before they answered
         warnings.append(
-            f"{sides['caller_only'] - absent} of {sides['calls']} RPCs have only the caller's side: the job failed "
+            f"{sides['caller_only'] - absent - said} of {sides['calls']} RPCs have only the caller's side: the job failed "
             f"({_ranks(ended)} ended early: died, or ended by a signal), and calls in flight then, or to a rank that "
             "had died, have no callee side (the report's post-mortem lists them)")
-    elif sides["caller_only"] - absent:
+    elif sides["caller_only"] - absent - said:
         warnings.append(
-            f"{sides['caller_only'] - absent} of {sides['calls']} RPCs have only the caller's side: their callees "
+            f"{sides['caller_only'] - absent - said} of {sides['calls']} RPCs have only the caller's side: their callees "
             "recorded none and the callers' files carry no callee sides for them (captured by an older "
             "tracemerge, or a callee did not answer when the caller wrote its file: see the file's "
             "tracemerge.remote_sides); capture again with this version, or keep the callees inside profile")

@@ -16,7 +16,7 @@ from tracemerge.analysis.postmortem import PostMortem, postmortem
 from tracemerge.analysis.postmortem import sections as postmortem_tables
 from tracemerge.analysis.postmortem import summary as postmortem_summary
 from tracemerge.analysis.summary import Analysis, analyse
-from tracemerge.analysis.timeline import RankTimeline, rank_timeline
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline, served_spans
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import Correlation, correlate
 from tracemerge.engine import LocalEngine, map_where_held
@@ -153,8 +153,9 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     runner = job.engine or LocalEngine(1)
     sources = [job.source(rank) for rank in job.ranks]
     names = [{r.get("name", "") for r in info.rpcs} if analysis else None for info in job.infos]
+    paired = served_spans(job.infos) if analysis else {}  # paired builtins' ops: their callee spans
     args = (sources, job.ranks, [clocks[r] for r in job.ranks], [i.path for i in job.infos], names,
-            [remote_ops] * len(sources), [tuple(comm_kernels)] * len(sources))
+            [remote_ops] * len(sources), [tuple(comm_kernels)] * len(sources), [paired.get(r, {}) for r in job.ranks])
     # each rank's products by the worker that holds (or reads) it, once; traces kept in this
     # process are not sent to workers
     made = map_where_held(runner, rank_products, *args)
@@ -203,7 +204,8 @@ class RankProducts:
 
 
 def rank_products(source: Union[RankTrace, str], rank: int, clock: ClockModel, path: str,
-                  rpc_names: Optional[Set[str]], remote_ops: bool, comm_kernels: Sequence[str] = ()) -> RankProducts:
+                  rpc_names: Optional[Set[str]], remote_ops: bool, comm_kernels: Sequence[str] = (),
+                  served: Optional[Mapping[Tuple[Any, int], str]] = None) -> RankProducts:
     """One rank's :class:`RankProducts` from one read of its events (``source``: the trace,
     or its file); ``rpc_names``: also its timeline, for the analyses; ``comm_kernels``: regexes
     of further communication kernels for the GPU section."""
@@ -217,7 +219,7 @@ def rank_products(source: Union[RankTrace, str], rank: int, clock: ClockModel, p
             rows=key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree, links),
             open_at_stop=int(unfinished(trace).sum()),
             gpu=gpu_rank(trace, rank, comm_kernels=comm_kernels, links=links),
-            timeline=None if rpc_names is None else rank_timeline(trace, rank, clock, rpc_names),
+            timeline=None if rpc_names is None else rank_timeline(trace, rank, clock, rpc_names, served),
             server_threads=server_threads(trace),
             spans=_top_spans(tree, clock.to_reference))
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import numpy as np
 
 from tracemerge import native
-from tracemerge.analysis.timeline import RankTimeline, rank_timeline
+from tracemerge.analysis.timeline import RankTimeline, rank_timeline, served_spans
 from tracemerge.engine import Held, LocalEngine, gc_paused
 from tracemerge.errors import reading
 from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
@@ -80,6 +80,7 @@ class PartTask:
     path: Optional[str]                        # the Parquet file to write, None: hand the table back
     report: bool                               # the key-average rows and server threads (own parts)
     timeline_names: Optional[Tuple[str, ...]]  # the rank's RPC names when its timeline is wanted
+    served: Optional[Dict[Tuple[Any, int], str]] = None  # paired builtins' ops, their callee spans (served_spans)
     remote_ops: bool = False
     gpu: bool = False                          # the rank's GPU time (~0.2 s of a 60 MB rank: asked for)
     comm_kernels: Tuple[str, ...] = ()         # regexes of further communication kernels (--comm-kernel)
@@ -103,7 +104,7 @@ def rank_part(source: Source, task: PartTask) -> RankPart:
             part.gpu = gpu_rank(trace, task.rank, comm_kernels=task.comm_kernels, links=links) if task.gpu else None
             _trim()  # the op tree's and the decoded args' pages, before the batches need more
         if task.timeline_names is not None:
-            part.timeline = rank_timeline(trace, task.rank, task.place.clock, task.timeline_names)
+            part.timeline = rank_timeline(trace, task.rank, task.place.clock, task.timeline_names, task.served)
         batches, part.rpc_spans = rank_batches(trace, task.place)
         del trace  # the batches hold what they need of it
         _trim()  # the trace's pages (the core's scan: ~45 MB of a 60 MB rank), before any batch is made
@@ -203,13 +204,14 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
 
     sources: List[Source] = []
     tasks: List[PartTask] = []
+    paired = served_spans(job.infos) if critical_path else {}
     for info in kept:
         rank = rank_of(info)
         own = job.sources(rank)
         sources.append(own[0] if len(own) == 1 else tuple(own))
         names = tuple(sorted({r.get("name", "") for r in info.rpcs})) if critical_path else None
         tasks.append(task(rank=rank, part=0, place=places[rank], path=where(rank, 0), report=True,
-                          timeline_names=names))
+                          timeline_names=names, served=paired.get(rank)))
     # the callee spans the merge draws from callers' records: rows of the callee's rank
     sides = drawn_sides(job.infos, {rank_of(i) for i in kept})
     for trace, place in remote_spans(job.infos, sides, alignment.clocks, places).jobs:
