@@ -67,6 +67,9 @@ JOB = textwrap.dedent(f"""
 """)
 
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
+
 def _run(tmp_path, mode):
     script = tmp_path / "job.py"
     script.write_text(JOB)

@@ -39,6 +39,9 @@ CALM = 3   # of the job's REPEATS (4) pairs per place, those compared
 
 # --- constructed: an async_execution span whose nested call's callback ran on a pool thread --
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
+
 def async_with_callback(tmp_path):
     j = Ranks(3)
     outer = j.rpc(0, 1, "outer", 0, 50, 1000, 1050, callee_tid=7)

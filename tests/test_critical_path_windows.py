@@ -22,6 +22,8 @@ from tests.tracefiles import cli, free_port, load_output, run_job
 from tracemerge.analysis.critical_path import COMPUTE, critical_path, totals
 from tracemerge.analysis.whatif import whatif
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
 
 def spans(windows):
     """[(window, start µs, end µs)]."""

@@ -45,6 +45,9 @@ JOB = textwrap.dedent("""
 """)
 
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
+
 @pytest.fixture(scope="module")
 def cycle_files(tmp_path_factory):
     where = tmp_path_factory.mktemp("cycles")

@@ -32,6 +32,9 @@ LAUNCHERS = ("spawn", "torchrun")
 CASES = [f"{launcher}-{pattern}" for launcher in LAUNCHERS for pattern in PATTERNS]
 
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
+
 def _command(case: str, out: Path) -> list:
     launcher, pattern = case.split("-")
     job = [str(ROOT / "tests" / "early_death_job.py"), launcher, pattern, str(out / "traces"), str(out / "plant")]

@@ -39,6 +39,8 @@ MS = 1_000_000
 sys.path.insert(0, str(ROOT / "tests"))
 from fr_job import HANG_S  # noqa: E402
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
 
 def _run(mode: str, out: Path) -> Path:
     out.mkdir(parents=True)

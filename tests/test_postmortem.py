@@ -38,6 +38,9 @@ JOB_TIMEOUT_S = 300
 S = 1_000_000_000
 
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
+
 def _command(launcher: str, mode: str, out: Path) -> list:
     if launcher == "spawn":
         job = [sys.executable, JOB, "spawn", mode, str(out)]

@@ -83,6 +83,9 @@ JOB = textwrap.dedent("""
 """)
 
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
+
 def _run(tmp_path, mode, port=None):
     script = tmp_path / "job.py"
     script.write_text(JOB)

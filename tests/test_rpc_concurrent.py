@@ -33,6 +33,9 @@ JOB_TIMEOUT_S = 120
 
 # ---------------------------------------------------------------- served functions
 
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
+
+
 def slow_udf(k):
     x = torch.randn(64, 64)
     for _ in range(20 + k):

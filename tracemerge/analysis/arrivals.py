@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, JobTimeline
+from tracemerge.arrays import median as median_of  # np.median imports numpy.ma
 
 LATE_SHARE = 0.5          # arrived last in at least this share of the collectives it was in
 MIN_WAIT_SHARE = 0.05     # the waits it caused per step: at least this share of the median step
@@ -76,17 +77,17 @@ def late_ranks(job: JobTimeline) -> List[LateRank]:
             by_step = excess.setdefault(who, {}).setdefault(step, {})
             by_step[name] = by_step.get(name, 0.0) + ns
     durations = [e - s for tl in job.ranks.values() for _, s, e, _ in tl.steps]
-    typical = float(np.median(durations)) if durations else 0.0
+    typical = float(median_of(durations)) if durations else 0.0
     out = []
     for rank, per_step in caused.items():
         totals = {step: int(sum(v)) for step, v in per_step.items()}
-        median = float(np.median(list(totals.values())))
+        median = float(median_of(list(totals.values())))
         work: Dict[str, List[float]] = {}
         for by_name in excess.get(rank, {}).values():
             for name, ns in by_name.items():
                 work.setdefault(name, []).append(ns)
         n = len(totals)
-        late_work = {name: float(np.median(v + [0.0] * (n - len(v)))) for name, v in work.items()}
+        late_work = {name: float(median_of(v + [0.0] * (n - len(v)))) for name, v in work.items()}
         late_work = dict(sorted(((k, v) for k, v in late_work.items() if v > 0), key=lambda kv: -kv[1])[:TOP_WORK])
         straggler = (last[rank] >= LATE_SHARE * counted[rank] and median >= MIN_WAIT_NS
                      and median >= MIN_WAIT_SHARE * typical)
@@ -111,7 +112,7 @@ def _lead_up_excess(job: JobTimeline, k: int, who: int, members: List[int]) -> D
     theirs = [_lead_up(job, k, r) for r in members if r != who]
     out = {}
     for name, ns in own.items():
-        rest = float(np.median([t.get(name, 0) for t in theirs])) if theirs else 0.0
+        rest = float(median_of([t.get(name, 0) for t in theirs])) if theirs else 0.0
         if ns > rest:
             out[name] = ns - rest
     return out

@@ -27,6 +27,8 @@ from typing import Any, Dict, Mapping
 
 import numpy as np
 
+from tracemerge.arrays import distinct
+from tracemerge.arrays import median as median_of  # np.median imports numpy.ma
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.nccl_kernel import align_from_ends, auto_with_kernels, kernel_ends, kernel_linked
 from tracemerge.inputs.event_collectives import SOURCE
@@ -54,8 +56,8 @@ def last_message_ns(collectives: Any) -> int:
     rows = collectives.member_row[keep]
     shortest = np.full(int(rows.max()) + 1, np.iinfo(np.int64).max)
     np.minimum.at(shortest, rows, stay)
-    found = shortest[np.unique(rows)]
-    return max(int(np.median(found)), 0)
+    found = shortest[distinct(rows)]
+    return max(int(median_of(found)), 0)
 
 
 def align_cpu_collective(infos: Mapping[int, Any], reference: int, links: Any = None) -> Dict[int, ClockModel]:

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Set, Tuple
 
 import numpy as np
 
+from tracemerge.arrays import median as median_of  # np.median imports numpy.ma
 from tracemerge.clocks.bands import synchronising
 from tracemerge.clocks.clock import ClockModel
 
@@ -109,13 +110,13 @@ def fit_pair(pair: Tuple[int, int], samples: List[Tuple[int, int, Any]]) -> Kern
     """The :class:`KernelPair` of ``samples`` [(a's end, b's end - a's end, collective key)]."""
     x = np.array([s[0] for s in samples], np.int64)
     d = np.array([s[1] for s in samples], np.float64)
-    median = float(np.median(d))
-    mad = float(np.median(np.abs(d - median))) * 1.4826
+    median = float(median_of(d))
+    mad = float(median_of(np.abs(d - median))) * 1.4826
     off = np.abs(d - median) > max(OUTLIER_MADS * mad, OUTLIER_FLOOR_NS)
     outliers = [(samples[i][2], int(d[i] - median)) for i in np.flatnonzero(off).tolist()]
     x, d = x[~off], d[~off]
-    anchor = int(np.median(x))
-    offset, drift = float(np.median(d)), 0.0
+    anchor = int(median_of(x))
+    offset, drift = float(median_of(d)), 0.0
     spread = float(d.max() - d.min())
     if len(d) >= DRIFT_MIN_SAMPLES:
         t = (x - anchor).astype(np.float64)
@@ -127,7 +128,7 @@ def fit_pair(pair: Tuple[int, int], samples: List[Tuple[int, int, Any]]) -> Kern
             # many times that, so noise never passes for one
             error = math.sqrt(float((rest ** 2).sum()) / max(len(d) - 2, 1) / spread_t)
             if abs(slope) > DRIFT_SIGMAS * error:
-                level = float(np.median(d - slope * t))
+                level = float(median_of(d - slope * t))
                 rest = d - (level + slope * t)
                 offset, drift, spread = level, float(slope) * 1e6, float(rest.max() - rest.min())
     return KernelPair(pair[0], pair[1], offset, drift, anchor, spread + RESOLUTION_NS, int(len(d)), outliers)
