@@ -249,7 +249,7 @@ def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock],
               ends: Optional[Mapping[int, RankEnd]] = None) -> List[Unjoined]:
     """Collectives that some rank of the group entered and did not leave while another
     rank of the group never entered them; or that a rank of the group never entered because
-    it had ended (``ends``) before the first rank entered them, however the others left
+    it had ended (``ends``) before the first member left them, however the others left
     (a gloo collective fails once its peer is gone: it ends, with an error)."""
     ends = ends or {}
     groups: Dict[tuple, Dict[int, dict]] = {}
@@ -262,8 +262,11 @@ def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock],
         first = next(iter(members.values()))
         ranks = first.get("group_ranks") or []
         missing = sorted(set(ranks) - set(members))
-        entered = min(to_ref[r](c["start_ns"]) for r, c in members.items())
-        if missing and all(r in ends and ends[r].at_ns <= entered for r in missing):
+        # a missing rank that had ended before the members left it (they entered before or
+        # after it went: a rank raising late in its step is still the one they waited for)
+        left = min((to_ref[r](c["end_ns"]) for r, c in members.items() if isinstance(c.get("end_ns"), int)),
+                   default=min(to_ref[r](c["start_ns"]) for r, c in members.items()))
+        if missing and all(r in ends and ends[r].at_ns <= left for r in missing):
             stuck = dict(members)   # every member waited in it for a rank that was gone
         if not stuck or not missing:
             continue

@@ -329,15 +329,20 @@ def _pair(calls: List[_Call], ops: List[Dict[str, Any]]) -> int:
     every maximum matching gives it; the number told apart by the order sent."""
     starts = [op["start_ns"] for op in ops]
     wide: List[Tuple[int, int]] = []  # op index ranges a wide call may take
+    shaped = _by_shapes(calls, ops)
     for call in calls:
         i, stop = bisect.bisect_left(starts, call.low), bisect.bisect_right(starts, call.high)
-        if stop - i > MAX_CANDIDATES:
+        shapes = call.rec.get("shapes")
+        # the ops its shapes agree with, by start (ops of unknown shapes among them): fifty
+        # calls in flight together, each of its own size, are told apart by them
+        agree = shaped.get(repr(shapes)) if isinstance(shapes, list) else None
+        found = range(i, stop) if agree is None else agree[1][bisect.bisect_left(agree[0], call.low):
+                                                               bisect.bisect_right(agree[0], call.high)]
+        if len(found) > MAX_CANDIDATES:
             call.wide = True
             wide.append((i, stop))
             continue
-        shapes = call.rec.get("shapes")
-        call.cands = [j for j in range(i, stop) if ops[j]["end_ns"] <= call.high
-                      and _shapes_agree(shapes, ops[j].get("shapes"))]
+        call.cands = [j for j in found if ops[j]["end_ns"] <= call.high]
     contested = _covered(wide, len(ops))
     told = 0
     for component in _components([c for c in calls if c.cands]):
@@ -540,6 +545,33 @@ def _components(calls: List[_Call]) -> List[List[_Call]]:
     holder: Dict[int, int] = {}
     links = [(n, holder.setdefault(op, n)) for n, call in enumerate(calls) for op in call.cands]
     return [[calls[n] for n in group] for group in components(range(len(calls)), links)]
+
+
+def _by_shapes(calls: List[_Call], ops: List[Dict[str, Any]]) -> Dict[str, Tuple[List[int], List[int]]]:
+    """{the shapes a call sent (repr): (starts, indices) of the ops they agree with, by start}:
+    one pass over the ops for each number of shapes the calls send (ops of unknown shapes
+    agree with every call), so a call's candidates are found by bisection in its own."""
+    if not any(isinstance(op.get("shapes"), list) for op in ops):
+        return {}  # the callee recorded no shapes: they tell nothing apart
+    sent: Dict[int, Dict[str, Any]] = {}
+    for call in calls:
+        shapes = call.rec.get("shapes")
+        if isinstance(shapes, list):
+            sent.setdefault(len(shapes), {})[repr(shapes)] = shapes
+    out: Dict[str, Tuple[List[int], List[int]]] = {}
+    for k, kinds in sent.items():
+        held: Dict[str, List[int]] = {key: [] for key in kinds}
+        for j, op in enumerate(ops):
+            served = op.get("shapes")
+            if not isinstance(served, list):
+                for found in held.values():
+                    found.append(j)
+            else:
+                bucket = held.get(repr(served[:k]))
+                if bucket is not None:
+                    bucket.append(j)
+        out.update({key: ([ops[j]["start_ns"] for j in found], found) for key, found in held.items()})
+    return out
 
 
 def _shapes_agree(sent: Any, served: Any) -> bool:
