@@ -25,9 +25,6 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 
-pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
-
-
 def worker(rank, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     t1, t2 = torch.ones(2), torch.ones(2)
@@ -37,6 +34,9 @@ def worker(rank, port):
 if __name__ == "__main__":
     mp.spawn(worker, args=(int(sys.argv[1]),), nprocs=2)
 """
+
+
+pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass leaves it out (setup.cfg)
 
 
 def _blocks():
