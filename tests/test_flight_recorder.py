@@ -18,14 +18,13 @@ import json
 import os
 import pickle
 import re
-import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tracefiles import end_like_timeout
 
 from tracemerge import AlignRequest, Job
 from tracemerge.report.build import job_report
@@ -51,18 +50,9 @@ def _run(mode: str, out: Path) -> Path:
     with open(out / "job.log", "wb") as log:
         proc = subprocess.Popen(["timeout", "-s", "TERM", str(JOB_TIMEOUT_S), sys.executable, JOB, mode, str(out)],
                                 cwd=ROOT, env=env, stdout=log, stderr=log)
-        try:
-            deadline = time.monotonic() + JOB_TIMEOUT_S
-            while not all(p.exists() for p in dumps) and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if mode == "hang" and proc.poll() is None:
-                time.sleep(0.3)  # the last dump's planted time written
-                os.kill(proc.pid, signal.SIGTERM)  # `timeout` firing: TERM to the launcher and every worker
-            proc.wait(timeout=JOB_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        # a hung job: ended once the last dump's planted time is written
+        end_like_timeout(proc, lambda: all(p.exists() for p in dumps), JOB_TIMEOUT_S,
+                         0.3 if mode == "hang" else None)
     return out
 
 

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tracefiles import end_like_timeout
 
 from tracemerge import AlignRequest, Job, combine
 from tracemerge.capture.journal import PERIOD_S
@@ -56,19 +57,9 @@ def _run(launcher: str, mode: str, out: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     with open(out / "job.log", "wb") as log:
         proc = subprocess.Popen(_command(launcher, mode, out), cwd=ROOT, env=env, stdout=log, stderr=log)
-        try:
-            planted = out / "planted.json"
-            deadline = time.monotonic() + JOB_TIMEOUT_S
-            while not planted.exists() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if mode == "hang" and planted.exists():
-                time.sleep(2 * PERIOD_S + 0.5)  # hung a while, its journal flushed since
-                os.kill(proc.pid, signal.SIGTERM)  # `timeout` firing: TERM to the launcher and every worker
-            proc.wait(timeout=JOB_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        # a hung job: ended after hanging a while, its journal flushed since
+        end_like_timeout(proc, (out / "planted.json").exists, JOB_TIMEOUT_S,
+                         2 * PERIOD_S + 0.5 if mode == "hang" else None)
     run = {"out": out, "mode": mode, "launcher": launcher,
            "planted": json.loads((out / "planted.json").read_text()) if (out / "planted.json").exists() else None}
     if run["planted"] is not None:

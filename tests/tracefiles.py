@@ -108,6 +108,27 @@ def _ephemeral_range():
         return 32768, 60999
 
 
+def end_like_timeout(proc, ready, timeout_s, hang_s=None):
+    """Wait for ``proc``, a job under ``timeout -s TERM``, until ``ready()`` holds or it ends
+    (at most ``timeout_s``); with ``hang_s``, a job still running then is left ``hang_s`` more
+    and sent SIGTERM, as `timeout` firing would; then waited for, and killed if it outlives
+    ``timeout_s`` (nothing a test starts runs on after it)."""
+    import time
+
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if hang_s is not None and proc.poll() is None:
+            time.sleep(hang_s)
+            os.kill(proc.pid, signal.SIGTERM)  # `timeout` firing: TERM to the launcher and every worker
+        proc.wait(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def run_job(args, timeout, cwd=None):
     """Run a multi-process job (``python`` with ``args``) in a session of its own and return
     its log; on timeout the whole session is killed, torch's spawned workers with it (a
