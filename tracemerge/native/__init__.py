@@ -14,12 +14,11 @@ reason returned for the caller to count. Either way the output is the same bytes
 
 from __future__ import annotations  # the X | None annotations, on Python 3.9 too
 
-import importlib
 import mmap
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol, cast
 
 import msgspec
 import numpy as np
@@ -34,19 +33,19 @@ from tracemerge.errors import TraceError
 from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
 from tracemerge.model import ARG_ID_KEYS, DICTS_CHUNK, FLOW_ID_KEYS, Args, Extra, Indices, RankTrace
 
-_core: Any
-_proto: Any
-try:  # compiled extensions: imported by name, as type checkers cannot read them
-    _core = importlib.import_module("tracemerge.native._core")
+# the compiled extensions, imported by name so that type checkers read their stubs
+# (_core.pyi, _proto.pyi); None where one is not built, which every use checks for
+try:
+    from tracemerge.native import _core
 except ImportError as e:  # not built (no compiler at install time), or built for another Python
-    _core = None
+    _core = None  # type: ignore[assignment]  # python/mypy#1106: a module name cannot be Optional
     _IMPORT_ERROR: str | None = str(e)
 else:
     _IMPORT_ERROR = None
 try:  # the .pftrace packet writer's loops (_proto.c); built apart from _core, optional on its own
-    _proto = importlib.import_module("tracemerge.native._proto")
+    from tracemerge.native import _proto
 except ImportError:
-    _proto = None
+    _proto = None  # type: ignore[assignment]  # python/mypy#1106: a module name cannot be Optional
 
 READS = "chrome"  # the input format (tracemerge.inputs.READERS) whose files the core reads
 
@@ -67,7 +66,7 @@ class NativeTrace(RankTrace):
     splices; ``index`` maps this trace's events to the scan's (None: one to one; a
     selection keeps a subset)."""
 
-    scan: Any = None
+    scan: _core.Scan | None = None
     index: np.ndarray | None = None
 
 
@@ -77,7 +76,7 @@ class NativeArgs(Args):
 
     __slots__ = ("_items", "_scan", "_spans", "_view", "_with")
 
-    def __init__(self, scan: Any, data: bytes | mmap.mmap) -> None:
+    def __init__(self, scan: _core.Scan, data: bytes | mmap.mmap) -> None:
         self._scan, self._view = scan, memoryview(data)
         self._spans = np.frombuffer(scan.args_spans(), np.int64).reshape(-1, 2)
         self._items: list | None = None
@@ -222,13 +221,30 @@ def walk(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, bool]:
     return np.frombuffer(parents, np.int64), proper
 
 
-def proto() -> Any:
+class PacketWriter(Protocol):
+    """What the Perfetto encoder calls of the compiled writer: the module ``_proto``, whose
+    stub (_proto.pyi) mypy checks against this."""
+
+    def nest(self, start: np.ndarray, end: np.ndarray) -> bytes: ...
+
+    def slice_order(self, start: np.ndarray, end: np.ndarray) -> tuple[bytes, bytes, bytes]: ...
+
+    def chains(self, fid: np.ndarray, role: np.ndarray, v1: np.ndarray, begin_ns: np.ndarray, end_ns: np.ndarray,
+               has_end: np.ndarray) -> tuple[bytes, bytes]: ...
+
+    def packets(self, ts: np.ndarray, kind: np.ndarray, uuid: np.ndarray, name: np.ndarray, cat: np.ndarray,
+                args_slot: np.ndarray, tail_slot: np.ndarray, flow_lo: np.ndarray, flow_hi: np.ndarray,
+                flow_id: np.ndarray, flow_slot: np.ndarray, args: list[bytes], tails: list[bytes],
+                flags: bytes) -> bytes: ...
+
+
+def proto() -> PacketWriter | None:
     """The compiled .pftrace packet writer (``_proto``: lanes, slice order, packet framing) where
     the compiled core is active and it is built, else None (the Python encoder's own loops)."""
     return _proto if _proto is not None and active() == "native" else None
 
 
-def scan(data: bytes | mmap.mmap) -> Any:
+def scan(data: bytes | mmap.mmap) -> _core.Scan | str:
     """The core's scan of a document, or a str saying why the core does not take it."""
     if _core is None:
         return "the compiled core is not built"
@@ -244,8 +260,8 @@ def read(path: str, data: bytes | mmap.mmap) -> str | NativeTrace:
     if isinstance(s, str):
         return s
     view = memoryview(data)
-    top = s.top
-    del top["traceEvents"]
+    top = cast("dict[str, tuple[int, int]]", s.top)  # (start, end) of each key but traceEvents' None,
+    del top["traceEvents"]                            # which goes here
     try:
         block = msgspec.json.decode(view[slice(*top.pop("tracemerge"))]) if "tracemerge" in top else None
         meta = {k: msgspec.json.decode(view[a:b]) for k, (a, b) in top.items()}
@@ -289,7 +305,7 @@ def read(path: str, data: bytes | mmap.mmap) -> str | NativeTrace:
     return trace
 
 
-def _flow_ids(s: Any, key: str, n: int) -> list | None:
+def _flow_ids(s: _core.Scan, key: str, n: int) -> list | None:
     """The column of flow id ``key`` (UNSET where absent), None when no event has it."""
     if key == "id2":
         return None  # the core does not take id2
@@ -301,7 +317,7 @@ def _flow_ids(s: Any, key: str, n: int) -> list | None:
     return column.tolist()
 
 
-def _extra_columns(s: Any, n: int) -> dict[str, list]:
+def _extra_columns(s: _core.Scan, n: int) -> dict[str, list]:
     """Every EXTRA_KEYS column the file uses, as inputs.chrome._extra makes them."""
     out: dict[str, list] = {}
     for key in EXTRA_KEYS:
@@ -337,6 +353,7 @@ def json_body(trace: NativeTrace, place: _Placed, start: np.ndarray, dur: np.nda
     ``overrides`` ({trace index: args bytes}) and ``tids`` ({trace index: tid bytes}, the
     spans moved to lanes); None when a value is out of the core's reach."""
     scan = trace.scan
+    assert scan is not None, "json_body of a trace the core did not read"
     index = trace.index if trace.index is not None else np.arange(len(trace), dtype=np.int64)
     over = {int(index[i]): v for i, v in overrides.items()}
     moved = {int(index[i]): v for i, v in (tids or {}).items()}

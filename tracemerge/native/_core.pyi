@@ -4,6 +4,11 @@ document, the splice writer, the .pftrace debug annotations."""
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from _typeshed import ReadableBuffer
+from numpy import ndarray
+
+# a buffer of int64 (numpy's arrays among them: numpy declares their buffer protocol to
+# type checkers only from Python 3.12 on, as __buffer__)
+_Int64Buffer = Union[ReadableBuffer, ndarray]
 
 # flags of an event, set per event in the scan's flags column (Scan.columns)
 F_TS: int
@@ -34,13 +39,13 @@ class Scan:
     @property
     def keys(self) -> List[str]: ...             # the event keys any event uses
     def columns(self) -> Tuple[bytes, bytes, bytes, bytes]: ...   # (ph, codes, times, flags)
-    def flow_ids(self, which: int) -> Tuple[bytes, List[Any]]: ...  # (indices, ints) of id (0) or bind_id (1)
-    def extra_tokens(self, key: bytes) -> Tuple[bytes, List[bytes]]: ...  # (indices, raw bytes) of an extra key
+    def flow_ids(self, which: int) -> Tuple[List[int], List[int]]: ...  # (indices, ids) of id (0) or bind_id (1)
+    def extra_tokens(self, key: str) -> Tuple[List[int], List[bytes]]: ...  # (indices, raw bytes) of an extra key
     def args_spans(self) -> bytes: ...           # int64 (offset, length) pairs
     def args_with(self, token: bytes) -> List[int]: ...  # indices of the args that contain a token
-    def args_array(self, idx: ReadableBuffer) -> bytes: ...  # the JSON array of the args of int64 indices
-    def arg_ids(self, idx: ReadableBuffer, key: int) -> bytes: ...  # int64 values of ARG_ID_KEYS[key]; -1, -2
-    def write(self, idx: ReadableBuffer, ts_ns: ReadableBuffer, dur_ns: ReadableBuffer, pid_base: int, rank: int,
+    def args_array(self, idx: _Int64Buffer) -> bytes: ...  # the JSON array of the args of int64 indices
+    def arg_ids(self, idx: _Int64Buffer, key: int) -> bytes: ...  # int64 values of ARG_ID_KEYS[key]; -1, -2
+    def write(self, idx: _Int64Buffer, ts_ns: _Int64Buffer, dur_ns: _Int64Buffer, pid_base: int, rank: int,
               overrides: Dict[int, bytes], tids: Dict[int, bytes] = ...) -> Optional[bytes]: ...
 
 
@@ -53,6 +58,6 @@ def annotations(items: List[Any], start: int, rank: int, iids: Dict[str, bytes],
     """(debug annotations of each of ``items[start:]``, the index of the first one it declined)."""
 
 
-def walk(start: ReadableBuffer, end: ReadableBuffer) -> Tuple[bytes, bool]:
+def walk(start: _Int64Buffer, end: _Int64Buffer) -> Tuple[bytes, bool]:
     """(parents as int64 bytes, proper) of one thread's slices sorted by (start, -end): torch's
     stack walk, and whether they form a proper tree (``nesting.walk``)."""
