@@ -564,7 +564,7 @@ class _ColumnBodies:
     Only instants and counters are made one by one here.
     """
 
-    def __init__(self, trace: RankTrace, rank: int, flows: FlowRows, proto: Any) -> None:
+    def __init__(self, trace: RankTrace, rank: int, flows: FlowRows, proto: native.PacketWriter) -> None:
         self.args, self.rank, self.proto = trace.args, rank, proto
         self.name_code, self.cat_code = _int64(trace.name), _int64(trace.cat)
         key = flows.event * 4 + flows.slot
