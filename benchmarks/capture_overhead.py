@@ -388,14 +388,16 @@ def _steps():
     rpc.init_rpc("worker0", rank=0, world_size=1)
     x = torch.ones(16)
     rows = []
+    # this release's process state (recorder.Process), or the previous release's module globals
+    state = getattr(recorder, "process", recorder)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True)):
         rec = recorder.Recorder(traced=True)  # as under capture with its profiler
         try:  # asked: builtins to worker0 go natively once it answers
-            recorder.peers.route(0)
+            state.peers.route(0)
         except TypeError:  # the previous release's Peers (run side by side with this one)
-            recorder.peers.route(0, [])
-        recorder.peers.answer(0, "bench")
+            state.peers.route(0, [])
+        state.peers.answer(0, "bench")
 
         def stub(to, func, args, kwargs, timeout):
             return None
@@ -409,7 +411,7 @@ def _steps():
         # through the wrapper capture puts inside rpc_sync (traced: what a call runs)
         traced = crpc._traced_api("rpc_sync", stub)
         traced_async = crpc._traced_api("rpc_async", stub_async)
-        recorder.activate(rec)
+        state.activate(rec)
         try:
             rows.append(("caller: builtin sent natively (the traced rpc_sync, all of it)",
                          _timed(lambda: traced("worker0", torch.add, (x, 1)))))
@@ -419,15 +421,15 @@ def _steps():
                          "(the traced rpc_async, all of it)",
                          _timed(async_call, 5_000) - _timed(lambda: torch.futures.Future().set_result(None))))
         finally:
-            recorder.deactivate()
+            state.deactivate()
         header = ("0:1", "rpc_sync", "py_add", "rpc_sync#py_add(worker0 -> worker1)", 0, 1, "worker0", "worker1")
         plain = _timed(lambda: py_add(x, 1))
-        recorder.activate(rec)
+        state.activate(rec)
         try:
             rows.append(("callee: _serve around the function, capturing",
                          _timed(lambda: crpc._serve(header, py_add, (x, 1), {})) - plain))
         finally:
-            recorder.deactivate()
+            state.deactivate()
         rows.append(("callee: _serve around the function, not capturing (side note only)",
                      _timed(lambda: crpc._serve(header, py_add, (x, 1), {})) - plain))
         ser = _internal_rpc_pickler.serialize

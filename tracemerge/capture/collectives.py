@@ -8,7 +8,9 @@ number the group assigned to it, which agree on every rank of the group.
 import functools
 import inspect
 import time
+from typing import Any, Callable, ContextManager, List, Optional, Tuple, Union
 
+import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
@@ -32,7 +34,7 @@ _INPUTS = {
 }
 
 
-def instrumented():
+def instrumented() -> ContextManager[None]:
     """A context manager under which the collectives of ``_INPUTS`` are recorded."""
     return swapped({
         getattr(dist, op): functools.partial(_traced, op, inspect.signature(getattr(dist, op)))
@@ -40,21 +42,23 @@ def instrumented():
     })
 
 
-def _traced(op, signature, original):
-    def traced(*args, **kwargs):
-        rec = recorder.current
+def _traced(op: str, signature: inspect.Signature, original: Callable[..., Any]) -> Callable[..., Any]:
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        rec = recorder.process.current
         if rec is None or not dist.is_initialized():
             return original(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         group = bound.arguments.get("group")
-        pg = c10d._get_default_group() if group is None else group
+        # Any: torch's stubs lack the C++ binding ProcessGroup._get_sequence_number_for_group
+        pg: Any = c10d._get_default_group() if group is None else group
         if c10d._rank_not_in_group(pg):
             return original(*args, **kwargs)
+        payload = _INPUTS[op]
         record = {
             "op": op,
             "group": c10d._get_process_group_name(pg),
             "group_ranks": dist.get_process_group_ranks(pg),
-            "bytes": _nbytes(bound.arguments.get(_INPUTS[op])),
+            "bytes": 0 if payload is None else _nbytes(bound.arguments.get(payload)),
             # the number it will be given (the group counts one up per collective): the
             # record is kept before issuing, so a rank that never gets out of it (a peer
             # never came) still has it in its journal (capture/journal.py)
@@ -80,11 +84,11 @@ def _traced(op, signature, original):
     return traced
 
 
-def _on_done(record, _fut):
+def _on_done(record: dict, _fut: object) -> None:
     record["end_ns"] = time.time_ns()
 
 
-def _nbytes(tensors):
+def _nbytes(tensors: Optional[Union[torch.Tensor, List[Any], Tuple[Any, ...]]]) -> int:
     if tensors is None:
         return 0
     if isinstance(tensors, (list, tuple)):

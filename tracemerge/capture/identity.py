@@ -4,6 +4,7 @@ import contextlib
 import functools
 import os
 import uuid
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch.distributed as dist
 from torch.distributed import rpc
@@ -11,12 +12,12 @@ from torch.distributed import rpc
 from tracemerge.capture.patching import swapped
 
 
-def in_job():
+def in_job() -> bool:
     """Whether RPC or torch.distributed is initialised in this process (who it is can be told)."""
     return (rpc.is_available() and rpc.api._is_current_rpc_agent_set()) or dist.is_initialized()
 
 
-def identify(rank=None, worker_name=None):
+def identify(rank: Optional[int] = None, worker_name: Optional[str] = None) -> Tuple[int, str, int]:
     """(rank, worker_name, world_size), from RPC when initialised, else torch.distributed.
 
     Explicit ``rank``/``worker_name`` win; a worker outside any job is rank 0 of 1.
@@ -35,7 +36,7 @@ def identify(rank=None, worker_name=None):
     return rank, worker_name, world_size
 
 
-def job_id():
+def job_id() -> str:
     """``$TRACEMERGE_JOB_ID``, else the rendezvous address every rank was given plus a token
     agreed with rank 0 (two runs on one MASTER_ADDR:MASTER_PORT get different ids), else "".
     """
@@ -55,12 +56,12 @@ _TOKEN = uuid.uuid4().hex[:16]
 _ASK_TIMEOUT_S = 10.0
 
 
-def _process_token():
+def _process_token() -> str:
     """Runs on rank 0 (by RPC): its process's token."""
     return _TOKEN
 
 
-def _agreed_token():
+def _agreed_token() -> str:
     """Rank 0's token, by RPC when it is up, else by torch.distributed's store; "" when
     neither is initialised or rank 0 does not answer in time (never blocks longer)."""
     try:
@@ -71,7 +72,8 @@ def _agreed_token():
             if not first:
                 return ""
             # the function inside rpc_sync's wrapper: untraced even while a capture swaps it
-            return rpc.rpc_sync.__wrapped__(first[0], _process_token, timeout=_ASK_TIMEOUT_S)
+            # (__wrapped__ is set by torch's own decorator, unknown to its stubs)
+            return getattr(rpc.rpc_sync, "__wrapped__")(first[0], _process_token, timeout=_ASK_TIMEOUT_S)
         if dist.is_initialized():
             store = dist.distributed_c10d._get_default_store()
             # the first rank to ask sets it; every other rank reads what it set (no wait)
@@ -81,7 +83,7 @@ def _agreed_token():
     return ""
 
 
-def boot_id():
+def boot_id() -> str:
     """This machine's boot id (Linux): processes with the same one read one wall clock; "" elsewhere."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -91,15 +93,15 @@ def boot_id():
 
 
 @contextlib.contextmanager
-def on_init(callback):
+def on_init(callback: Callable[[], Any]) -> Iterator[None]:
     """Within the block, ``callback()`` runs as soon as ``rpc.init_rpc`` or
     ``torch.distributed.init_process_group`` returns: who this worker is can be told from
     then on. ``init_process_group`` is swapped inside its wrapper (every holder of it sees
     the swap); ``init_rpc`` has none, so the module's name for it is rebound."""
 
-    def after(original):
+    def after(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
             try:
                 callback()
@@ -111,11 +113,11 @@ def on_init(callback):
 
     has_rpc = rpc.is_available() and hasattr(rpc, "init_rpc")
     original = rpc.init_rpc if has_rpc else None
-    if has_rpc:
+    if original is not None:
         rpc.init_rpc = after(original)
     try:
         with swapped({dist.init_process_group: after}):
             yield
     finally:
-        if has_rpc:
+        if original is not None:
             rpc.init_rpc = original

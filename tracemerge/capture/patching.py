@@ -9,26 +9,34 @@ holder at once, and keeps ``rpc_api is rpc_async`` identity checks true.
 """
 
 import contextlib
+from types import CellType, FunctionType
+from typing import Any, Callable, Iterator, List, Mapping, Tuple, cast
+
+# A function as torch defines it (any signature: the wrapper passes its call through), and
+# what makes the replacement of one from the original it wraps.
+Function = Callable[..., Any]
+Make = Callable[[Function], Function]
 
 
-def _cell(wrapper):
-    code = wrapper.__code__
-    if code.co_freevars != ("func",):
+def _cell(wrapper: Function) -> CellType:
+    function = cast(FunctionType, wrapper)  # torch's stubs type them as callables: each is a plain function
+    code, closure = function.__code__, function.__closure__
+    if code.co_freevars != ("func",) or closure is None:
         raise RuntimeError(
-            f"tracemerge cannot instrument {wrapper.__qualname__}: unexpected closure "
+            f"tracemerge cannot instrument {function.__qualname__}: unexpected closure "
             f"{code.co_freevars} (unsupported torch version?)"
         )
-    return wrapper.__closure__[0]
+    return closure[0]
 
 
 @contextlib.contextmanager
-def swapped(replacements):
+def swapped(replacements: Mapping[Function, Make]) -> Iterator[None]:
     """Within the block, each wrapper in ``replacements`` calls ``make(original)``.
 
     ``replacements`` maps a wrapper to ``make``; every swap is undone on exit, even if a
     later swap failed.
     """
-    done = []
+    done: List[Tuple[CellType, Function]] = []
     try:
         for wrapper, make in replacements.items():
             cell = _cell(wrapper)

@@ -510,22 +510,30 @@ class Peers:
                 del self._token[callee]
 
 
-_lock = threading.Lock()
-current: Optional[Recorder] = None  # the active Recorder, or None
-# Process-wide for the same reason as ``current``: RPC server threads serve any caller.
-served = ServedSides()
-# Process-wide for the same reason: a callee's capture asks this process what it sent there.
-peers = Peers()
+class Process:
+    """This process's capture state, in one object (:data:`process`, the only one): the
+    active Recorder, and what outlives a capture, the sides served and the callees' answers.
+    Process-wide for the reason the module docstring gives: RPC server threads serve any
+    caller and know nothing of a ``profile`` block."""
+
+    __slots__ = ("_lock", "current", "served", "peers")  # read on every call's path: plain slots
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.current: Optional[Recorder] = None  # the active Recorder, or None
+        # kept whether or not capturing: the callee sides of the calls served, for their callers
+        self.served = ServedSides()
+        # which callees admit builtins natively: a callee's capture asks what was sent there
+        self.peers = Peers()
+
+    def activate(self, recorder: Recorder) -> None:
+        with self._lock:
+            if self.current is not None:
+                raise RuntimeError("a tracemerge capture is already active in this process")
+            self.current = recorder
+
+    def deactivate(self) -> None:
+        self.current = None
 
 
-def activate(recorder: Recorder) -> None:
-    global current
-    with _lock:
-        if current is not None:
-            raise RuntimeError("a tracemerge capture is already active in this process")
-        current = recorder
-
-
-def deactivate() -> None:
-    global current
-    current = None
+process = Process()

@@ -8,7 +8,7 @@ The result, exception and timeout of the RPC are those of ``func``: ``_serve`` r
 its value unchanged, so ``rpc.remote`` RRefs hold the real value.
 
 Whether or not the callee is capturing, ``_serve`` notes the callee's side of the call
-(start, end, thread, status) in the process's ``recorder.served`` buffer; the caller's
+(start, end, thread, status) in the process's ``recorder.process.served`` buffer; the caller's
 ``profile`` fetches its calls' sides from each callee when it writes its file
 (:func:`collect_remote_sides`), so a callee that never records still gets its side drawn
 and used for alignment. Sides travel apart from the result, which stays ``func``'s own.
@@ -26,7 +26,7 @@ import functools
 import socket
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import torch
 from torch.distributed import rpc
@@ -77,7 +77,7 @@ _UNKNOWN = object()
 _PROXY = object()
 
 
-def instrumented() -> Any:
+def instrumented() -> ContextManager[None]:
     """A context manager under which rpc_sync, rpc_async and remote are traced."""
     return swapped({
         rpc.rpc_sync: functools.partial(_traced_api, "rpc_sync"),
@@ -93,7 +93,7 @@ def _fetching_shutdown(original: Callable) -> Callable:
     callee still answers (a graceful shutdown waits for all workers), since the file is
     written after it."""
     def shutdown(*args: Any, **kwargs: Any) -> Any:
-        rec = recorder.current
+        rec = recorder.process.current
         if rec is not None:
             if rec.on_rpc_end is not None:
                 rec.on_rpc_end()
@@ -110,7 +110,7 @@ def _fetching_shutdown(original: Callable) -> Callable:
 def _traced_api(kind: str, original: Callable) -> Callable:
     def traced(to: Any, func: Callable, args: Optional[tuple] = None, kwargs: Optional[dict] = None,
                timeout: float = UNSET_RPC_TIMEOUT) -> Any:
-        rec = recorder.current
+        rec = recorder.process.current
         if rec is None:
             return original(to, func, args, kwargs, timeout)
         try:  # a function called again to the same callee: how, worked out at its first call
@@ -207,10 +207,10 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
         # Builtins stay on the callee's C++ path when the callee records its server
         # threads (recorder.Peers): combine pairs each with its op there. Else they go
         # wrapped, like Python functions.
-        way = recorder.peers.route(tail[4])
+        way = recorder.process.peers.route(tail[4])
         if way is None:
             _ask_admission(rec, tail[3], dst)
-            way = recorder.peers.route(tail[4])
+            way = recorder.process.peers.route(tail[4])
         native = bool(way) or rec.builtins_always_native
         if way:
             _maybe_sample(rec, dst)
@@ -223,7 +223,7 @@ def _issue(rec: recorder.Recorder, kind: str, original: Callable, route: tuple, 
     call[recorder.C_LAZY] = handle is not None and kind != "rpc_sync"
     call[recorder.C_SEND] = _time_ns()
     rec.add_call(call)
-    if native and not rec.builtins_always_native and not recorder.peers.admits(tail[4]):
+    if native and not rec.builtins_always_native and not recorder.process.peers.admits(tail[4]):
         # The callee stopped admitting since the route was read. Its ``_revoke`` waits
         # for the native calls it finds added, so a call added before the revoke is
         # waited for, and one whose check comes after it goes wrapped: none reaches the
@@ -325,20 +325,20 @@ def _serve_async(header: tuple, func: Callable, args: tuple, kwargs: dict) -> An
 
 
 def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_async: bool) -> Any:
-    """Run ``func`` with the callee's side of the call noted for its caller (recorder.served)
+    """Run ``func`` with the callee's side of the call noted for its caller (recorder.process.served)
     and, when this process's profiler runs, its ``#remote`` span (its record is made from the
     side when taken): they end when ``func`` returns, or, for async functions, when the
     returned future completes."""
-    rec = recorder.current
+    rec = recorder.process.current
     if rec is None:
         handle = None
-        side = recorder.served.begin(header[_RPC_ID])
+        side = recorder.process.served.begin(header[_RPC_ID])
     else:
         # the span only with this process's profiler, as on the caller's side: under
         # trace=False nothing records it, and making its handle cost ~25 us of each served
         # call on a server thread just woken (its code and data cold in the caches)
         handle = _span_enter(header[_NAME] + "#remote") if rec.traced else None
-        side = recorder.served.begin(header[_RPC_ID])
+        side = recorder.process.served.begin(header[_RPC_ID])
         rec.add_served(header, side)
     try:
         result = func(*args, **kwargs)
@@ -363,12 +363,12 @@ def _served_side(header: tuple, func: Callable, args: tuple, kwargs: dict, is_as
     if in_span:
         with _no_torch_function():
             _end_span_on(handle, result)
-    recorder.served.later(side, result, in_span)
+    recorder.process.served.later(side, result, in_span)
     return result
 
 
 def _served_end(side: dict, handle: Any, ok: bool, is_async: bool = False) -> None:
-    recorder.served.end(side, ok, is_async)
+    recorder.process.served.end(side, ok, is_async)
     if handle is not None:
         _span_exit(handle)  # after the noted end, which the span then covers
 
@@ -403,7 +403,7 @@ def _take_sides(rpc_ids: list) -> dict:
     """Runs on the callee: its sides of ``rpc_ids``, removed from its buffer."""
     me = rpc.get_worker_info()
     return {"clock_rank": me.id, "rank": me.id, "worker_name": me.name, "hostname": socket.gethostname(),
-            "boot_id": boot_id(), "calls": recorder.served.take(rpc_ids)}
+            "boot_id": boot_id(), "calls": recorder.process.served.take(rpc_ids)}
 
 
 # ---------------------------------------------------------------- builtins sent natively
@@ -423,7 +423,7 @@ def _ask_admission(rec: recorder.Recorder, me: int, dst: Any) -> None:
     if token is not None:
         rec.add("native_callees", {"callee": dst.id, "asked_ns": asked, "answered_ns": answered,
                                    "answer": {"clock_rank": dst.id, "boot_id": their_boot, "read_ns": read_ns}})
-    recorder.peers.answer(dst.id, token)
+    recorder.process.peers.answer(dst.id, token)
 
 
 def _maybe_sample(rec: recorder.Recorder, dst: Any) -> None:
@@ -496,7 +496,7 @@ def _clock_reading() -> tuple:
 def _admit(caller: int) -> tuple:
     """Runs on the callee: (its capture's token if builtins may come natively, else None;
     its clock; its boot id)."""
-    rec = recorder.current
+    rec = recorder.process.current
     token = None if rec is None else rec.admit(caller)
     return token, time.time_ns(), boot_id()
 
@@ -509,9 +509,9 @@ def _revoke(callee: int, token: str) -> Any:
     still in flight would be served after its profiler stopped (no op in its file), or
     cut there (an op that seems to end at the stop). Asynchronous, so that no RPC server
     thread of this process waits: their answers may need one."""
-    recorder.peers.revoke(callee, token)
+    recorder.process.peers.revoke(callee, token)
     answered: Any = torch.futures.Future()
-    rec = recorder.current
+    rec = recorder.process.current
     pending = [] if rec is None else rec.native_in_flight(callee)
     if not pending:
         answered.set_result(None)

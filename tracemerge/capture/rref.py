@@ -39,7 +39,7 @@ def instrumented() -> Iterator[None]:
 
 def _named(original: Callable) -> Callable:
     def to_here(self: Any, timeout: float = UNSET_RPC_TIMEOUT) -> Any:
-        rec = recorder.current
+        rec = recorder.process.current
         # an owner's to_here() is its local value: torch opens no span
         if rec is not None and api._is_current_rpc_agent_set() and not self.is_owner():
             rpc_id, func = rec.rrefs.get(self, (None, ""))

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, List, Literal, Optional
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
@@ -65,7 +65,7 @@ class profile:
         kwargs.setdefault("experimental_config",
                           torch._C._profiler._ExperimentalConfig(profile_all_threads=True))
         schedule = kwargs.pop("schedule", None)
-        self._cycle = None
+        self._cycle: Optional[int] = None  # the next cycle's number, under a schedule
         if schedule is not None:
             self._cycle = 0
             kwargs["schedule"] = self._watch(schedule)
@@ -83,8 +83,8 @@ class profile:
                                            builtins_always_native=not self._trace and not self._wrap_builtins,
                                            shapes=bool(self._record_shapes))
         with contextlib.ExitStack() as stack:
-            recorder.activate(self._recorder)
-            stack.callback(recorder.deactivate)
+            recorder.process.activate(self._recorder)
+            stack.callback(recorder.process.deactivate)
             stack.enter_context(rpc.instrumented())
             stack.enter_context(rref.instrumented())
             stack.enter_context(collectives.instrumented())
@@ -107,7 +107,7 @@ class profile:
                 self.profiler.__enter__()
             self._window_start_ns = time.time_ns()
             # callees that refused native builtins before may record now
-            recorder.peers.forget_refusals()
+            recorder.process.peers.forget_refusals()
             self._recorder.serves_natively = self._trace and self._serves_natively
             self._signals = stack.enter_context(signals.OnSignal(self._on_signal))
             self._undo = stack.pop_all()
@@ -164,7 +164,7 @@ class profile:
             self._journal.rename(self.out_dir / journal.name_of(self.rank, os.getpid()))
             self._journal.flush()
 
-    def _identify(self):
+    def _identify(self) -> None:
         """Who this worker is (rank, name, world size, job id): told when the block starts
         if RPC or torch.distributed is up, else as soon as it is — ``rpc.init_rpc`` inside
         the block (every worker then records before any call, since init_rpc waits for all),
@@ -190,11 +190,11 @@ class profile:
         if self.profiler is not None:
             self.profiler.step()
 
-    def _watch(self, schedule):
+    def _watch(self, schedule: Callable[[int], ProfilerAction]) -> Callable[[int], ProfilerAction]:
         """Wrap ``schedule`` to note when each recording cycle begins."""
         last = ProfilerAction.NONE
 
-        def watched(step):
+        def watched(step: int) -> ProfilerAction:
             nonlocal last
             action = schedule(step)
             if action in _RECORDING and last in (ProfilerAction.NONE, ProfilerAction.WARMUP,
@@ -205,7 +205,8 @@ class profile:
 
         return watched
 
-    def _cycle_ready(self, prof):
+    def _cycle_ready(self, prof: torch.profiler.profile) -> None:
+        assert self._cycle is not None  # on_trace_ready is given with a schedule only, which counts cycles
         self._write(f"rank{{rank}}.cycle{self._cycle}.json.gz", time.time_ns(), prof, ask=not self._by_signal)
         self._cycle += 1
 
@@ -266,7 +267,7 @@ def ended_elsewhere(prof: torch.profiler.profile, names: set) -> dict:
             for e in results.events() if (name := e.name()) in names}
 
 
-def _default_activities():
+def _default_activities() -> List[ProfilerActivity]:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
