@@ -7,7 +7,7 @@ Checks never change data; they say what looks wrong so a merged timeline is not 
 blindly.
 """
 
-from typing import List
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -30,11 +30,11 @@ def _from_cupti(cat: str) -> bool:
     return cat in DEVICE_CATS or cat.endswith("_runtime") or cat.endswith("_driver") or cat == "runtime"
 
 
-def _seconds(ns):
+def _seconds(ns: float) -> str:
     return f"{ns / 1e9:.3f} s"
 
 
-def _window(trace, span_name):
+def _window(trace: RankTrace, span_name: str) -> Optional[Tuple[int, int]]:
     """(start, stop) ns of the profiling window the file declares, or None."""
     block = trace.tracemerge or {}
     start, stop = block.get("profile_start_ns"), block.get("profile_stop_ns")
@@ -130,13 +130,13 @@ JOB_KEYS = ("job_id", "world_size", "backend")
 DIST_FIELDS = {"rank": "a rank", "world_size": "a rank count", "backend": "a string"}
 
 
-def _dist_ok(name, value):
+def _dist_ok(name: str, value: Any) -> bool:
     if name == "backend":
         return isinstance(value, str)
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
 
 
-def distributed_info(meta):
+def distributed_info(meta: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     """(Kineto's ``distributedInfo`` with only the fields of the right type, warnings about
     the others). The profiler writes it, not tracemerge: a field of another type (a list,
     an object, a negative count) is left out and said, as if the file were silent on it;
@@ -144,7 +144,8 @@ def distributed_info(meta):
     dist = meta.get("distributedInfo")
     if not isinstance(dist, dict):
         return {}, []
-    kept, said = {}, []
+    kept: Dict[str, Any] = {}
+    said: List[str] = []
     for name, what in DIST_FIELDS.items():
         value = dist.get(name)
         if value is None:
@@ -156,12 +157,12 @@ def distributed_info(meta):
     return kept, said
 
 
-def _short(value):
+def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def job_facts(block, meta):
+def job_facts(block: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, Any]:
     """What a file says about its job (its rank-file block and top-level keys):
     {job_id, world_size, backend}, None where silent."""
     dist, _ = distributed_info(meta)

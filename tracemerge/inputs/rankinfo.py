@@ -9,7 +9,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict, cast
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from tracemerge.inputs import event_collectives
 from tracemerge.inputs.kineto_collectives import communication
 from tracemerge.inputs.rankchecks import clock_jumps, distributed_info, job_facts
 from tracemerge.inputs.rpc_spans import spans as rpc_spans_of
+from tracemerge.model import RankTrace
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|trainer|proc|process|gpu|device)[-_.]?(\d+)", re.IGNORECASE)
 _CYCLE_IN_NAME = re.compile(r"\.cycle(\d+)(?=\.|$)")
@@ -78,6 +79,38 @@ class RankInfo:
         return self.parts or [self]
 
 
+class Identity(TypedDict):
+    """The fields of a RankInfo that a file's block and top-level keys give (:func:`_identity`)."""
+
+    path: str
+    rank: Optional[int]
+    rank_source: str
+    worker_name: str
+    hostname: str
+    job_id: Optional[str]
+    rpcs: List[Dict[str, Any]]
+    job: Dict[str, Any]
+    boot_id: str
+    remote_rpcs: List[Dict[str, Any]]
+    cycle: Optional[int]
+    served_ops: List[Dict[str, Any]]
+    native_callees: List[Dict[str, Any]]
+
+
+class EventFacts(TypedDict):
+    """The fields of a RankInfo that only the events tell (EVENT_FACTS: :func:`event_facts`)."""
+
+    first_ns: int
+    last_ns: int
+    events: int
+    threads: int
+    pids: List[Any]
+    warnings: List[str]
+    timed: bool
+    truncated: bool
+    rpc_spans: List[Dict[str, Any]]
+
+
 # rank_source of a single input that names no rank
 ASSUMED_RANK = "no rank given; the only input"
 
@@ -109,7 +142,7 @@ def _rank_candidates(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> 
     return None, "unknown"
 
 
-def _profiler_start(trace, first_ns):
+def _profiler_start(trace: RankTrace, first_ns: int) -> Tuple[int, str]:
     block = trace.tracemerge or {}
     if isinstance(block.get("profile_start_ns"), int):
         return block["profile_start_ns"], "profile_start_ns"
@@ -122,7 +155,7 @@ def _profiler_start(trace, first_ns):
     return first_ns, "first event"
 
 
-def _profiler_stop(trace, last_ns):
+def _profiler_stop(trace: RankTrace, last_ns: int) -> int:
     """Where profiling stopped: the block's profile_stop_ns, else the end of the profiler's
     span, else the last event's end. With the start, the span the clock model is fitted
     for: a rank file's block alone gives both, so alignment needs no events."""
@@ -254,7 +287,7 @@ ORDERED_TIMES: Dict[str, Tuple[Tuple[str, str], ...]] = {
 }
 
 
-def _records_ok(found, key):
+def _records_ok(found: List[Any], key: str) -> bool:
     """Whether every record is well formed, by one C-level pass per field (thousands of
     records per rank: a loop per record costs ~0.1 s a rank)."""
     if not set(map(type, found)) <= {dict}:
@@ -270,7 +303,8 @@ def _records_ok(found, key):
         if not set(map(type, map(dict.get, found, repeat(name)))) <= {kind, type(None)}:
             return False
     for name in RANK_FIELDS[key]:
-        if found and not 0 <= min(map(dict.get, found, repeat(name))) <= max(map(dict.get, found, repeat(name))) < RANK_LIMIT:
+        ranks = cast("List[int]", list(map(dict.get, found, repeat(name))))  # ints: RECORD_FIELDS checked them
+        if found and not 0 <= min(ranks) <= max(ranks) < RANK_LIMIT:
             return False
     names = set().union(*map(dict.keys, found))
     for name in names:
@@ -293,7 +327,7 @@ def _records_ok(found, key):
     return True
 
 
-def _name_bad_record(path, found, key, where):
+def _name_bad_record(path: str, found: List[Any], key: str, where: str) -> None:
     for i, rec in enumerate(found):
         check_record(path, f"{where}[{i}]", rec, key)
     raise AssertionError(f"{path}: {where}: refused by the fast check, passed by the one that names")
@@ -369,7 +403,7 @@ def _is_ending(value: Any) -> bool:
             and isinstance(value["closed"], bool) and isinstance(value["cut"], bool))
 
 
-def describe(trace):
+def describe(trace: RankTrace) -> RankInfo:
     """The :class:`RankInfo` of one read trace."""
     check_block(trace.path, trace.tracemerge or {})  # before anything reads its fields (the window, below)
     facts = event_facts(trace)
@@ -387,7 +421,7 @@ def describe(trace):
     return info
 
 
-def collectives_of(trace, captured: Optional[List[Dict[str, Any]]],
+def collectives_of(trace: RankTrace, captured: Optional[List[Dict[str, Any]]],
                    said: List[str]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """(collective records, point-to-point records) of a rank: the capture's records
     (``captured``, None without a block) joined with the collectives its gloo events show
@@ -403,7 +437,7 @@ def collectives_of(trace, captured: Optional[List[Dict[str, Any]]],
     return (found or list(event_collectives.collectives(trace))), p2p
 
 
-def describe_head(path, head):
+def describe_head(path: str, head: Dict[str, Any]) -> Optional[RankInfo]:
     """The :class:`RankInfo` of a rank file from its head alone (:func:`tracemerge.inputs.head.read_head`),
     or None when the head lacks what the clock model needs (profiling window, records) and
     the events must be read. The facts about events are unknown (``partial``): only a
@@ -415,7 +449,7 @@ def describe_head(path, head):
         return None
     meta = {k: v for k, v in head.items() if k != "tracemerge"}
     start, stop = block["profile_start_ns"], block["profile_stop_ns"]
-    said = []  # warnings about the block, added after the RankInfo is made
+    said: List[str] = []  # warnings about the block, added after the RankInfo is made
     info = RankInfo(**_identity(path, block, meta), base_ns=base, start_ns=start, start_source="profile_start_ns",
                     stop_ns=max(start, stop), first_ns=start, last_ns=max(start, stop), events=0, threads=0, pids=[],
                     collectives=records(path, block, "collectives", said), has_block=True, partial=True,
@@ -433,7 +467,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _identity(path, block, meta):
+def _identity(path: str, block: Dict[str, Any], meta: Dict[str, Any]) -> Identity:
     """The fields of a RankInfo that the block and the top-level keys give."""
     check_block(path, block)
     check_base(path, meta.get("baseTimeNanoseconds"))
@@ -448,7 +482,7 @@ def _identity(path, block, meta):
                 served_ops=records(path, block, "served_ops"), native_callees=records(path, block, "native_callees"))
 
 
-def remote_records(path, block, rpcs):
+def remote_records(path: str, block: Dict[str, Any], rpcs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The callee records of this file's own calls that its capture fetched from the callees
     (``tracemerge.remote_sides``), as callee-role records like a callee's own file gives.
 
@@ -472,7 +506,8 @@ def remote_records(path, block, rpcs):
             caller = mine.get(call.get("rpc_id")) if isinstance(call, dict) and isinstance(call.get("rpc_id"), str) else None
             if caller is None or caller["callee"] != side["clock_rank"]:
                 continue
-            rec = {k: caller[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee", "callee_name")
+            rec: Dict[str, Any] = {k: caller[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee",
+                                                          "callee_name")
                    if k in caller}
             rec.update(role="callee", status=str(call.get("status", "ok")), source="remote",
                        tid=call["tid"] if _is_int(call.get("tid")) else 0,
@@ -491,7 +526,7 @@ def remote_records(path, block, rpcs):
 EVENT_FACTS = ("first_ns", "last_ns", "events", "threads", "pids", "warnings", "timed", "truncated", "rpc_spans")
 
 
-def event_facts(trace):
+def event_facts(trace: RankTrace) -> EventFacts:
     """What only the events tell about a rank: the RankInfo fields named in EVENT_FACTS."""
     span = trace.time_span()
     # a rank read from its journal has no events, as its own note says (inputs.journal)
