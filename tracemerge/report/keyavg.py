@@ -26,7 +26,7 @@ a stack of their own) — and every device event is also a row of its own with
 """
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from msgspec import UNSET
@@ -109,9 +109,11 @@ class OpTree:
     thread: np.ndarray   # thread of each event (these arrays are sorted by thread, then start)
 
 
-def _key_table(names):
+def _key_table(names: List[Any]) -> Tuple[np.ndarray, List[Any]]:
     """(key of each name code, key strings): ProfilerStep#N names share one key."""
-    keys, seen, code_of = [], {}, np.empty(len(names), dtype=np.int32)
+    keys: List[Any] = []
+    seen: Dict[Any, int] = {}
+    code_of = np.empty(len(names), dtype=np.int32)
     for i, n in enumerate(names):
         k = STEP_KEY if isinstance(n, str) and n.startswith(STEP_PREFIX) else n
         code_of[i] = seen.setdefault(k, len(keys))
@@ -136,7 +138,7 @@ def nearest_ancestor(parent: np.ndarray, stop: np.ndarray) -> np.ndarray:
     return np.where(found < n, found, -1)
 
 
-def op_tree(trace):
+def op_tree(trace: RankTrace) -> OpTree:
     """The :class:`OpTree` of ``trace``.
 
     Asynchronous events (:func:`tracemerge.nesting.asynchronous`) stay out of the nesting,
@@ -180,7 +182,7 @@ def op_tree(trace):
                   name=name, keys=keys, is_async=is_async, thread=thread)
 
 
-def remote_op_names(tree):
+def remote_op_names(tree: OpTree) -> Tuple[np.ndarray, List[Any]]:
     """Key codes with ops under a callee span ``<rpc>#remote`` renamed ``<rpc>#remote_op: <op>``.
 
     As the legacy RPC profiler named them: the RPC key, then the op without ``aten::``.
@@ -207,7 +209,7 @@ def remote_op_names(tree):
     owner = np.where(owner >= 0, owner, np.where(up >= 0, owner[np.maximum(up, 0)], -1))
     renamed = (owner >= 0) & ~is_span[tree.name]
     codes = tree.name.copy()
-    made = {}
+    made: Dict[Tuple[int, int], int] = {}
     for i in np.flatnonzero(renamed):
         pair = (int(tree.name[owner[i]]), int(tree.name[i]))
         code = made.get(pair)
