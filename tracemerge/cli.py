@@ -168,7 +168,7 @@ class Command(click.Command):
         ctx.meta[_AFTER_BARE] = after_bare
         return super().parse_args(ctx, optional_values_bound(self, args, after_bare))
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> typing.Any:
         _orjson_whole()
         try:
             return super().invoke(ctx)
@@ -191,14 +191,14 @@ class Group(click.Group):
     command_class = Command  # click >= 8.0: what @main.command() makes
 
     def make_context(self, info_name: "str | None", args: "list[str]", parent: "click.Context | None" = None,
-                     **extra):
+                     **extra: typing.Any) -> click.Context:
         # errors in the top-level options, before any subcommand runs
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
             usage_error(e, info_name)
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> typing.Any:
         _one_blas_thread()
         try:
             with _signals_raise():
@@ -303,7 +303,7 @@ def _one_blas_thread() -> None:
 
 
 @contextlib.contextmanager
-def _signals_raise():
+def _signals_raise() -> "typing.Iterator[None]":
     """Ctrl-C and SIGTERM (kill, a batch system's time limit) unwind the command: temporary
     outputs are removed, the workers are stopped, exit 130 or 143. Until the command ran,
     the console script ends the process on them (tracemerge.entry); a signal the process
@@ -322,16 +322,16 @@ def _signals_raise():
     try:
         yield
     finally:
-        for sig, handler in before.items():
-            if handler is not None:  # None: a handler not installed from Python, left as it is
-                signal.signal(sig, handler)
+        for sig, old in before.items():
+            if old is not None:  # None: a handler not installed from Python, left as it is
+                signal.signal(sig, old)
 
 
 # click >= 8.2 signals "no arguments: show the help" as a usage error; older click has no such class
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
-def usage_error(e: click.UsageError, where: "str | None") -> None:
+def usage_error(e: click.UsageError, where: "str | None") -> "typing.NoReturn":
     """One line like every other failure (click's own takes three), still exit 2."""
     if isinstance(e, NO_ARGS_IS_HELP):  # bare `tracemerge`: click shows the help
         raise e
@@ -436,7 +436,7 @@ def input_options(fn: "click.decorators.FC") -> "click.decorators.FC":
 
 
 def open_inputs(files: "list[str] | tuple[str, ...]", rank_from: str, skip_bad: bool, strict: bool,
-                file_warnings: bool = False, **kw) -> Job:
+                file_warnings: bool = False, **kw: typing.Any) -> Job:
     """Job.open, then say on stderr which files were skipped and what looks wrong
     (``file_warnings``: also each file's own warnings, a truncated file's salvage among
     them, for commands that do not print them later)."""
@@ -537,7 +537,7 @@ def rank_options(fn: "click.decorators.FC") -> "click.decorators.FC":
              "order: number the files 0, 1, … in the order given (cycle files too: not joined).")(fn)
 
 
-def _parsed(parse):
+def _parsed(parse: "typing.Callable[[str], object]") -> "typing.Callable[[click.Context, click.Parameter, str | None], object]":
     def callback(ctx: click.Context, param: click.Parameter, value: "str | None") -> object:
         try:
             return None if value is None else parse(value)
@@ -1023,8 +1023,9 @@ def run_files(arg: str) -> "list[str]":
 @align_options
 @rank_options
 @input_options
-def diff(before, after, row_limit, fmt, output, html_path, force, method, reference, offsets, rank_from, cycle,
-         skip_bad, strict):
+def diff(before: str, after: str, row_limit: int, fmt: str, output: str, html_path: "str | None", force: bool,
+         method: str, reference: "int | None", offsets: "dict[int, int]", rank_from: str, cycle: "int | None",
+         skip_bad: bool, strict: bool) -> None:
     """Compare two runs: key averages, RPC latency and callee rows matched by key, largest change first.
 
     BEFORE and AFTER are each a directory (its .json/.json.gz/.json.zst traces: one run's rank
@@ -1043,12 +1044,12 @@ def diff(before, after, row_limit, fmt, output, html_path, force, method, refere
 
     align = AlignRequest(method, reference, offsets)
 
-    def opener(paths):
+    def opener(paths: "list[str]") -> Job:
         return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
                            align=align)
 
     runs = [reports.build_report(paths, opener, align) for paths in sides]
-    result = diff_reports(*runs, *sides)
+    result = diff_reports(runs[0], runs[1], *sides)
     inputs = sides[0] + sides[1]
     write_text(output, render_diff(result, fmt, row_limit), inputs, force)
     if html_path:
@@ -1069,7 +1070,9 @@ def diff(before, after, row_limit, fmt, output, html_path, force, method, refere
 @align_options
 @rank_options
 @input_options
-def whatif(files, speedups, fmt, output, force, method, reference, offsets, rank_from, cycle, skip_bad, strict):
+def whatif(files: "tuple[str, ...]", speedups: "tuple[str, ...]", fmt: str, output: str, force: bool, method: str,
+           reference: "int | None", offsets: "dict[int, int]", rank_from: str, cycle: "int | None", skip_bad: bool,
+           strict: bool) -> None:
     """How long each window would take if some spans ran faster: per window (as the critical
     path's: ProfilerStep#N, per rank where steps do not meet, else the whole trace) the measured time, the time predicted by replaying the job's dependencies
     (thread order, RPCs, collectives, continuations) with the change, and the new critical
@@ -1120,9 +1123,12 @@ def whatif(files, speedups, fmt, output, force, method, reference, offsets, rank
 @click.option("--gpu", is_flag=True,
               help="Also each rank's GPU time (the gpu table: report's GPU section), from the same read of each rank.")
 @comm_kernel_option
-def export_tables(files, output, method, reference, offsets, rank_from, cycle, force, enforce_causality, ranks, window,
-                  min_duration, drop_categories, overview, engine, jobs, scheduler, group_by, critical_path, gpu,
-                  comm_kernels, skip_bad, strict):
+def export_tables(files: "tuple[str, ...] | list[str]", output: str, method: str, reference: "int | None",
+                  offsets: "dict[int, int]", rank_from: str, cycle: "int | None", force: bool, enforce_causality: bool,
+                  ranks: "frozenset[int] | None", window: "tuple[float | None, float | None] | None",
+                  min_duration: "float | None", drop_categories: "tuple[str, ...]", overview: "float | None",
+                  engine: str, jobs: "int | None", scheduler: "str | None", group_by: str, critical_path: bool,
+                  gpu: bool, comm_kernels: "tuple[str, ...]", skip_bad: bool, strict: bool) -> None:
     """Write the aligned job as Parquet tables in DIR, for pandas, DuckDB, Dask or Spark.
 
     Events (one row per event of the merged trace, times in ns on the reference clock) are
