@@ -106,6 +106,20 @@ def test_sends_matched_as_one_way_links(job):
         assert received - sent >= -(clocks[s].error_bound_ns + clocks[r].error_bound_ns), (s, r)
 
 
+def test_sends_in_the_collectives_report(job):
+    """The report's collectives section has a ``p2p`` row per direction: its sends, their
+    bytes, and the time from a send's issue to its receive's completion (never below 0
+    beyond the clocks' error bounds)."""
+    from tracemerge.report.build import job_report
+
+    rows = {c.op: c for c in job_report(job).collectives if c.group == "p2p"}
+    assert sorted(rows) == ["send 0->1", "send 0->2", "send 1->2", "send 2->0"]
+    bound = max(c.error_bound_ns for c in job.alignment.clocks.values()) * 2 / 1000
+    for row in rows.values():
+        assert row.count == planted.STEPS and row.bytes == planted.STEPS * planted.P2P_SIZE * FLOAT
+        assert row.skew_us["max"] >= row.skew_us["mean"] >= -bound
+
+
 def test_sends_bound_the_clocks_one_way(job, tmp_path):
     """The sends alone (each rank's collectives left out of its file) link the ranks: the
     2→0 and 0→2 sends bound rank 2's clock on both sides, and a shift planted on it (rank 2

@@ -362,6 +362,7 @@ class PointToPoint:
     receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     send_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     recv_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # the send's, else the receive's; 0: unknown
 
     def __len__(self) -> int:
         return len(self.sender)
@@ -387,7 +388,7 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
                 sent.setdefault((job, rank, rec["peer"], rec.get("tag")), []).append(rec)
             else:
                 received.setdefault((job, rec["peer"], rank, rec.get("tag")), []).append(rec)
-    rows: List[Tuple[int, int, int, int]] = []
+    rows: List[Tuple[int, int, int, int, int]] = []
     said: List[str] = []
     for key in sorted(set(sent) | set(received), key=str):
         job, s, r, _ = key
@@ -406,8 +407,9 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
         if why:
             said.append(f"point-to-point: {why}; that direction's sends and receives are not matched")
             continue
-        rows.extend((s, r, a["start_ns"], b["end_ns"]) for a, b in zip(sends, recvs))
-    cols = [np.array(c, np.int64) for c in zip(*rows)] if rows else [np.zeros(0, np.int64)] * 4
+        rows.extend((s, r, a["start_ns"], b["end_ns"], int(a.get("bytes") or b.get("bytes") or 0))
+                    for a, b in zip(sends, recvs))
+    cols = [np.array(c, np.int64) for c in zip(*rows)] if rows else [np.zeros(0, np.int64) for _ in range(5)]
     for c in cols:
         c.setflags(write=False)  # shared by every reader of the job
     return PointToPoint(*cols), said

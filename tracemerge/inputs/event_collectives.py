@@ -217,7 +217,8 @@ def point_to_point(trace: RankTrace) -> List[Dict[str, Any]]:
     me = (trace.meta.get("distributedInfo") or {}).get("rank") if isinstance(trace.meta, dict) else None
     out: List[Dict[str, Any]] = []
     for i, r in _paired(trace.ts[issues].tolist(), issue_ops, trace.ts[runs].tolist(), run_ops):
-        if i is None or r is None or (isinstance(run_args[r], dict) and run_args[r].get("finished") is False):
+        done = run_args[r] if r is not None else None
+        if i is None or r is None or (isinstance(done, dict) and done.get("finished") is False):
             continue
         peer, tag = _peer(issue_args[i], ranks, me)
         if peer is None:
@@ -447,8 +448,9 @@ def _regrouped(events: List[Dict[str, Any]], pairs: Dict[int, Dict[str, Any]],
     most of its pairs name) put in that group, with the capture's ranks of it."""
     named: Dict[int, List[Dict[str, Any]]] = {}
     for k, c in pairs.items():
-        if k < len(threads) and threads[k] is not None:
-            named.setdefault(int(threads[k]), []).append(c)   # type: ignore[arg-type]
+        thread = threads[k] if k < len(threads) else None
+        if thread is not None:
+            named.setdefault(thread, []).append(c)
     if not named:
         return
     group_of: Dict[int, Dict[str, Any]] = {}
@@ -457,7 +459,8 @@ def _regrouped(events: List[Dict[str, Any]], pairs: Dict[int, Dict[str, Any]],
         top = max(set(groups), key=groups.count)
         group_of[thread] = next(c for c in recs if str(c.get("group")) == top)
     for k, rec in enumerate(events):
-        c = group_of.get(threads[k]) if k < len(threads) and threads[k] is not None else None   # type: ignore[arg-type]
-        if c is not None and rec["group"] != UNISSUED:
-            rec["group"] = str(c.get("group"))
-            rec["group_ranks"] = list(c.get("group_ranks") or rec.get("group_ranks") or [])
+        thread = threads[k] if k < len(threads) else None
+        named_by = group_of.get(thread) if thread is not None else None
+        if named_by is not None and rec["group"] != UNISSUED:
+            rec["group"] = str(named_by.get("group"))
+            rec["group_ranks"] = list(named_by.get("group_ranks") or rec.get("group_ranks") or [])
