@@ -216,7 +216,7 @@ def test_whatif_sleep_removed_matches_a_real_rerun(jobs):
     job: no part the model leaves in or out. The medians of the whole steps differed by
     +35 % and -7 %, the lower quartiles by +1.5 % and +4.6 %: the quartile is the step's
     work with the least preemption in it, on both sides. At load averages of 16-20 the
-    steps without the sleep ran slower (quartiles -25 %, three runs): their all_reduce took
+    steps without the sleep ran slower (quartiles -25 % to -49 %, three runs): their all_reduce took
     21.7 ms after the last arrival against 8.5 ms in the slept steps, their barrier 11.2
     against 5.9 ms, while the work between agreed to 0.3 ms; ranks that arrive together on
     oversubscribed cores wait for each other's threads to get one, where in a slept step
