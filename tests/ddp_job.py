@@ -1,14 +1,17 @@
 """A 3-rank DDP job (gloo, CPU) for the collectives tests (issue 46), run under
 ``python -m torch.distributed.run --standalone --nproc-per-node 3``:
 
-    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/ddp_job.py PROFILER OUT_DIR SLEEP_MS [fsdp] [barrier] [FAIL]
+    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/ddp_job.py PROFILER OUT_DIR SLEEP_MS [fsdp] [barrier] [alternate] [FAIL]
 
 Every rank trains one small model wrapped in ``DistributedDataParallel`` (with ``fsdp``:
 sharded by FSDP2's ``fully_shard``, which runs on gloo on CPU); nothing calls a
 Python ``dist.*`` collective inside the profiled steps (DDP's reducer issues them from C++),
 unless ``barrier``: a ``dist.barrier()`` ends every step.
 Rank 2 sleeps ``SLEEP_MS`` in every forward, inside ``record_function("planted_sleep")``:
-the others wait for it in backward's all_reduce. PROFILER:
+the others wait for it in backward's all_reduce; with ``alternate``, only in odd steps, over
+``ALTERNATE_STEPS`` steps: the even steps are the job run without the sleep, on cores as busy
+as the odd ones' at that moment (what ``whatif`` of the sleep removed is compared with).
+PROFILER:
 
 - ``capture``: ``tracemerge.capture.profile`` around STEPS steps (``p.step()`` each), with
   ``schedule(wait=0, warmup=1, active=STEPS - 1, repeat=1)`` so the steps are marked
@@ -39,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEPS = 8
+ALTERNATE_STEPS = 61
 ACTIVE = 3
 SLOW_RANK = 2
 FAIL_RANK = 1
@@ -74,18 +78,22 @@ def main(profiler: str, out_dir: str, sleep_ms: float, *options: str) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     fail = next((o for o in options if o in ("raise", "hang")), "")
+    alternate = "alternate" in options
+    steps_run = ALTERNATE_STEPS if alternate else STEPS
+    slowed = Slowed(rank, sleep_ms / 1000)
     if "fsdp" in options:
         from torch.distributed.fsdp import fully_shard
 
-        model = fully_shard(Slowed(rank, sleep_ms / 1000))
+        model = fully_shard(slowed)
     else:
-        model = DistributedDataParallel(Slowed(rank, sleep_ms / 1000))
+        model = DistributedDataParallel(slowed)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(32, 64)
     took = []
 
     def step(n: int) -> None:
         started = time.time_ns()
+        slowed.sleep_s = sleep_ms / 1000 if not alternate or n % 2 else 0.0
         opt.zero_grad()
         loss = model(x).sum()
         if fail and rank == FAIL_RANK and n == FAIL_STEP:
@@ -106,9 +114,9 @@ def main(profiler: str, out_dir: str, sleep_ms: float, *options: str) -> None:
 
         # a failing job's files are written when it ends (a signal's, a raise's), so no schedule then:
         # only completed cycles are written
-        cycles = {} if fail else {"schedule": schedule(wait=0, warmup=1, active=STEPS - 1, repeat=1)}
+        cycles = {} if fail else {"schedule": schedule(wait=0, warmup=1, active=steps_run - 1, repeat=1)}
         with profile(out_dir, **cycles) as p:
-            for n in range(STEPS):
+            for n in range(steps_run):
                 step(n)
                 p.step()
     else:

@@ -10,8 +10,9 @@ comes from the traces' own events. Three jobs run once for the module, one after
   shows it too);
 - ``plain``: plain ``torch.profiler`` + ``tensorboard_trace_handler`` + ``schedule(...,
   repeat=2)``: two files per rank, named ``<host>_<pid>.<ms>.pt.trace.json``;
-- ``rerun``: the capture job without the sleep (what ``whatif`` of the sleep removed is
-  compared with).
+- ``alternate``: the capture job with the sleep in odd steps only, over 61 steps: its even
+  steps are the job rerun without the sleep, on cores as busy as the slept steps' at that
+  moment (what ``whatif`` of the sleep removed is compared with).
 
 Three more run when their tests are selected: the capture job with FSDP2's ``fully_shard``
 instead of DDP (it runs on gloo on CPU), and the capture job where rank 1 hangs before its
@@ -80,9 +81,8 @@ def _traces(out: Path) -> list:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("ddp")
-    cases = {"capture": ("capture", SLEEP_MS, "barrier"), "plain": ("plain", SLEEP_MS), "rerun": ("capture", 0, "barrier")}
-    # one after the other: the rerun's steps are compared with the first job's, so each
-    # job runs on cores as busy as the others' (a job beside another is slowed by it)
+    cases = {"capture": ("capture", SLEEP_MS, "barrier"), "plain": ("plain", SLEEP_MS), "alternate": ("capture", SLEEP_MS, "barrier", "alternate")}
+    # one after the other: a job beside another is slowed by it
     return {name: _run(prof, sleep, base / name, *options) for name, (prof, sleep, *options) in cases.items()}
 
 
@@ -202,21 +202,39 @@ def test_same_answers_plain_and_captured(jobs):
 
 
 def test_whatif_sleep_removed_matches_a_real_rerun(jobs):
-    """whatif of rank 2's sleep removed predicts each step as long as the same job run
-    without the sleep takes: the median over the steps within 10 % of the rerun's, or
-    within the rerun's own step-to-step spread (twice its steps' scaled MAD) where that is
-    wider (on shared, busy cores the rerun's steps vary by more than 10 %). Both are a
-    small fraction of the measured step, which the sleep dominated."""
-    _, timeline = jobs["capture"]
+    """whatif of rank 2's sleep removed predicts each slept step as long as the same job's
+    steps without the sleep take (the even steps of the ``alternate`` job, run between the
+    slept ones): the lower quartiles over the 30 steps of each within 10 %.
+
+    The lower quartile, not the median: on these shared cores (load 8-13 from other jobs)
+    a step's wall time is its own work plus the preemptions it happened to meet, a noise
+    that only lengthens and is several times the work (steps of 7 to 70 ms without the
+    sleep, 17-22 ms at the median). Measured in two such jobs, the prediction is the slept
+    step less its sleep (medians within 0.2 %), and the parts of both kinds of step (rank
+    2's work before its all_reduce, the all_reduce after the last arrival, the optimizer
+    step, the barrier) differ in the median by 0.1-1.5 ms, in either direction from job to
+    job: no part the model leaves in or out. The medians of the whole steps differed by
+    +35 % and -7 %, the lower quartiles by +1.5 % and +4.6 %: the quartile is the step's
+    work with the least preemption in it, on both sides. At load averages of 16-20 the
+    steps without the sleep ran slower (quartiles -25 % to -49 %, three runs): their all_reduce took
+    21.7 ms after the last arrival against 8.5 ms in the slept steps, their barrier 11.2
+    against 5.9 ms, while the work between agreed to 0.3 ms; ranks that arrive together on
+    oversubscribed cores wait for each other's threads to get one, where in a slept step
+    the others had sat idle. No trace of a slept step shows that (docs/reports.md)."""
+    _, timeline = jobs["alternate"]
     found = whatif(timeline, [Speedup.parse(f"planted_sleep@{SLOW}=inf")])
-    predicted = [p.predicted_ns for p in found]
-    _, rerun = jobs["rerun"]
-    real = np.array([w.end_ns - w.start_ns for w in critical_path(rerun)], np.float64)
-    assert len(predicted) >= 6 and len(real) >= 6
-    spread = 2 * 1.4826 * float(np.median(np.abs(real - np.median(real))))
-    gap = abs(float(np.median(predicted)) - float(np.median(real)))
-    assert gap <= max(0.1 * float(np.median(real)), spread), (np.median(predicted) / MS, np.median(real) / MS, spread / MS)
-    assert float(np.median(predicted)) < 0.5 * float(np.median([p.measured_ns for p in found]))
+    slept = [int(p.window.rpartition("#")[2]) % 2 == 1 for p in found]   # the job sleeps in odd steps
+    predicted = np.array([p.predicted_ns for p, s in zip(found, slept) if s], np.float64)
+    real = np.array([p.measured_ns for p, s in zip(found, slept) if not s], np.float64)
+    assert len(predicted) >= 28 and len(real) >= 28
+    # the steps without the sleep are as measured (nothing of them is sped up)
+    assert all(p.predicted_ns == p.measured_ns for p, s in zip(found, slept) if not s)
+    q_pred, q_real = float(np.percentile(predicted, 25)), float(np.percentile(real, 25))
+    assert abs(q_pred - q_real) <= 0.1 * q_real, (q_pred / MS, q_real / MS, np.median(predicted) / MS,
+                                                  np.median(real) / MS)
+    # the sleep dominated the measured steps
+    measured = [p.measured_ns for p, s in zip(found, slept) if s]
+    assert float(np.median(predicted)) < 0.5 * float(np.median(measured))
 
 
 SHIFTS_NS = (10_000, 1_000_000, 100_000_000, 10_000_000_000)

@@ -106,3 +106,42 @@ def test_overlapping_plain_files_of_one_rank_are_not_cycles(tmp_path):
     two = _trace(b, 0, [_reduce(100, 600)])
     with pytest.raises(RankConflict, match="also claimed"):
         Job.open([one, two])
+
+
+def _p2p(rank: int, op: str, t: int, end: int, peer=None, tag=None) -> list:
+    """A gloo send or receive: ``c10d::send``/``c10d::recv_`` on the rank's main thread at
+    ``t`` µs (with ``Concrete Inputs`` naming ``peer`` and ``tag`` when given, as
+    ``record_shapes`` writes them) and its ``gloo:send``/``gloo:recv`` span to ``end``."""
+    args = {} if peer is None else {"Concrete Inputs": ["", "", str(peer), str(tag)],
+                                    "Input type": ["TensorList", "", "Scalar", "Scalar"],
+                                    "Input Dims": [[[100]], [], [], []]}
+    name = "c10d::send" if op == "send" else "c10d::recv_"
+    return [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 10 + rank, "tid": 10 + rank, "ts": t, "dur": 5,
+             "args": args},
+            {"ph": "X", "cat": "user_annotation", "name": f"gloo:{op}", "pid": 10 + rank, "tid": 10 + rank,
+             "ts": t + 6, "dur": end - t - 6, "args": {"Input type": ["float"], "Input Dims": [[100]]}}]
+
+
+def test_gloo_sends_matched_per_direction_and_tag(tmp_path):
+    """Rank 0 sends with tag 5, then tag 6; rank 1 receives tag 6 first (gloo delivers by
+    tag): each send is matched with the receive of its tag, not the k-th receive; the
+    receives end after their sends began (the one-way link), and no collective comes of them."""
+    r0 = _trace(tmp_path, 0, [], extra=_p2p(0, "send", 1000, 1100, 1, 5) + _p2p(0, "send", 2000, 2100, 1, 6))
+    r1 = _trace(tmp_path, 1, [], extra=_p2p(1, "recv", 1500, 2300, 0, 6) + _p2p(1, "recv", 2400, 2500, 0, 5))
+    job = Job.open([r0, r1])
+    p2p = job.links.p2p
+    assert list(zip(p2p.sender.tolist(), p2p.receiver.tolist())) == [(0, 1), (0, 1)]
+    got = sorted(zip(p2p.send_start.tolist(), p2p.recv_end.tolist()))
+    assert got == [(BASE + 1000 * US, BASE + 2500 * US), (BASE + 2000 * US, BASE + 2300 * US)]
+    assert p2p.bytes.tolist() == [400, 400]
+    assert not job.links.collectives.keys
+
+
+def test_gloo_send_without_shapes_in_a_pair_takes_the_other_rank(tmp_path):
+    """Without ``record_shapes`` a send names no peer; in a group of two its peer is the
+    other member, so the pair is still linked one way each direction."""
+    r0 = _trace(tmp_path, 0, [], extra=_p2p(0, "send", 1000, 1100) + _p2p(0, "recv", 3000, 3400))
+    r1 = _trace(tmp_path, 1, [], extra=_p2p(1, "recv", 1050, 1300) + _p2p(1, "send", 3100, 3200))
+    job = Job.open([r0, r1])
+    assert sorted(zip(job.links.p2p.sender.tolist(), job.links.p2p.receiver.tolist())) == [(0, 1), (1, 0)]
+    assert all(r["tag"] is None for i in job.infos for r in i.p2p)

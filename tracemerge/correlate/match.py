@@ -362,6 +362,7 @@ class PointToPoint:
     receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     send_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     recv_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # the send's, else the receive's; 0: unknown
 
     def __len__(self) -> int:
         return len(self.sender)
@@ -372,8 +373,9 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
 
     Each rank's point-to-point records (``p2p``: :func:`tracemerge.inputs.kineto_collectives.point_to_point`,
     absent from what a merged trace keeps) name their peer; NCCL delivers the sends from
-    one rank to another in the order they were issued, so the k-th send of s to r is the
-    k-th receive of r from s. A direction whose counts differ (a window that cut one side)
+    one rank to another in the order they were issued, and gloo those of one tag (a record's
+    ``tag``, where it gives one), so the k-th send of s to r (with tag t) is the k-th receive
+    of r from s (with tag t). A direction whose counts differ (a window that cut one side)
     or whose k-th sizes differ where both give one is not matched, and said: one missing
     record would shift every later pair."""
     several = _several_jobs(infos)
@@ -383,13 +385,13 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
     for (job, rank), recs in by_rank.items():
         for rec in sorted(recs, key=itemgetter("start_ns")):
             if rec["op"] == "send":
-                sent.setdefault((job, rank, rec["peer"]), []).append(rec)
+                sent.setdefault((job, rank, rec["peer"], rec.get("tag")), []).append(rec)
             else:
-                received.setdefault((job, rec["peer"], rank), []).append(rec)
-    rows: List[Tuple[int, int, int, int]] = []
+                received.setdefault((job, rec["peer"], rank, rec.get("tag")), []).append(rec)
+    rows: List[Tuple[int, int, int, int, int]] = []
     said: List[str] = []
     for key in sorted(set(sent) | set(received), key=str):
-        job, s, r = key
+        job, s, r, _ = key
         if (job, s) not in by_rank or (job, r) not in by_rank or s == r:
             continue   # the peer has no input: nothing to link
         sends, recvs = sent.get(key, []), received.get(key, [])
@@ -405,8 +407,9 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
         if why:
             said.append(f"point-to-point: {why}; that direction's sends and receives are not matched")
             continue
-        rows.extend((s, r, a["start_ns"], b["end_ns"]) for a, b in zip(sends, recvs))
-    cols = [np.array(c, np.int64) for c in zip(*rows)] if rows else [np.zeros(0, np.int64)] * 4
+        rows.extend((s, r, a["start_ns"], b["end_ns"], int(a.get("bytes") or b.get("bytes") or 0))
+                    for a, b in zip(sends, recvs))
+    cols = [np.array(c, np.int64) for c in zip(*rows)] if rows else [np.zeros(0, np.int64) for _ in range(5)]
     for c in cols:
         c.setflags(write=False)  # shared by every reader of the job
     return PointToPoint(*cols), said

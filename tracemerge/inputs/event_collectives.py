@@ -25,8 +25,16 @@ The algorithm, per rank:
    was never left (a peer never came), as the post-mortem needs.
 2. **Group.** The trace names none: a rank whose ``distributedInfo.pg_config`` lists one
    process group puts them in it (its ``pg_name``, as ``_get_process_group_name`` and the
-   capture's records name it, and its ranks); otherwise they are one order of
-   :data:`~tracemerge.inputs.kineto_collectives.DEFAULT_GROUP`. Execution spans that no
+   capture's records name it, and its ranks). A rank in several groups (``new_group``,
+   subgroups) runs each group's work on runloop threads of that group's own, which the
+   group creates together when it is made, in the order ``pg_config`` lists the groups
+   (its creation order): the threads that ran the rank's collectives, in thread-id order,
+   are dealt to the listed groups in that order, as many to each (gloo's ``threads``, 2
+   by default) — where their count is a multiple of the groups'. Where it is not (a
+   thread ran nothing in the window), the capture's records tell the groups of the threads
+   they lie on (:func:`merged`); without them the rank's collectives are one order of
+   :data:`~tracemerge.inputs.kineto_collectives.DEFAULT_GROUP`, which the cross-rank check
+   cuts where the ranks disagree. Execution spans that no
    issue op precedes, on a rank whose others have one, are a group's torch runs from C++
    (RPC's agent at init and shutdown): their own order, :data:`UNISSUED`.
 3. **Order.** A group runs its collectives in the order every rank issued them (a rank
@@ -39,12 +47,18 @@ The algorithm, per rank:
    records from them instead and keeps one record of each collective.
 
 Sizes come from ``record_shapes``: the execution span's tensors (a coalesced all_reduce
-runs several), else the issue op's; without shapes, none. Point-to-point ops (``send``,
-``recv``) are left out: on gloo a receive completes in a ``wait`` that is no span, so its
-end (which a one-way link needs) is not in the trace.
+runs several), else the issue op's; without shapes, none.
+
+Point-to-point ops are no collective (:func:`point_to_point`): ``c10d::send`` and
+``c10d::recv_`` on the issuing thread (``dist.send``/``recv``, ``isend``/``irecv``, each op
+of ``batch_isend_irecv``), each joined as in step 1 to its ``gloo:send``/``gloo:recv``
+span, which gloo ends when the work completed (for a receive: after the data arrived,
+whenever the caller waited). The peer and tag are the issue op's arguments (with
+``record_shapes``, ``Concrete Inputs``: the peer's rank in the group, the tag), else, in a
+group of two, the other member.
 """
 
-from typing import Any, Dict, List, Optional, Tuple, TypedDict
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 import numpy as np
 
@@ -98,9 +112,16 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     """The rank's collectives from its gloo issue and execution events (module docstring),
     in issue order with their inferred ``seq``, each an :class:`EventCollective` (a plain
     dict, as every record is); [] when the trace has no ``gloo:`` span."""
+    return collected(trace)[0]
+
+
+def collected(trace: RankTrace) -> Tuple[List[Dict[str, Any]], List[Optional[int]]]:
+    """(:func:`collectives`, the thread key of each one's execution span, None where it ran
+    in no span of the window): a process group's work runs on its own runloop threads, which
+    is how :func:`merged` tells the groups of a rank in several apart."""
     run_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(RUN_PREFIXES)]
     if not run_codes:
-        return []
+        return [], []
     issue_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(ISSUE_PREFIX)
                    and n[len(ISSUE_PREFIX):] in ISSUE_OPS]
     ok = trace.timed & (trace.dur >= 0)
@@ -110,14 +131,18 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     issue_ops = [ISSUE_OPS[trace.names[int(trace.name[i])][len(ISSUE_PREFIX):]] for i in issues.tolist()]
     pairs = _paired(trace.ts[issues].tolist(), issue_ops, trace.ts[runs].tolist(), run_ops)
     group, ranks = _group(trace.meta)
+    run_threads = trace.thread_keys(runs).tolist() if len(runs) else []
+    dealt = _dealt(trace, sorted({run_threads[r] for i, r in pairs if i is not None and r is not None}))
     run_args = trace.args.dicts(runs.tolist())
     issue_args = trace.args.dicts(issues.tolist())
     steps = _ended_steps(trace)
     issues_seen = bool(len(issues))
     out: List[Dict[str, Any]] = []
+    threads: List[Optional[int]] = []
     for i, r in pairs:
         if r is not None and run_ops[r] in ("send", "recv"):
-            continue
+            continue   # point_to_point's
+        threads.append(int(run_threads[r]) if r is not None else None)
         # the issue op names it more precisely (every pair has one side or both)
         op = issue_ops[i] if i is not None else run_ops[r or 0]
         at = int(issues[i]) if i is not None else int(runs[r or 0])
@@ -126,7 +151,8 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
             nelems, dtype = _size(issue_args[i])
         # issued by no dispatcher op while others were: a group of torch's own (RPC's), apart
         own = issues_seen and i is None
-        rec: EventCollective = {"op": op, "group": UNISSUED if own else group, "group_ranks": [] if own else list(ranks),
+        g, g_ranks = dealt.get(run_threads[r], (group, ranks)) if r is not None else (group, ranks)
+        rec: EventCollective = {"op": op, "group": UNISSUED if own else g, "group_ranks": [] if own else list(g_ranks),
                                 "seq": 0, "seq_inferred": True,
                                 "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0), "nelems": nelems,
                                 "dtype": dtype, "start_ns": int(trace.ts[at]), "source": SOURCE}
@@ -142,7 +168,7 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
     for made in out:   # each group's own order
         made["seq"] = count.get(made["group"], 0)
         count[made["group"]] = made["seq"] + 1
-    return out
+    return out, threads
 
 
 STEP_PREFIX = "ProfilerStep#"
@@ -164,6 +190,62 @@ def _step_ended(steps: List[Tuple[Any, int, int]], trace: RankTrace, issue: int)
     """The step around the issue op ``issue`` (on its thread) ended before the stop."""
     key, t = int(trace.thread_keys(np.array([issue]))[0]), int(trace.ts[issue])
     return any(k == key and s <= t <= e for k, s, e in steps)
+
+
+P2P_OPS = {"send": "send", "recv_": "recv"}   # the c10d dispatcher op of each direction
+
+
+def point_to_point(trace: RankTrace) -> List[Dict[str, Any]]:
+    """[{op: "send" | "recv", peer, tag, start_ns, end_ns, bytes}] of the rank's gloo sends
+    and receives (module docstring) in issue order: ``start_ns`` the issue (the earliest the
+    data could leave), ``end_ns`` the work's completion (a receive's data had arrived by
+    then: what the one-way link, ``correlate.match.match_p2p``, reads). An op whose peer is
+    not known, or whose work did not complete in the window, is left out."""
+    issue_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(ISSUE_PREFIX)
+                   and n[len(ISSUE_PREFIX):] in P2P_OPS]
+    run_codes = [i for i, n in enumerate(trace.names) if n in ("gloo:send", "gloo:recv")]
+    if not issue_codes or not run_codes:
+        return []
+    ok = trace.timed & (trace.dur >= 0)
+    issues = _in_order(trace, np.flatnonzero(np.isin(trace.name, issue_codes) & ok))
+    runs = _in_order(trace, np.flatnonzero(np.isin(trace.name, run_codes) & ok))
+    issue_ops = [P2P_OPS[trace.names[int(trace.name[i])][len(ISSUE_PREFIX):]] for i in issues.tolist()]
+    run_ops = [_run_op(trace.names[int(trace.name[i])]) for i in runs.tolist()]
+    issue_args = trace.args.dicts(issues.tolist())
+    run_args = trace.args.dicts(runs.tolist())
+    _, ranks = _group(trace.meta)
+    me = (trace.meta.get("distributedInfo") or {}).get("rank") if isinstance(trace.meta, dict) else None
+    out: List[Dict[str, Any]] = []
+    for i, r in _paired(trace.ts[issues].tolist(), issue_ops, trace.ts[runs].tolist(), run_ops):
+        done = run_args[r] if r is not None else None
+        if i is None or r is None or (isinstance(done, dict) and done.get("finished") is False):
+            continue
+        peer, tag = _peer(issue_args[i], ranks, me)
+        if peer is None:
+            continue
+        nelems, dtype = _size(run_args[r])
+        if nelems is None:
+            nelems, dtype = _size(issue_args[i])
+        out.append({"op": issue_ops[i], "peer": peer, "tag": tag, "start_ns": int(trace.ts[issues[i]]),
+                    "end_ns": int(trace.ts[runs[r]] + trace.dur[runs[r]]),
+                    "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0)})
+    return out
+
+
+def _peer(args: Optional[dict], ranks: List[int], me: Any) -> Tuple[Optional[int], Optional[int]]:
+    """(the peer's rank in the job, the tag) of a send or receive op: its ``Concrete Inputs``
+    (tensors, group, peer, tag; the peer is its rank in the group: mapped through the group's
+    ranks where ``distributedInfo`` lists them), else the other member of a group of two."""
+    given = args.get("Concrete Inputs") if isinstance(args, dict) else None
+    if isinstance(given, list) and len(given) >= 4 and str(given[2]).lstrip("-").isdigit():
+        peer = int(given[2])
+        tag = int(given[3]) if str(given[3]).lstrip("-").isdigit() else None
+        if ranks:
+            return (ranks[peer], tag) if 0 <= peer < len(ranks) else (None, tag)
+        return peer, tag
+    if len(ranks) == 2 and me in ranks:
+        return ranks[1 - ranks.index(me)], None
+    return None, None
 
 
 def _in_order(trace: RankTrace, idx: np.ndarray) -> np.ndarray:
@@ -194,6 +276,31 @@ def _paired(issue_ts: List[int], issue_ops: List[str], run_ts: List[int],
     out.extend((k, None) for k in range(i, len(issue_ts)))
     out.sort(key=lambda p: issue_ts[p[0]] if p[0] is not None else run_ts[p[1]])   # type: ignore[index]
     return out
+
+
+def _dealt(trace: RankTrace, threads: List[int]) -> Dict[int, Tuple[str, List[int]]]:
+    """{runloop thread key: (group name, ranks)} on a rank that ``distributedInfo`` lists in
+    several process groups (step 2 of the module docstring); {} where it cannot tell."""
+    dist = trace.meta.get("distributedInfo")
+    configs = dist.get("pg_config") if isinstance(dist, dict) else None
+    if not isinstance(configs, list) or len(configs) < 2 or not threads or len(threads) % len(configs):
+        return {}
+    groups = []
+    for c in configs:
+        name, ranks = (c.get("pg_name"), c.get("ranks")) if isinstance(c, dict) else (None, None)
+        if not isinstance(name, (str, int)) or isinstance(name, bool):
+            return {}
+        ok = isinstance(ranks, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
+        groups.append((str(name), list(ranks) if ok else []))   # type: ignore[arg-type]
+    tids = []
+    for key in threads:
+        tid = trace.tids[key % trace.thread_stride]
+        if isinstance(tid, bool) or not isinstance(tid, int):
+            return {}   # no thread ids to order by
+        tids.append(tid)
+    each = len(threads) // len(groups)
+    ordered = [key for _, key in sorted(zip(tids, threads))]
+    return {key: groups[n // each] for n, key in enumerate(ordered)}
 
 
 def _group(meta: Dict[str, Any]) -> Tuple[str, List[int]]:
@@ -234,43 +341,48 @@ def _size(args: Optional[dict]) -> Tuple[Optional[int], str]:
     return (total, dtype) if seen else (None, "")
 
 
-def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]],
-           path: str = "") -> Tuple[List[Dict[str, Any]], List[str]]:
+def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]], path: str = "",
+           threads: Sequence[Optional[int]] = (), shared: Optional[str] = None) -> Tuple[List[Dict[str, Any]], List[str]]:
     """(the capture's records and the event records of the collectives they do not hold,
     one record per collective; a sentence per group whose events could not be numbered).
 
-    A capture record (a Python ``dist.*`` call, with torch's sequence number) and the event
-    record of the same call are one collective: the issue op lies inside the call on the
-    same rank's clock (the first of the same op that starts within it). Such pairs give
-    the group's numbering of the rank's window (true number - place in the window), so
-    every event record of the group takes its true number and the pairs are kept once
-    (the capture's). A group the capture recorded but whose events none of its records
-    lie around keeps only the capture's records: numbered by their place alone, the event
-    records would collide with its numbers."""
+    A capture record (a Python ``dist.*`` call, with its group and torch's sequence number)
+    and the event record of the same call are one collective: the issue op lies inside the
+    call on the same rank's clock (the first of the same op that starts within it). Such a
+    pair names the group of its execution span's runloop thread (``threads``: each event
+    record's, :func:`collected`); a process group runs its work on threads of its own, so
+    every event record on that thread is that group's — how a rank in several groups (whose
+    trace names the group of none) tells their collectives apart, DDP's beside the script's
+    calls on a subgroup. The pairs of a group then give its numbering of the rank's window
+    (true number - place among the group's event records), so every event record of the
+    group takes its true number and the pairs are kept once (the capture's). A group the
+    capture recorded but whose events none of its records lie around keeps only the
+    capture's records: numbered by their place alone, the event records would collide with
+    its numbers.
+
+    gloo counts a group's sends and receives in its sequence numbers too, and those differ
+    between ranks (one sends where another receives twice): the group ``shared`` names, whose
+    numbers the rank's sends and receives took (:func:`p2p_group`), has its collectives
+    numbered by their place in the window instead (``seq_inferred``, as events alone are)."""
     if not events:
-        return list(captured), []
+        return _by_place(list(captured), shared), []
     if not captured:
         return list(events), []
-    by_group: Dict[str, List[Dict[str, Any]]] = {}
-    for rec in events:
-        by_group.setdefault(rec["group"], []).append(rec)
+    pairs = _pairs(captured, events)
+    _regrouped(events, pairs, threads)
+    by_group: Dict[str, List[int]] = {}
+    for k, rec in enumerate(events):
+        by_group.setdefault(rec["group"], []).append(k)
     out: List[Dict[str, Any]] = list(captured)
     said: List[str] = []
-    for group, recs in by_group.items():
-        mine = sorted((c for c in captured if str(c.get("group")) == group), key=lambda c: c["start_ns"])
+    for group, members in by_group.items():
+        mine = [c for c in captured if str(c.get("group")) == group]
         if not mine:
-            out.extend(recs)
+            out.extend(events[k] for k in members)
             continue
-        starts = [r["start_ns"] for r in recs]
-        used: Dict[int, int] = {}   # event place -> the capture record's seq
-        for c in mine:
-            end = c.get("end_ns", c["start_ns"] + OPEN_CALL_NS)
-            k = int(np.searchsorted(starts, c["start_ns"], side="left"))
-            while k < len(recs) and starts[k] <= end and (k in used or recs[k]["op"] != c.get("op", recs[k]["op"])):
-                k += 1
-            if k < len(recs) and starts[k] <= end:
-                used[k] = int(c["seq"])
-        shifts = [seq - k for k, seq in used.items()]
+        place = {k: n for n, k in enumerate(members)}
+        used = {k: int(pairs[k]["seq"]) for k in members if k in pairs and str(pairs[k].get("group")) == group}
+        shifts = [seq - place[k] for k, seq in used.items()]
         if not shifts:
             said.append(f"{path}: the collectives of process group {group} in its events lie in none of the "
                         f"capture's records of that group; only the capture's {len(mine)} are matched")
@@ -280,12 +392,75 @@ def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]],
             said.append(f"{path}: the collectives of process group {group} in its events are numbered from the "
                         f"capture's records, which disagree on {len(shifts) - shifts.count(shift)} of {len(shifts)} "
                         "(the most common numbering is kept)")
-        for k, rec in enumerate(recs):
+        for k in members:
             if k in used:
                 continue
-            rec["seq"] = k + shift
+            rec = events[k]
+            rec["seq"] = place[k] + shift
             for key in ("seq_inferred", "nelems", "dtype"):   # a true number: no order to check
                 rec.pop(key, None)
             out.append(rec)
     out.sort(key=lambda r: r["start_ns"])   # one rank's collectives in time order, whichever told of them
-    return out, said
+    return _by_place(out, shared), said
+
+
+def p2p_group(trace: RankTrace, p2p: List[Dict[str, Any]]) -> Optional[str]:
+    """The group whose sequence numbers the rank's gloo sends and receives (``p2p``, from
+    :func:`point_to_point`) took: ``dist.send``'s default, the world (``distributedInfo``'s
+    ``default_pg``, else its first group); None without any."""
+    if not p2p:
+        return None
+    dist = trace.meta.get("distributedInfo")
+    configs = [c for c in (dist.get("pg_config") if isinstance(dist, dict) else None) or [] if isinstance(c, dict)]
+    world = next((c for c in configs if c.get("pg_desc") == "default_pg"), configs[0] if configs else None)
+    return str(world.get("pg_name")) if world is not None and world.get("pg_name") is not None else None
+
+
+def _by_place(records: List[Dict[str, Any]], group: Optional[str]) -> List[Dict[str, Any]]:
+    """``records`` with those of ``group`` numbered by their place among them (in time order)."""
+    if group is None:
+        return records
+    place = 0
+    for rec in sorted((r for r in records if str(r.get("group")) == group), key=lambda r: r["start_ns"]):
+        rec["seq"], rec["seq_inferred"] = place, True
+        place += 1
+    return records
+
+
+def _pairs(captured: List[Dict[str, Any]], events: List[Dict[str, Any]]) -> Dict[int, Dict[str, Any]]:
+    """{event record index: the capture record of the same call}: the first unpaired event
+    record of the call's op whose issue lies in the call (``events`` in issue order)."""
+    starts = [r["start_ns"] for r in events]
+    out: Dict[int, Dict[str, Any]] = {}
+    for c in sorted(captured, key=lambda c: c["start_ns"]):
+        end = c.get("end_ns", c["start_ns"] + OPEN_CALL_NS)
+        k = int(np.searchsorted(starts, c["start_ns"], side="left"))
+        while k < len(events) and starts[k] <= end and (k in out or events[k]["op"] != c.get("op", events[k]["op"])):
+            k += 1
+        if k < len(events) and starts[k] <= end:
+            out[k] = c
+    return out
+
+
+def _regrouped(events: List[Dict[str, Any]], pairs: Dict[int, Dict[str, Any]],
+               threads: Sequence[Optional[int]]) -> None:
+    """Each event record on a runloop thread that some pair names the group of (the group
+    most of its pairs name) put in that group, with the capture's ranks of it."""
+    named: Dict[int, List[Dict[str, Any]]] = {}
+    for k, c in pairs.items():
+        thread = threads[k] if k < len(threads) else None
+        if thread is not None:
+            named.setdefault(thread, []).append(c)
+    if not named:
+        return
+    group_of: Dict[int, Dict[str, Any]] = {}
+    for thread, recs in named.items():
+        groups = [str(c.get("group")) for c in recs]
+        top = max(set(groups), key=groups.count)
+        group_of[thread] = next(c for c in recs if str(c.get("group")) == top)
+    for k, rec in enumerate(events):
+        thread = threads[k] if k < len(threads) else None
+        named_by = group_of.get(thread) if thread is not None else None
+        if named_by is not None and rec["group"] != UNISSUED:
+            rec["group"] = str(named_by.get("group"))
+            rec["group_ranks"] = list(named_by.get("group_ranks") or rec.get("group_ranks") or [])

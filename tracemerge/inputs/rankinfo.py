@@ -427,14 +427,18 @@ def collectives_of(trace: RankTrace, captured: Optional[List[Dict[str, Any]]],
     (``captured``, None without a block) joined with the collectives its gloo events show
     (:func:`tracemerge.inputs.event_collectives.merged`, sentences appended to ``said``);
     without a block, the c10d fields and NCCL kernels of the trace
-    (:mod:`tracemerge.inputs.kineto_collectives`), else its gloo events."""
+    (:mod:`tracemerge.inputs.kineto_collectives`), else its gloo events; point-to-point
+    records from NCCL's kernels, else from gloo's events (the capture records none)."""
     if captured is not None:
         # NCCL's records beside the capture's would count its Python calls twice: the capture's are kept
-        found, more = event_collectives.merged(captured, event_collectives.collectives(trace), trace.path)
+        events, threads = event_collectives.collected(trace)
+        p2p = event_collectives.point_to_point(trace)
+        found, more = event_collectives.merged(captured, events, trace.path, threads,
+                                               event_collectives.p2p_group(trace, p2p))
         said.extend(more)
-        return found, []
+        return found, p2p
     found, p2p = communication(trace)
-    return (found or list(event_collectives.collectives(trace))), p2p
+    return (found or list(event_collectives.collectives(trace))), (p2p or event_collectives.point_to_point(trace))
 
 
 def describe_head(path: str, head: Dict[str, Any]) -> Optional[RankInfo]:

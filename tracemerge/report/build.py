@@ -29,7 +29,7 @@ from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.nesting import unfinished
 from tracemerge.report import GROUP_BY, SORT_KEYS  # the CLI's choices, read without this module
-from tracemerge.report.collectives import CollectiveStats, collective_report
+from tracemerge.report.collectives import CollectiveStats, collective_report, p2p_report
 from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import (
     KeyAverage,
@@ -243,7 +243,7 @@ def _add_records(report: Report, infos: Sequence[Any], links: Correlation, clock
         if match.caller_only or match.callee_only:
             report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
                                 "only the callee's; their times are left out of the breakdown")
-    report.collectives = collective_report(links.collectives, clocks)
+    report.collectives = collective_report(links.collectives, clocks) + p2p_report(links.p2p, clocks)
     report.notes += list(links.order_warnings)
     if not any(i.has_block for i in infos) and not report.collectives:
         report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")

@@ -20,7 +20,7 @@ from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.arrays import distinct
 from tracemerge.clocks.text import offsets_document
 from tracemerge.job import Alignment, Job
-from tracemerge.report.collectives import collective_report
+from tracemerge.report.collectives import collective_report, p2p_report
 from tracemerge.report.keyavg import group_rows
 from tracemerge.report.rpcstats import PERCENTILES, RpcReport, rpc_report
 from tracemerge.tables.events import require_arrow
@@ -190,7 +190,8 @@ def rpc_callees_table(made: Products) -> "pa.Table":
 def collective_stats_table(made: Products) -> "pa.Table":
     """``report``'s collectives section: per group and op, counts, bytes, arrival skew."""
     pa = require_arrow()
-    stats = collective_report(made.job.links.collectives, made.alignment.clocks)
+    stats = collective_report(made.job.links.collectives, made.alignment.clocks) + p2p_report(made.job.links.p2p,
+                                                                                              made.alignment.clocks)
     f64, s, i64 = pa.float64(), pa.string(), pa.int64()
     return _table([("group", s), ("op", s), ("count", i64), ("complete", i64), ("bytes", i64),
                    ("skew_mean_us", f64), ("skew_max_us", f64), ("slowest_rank", pa.int32())],
