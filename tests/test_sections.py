@@ -26,6 +26,7 @@ BASE = 1_700_000_000_000_000_000
 TOY = textwrap.dedent('''
     """Self CPU time per rank (a toy analysis: one module, one registry line)."""
     from tracemerge.report.sections import Section
+    from tracemerge.report.view import Table
 
 
     def per_rank(report):
@@ -35,14 +36,15 @@ TOY = textwrap.dedent('''
         return sorted(out.items())
 
 
-    def tables(report, row_limit):
-        return [("Self CPU per rank", (["Rank", "Self CPU ms"], [[r, f"{us / 1000:.3f}"] for r, us in per_rank(report)]))]
+    def view(report, sort_by, row_limit):
+        return [Table("Self CPU per rank", ["Rank", "Self CPU ms"],
+                      [[r, f"{us / 1000:.3f}"] for r, us in per_rank(report)])]
 
 
     SECTION = Section(
         "self_cpu_per_rank", "Self CPU per rank",
         present=lambda report: bool(report.key_averages),
-        tables=tables,
+        view=view,
         data=lambda report, sort_by, row_limit: {"self_cpu_per_rank": dict(per_rank(report))},
         csv=(("self_cpu_per_rank", lambda report, sort_by, row_limit: (
             ("rank", "self_cpu_us"), ({"rank": r, "self_cpu_us": us} for r, us in per_rank(report)))),),

@@ -975,10 +975,8 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files, force)
     for note in rep.notes:
-        if "thread-limited" in note:
-            say(f"tracemerge: hint: {note}", err=True)
-        elif note == reports.MERGED_NO_ANALYSIS:
-            say(f"tracemerge: warning: {note}", err=True)
+        if note.said:   # by its kind: hints and warnings are said on stderr too
+            say(f"tracemerge: {note.said}: {note.text}", err=True)
 
 
 def _regexes(values: "tuple[str, ...]") -> "tuple[str, ...]":
