@@ -257,3 +257,19 @@ def test_primitives_toy_compared_by_diff(primitives_toy):
     text = render_diff(diff_reports(before, after, sections=registry), "table")
     row = next(cells for cells in map(str.split, text.splitlines()) if cells[-4:] == ["op_time", "op_ms", "rank", "1"])
     assert row[:5] == ["+6.000", "ms", "+200.0%", "3.000", "ms"]   # delta, relative, before
+
+
+def test_a_note_is_said_by_its_kind_not_its_words(toy_report):
+    from dataclasses import replace
+
+    from tracemerge.report.notes import HINT, WARNING, Note
+    # the words of a thread-limited hint under another kind, and a hint of other words
+    notes = [Note("worker1 (rank 1) is thread-limited"), Note("raise num_worker_threads", HINT),
+             Note("--analysis: not done", WARNING)]
+    report = replace(toy_report[0], notes=notes)
+    assert render(report, "table").splitlines()[-3:] == [
+        "note: worker1 (rank 1) is thread-limited", "hint: raise num_worker_threads", "note: --analysis: not done"]
+    assert [n.said for n in notes] == [None, "hint", "warning"]   # what report says on stderr
+    assert json.loads(render(report, "json"))["notes"] == [n.text for n in notes]
+    with pytest.raises(ValueError, match="note kind 'tip'"):
+        Note("x", "tip")
