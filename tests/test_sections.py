@@ -80,13 +80,19 @@ def _rank_file(path, rank, durations_ms):
     return str(path)
 
 
+def _module(tmp, name, text):
+    """The module of ``text``, written as ``tmp/NAME.py`` (a module of its own, as an installed one)."""
+    (tmp / f"{name}.py").write_text(text)
+    spec = importlib.util.spec_from_file_location(name, tmp / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def toy_report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("toy")
-    (tmp / "toy_analysis.py").write_text(TOY)
-    spec = importlib.util.spec_from_file_location("toy_analysis", tmp / "toy_analysis.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module(tmp, "toy_analysis", TOY)
     paths = [_rank_file(tmp / "rank0.json.gz", 0, [4.0, 3.0]), _rank_file(tmp / "rank1.json.gz", 1, [1.0, 2.0])]
     report = build_report(paths, Job.open, group_by="name,rank")
     return report, module, paths
@@ -165,25 +171,25 @@ PRIMITIVES_TOY = textwrap.dedent('''
     from tracemerge.report.view import FIXED, Bars, Figure, Findings, Table
 
 
-    def per_rank(report):
-        out = {}
-        for row in report.key_averages:
-            out[row.node_id] = out.get(row.node_id, 0.0) + row.self_cpu_time_total
-        return sorted(out.items())
+    def op_us(report):
+        """{rank: µs of its ops} (none nests in another)"""
+        ranks = sorted({row.node_id for row in report.key_averages})
+        return {r: sum(row.self_cpu_time_total for row in report.key_averages if row.node_id == r) for r in ranks}
 
 
     def view(report, sort_by, row_limit):
-        ranks = per_rank(report)
-        rank, us = max(ranks, key=lambda x: x[1])
-        return [Findings("busiest", [f"rank {rank} ran {us / 1000:.3f} ms of ops"]),
-                Table("Op time per rank", ["Rank", "Op ms"], [[r, f"{t / 1000:.3f}"] for r, t in ranks], layout=FIXED),
-                Figure((Bars([f"rank {r}" for r, _ in ranks], [t / 1000 for _, t in ranks], "ms"),), ("Op time, ms",))]
+        us = op_us(report)
+        busiest = max(us, key=us.get)
+        return [Findings("busiest", [f"rank {busiest} ran {us[busiest] / 1000:.3f} ms of ops"]),
+                Table("Op time per rank", ["Rank", "Op ms"], [[r, f"{t / 1000:.3f}"] for r, t in us.items()],
+                      layout=FIXED),
+                Figure((Bars([f"rank {r}" for r in us], [t / 1000 for t in us.values()], "ms"),), ("Op time, ms",))]
 
 
     SECTION = Section(
         "op_time", "Op time", view=view,
-        data=lambda report, sort_by, row_limit: {"op_time_us": dict(per_rank(report))},
-        diff=(Compared("op_time", lambda report: {f"rank {r}": {"op_ms": t} for r, t in per_rank(report)},
+        data=lambda report, sort_by, row_limit: {"op_time_us": op_us(report)},
+        diff=(Compared("op_time", lambda report: {f"rank {r}": {"op_ms": t} for r, t in op_us(report).items()},
                        frozenset({"op_ms"})),))
 ''')
 
@@ -193,10 +199,7 @@ def primitives_toy(tmp_path_factory, toy_report):
     """The toy's module, a registry of the test's own (the package's and its line), and a
     second run whose rank 1 runs 6 ms more."""
     tmp = tmp_path_factory.mktemp("primitives_toy")
-    (tmp / "op_time.py").write_text(PRIMITIVES_TOY)
-    spec = importlib.util.spec_from_file_location("op_time", tmp / "op_time.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module(tmp, "op_time", PRIMITIVES_TOY)
     registry = sections.SECTIONS + (module.SECTION,)
     paths = [_rank_file(tmp / "rank0.json.gz", 0, [4.0, 3.0]), _rank_file(tmp / "rank1.json.gz", 1, [1.0, 8.0])]
     return toy_report[0], build_report(paths, Job.open, group_by="name,rank"), registry

@@ -75,7 +75,8 @@ class Section:
     cells; HTML heads the section with ``title`` when it shows anything.
     ``data(report, sort_by, row_limit) -> {key: value}``: its keys in the JSON report.
     ``csv``: the tables it offers ``report --format csv --section NAME``, as ``(NAME, rows)``.
-    ``lead``: said before everything else (and the notes). ``notes_after``: the JSON
+    ``lead``: said before everything else (and the notes). ``analysis``: made by the
+    analyses (``report --analysis``): a CSV table of it makes ``report`` run them. ``notes_after``: the JSON
     report's ``notes`` follow this section's keys. ``diff``: the tables ``tracemerge diff``
     compares of it (:class:`~tracemerge.report.diff.Compared`). ``export``: the tables
     ``tracemerge export`` and ``tables.load`` make of it, as ``(NAME, "module:function")``,
@@ -90,6 +91,7 @@ class Section:
     data: Callable[[Report, str, int], Dict[str, Any]] = _no_keys
     csv: Tuple[Tuple[str, CsvRows], ...] = ()
     lead: bool = False
+    analysis: bool = False
     notes_after: bool = False
     diff: Tuple[Compared, ...] = ()
     export: Tuple[Tuple[str, str], ...] = ()
@@ -339,7 +341,7 @@ def _critical_path_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Se
 CRITICAL_PATH = Section(
     "critical_path", "Critical path", _has_analysis, _critical_path_view,
     _analysis_keys("critical_path", "critical_path_totals"),
-    (("critical_path", _critical_path_csv),), export=_made_by("critical_path"))
+    (("critical_path", _critical_path_csv),), analysis=True, export=_made_by("critical_path"))
 
 
 def _waits(report: Report, section: str) -> Any:
@@ -356,7 +358,8 @@ WAITS = Section(
          "callee_idle_mean_ns"), map(asdict, _waits(r, "rpc_waits").rpc))),
      ("collective_waits", lambda r, sort_by, limit: (
          ("group", "op", "rank", "count", "wait_ns", "wait_mean_ns", "last_arrivals"),
-         map(asdict, _waits(r, "collective_waits").collectives)))))
+         map(asdict, _waits(r, "collective_waits").collectives)))),
+    analysis=True)
 
 
 def _steps(report: Report, section: str) -> Any:
@@ -386,7 +389,8 @@ STRAGGLERS = Section(
     "stragglers", "Step times", _has_analysis,
     _step_view,
     _analysis_keys("stragglers"),
-    (("step_times", _step_times_csv), ("stragglers", _stragglers_csv)))
+    (("step_times", _step_times_csv), ("stragglers", _stragglers_csv)),
+    analysis=True)
 
 # --- a failed job's post-mortem: said first -------------------------------------------
 

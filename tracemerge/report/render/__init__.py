@@ -37,6 +37,12 @@ def csv_sections() -> Tuple[str, ...]:
     return tuple(csv_tables())
 
 
+def csv_needs_analysis(table: str) -> bool:
+    """Whether ``report --section TABLE`` needs the analyses run (a table of a section they make)."""
+    from tracemerge.report.sections import SECTIONS
+    return any(s.analysis for s in SECTIONS if any(name == table for name, _ in s.csv))
+
+
 def render(report: "Report", fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
            section: Optional[str] = None, sections: "Optional[Sequence[Section]]" = None) -> str:
     """``section`` picks the table of a format that holds one (CSV); the others hold them all.
