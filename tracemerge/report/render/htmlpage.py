@@ -1,17 +1,20 @@
 """``--html``: the report as one self-contained page, tables plus inline SVG plots.
 
-No scripts, fonts or images are fetched: the page opens offline. Plots: each rank's clock
-offset (with its error bound) and drift, each RPC key's latency distribution (p50, p95,
-p99, max and the mean split into queueing, execution and the rest of the overhead), and each rank's busy
-threads over the run. The run's time plots have an axis in ms from the trace's start (its first
-event, on the reference clock); name columns are left-aligned, numbers right-aligned; the
-diff page colours each change by its sign, which the text also carries.
+No scripts, fonts or images are fetched: the page opens offline. Each section the report
+has is drawn from its view (:mod:`tracemerge.report.view`) under its title: its findings
+as a list, its tables, its figures as SVG — bars from a zero line with error bars (the
+clocks' offsets and drifts), distributions with their mean split (the RPC keys' latency),
+rows of shaded bins (the busy threads over the run), windows of coloured segments (the
+critical path). The lead sections come first, then the notes, then the others, torch's
+table (the key averages) last. The run's time plots have an axis in ms from the trace's
+start (its first event, on the reference clock); name columns are left-aligned, numbers
+right-aligned; the diff page colours each change by its sign, which the text also carries.
 """
 
 import math
 import re
 from html import escape
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from tracemerge.analysis.tables import diff_table
 from tracemerge.report.build import Report
@@ -231,12 +234,15 @@ def _spans(plot: Spans, width: int = 840) -> str:
     return f"<p>{legend}{more}; hover a segment for its name.</p>" + scale + "".join(out)
 
 
-# each plot by its kind
-PLOTS: Dict[type, Callable[[Any], str]] = {Bars: _bars, Latency: _latency, Heat: _heat, Spans: _spans}
-
-
 def _plot(plot: Plot) -> str:
-    return PLOTS[type(plot)](plot)
+    """A plot, drawn by its kind."""
+    if isinstance(plot, Bars):
+        return _bars(plot)
+    if isinstance(plot, Latency):
+        return _latency(plot)
+    if isinstance(plot, Heat):
+        return _heat(plot)
+    return _spans(plot)
 
 
 def _figure(figure: Figure) -> str:
