@@ -427,8 +427,9 @@ POSTMORTEM = Section(
     lead=True)
 
 
-# Every section, in the order the formats show them (``lead`` ones first) and JSON holds
-# their keys; the first CSV table is ``report --format csv``'s default.
+# Every section, in the order the formats show them (``lead`` ones first), JSON holds their
+# keys and diff compares their tables (its rows of equal impact in this order); the first
+# CSV table is ``report --format csv``'s default.
 SECTIONS: Tuple[Section, ...] = (
     KEY_AVERAGES,
     CLOCKS,
