@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from tracemerge.report import build as reports
     from tracemerge.report.diff import diff_reports
     from tracemerge.report.render import FORMATS as REPORT_FORMATS
-    from tracemerge.report.render import csv_sections, render_diff
+    from tracemerge.report.render import csv_needs_analysis, csv_sections, render_diff
     from tracemerge.report.render import render as render_report
     from tracemerge.report.write import combine_report_path, write_combine_report, write_text
     from tracemerge.serve import serve
@@ -77,6 +77,7 @@ else:
     diff_reports = Deferred("tracemerge.report.diff", "diff_reports")
     REPORT_FORMATS = Deferred("tracemerge.report.render", "FORMATS")
     csv_sections = Deferred("tracemerge.report.render", "csv_sections")
+    csv_needs_analysis = Deferred("tracemerge.report.render", "csv_needs_analysis")
     render_report = Deferred("tracemerge.report.render", "render")
     render_diff = Deferred("tracemerge.report.render", "render_diff")
     combine_report_path = Deferred("tracemerge.report.write", "combine_report_path")
@@ -968,17 +969,15 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
 
     try:
         rep = reports.build_report(list(files), opener, align, group_by, remote_ops,
-                                   analysis or section not in (key_averages, "postmortem"), comm_kernels)
+                                   analysis or csv_needs_analysis(section), comm_kernels)
     finally:
         runner.close()
     write_text(output, render_report(rep, fmt, sort_by, row_limit, section), files, force)
     if html_path:
         write_text(html_path, render_report(rep, "html", sort_by, row_limit), files, force)
     for note in rep.notes:
-        if "thread-limited" in note:
-            say(f"tracemerge: hint: {note}", err=True)
-        elif note == reports.MERGED_NO_ANALYSIS:
-            say(f"tracemerge: warning: {note}", err=True)
+        if note.said:   # by its kind: hints and warnings are said on stderr too
+            say(f"tracemerge: {note.said}: {note.text}", err=True)
 
 
 def _regexes(values: "tuple[str, ...]") -> "tuple[str, ...]":

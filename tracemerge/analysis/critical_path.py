@@ -1,4 +1,25 @@
-"""The cross-rank critical path: the chain of dependent work that decided when each window ended.
+r"""The cross-rank critical path: the chain of dependent work that decided when each window ended.
+
+Graph (time runs right; the walk runs left, from the window's end)::
+
+    caller  ==compute==* t1 send                          t4 completed *==compute==> window end
+                        \  RPC transfer          RPC transfer  /
+    callee  ==earlier===(*)arrival ..queueing..*==callee execution==* t3
+                  `-- queue edge: busy when the request arrived, the path stays on the callee
+
+    rank A  ==compute==* arrival ....waiting in a collective.... * completed ==>
+    rank B  ==========compute==========* last arrival ========== * completed ==>
+
+    pool thread  (idle) ....... *==work==    woken by the RPC completion that handed it its work
+
+Algorithm: start at the window's end on the thread whose step (or last span) ended last;
+then, until the window's start, ask what that thread was doing just before the moment the
+walk is at and follow what made that moment late — the span it ran (thread order), the RPC
+whose completion t4 is that moment (back through the return transfer to the callee's span,
+its queueing, and the request's transfer to the caller's send t1), the collective that
+completed then (back to the last rank to arrive, at its arrival), the completion that woke
+an idle pool thread — each step one segment of the path, the segments tiling the window.
+The rules, in detail:
 
 A window is one step of the ranks whose ``ProfilerStep#N`` spans correspond (from the
 first of them to start to the last to end, on the reference clock) when the trace has

@@ -1,4 +1,22 @@
-"""What if a span ran k× faster? Each window's time predicted by replaying the job's dependency graph.
+r"""What if a span ran k× faster? Each window's time predicted by replaying the job's dependency graph.
+
+Graph: points (*) cut every thread's timeline; each point's new time is the latest of its
+edges (->), each the source's new time plus the edge's weight::
+
+    thread    *--busy d-->*--blocked-->*--busy d'-->*     thread order: + d (÷ k inside a sped-up span),
+                                                          + 0 across a wait, the gap's length if idle
+    caller    * t1 send ..........................> * t4  completion: callee span's end + return transfer
+                \ delivery - queued       return /
+    callee       `--> * span start ==served span==> * span end
+    rank A    * arrival --.
+    rank B    * arrival ---+--> * completion (each rank): the last arrival + measured time from it
+
+Algorithm: for each window, take its points in measured time order (a cause is measured
+before its effect, so every edge's source is replayed first; one that clock error puts
+after keeps its measured time) and give each the maximum over its edges, each edge weight
+capped at the measured time between its ends; points outside the window keep their
+measured times. The window's predicted length runs from its start's new time to its end's;
+the edges chosen, followed back from the end, are the new critical path. In detail:
 
 The graph is the one the critical path walks (:mod:`~tracemerge.analysis.critical_path`),
 made explicit: every thread's timeline is cut at its *points* — where the innermost span

@@ -40,6 +40,7 @@ from tracemerge.report.keyavg import (
     key_averages,
     op_tree,
 )
+from tracemerge.report.notes import HINT, WARNING, Note
 from tracemerge.report.rpcstats import RpcReport, rpc_report, server_threads
 
 ROW_FIELDS = ("key", "count", "node_id", "cpu_time_total", "self_cpu_time_total", "cpu_time")
@@ -59,7 +60,7 @@ class Report:
     rpc: Optional[RpcReport] = None    # None without RPC records
     collectives: List[CollectiveStats] = field(default_factory=list)
     timeline: Dict[str, Any] = field(default_factory=dict)   # {start_ns, bin_ns, busy: {rank: [avg busy threads]}}
-    notes: List[str] = field(default_factory=list)
+    notes: List[Note] = field(default_factory=list)
     analysis: Optional[Analysis] = None  # analysis.summary.Analysis (critical path, wait states, stragglers) with --analysis; None otherwise
     gpu: List[GpuRank] = field(default_factory=list)  # of the ranks with device activity
     # a failed job's post-mortem (analysis.postmortem), None when there is nothing to say
@@ -128,7 +129,7 @@ def build_report(paths: List[str], job_opener: Callable[[List[str]], Job],
         if trace is not None:
             report = merged_report(trace, group_by, remote_ops, comm_kernels)
             if analysis:
-                report.notes.append(MERGED_NO_ANALYSIS)
+                report.notes.append(Note(MERGED_NO_ANALYSIS, WARNING))
             return report
     job = job_opener(paths)
     if job.alignment is None:
@@ -224,12 +225,12 @@ def rank_products(source: Union[RankTrace, str], rank: int, clock: ClockModel, p
             spans=_top_spans(tree, clock.to_reference))
 
 
-def unfinished_notes(open_at_stop: Dict[str, int]) -> List[str]:
+def unfinished_notes(open_at_stop: Dict[str, int]) -> List[Note]:
     """A note per input with spans still open when its profiler stopped (``args.finished``
     false): they are in the trace as Kineto wrote them, and no row of the key averages."""
-    return [f"{path}: {n} span{'s were' if n != 1 else ' was'} still open when the profiler stopped (args.finished "
+    return [Note(f"{path}: {n} span{'s were' if n != 1 else ' was'} still open when the profiler stopped (args.finished "
             "false; the duration written runs to the stop, not to the span's end): left out of the key averages, "
-            "their children still counted under them" for path, n in open_at_stop.items() if n]
+            "their children still counted under them") for path, n in open_at_stop.items() if n]
 
 
 def _add_records(report: Report, infos: Sequence[Any], links: Correlation, clocks: Mapping[int, ClockModel],
@@ -239,14 +240,14 @@ def _add_records(report: Report, infos: Sequence[Any], links: Correlation, clock
     match = links.rpcs
     if match.calls:
         report.rpc = rpc_report(match, clocks, threads)
-        report.notes += [c.hint for c in report.rpc.callees if c.hint]
+        report.notes += [Note(c.hint, HINT) for c in report.rpc.callees if c.hint]
         if match.caller_only or match.callee_only:
-            report.notes.append(f"{match.caller_only} RPCs have only the caller's record and {match.callee_only} "
-                                "only the callee's; their times are left out of the breakdown")
+            report.notes.append(Note(f"{match.caller_only} RPCs have only the caller's record and "
+                                     f"{match.callee_only} only the callee's; their times are left out of the breakdown"))
     report.collectives = collective_report(links.collectives, clocks) + p2p_report(links.p2p, clocks)
-    report.notes += list(links.order_warnings)
+    report.notes += [Note(w) for w in links.order_warnings]
     if not any(i.has_block for i in infos) and not report.collectives:
-        report.notes.append("no rank-file records (plain Kineto traces): no RPC or collectives report")
+        report.notes.append(Note("no rank-file records (plain Kineto traces): no RPC or collectives report"))
 
 
 @dataclass
@@ -290,7 +291,8 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
                            "busy": {r: _busy(_top_spans(tree, _same, rank_of_row == r), first, bin_ns)
                                     for r in sorted(clocks)}}
     if "records" not in block:
-        report.notes.append("a merged trace written before tracemerge kept its records: no RPC or collectives report")
+        report.notes.append(Note("a merged trace written before tracemerge kept its records: no RPC or collectives "
+                                 "report"))
         return report
     records = [Recorded(int(r["rank"]), r.get("rpcs") or [], r.get("collectives") or [], bool(r.get("has_block")),
                         r.get("remote_rpcs") or [], r.get("job_id"))

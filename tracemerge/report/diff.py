@@ -1,38 +1,28 @@
 """``tracemerge diff``: two runs compared, row by row, by what changed most.
 
-Both runs are reports (:class:`tracemerge.report.Report`: key averages, RPC breakdown,
-callee load). Rows are matched by key and compared metric by metric; every time is a
-total over the run in µs, so deltas add up and can be ranked:
-
-- ``rpc`` rows, per RPC key (kind, function, caller → callee): ``end-to-end``,
-  ``execution``, ``queueing`` and ``transfer`` (the overhead δ without the queueing), each
-  the per-call mean times the calls with both sides; and ``calls``.
-- ``callee`` rows, per callee rank: ``queueing`` and ``execution`` over every call it served.
-- ``key_averages`` rows, per key: ``cpu_time_total``, ``self_cpu_time_total`` and
-  ``count``. RPC spans (``rpc_async#…``, ``…#remote``) are left out here: their wall time
-  is what the ``rpc`` rows measure from the records, on both clocks, and would count twice.
+Both runs are reports (:class:`tracemerge.report.Report`). The sections of the registry
+(:data:`tracemerge.report.sections.SECTIONS`) say what of them is compared: each
+:class:`Compared` table of a section gives, per row key, its metrics, every time a total
+over the run in µs, so deltas add up and can be ranked (the key averages' per key, the RPC
+section's per RPC key and per callee rank). Rows are matched by key and compared metric by
+metric.
 
 delta = after − before; relative = delta / before (None when before is 0 or absent). Rows
-are sorted by impact, |delta| of the time (counts have none), then by section and key.
+are sorted by impact, |delta| of a time (counts have none), then by the tables' order in
+the registry, key and metric.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from tracemerge.report.build import Report
+    from tracemerge.report.sections import Section
 
 # said with every diff: the report shows per-call means, the diff totals (which add up)
 TOTALS_NOTE = ("times are totals over each run (the report's per-call means times the calls): "
                "deltas of the rows add up")
-
-RPC = "rpc"
-CALLEE = "callee"
-KEY_AVERAGES = "key_averages"
-SECTIONS = (RPC, CALLEE, KEY_AVERAGES)
-RPC_KINDS = ("rpc_async#", "rpc_sync#", "remote#")
-TIME_METRICS = frozenset(("end-to-end", "execution", "queueing", "transfer", "cpu_time_total", "self_cpu_time_total"))
 
 
 @dataclass
@@ -55,74 +45,52 @@ class Diff:
     notes: List[str] = field(default_factory=list)
 
 
-# {key: {metric: value}} of one section of a report
+# {key: {metric: value}} of one table of a report
 Metrics = Dict[str, Dict[str, float]]
 
 
-def _rpc_metrics(report: "Report") -> Metrics:
-    out: Metrics = {}
-    if report.rpc is None:
-        return out
-    for k in report.rpc.keys:
-        n = k.complete
-        m = {"calls": float(k.count)}
-        if n and k.e2e_us:
-            queue = k.queue_us.get("mean", 0.0) * n
-            m.update({"end-to-end": k.e2e_us["mean"] * n, "execution": k.exec_us["mean"] * n, "queueing": queue,
-                      "transfer": k.overhead_us["mean"] * n - queue})
-        out[k.name] = m
+@dataclass(frozen=True)
+class Compared:
+    """A table of a section that ``tracemerge diff`` compares: ``name`` (the rows' section
+    column), ``metrics(report)`` its rows' metrics by key, ``times`` the metrics that are
+    times (µs totals: their |delta| ranks the rows; the others are counts)."""
+
+    name: str
+    metrics: Callable[["Report"], Metrics]
+    times: FrozenSet[str]
+
+
+def _rows(table: Compared, before: "Report", after: "Report") -> List[DiffRow]:
+    b, a = table.metrics(before), table.metrics(after)
+    out = []
+    for key in list(b) + [k for k in a if k not in b]:
+        mb, ma = b.get(key, {}), a.get(key, {})
+        for metric in list(mb) + [m for m in ma if m not in mb]:
+            vb, va = mb.get(metric), ma.get(metric)
+            delta = (va or 0.0) - (vb or 0.0)
+            if vb is not None and va is not None and delta == 0:
+                continue
+            out.append(DiffRow(section=table.name, key=key, metric=metric, before=vb, after=va, delta=delta,
+                               relative=delta / vb if vb else None,
+                               impact=abs(delta) if metric in table.times else 0.0))
     return out
-
-
-def _callee_metrics(report: "Report") -> Metrics:
-    if report.rpc is None:
-        return {}
-    return {f"{c.name} (rank {c.callee})": {"queueing": c.queue_mean_us * c.calls, "execution": c.exec_mean_us * c.calls}
-            for c in report.rpc.callees}
-
-
-def _is_rpc_span(key: object) -> bool:
-    return isinstance(key, str) and key.startswith(RPC_KINDS)
-
-
-def _key_metrics(report: "Report") -> Metrics:
-    out: Metrics = {}
-    for r in report.key_averages:
-        if _is_rpc_span(r.key) or r.device_type != "CPU":
-            continue  # device rows (a GPU trace's kernels) have no CPU time; their counts would join the op's
-        key = r.key if not r.is_user_annotation else f"{r.key} (user annotation)"
-        m = out.setdefault(key, {"cpu_time_total": 0.0, "self_cpu_time_total": 0.0, "count": 0.0})
-        m["cpu_time_total"] += r.cpu_time_total
-        m["self_cpu_time_total"] += r.self_cpu_time_total
-        m["count"] += r.count
-    return out
-
-
-METRICS: Dict[str, Callable[["Report"], Metrics]] = {RPC: _rpc_metrics, CALLEE: _callee_metrics, KEY_AVERAGES: _key_metrics}
 
 
 def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str] = (),
-                 after_inputs: Sequence[str] = ()) -> Diff:
-    """The :class:`Diff` of two reports."""
+                 after_inputs: Sequence[str] = (), sections: "Optional[Sequence[Section]]" = None) -> Diff:
+    """The :class:`Diff` of two reports, over the tables the sections compare (``sections``:
+    the registry, :data:`~tracemerge.report.sections.SECTIONS`, unless given another)."""
+    from tracemerge.report.sections import SECTIONS, compared
+    tables = compared(SECTIONS if sections is None else sections)
     out = Diff(before=list(before_inputs), after=list(after_inputs))
-    for section in SECTIONS:
-        b, a = METRICS[section](before), METRICS[section](after)
-        for key in list(b) + [k for k in a if k not in b]:
-            mb, ma = b.get(key, {}), a.get(key, {})
-            for metric in list(mb) + [m for m in ma if m not in mb]:
-                vb, va = mb.get(metric), ma.get(metric)
-                delta = (va or 0.0) - (vb or 0.0)
-                if vb is not None and va is not None and delta == 0:
-                    continue
-                relative = delta / vb if vb else None
-                out.rows.append(DiffRow(section=section, key=key, metric=metric, before=vb, after=va, delta=delta,
-                                        relative=relative, impact=abs(delta) if metric in TIME_METRICS else 0.0))
-    order = {s: i for i, s in enumerate(SECTIONS)}
+    for table in tables:
+        out.rows += _rows(table, before, after)
+    order = {t.name: i for i, t in enumerate(tables)}
     out.rows.sort(key=lambda r: (-r.impact, order[r.section], r.key, r.metric))
     out.notes.append(TOTALS_NOTE)
     for side, report in (("before", before), ("after", after)):
         for note in report.notes:
-            out.notes.append(f"{side}: {note}")
+            out.notes.append(f"{side}: {note.text}")
     return out
 
 

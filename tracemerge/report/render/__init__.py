@@ -5,7 +5,7 @@ new report format is one new module and one line in :data:`RENDERERS`; ``report
 registry names its modules (:mod:`tracemerge.registry`), so ``report --help`` and ``diff
 --help`` read the formats' names without importing a renderer, numpy or the analyses."""
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 from tracemerge.errors import TracemergeError
 from tracemerge.registry import Registry
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tracemerge.report.build import Report
     from tracemerge.report.diff import Diff
     from tracemerge.report.render.base import ReportFormat
+    from tracemerge.report.sections import Section
 
 RENDERERS: "Registry[ReportFormat]" = Registry({
     "table": "tracemerge.report.render.table:FORMAT",
@@ -32,21 +33,31 @@ DEFAULT = "table"
 def csv_sections() -> Tuple[str, ...]:
     """``report --section``'s choices: the tables a one-table format (CSV) can hold, the
     section registry's, the default first (read from the sections, which import the analyses)."""
-    from tracemerge.report.render.csvtext import SECTIONS
-    return SECTIONS
+    from tracemerge.report.sections import csv_tables
+    return tuple(csv_tables())
+
+
+def csv_needs_analysis(table: str) -> bool:
+    """Whether ``report --section TABLE`` needs the analyses run (a table of a section they make)."""
+    from tracemerge.report.sections import SECTIONS
+    return any(s.analysis for s in SECTIONS if any(name == table for name, _ in s.csv))
 
 
 def render(report: "Report", fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
-           section: Optional[str] = None) -> str:
-    """``section`` picks the table of a format that holds one (CSV); the others hold them all."""
+           section: Optional[str] = None, sections: "Optional[Sequence[Section]]" = None) -> str:
+    """``section`` picks the table of a format that holds one (CSV); the others hold them all.
+    ``sections``: the registry the format walks (:data:`~tracemerge.report.sections.SECTIONS`
+    unless given another)."""
     if fmt not in RENDERERS:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
+    from tracemerge.report.sections import SECTIONS, csv_tables
+    walked = SECTIONS if sections is None else tuple(sections)
     form = RENDERERS[fmt]
-    if section is None or section == (form.sections or csv_sections())[0]:
-        return form.render(report, sort_by, row_limit)
-    if not form.sections:
+    if section is None or section == next(iter(csv_tables(walked)), None):
+        return form.render(report, sort_by, row_limit, walked)
+    if not form.one_table:
         raise TracemergeError(f"--section {section}: only for --format csv (the other formats hold every section)")
-    return form.render(report, sort_by, row_limit, section=section)
+    return form.render(report, sort_by, row_limit, walked, section=section)
 
 
 def render_diff(diff: "Diff", fmt: str = DEFAULT, row_limit: int = 100) -> str:

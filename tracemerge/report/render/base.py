@@ -11,17 +11,19 @@ if TYPE_CHECKING:
 class ReportFormat:
     """One report format; registered by one line in :data:`tracemerge.report.render.RENDERERS`.
 
-    ``render(report, sort_by, row_limit) -> str``. ``suffixes``: ``combine --report=PATH``
+    ``render(report, sort_by, row_limit, sections) -> str``: ``sections`` the registry it
+    walks (:data:`~tracemerge.report.sections.SECTIONS`, or a caller's own), drawing each
+    section's view (:mod:`tracemerge.report.view`). ``suffixes``: ``combine --report=PATH``
     names that choose it. ``option``: the CLI option that asks for it — ``--format NAME``
     when None, else its own (``--html PATH``). ``render_diff(diff, row_limit) -> str``:
-    ``tracemerge diff`` in this format. ``sections``: for a format that holds one table
-    at a time (CSV), the tables ``report --section`` may pick, the default first; ``render``
-    then takes ``section=``.
+    ``tracemerge diff`` in this format. ``one_table``: the format holds one table at a time
+    (CSV): ``report --section`` picks one of the sections' ``csv`` tables, the first by
+    default, and ``render`` then takes ``section=``.
     """
 
     name: str
-    render: Callable[..., str]     # (report, sort_by, row_limit[, section=]) -> text
+    render: Callable[..., str]     # (report, sort_by, row_limit, sections[, section=]) -> text
     suffixes: Tuple[str, ...] = ()
     option: Optional[str] = None
     render_diff: Optional[Callable[["Diff", int], str]] = None
-    sections: Tuple[str, ...] = ()
+    one_table: bool = False

@@ -12,11 +12,12 @@ from tracemerge.errors import TracemergeError
 from tracemerge.report.build import Report
 from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
-from tracemerge.report.sections import csv_tables
+from tracemerge.report.sections import Section, csv_tables
 
 
-def render_csv(report: Report, sort_by: str, row_limit: int, section: Optional[str] = None) -> str:
-    tables = csv_tables()
+def render_csv(report: Report, sort_by: str, row_limit: int, sections: Sequence[Section],
+               section: Optional[str] = None) -> str:
+    tables = csv_tables(sections)
     name = section if section is not None else next(iter(tables))
     if name not in tables:
         raise TracemergeError(f"--section {name!r}: choose from {', '.join(tables)}")
@@ -38,7 +39,4 @@ def render_diff_csv(diff: Diff, row_limit: int) -> str:
     return _csv(fields, (asdict(r) for r in diff.rows))
 
 
-# the tables of every section of the registry (report/sections.py), the default first
-SECTIONS = tuple(csv_tables())
-
-FORMAT = ReportFormat("csv", render_csv, (".csv",), render_diff=render_diff_csv, sections=SECTIONS)
+FORMAT = ReportFormat("csv", render_csv, (".csv",), render_diff=render_diff_csv, one_table=True)

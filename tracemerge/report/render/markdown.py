@@ -1,13 +1,16 @@
-"""Markdown: the same sections as the text table (:data:`~tracemerge.report.sections.SECTIONS`), as Markdown tables."""
+"""Markdown: every section's view (:mod:`tracemerge.report.view`) in registry order, as the
+text table has them, as Markdown: blocks a blank line apart, each table under its title
+(``##``; one level under the section's title where the section opens with findings), the
+names of code quoted, figures left out, the notes a list at the end."""
 
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, List, Sequence
 
 from tracemerge.analysis.tables import diff_table
-from tracemerge.report.build import Report, postmortem_view, sorted_rows
-from tracemerge.report.cells import key_footer, key_rows
+from tracemerge.report.build import Report
 from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat
-from tracemerge.report.sections import shown
+from tracemerge.report.sections import Section, views
+from tracemerge.report.view import Findings, Item, Table
 
 
 def _md_table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> List[str]:
@@ -15,36 +18,30 @@ def _md_table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> List[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in esc]
 
 
-def render_markdown(report: Report, sort_by: str, row_limit: int) -> str:
-    lines: List[str] = []
-    for section in shown(report):
-        own = OWN.get(section.name)
-        if own:
-            lines += own(report, sort_by, row_limit)
-        else:
-            for title, table in section.tables(report, row_limit):
-                lines += ["", f"## {title}", ""] + _md_table(*table)
+def _blocks(section: Section, items: Sequence[Item]) -> List[List[str]]:
+    """The section's blocks of lines; a figure has none."""
+    headed = any(isinstance(i, Findings) for i in items)
+    out = [[f"## {section.title}"]] if headed else []
+    for item in items:
+        if isinstance(item, Findings):
+            out.append([f"- {line}" for line in item.lines])
+        elif isinstance(item, Table):
+            body = [[f"`{row[0]}`"] + list(row[1:]) for row in item.body] if item.code else item.body
+            out += [[f"{'###' if headed else '##'} {item.title}"], _md_table(item.head, body)]
+            if item.footer:
+                out.append(list(item.footer))
+    return out
+
+
+def render_markdown(report: Report, sort_by: str, row_limit: int, sections: Sequence[Section]) -> str:
+    blocks = [block for section, items in views(report, sort_by, row_limit, sections)
+              for block in _blocks(section, items)]
     if report.notes:
-        lines += [""] + [f"- {n}" for n in report.notes]
+        blocks.append([f"- {n.text}" for n in report.notes])
+    lines: List[str] = []
+    for block in blocks:
+        lines += ([""] if lines else []) + block
     return "\n".join(lines) + "\n"
-
-
-def _postmortem(report: Report, sort_by: str, row_limit: int) -> List[str]:
-    found, tables = postmortem_view(report)  # a failed job: said first
-    lines = (["## Post-mortem", ""] + [f"- {line}" for line in found] + [""]) if found else []
-    for title, table in tables:
-        lines += [f"### {title}", ""] + _md_table(*table) + [""]
-    return lines
-
-
-def _key_averages(report: Report, sort_by: str, row_limit: int) -> List[str]:
-    rows = sorted_rows(report.key_averages, sort_by, row_limit)
-    head, body, _ = key_rows(rows, report.key_averages, lambda key: f"`{key}`")
-    return ["## Key averages", ""] + _md_table(head, body) + [""] + key_footer(report.key_averages)
-
-
-# the sections this format lays out its own way; the others are their titled tables
-OWN: Dict[str, Callable[[Report, str, int], List[str]]] = {"postmortem": _postmortem, "key_averages": _key_averages}
 
 
 def render_diff_markdown(diff: Diff, row_limit: int) -> str:

@@ -1,15 +1,20 @@
-"""The text table: torch's ``key_averages().table()`` with a Node ID column, then the other
-sections (:data:`~tracemerge.report.sections.SECTIONS`) as titled tables."""
+"""The text table: every section's view (:mod:`tracemerge.report.view`) in registry order,
+the key averages as torch's ``key_averages().table()`` with a Node ID column.
 
-from typing import Any, Callable, Dict, List, Sequence
+Tables under their titles, torch's fixed-width columns or columns sized to their cells as
+each table asks; findings as lines headed by their label, leading straight into their
+section's tables; a blank line between the others; figures left out (nothing here draws);
+the notes last, each headed by its kind's label.
+"""
+
+from typing import Any, List, Sequence
 
 from tracemerge.analysis.tables import diff_table
-from tracemerge.report.build import Report, postmortem_view, sorted_rows
-from tracemerge.report.cells import key_footer, key_rows
+from tracemerge.report.build import Report
 from tracemerge.report.diff import Diff
-from tracemerge.report.keyavg import KeyAverage
 from tracemerge.report.render.base import ReportFormat
-from tracemerge.report.sections import Section, shown
+from tracemerge.report.sections import Section, views
+from tracemerge.report.view import ALIGNED, TORCH, Findings, Item, Table
 
 
 def _fixed_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], first_width: int) -> List[str]:
@@ -51,51 +56,44 @@ def _is_rpc_key(key: object) -> bool:
     return isinstance(key, str) and " -> " in key
 
 
-def key_table(rows: List[KeyAverage], all_rows: List[KeyAverage], width: int = 55) -> List[str]:
-    """torch's table; the name column widens for RPC keys (up to RPC_NAME_WIDTH), which
-    tell rows apart by their ends."""
-    width = max([width] + [min(len(r.key) + 4, RPC_NAME_WIDTH) for r in rows if _is_rpc_key(r.key)])
-    name_w = min(max([len(r.key) for r in rows] + [4]) + 4, width)
-    headers, body, _ = key_rows(rows, all_rows, lambda key: short_name(key, width))
-    return _fixed_table(headers, body, name_w) + key_footer(all_rows)
+def _torch_table(table: Table, width: int = 55) -> List[str]:
+    """torch's table, the names cut to fit; the name column widens for RPC keys (up to
+    RPC_NAME_WIDTH), which tell rows apart by their ends."""
+    names = [row[0] for row in table.body]
+    width = max([width] + [min(len(k) + 4, RPC_NAME_WIDTH) for k in names if _is_rpc_key(k)])
+    name_w = min(max([len(k) for k in names] + [4]) + 4, width)
+    body = [[short_name(row[0], width)] + list(row[1:]) for row in table.body]
+    return _fixed_table(table.head, body, name_w)
 
 
-def render_table(report: Report, sort_by: str, row_limit: int) -> str:
+def _lines(item: Item) -> List[str]:
+    """An item's lines; none for a figure."""
+    if isinstance(item, Findings):
+        return [f"{item.label}: {line}" for line in item.lines]
+    if not isinstance(item, Table):
+        return []
+    if item.layout == TORCH:   # torch's table has no title line
+        return _torch_table(item) + list(item.footer)
+    if item.layout == ALIGNED:
+        laid = _aligned(item.head, item.body)
+    else:
+        first = max([len(str(r[0])) for r in item.body] + [len(item.head[0])]) + 2
+        laid = _fixed_table(item.head, item.body, first)
+    return [item.title] + laid + list(item.footer)
+
+
+def render_table(report: Report, sort_by: str, row_limit: int, sections: Sequence[Section]) -> str:
     lines: List[str] = []
-    for section in shown(report):
-        own = OWN.get(section.name)
-        lines += own(report, sort_by, row_limit) if own else _section(section, report, row_limit)
-    lines += [f"hint: {n}" if "thread-limited" in n else f"note: {n}" for n in report.notes]
+    after_findings = True   # nothing before the first block
+    for _, items in views(report, sort_by, row_limit, sections):
+        for item in items:
+            found = _lines(item)
+            if not found:
+                continue
+            lines += ([] if after_findings else [""]) + found
+            after_findings = isinstance(item, Findings)
+    lines += [f"{n.label}: {n.text}" for n in report.notes]
     return "\n".join(lines) + "\n"
-
-
-def _section(section: Section, report: Report, row_limit: int) -> List[str]:
-    """A section's tables, each under its title: torch's fixed columns (the first sized to
-    its names) or columns sized to their cells."""
-    lines: List[str] = []
-    for title, (head, body) in section.tables(report, row_limit):
-        if section.fixed_columns:
-            first = max([len(str(r[0])) for r in body] + [len(head[0])]) + 2
-            lines += ["", title] + _fixed_table(head, body, first)
-        else:
-            lines += ["", title] + _aligned(head, body)
-    return lines
-
-
-def _postmortem(report: Report, sort_by: str, row_limit: int) -> List[str]:
-    found, tables = postmortem_view(report)  # a failed job: said first
-    lines = [f"post-mortem: {line}" for line in found]
-    for title, (head, body) in tables:
-        lines += [title] + _aligned(head, body) + [""]
-    return lines
-
-
-def _key_averages(report: Report, sort_by: str, row_limit: int) -> List[str]:
-    return key_table(sorted_rows(report.key_averages, sort_by, row_limit), report.key_averages)
-
-
-# the sections this format lays out its own way; the others are their titled tables
-OWN: Dict[str, Callable[[Report, str, int], List[str]]] = {"postmortem": _postmortem, "key_averages": _key_averages}
 
 
 def _aligned(head: List[str], body: List[List[Any]]) -> List[str]:
