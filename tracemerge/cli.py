@@ -1048,7 +1048,7 @@ def diff(before: str, after: str, row_limit: int, fmt: str, output: str, html_pa
                            align=align)
 
     runs = [reports.build_report(paths, opener, align) for paths in sides]
-    result = diff_reports(runs[0], runs[1], *sides)
+    result = diff_reports(runs[0], runs[1], sides[0], sides[1])
     inputs = sides[0] + sides[1]
     write_text(output, render_diff(result, fmt, row_limit), inputs, force)
     if html_path:
