@@ -79,10 +79,10 @@ def _calls(rank):
     torch.futures.wait_all(busy)
 
 
-def _worker(rank, port, out):
+def _worker(rank, port, out, wrapped):
     from tracemerge.capture import profile
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    with profile(out, record_shapes=True):
+    with profile(out, record_shapes=True, wrap_builtins=wrapped):
         rpc.init_rpc(f"worker{rank}", rank=rank, world_size=WORLD,
                      rpc_backend_options=rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=60))
         if rank != 1:
@@ -91,7 +91,8 @@ def _worker(rank, port, out):
 
 
 if __name__ == "__main__":
-    mp.spawn(_worker, args=(free_port(), sys.argv[1]), nprocs=WORLD)
+    # benchmarks/pairing_across_machines.py captures it wrapped too (argv[2] "wrapped")
+    mp.spawn(_worker, args=(free_port(), sys.argv[1], sys.argv[2:] == ["wrapped"]), nprocs=WORLD)
 
 
 @pytest.fixture(scope="module")
