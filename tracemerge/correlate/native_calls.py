@@ -31,7 +31,13 @@ algorithm, per callee and function:
    window. Calls are never ordered by the send times of different callers (two clocks);
    within one caller whose calls one thread served, the order sent is the order served
    (the RPC server takes one pipe's requests in order), which decides what the matching
-   leaves open. What stays open is *ambiguous*: counted and said, never guessed.
+   leaves open.
+4. **A pipe's serve order, across functions.** The callee queues one caller's requests for
+   its server threads in the order sent, so a call's op starts no later than the op of a
+   call sent after it ends: each caller's calls to a callee, in the order sent, let every
+   paired call drop the candidates of the others that contradict it, and the groups are
+   matched again until nothing is dropped (:func:`_pair_in_serve_order`).
+   What stays open is *ambiguous*: counted and said, never guessed.
 
 Each paired call gives a callee-side record like those a caller fetches from a callee that
 did not record (``remote_rpcs``: ``source: "paired"``, the op's thread and times), so the
