@@ -8,8 +8,9 @@ it). Its files are given other machines' clocks (the test's four skews) and read
 
 - *mixed*: the files as captured, shapes taken out (time and serve order left);
 - *mixed, shapes*: as captured, shapes kept;
-- *builtin-only*: shapes out, every record but the builtins' taken out (no wrapped call,
-  collective or callee side: the clocks rest on the readings and the paired calls alone);
+- *builtin-only*: shapes out, every call but the builtins' taken out (records, callee
+  sides, spans: the clocks rest on the readings, the paired calls and the gloo
+  collectives of init_rpc and shutdown);
 - *wrapped*: a capture with ``wrap_builtins=True`` (``--wrapped DIR``; another run).
 
 Per row: builtins paired (none may be wrong: checked against the planted truth), those the
@@ -50,11 +51,15 @@ def capture(where, wrapped):
 
 
 def builtin_only(docs):
+    """The documents with every call but the builtins' taken out: records, callee sides and
+    the spans naming them (the events' ``rpc_id``), so no wrapped call is an exchange."""
+    native = {r["rpc_id"] for doc in docs for r in doc["tracemerge"]["rpcs"] if r.get("native")}
     out = []
     for doc in docs:
         block = dict(doc["tracemerge"], collectives=[], remote_sides=[])
         block["rpcs"] = [r for r in block["rpcs"] if r.get("native")]
-        out.append(dict(doc, tracemerge=block))
+        events = [e for e in doc["traceEvents"] if (e.get("args") or {}).get("rpc_id", next(iter(native))) in native]
+        out.append(dict(doc, tracemerge=block, traceEvents=events))
     return out
 
 
