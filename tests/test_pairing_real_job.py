@@ -109,16 +109,24 @@ def _read(out, where):
     assert len(paths) == WORLD, os.listdir(out)
     docs = [orjson.loads(read_bytes(p)) for p in paths]
     ops = [op for doc in docs for op in doc["tracemerge"].get("served_ops", [])]
-    truth = {}
+    truth, builtins = {}, 0
     for doc in docs:
         for r in doc["tracemerge"]["rpcs"]:
             if r["role"] == "caller" and r.get("native"):
+                builtins += 1
                 served = [op for op in ops if op["name"] == r["func"] and op["shapes"][0] == r["shapes"][0]]
-                assert len(served) == 1, (r, served)
-                truth[r["rpc_id"]] = (served[0]["tid"], served[0]["start_ns"])
-    assert len(truth) == 2 * (1 + 4 * ROUNDS), len(truth)
+                assert len(served) <= 1, (r, served)
+                if served:
+                    truth[r["rpc_id"]] = (served[0]["tid"], served[0]["start_ns"])
+    # under load Kineto may miss a served op (seen in one run of three): such
+    # a call has no op to get, and is said
+    assert builtins == 2 * (1 + 4 * ROUNDS) and len(truth) >= builtins - 2, (len(truth), builtins)
     shared = _pairs(Job.open(_written(_without_shapes(docs), where)))
     return docs, truth, shared
+
+
+def builtins_of(docs):
+    return sum(r["role"] == "caller" and bool(r.get("native")) for doc in docs for r in doc["tracemerge"]["rpcs"])
 
 
 def _pairs(job):
@@ -216,7 +224,7 @@ def test_without_shapes_no_builtin_gets_another_calls_op(captured, tmp_path, nam
     # what the shared clock pairs is still paired (measured: 42 of 70), the rest is said
     assert len(got) >= 0.5 * len(shared), (len(got), len(shared))
     said = sum(int(w.split()[0]) for w in job.warnings if "sent as themselves to rank 1" in w)
-    assert said == len(truth) - len(got)
+    assert said == builtins_of(docs) - len(got)
     _no_call_backwards(job)
 
 
