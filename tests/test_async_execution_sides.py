@@ -148,3 +148,26 @@ def test_a_silent_callee_bounds_its_end_when_seen_done(silent):
     rpc = json.loads(res.stdout)["rpc"]
     assert (rpc["caller_only"], rpc["callee_only"]) == (0, 0)
     assert sum(k["complete"] for k in rpc["keys"]) == 0
+
+
+def test_a_silent_callees_side_is_drawn_bounded(silent, tmp_path):
+    caller = load_output(silent / "rank0.json.gz")
+    calls = _callers(caller)
+    [side] = caller["tracemerge"]["remote_sides"]
+    seen = {c["rpc_id"]: c for c in side["calls"]}
+    out = tmp_path / "merged.json"
+    res = cli("combine", str(silent / "rank0.json.gz"), "-o", out)
+    assert res.returncode == 0, res.stderr
+    merged = load_output(out)
+    base = merged["baseTimeNanoseconds"]
+    drawn = {e["args"]["rpc_id"]: e for e in merged["traceEvents"]
+             if e.get("ph") == "X" and (e.get("args") or {}).get("role") == "callee"}
+    assert set(drawn) == set(calls)
+    for rpc_id, span in drawn.items():
+        assert span["name"].endswith("#remote") and span["args"]["bounded"] is True
+        start, end = base + round(span["ts"] * 1000), base + round((span["ts"] + span["dur"]) * 1000)
+        # one machine: the caller's clock is the callee's; the end is the earlier of when the
+        # side was seen done and the caller's completion, and the planted delay was served
+        assert abs(start - seen[rpc_id]["start_ns"]) <= 1_000
+        assert end <= min(seen[rpc_id]["end_by_ns"], calls[rpc_id]["complete_ns"]) + 1_000
+        assert end - start >= DELAY_S * 1e9

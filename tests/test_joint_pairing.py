@@ -2,7 +2,8 @@
 (tracemerge/clocks/joint.py, tracemerge/correlate/native_calls.py): hand-made jobs whose
 truth the test plants (true times, each rank's clock, which op served which call), one
 per cause issue 45 measured: callers of two clocks in flight to one callee, a cold pipe's
-clock reading, drift (and, in test_align.py, one exchange that contradicts its link)."""
+clock reading, drift (and, in test_align.py, one exchange that contradicts its link); and the
+order a pipe's requests are served in, which tells apart calls time leaves open."""
 
 import numpy as np
 import pytest
@@ -132,3 +133,33 @@ def test_drift_keeps_every_op_in_its_window(tmp_path, drift):
     sends = {0: sequential(rng, 2_000, T0 + 10**7, gap_us=(300, 3_500))}
     paths, truth = plant(tmp_path, clocks, {0: "boot-a", 1: "boot-b"}, sends)
     check(Job.open(paths), truth, 0.95)
+
+
+def test_a_pipes_serve_order_tells_apart_what_time_does_not(tmp_path):
+    # caller 0 sends torch.div, then torch.mul 130 µs later; caller 2's torch.mul is in
+    # flight across both. Rank 1 started caller 0's div late (400 µs after it was sent),
+    # so the mul op that ended before that cannot be caller 0's (its pipe's requests are
+    # queued in the order sent): it is caller 2's, and the later one caller 0's. Time
+    # alone leaves both muls open (both ops lie inside both calls).
+    t = T0 + 10**7
+    us = 1_000
+    sends = {"0:1": (0, "aten::div", t, t + 2_000 * us), "0:2": (0, "aten::mul", t + 130 * us, t + 2_000 * us),
+             "2:1": (2, "aten::mul", t - 500 * us, t + 2_100 * us)}
+    ops = [{"name": "aten::mul", "tid": 21, "start_ns": t + 150 * us, "end_ns": t + 200 * us},
+           {"name": "aten::div", "tid": 22, "start_ns": t + 400 * us, "end_ns": t + 450 * us},
+           {"name": "aten::mul", "tid": 23, "start_ns": t + 600 * us, "end_ns": t + 650 * us}]
+    truth = {"0:1": (22, t + 400 * us), "2:1": (21, t + 150 * us), "0:2": (23, t + 600 * us)}
+    paths = []
+    for c in (0, 2):
+        recs = [{"rpc_id": k, "role": "caller", "kind": "rpc_async", "func": f, "name": f"rpc_async#{f}(worker{c} -> worker1)",
+                 "caller": c, "callee": 1, "caller_name": f"worker{c}", "callee_name": "worker1", "status": "ok",
+                 "native": True, "send_ns": s, "complete_ns": e} for k, (who, f, s, e) in sends.items() if who == c]
+        events = [x(r["name"], (r["send_ns"] - BASE) / 1000, (r["complete_ns"] - r["send_ns"]) / 1000, pid=4000 + c,
+                    tid=7 + n, cat="user_annotation", rpc_id=r["rpc_id"], role="caller") for n, r in enumerate(recs)]
+        paths.append(write(tmp_path / f"rank{c}.json.gz", rank_file(events, c, rpcs=recs, boot_id="one-machine", world_size=3,
+                                                                  start_ns=T0, profile_stop_ns=t + 10**7)))
+    events = [x(op["name"], (op["start_ns"] - BASE) / 1000, (op["end_ns"] - op["start_ns"]) / 1000, pid=4001, tid=op["tid"])
+              for op in ops]
+    paths.append(write(tmp_path / "rank1.json.gz", rank_file(events, 1, boot_id="one-machine", world_size=3, served_ops=ops,
+                                                             start_ns=T0, profile_stop_ns=t + 10**7)))
+    assert paired(Job.open(sorted(paths))) == truth

@@ -31,7 +31,13 @@ algorithm, per callee and function:
    window. Calls are never ordered by the send times of different callers (two clocks);
    within one caller whose calls one thread served, the order sent is the order served
    (the RPC server takes one pipe's requests in order), which decides what the matching
-   leaves open. What stays open is *ambiguous*: counted and said, never guessed.
+   leaves open.
+4. **A pipe's serve order, across functions.** The callee queues one caller's requests for
+   its server threads in the order sent, so a call's op starts no later than the op of a
+   call sent after it ends: each caller's calls to a callee, in the order sent, let every
+   paired call drop the candidates of the others that contradict it, and the groups are
+   matched again until nothing is dropped (:func:`_pair_in_serve_order`).
+   What stays open is *ambiguous*: counted and said, never guessed.
 
 Each paired call gives a callee-side record like those a caller fetches from a callee that
 did not record (``remote_rpcs``: ``source: "paired"``, the op's thread and times), so the
@@ -59,6 +65,8 @@ DRIFT_PRIOR_PPM = 500.0
 # of a link's calls of at most this span from their first, and this many calls.
 SWEEP_SPAN_NS = 200_000_000
 SWEEP_CALLS = 64
+# Rounds of matching and pruning by a pipe's serve order; each round only drops candidates.
+MAX_ORDER_ROUNDS = 16
 _HEADER = ("rpc_id", "kind", "func", "name", "caller", "callee", "caller_name", "callee_name")
 
 Link = Tuple[int, int]  # (caller rank, callee rank)
@@ -187,10 +195,10 @@ def pair_native(infos: Sequence[Any], fitted: Optional[Mapping[Link, Sequence[Wi
                          "(native_callees)")
     ambiguous: Dict[int, int] = {}
     unpaired: Dict[int, int] = {}
+    out.by_order += _pair_in_serve_order(groups, ops_of)
     for (rank, func), calls in sorted(groups.items(), key=lambda kv: kv[0]):
         callee = by_rank[rank]
         ops = ops_of.get((rank, func), [])
-        out.by_order += _pair(calls, ops)
         for call in calls:
             if call.op is not None:
                 out.paired += 1
@@ -324,9 +332,67 @@ def _union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
     return [(lo, hi) for lo, hi in out]
 
 
-def _pair(calls: List[_Call], ops: List[Dict[str, Any]]) -> int:
-    """Give each of ``calls`` (one callee, one function) the op of ``ops`` (by start) that
-    every maximum matching gives it; the number told apart by the order sent."""
+def _pair_in_serve_order(groups: Mapping[Tuple[int, str], List[_Call]],
+                         ops_of: Mapping[Tuple[int, str], List[Dict[str, Any]]]) -> int:
+    """Pair the calls of ``groups`` ({(callee, function): calls}) with the ops of
+    ``ops_of``: each group matched (:func:`_pair`), then every caller's calls to one callee,
+    of any function, taken in the order sent (one clock: the caller's) to prune what the
+    pairs found rule out (:func:`_prune_by_serve_order`), and the groups matched again
+    until nothing is pruned; the number told apart by the order sent."""
+    contested = {key: _candidates(calls, ops_of.get(key, [])) for key, calls in groups.items()}
+    chains: Dict[Tuple[int, int], List[Tuple[_Call, List[Dict[str, Any]]]]] = {}
+    for (callee, func), calls in groups.items():
+        for call in calls:
+            chains.setdefault((call.rec["caller"], callee), []).append((call, ops_of.get((callee, func), [])))
+    for chain in chains.values():
+        chain.sort(key=lambda c: c[0].rec["send_ns"])
+    told = 0
+    for _ in range(MAX_ORDER_ROUNDS):
+        told = 0
+        for key, calls in groups.items():
+            for call in calls:
+                call.op = None
+            told += _pair(calls, ops_of.get(key, []), contested[key])
+        pruned = sum(_prune_by_serve_order(chain) for chain in chains.values())
+        if not pruned:
+            break
+    return told
+
+
+def _prune_by_serve_order(chain: Sequence[Tuple[_Call, List[Dict[str, Any]]]]) -> int:
+    """Drop the candidates the paired calls of one pipe rule out; ``chain``: one caller's
+    calls to one callee by send, each with its function's ops. The callee reads a pipe's
+    requests in order and queues each for its server threads in that order, so a call's
+    op starts no later than the op of a call sent after it ends: a paired call bounds the
+    ops of the calls sent before it (none starting after its op's end) and of those sent
+    after it (none ending before its op's start). Measured on the must-show job: the
+    starts of one caller's paired ops never run against the order sent (0 of 78); this
+    weaker bound holds unless a server thread stalls for a whole later call. The number
+    of candidates dropped."""
+    dropped = 0
+    # the latest op start among the paired calls sent before each call (one clock: the callee's)
+    floor = -float("inf")
+    for call, ops in chain:
+        if call.op is None and call.cands and floor > -float("inf"):
+            kept = [j for j in call.cands if ops[j]["end_ns"] + SLACK_NS >= floor]
+            dropped += len(call.cands) - len(kept)
+            call.cands = kept
+        if call.op is not None:
+            floor = max(floor, ops[call.op]["start_ns"])
+    ceiling = float("inf")
+    for call, ops in reversed(chain):
+        if call.op is None and call.cands and ceiling < float("inf"):
+            kept = [j for j in call.cands if ops[j]["start_ns"] - SLACK_NS <= ceiling]
+            dropped += len(call.cands) - len(kept)
+            call.cands = kept
+        if call.op is not None:
+            ceiling = min(ceiling, ops[call.op]["end_ns"])
+    return dropped
+
+
+def _candidates(calls: List[_Call], ops: List[Dict[str, Any]]) -> List[bool]:
+    """Set each call's candidates (``cands``: indices into ``ops``, by start) or mark it
+    ``wide``; which ops a wide call may take (they are contested)."""
     starts = [op["start_ns"] for op in ops]
     wide: List[Tuple[int, int]] = []  # op index ranges a wide call may take
     shaped = _by_shapes(calls, ops)
@@ -343,7 +409,13 @@ def _pair(calls: List[_Call], ops: List[Dict[str, Any]]) -> int:
             wide.append((i, stop))
             continue
         call.cands = [j for j in found if ops[j]["end_ns"] <= call.high]
-    contested = _covered(wide, len(ops))
+    return _covered(wide, len(ops))
+
+
+def _pair(calls: List[_Call], ops: List[Dict[str, Any]], contested: List[bool]) -> int:
+    """Give each of ``calls`` (one callee, one function, candidates set) the op of ``ops``
+    (by start) that every maximum matching gives it; the number told apart by the order
+    sent."""
     told = 0
     for component in _components([c for c in calls if c.cands]):
         if all(len(c.cands) == 1 for c in component) and len({c.cands[0] for c in component}) == len(component) \

@@ -40,6 +40,7 @@ from tracemerge.inputs.journal import prefer_rank_files
 from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
 from tracemerge.job.checks import check_job, check_links, check_windows, rpc_peers
 from tracemerge.job.describe_files import scan, scan_head
+from tracemerge.job.job_ids import agreed_job_ids
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 
@@ -151,6 +152,9 @@ class Job:
             infos = join_dumps(join_cycles(infos))  # a Flight Recorder dump beside its rank's files: one process
         assign_ranks(infos, rank_from, strict)
         infos.sort(key=rank_of)
+        for info, agreed in zip(infos, agreed_job_ids(infos)):  # a rank that never heard its job's token
+            if agreed != info.job_id:
+                info.job_id, info.job = agreed, {**info.job, "job_id": agreed}
         # builtins sent as themselves get their callee side from the callee's ops, once
         # (paired on the callee's clock, jointly with the clocks across machines): like the
         # sides a caller fetched, for every stage after this one

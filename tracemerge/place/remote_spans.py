@@ -9,6 +9,12 @@ process in the rank's pid block (the last slot), labelled like the rank's others
 a rank with no file of its own, a process group of its own after the ranks', named like
 theirs. Where the callee recorded the call itself, its own span is the one drawn.
 
+An ``async_execution`` side whose end the callee's file could not give (the callee never
+profiled: the side has ``end_by_ns``, when the caller's capture saw it done) is drawn
+*bounded*: it ended by then and by the caller's completion (the response arrived after it
+ended), so its end is the earlier of the two on the callee's clock, and its args say
+``bounded: true``.
+
 The spans are events *added* to the output (counted as such), written by the same
 per-rank path as the ranks' own events, so flows, selections and both formats treat them
 alike.
@@ -47,7 +53,7 @@ def drawn_sides(infos: Sequence[RankInfo], ranks: Collection[int]) -> Dict[int, 
             continue
         for rec in info.remote_rpcs:
             callee = rec["callee"]
-            if rec["rpc_id"] in own or "start_ns" not in rec or "end_ns" not in rec:
+            if rec["rpc_id"] in own or "start_ns" not in rec or ("end_ns" not in rec and "end_by_ns" not in rec):
                 continue
             if callee in present and callee not in ranks:
                 continue
@@ -68,9 +74,11 @@ def remote_spans(infos: Sequence[RankInfo], sides: Dict[int, List[Dict[str, Any]
     any_place = next(iter(places.values()))
     jobs: List[Tuple[RankTrace, Placement]] = []
     ids: Set[str] = set()
+    unended = {r["rpc_id"] for recs in sides.values() for r in recs if "end_ns" not in r}
+    completes = {r["rpc_id"]: r["complete_ns"] for info in infos for r in info.rpcs
+                 if r["role"] == "caller" and r["rpc_id"] in unended and isinstance(r.get("complete_ns"), int)}
     for callee in sorted(sides):
         recs = sides[callee]
-        trace = _trace(callee, recs)
         if callee in places:
             # the last pid slot of the callee's block: one more process of its group
             place = replace(places[callee], pid_base=places[callee].pid_base + stride - 1, pids=())
@@ -81,7 +89,7 @@ def remote_spans(infos: Sequence[RankInfo], sides: Dict[int, List[Dict[str, Any]
                               pid_base=next_base, clock=_clock_of(callee, first, by_rank, clocks),
                               out_base_ns=any_place.out_base_ns)
             next_base += stride
-        jobs.append((trace, place))
+        jobs.append((_trace(callee, [_ended(r, place.clock, completes, clocks) for r in recs]), place))
         ids.update(r["rpc_id"] for r in recs)
     return RemoteSpans(jobs, ids, {callee: len(recs) for callee, recs in sides.items()})
 
@@ -94,6 +102,20 @@ def _clock_of(callee: int, rec: Dict[str, Any], by_rank: Mapping[Any, RankInfo],
     same = sorted(r for r, info in by_rank.items() if boot and info.boot_id == boot)
     model = clocks[same[0] if same else rec["caller"]]
     return replace(model, rank=callee, peers=list(model.peers), corrections=list(model.corrections))
+
+
+def _ended(rec: Dict[str, Any], clock: ClockModel, completes: Mapping[str, int],
+           clocks: Mapping[int, ClockModel]) -> Dict[str, Any]:
+    """``rec`` with an end: its own, else bounded (see the module's doc): the earlier of
+    ``end_by_ns`` and the caller's completion (``completes``: {rpc_id: complete_ns} on the
+    caller's clock) on the callee's ``clock``, never before its start."""
+    if "end_ns" in rec:
+        return rec
+    end = rec["end_by_ns"]
+    complete = completes.get(rec["rpc_id"])
+    if complete is not None and rec["caller"] in clocks:
+        end = min(end, int(clock.to_local(clocks[rec["caller"]].to_reference(complete))))
+    return dict(rec, end_ns=max(end, rec["start_ns"]), bounded=True)
 
 
 def _trace(callee: int, recs: List[Dict[str, Any]]) -> RankTrace:
@@ -109,5 +131,6 @@ def _trace(callee: int, recs: List[Dict[str, Any]]) -> RankTrace:
     for r in recs:
         events.append({"ph": "X", "cat": CATEGORY, "name": r["name"] + "#remote", "pid": PID, "tid": r.get("tid", 0),
                        "ts": (r["start_ns"] - base) / 1000, "dur": max(0, r["end_ns"] - r["start_ns"]) / 1000,
-                       "args": {"rpc_id": r["rpc_id"], "role": "callee", "status": r.get("status", "ok")}})
+                       "args": {"rpc_id": r["rpc_id"], "role": "callee", "status": r.get("status", "ok"),
+                                **({"bounded": True} if r.get("bounded") else {})}})
     return build(f"rank {callee}: callee sides from the callers' files", events, {"baseTimeNanoseconds": base}, None)
