@@ -28,11 +28,11 @@ from tracemerge.errors import reading
 from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
 from tracemerge.inputs.rankinfo import rank_of
 from tracemerge.job import Alignment, Job
-from tracemerge.merge.combine import aligned_start, placements
 from tracemerge.model import RankTrace
 from tracemerge.place import selection as select
 from tracemerge.place.placement import Placement
-from tracemerge.place.remote_spans import drawn_sides, remote_spans
+from tracemerge.place.plan import make_plan
+from tracemerge.place.remote_spans import remote_spans
 from tracemerge.registry import Registry
 from tracemerge.report import sections
 from tracemerge.report.gpu import GpuRank, gpu_rank
@@ -188,15 +188,10 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
           events_dir: Optional[str] = None, group_by: str = "name", remote_ops: bool = False,
           critical_path: bool = False, gpu: bool = False, comm_kernels: Sequence[str] = ()) -> Built:
     """Every part's events (files under ``events_dir``, else tables in memory) and the job's tables."""
-    alignment = job.clock_model(alignment)
-    selection = selection or select.Selection()
-    select.check_ranks(selection, job.ranks)
-    kept = [i for i in job.infos if selection.keeps_rank(rank_of(i))]
-    first = aligned_start(job, alignment)
-    places = placements(job, alignment, first)
-    window = selection.window_ns(first - next(iter(places.values())).out_base_ns)
+    plan = make_plan(job, alignment, selection)
+    alignment, places = plan.alignment, plan.places
     # the window is measured in output ns (after out_base), as the merge measures it
-    task = functools.partial(PartTask, selection=selection, window=window, remote_ops=remote_ops, gpu=gpu,
+    task = functools.partial(PartTask, selection=plan.selection, window=plan.window, remote_ops=remote_ops, gpu=gpu,
                              comm_kernels=tuple(comm_kernels))
 
     def where(rank: int, part: int) -> Optional[str]:
@@ -205,7 +200,7 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
     sources: List[Source] = []
     tasks: List[PartTask] = []
     paired = served_spans(job.infos) if critical_path else {}
-    for info in kept:
+    for info in plan.kept:
         rank = rank_of(info)
         own = job.sources(rank)
         sources.append(own[0] if len(own) == 1 else tuple(own))
@@ -213,8 +208,7 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
         tasks.append(task(rank=rank, part=0, place=places[rank], path=where(rank, 0), report=True,
                           timeline_names=names, served=paired.get(rank)))
     # the callee spans the merge draws from callers' records: rows of the callee's rank
-    sides = drawn_sides(job.infos, {rank_of(i) for i in kept})
-    for trace, place in remote_spans(job.infos, sides, alignment.clocks, places).jobs:
+    for trace, place in remote_spans(job.infos, plan.sides, alignment.clocks, places).jobs:
         sources.append(trace)
         tasks.append(task(rank=place.rank, part=1, place=place, path=where(place.rank, 1), report=False,
                           timeline_names=None))
