@@ -11,6 +11,7 @@ the sections it draws more than tables for (the key averages' torch layout, HTML
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 
+from tracemerge.analysis.job_timeline import TIMELINE as RANK_TIMELINE
 from tracemerge.analysis.postmortem import as_dict as postmortem_dict
 from tracemerge.analysis.summary import Analysis, analysis_dict
 from tracemerge.analysis.tables import (
@@ -25,6 +26,7 @@ from tracemerge.analysis.tables import (
     stragglers_table,
 )
 from tracemerge.errors import TracemergeError
+from tracemerge.place.rank_pass import Product
 from tracemerge.report.build import Report, postmortem_view, row_dict, row_fields, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, rpc_rows
 from tracemerge.report.gpu import gpu_rows
@@ -60,6 +62,13 @@ class Section:
     tables ``tracemerge export`` and ``tables.load`` make of it, as ``(NAME, "module:function")``,
     the function taking the job's :class:`~tracemerge.tables.job_tables.Products` and
     returning a pyarrow Table (named, not imported: the tables layer sits above this one).
+    ``per_rank``: what it needs of each rank's events, as ``(NAME, "module:function")``
+    products of :mod:`tracemerge.place.rank_pass` (a function of one rank's ``RankView``,
+    run by the worker that holds the rank): ``report``, ``combine --report`` and ``export``
+    make them in their one pass over the ranks, the report holds them as
+    ``report.per_rank[NAME]`` and the export tables as ``Products.per_rank(NAME)``, both
+    ``{rank: value}``. ``diff``: its rows of ``tracemerge diff``, as ``(NAME, metrics)``,
+    ``metrics(report) -> {key: {metric: value}}`` (times in µs).
     """
 
     name: str
@@ -71,11 +80,17 @@ class Section:
     lead: bool = False
     fixed_columns: bool = False
     export: Tuple[Tuple[str, str], ...] = ()
+    per_rank: Tuple[Product, ...] = ()
 
 
 def _made_by(*names: str) -> Tuple[Tuple[str, str], ...]:
     """``export`` entries for tables of :mod:`tracemerge.tables.job_tables`, ``NAME_table`` each."""
     return tuple((name, f"tracemerge.tables.job_tables:{name}_table") for name in names)
+
+
+def _products(*names: Tuple[str, str]) -> Tuple[Product, ...]:
+    """``per_rank`` entries for products of :mod:`tracemerge.report.rank_products`, ``(NAME, function)`` each."""
+    return tuple((name, f"tracemerge.report.rank_products:{function}") for name, function in names)
 
 
 def _analysis(report: Report, section: str) -> Analysis:
@@ -99,7 +114,8 @@ KEY_AVERAGES = Section(
         "key_averages": [row_dict(x, row_fields(r.key_averages)) for x in sorted_rows(r.key_averages, sort_by, limit)],
         "group_by": r.group_by},
     csv=(("key_averages", _key_csv),),
-    export=_made_by("key_averages"))
+    export=_made_by("key_averages"),
+    per_rank=_products(("key_averages", "key_average_rows"), ("open_at_stop", "open_at_stop")))
 
 # --- the ranks and their clocks (HTML draws them) -------------------------------------
 
@@ -115,7 +131,8 @@ RPC = Section(
     "rpc", "RPC latency", lambda r: r.rpc is not None,
     lambda r, limit: [("RPC latency", rpc_rows(r.rpc)), ("RPC callees", callee_rows(r.rpc))] if r.rpc else [],
     lambda r, sort_by, limit: {"rpc": asdict(r.rpc) if r.rpc is not None else None},
-    fixed_columns=True, export=_made_by("rpcs", "rpc_latency", "rpc_callees"))
+    fixed_columns=True, export=_made_by("rpcs", "rpc_latency", "rpc_callees"),
+    per_rank=_products(("server_threads", "rpc_server_threads")))
 
 COLLECTIVES = Section(
     "collectives", "Collectives", lambda r: bool(r.collectives),
@@ -129,11 +146,11 @@ GPU = Section(
     # GPU traces only, so CPU-only reports stay as they were
     lambda r, sort_by, limit: {"gpu": [{**asdict(g), "overlap_share": g.overlap_share} for g in r.gpu]} if r.gpu
     else {},
-    fixed_columns=True, export=_made_by("gpu"))
+    fixed_columns=True, export=_made_by("gpu"), per_rank=_products(("gpu", "gpu_time")))
 
 # --- the busy threads over the run (HTML draws it) ------------------------------------
 
-TIMELINE = Section("timeline", "Busy timeline")
+TIMELINE = Section("timeline", "Busy timeline", per_rank=_products(("busy_spans", "busy_spans")))
 
 # --- the analyses (report --analysis) -------------------------------------------------
 
@@ -187,7 +204,8 @@ def _critical_path_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Se
 CRITICAL_PATH = Section(
     "critical_path", "Critical path", _has_analysis, _critical_path_tables,
     _analysis_keys("critical_path", "critical_path_totals"),
-    (("critical_path", _critical_path_csv),), export=_made_by("critical_path"))
+    (("critical_path", _critical_path_csv),), export=_made_by("critical_path"),
+    per_rank=(RANK_TIMELINE,))
 
 
 def _waits(report: Report, section: str) -> Any:
@@ -286,6 +304,12 @@ def shown(report: Report) -> List[Section]:
     """The report's sections in the order the formats show them: the ``lead`` ones first."""
     present = [s for s in SECTIONS if s.present(report)]
     return [s for s in present if s.lead] + [s for s in present if not s.lead]
+
+
+def per_rank_products(exported: bool = False) -> Tuple[Product, ...]:
+    """What the sections ask of each rank (their ``per_rank``), in registry order;
+    ``exported``: of the sections with ``export`` tables only (what ``export`` reads)."""
+    return tuple(p for s in SECTIONS if s.export or not exported for p in s.per_rank)
 
 
 def csv_tables() -> Dict[str, CsvRows]:
