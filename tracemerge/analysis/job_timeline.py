@@ -22,6 +22,7 @@ from tracemerge.analysis.timeline import RankTimeline
 from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
+from tracemerge.engine import Engine
 from tracemerge.inputs.event_collectives import SOURCE as EVENTS
 from tracemerge.place.plan import make_plan
 from tracemerge.place.rank_pass import Options, Product, gather
@@ -105,11 +106,12 @@ class JobTimeline:
         return tl.names[tl.span_name[span]]
 
 
-def job_timeline(job: "Job", alignment: Optional["Alignment"] = None) -> "JobTimeline":
+def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Optional[Engine] = None) -> "JobTimeline":
     """The :class:`JobTimeline` of a job under ``alignment`` (None: the job's own): each
-    rank's timeline made by the per-rank pass (:mod:`tracemerge.place.rank_pass`)."""
+    rank's timeline made by the per-rank pass (:mod:`tracemerge.place.rank_pass`), on
+    ``engine`` (None: the job's)."""
     plan = make_plan(job, alignment)
-    made = gather(job, plan, (TIMELINE,), Options(timelines=True))["timeline"]
+    made = gather(job, plan, (TIMELINE,), Options(timelines=True), engine)["timeline"]
     return build_timeline(made, job.links.rpcs.calls, job.links.collectives, plan.clocks)
 
 

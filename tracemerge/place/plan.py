@@ -39,9 +39,9 @@ class Plan:
     selection: select.Selection
     kept: Tuple[RankInfo, ...]                       # the infos of the ranks the selection keeps, in job order
     first_ns: int                                    # the job's first event on the reference clock
-    places: Mapping[int, Placement]                  # {rank: Placement}, every rank of the job
+    places: Dict[int, Placement]                     # {rank: Placement}, every rank of the job
     window: Tuple[Optional[int], Optional[int]]      # --window in output ns (None: unbounded)
-    sides: Mapping[int, List[Dict[str, Any]]]        # {callee rank: [remote record]} drawn from callers
+    sides: Dict[int, List[Dict[str, Any]]]           # {callee rank: [remote record]} drawn from callers
 
     @property
     def clocks(self) -> Mapping[int, ClockModel]:

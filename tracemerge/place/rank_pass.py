@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from tracemerge import native
-from tracemerge.engine import Held, LocalEngine, gc_paused, map_where_held
+from tracemerge.engine import Engine, Held, LocalEngine, gc_paused, map_where_held
 from tracemerge.errors import reading
 from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
 from tracemerge.model import RankTrace
@@ -154,20 +154,21 @@ def asks(job: "Job", plan: "Plan", products: Iterable[Product], options: Options
     """One :class:`Ask` per rank the plan keeps, in job order."""
     wanted = tuple(products)
     paired = served_spans(job.infos) if options.timelines else {}
-    return [Ask(rank=info.rank, place=plan.places[info.rank], products=wanted, options=options,
+    return [Ask(rank=rank, place=plan.places[rank], products=wanted, options=options,
                 selection=plan.selection, window=plan.window,
                 rpc_names=tuple(sorted({r.get("name", "") for r in info.rpcs})) if options.timelines else (),
-                served=paired.get(info.rank))
-            for info in plan.kept]
+                served=paired.get(rank))
+            for info, rank in zip(plan.kept, plan.kept_ranks)]
 
 
-def gather(job: "Job", plan: "Plan", products: Iterable[Product],
-           options: Options = Options()) -> Dict[str, Dict[int, Any]]:
+def gather(job: "Job", plan: "Plan", products: Iterable[Product], options: Options = Options(),
+           engine: Optional[Engine] = None) -> Dict[str, Dict[int, Any]]:
     """``{NAME: {rank: value}}`` of every rank the plan keeps: each rank's products made by the
-    worker that holds (or reads) it, once (traces kept in this process are not sent to workers)."""
+    worker that holds (or reads) it, once (traces kept in this process are not sent to
+    workers); ``engine``: where paths are read (None: the job's, else this process)."""
     wanted = tuple(products)
     tasks = asks(job, plan, wanted, options)
-    runner = job.engine or LocalEngine(1)
+    runner = engine or job.engine or LocalEngine(1)
     made = map_where_held(runner, rank_products, [source_of(job, a.rank) for a in tasks], tasks)
     return {name: {a.rank: m[name] for a, m in zip(tasks, made)} for name, _ in wanted}
 

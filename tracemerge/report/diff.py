@@ -18,7 +18,10 @@ are sorted by impact, |delta| of the time (counts have none), then by section an
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+from tracemerge.report.diff_metrics import TIME_METRICS
+from tracemerge.report.sections import diff_tables
 
 if TYPE_CHECKING:
     from tracemerge.report.build import Report
@@ -27,12 +30,6 @@ if TYPE_CHECKING:
 TOTALS_NOTE = ("times are totals over each run (the report's per-call means times the calls): "
                "deltas of the rows add up")
 
-RPC = "rpc"
-CALLEE = "callee"
-KEY_AVERAGES = "key_averages"
-SECTIONS = (RPC, CALLEE, KEY_AVERAGES)
-RPC_KINDS = ("rpc_async#", "rpc_sync#", "remote#")
-TIME_METRICS = frozenset(("end-to-end", "execution", "queueing", "transfer", "cpu_time_total", "self_cpu_time_total"))
 
 
 @dataclass
@@ -55,58 +52,13 @@ class Diff:
     notes: List[str] = field(default_factory=list)
 
 
-# {key: {metric: value}} of one section of a report
-Metrics = Dict[str, Dict[str, float]]
-
-
-def _rpc_metrics(report: "Report") -> Metrics:
-    out: Metrics = {}
-    if report.rpc is None:
-        return out
-    for k in report.rpc.keys:
-        n = k.complete
-        m = {"calls": float(k.count)}
-        if n and k.e2e_us:
-            queue = k.queue_us.get("mean", 0.0) * n
-            m.update({"end-to-end": k.e2e_us["mean"] * n, "execution": k.exec_us["mean"] * n, "queueing": queue,
-                      "transfer": k.overhead_us["mean"] * n - queue})
-        out[k.name] = m
-    return out
-
-
-def _callee_metrics(report: "Report") -> Metrics:
-    if report.rpc is None:
-        return {}
-    return {f"{c.name} (rank {c.callee})": {"queueing": c.queue_mean_us * c.calls, "execution": c.exec_mean_us * c.calls}
-            for c in report.rpc.callees}
-
-
-def _is_rpc_span(key: object) -> bool:
-    return isinstance(key, str) and key.startswith(RPC_KINDS)
-
-
-def _key_metrics(report: "Report") -> Metrics:
-    out: Metrics = {}
-    for r in report.key_averages:
-        if _is_rpc_span(r.key) or r.device_type != "CPU":
-            continue  # device rows (a GPU trace's kernels) have no CPU time; their counts would join the op's
-        key = r.key if not r.is_user_annotation else f"{r.key} (user annotation)"
-        m = out.setdefault(key, {"cpu_time_total": 0.0, "self_cpu_time_total": 0.0, "count": 0.0})
-        m["cpu_time_total"] += r.cpu_time_total
-        m["self_cpu_time_total"] += r.self_cpu_time_total
-        m["count"] += r.count
-    return out
-
-
-METRICS: Dict[str, Callable[["Report"], Metrics]] = {RPC: _rpc_metrics, CALLEE: _callee_metrics, KEY_AVERAGES: _key_metrics}
-
-
 def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str] = (),
                  after_inputs: Sequence[str] = ()) -> Diff:
     """The :class:`Diff` of two reports."""
     out = Diff(before=list(before_inputs), after=list(after_inputs))
-    for section in SECTIONS:
-        b, a = METRICS[section](before), METRICS[section](after)
+    tables = diff_tables()
+    for section, metrics in tables.items():
+        b, a = metrics(before), metrics(after)
         for key in list(b) + [k for k in a if k not in b]:
             mb, ma = b.get(key, {}), a.get(key, {})
             for metric in list(mb) + [m for m in ma if m not in mb]:
@@ -117,7 +69,7 @@ def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str]
                 relative = delta / vb if vb else None
                 out.rows.append(DiffRow(section=section, key=key, metric=metric, before=vb, after=va, delta=delta,
                                         relative=relative, impact=abs(delta) if metric in TIME_METRICS else 0.0))
-    order = {s: i for i, s in enumerate(SECTIONS)}
+    order = {s: i for i, s in enumerate(tables)}
     out.rows.sort(key=lambda r: (-r.impact, order[r.section], r.key, r.metric))
     out.notes.append(TOTALS_NOTE)
     for side, report in (("before", before), ("after", after)):

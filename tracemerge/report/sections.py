@@ -29,6 +29,7 @@ from tracemerge.errors import TracemergeError
 from tracemerge.place.rank_pass import Product
 from tracemerge.report.build import Report, postmortem_view, row_dict, row_fields, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, rpc_rows
+from tracemerge.report.diff_metrics import Metrics, callee_metrics, key_metrics, rpc_metrics
 from tracemerge.report.gpu import gpu_rows
 
 Titled = List[Tuple[str, Table]]
@@ -81,6 +82,7 @@ class Section:
     fixed_columns: bool = False
     export: Tuple[Tuple[str, str], ...] = ()
     per_rank: Tuple[Product, ...] = ()
+    diff: Tuple[Tuple[str, Callable[[Report], Metrics]], ...] = ()
 
 
 def _made_by(*names: str) -> Tuple[Tuple[str, str], ...]:
@@ -114,7 +116,7 @@ KEY_AVERAGES = Section(
         "key_averages": [row_dict(x, row_fields(r.key_averages)) for x in sorted_rows(r.key_averages, sort_by, limit)],
         "group_by": r.group_by},
     csv=(("key_averages", _key_csv),),
-    export=_made_by("key_averages"),
+    export=_made_by("key_averages"), diff=(("key_averages", key_metrics),),
     per_rank=_products(("key_averages", "key_average_rows"), ("open_at_stop", "open_at_stop")))
 
 # --- the ranks and their clocks (HTML draws them) -------------------------------------
@@ -132,6 +134,7 @@ RPC = Section(
     lambda r, limit: [("RPC latency", rpc_rows(r.rpc)), ("RPC callees", callee_rows(r.rpc))] if r.rpc else [],
     lambda r, sort_by, limit: {"rpc": asdict(r.rpc) if r.rpc is not None else None},
     fixed_columns=True, export=_made_by("rpcs", "rpc_latency", "rpc_callees"),
+    diff=(("rpc", rpc_metrics), ("callee", callee_metrics)),
     per_rank=_products(("server_threads", "rpc_server_threads")))
 
 COLLECTIVES = Section(
@@ -310,6 +313,11 @@ def per_rank_products(exported: bool = False) -> Tuple[Product, ...]:
     """What the sections ask of each rank (their ``per_rank``), in registry order;
     ``exported``: of the sections with ``export`` tables only (what ``export`` reads)."""
     return tuple(p for s in SECTIONS if s.export or not exported for p in s.per_rank)
+
+
+def diff_tables() -> Dict[str, Callable[[Report], Metrics]]:
+    """``tracemerge diff``'s tables by name (the sections' ``diff``), in registry order."""
+    return {name: metrics for s in SECTIONS for name, metrics in s.diff}
 
 
 def csv_tables() -> Dict[str, CsvRows]:

@@ -161,7 +161,7 @@ def build(job: Job, alignment: Optional[Alignment] = None, selection: Optional[s
     runner = job.engine or LocalEngine(1)
     parts: List[RankPart] = runner.map(rank_part, sources, tasks)
     return Built(parts, job_level(job, plan.alignment, parts, group_by, critical_path), plan.alignment,
-                 dict(plan.places))
+                 plan.places)
 
 
 def job_level(job: Job, alignment: Alignment, parts: List[RankPart], group_by: str = "name",
