@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Set, Tuple, Union
 
 import tracemerge
-from tracemerge import native
+from tracemerge import formats, native
 from tracemerge.engine import LocalEngine
-from tracemerge.formats import FORMATS, output_format
+from tracemerge.formats import output_format
 from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.formats.perfetto import time_shift
 from tracemerge.inputs.cycles import pids_agree, recoded
@@ -110,7 +110,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc,
                                 in_flight=in_flight)
 
-    jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
+    jobs, owners = rank_jobs(job, kept, places, formats.FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
 
     def footer(results: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -216,7 +216,7 @@ def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection
         if native.core_of(trace) == "native":  # its splice writer writes the pid codes it read
             raise native.Declined("a cycle whose pids are not in the order of the rank's other cycles")
         trace = recoded(trace, place.pids)
-    form = FORMATS[fmt]
+    form = formats.FORMATS[fmt]
     if form.columns_only and consume:
         trace.drop_events()  # the encoder reads the columns
     trace, counts = select.apply(trace, place, selection, window)
