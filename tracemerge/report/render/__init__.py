@@ -31,9 +31,10 @@ DEFAULT = "table"
 
 def csv_sections() -> Tuple[str, ...]:
     """``report --section``'s choices: the tables a one-table format (CSV) can hold, the
-    section registry's, the default first (read from the sections, which import the analyses)."""
-    from tracemerge.report.render.csvtext import SECTIONS
-    return SECTIONS
+    section registry's, the default first (read from the sections, which import the analyses,
+    when asked: a registry with one more section is offered its tables)."""
+    from tracemerge.report.sections import csv_tables
+    return tuple(csv_tables())
 
 
 def render(report: "Report", fmt: str = DEFAULT, sort_by: str = "cpu_time_total", row_limit: int = 100,
