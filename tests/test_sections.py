@@ -55,8 +55,8 @@ TOY = textwrap.dedent('''
         """export's table: the same sums, from the rows each rank's worker made"""
         import pyarrow as pa
         out = {}
-        for part in made.parts:
-            for row in part.key_averages:
+        for rows in made.per_rank("key_averages").values():
+            for row in rows:
                 out[row.node_id] = out.get(row.node_id, 0.0) + row.self_cpu_time_total
         ranks = sorted(out)
         return pa.table({"rank": ranks, "self_cpu_us": [out[r] for r in ranks]})

@@ -79,5 +79,9 @@ class Registry(Mapping[str, T]):
     def __contains__(self, name: object) -> bool:  # without importing the entry
         return name in self._where
 
+    def extended(self, where: Mapping[str, str]) -> "Registry[T]":
+        """A new registry: these entries and ``where``'s after them (a registry is never changed)."""
+        return Registry({**self._where, **where})
+
     def __repr__(self) -> str:
         return f"Registry({self._where!r})"

@@ -10,9 +10,8 @@ clock text and the compiled core's status).
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tracemerge import native
+from tracemerge import formats, native
 from tracemerge.clocks.text import causality_line, clock_notes
-from tracemerge.formats import FORMATS as OUTPUT_FORMATS
 from tracemerge.inputs.rankinfo import ASSUMED_RANK
 
 PREFIX = "tracemerge: "
@@ -88,7 +87,7 @@ def combine_lines(job: Any, alignment: Any, written: Any, output: str, report_pa
     if unaccounted:
         lines.append(f"{PREFIX}warning: {unaccounted} events are not accounted for (in + added != out + "
                      "filtered + dropped); this is a bug, please report it")
-    lines += [f"{PREFIX}warning: {w}" for w in OUTPUT_FORMATS[summary["format"]].warnings(output, summary)]
+    lines += [f"{PREFIX}warning: {w}" for w in formats.FORMATS[summary["format"]].warnings(output, summary)]
     return lines
 
 

@@ -18,16 +18,20 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from tracemerge.analysis.timeline import RankTimeline, rank_timeline, served_spans
+from tracemerge.analysis.timeline import RankTimeline
 from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
-from tracemerge.engine import Engine, LocalEngine, map_where_held
+from tracemerge.engine import Engine
 from tracemerge.inputs.event_collectives import SOURCE as EVENTS
+from tracemerge.place.plan import make_plan
+from tracemerge.place.rank_pass import Options, Product, gather
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
 
+# the rank's timeline, as the critical path's section asks it of the per-rank pass
+TIMELINE: Product = ("timeline", "tracemerge.analysis.timeline:timeline_of")
 RPC_WAIT = 0
 COLLECTIVE_WAIT = 1
 # {(rank, thread index): [(start ns, end ns, RPC_WAIT or COLLECTIVE_WAIT, call or collective)]}
@@ -103,17 +107,12 @@ class JobTimeline:
 
 
 def job_timeline(job: "Job", alignment: Optional["Alignment"] = None, engine: Optional[Engine] = None) -> "JobTimeline":
-    """The :class:`JobTimeline` of a job under ``alignment`` (None: the job's own)."""
-    clocks = job.clock_model(alignment).clocks
-    infos = job.infos
-    runner = engine or job.engine or LocalEngine()
-    ranks: List[int] = job.ranks
-    names = [sorted({r.get("name", "") for r in info.rpcs}) for info in infos]
-    sources: List[Any] = [job.source(r) for r in ranks]
-    paired = served_spans(infos)  # paired builtins: their ops are their callee spans
-    served = [paired.get(r, {}) for r in ranks]
-    made = map_where_held(runner, rank_timeline, sources, ranks, [clocks[r] for r in ranks], names, served)
-    return build_timeline({tl.rank: tl for tl in made}, job.links.rpcs.calls, job.links.collectives, clocks)
+    """The :class:`JobTimeline` of a job under ``alignment`` (None: the job's own): each
+    rank's timeline made by the per-rank pass (:mod:`tracemerge.place.rank_pass`), on
+    ``engine`` (None: the job's)."""
+    plan = make_plan(job, alignment)
+    made = gather(job, plan, (TIMELINE,), Options(timelines=True), engine)["timeline"]
+    return build_timeline(made, job.links.rpcs.calls, job.links.collectives, plan.clocks)
 
 
 def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collectives: Collectives,

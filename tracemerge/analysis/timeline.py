@@ -15,7 +15,7 @@ result (a few arrays per thread) is all the analyses need of the events.
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from tracemerge.inputs import chrome, reader_for
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.model import RankTrace
 from tracemerge.nesting import host_ops
+
+if TYPE_CHECKING:
+    from tracemerge.place.rank_pass import RankView
 
 STEP_PREFIX = "ProfilerStep#"
 REMOTE_SUFFIX = "#remote"
@@ -60,24 +63,12 @@ class RankTimeline:
     async_spans: frozenset = frozenset()
 
 
-def served_spans(infos: Iterable[Any]) -> Dict[int, Dict[Tuple[Any, int], str]]:
-    """{callee rank: {(tid, op start ns): rpc_id}} of every builtin the job paired with the
-    op that served it (``remote_rpcs`` of ``source: "paired"``): those ops are the calls'
-    callee spans wherever the job is analysed, as a wrapped call's ``#remote`` span is."""
-    out: Dict[int, Dict[Tuple[Any, int], str]] = {}
-    for info in infos:
-        for r in info.remote_rpcs:
-            if r.get("source") == "paired":
-                out.setdefault(r["callee"], {})[(r["tid"], r.get("op_start_ns", r["start_ns"]))] = r["rpc_id"]
-    return out
-
-
 def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = (),
                   served: Optional[Mapping[Tuple[Any, int], str]] = None) -> RankTimeline:
     """The :class:`RankTimeline` of ``source`` (a path or a RankTrace) under ``clock``
     (its :class:`~tracemerge.clock.ClockModel`); ``rpc_names`` are the caller span names
     of the RPC records of the rank (callee spans are those plus ``#remote``); ``served``
-    ({(tid, start ns): rpc_id}, :func:`served_spans`): ops that are the callee spans of
+    ({(tid, start ns): rpc_id}, :func:`~tracemerge.place.rank_pass.served_spans`): ops that are the callee spans of
     paired builtins."""
     trace = _read(source) if isinstance(source, str) else source
     idx = host_ops(trace)
@@ -216,3 +207,11 @@ def _pieces(s: np.ndarray, e: np.ndarray, parent: np.ndarray, sel: np.ndarray,
     open_ = owner >= 0
     open_[open_] = end_of[owner[open_]] > times[open_]
     return times.astype(np.int64), np.where(open_, owner, -1).astype(np.int64)
+
+
+def timeline_of(view: "RankView") -> Optional[RankTimeline]:
+    """The per-rank product ``timeline`` (:mod:`tracemerge.place.rank_pass`): the rank's
+    timeline on the reference clock when the analyses are asked for, else None."""
+    if not view.options.timelines:
+        return None
+    return rank_timeline(view.trace, view.rank, view.clock, view.ask.rpc_names, view.ask.served)

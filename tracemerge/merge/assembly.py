@@ -30,11 +30,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import msgspec
 
-from tracemerge import native
+from tracemerge import formats, native
 from tracemerge.codecs import Codec, Stream, codec_for
 from tracemerge.engine import Abandoned, Engine, Held, LocalEngine, gc_paused, turns
 from tracemerge.errors import OutputError, TraceError, reading
-from tracemerge.formats import FORMATS
 from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.cycles import joined_trace
@@ -83,7 +82,7 @@ def encode_rank(rank_fn: RankOutput, fmt: str, source: Source, place: Placement,
                     trace, core = read_trace(path), f"python: {e}"
                     events, counts = rank_fn(trace, place, consume=owned)
                 del trace
-                size = sink.write(_encoded(FORMATS[fmt], events, codec))
+                size = sink.write(_encoded(formats.FORMATS[fmt], events, codec))
             except (msgspec.ValidationError, msgspec.DecodeError) as e:
                 # raw args are decoded only where the output needs them (process metadata,
                 # Perfetto's debug annotations): a number beyond a double is found here
@@ -205,7 +204,7 @@ def write_merged(engine: Engine, rank_fn: RankOutput, fmt: str, jobs: Sequence[T
     """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
     the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
     summary from the per-rank results. Returns the summary. Without ``force`` an output that another run wrote meanwhile is not replaced."""
-    form = FORMATS[fmt]
+    form = formats.FORMATS[fmt]
     codec = codec_for(output)
     n = len(jobs)
     common: List[List[Any]] = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]

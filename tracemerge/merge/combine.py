@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Set, Tuple, Union
 
 import tracemerge
-from tracemerge import native
+from tracemerge import formats, native
 from tracemerge.engine import LocalEngine
-from tracemerge.formats import FORMATS, output_format
+from tracemerge.formats import output_format
 from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.formats.perfetto import time_shift
 from tracemerge.inputs.cycles import pids_agree, recoded
@@ -20,36 +20,15 @@ from tracemerge.output import check_output
 from tracemerge.place import selection as select
 from tracemerge.place.arrows import RpcFlows
 from tracemerge.place.in_flight import in_flight_calls, in_flight_jobs, marked, never_completed
-from tracemerge.place.placement import Placement, rank_label
-from tracemerge.place.remote_spans import drawn_sides, remote_spans
+from tracemerge.place.placement import Placement
+from tracemerge.place.plan import make_plan
+from tracemerge.place.remote_spans import remote_spans
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs.chrome import build
 from tracemerge.job.checks import rpc_sides
-
-SECOND_NS = 1_000_000_000
-
-
-def aligned_start(job: "Job", alignment: "Alignment") -> int:
-    """The first event of the job on the reference clock."""
-    timed = [i for i in job.infos if i.timed] or list(job.infos)
-    return min(alignment.clocks[rank_of(i)].to_reference(i.first_ns) for i in timed)
-
-
-def placements(job: "Job", alignment: "Alignment", first: Optional[int] = None) -> Dict[int, Placement]:
-    """{rank: Placement}: pid blocks ordered by rank, ts 0 at the whole second before the
-    first event (``first``: :func:`aligned_start`, when the caller has it)."""
-    stride = 1000 * (1 + max(len(i.pids) for i in job.infos) // 1000)
-    first = aligned_start(job, alignment) if first is None else first
-    out_base = first - first % SECOND_NS
-    return {
-        rank: Placement(rank=rank, label=rank_label(rank, info.worker_name, info.hostname),
-                        pid_base=(n + 1) * stride, clock=alignment.clocks[rank], out_base_ns=out_base,
-                        pids=tuple(info.pids) if info.parts else ())
-        for n, (rank, info) in enumerate(zip(job.ranks, job.infos))
-    }
 
 
 class Drawn(Protocol):
@@ -108,14 +87,8 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     alignment = job.clock_model(alignment)
     check_output(output, job.inputs, force)
     fmt = output_format(output, fmt)
-    selection = selection or select.Selection()
-    select.check_ranks(selection, job.ranks)
-    kept = [i for i in job.infos if selection.keeps_rank(rank_of(i))]
-    first = aligned_start(job, alignment)
-    places = placements(job, alignment, first)
-    start = first - next(iter(places.values())).out_base_ns
-    window = selection.window_ns(start)
-    sides = drawn_sides(job.infos, {rank_of(i) for i in kept})
+    plan = make_plan(job, alignment, selection)
+    selection, kept, places, window, sides = plan.selection, list(plan.kept), plan.places, plan.window, plan.sides
     spans = {(s["rpc_id"], s["role"], rank_of(info)) for info in kept
              for s, keep in zip(info.rpc_spans, select.kept_spans(info.rpc_spans, places[rank_of(info)], selection,
                                                                    window))
@@ -137,7 +110,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc,
                                 in_flight=in_flight)
 
-    jobs, owners = rank_jobs(job, kept, places, FORMATS[fmt])
+    jobs, owners = rank_jobs(job, kept, places, formats.FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
 
     def footer(results: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -149,13 +122,13 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             add_counts(counts, r["counts"])
         summary = build_summary(job, alignment, places, counts)
         summary["rpc_sides"].update(arrows)
-        shift = time_shift(next(iter(places.values())).out_base_ns) if fmt == "perfetto" else 0
+        shift = time_shift(plan.out_base_ns) if fmt == "perfetto" else 0
         return {**summary, "format": fmt, **({"time_shift_ns": shift} if shift else {}),
                 "selection": select.describe(selection), **(extra or {}),
                 **({"remote_spans": {str(r): n for r, n in remote.ranks.items()}} if remote.ranks else {})}
 
     header = {"schemaVersion": 1, "displayTimeUnit": "ms",
-              "baseTimeNanoseconds": next(iter(places.values())).out_base_ns}
+              "baseTimeNanoseconds": plan.out_base_ns}
     # each rank is transformed and encoded by the job's engine, into its part of the output
     remote = remote_spans(job.infos, sides, alignment.clocks, places)
     jobs += remote.jobs
@@ -243,7 +216,7 @@ def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection
         if native.core_of(trace) == "native":  # its splice writer writes the pid codes it read
             raise native.Declined("a cycle whose pids are not in the order of the rank's other cycles")
         trace = recoded(trace, place.pids)
-    form = FORMATS[fmt]
+    form = formats.FORMATS[fmt]
     if form.columns_only and consume:
         trace.drop_events()  # the encoder reads the columns
     trace, counts = select.apply(trace, place, selection, window)

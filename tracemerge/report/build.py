@@ -7,7 +7,7 @@ or an HTML page.
 """
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -16,11 +16,9 @@ from tracemerge.analysis.postmortem import PostMortem, postmortem
 from tracemerge.analysis.postmortem import sections as postmortem_tables
 from tracemerge.analysis.postmortem import summary as postmortem_summary
 from tracemerge.analysis.summary import Analysis, analyse
-from tracemerge.analysis.timeline import RankTimeline, rank_timeline, served_spans
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.engine import LocalEngine, map_where_held
-from tracemerge.errors import TraceError, TracemergeError, reading
+from tracemerge.errors import TraceError, TracemergeError
 from tracemerge.inputs.admit import MERGED_HEAD, is_merged_block, problem
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.merged_summary import check_summary
@@ -28,19 +26,20 @@ from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.nesting import unfinished
+from tracemerge.place.plan import make_plan, reference_extent
+from tracemerge.place.rank_pass import Options, gather
 from tracemerge.report import GROUP_BY, SORT_KEYS  # the CLI's choices, read without this module
 from tracemerge.report.collectives import CollectiveStats, collective_report, p2p_report
 from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import (
     KeyAverage,
-    OpTree,
-    correlations,
     group_rows,
     has_device_time,
     key_averages,
     op_tree,
 )
 from tracemerge.report.notes import HINT, WARNING, Note
+from tracemerge.report.rank_products import top_spans
 from tracemerge.report.rpcstats import RpcReport, rpc_report, server_threads
 
 ROW_FIELDS = ("key", "count", "node_id", "cpu_time_total", "self_cpu_time_total", "cpu_time")
@@ -65,6 +64,9 @@ class Report:
     gpu: List[GpuRank] = field(default_factory=list)  # of the ranks with device activity
     # a failed job's post-mortem (analysis.postmortem), None when there is nothing to say
     postmortem: Optional[PostMortem] = None
+    # {product: {rank: value}}: what the per-rank pass made of each rank for the sections
+    # (their ``per_rank``; place/rank_pass.py); empty for a merged trace
+    per_rank: Dict[str, Dict[int, Any]] = field(default_factory=dict)
 
 
 def is_merged(trace: RankTrace) -> bool:
@@ -91,17 +93,8 @@ def read_merged(path: str) -> Optional[RankTrace]:
     return replace(trace, tracemerge=check_summary(path, trace.tracemerge or {}))
 
 
-def _top_spans(tree: OpTree, to_ref: Callable[[np.ndarray], np.ndarray],
-               rows: Union[bool, np.ndarray] = True) -> Tuple[np.ndarray, np.ndarray]:
-    """(start, end) reference-clock ns of the top-level host ops of an op tree (of its
-    ``rows``): what keeps a thread busy. Asynchronous spans (calls in flight, gloo work)
-    keep no thread busy: they are left out."""
-    top = rows & tree.kept & (tree.parent < 0) & ~tree.is_async
-    return to_ref(tree.start[top]), to_ref(tree.end[top])
-
-
 def _busy(spans: Tuple[np.ndarray, np.ndarray], start_ns: int, bin_ns: int) -> List[float]:
-    """Average number of busy threads per time bin of the ``spans`` (:func:`_top_spans`),
+    """Average number of busy threads per time bin of the ``spans`` (:func:`~tracemerge.report.rank_products.top_spans`),
     clipped to bins."""
     s, e = spans[0] - start_ns, spans[1] - start_ns
     edges = np.arange(TIMELINE_BINS + 1, dtype=np.int64) * bin_ns
@@ -142,87 +135,35 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     """The :class:`Report` of a job under ``alignment`` (None: the job's own; what ``combine
     --report`` uses); ``analysis``: with the critical path, wait states and stragglers
     (``report --analysis``)."""
-    alignment = job.clock_model(alignment)
-    clocks = alignment.clocks
-    rows: List[KeyAverage] = []
-    threads: Dict[int, int] = {}
-    traces_info: List[Dict[str, Any]] = []
-    spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
-    timelines: Dict[int, RankTimeline] = {}
-    gpu: List[Optional[GpuRank]] = []
-    open_at_stop: Dict[str, int] = {}   # {path: spans still open when its profiler stopped}
-    runner = job.engine or LocalEngine(1)
-    sources = [job.source(rank) for rank in job.ranks]
-    names = [{r.get("name", "") for r in info.rpcs} if analysis else None for info in job.infos]
-    paired = served_spans(job.infos) if analysis else {}  # paired builtins' ops: their callee spans
-    args = (sources, job.ranks, [clocks[r] for r in job.ranks], [i.path for i in job.infos], names,
-            [remote_ops] * len(sources), [tuple(comm_kernels)] * len(sources), [paired.get(r, {}) for r in job.ranks])
-    # each rank's products by the worker that holds (or reads) it, once; traces kept in this
-    # process are not sent to workers
-    made = map_where_held(runner, rank_products, *args)
-    for rank, info, part in zip(job.ranks, job.infos, made):
-        rows += part.rows
-        open_at_stop[info.path] = part.open_at_stop
-        gpu.append(part.gpu)
-        if part.timeline is not None:
-            timelines[rank] = part.timeline
-        threads[rank] = part.server_threads
-        spans[rank] = part.spans
-        traces_info.append({"rank": rank, "worker_name": info.worker_name, "hostname": info.hostname,
-                            "path": info.path})
-    # ranks with events (one read from its journal alone has none)
-    timed = [(r, i) for r, i in zip(job.ranks, job.infos) if i.timed]
-    if timed:
-        first = min(clocks[r].to_reference(i.first_ns) for r, i in timed)
-        last = max(clocks[r].to_reference(i.last_ns) for r, i in timed)
-    else:  # every rank left only a journal: the job's times are its profiling windows (its events' are 0)
-        first = min(clocks[r].to_reference(i.start_ns) for r, i in zip(job.ranks, job.infos))
-        last = max(clocks[r].to_reference(i.stop_ns) for r, i in zip(job.ranks, job.infos))
+    from tracemerge.report.sections import per_rank_products  # the registry: it imports this module (Report)
+
+    plan = make_plan(job, alignment)
+    clocks = plan.clocks
+    made = gather(job, plan, per_rank_products(), Options(remote_ops=remote_ops, comm_kernels=tuple(comm_kernels),
+                                                         timelines=analysis))
+    extent = reference_extent(job.infos, clocks)
+    # every rank left only a journal: the job's times are its profiling windows (its events' are 0)
+    first, last = extent or (min(clocks[r].to_reference(i.start_ns) for r, i in zip(job.ranks, job.infos)),
+                             max(clocks[r].to_reference(i.stop_ns) for r, i in zip(job.ranks, job.infos)))
     bin_ns = max(1, -(-(last - first) // TIMELINE_BINS))
-    busy = {rank: _busy(found, first, bin_ns) for rank, found in spans.items()}
-    report = Report(key_averages=group_rows(rows, group_by == "name,rank"), group_by=group_by, ranks=traces_info,
-                    clocks=[clocks[r].as_dict() for r in job.ranks], reference=alignment.reference,
-                    align=alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy},
-                    gpu=[g for g in gpu if g is not None])
-    _add_records(report, job.infos, job.links, clocks, threads)
+    busy = {rank: _busy(found, first, bin_ns) for rank, found in made["busy_spans"].items()}
+    gpu = made["gpu"]
+    report = Report(key_averages=group_rows([r for rank in job.ranks for r in made["key_averages"][rank]],
+                                            group_by == "name,rank"),
+                    group_by=group_by,
+                    ranks=[{"rank": rank, "worker_name": info.worker_name, "hostname": info.hostname,
+                            "path": info.path} for rank, info in zip(job.ranks, job.infos)],
+                    clocks=[clocks[r].as_dict() for r in job.ranks], reference=plan.alignment.reference,
+                    align=plan.alignment.method, timeline={"start_ns": first, "bin_ns": bin_ns, "busy": busy},
+                    gpu=[gpu[r] for r in job.ranks if gpu[r] is not None], per_rank=made)
+    _add_records(report, job.infos, job.links, clocks, made["server_threads"])
     report.postmortem = postmortem(job.infos, clocks) or None
-    report.notes += unfinished_notes(open_at_stop)
+    report.notes += unfinished_notes({info.path: made["open_at_stop"][rank]
+                                      for rank, info in zip(job.ranks, job.infos)})
     if analysis:
+        timelines = {rank: tl for rank, tl in made["timeline"].items() if tl is not None}
         report.analysis = analyse(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives, clocks))
     return report
-
-
-@dataclass
-class RankProducts:
-    """What the report keeps of one rank, made where its events are (an engine's worker)."""
-
-    rows: List[KeyAverage]                  # its key-average partials, grouped by (name, rank) later
-    open_at_stop: int                       # spans still open when its profiler stopped
-    gpu: Optional[GpuRank]
-    timeline: Optional[RankTimeline]        # the analyses' timeline (asked for with rpc names)
-    server_threads: int
-    spans: Tuple[np.ndarray, np.ndarray]    # its top-level spans on the reference clock (busy bins)
-
-
-def rank_products(source: Union[RankTrace, str], rank: int, clock: ClockModel, path: str,
-                  rpc_names: Optional[Set[str]], remote_ops: bool, comm_kernels: Sequence[str] = (),
-                  served: Optional[Mapping[Tuple[Any, int], str]] = None) -> RankProducts:
-    """One rank's :class:`RankProducts` from one read of its events (``source``: the trace,
-    or its file); ``rpc_names``: also its timeline, for the analyses; ``comm_kernels``: regexes
-    of further communication kernels for the GPU section."""
-    trace = source if isinstance(source, RankTrace) else read_file(source, columns_only=True)
-    if is_merged(trace):
-        raise TracemergeError(f"{path}: a merged trace; report on it alone, or on the rank files")
-    with reading(path):
-        tree = op_tree(trace)   # built once: the key averages and the busy bins both use it
-        links = correlations(trace)  # likewise: the key averages and the GPU section
-        return RankProducts(
-            rows=key_averages(trace, np.full(len(trace.pids), rank, dtype=np.int64), remote_ops, tree, links),
-            open_at_stop=int(unfinished(trace).sum()),
-            gpu=gpu_rank(trace, rank, comm_kernels=comm_kernels, links=links),
-            timeline=None if rpc_names is None else rank_timeline(trace, rank, clock, rpc_names, served),
-            server_threads=server_threads(trace),
-            spans=_top_spans(tree, clock.to_reference))
 
 
 def unfinished_notes(open_at_stop: Dict[str, int]) -> List[Note]:
@@ -288,7 +229,7 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
         tree = op_tree(trace)
         rank_of_row = node[trace.pid[tree.index]]
         report.timeline = {"start_ns": first, "bin_ns": bin_ns,
-                           "busy": {r: _busy(_top_spans(tree, _same, rank_of_row == r), first, bin_ns)
+                           "busy": {r: _busy(top_spans(tree, _same, rank_of_row == r), first, bin_ns)
                                     for r in sorted(clocks)}}
     if "records" not in block:
         report.notes.append(Note("a merged trace written before tracemerge kept its records: no RPC or collectives "

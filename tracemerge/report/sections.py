@@ -10,9 +10,10 @@ defining a :class:`Section` and one line in :data:`SECTIONS`.
 """
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tracemerge.analysis.critical_path import KINDS, UNTRACED, Window
+from tracemerge.analysis.job_timeline import TIMELINE as RANK_TIMELINE
 from tracemerge.analysis.postmortem import as_dict as postmortem_dict
 from tracemerge.analysis.summary import Analysis, analysis_dict
 from tracemerge.analysis.tables import (
@@ -26,6 +27,7 @@ from tracemerge.analysis.tables import (
     stragglers_table,
 )
 from tracemerge.errors import TracemergeError
+from tracemerge.place.rank_pass import Product
 from tracemerge.report.build import Report, postmortem_view, row_dict, row_fields, sorted_rows
 from tracemerge.report.cells import callee_rows, collective_rows, key_footer, key_rows, rpc_rows
 from tracemerge.report.diff import Compared, Metrics
@@ -82,6 +84,12 @@ class Section:
     ``tracemerge export`` and ``tables.load`` make of it, as ``(NAME, "module:function")``,
     the function taking the job's :class:`~tracemerge.tables.job_tables.Products` and
     returning a pyarrow Table (named, not imported: the tables layer sits above this one).
+    ``per_rank``: what it needs of each rank's events, as ``(NAME, "module:function")``
+    products of :mod:`tracemerge.place.rank_pass` (a function of one rank's ``RankView``,
+    run by the worker that holds the rank): ``report``, ``combine --report`` and ``export``
+    make them in their one pass over the ranks, the report holds them as
+    ``report.per_rank[NAME]`` and the export tables as ``Products.per_rank(NAME)``, both
+    ``{rank: value}``.
     """
 
     name: str
@@ -95,11 +103,17 @@ class Section:
     notes_after: bool = False
     diff: Tuple[Compared, ...] = ()
     export: Tuple[Tuple[str, str], ...] = ()
+    per_rank: Tuple[Product, ...] = ()
 
 
 def _made_by(*names: str) -> Tuple[Tuple[str, str], ...]:
     """``export`` entries for tables of :mod:`tracemerge.tables.job_tables`, ``NAME_table`` each."""
     return tuple((name, f"tracemerge.tables.job_tables:{name}_table") for name in names)
+
+
+def _products(*names: Tuple[str, str]) -> Tuple[Product, ...]:
+    """``per_rank`` entries for products of :mod:`tracemerge.report.rank_products`, ``(NAME, function)`` each."""
+    return tuple((name, f"tracemerge.report.rank_products:{function}") for name, function in names)
 
 
 def _analysis(report: Report, section: str) -> Analysis:
@@ -153,7 +167,8 @@ KEY_AVERAGES = Section(
         "group_by": r.group_by},
     csv=(("key_averages", _key_csv),),
     diff=(Compared("key_averages", _key_metrics, frozenset(("cpu_time_total", "self_cpu_time_total"))),),
-    export=_made_by("key_averages"))
+    export=_made_by("key_averages"),
+    per_rank=_products(("key_averages", "key_average_rows"), ("open_at_stop", "open_at_stop")))
 
 # --- the ranks and their clocks (a figure) --------------------------------------------
 
@@ -231,7 +246,8 @@ RPC = Section(
     data=lambda r, sort_by, limit: {"rpc": asdict(r.rpc) if r.rpc is not None else None},
     diff=(Compared("rpc", _rpc_metrics, frozenset(("end-to-end", "execution", "queueing", "transfer"))),
           Compared("callee", _callee_metrics, frozenset(("queueing", "execution")))),
-    export=_made_by("rpcs", "rpc_latency", "rpc_callees"))
+    export=_made_by("rpcs", "rpc_latency", "rpc_callees"),
+    per_rank=_products(("server_threads", "rpc_server_threads")))
 
 COLLECTIVES = Section(
     "collectives", "Collectives", lambda r: bool(r.collectives),
@@ -248,7 +264,7 @@ GPU = Section(
     # GPU traces only, so CPU-only reports stay as they were
     data=lambda r, sort_by, limit: {"gpu": [{**asdict(g), "overlap_share": g.overlap_share} for g in r.gpu]}
     if r.gpu else {},
-    export=_made_by("gpu"))
+    export=_made_by("gpu"), per_rank=_products(("gpu", "gpu_time")))
 
 # --- the busy threads over the run (a figure) -----------------------------------------
 
@@ -266,7 +282,7 @@ def _timeline_view(report: Report, sort_by: str, row_limit: int) -> View:
                              f"bin). One scale for the whole run: {span_ms:.3f} ms across.",))]
 
 
-TIMELINE = Section("timeline", "Busy timeline", view=_timeline_view)
+TIMELINE = Section("timeline", "Busy timeline", view=_timeline_view, per_rank=_products(("busy_spans", "busy_spans")))
 
 # --- the analyses (report --analysis) -------------------------------------------------
 
@@ -341,7 +357,8 @@ def _critical_path_csv(report: Report, sort_by: str, row_limit: int) -> Tuple[Se
 CRITICAL_PATH = Section(
     "critical_path", "Critical path", _has_analysis, _critical_path_view,
     _analysis_keys("critical_path", "critical_path_totals"),
-    (("critical_path", _critical_path_csv),), analysis=True, export=_made_by("critical_path"))
+    (("critical_path", _critical_path_csv),), analysis=True, export=_made_by("critical_path"),
+    per_rank=(RANK_TIMELINE,))
 
 
 def _waits(report: Report, section: str) -> Any:
@@ -444,32 +461,50 @@ SECTIONS: Tuple[Section, ...] = (
 )
 
 
-def shown(report: Report, sections: Sequence[Section] = SECTIONS) -> List[Section]:
+def _registry(given: Optional[Sequence[Section]]) -> Sequence[Section]:
+    """``given``, else the registry as it is when called (not when this module was imported:
+    a caller, a test among them, may extend :data:`SECTIONS`)."""
+    return SECTIONS if given is None else given
+
+
+def shown(report: Report, sections: Optional[Sequence[Section]] = None) -> List[Section]:
     """The report's sections in the order the formats show them: the ``lead`` ones first."""
+    sections = _registry(sections)
     present = [s for s in sections if s.present(report)]
     return [s for s in present if s.lead] + [s for s in present if not s.lead]
 
 
 def views(report: Report, sort_by: str, row_limit: int,
-          sections: Sequence[Section] = SECTIONS) -> List[Tuple[Section, View]]:
+          sections: Optional[Sequence[Section]] = None) -> List[Tuple[Section, View]]:
     """Each section the report has, in the order the formats show them, with what it shows."""
+    sections = _registry(sections)
     return [(s, s.view(report, sort_by, row_limit)) for s in shown(report, sections)]
 
 
-def csv_tables(sections: Sequence[Section] = SECTIONS) -> Dict[str, CsvRows]:
+def per_rank_products(exported: bool = False, sections: Optional[Sequence[Section]] = None) -> Tuple[Product, ...]:
+    """What the sections ask of each rank (their ``per_rank``), in registry order;
+    ``exported``: of the sections with ``export`` tables only (what ``export`` reads)."""
+    sections = _registry(sections)
+    return tuple(p for s in sections if s.export or not exported for p in s.per_rank)
+
+
+def csv_tables(sections: Optional[Sequence[Section]] = None) -> Dict[str, CsvRows]:
     """``report --section``'s tables by name, the default first."""
+    sections = _registry(sections)
     return {name: rows for s in sections for name, rows in s.csv}
 
 
-def compared(sections: Sequence[Section] = SECTIONS) -> List[Compared]:
+def compared(sections: Optional[Sequence[Section]] = None) -> List[Compared]:
     """The tables ``tracemerge diff`` compares, in registry order."""
+    sections = _registry(sections)
     return [c for s in sections for c in s.diff]
 
 
 def report_dict(report: Report, sort_by: str = "cpu_time_total", row_limit: int = 0,
-                sections: Sequence[Section] = SECTIONS) -> Dict[str, Any]:
+                sections: Optional[Sequence[Section]] = None) -> Dict[str, Any]:
     """The JSON report: every section's keys in registry order, the notes (their words)
     after those of the section with ``notes_after``, else last."""
+    sections = _registry(sections)
     doc: Dict[str, Any] = {}
     notes = [n.text for n in report.notes]
     for s in sections:

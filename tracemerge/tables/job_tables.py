@@ -47,15 +47,19 @@ class Products:
     rpc: Optional[RpcReport]          # the RPC latency and callee load (None: no RPC)
     windows: Optional[List[Window]]   # the critical path (None: not asked for)
 
+    def per_rank(self, name: str) -> Dict[int, Any]:
+        """{rank: value} of the per-rank product ``name`` (a section's ``per_rank``), in job order."""
+        return {p.rank: p.products[name] for p in self.parts if name in p.products}
+
 
 def products(job: Job, alignment: Alignment, parts: Sequence["RankPart"], group_by: str = "name",
              critical_path: bool = False) -> Products:
     sides = {(rpc_id, role): (p.rank, tid, thread) for p in parts for rpc_id, role, tid, thread in p.rpc_spans}
-    threads = {p.rank: p.server_threads for p in parts if p.part == 0}
+    threads = {p.rank: p.products["server_threads"] for p in parts if "server_threads" in p.products}
     rpc = rpc_report(job.links.rpcs, alignment.clocks, threads) if len(job.links.rpcs.calls) else None
     windows = None
     if critical_path:
-        timelines = {p.rank: p.timeline for p in parts if p.timeline is not None}
+        timelines = {p.rank: p.products["timeline"] for p in parts if p.products.get("timeline") is not None}
         windows = find_critical_path(build_timeline(timelines, job.links.rpcs.calls, job.links.collectives,
                                                     alignment.clocks))
     return Products(job, alignment, parts, group_by, sides, rpc, windows)
@@ -149,7 +153,8 @@ def clocks_table(made: Products) -> "pa.Table":
 def key_averages_table(made: Products) -> "pa.Table":
     """``report``'s key averages (torch's columns, µs; ``node_id`` the rank, -1 over several)."""
     pa = require_arrow()
-    grouped = group_rows([r for p in made.parts for r in p.key_averages], made.group_by == "name,rank")
+    grouped = group_rows([r for rows in made.per_rank("key_averages").values() for r in rows],
+                         made.group_by == "name,rank")
     grouped.sort(key=lambda r: (-r.cpu_time_total, r.key, r.node_id))
     return _table([("key", pa.string()), ("count", pa.int64()), ("node_id", pa.int32()),
                    ("cpu_time_total_us", pa.float64()), ("self_cpu_time_total_us", pa.float64()),
@@ -231,4 +236,4 @@ def gpu_table(made: Products) -> "pa.Table":
                     "launches": g.launch_delay_us.get("count"),
                     "top_kernel": g.top_kernels[0]["name"] if g.top_kernels else None,
                     "top_kernel_us": g.top_kernels[0]["total_us"] if g.top_kernels else None}
-                   for g in sorted((p.gpu for p in made.parts if p.gpu is not None), key=lambda g: g.rank)))
+                   for g in sorted((g for g in made.per_rank("gpu").values() if g is not None), key=lambda g: g.rank)))

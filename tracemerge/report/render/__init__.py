@@ -32,7 +32,8 @@ DEFAULT = "table"
 
 def csv_sections() -> Tuple[str, ...]:
     """``report --section``'s choices: the tables a one-table format (CSV) can hold, the
-    section registry's, the default first (read from the sections, which import the analyses)."""
+    section registry's, the default first (read from the sections, which import the analyses,
+    when asked: a registry with one more section is offered its tables)."""
     from tracemerge.report.sections import csv_tables
     return tuple(csv_tables())
 
