@@ -12,7 +12,7 @@ from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
-from tracemerge.job import Session
+from tracemerge.job import Session, reads
 from tracemerge.job.describe_files import scan_head
 from tracemerge.merge.combine import combine
 
@@ -70,7 +70,7 @@ def test_head_scan_is_the_full_scan_without_the_event_facts(rank_files, tmp_path
             assert getattr(quick, field) == getattr(full, field), field
     plain = write(tmp_path / "rank5.json", kineto([x("a", 1.0, 2.0)], rank=5))
     assert scan_head(plain) is None  # no block: the events are read
-    session = Session.open([rank_files[0], plain], engine=LocalEngine(2), heads_only=True)
+    session = Session.open([rank_files[0], plain], engine=LocalEngine(2), read=reads.heads)
     assert [i.partial for i in session.infos] == [True, False]
 
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tracemerge.compose import write as write_trace
     from tracemerge.engine import LocalEngine, make_engine
     from tracemerge.formats import FORMATS as OUTPUT_FORMATS
-    from tracemerge.job import AlignRequest, Job
+    from tracemerge.job import AlignRequest, Job, reads
     from tracemerge.merge.per_rank import align as align_ranks
     from tracemerge.merge.per_rank import check_request as check_align_output
     from tracemerge.output import check_output
@@ -63,6 +63,7 @@ else:
     OUTPUT_FORMATS = Deferred("tracemerge.formats", "FORMATS")
     AlignRequest = Deferred("tracemerge.job", "AlignRequest")
     Job = Deferred("tracemerge.job", "Job")
+    reads = Deferred("tracemerge.job.reads")  # the read strategies each command picks for Job.open
     align_ranks = Deferred("tracemerge.merge.per_rank", "align")
     check_align_output = Deferred("tracemerge.merge.per_rank", "check_request")
     write_trace = Deferred("tracemerge.compose", "write")
@@ -438,7 +439,8 @@ def input_options(fn: "click.decorators.FC") -> "click.decorators.FC":
 
 def open_inputs(files: "list[str] | tuple[str, ...]", rank_from: str, skip_bad: bool, strict: bool,
                 file_warnings: bool = False, **kw: typing.Any) -> Job:
-    """Job.open, then say on stderr which files were skipped and what looks wrong
+    """Job.open (``read``, in ``kw``: the read strategy the command picks, tracemerge.job.reads),
+    then say on stderr which files were skipped and what looks wrong
     (``file_warnings``: also each file's own warnings, a truncated file's salvage among
     them, for commands that do not print them later)."""
     job = Job.open(files, rank_from, skip_bad=skip_bad, strict=strict, **kw)
@@ -751,7 +753,7 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
         files = [os.path.abspath(f) for f in files]
     runner = merge_engine(engine, jobs, scheduler)
     try:
-        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle,
+        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle, read=reads.events,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         alignment = job.clock_model()
         selection = selection_of(ranks, window, min_duration, drop_categories, overview)
@@ -800,7 +802,7 @@ def align_files(files: "tuple[str, ...]", output: str, name: str, method: str, r
     check_align_output(output, name, files, force)  # before any input is read
     runner = LocalEngine()
     try:
-        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle, keep_events=False,
+        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle, read=reads.descriptions,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         summary = align_ranks(job, output, None, force, name, ranks)
     finally:
@@ -834,7 +836,7 @@ def offsets(files: "tuple[str, ...]", method: str, reference: "int | None", offs
     """
     # only the clocks are needed: rank files' heads, other files' light scans, in parallel
     # the job-wide warnings too (files of different runs, windows that never meet, absent peers)
-    job = open_inputs(files, rank_from, skip_bad=False, strict=False, engine=LocalEngine(), heads_only=True,
+    job = open_inputs(files, rank_from, skip_bad=False, strict=False, engine=LocalEngine(), read=reads.heads,
                       cycle=cycle, align=AlignRequest(method, reference, offsets))
     alignment = job.clock_model()
     render = offsets_json if fmt == "json" else offsets_table
@@ -886,7 +888,7 @@ def info(files: "tuple[str, ...]", rank_from: str, cycle: "int | None", skip_bad
         runner = LocalEngine(progress=Progress.for_terminal(quiet=_quiet()))
         try:
             job = open_inputs(rest, rank_from, skip_bad, strict, engine=runner, cycle=cycle,  # scans, in parallel
-                              keep_events=False)
+                              read=reads.descriptions)
         finally:
             runner.close()
     # every file of a rank names the rank; a rank of several cycle files is described once
@@ -964,7 +966,7 @@ def report(files: "tuple[str, ...]", group_by: str, sort_by: str, row_limit: int
     runner = LocalEngine()
 
     def opener(paths: "list[str]") -> Job:
-        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, read=reads.columns, cycle=cycle,
                            align=align, engine=runner)
 
     try:
@@ -1044,7 +1046,7 @@ def diff(before: str, after: str, row_limit: int, fmt: str, output: str, html_pa
     align = AlignRequest(method, reference, offsets)
 
     def opener(paths: "list[str]") -> Job:
-        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, columns_only=True, cycle=cycle,
+        return open_inputs(paths, rank_from, skip_bad, strict, file_warnings=True, read=reads.columns, cycle=cycle,
                            align=align)
 
     runs = [reports.build_report(paths, opener, align) for paths in sides]
@@ -1092,7 +1094,7 @@ def whatif(files: "tuple[str, ...]", speedups: "tuple[str, ...]", fmt: str, outp
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--speedup'") from None
     check_outputs((output,), files, force)  # before any input is read
-    job = open_inputs(list(files), rank_from, skip_bad, strict, file_warnings=True, cycle=cycle,
+    job = open_inputs(list(files), rank_from, skip_bad, strict, file_warnings=True, cycle=cycle, read=reads.events,
                       align=AlignRequest(method, reference, offsets))
     from tracemerge.analysis.critical_path import critical_path
 
@@ -1166,7 +1168,7 @@ def export_tables(files: "tuple[str, ...] | list[str]", output: str, method: str
     try:
         # columns only, as a rank read again by the per-rank pass is (tables/parts.py): a rank
         # held since Job.open gives the same tables
-        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle, columns_only=True,
+        job = open_inputs(files, rank_from, skip_bad, strict, engine=runner, cycle=cycle, read=reads.columns,
                           align=AlignRequest(method, reference, offsets, enforce_causality))
         selection = selection_of(ranks, window, min_duration, drop_categories, overview)
         summary = export(job, output, None, selection, force, group_by, critical_path, gpu, comm_kernels)

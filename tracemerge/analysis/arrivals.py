@@ -78,23 +78,29 @@ def late_ranks(job: JobTimeline) -> List[LateRank]:
             by_step[name] = by_step.get(name, 0.0) + ns
     durations = [e - s for tl in job.ranks.values() for _, s, e, _ in tl.steps]
     typical = float(median_of(durations)) if durations else 0.0
-    out = []
-    for rank, per_step in caused.items():
-        totals = {step: int(sum(v)) for step, v in per_step.items()}
-        median = float(median_of(list(totals.values())))
-        work: Dict[str, List[float]] = {}
-        for by_name in excess.get(rank, {}).values():
-            for name, ns in by_name.items():
-                work.setdefault(name, []).append(ns)
-        n = len(totals)
-        late_work = {name: float(median_of(v + [0.0] * (n - len(v)))) for name, v in work.items()}
-        late_work = dict(sorted(((k, v) for k, v in late_work.items() if v > 0), key=lambda kv: -kv[1])[:TOP_WORK])
-        straggler = (last[rank] >= LATE_SHARE * counted[rank] and median >= MIN_WAIT_NS
-                     and median >= MIN_WAIT_SHARE * typical)
-        out.append(LateRank(rank=rank, last=last[rank], collectives=counted[rank], waits_caused_ns=median,
-                            steps=n, per_step_ns=totals, late_work=late_work, straggler=straggler))
+    out = [_late_rank(rank, per_step, excess.get(rank, {}), last[rank], counted[rank], typical)
+           for rank, per_step in caused.items()]
     out.sort(key=lambda r: (not r.straggler, -r.waits_caused_ns, r.rank))
     return out
+
+
+def _late_rank(rank: int, per_step: Dict[str, List[int]], excess: Dict[str, Dict[str, float]], last: int,
+               counted: int, typical: float) -> LateRank:
+    """The LateRank of ``rank``, last ``last`` times of ``counted`` collectives: the waits it
+    caused per step (``per_step``), its lead-up work above the others' (``excess``, per
+    step), a straggler where it was late often and long against ``typical`` step time."""
+    totals = {step: int(sum(v)) for step, v in per_step.items()}
+    median = float(median_of(list(totals.values())))
+    work: Dict[str, List[float]] = {}
+    for by_name in excess.values():
+        for name, ns in by_name.items():
+            work.setdefault(name, []).append(ns)
+    n = len(totals)
+    late_work = {name: float(median_of(v + [0.0] * (n - len(v)))) for name, v in work.items()}
+    late_work = dict(sorted(((k, v) for k, v in late_work.items() if v > 0), key=lambda kv: -kv[1])[:TOP_WORK])
+    straggler = last >= LATE_SHARE * counted and median >= MIN_WAIT_NS and median >= MIN_WAIT_SHARE * typical
+    return LateRank(rank=rank, last=last, collectives=counted, waits_caused_ns=median,
+                    steps=n, per_step_ns=totals, late_work=late_work, straggler=straggler)
 
 
 def _step_at(steps: List[Tuple[int, int, str]], at: int) -> str:

@@ -82,20 +82,25 @@ def findings(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> Findings:
 def _status(info: Any, ref: Clock) -> List[GroupStatus]:
     fr = [c for c in info.collectives if is_fr(c)]
     pg_status = (info.ending.get("flight_recorder") or {}).get("pg_status") or {}
-    out = []
-    for group in dict.fromkeys(str(c["group"]) for c in fr):
-        recs = sorted((c for c in fr if str(c["group"]) == group), key=lambda c: c["seq"])
-        done = [c for c in recs if c.get("completed") or isinstance(c.get("end_ns"), int)]
-        pending = next((c for c in recs if c not in done), None)
-        status = pg_status.get(str(recs[-1].get("pg_id")), {}) if ":p2p:" not in group else {}
-        last = done[-1] if done else None
-        shown = pending or recs[-1]
-        out.append(GroupStatus(
-            info.rank, group, status.get("last_enqueued", recs[-1]["seq"]), status.get("last_started"),
-            last["seq"] if last else status.get("last_completed"), str(last.get("op", "")) if last else "",
-            f"{pending.get('op', '')} (seq {pending['seq']})" if pending else "",
-            ref(pending["start_ns"]) if pending else None, frame_text(shown.get("frames") or [])))
-    return out
+    return [_group_status(info.rank, group, sorted((c for c in fr if str(c["group"]) == group), key=lambda c: c["seq"]),
+                          pg_status, ref)
+            for group in dict.fromkeys(str(c["group"]) for c in fr)]
+
+
+def _group_status(rank: int, group: str, recs: List[Dict[str, Any]], pg_status: Dict[str, Any],
+                  ref: Clock) -> GroupStatus:
+    """A group's state at the dump of ``rank``, from its records ``recs`` (by seq) and the
+    dump's pg_status (a collective group's, not a p2p pair's)."""
+    done = [c for c in recs if c.get("completed") or isinstance(c.get("end_ns"), int)]
+    pending = next((c for c in recs if c not in done), None)
+    status = pg_status.get(str(recs[-1].get("pg_id")), {}) if ":p2p:" not in group else {}
+    last = done[-1] if done else None
+    shown = pending or recs[-1]
+    return GroupStatus(
+        rank, group, status.get("last_enqueued", recs[-1]["seq"]), status.get("last_started"),
+        last["seq"] if last else status.get("last_completed"), str(last.get("op", "")) if last else "",
+        f"{pending.get('op', '')} (seq {pending['seq']})" if pending else "",
+        ref(pending["start_ns"]) if pending else None, frame_text(shown.get("frames") or []))
 
 
 def _set(values: Any) -> str:
@@ -115,24 +120,9 @@ def match(a: Dict[str, Any], b: Dict[str, Any], pg_size: int) -> Optional[Tuple[
     if ta != tb:
         return ("COLLECTIVE_TYPE_MISMATCH",
                 f"Expected collective type: '{ta}' does not match found collective type: '{tb}'")
-    if ta not in ("all_to_all", "scatter") and ins != b.get("input_sizes"):
-        return ("SIZE_OR_SYNTAX_MISMATCH",
-                f"Expected input sizes: '{ins}' does not match found input sizes: '{b.get('input_sizes')}'")
-    if ta not in ("all_to_all", "gather") and outs != b.get("output_sizes"):
-        return ("SIZE_OR_SYNTAX_MISMATCH",
-                f"Expected output sizes: '{outs}' does not match found output sizes: '{b.get('output_sizes')}'")
-    if ta in ("all_reduce", "allreduce_coalesced") and ins != b.get("output_sizes"):
-        return ("SIZE_OR_SYNTAX_MISMATCH",
-                f"Expected input sizes: '{ins}' does not match found output sizes: '{b.get('output_sizes')}'")
-    numel = _first_numel
-    if ta in ("all_gather", "all_gather_base", "all_gather_into_tensor_coalesced") and \
-            numel(b.get("output_sizes")) != numel(ins) * pg_size:
-        return ("SIZE_OR_SYNTAX_MISMATCH", f"Found input numel '{numel(b.get('input_sizes'))} * pg size {pg_size}' "
-                                           f"does not match output numel '{numel(b.get('output_sizes'))}'")
-    if ta in ("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced") and \
-            numel(b.get("input_sizes")) != numel(outs) * pg_size:
-        return ("SIZE_OR_SYNTAX_MISMATCH", f"Found input numel '{numel(b.get('input_sizes'))}' does not match output "
-                                           f"numel '{numel(b.get('output_sizes'))} * pg size {pg_size}'")
+    sizes = _size_mismatch(ta, a, b, pg_size)
+    if sizes is not None:
+        return ("SIZE_OR_SYNTAX_MISMATCH", sizes)
     if _dtype_mismatch(a, b):
         return ("COLLECTIVE_DTYPE_MISMATCH",
                 f"Expected dtypes: '{_set(a.get('input_dtypes') or [])}' does not match found dtype: "
@@ -141,6 +131,28 @@ def match(a: Dict[str, Any], b: Dict[str, Any], pg_size: int) -> Optional[Tuple[
     if a.get("state") != b.get("state"):
         return ("COLLECTIVE_STATE_MISMATCH",
                 f"Expected state: '{a.get('state')}' does not match found state: '{b.get('state')}'")
+    return None
+
+
+def _size_mismatch(ta: str, a: Dict[str, Any], b: Dict[str, Any], pg_size: int) -> Optional[str]:
+    """torch's size checks of ``Op.match`` for collectives of one type ``ta``: the message of
+    the first that ``b`` fails, else None."""
+    ins, outs = a.get("input_sizes"), a.get("output_sizes")
+    if ta not in ("all_to_all", "scatter") and ins != b.get("input_sizes"):
+        return f"Expected input sizes: '{ins}' does not match found input sizes: '{b.get('input_sizes')}'"
+    if ta not in ("all_to_all", "gather") and outs != b.get("output_sizes"):
+        return f"Expected output sizes: '{outs}' does not match found output sizes: '{b.get('output_sizes')}'"
+    if ta in ("all_reduce", "allreduce_coalesced") and ins != b.get("output_sizes"):
+        return f"Expected input sizes: '{ins}' does not match found output sizes: '{b.get('output_sizes')}'"
+    numel = _first_numel
+    if ta in ("all_gather", "all_gather_base", "all_gather_into_tensor_coalesced") and \
+            numel(b.get("output_sizes")) != numel(ins) * pg_size:
+        return (f"Found input numel '{numel(b.get('input_sizes'))} * pg size {pg_size}' "
+                f"does not match output numel '{numel(b.get('output_sizes'))}'")
+    if ta in ("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced") and \
+            numel(b.get("input_sizes")) != numel(outs) * pg_size:
+        return (f"Found input numel '{numel(b.get('input_sizes'))}' does not match output "
+                f"numel '{numel(b.get('output_sizes'))} * pg size {pg_size}'")
     return None
 
 

@@ -112,12 +112,17 @@ def postmortem(infos: Sequence[Any], clocks: Mapping[int, Any]) -> PostMortem:
     out.ended = [ends[r] for r in sorted(ends)]
     fr = findings(infos, to_ref)
     out.mismatches, out.groups = fr.mismatches, fr.status
+    out.waited_for = _waited_for(out)
+    return out
+
+
+def _waited_for(out: "PostMortem") -> Optional[int]:
+    """The rank the others waited for: the one most often missing from a collective never
+    joined, else the first that died (None: neither)."""
     missing = [r for u in out.unjoined for r in u.missing]
     if missing:
-        out.waited_for = max(set(missing), key=missing.count)
-    elif out.died:
-        out.waited_for = out.died[0].rank
-    return out
+        return max(set(missing), key=missing.count)
+    return out.died[0].rank if out.died else None
 
 
 def _ending(info: Any, ref: Clock, infos: Sequence[Any], callee_sides: Dict[str, dict],
@@ -166,28 +171,8 @@ def _seen_dead(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[RankEn
     failed: Dict[int, List[Tuple[int, str]]] = {}
     last_ok: Dict[int, int] = {}
     for info in infos:
-        ref = to_ref[info.rank]
-        for r in info.rpcs:
-            if r.get("role") != "caller":
-                continue
-            peer = r.get("callee")
-            if r.get("status") == "ok" and isinstance(r.get("complete_ns"), int):
-                last_ok[peer] = max(last_ok.get(peer, 0), ref(r["complete_ns"]))
-            elif r.get("status") == "error":
-                at = next((r[k] for k in ("complete_ns", "complete_by_ns", "send_ns") if isinstance(r.get(k), int)))
-                failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s call {_describe_rpc(r)} to it "
-                                                             "failed"))
-        for c in info.collectives:
-            peers = set(c.get("group_ranks") or []) - {info.rank}
-            error = str(c.get("error", ""))
-            if error and any(s in error for s in PEER_LOST):
-                at = c["error_at_ns"] if isinstance(c.get("error_at_ns"), int) else c["start_ns"]
-                for peer in peers:
-                    failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s {_describe_collective(c)} "
-                                                                 f"failed ({error[:80]})"))
-            elif isinstance(c.get("end_ns"), int):
-                for peer in peers:
-                    last_ok[peer] = max(last_ok.get(peer, 0), ref(c["end_ns"]))
+        _calls_seen(info, to_ref[info.rank], failed, last_ok)
+        _collectives_seen(info, to_ref[info.rank], failed, last_ok)
     out = []
     for peer, seen in sorted(failed.items()):
         if peer in given or not isinstance(peer, int):
@@ -197,6 +182,38 @@ def _seen_dead(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[RankEn
         out.append(RankEnd(peer, "died", at, why, last_done="" if ok is None else "its last exchange that succeeded",
                            last_done_ns=ok))
     return out
+
+
+def _calls_seen(info: Any, ref: Clock, failed: Dict[int, List[Tuple[int, str]]], last_ok: Dict[int, int]) -> None:
+    """What ``info``'s calls saw of their callees: a call that failed (into ``failed``), the
+    last one that completed (``last_ok``), on the reference clock."""
+    for r in info.rpcs:
+        if r.get("role") != "caller":
+            continue
+        peer = r.get("callee")
+        if r.get("status") == "ok" and isinstance(r.get("complete_ns"), int):
+            last_ok[peer] = max(last_ok.get(peer, 0), ref(r["complete_ns"]))
+        elif r.get("status") == "error":
+            at = next((r[k] for k in ("complete_ns", "complete_by_ns", "send_ns") if isinstance(r.get(k), int)))
+            failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s call {_describe_rpc(r)} to it "
+                                                         "failed"))
+
+
+def _collectives_seen(info: Any, ref: Clock, failed: Dict[int, List[Tuple[int, str]]],
+                      last_ok: Dict[int, int]) -> None:
+    """What ``info``'s collectives saw of their peers: a lost peer's error (into ``failed``),
+    the last one that ended (``last_ok``), on the reference clock."""
+    for c in info.collectives:
+        peers = set(c.get("group_ranks") or []) - {info.rank}
+        error = str(c.get("error", ""))
+        if error and any(s in error for s in PEER_LOST):
+            at = c["error_at_ns"] if isinstance(c.get("error_at_ns"), int) else c["start_ns"]
+            for peer in peers:
+                failed.setdefault(peer, []).append((ref(at), f"rank {info.rank}'s {_describe_collective(c)} "
+                                                             f"failed ({error[:80]})"))
+        elif isinstance(c.get("end_ns"), int):
+            for peer in peers:
+                last_ok[peer] = max(last_ok.get(peer, 0), ref(c["end_ns"]))
 
 
 _RECORD_TIMES = ("send_ns", "complete_ns", "start_ns", "end_ns")
@@ -258,31 +275,38 @@ def _unjoined(infos: Sequence[Any], to_ref: Mapping[int, Clock],
             groups.setdefault((str(c["group"]), c["seq"]), {})[info.rank] = c
     out = []
     for (group, seq), members in groups.items():
-        stuck = {rank: c for rank, c in members.items() if not _done(c)}
         first = next(iter(members.values()))
-        ranks = first.get("group_ranks") or []
-        missing = sorted(set(ranks) - set(members))
-        # a missing rank that had ended before the members left it (they entered before or
-        # after it went: a rank raising late in its step is still the one they waited for)
-        left = min((to_ref[r](c["end_ns"]) for r, c in members.items() if isinstance(c.get("end_ns"), int)),
-                   default=min(to_ref[r](c["start_ns"]) for r, c in members.items()))
-        if missing and all(r in ends and ends[r].at_ns <= left for r in missing):
-            stuck = dict(members)   # every member waited in it for a rank that was gone
+        missing = sorted(set(first.get("group_ranks") or []) - set(members))
+        stuck = _stuck(members, missing, to_ref, ends)
         if not stuck or not missing:
             continue
         by_rank = {i.rank: i for i in infos}
-        waiting = {}
-        for rank, c in stuck.items():
-            info = by_rank[rank]
-            stop = c["end_ns"] if isinstance(c.get("end_ns"), int) else max(
-                info.stop_ns, info.last_ns if info.timed else info.stop_ns)
-            waiting[rank] = max(0, stop - c["start_ns"])
+        waiting = {rank: _waited(c, by_rank[rank]) for rank, c in stuck.items()}
         where = {rank: frame_text(c["frames"]) for rank, c in sorted(stuck.items()) if c.get("frames")}
         out.append(Unjoined(group, seq, str(first.get("op", "")), missing, dict(sorted(waiting.items())),
                             min(to_ref[r](c["start_ns"]) for r, c in stuck.items()), where,
                             _last_entered(by_rank, missing, group)))
     out.sort(key=lambda u: u.start_ns)
     return out
+
+
+def _stuck(members: Dict[int, dict], missing: List[int], to_ref: Mapping[int, Clock],
+           ends: Mapping[int, RankEnd]) -> Dict[int, dict]:
+    """The members of one collective that waited in it: those that never left, or all of them
+    where every ``missing`` rank had ended before the first member left it (they entered
+    before or after it went: a rank raising late in its step is still the one they waited for)."""
+    left = min((to_ref[r](c["end_ns"]) for r, c in members.items() if isinstance(c.get("end_ns"), int)),
+               default=min(to_ref[r](c["start_ns"]) for r, c in members.items()))
+    if missing and all(r in ends and ends[r].at_ns <= left for r in missing):
+        return dict(members)   # every member waited in it for a rank that was gone
+    return {rank: c for rank, c in members.items() if not _done(c)}
+
+
+def _waited(c: dict, info: Any) -> int:
+    """How long ``info``'s rank waited in the collective ``c``: to its end, else to the rank's own end."""
+    stop = c["end_ns"] if isinstance(c.get("end_ns"), int) else max(
+        info.stop_ns, info.last_ns if info.timed else info.stop_ns)
+    return max(0, stop - c["start_ns"])
 
 
 def _done(c: dict) -> bool:

@@ -80,6 +80,23 @@ def stragglers(job: JobTimeline) -> StepTimes:
     for (name, _), (start, _, _) in at.items():
         first[name] = min(first.get(name, start), start)
     steps = sorted(first, key=lambda n: (first[n], n))
+    d, parts = _durations(job, at, steps, ranks)
+    med, z = _robust_z(d)
+    breakdown = {r: {k: float(np.median(v)) if v else 0.0 for k, v in parts[r].items()} for r in ranks}
+    out = StepTimes(steps=steps, ranks=ranks,
+                    duration_ns=[[None if np.isnan(v) else int(v) for v in row] for row in d],
+                    z=[[None if np.isnan(v) else round(float(v), 3) for v in row] for row in z], breakdown=breakdown)
+    for j, rank in enumerate(ranks):
+        found = _straggler(rank, z[:, j], d[:, j], med[:, 0], breakdown, ranks)
+        if found is not None:
+            out.stragglers.append(found)
+    out.stragglers.sort(key=lambda s: -s.score)
+    return _by_arrival(out, job)
+
+
+def _durations(job: JobTimeline, at: Dict[Tuple[str, int], Tuple[int, int, int]], steps: List[str],
+               ranks: List[int]) -> Tuple[np.ndarray, Dict[int, Dict[str, List[float]]]]:
+    """([step][rank index] duration ns, NaN where a rank has no such step; {rank: {kind: ns per step}})."""
     d = np.full((len(steps), len(ranks)), np.nan)
     parts: Dict[int, Dict[str, List[float]]] = {r: {k: [] for k in BREAKDOWN} for r in ranks}
     longest: Dict[Tuple[int, int], int] = {}   # {(rank, thread): the longest wait on it}, for the search by end
@@ -91,33 +108,36 @@ def stragglers(job: JobTimeline) -> StepTimes:
             d[i, j] = found[1] - found[0]
             for kind, ns in _breakdown(job, rank, *found, longest).items():
                 parts[rank][kind].append(ns)
+    return d, parts
+
+
+def _robust_z(d: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(each step's median, the robust z of every duration: its distance from the median in
+    MADs, floored; NaN for a step fewer than 3 ranks took)."""
     with np.errstate(all="ignore"):
         med = np.nanmedian(d, axis=1, keepdims=True)
         spread = 1.4826 * np.nanmedian(np.abs(d - med), axis=1, keepdims=True)
         spread = np.maximum(np.maximum(spread, MIN_SPREAD * med), MIN_SPREAD_NS)
         z = (d - med) / spread
         counted = (~np.isnan(d)).sum(axis=1, keepdims=True) >= 3
-        z = np.where(counted, z, np.nan)
-    breakdown = {r: {k: float(np.median(v)) if v else 0.0 for k, v in parts[r].items()} for r in ranks}
-    out = StepTimes(steps=steps, ranks=ranks,
-                    duration_ns=[[None if np.isnan(v) else int(v) for v in row] for row in d],
-                    z=[[None if np.isnan(v) else round(float(v), 3) for v in row] for row in z], breakdown=breakdown)
-    for j, rank in enumerate(ranks):
-        col = z[:, j][~np.isnan(z[:, j])]
-        if not len(col):
-            continue
-        score = float(np.median(col))
-        if score < Z_STRAGGLER:
-            continue
-        others = [r for r in ranks if r != rank]
-        kinds = {k: breakdown[rank][k] - float(np.median([breakdown[r][k] for r in others])) for k in BREAKDOWN}
-        kinds = {k: v for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0}
-        excess = d[:, j] - med[:, 0]
-        out.stragglers.append(Straggler(rank=rank, score=round(score, 3), slow_steps=int((col >= Z_STRAGGLER).sum()),
-                                        steps=int((~np.isnan(d[:, j])).sum()),
-                                        excess_ns=float(np.nanmedian(excess)), kinds=kinds))
-    out.stragglers.sort(key=lambda s: -s.score)
-    return _by_arrival(out, job)
+        return med, np.where(counted, z, np.nan)
+
+
+def _straggler(rank: int, z: np.ndarray, d: np.ndarray, med: np.ndarray, breakdown: Dict[int, Dict[str, float]],
+               ranks: List[int]) -> Optional[Straggler]:
+    """The Straggler ``rank`` is by step time (its column ``z``, ``d`` and the steps' medians
+    ``med``), or None when its median z is below Z_STRAGGLER."""
+    col = z[~np.isnan(z)]
+    if not len(col):
+        return None
+    score = float(np.median(col))
+    if score < Z_STRAGGLER:
+        return None
+    others = [r for r in ranks if r != rank]
+    kinds = {k: breakdown[rank][k] - float(np.median([breakdown[r][k] for r in others])) for k in BREAKDOWN}
+    kinds = {k: v for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0}
+    return Straggler(rank=rank, score=round(score, 3), slow_steps=int((col >= Z_STRAGGLER).sum()),
+                     steps=int((~np.isnan(d)).sum()), excess_ns=float(np.nanmedian(d - med)), kinds=kinds)
 
 
 def _by_arrival(out: StepTimes, job: JobTimeline) -> StepTimes:

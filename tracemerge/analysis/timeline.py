@@ -15,7 +15,7 @@ result (a few arrays per thread) is all the analyses need of the events.
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
@@ -73,19 +73,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     trace = _read(source) if isinstance(source, str) else source
     idx = host_ops(trace)
     names = trace.names
-    rpc_names = set(rpc_names)
-    rpc_codes = np.array([i for i, n in enumerate(names) if isinstance(n, str) and
-                          (n in rpc_names or (n.endswith(REMOTE_SUFFIX) and n[:-len(REMOTE_SUFFIX)] in rpc_names))],
-                         dtype=np.int32)
-    candidates = idx[np.isin(trace.name[idx], rpc_codes)]
-    role = {}
-    ended_elsewhere = set()
-    if len(candidates):
-        for i, args in zip(candidates.tolist(), trace.args.dicts(candidates.tolist())):
-            if args and isinstance(args.get("rpc_id"), str) and args.get("role") in ("caller", "callee"):
-                role[i] = (args["rpc_id"], args["role"])
-                if args["role"] == "callee" and args.get("async") is True:
-                    ended_elsewhere.add(i)
+    role, ended_elsewhere = _rpc_roles(trace, idx, set(rpc_names))
     if served:
         _served_roles(trace, idx, served, role)
     ntids = max(len(trace.tids), 1)
@@ -106,11 +94,45 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
         p = position[i]
         (is_caller if r == "caller" else is_callee)[p] = True
         rpc_spans.append((rpc_id, r, p))
-    async_spans = frozenset(position[i] for i in ended_elsewhere)
+    parent, threads = _threads(trace, keys, thread, start, end, ~is_caller)
+    span_name = trace.name[idx]
+    step_codes = [i for i, n in enumerate(names) if isinstance(n, str) and n.startswith(STEP_PREFIX)]
+    steps = [(names[span_name[p]], int(start[p]), int(end[p]), int(thread[p]))
+             for p in np.flatnonzero(np.isin(span_name, step_codes)).tolist()]
+    return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
+                        span_name=span_name, span_thread=thread,
+                        callee_of=_nearest(np.where(is_callee, np.arange(len(idx)), -1), parent), rpc_spans=rpc_spans,
+                        steps=steps, async_spans=frozenset(position[i] for i in ended_elsewhere))
 
-    parent = np.full(len(idx), -1, dtype=np.int64)
-    work = ~is_caller
-    bounds_of = np.concatenate(([0], np.flatnonzero(np.diff(thread)) + 1, [len(idx)])) if len(idx) else np.zeros(1, int)
+
+def _rpc_roles(trace: RankTrace, idx: np.ndarray, rpc_names: Set[str]) -> Tuple[Dict[int, Tuple[str, str]], Set[int]]:
+    """({event: (rpc_id, role)} of the host ops ``idx`` that are RPC spans — named as the
+    records' calls are, or those plus ``#remote``, their args naming the call —, the callee
+    spans among them that end elsewhere (``async``))."""
+    names = trace.names
+    rpc_codes = np.array([i for i, n in enumerate(names) if isinstance(n, str) and
+                          (n in rpc_names or (n.endswith(REMOTE_SUFFIX) and n[:-len(REMOTE_SUFFIX)] in rpc_names))],
+                         dtype=np.int32)
+    candidates = idx[np.isin(trace.name[idx], rpc_codes)]
+    role: Dict[int, Tuple[str, str]] = {}
+    ended_elsewhere: Set[int] = set()
+    if len(candidates):
+        for i, args in zip(candidates.tolist(), trace.args.dicts(candidates.tolist())):
+            if args and isinstance(args.get("rpc_id"), str) and args.get("role") in ("caller", "callee"):
+                role[i] = (args["rpc_id"], args["role"])
+                if args["role"] == "callee" and args.get("async") is True:
+                    ended_elsewhere.add(i)
+    return role, ended_elsewhere
+
+
+def _threads(trace: RankTrace, keys: np.ndarray, thread: np.ndarray, start: np.ndarray, end: np.ndarray,
+             work: np.ndarray) -> Tuple[np.ndarray, List[ThreadTimeline]]:
+    """(each span's parent among the ``work`` spans of its thread, -1: none; each thread's
+    pieces), the spans sorted by thread (``thread``: their index in ``keys``), then start."""
+    ntids = max(len(trace.tids), 1)
+    n = len(thread)
+    parent = np.full(n, -1, dtype=np.int64)
+    bounds_of = np.concatenate(([0], np.flatnonzero(np.diff(thread)) + 1, [n])) if n else np.zeros(1, int)
     threads: List[ThreadTimeline] = []
     for t, (lo, hi) in enumerate(zip(bounds_of[:-1].tolist(), bounds_of[1:].tolist())):
         sel = np.arange(lo, hi)[work[lo:hi]]
@@ -122,14 +144,7 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
         tid = trace.tids[key % ntids]
         threads.append(ThreadTimeline(tid=tid, bounds=bounds, owner=owner, first_ns=int(start[lo]),
                                       last_ns=int(end[lo:hi].max()), main=tid == trace.pids[key // ntids]))
-    callee_of = _nearest(np.where(is_callee, np.arange(len(idx)), -1), parent)
-    span_name = trace.name[idx]
-    step_codes = [i for i, n in enumerate(names) if isinstance(n, str) and n.startswith(STEP_PREFIX)]
-    steps = [(names[span_name[p]], int(start[p]), int(end[p]), int(thread[p]))
-             for p in np.flatnonzero(np.isin(span_name, step_codes)).tolist()]
-    return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
-                        span_name=span_name, span_thread=thread, callee_of=callee_of, rpc_spans=rpc_spans,
-                        steps=steps, async_spans=async_spans)
+    return parent, threads
 
 
 def _served_roles(trace: RankTrace, idx: np.ndarray, served: Mapping[Tuple[Any, int], str],

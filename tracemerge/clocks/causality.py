@@ -138,31 +138,7 @@ def enforce(infos: Sequence[Any], clocks: Dict[int, ClockModel], p: Optional[Poi
     start = _feasible(ranks, bound, reference)
     feasible = start is not None
     shift = dict(zip(ranks, start if start is not None else [0] * len(ranks)))
-    into: Dict[int, List[Tuple[int, int]]] = {}
-    out: Dict[int, List[Tuple[int, int]]] = {}
-    for (a, b), w in bound.items():
-        into.setdefault(b, []).append((a, w))
-        out.setdefault(a, []).append((b, w))
-    # from a point that satisfies every bound, each rank in turn takes the value nearest 0
-    # that its neighbours allow: every step keeps every bound, and the shifts only shrink
-    for _ in range(SWEEPS):
-        moved = False
-        for r in ranks:
-            if r == reference:
-                continue
-            hi = min((shift[a] + w for a, w in into.get(r, ())), default=None)   # s_r <= s_a + w
-            lo = max((shift[b] - w for b, w in out.get(r, ())), default=None)    # s_r >= s_b - w
-            if hi is not None and lo is not None and lo > hi:
-                # only where the bounds contradict each other: split the difference, as
-                # close to every neighbour as one shift gets
-                new = (lo + hi) // 2
-            else:
-                new = max(0, lo) if lo is not None else 0
-                new = min(new, hi) if hi is not None else new
-            if new != shift[r]:
-                shift[r], moved = new, True
-        if not moved:
-            break
+    _nearest_zero(ranks, reference, bound, shift)
     out_clocks = {r: _shifted(c, shift[r]) for r, c in clocks.items()}
     if not feasible and count(infos, out_clocks, p)["total"] >= count(infos, clocks, p)["total"]:
         shift, out_clocks = {r: 0 for r in clocks}, dict(clocks)   # no better than as aligned: nothing moves
@@ -172,6 +148,38 @@ def enforce(infos: Sequence[Any], clocks: Dict[int, ClockModel], p: Optional[Poi
     values = np.abs(np.array(list(shift.values()), dtype=np.int64))
     return out_clocks, {"moved_ns_max": int(values.max()) if len(values) else 0, "moved_ns_total": int(values.sum()),
                         "points_moved": int(on_moved), "ranks_moved": ranks_moved}
+
+
+def _nearest_zero(ranks: List[int], reference: int, bound: Dict[Tuple[int, int], int], shift: Dict[int, int]) -> None:
+    """From a point ``shift`` that satisfies every bound, each rank in turn takes the value
+    nearest 0 that its neighbours allow (in place, SWEEPS at most): every step keeps every
+    bound, and the shifts only shrink."""
+    into: Dict[int, List[Tuple[int, int]]] = {}
+    out: Dict[int, List[Tuple[int, int]]] = {}
+    for (a, b), w in bound.items():
+        into.setdefault(b, []).append((a, w))
+        out.setdefault(a, []).append((b, w))
+    for _ in range(SWEEPS):
+        moved = False
+        for r in ranks:
+            if r == reference:
+                continue
+            new = _allowed(min((shift[a] + w for a, w in into.get(r, ())), default=None),   # s_r <= s_a + w
+                           max((shift[b] - w for b, w in out.get(r, ())), default=None))    # s_r >= s_b - w
+            if new != shift[r]:
+                shift[r], moved = new, True
+        if not moved:
+            return
+
+
+def _allowed(hi: Optional[int], lo: Optional[int]) -> int:
+    """The shift nearest 0 within [lo, hi] (None: unbounded)."""
+    if hi is not None and lo is not None and lo > hi:
+        # only where the bounds contradict each other: split the difference, as
+        # close to every neighbour as one shift gets
+        return (lo + hi) // 2
+    new = max(0, lo) if lo is not None else 0
+    return min(new, hi) if hi is not None else new
 
 
 def _feasible(ranks: List[int], bound: Dict[Tuple[int, int], int], reference: int) -> Optional[List[int]]:

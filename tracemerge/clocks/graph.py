@@ -48,28 +48,42 @@ def solve(infos: Mapping[int, Any], reference: int, constraints: Mapping[Pair, C
     for _ in range(ROUNDS):
         t0 = min(models[r].to_reference(infos[r].start_ns) for r in ranks)
         t1 = max(models[r].to_reference(infos[r].stop_ns) for r in ranks)
-        fits, conflicts = {}, []
-        ends = {r: (models[r].to_local(t0), models[r].to_local(t1)) for r in ranks}  # once per rank, not per link
-        spans = [ends[a] for (a, _), _ in links]
-        for ((a, b), _), fit in zip(links, fit_pairs([c for _, c in links], sides, spans, drift)):
-            if fit.feasible:
-                fits[(a, b)] = fit
-            else:
-                conflicts.append((a, b))
+        fits, conflicts = _fit_links(links, sides, models, ranks, (t0, t1), drift)
         models, bounds = _solve_graph(ranks, reference, fits, models, bounds, (t0, t1))
     for (a, b), dropped in left_out.items():
         said = ", ".join(f"{name} by {by / 1e3:.1f} µs" for name, by in dropped[:5])
         more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
-        for r in (a, b):
-            models[r].note = " ".join(filter(None, (models[r].note, (
-                f"{len(dropped)} exchange{'s' if len(dropped) > 1 else ''} of ranks {a} and {b} contradict{'' if len(dropped) > 1 else 's'} "
-                f"the others and {'are' if len(dropped) > 1 else 'is'} left out ({said}{more}); the link is kept."))))
+        many = len(dropped) > 1
+        _note(models, (a, b), f"{len(dropped)} exchange{'s' if many else ''} of ranks {a} and {b} "
+                              f"contradict{'' if many else 's'} the others and {'are' if many else 'is'} left out "
+                              f"({said}{more}); the link is kept.")
     for a, b in conflicts:
-        for r in (a, b):
-            models[r].note = " ".join(filter(None, (models[r].note, (
-                f"the exchanges of ranks {a} and {b} admit no linear clock (a clock stepped, or records "
-                "are mismatched); that link is not used."))))
+        _note(models, (a, b), f"the exchanges of ranks {a} and {b} admit no linear clock (a clock stepped, or "
+                              "records are mismatched); that link is not used.")
     return models, fits
+
+
+def _fit_links(links: List[Tuple[Pair, Constraints]], sides: Any, models: Mapping[int, ClockModel],
+               ranks: Sequence[int], span: Tuple[int, int], drift: Optional[bool]) -> Tuple[Dict[Pair, PairFit], List[Pair]]:
+    """({pair: its feasible fit}, the pairs no linear clock fits) over ``span`` on the reference
+    clock, each link read on its first rank's clock as ``models`` has it."""
+    t0, t1 = span
+    fits: Dict[Pair, PairFit] = {}
+    conflicts: List[Pair] = []
+    ends = {r: (models[r].to_local(t0), models[r].to_local(t1)) for r in ranks}  # once per rank, not per link
+    spans = [ends[a] for (a, _), _ in links]
+    for ((a, b), _), fit in zip(links, fit_pairs([c for _, c in links], sides, spans, drift)):
+        if fit.feasible:
+            fits[(a, b)] = fit
+        else:
+            conflicts.append((a, b))
+    return fits, conflicts
+
+
+def _note(models: Mapping[int, ClockModel], pair: Pair, note: str) -> None:
+    """``note`` added to both ranks' models of ``pair``."""
+    for r in pair:
+        models[r].note = " ".join(filter(None, (models[r].note, note)))
 
 
 def _robust(links: List[Tuple[Pair, Constraints]], infos: Mapping[int, Any], drift: Optional[bool]
@@ -92,39 +106,80 @@ def _robust(links: List[Tuple[Pair, Constraints]], infos: Mapping[int, Any], dri
     return out, left_out
 
 
+Found = Tuple[int, List[float], List[float], frozenset, int]  # root, offsets and bounds at both ends, kinds, samples
+
+
 def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairFit],
                  models: Mapping[int, ClockModel], bounds: Bounds,
                  span: Tuple[int, int]) -> Tuple[Dict[int, ClockModel], Bounds]:
-    t0, t1 = span
+    """One round over the graph of fitted links: offsets along each group's shortest paths
+    from its root, tightened by every link, as each rank's ClockModel and bounds."""
+    edges = list(fits.items())
+    groups = components(ranks, fits)
+    y = _link_offsets(edges, models, ranks, span)
+    err = _link_errors(edges, groups, bounds)
+    near = _neighbours(ranks, edges)
+    found, roots = _along_paths(groups, reference, near, np.maximum(err.max(axis=1), 1.0).tolist(), edges, y, err)
+    index = {r: i for i, r in enumerate(found)}
+    est, bound = _tightened(found, index, roots, edges, y, err)
     out: Dict[int, ClockModel] = {}
     out_bounds: Bounds = {}
-    edges = list(fits.items())
-    # g and its bound at both ends for every link, read where each fit was made: the span
-    # (t0, t1) on a's clock as the previous round modelled it
+    for r, (root, _, _, kinds, samples) in found.items():
+        if r == root:
+            out[r] = ClockModel(rank=r, method="reference" if r == reference else "wall",
+                                error_bound_ns=0 if r == reference else None, note=roots[root])
+            out_bounds[r] = (0.0, 0.0)
+            continue
+        b0, b1 = bound[index[r]].tolist()
+        out[r] = _model(r, found[r], reference, est[index[r]].tolist(), [b0, b1], span,
+                        sorted({p for p, _, _ in near[r]}), roots[root])
+        out_bounds[r] = (b0, b1)
+    return {r: out[r] for r in ranks}, out_bounds
+
+
+def _link_offsets(edges: List[Tuple[Pair, PairFit]], models: Mapping[int, ClockModel], ranks: Sequence[int],
+                  span: Tuple[int, int]) -> np.ndarray:
+    """g at both ends for every link, read where each fit was made: the span (t0, t1) on a's
+    clock as the previous round modelled it (PairFit.at for every link at once, the same
+    float operations in the same order)."""
+    t0, t1 = span
     fit_of = [f for _, f in edges]
-    a_of = [a for (a, _), _ in edges]
     ends = {r: (models[r].to_local(t0), models[r].to_local(t1)) for r in ranks}
     anchor = np.array([f.anchor_ns for f in fit_of], np.int64).reshape(-1, 1)
-    x = (np.array([ends[a] for a in a_of], np.int64).reshape(-1, 2) - anchor).astype(np.float64)
-    # PairFit.at for every link at once, the same float operations in the same order
-    y = np.array([f.offset_ns for f in fit_of]).reshape(-1, 1) + np.array(
+    x = (np.array([ends[a] for (a, _), _ in edges], np.int64).reshape(-1, 2) - anchor).astype(np.float64)
+    return np.array([f.offset_ns for f in fit_of]).reshape(-1, 1) + np.array(
         [f.drift_ppm for f in fit_of]).reshape(-1, 1) * 1e-6 * x
-    groups = components(ranks, fits)
+
+
+def _link_errors(edges: List[Tuple[Pair, PairFit]], groups: List[List[int]], bounds: Bounds) -> np.ndarray:
+    """Each link's bound at both ends: its fit's, plus what a's own error where g is read
+    moves it by (the steepest drift of a's group)."""
     group_of = {r: k for k, g in enumerate(groups) for r in g}
+    a_of = [a for (a, _), _ in edges]
     slope: Dict[int, float] = {}  # the drift a group's errors in where g is read can move it by
-    for a, f in zip(a_of, fit_of):
+    for a, (_, f) in zip(a_of, edges):
         slope[group_of[a]] = max(slope.get(group_of[a], DRIFT_LIMIT_PPM * 1e-6), abs(f.drift_ppm) * 1e-6)
-    err = (np.array([f.bounds or (0.0, 0.0) for f in fit_of], np.float64).reshape(-1, 2)  # feasible fits have bounds
-           + np.array([slope[group_of[a]] for a in a_of]).reshape(-1, 1)
-           * np.array([bounds.get(a, (0.0, 0.0)) for a in a_of], np.float64).reshape(-1, 2))
-    length = np.maximum(err.max(axis=1), 1.0).tolist()
-    near: Dict[int, List[Tuple[int, int, int]]] = {r: [] for r in ranks}  # rank: (neighbour, link, sign)
+    return (np.array([f.bounds or (0.0, 0.0) for _, f in edges], np.float64).reshape(-1, 2)  # feasible fits have bounds
+            + np.array([slope[group_of[a]] for a in a_of]).reshape(-1, 1)
+            * np.array([bounds.get(a, (0.0, 0.0)) for a in a_of], np.float64).reshape(-1, 2))
+
+
+def _neighbours(ranks: Sequence[int], edges: List[Tuple[Pair, PairFit]]) -> Dict[int, List[Tuple[int, int, int]]]:
+    """{rank: [(neighbour, link, sign)]}."""
+    near: Dict[int, List[Tuple[int, int, int]]] = {r: [] for r in ranks}
     for e, ((a, b), _) in enumerate(edges):
         near[a].append((b, e, 1))
         near[b].append((a, e, -1))
-    # along the shortest paths: offsets and bounds at both ends, link kinds and samples
-    found: Dict[int, Tuple[int, List[float], List[float], frozenset, int]] = {}  # rank: root, o, b, kinds, samples
-    roots: Dict[int, str] = {}  # root: its note
+    return near
+
+
+def _along_paths(groups: List[List[int]], reference: int, near: Dict[int, List[Tuple[int, int, int]]],
+                 length: List[float], edges: List[Tuple[Pair, PairFit]], y: np.ndarray,
+                 err: np.ndarray) -> Tuple[Dict[int, Found], Dict[int, str]]:
+    """({rank: Found} along the shortest paths from each group's root, {root: its note}): the
+    reference roots its group, any other group its first rank, whose wall clock is trusted."""
+    found: Dict[int, Found] = {}
+    roots: Dict[int, str] = {}
     for group in groups:
         root = reference if reference in group else group[0]
         roots[root] = "" if root == reference else (
@@ -136,7 +191,12 @@ def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairF
             f = edges[e][1]
             found[r] = (root, [o[0] + sign * y[e, 0], o[1] + sign * y[e, 1]], [bd[0] + err[e, 0], bd[1] + err[e, 1]],
                         kinds | f.kinds, samples + f.samples)
-    index = {r: i for i, r in enumerate(found)}
+    return found, roots
+
+
+def _tightened(found: Dict[int, Found], index: Dict[int, int], roots: Dict[int, str],
+               edges: List[Tuple[Pair, PairFit]], y: np.ndarray, err: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(estimate, bound) per rank (by ``index``) at both ends: the paths' values, tightened by every link."""
     est = np.array([v[1] for v in found.values()]).reshape(-1, 2)
     bound = np.array([v[2] for v in found.values()]).reshape(-1, 2)
     if edges:
@@ -146,21 +206,19 @@ def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairF
         for end in (0, 1):
             est[:, end], bound[:, end] = _tightest(a_at, b_at, y[:, end], err[:, end], est[:, end], bound[:, end],
                                                    fixed)
-    for r, (root, _, _, kinds, samples) in found.items():
-        note = roots[root]
-        if r == root:
-            out[r] = ClockModel(rank=r, method="reference" if r == reference else "wall",
-                                error_bound_ns=0 if r == reference else None, note=note)
-            out_bounds[r] = (0.0, 0.0)
-            continue
-        (o0, o1), (b0, b1) = est[index[r]].tolist(), bound[index[r]].tolist()
-        out[r] = ClockModel(
-            rank=r, method="+".join(sorted(kinds)), offset_ns=int(round(o0)),
-            drift_ppm=float((o1 - o0) / (t1 - t0) * 1e6) if t1 > t0 else 0.0, anchor_ns=int(t0),
-            error_bound_ns=math.ceil(max(b0, b1)) if root == reference else None,
-            samples=int(samples), peers=sorted({p for p, _, _ in near[r]}), note=note)
-        out_bounds[r] = (b0, b1)
-    return {r: out[r] for r in ranks}, out_bounds
+    return est, bound
+
+
+def _model(r: int, found: Found, reference: int, est: List[float], bound: List[float], span: Tuple[int, int],
+           peers: List[int], note: str) -> ClockModel:
+    """The ClockModel of a rank reached from its root: offset and drift from its offsets at both ends of ``span``."""
+    (t0, t1), (o0, o1), (b0, b1) = span, est, bound
+    root, _, _, kinds, samples = found
+    return ClockModel(
+        rank=r, method="+".join(sorted(kinds)), offset_ns=int(round(o0)),
+        drift_ppm=float((o1 - o0) / (t1 - t0) * 1e6) if t1 > t0 else 0.0, anchor_ns=int(t0),
+        error_bound_ns=math.ceil(max(b0, b1)) if root == reference else None,
+        samples=int(samples), peers=peers, note=note)
 
 
 def _tightest(a: np.ndarray, b: np.ndarray, y: np.ndarray, err: np.ndarray, est: np.ndarray, bound: np.ndarray,

@@ -29,13 +29,28 @@ READERS: Tuple[InputFormat, ...] = (
 def reader_for(path: Union[str, "os.PathLike[str]"]) -> InputFormat:
     """The format of ``path``: the first whose sniff claims its first decompressed bytes,
     else the fallback. The head is only read when some format sniffs."""
-    sniffing = [f for f in READERS if f.sniff is not None]
-    if sniffing:
-        first = _first_bytes(os.fspath(path))
-        for form in sniffing:
-            sniff = form.sniff
-            if sniff is not None and sniff(first):
-                return form
+    if not any(f.sniff is not None for f in READERS):
+        return _fallback()
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            return reader_of(path, f.read(SNIFF_BYTES))
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def reader_of(path: str, start: bytes) -> InputFormat:
+    """:func:`reader_for` of ``path`` from its first SNIFF_BYTES (``start``), already read by
+    a caller that goes on reading the file it opened (the compiled core's read)."""
+    first = _inflated_start(path, start)
+    for form in READERS:
+        sniff = form.sniff
+        if sniff is not None and sniff(first):
+            return form
+    return _fallback()
+
+
+def _fallback() -> InputFormat:
     return next(f for f in READERS if f.sniff is None)
 
 
@@ -51,6 +66,11 @@ def _first_bytes(path: str) -> bytes:
             data = f.read(SNIFF_BYTES)
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    return _inflated_start(path, data)
+
+
+def _inflated_start(path: str, data: bytes) -> bytes:
+    """The decompressed bytes of a file's first bytes ``data`` (those bytes when it is not compressed)."""
     inflate = decompressor(path, io.BytesIO(), data)  # the first bytes alone: a stream cut there is fine
     if inflate is None:
         return data

@@ -62,7 +62,12 @@ def read_file_bytes(path: str) -> tuple[bytes, str]:
 
 def read_data(path: str) -> tuple[bytes, str]:
     """:func:`read_file_bytes` of a JSON trace, checked to hold text and to be no Perfetto protobuf."""
-    data, cut = read_file_bytes(path)
+    return checked_data(path, *read_file_bytes(path))
+
+
+def checked_data(path: str, data: bytes, cut: str) -> tuple[bytes, str]:
+    """(data, cut) of :func:`read_data`, from the decompressed bytes ``data`` of ``path``
+    (read by a caller that opened the file for more than its bytes: the compiled core's read)."""
     content = _CONTENT.search(data)  # data.strip() would copy the whole file when it ends in a newline
     if not content:
         raise TraceError(path, "empty file" if not cut else f"truncated {cut} with no data before the cut")

@@ -112,6 +112,12 @@ def joined(parts: List[RankInfo]) -> RankInfo:
     return info
 
 
+# the RankInfo lists a joined info holds as its parts' one after the other, and the flags
+# it has when any part has them
+_CONCATENATED = ("rpcs", "p2p", "remote_rpcs", "served_ops", "native_callees", "rpc_spans")
+_ANY = ("truncated", "timed", "has_block", "partial")
+
+
 def refresh(info: RankInfo) -> None:
     """Set the fields of a joined ``info`` from its parts."""
     parts = info.parts
@@ -123,19 +129,17 @@ def refresh(info: RankInfo) -> None:
     info.events = sum(p.events for p in parts)
     info.threads = max(p.threads for p in parts)  # the threads of its busiest cycle: the files do not name them
     info.pids = list(dict.fromkeys(pid for p in parts for pid in p.pids))
-    info.rpcs = [r for p in parts for r in p.rpcs]
-    info.collectives = _numbered([c for p in parts for c in p.collectives])
-    info.p2p = [c for p in parts for c in p.p2p]
-    info.remote_rpcs = [r for p in parts for r in p.remote_rpcs]
-    info.served_ops = [r for p in parts for r in p.served_ops]
-    info.native_callees = [r for p in parts for r in p.native_callees]
-    info.rpc_spans = [s for p in parts for s in p.rpc_spans]
+    info.collectives = _numbered(_concatenated(parts, "collectives"))
+    for name in _CONCATENATED:
+        setattr(info, name, _concatenated(parts, name))
     info.warnings = _said_once(parts)
-    info.truncated = any(p.truncated for p in parts)
-    info.timed = any(p.timed for p in parts)
-    info.has_block = any(p.has_block for p in parts)
-    info.partial = any(p.partial for p in parts)
+    for name in _ANY:
+        setattr(info, name, any(getattr(p, name) for p in parts))
     info.ending = parts[-1].ending  # how the process ended: its last file says
+
+
+def _concatenated(parts: List[RankInfo], name: str) -> list:
+    return [r for p in parts for r in getattr(p, name)]
 
 
 def pids_agree(trace: RankTrace, pids: Tuple) -> bool:

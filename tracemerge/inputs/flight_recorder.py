@@ -205,46 +205,68 @@ def records_of(path: str, dump: Dict[str, Any]) -> List[Dict[str, Any]]:
         for key in ENTRY_FIELDS:
             if _int(entry.get(key)) is None:
                 raise TraceError(path, f"Flight Recorder entries[{n}]: missing or bad '{key}' ({entry.get(key)!r})")
-        pg = entry.get("process_group")
-        name, desc = (str(pg[0]), str(pg[1])) if isinstance(pg, (list, tuple)) and len(pg) == 2 else \
-            (str(entry.get("pg_id", "")), "")
-        profiling = str(entry.get("profiling_name") or "")
-        op, peers = _op(profiling)
-        ranks = group_ranks(groups, name, desc)
-        created = _int(entry["time_created_ns"])
-        completed_at = _int(entry.get("time_discovered_completed_ns")) or None
-        started_at = _int(entry.get("time_discovered_started_ns")) or None
-        seq = _int(entry["collective_seq_id"])
-        last = status.get(str(entry.get("pg_id")), {}).get("last_completed")
-        state = str(entry.get("state") or "")
-        rec: Dict[str, Any] = {
-            "op": op, "group": name, "group_ranks": ranks, "seq": seq, "start_ns": created,
-            "source": SOURCE, "profiling_name": profiling, "group_desc": desc, "state": state,
-            "completed": bool(entry.get("retired")) or state == "completed" or completed_at is not None
-            or (last is not None and seq is not None and not entry.get("is_p2p") and 0 < seq <= last),
-            "record_id": _int(entry.get("record_id")), "pg_id": _int(entry.get("pg_id")),
-            "input_sizes": entry.get("input_sizes") or [], "output_sizes": entry.get("output_sizes") or [],
-            "input_dtypes": [str(d) for d in entry.get("input_dtypes") or []],
-            "output_dtypes": [str(d) for d in entry.get("output_dtypes") or []],
-            "frames": _frames(entry.get("frames")), "thread": str(entry.get("thread_name") or ""),
-            "timeout_ms": _int(entry.get("timeout_ms")),
-        }
-        dtype = rec["input_dtypes"][0].lower() if rec["input_dtypes"] else ""
-        rec["bytes"] = _numel(rec["input_sizes"]) * DTYPE_BYTES.get(dtype, 0)
-        if started_at is not None:
-            rec["started_ns"] = started_at
-        if completed_at is not None:
-            rec["end_ns"] = completed_at
-        if entry.get("is_p2p") or op in ("send", "recv"):
-            pair = _peers(op, peers, ranks)
+        rec, peers = _record(entry, groups, status)
+        if entry.get("is_p2p") or rec["op"] in ("send", "recv"):
+            pair = _peers(rec["op"], peers, rec["group_ranks"])
             if pair is None:
                 continue
-            key = f"{name}:p2p:{min(pair)}-{max(pair)}"
+            key = f"{rec['group']}:p2p:{min(pair)}-{max(pair)}"
             pairs[key] = pairs.get(key, 0) + 1
             rec.update(group=key, group_ranks=sorted(set(pair)), seq=pairs[key], p2p_seq_id=_int(entry.get("p2p_seq_id")),
                        src=pair[0], dst=pair[1])
         out.append(rec)
     return out
+
+
+def _record(entry: Dict[str, Any], groups: Dict[str, Dict[str, Any]],
+            status: Dict[str, Dict[str, Optional[int]]]) -> Tuple[Dict[str, Any], str]:
+    """(the collective record of one checked entry, its profiling name's peers part)."""
+    pg = entry.get("process_group")
+    name, desc = (str(pg[0]), str(pg[1])) if isinstance(pg, (list, tuple)) and len(pg) == 2 else \
+        (str(entry.get("pg_id", "")), "")
+    profiling = str(entry.get("profiling_name") or "")
+    op, peers = _op(profiling)
+    completed_at = _int(entry.get("time_discovered_completed_ns")) or None
+    started_at = _int(entry.get("time_discovered_started_ns")) or None
+    seq = _int(entry["collective_seq_id"])
+    state = str(entry.get("state") or "")
+    rec: Dict[str, Any] = {
+        "op": op, "group": name, "group_ranks": group_ranks(groups, name, desc), "seq": seq,
+        "start_ns": _int(entry["time_created_ns"]), "source": SOURCE, "profiling_name": profiling,
+        "group_desc": desc, "state": state,
+        "completed": _completed(entry, state, completed_at, seq, status.get(str(entry.get("pg_id")), {})),
+        "record_id": _int(entry.get("record_id")), "pg_id": _int(entry.get("pg_id")), **_payload(entry),
+        "frames": _frames(entry.get("frames")), "thread": str(entry.get("thread_name") or ""),
+        "timeout_ms": _int(entry.get("timeout_ms")),
+    }
+    rec["bytes"] = _input_bytes(rec)
+    if started_at is not None:
+        rec["started_ns"] = started_at
+    if completed_at is not None:
+        rec["end_ns"] = completed_at
+    return rec, peers
+
+
+def _completed(entry: Dict[str, Any], state: str, completed_at: Optional[int], seq: Optional[int],
+               group_status: Dict[str, Optional[int]]) -> bool:
+    """Whether the entry's collective completed: retired, so stated, seen completed, or at
+    or below its group's last completed sequence number (a collective, not a p2p op)."""
+    last = group_status.get("last_completed")
+    return (bool(entry.get("retired")) or state == "completed" or completed_at is not None
+            or (last is not None and seq is not None and not entry.get("is_p2p") and 0 < seq <= last))
+
+
+def _payload(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """The entry's input and output sizes and dtypes."""
+    return {"input_sizes": entry.get("input_sizes") or [], "output_sizes": entry.get("output_sizes") or [],
+            "input_dtypes": [str(d) for d in entry.get("input_dtypes") or []],
+            "output_dtypes": [str(d) for d in entry.get("output_dtypes") or []]}
+
+
+def _input_bytes(rec: Dict[str, Any]) -> int:
+    """The bytes a record's inputs hold, by the first input's dtype (0 for one not known)."""
+    dtype = rec["input_dtypes"][0].lower() if rec["input_dtypes"] else ""
+    return _numel(rec["input_sizes"]) * DTYPE_BYTES.get(dtype, 0)
 
 
 def _frames(value: Any) -> List[Dict[str, Any]]:

@@ -43,26 +43,10 @@ def block_of(path: str, data: bytes) -> Dict[str, Any]:
     for n, line in enumerate(lines[:-1] if cut else lines):
         if not line.strip():
             continue
-        try:
-            item = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            raise TraceError(path, f"journal line {n + 1} is not JSON") from None
-        if not isinstance(item, dict):
-            raise TraceError(path, f"journal line {n + 1} is a {type(item).__name__}, not an object")
-        if n == 0 and "tracemerge_journal" not in item:
-            raise TraceError(path, "not a tracemerge journal (its first line has no 'tracemerge_journal')")
+        item = _item(path, n, line)
         if isinstance(item.get("meta"), dict):
             meta = item["meta"]
-        rec = item.get("rpc")
-        if rec is not None:
-            # checked before its fields make a key (a list there ended every command in exit 1)
-            check_record(path, f"journal line {n + 1}: rpc", rec, "rpcs")
-            rpcs[(rec["rpc_id"], rec["role"])] = rec
-        rec = item.get("collective")
-        if rec is not None:
-            check_record(path, f"journal line {n + 1}: collective", rec, "collectives")
-            # the key the capture gives it: its seq is known only once it was issued
-            collectives[(rec["group"], rec.get("op"), rec["start_ns"])] = rec
+        _take_records(path, n, item, rpcs, collectives)
         for key in ("alive_ns", "closed_ns"):
             if isinstance(item.get(key), int):
                 alive = item[key] if alive is None else max(alive, item[key])
@@ -80,6 +64,35 @@ def block_of(path: str, data: bytes) -> Dict[str, Any]:
     if isinstance(start, int) and isinstance(alive, int):
         block.update(profile_start_ns=start, profile_stop_ns=max(start, alive))
     return block
+
+
+def _item(path: str, n: int, line: bytes) -> Dict[str, Any]:
+    """Journal line ``n`` (from 0) as its object; the first names the journal."""
+    try:
+        item = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise TraceError(path, f"journal line {n + 1} is not JSON") from None
+    if not isinstance(item, dict):
+        raise TraceError(path, f"journal line {n + 1} is a {type(item).__name__}, not an object")
+    if n == 0 and "tracemerge_journal" not in item:
+        raise TraceError(path, "not a tracemerge journal (its first line has no 'tracemerge_journal')")
+    return item
+
+
+def _take_records(path: str, n: int, item: Dict[str, Any], rpcs: Dict[tuple, dict],
+                  collectives: Dict[tuple, dict]) -> None:
+    """The RPC and collective records of one line, checked, into ``rpcs`` and ``collectives``
+    (a later line's record of the same key replaces an earlier one's)."""
+    rec = item.get("rpc")
+    if rec is not None:
+        # checked before its fields make a key (a list there ended every command in exit 1)
+        check_record(path, f"journal line {n + 1}: rpc", rec, "rpcs")
+        rpcs[(rec["rpc_id"], rec["role"])] = rec
+    rec = item.get("collective")
+    if rec is not None:
+        check_record(path, f"journal line {n + 1}: collective", rec, "collectives")
+        # the key the capture gives it: its seq is known only once it was issued
+        collectives[(rec["group"], rec.get("op"), rec["start_ns"])] = rec
 
 
 def rank_of_records(rpcs: List[Dict[str, Any]]) -> Optional[int]:

@@ -4,6 +4,7 @@ A :class:`RankInfo` is small (no events), so the clock model can be solved over 
 while the events themselves are streamed one rank at a time.
 """
 
+import functools
 import os
 import re
 from collections import deque
@@ -289,42 +290,67 @@ ORDERED_TIMES: Dict[str, Tuple[Tuple[str, str], ...]] = {
 
 def _records_ok(found: List[Any], key: str) -> bool:
     """Whether every record is well formed, by one C-level pass per field (thousands of
-    records per rank: a loop per record costs ~0.1 s a rank)."""
-    if not set(map(type, found)) <= {dict}:
-        return False
+    records per rank: a loop per record costs ~0.1 s a rank): each check below, in turn,
+    over all of them (the first to refuse ends it)."""
+    return set(map(type, found)) <= {dict} and all(ok(found, key) for ok in _RECORD_CHECKS)
+
+
+def _column(found: List[Dict[str, Any]], name: str) -> List[Any]:
+    return list(map(dict.get, found, repeat(name)))
+
+
+def _fields_ok(found: List[Dict[str, Any]], key: str) -> bool:
+    """The fields every record has: of their kind, integers within int64."""
     for name, kind in RECORD_FIELDS[key].items():
-        values = list(map(dict.get, found, repeat(name)))
+        values = _column(found, name)
         if not set(map(type, values)) <= set(kind if isinstance(kind, tuple) else (kind,)):
             return False
         ints = [v for v in values if v.__class__ is int]
         if ints and not INT_MIN <= min(ints) <= max(ints) <= INT_MAX:
             return False
-    for name, kind in OPTIONAL_FIELDS[key].items():
-        if not set(map(type, map(dict.get, found, repeat(name)))) <= {kind, type(None)}:
-            return False
-    for name in RANK_FIELDS[key]:
-        ranks = cast("List[int]", list(map(dict.get, found, repeat(name))))  # ints: RECORD_FIELDS checked them
-        if found and not 0 <= min(ranks) <= max(ranks) < RANK_LIMIT:
-            return False
-    names = set().union(*map(dict.keys, found))
-    for name in names:
+    return True
+
+
+def _optional_ok(found: List[Dict[str, Any]], key: str) -> bool:
+    return all(set(map(type, _column(found, name))) <= {kind, type(None)} for name, kind in OPTIONAL_FIELDS[key].items())
+
+
+def _ranks_ok(found: List[Dict[str, Any]], key: str) -> bool:
+    return not found or all(0 <= min(values) <= max(values) < RANK_LIMIT
+                            for values in (_column(found, name) for name in RANK_FIELDS[key]))
+
+
+def _times_ok(found: List[Dict[str, Any]], key: str) -> bool:
+    """Every ``*_ns`` field, whatever the record: integer ns within NS_LIMIT, or None."""
+    for name in set().union(*map(dict.keys, found)):
         if name.endswith("_ns"):
-            values = list(map(dict.get, found, repeat(name)))
+            values = _column(found, name)
             if not set(map(type, values)) <= {int, type(None)}:
                 return False
             present = [v for v in values if v is not None]
             if present and not -NS_LIMIT < min(present) <= max(present) < NS_LIMIT:
                 return False
+    return True
+
+
+def _order_ok(found: List[Dict[str, Any]], key: str) -> bool:
+    """No time before the one it follows (ORDERED_TIMES)."""
     for first, then in ORDERED_TIMES[key]:
-        pairs = [(a, b) for a, b in zip(map(dict.get, found, repeat(first)), map(dict.get, found, repeat(then)))
-                 if a is not None and b is not None]
+        pairs = [(a, b) for a, b in zip(_column(found, first), _column(found, then)) if a is not None and b is not None]
         if pairs and min(b - a for a, b in pairs) < 0:
             return False
-    if key == "collectives":
-        ranks = [r for rec in found for r in (rec.get("group_ranks") or ())]
-        if not set(map(type, ranks)) <= {int} or (ranks and not 0 <= min(ranks) <= max(ranks) < RANK_LIMIT):
-            return False
     return True
+
+
+def _group_ranks_ok(found: List[Dict[str, Any]], key: str) -> bool:
+    if key != "collectives":
+        return True
+    ranks = [r for rec in found for r in (rec.get("group_ranks") or ())]
+    return set(map(type, ranks)) <= {int} and (not ranks or 0 <= min(ranks) <= max(ranks) < RANK_LIMIT)
+
+
+_RECORD_CHECKS: Tuple[Callable[[List[Dict[str, Any]], str], bool], ...] = (
+    _fields_ok, _optional_ok, _ranks_ok, _times_ok, _order_ok, _group_ranks_ok)
 
 
 def _name_bad_record(path: str, found: List[Any], key: str, where: str) -> None:
@@ -339,6 +365,19 @@ def check_record(path: str, where: str, rec: Any, key: str) -> None:
     field and the value (exit 3). Times that run backwards (an end before its start) too."""
     if not isinstance(rec, dict):
         raise TraceError(path, f"{where} is a {type(rec).__name__}, not an object")
+    _check_fields(path, where, rec, key)
+    _check_times(path, where, rec)
+    for r in rec.get("group_ranks") or ():
+        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < RANK_LIMIT:
+            raise TraceError(path, f"{where}: 'group_ranks' holds {r!r}, not a rank")
+    for first, then in ORDERED_TIMES[key]:
+        if isinstance(rec.get(first), int) and isinstance(rec.get(then), int) and rec[then] < rec[first]:
+            raise TraceError(path, f"{where}: '{then}' {rec[then]} is before '{first}' {rec[first]} "
+                                   f"({rec[first] - rec[then]} ns earlier): its times run backwards")
+
+
+def _check_fields(path: str, where: str, rec: Dict[str, Any], key: str) -> None:
+    """check_record's fields of ``key`` records: required, optional and rank fields."""
     for name, kind in RECORD_FIELDS[key].items():
         value = rec.get(name)
         if (not isinstance(value, kind) or isinstance(value, bool)
@@ -351,19 +390,16 @@ def check_record(path: str, where: str, rec: Any, key: str) -> None:
     for name in RANK_FIELDS[key]:
         if not 0 <= rec[name] < RANK_LIMIT:
             raise TraceError(path, f"{where}: '{name}' is not a rank: {rec[name]!r}")
+
+
+def _check_times(path: str, where: str, rec: Dict[str, Any]) -> None:
+    """check_record's ``*_ns`` fields, whatever the record: integer ns within NS_LIMIT."""
     for name, value in rec.items():
         if name.endswith("_ns") and value is not None:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TraceError(path, f"{where}: '{name}' is not integer ns ({value!r})")
             if not -NS_LIMIT < value < NS_LIMIT:
                 raise TraceError(path, f"{where}: '{name}' {value} is out of range (beyond year 2116: 2**62 ns)")
-    for r in rec.get("group_ranks") or ():
-        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < RANK_LIMIT:
-            raise TraceError(path, f"{where}: 'group_ranks' holds {r!r}, not a rank")
-    for first, then in ORDERED_TIMES[key]:
-        if isinstance(rec.get(first), int) and isinstance(rec.get(then), int) and rec[then] < rec[first]:
-            raise TraceError(path, f"{where}: '{then}' {rec[then]} is before '{first}' {rec[first]} "
-                                   f"({rec[first] - rec[then]} ns earlier): its times run backwards")
 
 
 def check_base(path: str, base: Any) -> None:
@@ -508,23 +544,26 @@ def remote_records(path: str, block: Dict[str, Any], rpcs: List[Dict[str, Any]])
             raise TraceError(path, f"tracemerge.remote_sides[{n}].calls is not a list")
         for j, call in enumerate(calls):
             caller = mine.get(call.get("rpc_id")) if isinstance(call, dict) and isinstance(call.get("rpc_id"), str) else None
-            if caller is None or caller["callee"] != side["clock_rank"]:
-                continue
-            rec: Dict[str, Any] = {k: caller[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee",
-                                                          "callee_name")
-                   if k in caller}
-            rec.update(role="callee", status=str(call.get("status", "ok")), source="remote",
-                       tid=call["tid"] if _is_int(call.get("tid")) else 0,
-                       hostname=str(side.get("hostname") or ""), boot_id=str(side.get("boot_id") or ""))
-            for k in ("start_ns", "end_ns", "end_by_ns"):
-                value = call.get(k)
-                if _is_int(value):
-                    if not -NS_LIMIT < value < NS_LIMIT:  # as a record's own times are checked
-                        raise TraceError(path, f"tracemerge.remote_sides[{n}].calls[{j}]: '{k}' {value} is out of "
-                                               "range (beyond year 2116: 2**62 ns)")
-                    rec[k] = value
-            out.append(rec)
+            if caller is not None and caller["callee"] == side["clock_rank"]:
+                out.append(_remote_record(path, f"tracemerge.remote_sides[{n}].calls[{j}]", side, call, caller))
     return out
+
+
+def _remote_record(path: str, where: str, side: Dict[str, Any], call: Dict[str, Any],
+                   caller: Dict[str, Any]) -> Dict[str, Any]:
+    """The callee-role record of one fetched ``call`` of ``side``, made from this file's ``caller`` record."""
+    rec: Dict[str, Any] = {k: caller[k] for k in ("rpc_id", "kind", "func", "name", "caller", "callee", "callee_name")
+                           if k in caller}
+    rec.update(role="callee", status=str(call.get("status", "ok")), source="remote",
+               tid=call["tid"] if _is_int(call.get("tid")) else 0,
+               hostname=str(side.get("hostname") or ""), boot_id=str(side.get("boot_id") or ""))
+    for k in ("start_ns", "end_ns", "end_by_ns"):
+        value: Any = call.get(k)
+        if _is_int(value):
+            if not -NS_LIMIT < value < NS_LIMIT:  # as a record's own times are checked
+                raise TraceError(path, f"{where}: '{k}' {value} is out of range (beyond year 2116: 2**62 ns)")
+            rec[k] = value
+    return rec
 
 
 EVENT_FACTS = ("first_ns", "last_ns", "events", "threads", "pids", "warnings", "timed", "truncated", "rpc_spans")
@@ -566,17 +605,24 @@ def _renumber_records(infos: List[RankInfo], claimed: List[Optional[int]]) -> No
                     "wrongly; give the files their own ranks (--rank-from auto)"]
         return
     new = {old: info.rank for old, info in zip(claimed, infos)}
-
-    def moved(rank: Any) -> Any:
-        return new.get(rank, rank)
     for info in infos:
-        for attr, names in RANK_NAMES.items():
-            setattr(info, attr, [{**rec, **{n: moved(rec[n]) for n in names if n in rec}} for rec in getattr(info, attr)])
-        info.native_callees = [{**rec, "answer": {**rec["answer"], "clock_rank": moved(rec["answer"].get("clock_rank"))}}
-                               if isinstance(rec.get("answer"), dict) and "clock_rank" in rec["answer"] else rec
-                               for rec in info.native_callees]
-        info.collectives = [{**rec, "group_ranks": [moved(r) for r in rec["group_ranks"]]} if rec.get("group_ranks")
-                            else rec for rec in info.collectives]
+        _renumbered(info, functools.partial(_moved, new))
+
+
+def _moved(new: Dict[Any, Any], rank: Any) -> Any:
+    return new.get(rank, rank)
+
+
+def _renumbered(info: RankInfo, moved: Callable[[Any], Any]) -> None:
+    """Every rank ``info``'s records name (RANK_NAMES, a native callee's answer's clock rank,
+    a collective's group) as ``moved`` renumbers it."""
+    for attr, names in RANK_NAMES.items():
+        setattr(info, attr, [{**rec, **{n: moved(rec[n]) for n in names if n in rec}} for rec in getattr(info, attr)])
+    info.native_callees = [{**rec, "answer": {**rec["answer"], "clock_rank": moved(rec["answer"].get("clock_rank"))}}
+                           if isinstance(rec.get("answer"), dict) and "clock_rank" in rec["answer"] else rec
+                           for rec in info.native_callees]
+    info.collectives = [{**rec, "group_ranks": [moved(r) for r in rec["group_ranks"]]} if rec.get("group_ranks")
+                        else rec for rec in info.collectives]
 
 
 def rank_of(info: RankInfo) -> int:
@@ -601,16 +647,7 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = 
             info.rank, info.rank_source = i, "order"
         _renumber_records(infos, claimed)
         return infos
-    for info in infos:
-        journal = info.ending.get("journal")
-        if info.rank is None and journal is not None:
-            # never taken as rank 0, nor numbered by the order given: it is some rank that died early
-            meta = info.job
-            raise RankConflict(f"{info.path}: a journal whose rank was never learned (the process died before "
-                               f"RPC or torch.distributed told it, and it holds no call that names it; pid "
-                               f"{info.worker_name.removeprefix('pid')} on {info.hostname}"
-                               f"{', job ' + str(meta['job_id']) if meta.get('job_id') else ''}): rename it "
-                               "rank{R}.journal, or pass --rank-from order")
+    _refuse_unranked_journals(infos)
     if len(infos) == 1 and infos[0].rank is None:
         # one trace of a job without a process group (a plain torch.profiler run): nothing
         # to tell apart, so it is rank 0, and the CLI says so in a note
@@ -625,6 +662,26 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = 
             info.warnings = list(info.warnings) + [
                 f"no rank in the file: rank {i} by the order of the files given (--strict refuses)"]
         return infos
+    _refuse_conflicts(infos)
+    return infos
+
+
+def _refuse_unranked_journals(infos: List[RankInfo]) -> None:
+    """A journal whose rank was never learned is refused: never taken as rank 0, nor
+    numbered by the order given, as it is some rank that died early."""
+    for info in infos:
+        if info.rank is None and info.ending.get("journal") is not None:
+            meta = info.job
+            raise RankConflict(f"{info.path}: a journal whose rank was never learned (the process died before "
+                               f"RPC or torch.distributed told it, and it holds no call that names it; pid "
+                               f"{info.worker_name.removeprefix('pid')} on {info.hostname}"
+                               f"{', job ' + str(meta['job_id']) if meta.get('job_id') else ''}): rename it "
+                               "rank{R}.journal, or pass --rank-from order")
+
+
+def _refuse_conflicts(infos: List[RankInfo]) -> None:
+    """A file with no rank among files that name theirs, a cycle file given twice, and two
+    files claiming one rank, each refused (in that order)."""
     for info in infos:
         if info.rank is None:
             raise RankConflict(f"{info.path}: cannot tell the rank (no 'tracemerge' block, no "
@@ -642,4 +699,3 @@ def assign_ranks(infos: List[RankInfo], rank_from: str = "auto", strict: bool = 
             raise RankConflict(f"{info.path}: rank {info.rank} (from {info.rank_source}) is also claimed by "
                                f"{other.path} (from {other.rank_source}); pass --rank-from order to number "
                                "files in the order given")
-    return infos

@@ -13,42 +13,36 @@ command; afterwards only read.
   analyses — reads that one :class:`~tracemerge.correlate.match.Correlation`;
 - the clock model (:class:`Alignment`) is solved once, when asked for (``align=``).
 
-The events are kept in memory only while the inputs are small; otherwise each rank is read
-again, by the worker that needs it, so memory stays bounded by the largest rank.
+How the files are read is the strategy the command picks (:mod:`tracemerge.job.reads`):
+by default the events are kept in memory only while the inputs are small, or by the local
+engine's workers that read them where memory holds them; otherwise each rank is read again,
+by the worker that needs it, so memory stays bounded by the largest rank.
 
 ``Session`` is the same class under the name of the library's first releases.
 """
 
-import functools
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from tracemerge import native
 from tracemerge.clocks.causality import review
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.joint import pair_jointly
 from tracemerge.clocks.methods import align as align_clocks
-from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.engine import Engine, Held, LocalEngine, available_memory, gc_paused
-from tracemerge.errors import TraceError, TracemergeError, reading
+from tracemerge.engine import Engine, Held, gc_paused
+from tracemerge.errors import TracemergeError
 from tracemerge.inputs.admit import admit
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
 from tracemerge.inputs.flight_recorder import join_dumps
 from tracemerge.inputs.journal import prefer_rank_files
-from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, describe, rank_of
+from tracemerge.inputs.rankinfo import RankInfo, assign_ranks, rank_of
+from tracemerge.job import reads
 from tracemerge.job.checks import check_job, check_links, check_windows, rpc_peers
-from tracemerge.job.describe_files import scan, scan_head
 from tracemerge.job.job_ids import agreed_job_ids
+from tracemerge.job.reads import ReadStrategy
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
-
-T = TypeVar("T")
-KEEP_IN_MEMORY_BYTES = 64 << 20  # JSON size (compressed inputs counted inflated) below which events stay loaded
-# what a gzip or zstd trace inflates to, about (trace JSON compresses 8-15x): 64 MiB of
-# gzipped ranks kept in memory were a GB decoded (report at 256 x 2 MB ranks)
-INFLATION = 12
 
 
 @dataclass(frozen=True)
@@ -73,7 +67,7 @@ class AlignRequest:
 class Job:
     """One job's inputs, described, joined and (when asked) aligned; see the module's doc."""
 
-    infos: Tuple[RankInfo, ...]          # one per rank, by rank, complete (``partial`` only with heads_only)
+    infos: Tuple[RankInfo, ...]          # one per rank, by rank, complete (``partial`` only read by reads.heads)
     links: Correlation                   # the RPC and collective joins of ``infos``, made once
     inputs: Tuple[str, ...]              # every file given, in the order given
     skipped: Tuple[Tuple[str, str], ...] = ()   # (path, problem) of files left out by skip_bad
@@ -87,87 +81,36 @@ class Job:
     @gc_paused()  # the workers' descriptions arrive as thousands of fresh acyclic records:
     # the cyclic collector only rescans them (8 ranks x 20 MB: 114 collections, 48 ms, none found)
     def open(cls, paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]], rank_from: str = "auto",
-             engine: Optional[Engine] = None,
-             skip_bad: bool = False, strict: bool = False, heads_only: bool = False,
-             columns_only: bool = False, cycle: Optional[int] = None,
-             align: Optional[AlignRequest] = None, keep_events: bool = True) -> "Job":
+             engine: Optional[Engine] = None, skip_bad: bool = False, strict: bool = False,
+             cycle: Optional[int] = None, align: Optional[AlignRequest] = None,
+             read: ReadStrategy = reads.events) -> "Job":
         """Read, describe, rank, check and correlate ``paths``; with ``align``, solve the clocks too.
 
-        With an ``engine``, files are described by its workers and events are never kept.
+        ``read`` is how the files are read (:mod:`tracemerge.job.reads`: ``events``, the
+        default, ``columns``, ``descriptions`` or ``heads``), each command picking the one
+        it needs. With an ``engine``, files are described by its workers (a local engine's
+        workers may keep what they read, ``LocalEngine.hold``, for the work that follows).
         ``skip_bad`` leaves out files that cannot be read (listed in ``skipped``) instead
         of failing; ``strict`` refuses files of different jobs instead of warning.
-        ``heads_only``: rank files are described from their heads alone (their events
-        unread, ``RankInfo.partial``), for a command that needs only the clocks (``offsets``);
-        not with ``skip_bad``, which must find every bad event.
-        ``columns_only``: events kept in memory are columns and args only, without the
-        typed reader's per-event structs (for reports: not for a merge, whose JSON writer
-        encodes those structs).
         The cycle files of one rank (``rank{R}.cycle{N}``) are one rank made of several
         files (:mod:`tracemerge.inputs.cycles`); ``cycle`` keeps only cycle N of each.
-        With a local ``engine``, each file's events stay with the worker that read them
-        (``LocalEngine.hold``) for the work that follows, so each file is read once, where
-        half of the free memory holds them all; ``keep_events=False`` for a command that
-        needs only the descriptions (``info``).
         """
         if isinstance(paths, (str, os.PathLike)):  # one file: not the characters of its name
             paths = [paths]
         given: List[str] = [os.fspath(p) for p in paths]
         # devices, sockets, FIFOs and merged traces turned away before any reader opens them
         files, turned_away = admit(given, skip_bad)
-        keep = engine is None and sum(_size(p) for p in files) <= KEEP_IN_MEMORY_BYTES
-        kept: Dict[str, Union[RankTrace, Held]] = {}
-        if not keep and not heads_only and keep_events and isinstance(engine, LocalEngine) and \
-                _can_hold(engine, files):
-            # one read per file: each is read and described by a worker that keeps its events
-            # for the write (or the reports) that follows, on the same engine
-            held = engine.hold(functools.partial(_read_kept, skip_bad=skip_bad, columns_only=columns_only),
-                               files, files)
-            found = [r for r, _ in held]
-            kept = {path: h for path, ((info, _), h) in zip(files, held) if info is not None}
-        elif not keep:
-            # events are read again when needed: a head (heads_only), else a describing scan, in parallel
-            runner = engine or LocalEngine(1)
-            heads = runner.map_light(scan_head, files) if heads_only and not skip_bad else [None] * len(files)
-            rest = [p for p, info in zip(files, heads) if info is None]
-            scanned = iter(runner.map(_attempt, [scan] * len(rest), rest, [skip_bad] * len(rest)))
-            found = [(info, None) if info is not None else next(scanned) for info in heads]
-        else:
-            found = []
-            for path in files:
-                trace, problem = _attempt(functools.partial(read_file, columns_only=columns_only), path, skip_bad)
-                found.append((None if trace is None else describe(trace), problem))
-                if trace is not None:
-                    kept[path] = trace
-        infos = [info for info, _ in found if info is not None]
-        skipped = turned_away + tuple((path, problem) for path, (_, problem) in zip(files, found)
+        found = read(files, engine, skip_bad)
+        infos = [info for info, _ in found.found if info is not None]
+        skipped = turned_away + tuple((path, problem) for path, (_, problem) in zip(files, found.found)
                                       if problem is not None)
         if not infos:
             raise TracemergeError(f"no readable input: all {len(given)} files were skipped as bad")
-        # a rank's journal is joined with its files before any filter, so that with --cycle N
-        # it adds only what none of its cycle files holds, not the other cycles' records
-        infos = prefer_rank_files(infos)  # a journal beside its rank's file adds nothing twice
-        if cycle is not None:
-            infos = keep_cycle(infos, cycle)
-        if rank_from != "order":  # numbered in the order given, every file is a rank of its own
-            infos = join_dumps(join_cycles(infos))  # a Flight Recorder dump beside its rank's files: one process
-        assign_ranks(infos, rank_from, strict)
-        infos.sort(key=rank_of)
-        for info, agreed in zip(infos, agreed_job_ids(infos)):  # a rank that never heard its job's token
-            if agreed != info.job_id:
-                info.job_id, info.job = agreed, {**info.job, "job_id": agreed}
-        # builtins sent as themselves get their callee side from the callee's ops, once
-        # (paired on the callee's clock, jointly with the clocks across machines): like the
-        # sides a caller fetched, for every stage after this one
-        pairing = pair_jointly(infos)
-        for info in infos:
-            if info.rank in pairing.records:
-                info.remote_rpcs = info.remote_rpcs + pairing.records[info.rank]
-        links = correlate(infos)
-        warnings = pairing.notes + check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links) + list(links.order_warnings)
-        warnings += check_links(infos, links, strict)
+        infos = _ranked(infos, rank_from, strict, cycle)
+        links, warnings = _joined(infos, strict)
         taken = {part.path for i in infos for part in i.files}
         job = cls(tuple(infos), links, tuple(given), skipped, tuple(warnings), None, engine,
-                  {p: t for p, t in kept.items() if p in taken})
+                  {p: t for p, t in found.kept.items() if p in taken})
         return job if align is None else job.aligned(align)
 
     @property
@@ -231,54 +174,37 @@ class Job:
 Session = Job  # the library's name for it in its first releases (README, docs/architecture.md)
 
 
-def _attempt(read: Callable[[str], T], path: str, skip_bad: bool) -> Tuple[Optional[T], Optional[str]]:
-    """(read(path), None); with ``skip_bad``, (None, problem) when the file is bad."""
-    try:
-        return read(path), None
-    except TraceError as e:
-        if not skip_bad:
-            raise
-        return None, e.problem if e.index is None else f"event {e.index}: {e.problem}"
+def _ranked(infos: List[RankInfo], rank_from: str, strict: bool, cycle: Optional[int]) -> List[RankInfo]:
+    """The ranks of the files described, each numbered, in rank order: a journal and a
+    Flight Recorder dump joined with their rank's files, cycle files as one rank (only cycle
+    ``cycle`` of each, when given)."""
+    # a rank's journal is joined with its files before any filter, so that with --cycle N
+    # it adds only what none of its cycle files holds, not the other cycles' records
+    infos = prefer_rank_files(infos)  # a journal beside its rank's file adds nothing twice
+    if cycle is not None:
+        infos = keep_cycle(infos, cycle)
+    if rank_from != "order":  # numbered in the order given, every file is a rank of its own
+        infos = join_dumps(join_cycles(infos))  # a Flight Recorder dump beside its rank's files: one process
+    assign_ranks(infos, rank_from, strict)
+    infos.sort(key=rank_of)
+    for info, agreed in zip(infos, agreed_job_ids(infos)):  # a rank that never heard its job's token
+        if agreed != info.job_id:
+            info.job_id, info.job = agreed, {**info.job, "job_id": agreed}
+    return infos
 
 
-# what a rank's events held by a worker cost, per byte of its JSON: the compiled core's map of
-# the file and its per-event records; the Python reader's decoded structs
-HELD_PER_BYTE = {"native": 3, "python": 8}
-
-
-def _can_hold(engine: Optional[Engine], files: List[str]) -> bool:
-    """Whether the local engine's workers can keep every file's events from the read that
-    describes it to the write: half of the memory free now must hold them (Dask's workers
-    are other machines', and the local workers' writes reopen the output through /proc)."""
-    if not isinstance(engine, LocalEngine) or not os.path.isdir(f"/proc/{os.getpid()}/fd"):
-        return False
-    need = sum(_size(p) for p in files) * HELD_PER_BYTE["native" if native.active() == "native" else "python"]
-    return need <= available_memory() // 2
-
-
-def _read_kept(path: str, skip_bad: bool, columns_only: bool) -> Tuple[Optional[RankTrace],
-                                                                       Tuple[Optional[RankInfo], Optional[str]]]:
-    """(the events of ``path``, to keep; (its RankInfo, problem)) — :func:`scan` that keeps what it read."""
-    trace, problem = _attempt(functools.partial(_read_described, columns_only=columns_only), path, skip_bad)
-    return (None, (None, problem)) if trace is None else (trace[0], (trace[1], None))
-
-
-def _read_described(path: str, columns_only: bool) -> Tuple[RankTrace, RankInfo]:
-    with gc_paused(), reading(path):
-        trace = read_file(path, columns_only)
-        return trace, describe(trace)
-
-
-def _size(path: str) -> int:
-    """About how many bytes of JSON ``path`` holds: its size, times INFLATION when it is
-    compressed (told by its magic bytes, as the readers tell it)."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-        size = os.path.getsize(path)
-    except OSError:
-        return 0
-    return size * INFLATION if magic[:2] == GZIP_MAGIC or magic == ZSTD_MAGIC else size
+def _joined(infos: List[RankInfo], strict: bool) -> Tuple[Correlation, List[str]]:
+    """(the ranks' records joined, the job-wide warnings). Builtins sent as themselves get
+    their callee side from the callee's ops first, once (paired on the callee's clock,
+    jointly with the clocks across machines): like the sides a caller fetched, for every
+    stage after this one."""
+    pairing = pair_jointly(infos)
+    for info in infos:
+        if info.rank in pairing.records:
+            info.remote_rpcs = info.remote_rpcs + pairing.records[info.rank]
+    links = correlate(infos)
+    warnings = pairing.notes + check_job(infos, strict) + check_windows(infos, links, strict) + rpc_peers(infos, links) + list(links.order_warnings)
+    return links, warnings + check_links(infos, links, strict)
 
 
 __all__: Sequence[str] = ("AlignRequest", "Alignment", "Job", "Session")

@@ -145,6 +145,13 @@ def align(job: "Job", output: "str | os.PathLike[str]", alignment: Optional["Ali
         _commit(staging, output, {j.target: paths[j.rank] for j in jobs}, force)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return _summary(job, alignment, output, jobs, counts, paths, kept, written, base)
+
+
+def _summary(job: "Job", alignment: "Alignment", output: str, jobs: List[RankJob], counts: List[Dict[str, int]],
+             paths: Dict[int, str], kept: List[RankInfo], written: List[RankInfo], base: int) -> Dict[str, Any]:
+    """align's summary: the outputs (each rank's, from its files, with its counts), the ranks
+    left as journals only, the events, the alignment."""
     return {
         "version": tracemerge.__version__,
         "output": output,

@@ -18,19 +18,19 @@ import mmap
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol, cast
+from typing import Any, BinaryIO, Iterator, Protocol, cast
 
 import msgspec
 import numpy as np
 
 from tracemerge import nesting
-from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
+from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC, decompress
 from tracemerge.corestatus import ENV as ENV  # the environment's choice: corestatus, read without this package
 from tracemerge.corestatus import OLD_ENV as OLD_ENV
 from tracemerge.corestatus import chosen
 from tracemerge.corestatus import describe as describe_core
 from tracemerge.errors import TraceError
-from tracemerge.inputs.chrome import EXTRA_KEYS, float_times_ns, read_data
+from tracemerge.inputs.chrome import EXTRA_KEYS, checked_data, float_times_ns
 from tracemerge.model import ARG_ID_KEYS, DICTS_CHUNK, FLOW_ID_KEYS, Args, Extra, Indices, RankTrace
 
 # the compiled extensions, imported by name so that type checkers read their stubs
@@ -150,21 +150,23 @@ def read_rank(path: str, columns_only: bool = False) -> tuple[RankTrace, str]:
     kernel is not active or does not take the file, :func:`read_trace`'s (``columns_only``:
     :func:`~tracemerge.inputs.chrome.read_columns`'s, without per-event structs) and "python"
     or "python: <why>". Errors are the Python reader's own (it reads every file the core
-    does not take, bad ones included)."""
+    does not take, bad ones included). The file is opened once for its sniff, its map or
+    its bytes (the Python reader, where it reads, opens it again)."""
+    from tracemerge.inputs import SNIFF_BYTES, reader_of
     from tracemerge.inputs import read_trace as read_all
-    from tracemerge.inputs import reader_for
     from tracemerge.inputs.chrome import read_columns
 
-    if reader_for(path).name != READS:  # its own reader (read_columns is the chrome reader's)
-        return _read_by(read_all(path), "python: another input format")
-    read_trace = read_columns if columns_only else read_all
-
-    if active() != "native":
-        return _read_by(read_trace(path), "python")
-    data: bytes | mmap.mmap | None = _mapped(path)
-    cut = ""
-    if data is None:
-        data, cut = read_data(path)
+    with _opened(path) as f:
+        start = _read(path, f, SNIFF_BYTES)
+        if reader_of(path, start).name != READS:  # its own reader (read_columns is the chrome reader's)
+            return _read_by(read_all(path), "python: another input format")
+        read_trace = read_columns if columns_only else read_all
+        if active() != "native":
+            return _read_by(read_trace(path), "python")
+        data: bytes | mmap.mmap | None = _mapped(f, start)
+        cut = ""
+        if data is None:
+            data, cut = checked_data(path, *decompress(path, start + _read(path, f)))
     if cut:
         del data
         return _read_by(read_trace(path), "python: the compressed stream ends early")
@@ -180,18 +182,31 @@ def _read_by(trace: RankTrace, core: str) -> tuple[RankTrace, str]:
     return trace, core
 
 
-def _mapped(path: str) -> mmap.mmap | None:
-    """The bytes of an uncompressed file as a read-only map of the page cache (no copy into
-    the process, no page faults on fresh memory: ~0.05 s and the file's size per 60 MB
-    rank), or None for anything else — compressed, empty, not a regular file — which
-    read_data reads (and reports) as before. The map lives as long as the views of it."""
+def _opened(path: str) -> BinaryIO:
     try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-            if head[:2] == GZIP_MAGIC or head == ZSTD_MAGIC or not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):  # unreadable (read_data says why), or empty (cannot be mapped)
+        return open(path, "rb")
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _read(path: str, f: BinaryIO, size: int = -1) -> bytes:
+    try:
+        return f.read(size)
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _mapped(f: BinaryIO, start: bytes) -> mmap.mmap | None:
+    """The bytes of an uncompressed file (open as ``f``, ``start`` its first bytes) as a
+    read-only map of the page cache (no copy into the process, no page faults on fresh
+    memory: ~0.05 s and the file's size per 60 MB rank), or None for anything else —
+    compressed, empty, not a regular file — whose bytes are read (and reported) instead.
+    The map lives as long as the views of it."""
+    try:
+        if start[:2] == GZIP_MAGIC or start[:4] == ZSTD_MAGIC or not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # unreadable (its read says why), or empty (cannot be mapped)
         return None
 
 

@@ -124,6 +124,24 @@ def rpc_report(match: RpcMatch, clocks: Mapping[int, ClockModel],
     # by position: records of two jobs may share an rpc_id (ids restart in every run), and
     # only the position tells a complete call from its namesake of the other job
     calls_seen = list(match.calls)
+    full, queue = _queues(match, clocks, calls_seen)
+    report = RpcReport(caller_only=match.caller_only, callee_only=match.callee_only)
+    groups: Dict[Tuple[str, str, int, int], List[int]] = {}
+    for n, c in enumerate(calls_seen):
+        groups.setdefault((c.kind, c.func, c.caller, c.callee), []).append(n)
+    for members in groups.values():
+        report.keys.append(_key_stats([calls_seen[n] for n in members], [n for n in members if n in queue],
+                                      calls_seen, queue))
+    for callee in sorted({calls_seen[n].callee for n in full}):
+        mine = [n for n in full if calls_seen[n].callee == callee]
+        report.callees.append(_callee_load(callee, [calls_seen[n] for n in mine], [queue[n] for n in mine],
+                                           threads_by_rank.get(callee)))
+    return report
+
+
+def _queues(match: RpcMatch, clocks: Mapping[int, ClockModel], calls_seen: List[RpcCall]) -> Tuple[List[int], Dict[int, int]]:
+    """(the positions of the complete calls, {position: its queue ns}): each call's transit
+    (t2 less t1 on the reference clock) less the least of its (caller, callee) pair."""
     columns = match.calls
     have = np.fromiter(clocks, np.int64, len(clocks))
     complete = columns.has.all(axis=0) & np.isin(columns.caller, have) & np.isin(columns.callee, have)
@@ -137,42 +155,39 @@ def rpc_report(match: RpcMatch, clocks: Mapping[int, ClockModel],
     for n in full:
         pair = (calls_seen[n].caller, calls_seen[n].callee)
         floor[pair] = min(floor.get(pair, transit[n]), transit[n])
-    queue = {n: transit[n] - floor[(calls_seen[n].caller, calls_seen[n].callee)] for n in full}
+    return full, {n: transit[n] - floor[(calls_seen[n].caller, calls_seen[n].callee)] for n in full}
 
-    report = RpcReport(caller_only=match.caller_only, callee_only=match.callee_only)
-    groups: Dict[Tuple[str, str, int, int], List[int]] = {}
-    for n, c in enumerate(calls_seen):
-        groups.setdefault((c.kind, c.func, c.caller, c.callee), []).append(n)
-    for (kind, func, caller, callee), members in groups.items():
-        calls = [calls_seen[n] for n in members]
-        done = [calls_seen[n] for n in members if n in queue]
-        done_queue = [queue[n] for n in members if n in queue]
-        # ``done`` calls are complete: every one of their times is set
-        e2e = np.array([c.complete_ns - c.send_ns for c in done], dtype=np.int64)  # type: ignore[operator]
-        exe = np.array([c.end_ns - c.start_ns for c in done], dtype=np.int64)  # type: ignore[operator]
-        report.keys.append(RpcKeyStats(
-            name=calls[0].name, kind=kind, func=func, caller=caller, callee=callee, count=len(calls),
-            complete=len(done), errors=sum(c.status != "ok" for c in calls), e2e_us=summary_us(e2e),
-            exec_us=summary_us(exe), overhead_us=summary_us(e2e - exe),
-            queue_us=summary_us(done_queue)))
 
-    for callee in sorted({calls_seen[n].callee for n in full}):
-        mine = [n for n in full if calls_seen[n].callee == callee]
-        calls = [calls_seen[n] for n in mine]
-        starts = np.array([c.start_ns for c in calls], dtype=np.int64)
-        ends = np.array([c.end_ns for c in calls], dtype=np.int64)
-        waits = np.array([queue[n] for n in mine], dtype=np.int64)
-        peak = _max_concurrent(starts, ends)
-        threads = threads_by_rank.get(callee) or peak
-        in_flight = _covered_ns(starts - waits, ends, 1)
-        share = _covered_ns(starts, ends, threads) / in_flight if in_flight else 0.0
-        load = CalleeLoad(callee=callee, name=_callee_name(calls[0]), calls=len(calls), threads=threads,
-                          max_concurrent=peak, all_busy_share=share,
-                          queue_mean_us=float(waits.mean()) / 1000.0, exec_mean_us=float((ends - starts).mean()) / 1000.0)
-        if share >= SATURATED_SHARE and load.queue_mean_us >= QUEUE_TO_EXEC * load.exec_mean_us > 0:
-            load.hint = (f"{load.name} (rank {callee}) is thread-limited: its {threads} server thread"
-                         f"{'s were' if threads != 1 else ' was'} all busy {share:.0%} of the time calls were in "
-                         f"flight and calls queued {load.queue_mean_us / 1000:.2f} ms on average before a "
-                         f"{load.exec_mean_us / 1000:.2f} ms execution; raise num_worker_threads")
-        report.callees.append(load)
-    return report
+def _key_stats(calls: List[RpcCall], done_at: List[int], calls_seen: List[RpcCall], queue: Dict[int, int]) -> RpcKeyStats:
+    """The statistics of one (kind, func, caller, callee): ``calls``, of which those at
+    ``done_at`` are complete (every one of their times is set)."""
+    done = [calls_seen[n] for n in done_at]
+    e2e = np.array([c.complete_ns - c.send_ns for c in done], dtype=np.int64)  # type: ignore[operator]
+    exe = np.array([c.end_ns - c.start_ns for c in done], dtype=np.int64)  # type: ignore[operator]
+    c0 = calls[0]
+    return RpcKeyStats(
+        name=c0.name, kind=c0.kind, func=c0.func, caller=c0.caller, callee=c0.callee, count=len(calls),
+        complete=len(done), errors=sum(c.status != "ok" for c in calls), e2e_us=summary_us(e2e),
+        exec_us=summary_us(exe), overhead_us=summary_us(e2e - exe),
+        queue_us=summary_us([queue[n] for n in done_at]))
+
+
+def _callee_load(callee: int, calls: List[RpcCall], queued: List[int], observed_threads: Optional[int]) -> CalleeLoad:
+    """How busy ``callee`` was serving its complete ``calls`` (each queued ``queued`` ns),
+    with a hint where its server threads were the limit."""
+    starts = np.array([c.start_ns for c in calls], dtype=np.int64)
+    ends = np.array([c.end_ns for c in calls], dtype=np.int64)
+    waits = np.array(queued, dtype=np.int64)
+    peak = _max_concurrent(starts, ends)
+    threads = observed_threads or peak
+    in_flight = _covered_ns(starts - waits, ends, 1)
+    share = _covered_ns(starts, ends, threads) / in_flight if in_flight else 0.0
+    load = CalleeLoad(callee=callee, name=_callee_name(calls[0]), calls=len(calls), threads=threads,
+                      max_concurrent=peak, all_busy_share=share,
+                      queue_mean_us=float(waits.mean()) / 1000.0, exec_mean_us=float((ends - starts).mean()) / 1000.0)
+    if share >= SATURATED_SHARE and load.queue_mean_us >= QUEUE_TO_EXEC * load.exec_mean_us > 0:
+        load.hint = (f"{load.name} (rank {callee}) is thread-limited: its {threads} server thread"
+                     f"{'s were' if threads != 1 else ' was'} all busy {share:.0%} of the time calls were in "
+                     f"flight and calls queued {load.queue_mean_us / 1000:.2f} ms on average before a "
+                     f"{load.exec_mean_us / 1000:.2f} ms execution; raise num_worker_threads")
+    return load

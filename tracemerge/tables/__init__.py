@@ -9,7 +9,7 @@ describes every column and answers questions on the bundled samples with them.
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
-from tracemerge.job import Alignment, AlignRequest, Job
+from tracemerge.job import Alignment, AlignRequest, Job, reads
 from tracemerge.place.selection import Selection
 from tracemerge.tables.events import EVENT_COLUMNS, event_schema, require_arrow
 from tracemerge.tables.parts import JOB_TABLES, build
@@ -71,7 +71,7 @@ def load(paths: Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[
     the merged trace's events. ``critical_path``, ``gpu``: find the cross-rank critical path
     and each rank's GPU time too (from the same read of each rank). Every rank's events are held in memory: for a job
     larger than memory, ``tracemerge export`` writes them rank by rank to Parquet."""
-    job = Job.open(paths, rank_from, engine=engine, skip_bad=skip_bad, strict=strict, cycle=cycle, columns_only=True,
+    job = Job.open(paths, rank_from, engine=engine, skip_bad=skip_bad, strict=strict, cycle=cycle, read=reads.columns,
                    align=AlignRequest(align, reference, dict(offsets or {}), enforce_causality))
     selection = Selection(ranks=None if ranks is None else frozenset(ranks), window_ms=window_ms,
                           min_duration_us=min_duration_us, drop_categories=frozenset(drop_categories),

@@ -98,15 +98,7 @@ def rpcs_table(made: Products) -> "pa.Table":
     # t1/t4 on the caller's clock, t2/t3 on the callee's: each rank's converted in one numpy call
     for k, (key, role) in enumerate((("t1_ns", "caller"), ("t2_ns", "callee"), ("t3_ns", "callee"),
                                      ("t4_ns", "caller"))):
-        ranks = getattr(calls, role)
-        times = calls.times[k].copy() if n else np.zeros(0, np.int64)
-        known = calls.has[k].copy() if n else np.zeros(0, bool)
-        for rank in distinct(ranks).tolist() if n else []:
-            at = (ranks == rank) & known
-            if rank in alignment.clocks:
-                times[at] = alignment.clocks[rank].to_reference(times[at])
-            else:
-                known[ranks == rank] = False  # a peer without a file or clock: not on the reference clock
+        times, known = _on_reference(calls, k, getattr(calls, role), alignment.clocks)
         columns[key] = pa.array(times, i64, mask=~known)
     has_caller = calls.has[0] if n else np.zeros(0, bool)
     has_callee = calls.has[1] if n else np.zeros(0, bool)
@@ -116,6 +108,22 @@ def rpcs_table(made: Products) -> "pa.Table":
              "callee_rank", "callee_tid", "callee_thread", "t1_ns", "t2_ns", "t3_ns", "t4_ns", "sides"]
     schema = pa.schema([(k, i32 if k.endswith("_rank") else i64 if k.endswith("_ns") else s) for k in order])
     return pa.table([columns[k] for k in order], schema=schema)
+
+
+def _on_reference(calls: Any, k: int, ranks: np.ndarray, clocks: Mapping[int, Any]) -> Tuple[np.ndarray, np.ndarray]:
+    """(time ``k`` of every call on the reference clock, whether it is known there): read on
+    the clock of ``ranks`` (each call's), one numpy call per rank; a peer without a file or
+    clock is not on the reference clock."""
+    n = len(calls)
+    times = calls.times[k].copy() if n else np.zeros(0, np.int64)
+    known = calls.has[k].copy() if n else np.zeros(0, bool)
+    for rank in distinct(ranks).tolist() if n else []:
+        at = (ranks == rank) & known
+        if rank in clocks:
+            times[at] = clocks[rank].to_reference(times[at])
+        else:
+            known[ranks == rank] = False
+    return times, known
 
 
 def collectives_table(made: Products) -> "pa.Table":

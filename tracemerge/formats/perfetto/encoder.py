@@ -19,6 +19,7 @@ The encoder writes protobuf wire format directly (the message classes cost more 
 event than the bytes themselves); tests parse the output with ``perfetto_trace_pb2``.
 """
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Set, Tuple, Union, cast
@@ -345,69 +346,18 @@ def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, Sl
     counts = ProtoCounts()
     seq = _uint(10, place.rank + 1)
     start, dur = aligned_ns(trace, place.clock, place.out_base_ns)
-    ph = trace.ph
-    names = trace.names
-    n_tids = trace.thread_stride
     packets: List[bytes] = []
     tracks = _Tracks(trace, place, seq, packets)
-
-    is_meta = ph == ord("M")
-    counts.metadata = int(is_meta.sum())
-    is_instant = np.isin(ph, [ord("i"), ord("I"), ord("R")])
-    is_counter = ph == ord("C")
-    handled = is_meta | is_instant | is_counter | np.isin(ph, [ord(c) for c in "XBEbenSFstf"])
-    for code in distinct(ph[~handled]).tolist():
-        counts.drop(f"phase '{chr(code)}' has no TrackEvent form", int((ph == code).sum()))
-
+    is_instant, is_counter = _phases(trace.ph, counts)
     slices, async_instants = collect_slices(trace, start, dur, counts)
     ranges = slices.ranges()
     proto = None if reference else native.proto()
     if proto is not None and len(trace) and int(trace.name.min()) < 0:
         proto = None    # a nameless event: the Python path's name field of code -1 is its own quirk
-    if proto is None:
-        bound, flow_counts = bind_input_flows(trace, place.rank, start, slices, ranges)
-    else:
-        rows, flow_counts = bind_input_flow_rows(trace, place.rank, start, slices, ranges, proto.chains)
-    counts.flows = flow_counts.pop("converted")
-    counts.out += counts.flows
-    for reason, n in flow_counts.items():
-        counts.drop(reason, n)
-    if proto is None:
-        bodies: Union[_Bodies, _ColumnBodies] = _Bodies(trace, place.rank, merge_flows(flows or {}, bound), reference)
-    else:
-        bodies = _ColumnBodies(trace, place.rank, FlowRows.of(flows or {}) + rows, proto)
-
-    def track_uuid(track: int, lane: int) -> int:
-        if track >= 0:
-            return tracks.thread(track // n_tids, track % n_tids, lane)
-        k = -track - 1
-        return tracks.async_(k, slices.async_keys[k][0], names[slices.async_names[k]], lane)
-
-    # Per track, slices sorted by (start, -end) are split into nested lanes.
+    bodies = _bodies(trace, place.rank, start, slices, ranges, flows, proto, reference, counts)
+    track_uuid = functools.partial(_track_uuid, tracks, slices, trace.names, trace.thread_stride)
     for track, (lo, hi) in ranges.items():
-        if proto is None:
-            gs, ge = slices.start[lo:hi].tolist(), slices.end[lo:hi].tolist()
-            lanes = np.array(nest(gs, ge))
-        else:
-            gs, ge = _int64(slices.start[lo:hi]), _int64(slices.end[lo:hi])
-            lanes = np.frombuffer(proto.nest(gs, ge), np.int64)
-        # each lane's slices, in their order: grouped by one sort (a mask per lane was
-        # quadratic in the lanes: 100k crossing spans make 100k lanes)
-        by_lane = np.argsort(lanes, kind="stable")
-        cuts = np.flatnonzero(np.diff(lanes[by_lane])) + 1
-        for sel in np.split(by_lane, cuts) if len(by_lane) else []:
-            lane = int(lanes[sel[0]])
-            if lane:
-                counts.overlapping += len(sel)
-            uuid = track_uuid(track, lane)
-            begin, close = slices.begin[lo:hi][sel], slices.close[lo:hi][sel]
-            if proto is None:
-                cast(_Bodies, bodies).lane(
-                    uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
-                    begin.tolist(), close.tolist())
-            else:
-                cast(_ColumnBodies, bodies).lane(
-                    uuid, proto.slice_order(_int64(gs[sel]), _int64(ge[sel])), begin, close)
+        _lanes(bodies, proto, slices, lo, hi, functools.partial(track_uuid, track), counts)
     counts.overlap_tracks = tracks.overlap_tracks
 
     for i in np.flatnonzero(is_instant).tolist():
@@ -418,36 +368,113 @@ def encode_rank(trace: RankTrace, place: Placement, flows: Optional[Dict[int, Sl
         counts.instants += 1
     for i, track in async_instants:
         bodies.instant(int(start[i]), track_uuid(track, 0), i)
-
     for i in np.flatnonzero(is_counter).tolist():
-        values = trace.args[i] if isinstance(trace.args[i], dict) else {}
-        numeric = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if not numeric:
-            counts.drop("counter without numeric values")
-            continue
-        for key, v in numeric.items():
-            uuid = tracks.counter(int(trace.pid[i]), names[trace.name[i]], key)
-            value = _int(30, v) if isinstance(v, int) and -INT64_MAX <= v <= INT64_MAX else _double(44, float(v))
-            bodies.counter(int(start[i]), uuid, value)
-        counts.counters += 1
+        _counter(trace, i, int(start[i]), tracks, bodies, counts)
 
-    # Interned names and categories up front; the sequence starts from a clean state.
+    base = place.out_base_ns + time_shift(place.out_base_ns)  # >= 0: Perfetto's times are unsigned
+    body = bodies.packets(base, seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE))
+    # Argument names were interned while encoding; all of them go in the first packet.
+    head = _packet(seq + _uint(13, SEQ_INCREMENTAL_STATE_CLEARED)
+                   + _bytes(12, _interned(trace, slices, async_instants, is_instant) + bodies.anns.take_interned()))
+    counts.out += counts.instants - len(async_instants) + counts.counters + counts.metadata
+    return b"".join([head] + packets + body), counts
+
+
+def _phases(ph: np.ndarray, counts: "ProtoCounts") -> Tuple[np.ndarray, np.ndarray]:
+    """(instants, counters) of the phases ``ph``; metadata counted, phases with no
+    TrackEvent form dropped (counted by phase)."""
+    is_meta = ph == ord("M")
+    counts.metadata = int(is_meta.sum())
+    is_instant = np.isin(ph, [ord("i"), ord("I"), ord("R")])
+    is_counter = ph == ord("C")
+    handled = is_meta | is_instant | is_counter | np.isin(ph, [ord(c) for c in "XBEbenSFstf"])
+    for code in distinct(ph[~handled]).tolist():
+        counts.drop(f"phase '{chr(code)}' has no TrackEvent form", int((ph == code).sum()))
+    return is_instant, is_counter
+
+
+def _bodies(trace: RankTrace, rank: int, start: np.ndarray, slices: Slices, ranges: Dict[int, Tuple[int, int]],
+            flows: Optional[Dict[int, SliceFlows]], proto: Any, reference: bool,
+            counts: "ProtoCounts") -> "Union[_Bodies, _ColumnBodies]":
+    """The rank's bodies, the Python path's (``proto`` None) or the compiled writer's, with
+    the RPC arrows ``flows`` and the input flows bound to their slices (counted)."""
+    if proto is None:
+        bound, flow_counts = bind_input_flows(trace, rank, start, slices, ranges)
+    else:
+        rows, flow_counts = bind_input_flow_rows(trace, rank, start, slices, ranges, proto.chains)
+    counts.flows = flow_counts.pop("converted")
+    counts.out += counts.flows
+    for reason, n in flow_counts.items():
+        counts.drop(reason, n)
+    if proto is None:
+        return _Bodies(trace, rank, merge_flows(flows or {}, bound), reference)
+    return _ColumnBodies(trace, rank, FlowRows.of(flows or {}) + rows, proto)
+
+
+def _track_uuid(tracks: "_Tracks", slices: Slices, names: List[Any], n_tids: int, track: int, lane: int) -> int:
+    """The uuid of lane ``lane`` of ``track``: a thread's (track >= 0) or an async track's."""
+    if track >= 0:
+        return tracks.thread(track // n_tids, track % n_tids, lane)
+    k = -track - 1
+    return tracks.async_(k, slices.async_keys[k][0], names[slices.async_names[k]], lane)
+
+
+def _lanes(bodies: "Union[_Bodies, _ColumnBodies]", proto: Any, slices: Slices, lo: int, hi: int,
+           lane_uuid: Callable[[int], int], counts: "ProtoCounts") -> None:
+    """The slices ``lo:hi`` of one track (sorted by (start, -end)), split into nested lanes,
+    each lane's slices added to ``bodies`` on its track (``lane_uuid(lane)``)."""
+    if proto is None:
+        gs, ge = slices.start[lo:hi].tolist(), slices.end[lo:hi].tolist()
+        lanes = np.array(nest(gs, ge))
+    else:
+        gs, ge = _int64(slices.start[lo:hi]), _int64(slices.end[lo:hi])
+        lanes = np.frombuffer(proto.nest(gs, ge), np.int64)
+    # each lane's slices, in their order: grouped by one sort (a mask per lane was
+    # quadratic in the lanes: 100k crossing spans make 100k lanes)
+    by_lane = np.argsort(lanes, kind="stable")
+    cuts = np.flatnonzero(np.diff(lanes[by_lane])) + 1
+    for sel in np.split(by_lane, cuts) if len(by_lane) else []:
+        lane = int(lanes[sel[0]])
+        if lane:
+            counts.overlapping += len(sel)
+        uuid = lane_uuid(lane)
+        begin, close = slices.begin[lo:hi][sel], slices.close[lo:hi][sel]
+        if proto is None:
+            cast(_Bodies, bodies).lane(
+                uuid, slice_order([gs[k] for k in sel.tolist()], [ge[k] for k in sel.tolist()]),
+                begin.tolist(), close.tolist())
+        else:
+            cast(_ColumnBodies, bodies).lane(
+                uuid, proto.slice_order(_int64(gs[sel]), _int64(ge[sel])), begin, close)
+
+
+def _counter(trace: RankTrace, i: int, ts: int, tracks: "_Tracks", bodies: "Union[_Bodies, _ColumnBodies]",
+             counts: "ProtoCounts") -> None:
+    """Counter event ``i``: one value on its counter track per numeric arg (none: dropped)."""
+    values = trace.args[i] if isinstance(trace.args[i], dict) else {}
+    numeric = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not numeric:
+        counts.drop("counter without numeric values")
+        return
+    for key, v in numeric.items():
+        uuid = tracks.counter(int(trace.pid[i]), trace.names[trace.name[i]], key)
+        value = _int(30, v) if isinstance(v, int) and -INT64_MAX <= v <= INT64_MAX else _double(44, float(v))
+        bodies.counter(ts, uuid, value)
+    counts.counters += 1
+
+
+def _interned(trace: RankTrace, slices: Slices, async_instants: List[Tuple[int, int]], is_instant: np.ndarray) -> bytes:
+    """The interned names and categories of the events drawn, for the first packet (the
+    sequence starts from a clean state)."""
     named = np.zeros(len(trace), dtype=bool)
     named[slices.begin] = True
     named[[i for i, _ in async_instants]] = True
     named |= is_instant
     used_names = distinct(trace.name[named]).tolist()
     used_cats = distinct(trace.cat[named & (trace.cat >= 0)]).tolist()
+    names = trace.names
     interned = b"".join(_bytes(2, _uint(1, c + 1) + _str(2, names[c])) for c in used_names)
-    interned += b"".join(_bytes(1, _uint(1, c + 1) + _str(2, names[c])) for c in used_cats)
-
-    base = place.out_base_ns + time_shift(place.out_base_ns)  # >= 0: Perfetto's times are unsigned
-    body = bodies.packets(base, seq + _uint(13, SEQ_NEEDS_INCREMENTAL_STATE))
-    # Argument names were interned while encoding; all of them go in the first packet.
-    head = _packet(seq + _uint(13, SEQ_INCREMENTAL_STATE_CLEARED)
-                   + _bytes(12, interned + bodies.anns.take_interned()))
-    counts.out += counts.instants - len(async_instants) + counts.counters + counts.metadata
-    return b"".join([head] + packets + body), counts
+    return interned + b"".join(_bytes(1, _uint(1, c + 1) + _str(2, names[c])) for c in used_cats)
 
 
 FLOW_IDS, TERMINATING_FLOW_IDS = _tag(47, 1), _tag(48, 1)

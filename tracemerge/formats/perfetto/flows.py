@@ -78,28 +78,32 @@ def bind_input_flows(trace: RankTrace, rank: int, start: np.ndarray, slices: "Sl
         chain.sort()        # by (ts, event index), which are unique
         last = None         # when Perfetto sees the previous point of the chain; None: not in flight
         for _, i, role, (event, begin_ns, end_ns), v1 in chain:
-            if role == OUT:
-                if last is not None:
-                    if v1:  # a v2 point rides on an event that is kept
-                        _drop(drops, "flow start while the same id is in flight")
-                    continue
-                at, at_end = begin_ns, False
-            elif last is None:
-                if v1:
-                    _drop(drops, f"flow {'step' if role == STEP else 'end'} without a start")
-                continue
-            elif begin_ns > last:
-                at, at_end = begin_ns, False
-            elif end_ns is not None and end_ns > last:
-                at, at_end = end_ns, True
-            else:
-                if v1:
-                    _drop(drops, "flow point on a slice that ends before its flow starts")
+            at, at_end, why = _point_at(role, last, begin_ns, end_ns)
+            if at is None:
+                if v1:  # a v2 point rides on an event that is kept
+                    _drop(drops, why)
                 continue
             bound[event] = bound.get(event, NO_FLOWS).add(fid, at_end, terminating=role == IN)
             last = None if role == IN else at
             converted += v1
     return bound, {"converted": converted, **drops}
+
+
+def _point_at(role: str, last: Optional[int], begin_ns: int, end_ns: Optional[int]) -> Tuple[Optional[int], bool, str]:
+    """(the ns a point of a chain goes at, whether on its slice's end, ""), or (None, False,
+    why it is dropped); ``last``: when Perfetto sees the chain's previous point, None when
+    no flow of its id is in flight."""
+    if role == OUT:
+        if last is not None:
+            return None, False, "flow start while the same id is in flight"
+        return begin_ns, False, ""
+    if last is None:
+        return None, False, f"flow {'step' if role == STEP else 'end'} without a start"
+    if begin_ns > last:
+        return begin_ns, False, ""
+    if end_ns is not None and end_ns > last:
+        return end_ns, True, ""
+    return None, False, "flow point on a slice that ends before its flow starts"
 
 
 # chains()' drop codes (tracemerge/native/_proto.c), as the reference above words them
