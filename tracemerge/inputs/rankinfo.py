@@ -10,7 +10,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict, cast
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 import numpy as np
 
