@@ -380,17 +380,32 @@ def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
     assert ("callee execution: leaf (rank 2)", ns(460), 280 * US) in slices
 
 
+def _last_stepper(path):
+    """The trainer whose update ran the parameter server's last optimizer step, read from the
+    server's own events (rank file ``path``): the update_and_fetch_model callee span around
+    the last ``Optimizer.step`` on its thread."""
+    import gzip
+    import json
+    events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+    step = max((e for e in events if e["name"].startswith("Optimizer.step")), key=lambda e: e["ts"])
+    [update] = [e for e in events if "update_and_fetch_model" in e["name"] and e["name"].endswith("#remote")
+                and e["tid"] == step["tid"] and e["ts"] <= step["ts"] and step["ts"] + step["dur"] <= e["ts"] + e["dur"]]
+    return update["name"].split("(", 1)[1].split(" ->")[0]
+
+
 def test_real_async_update_continues_from_the_call_that_ran_the_optimizer():
     """samples/parameter_server: update_and_fetch_model is async_execution; a trainer's update
     returns when the batch is complete, which the last trainer's update does by running the
-    optimizer. Trainer 2's updates arrived first, so the path to the end of its run_trainer
-    goes, through the continuation, into trainer 1's update that stepped the optimizer."""
+    optimizer. The path to the end of the other trainer's run_trainer goes, through the
+    continuation, into that update (which trainer came last is read from the capture)."""
     from tracemerge.analysis.critical_path import walk
     paths = sorted(glob.glob("samples/parameter_server/rank*.json.gz"))
+    last = _last_stepper(paths[0])
+    [waiter] = {"trainer1", "trainer2"} - {last}
     session = Session.open(paths)
     job = job_timeline(session, session.align(), LocalEngine(1))
     [(rank, span)] = [job.callee_span[c] for c in job.callee_span
-                      if job.call_name[c] == "rpc_async#run_trainer(ps -> trainer2)"]
+                      if job.call_name[c] == f"rpc_async#run_trainer(ps -> {waiter})"]
     th = job.thread(rank, int(job.ranks[rank].span_thread[span]))
     start, end = job.span_start[rank][span], job.span_end[rank][span]
     with_cont = walk(job, th, start, end)
@@ -401,8 +416,8 @@ def test_real_async_update_continues_from_the_call_that_ran_the_optimizer():
 
     def on_ps(segs, text):
         return [s for s in segs if s.rank == 0 and text in s.name]
-    assert on_ps(with_cont, "Optimizer.step") and on_ps(with_cont, "update_and_fetch_model(trainer1 -> ps)")
-    assert not on_ps(without, "Optimizer.step") and not on_ps(without, "(trainer1 -> ps)")
+    assert on_ps(with_cont, "Optimizer.step") and on_ps(with_cont, f"update_and_fetch_model({last} -> ps)")
+    assert not on_ps(without, "Optimizer.step") and not on_ps(without, f"({last} -> ps)")
 
 
 # --- any job: the walk ends and tiles ------------------------------------------------------
