@@ -19,11 +19,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(worker, world_size, *args):
-    """Run ``worker(rank, world_size, *args)`` in ``world_size`` fresh processes."""
-    # One intra-op thread per worker (inherited by the spawned processes): several workers
-    # on two cores, each with OpenMP threads spinning for the others, made a tiny aten::mm
-    # take hundreds of ms (measured: the parameter server's 8x32 MLP, 236 ms per mm).
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def launch(worker, world_size, *args, intra_op_threads=None):
+    """Run ``worker(rank, world_size, *args)`` in ``world_size`` fresh processes, each with
+    ``intra_op_threads`` OpenMP threads where given (torch's default: one per core)."""
+    if intra_op_threads is not None:
+        # inherited by the spawned processes, which read it when torch starts
+        os.environ.setdefault("OMP_NUM_THREADS", str(intra_op_threads))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     mp.spawn(worker, args=(world_size, *args), nprocs=world_size, join=True)

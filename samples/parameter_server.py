@@ -106,4 +106,7 @@ def worker(rank, world_size, out):
 
 
 if __name__ == "__main__":
-    launch(worker, NUM_TRAINERS + 1, str(Path(sys.argv[1]) / "parameter_server"))
+    launch(worker, NUM_TRAINERS + 1, str(Path(sys.argv[1]) / "parameter_server"),
+           # three workers on two cores, each with OpenMP threads spinning for the others,
+           # made a tiny aten::mm take hundreds of ms (measured: 236 ms per mm of the 8x32 MLP)
+           intra_op_threads=1)

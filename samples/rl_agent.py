@@ -155,4 +155,4 @@ def worker(rank, world_size, out):
 
 
 if __name__ == "__main__":
-    launch(worker, NUM_OBSERVERS + 1, str(Path(sys.argv[1]) / "rl_agent"))
+    launch(worker, NUM_OBSERVERS + 1, str(Path(sys.argv[1]) / "rl_agent"), intra_op_threads=1)   # as parameter_server.py
