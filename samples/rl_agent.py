@@ -17,9 +17,11 @@ from pathlib import Path
 import torch
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
-from common import captured, launch
+from common import launch
 from torch import nn, optim
 from torch.distributions import Categorical
+
+from tracemerge.capture import profile
 
 NUM_OBSERVERS = 2
 NUM_EPISODES = 2
@@ -143,14 +145,14 @@ class Agent:
 
 
 def worker(rank, world_size, out):
-    rpc.init_rpc("agent" if rank == 0 else f"observer{rank}", rank=rank, world_size=world_size)
-    with captured(out, rank, world_size):
+    with profile(out):
+        rpc.init_rpc("agent" if rank == 0 else f"observer{rank}", rank=rank, world_size=world_size)
         if rank == 0:
             agent = Agent(world_size)
             for _ in range(NUM_EPISODES):
                 agent.run_episode(NUM_STEPS)
-    rpc.shutdown()
+        rpc.shutdown()
 
 
 if __name__ == "__main__":
-    launch(worker, NUM_OBSERVERS + 1, str(Path(sys.argv[1]) / "rl_agent"))
+    launch(worker, NUM_OBSERVERS + 1, str(Path(sys.argv[1]) / "rl_agent"), intra_op_threads=1)   # as parameter_server.py

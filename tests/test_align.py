@@ -15,7 +15,7 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.graph import solve
 from tracemerge.clocks.methods import align, exchange_clocks
 from tracemerge.correlate.match import match_rpcs
-from tracemerge.job import Session
+from tracemerge.job import AlignRequest, Job, Session
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "samples")
 
@@ -174,42 +174,75 @@ def test_a_link_of_many_contradictions_is_not_used(tmp_path):
     assert "admit no linear clock" in models[1].note
 
 
-def _skewed_sample(name, tmp_path, skews):
-    paths = sorted(glob.glob(os.path.join(SAMPLES, name, "rank*.json.gz")))
-    if not paths:
-        pytest.skip(f"samples/{name} not captured yet")
-    out = []
-    for p in paths:
-        dst = str(tmp_path / os.path.basename(p))
-        rank = int(os.path.basename(p)[4:].split(".")[0])
-        if rank in skews:
-            synth.skew_file(p, dst, *skews[rank], anchor_ns=_doc(p)["tracemerge"]["profile_start_ns"])
-        else:
-            dst = p
-        out.append(dst)
+# (offset ns, drift ppm) of ranks 1 and 2 against rank 0's machine: 10 µs to 10 s, 0 and ±200 ppm
+SAMPLE_SKEWS = {
+    "seconds": {1: (3_200_000_000, 150.0), 2: (-7_500_000_000, -120.0)},
+    "far": {1: (10_000_000_000, -200.0), 2: (10_000, 200.0)},
+    "near": {1: (10_000, 0.0), 2: (-3_000_000, 200.0)},
+}
+
+
+def _sample_docs(name):
+    return {doc["tracemerge"]["rank"]: doc
+            for doc in map(_doc, sorted(glob.glob(os.path.join(SAMPLES, name, "rank*.json.gz"))))}
+
+
+def _served(docs):
+    """Each builtin the capture sent with the op that served it, read from the capture's own
+    records: {rpc_id: (callee, tid, op start ns)} for the builtins whose function the callee
+    served once, as often as it was sent (the recipe sends one torch.add and one torch.mul)."""
+    sent = [r for doc in docs.values() for r in doc["tracemerge"]["rpcs"] if r["role"] == "caller" and r.get("native")]
+    out = {}
+    for call in sent:
+        ops = [op for op in docs[call["callee"]]["tracemerge"].get("served_ops", []) if op["name"] == call["func"]]
+        if len(ops) == 1 and sum(c["func"] == call["func"] and c["callee"] == call["callee"] for c in sent) == 1:
+            out[call["rpc_id"]] = (call["callee"], ops[0]["tid"], ops[0]["start_ns"])
     return out
 
 
+def _fastest_exchange(docs, rank):
+    """The smallest (t4 - t1) - (t3 - t2) of the calls between ``rank`` and rank 0, both
+    sides read from the capture's own records."""
+    sides = {r["rpc_id"]: r for doc in docs.values() for r in doc["tracemerge"]["rpcs"] if r["role"] == "callee"}
+    return min((c["complete_ns"] - c["send_ns"]) - (sides[c["rpc_id"]]["end_ns"] - sides[c["rpc_id"]]["start_ns"])
+               for doc in docs.values() for c in doc["tracemerge"]["rpcs"]
+               if c["role"] == "caller" and {c["caller"], c["callee"]} == {0, rank} and c["rpc_id"] in sides)
+
+
+@pytest.mark.parametrize("skews", sorted(SAMPLE_SKEWS))
 @pytest.mark.parametrize("name", ["rpc_profiling", "parameter_server"])
-def test_skewed_real_capture_is_recovered(tmp_path, name):
-    skews = {1: (3_200_000_000, 150.0), 2: (-7_500_000_000, -120.0)}
-    paths = _skewed_sample(name, tmp_path, skews)
-    session = Session.open(paths)
-    alignment = session.align("auto")
-    assert alignment.causality["violations_before"]["total"] == 0
-    for info in session.infos:
-        if info.rank not in skews:
-            continue
-        original = os.path.join(SAMPLES, name, os.path.basename(info.path))
-        base = _doc(original)["tracemerge"]["profile_start_ns"]  # the anchor passed to skew_file
-        skew = ClockModel(rank=info.rank, method="skew", offset_ns=skews[info.rank][0],
-                          drift_ppm=skews[info.rank][1], anchor_ns=base)
-        # the unskewed ranks share one host clock, so the truth is the skew itself
-        t = np.linspace(skew.to_reference(info.first_ns), skew.to_reference(info.last_ns), 101).astype(np.int64)
-        err = np.abs(alignment.clocks[info.rank].to_reference(skew.to_local(t)) - t).max()
-        assert err <= alignment.clocks[info.rank].error_bound_ns, (info.rank, err)
-        assert err < 500_000  # loopback RTTs are ~1 ms: far below the seconds of skew
-    wall = session.align("wall")
+def test_skewed_real_capture_is_recovered(tmp_path, name, skews):
+    """A bundled sample (one machine) given other machines' clocks and boot ids: every rank's
+    clock within its error bound of the planted one, no call backwards, every builtin paired
+    with the op that served it."""
+    docs = _sample_docs(name)
+    anchor = docs[0]["tracemerge"]["profile_start_ns"]
+    moved, clocks = synth.on_machines(docs, {r: s for r, s in SAMPLE_SKEWS[skews].items() if r in docs}, anchor)
+    job = Job.open(synth.write_docs(moved, tmp_path), align=AlignRequest("auto"))
+    alignment = job.alignment
+    assert alignment.causality["violations_before"]["total"] == 0, alignment.causality
+    # rank 0's clock is the shared one, so its times are the true ones
+    t = np.linspace(job.info(0).start_ns, job.info(0).stop_ns, 101).astype(np.int64)
+    for rank in sorted(set(docs) - {0}):
+        model = alignment.clocks[rank]
+        assert model.method != "wall" and model.error_bound_ns is not None, model
+        err = np.abs(np.asarray(model.to_reference(clocks[rank].to_local(t))) - t).max()
+        assert err <= model.error_bound_ns, (rank, int(err), model)
+        # within the bracket of the rank's best exchange with rank 0 (there both clocks are
+        # one, so each call brackets the true offset 0 by its round trip less its execution)
+        assert err <= _fastest_exchange(docs, rank), (rank, int(err))
+    truth = _served(docs)
+    builtins = sum(r["role"] == "caller" and bool(r.get("native")) for d in docs.values() for r in d["tracemerge"]["rpcs"])
+    assert len(truth) == builtins == (2 if name == "rpc_profiling" else 0)   # the scripts' workloads
+    got = {r["rpc_id"]: (r["callee"], r["tid"], r["op_start_ns"]) for info in job.infos for r in info.remote_rpcs
+           if r.get("source") == "paired"}
+    assert got == {k: (callee, tid, int(clocks[callee].to_local(start))) for k, (callee, tid, start) in truth.items()}
+
+
+def test_skewed_real_capture_on_wall_clocks_goes_backwards(tmp_path):
+    docs = _sample_docs("parameter_server")
+    moved, _ = synth.on_machines(docs, SAMPLE_SKEWS["seconds"], docs[0]["tracemerge"]["profile_start_ns"])
+    wall = Job.open(synth.write_docs(moved, tmp_path), align=AlignRequest("wall")).alignment
     assert wall.causality["violations_before"]["rpc"] > 0
 
 

@@ -380,17 +380,42 @@ def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
     assert ("callee execution: leaf (rank 2)", ns(460), 280 * US) in slices
 
 
+def _last_step(path):
+    """The parameter server's last optimizer step, read from its own events (rank file
+    ``path``): (the trainer whose update ran it, the step's and that update's (start ns, end ns)), the other trainer's last
+    update on another server thread. The stepping update is the
+    update_and_fetch_model callee span around the step on its thread, the innermost (an
+    earlier trainer's async_execution span, still open for its future, may enclose it too)."""
+    import gzip
+    import json
+    doc = json.load(gzip.open(path))
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    step = max((e for e in events if e["name"].startswith("Optimizer.step")), key=lambda e: e["ts"])
+    update = max((e for e in events if "update_and_fetch_model" in e["name"] and e["name"].endswith("#remote")
+                  and e["tid"] == step["tid"] and e["ts"] <= step["ts"] and step["ts"] + step["dur"] <= e["ts"] + e["dur"]),
+                 key=lambda e: e["ts"])
+    last = update["name"].split("(", 1)[1].split(" ->")[0]
+    waiter = max((e for e in events if "update_and_fetch_model" in e["name"] and e["name"].endswith("#remote")
+                  and f"({last} ->" not in e["name"]), key=lambda e: e["ts"])
+    # else the two updates nest on one thread, and no continuation is needed to reach the step
+    assert waiter["tid"] != step["tid"], "the capture's last updates ran on one server thread"
+    base = doc["baseTimeNanoseconds"]
+    return last, *((base + round(e["ts"] * 1000), base + round((e["ts"] + e["dur"]) * 1000)) for e in (step, update))
+
+
 def test_real_async_update_continues_from_the_call_that_ran_the_optimizer():
     """samples/parameter_server: update_and_fetch_model is async_execution; a trainer's update
     returns when the batch is complete, which the last trainer's update does by running the
-    optimizer. Trainer 2's updates arrived first, so the path to the end of its run_trainer
-    goes, through the continuation, into trainer 1's update that stepped the optimizer."""
+    optimizer. The path to the end of the other trainer's run_trainer goes, through the
+    continuation, into that update's last step (who came last is read from the capture)."""
     from tracemerge.analysis.critical_path import walk
     paths = sorted(glob.glob("samples/parameter_server/rank*.json.gz"))
+    last, step, update = _last_step(paths[0])   # rank 0 is the reference: its times are the path's
+    [waiter] = {"trainer1", "trainer2"} - {last}
     session = Session.open(paths)
     job = job_timeline(session, session.align(), LocalEngine(1))
     [(rank, span)] = [job.callee_span[c] for c in job.callee_span
-                      if job.call_name[c] == "rpc_async#run_trainer(ps -> trainer2)"]
+                      if job.call_name[c] == f"rpc_async#run_trainer(ps -> {waiter})"]
     th = job.thread(rank, int(job.ranks[rank].span_thread[span]))
     start, end = job.span_start[rank][span], job.span_end[rank][span]
     with_cont = walk(job, th, start, end)
@@ -399,10 +424,10 @@ def test_real_async_update_continues_from_the_call_that_ran_the_optimizer():
         assert segs[0].start_ns == start and segs[-1].end_ns == end
         assert all(a.end_ns == b.start_ns for a, b in zip(segs, segs[1:]))
 
-    def on_ps(segs, text):
-        return [s for s in segs if s.rank == 0 and text in s.name]
-    assert on_ps(with_cont, "Optimizer.step") and on_ps(with_cont, "update_and_fetch_model(trainer1 -> ps)")
-    assert not on_ps(without, "Optimizer.step") and not on_ps(without, "(trainer1 -> ps)")
+    def on_ps(segs, text, during):
+        return [s for s in segs if s.rank == 0 and text in s.name and s.start_ns < during[1] and s.end_ns > during[0]]
+    assert on_ps(with_cont, "Optimizer.step", step) and on_ps(with_cont, f"update_and_fetch_model({last} -> ps)", update)
+    assert not on_ps(without, "Optimizer.step", step) and not on_ps(without, f"({last} -> ps)", update)
 
 
 # --- any job: the walk ends and tiles ------------------------------------------------------

@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 import orjson
 import pytest
 from click.testing import CliRunner
+from support import synth
 
 from tracemerge.cli import main
 
@@ -262,8 +263,12 @@ def test_html_latency_bar_adds_up_to_the_mean_and_labels_clear_the_error_bars(tm
 
 
 def test_html_offset_labels_clear_the_error_bars(tmp_path):
-    # parameter_server's files predate boot_id: ranks 1 and 2 are estimated, with error bars
-    files = sorted(glob.glob(f"{SAMPLES}/parameter_server/rank*.json.gz"))
+    # parameter_server's ranks given machines of their own: ranks 1 and 2 are estimated, with error bars
+    docs = {r: orjson.loads(gzip.decompress(open(f"{SAMPLES}/parameter_server/rank{r}.json.gz", "rb").read()))
+            for r in range(3)}
+    moved, _ = synth.on_machines(docs, {1: (2_000_000, 0.0), 2: (-3_000_000, 0.0)},
+                                 docs[0]["tracemerge"]["profile_start_ns"])
+    files = synth.write_docs(moved, tmp_path)
     page = tmp_path / "r.html"
     assert run("report", *files, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
     num = r'"([-\d.]+)"'

@@ -190,6 +190,47 @@ def skew_job(docs, truth):
     return out
 
 
+def on_machines(docs, skews, anchor_ns):
+    """Copies of one machine's rank-file documents ({rank: doc}) as if each rank had run on a
+    machine of its own, whose clock read ``skews[R] = (offset_ns, drift_ppm)`` more than the
+    shared one at ``anchor_ns`` (a rank not in ``skews`` keeps it): every time moved by
+    :func:`skew_job`, and a boot id per machine, ``machine-R`` (inside a ``"clock_rank": R``
+    object, R's: what a rank read from a peer came from the peer's machine). Returns the
+    documents and {rank: the ClockModel its times were moved by}."""
+    clocks = {r: ClockModel(rank=r, method="skew", offset_ns=int(skews.get(r, (0, 0.0))[0]),
+                            drift_ppm=float(skews.get(r, (0, 0.0))[1]), anchor_ns=int(anchor_ns)) for r in docs}
+    moved = skew_job(docs, clocks)
+    for rank, doc in moved.items():
+        doc["tracemerge"] = _own_machine(doc["tracemerge"], rank)
+    return moved, clocks
+
+
+def _own_machine(value, rank):
+    if isinstance(value, dict):
+        if isinstance(value.get("clock_rank"), int):
+            rank = value["clock_rank"]
+        return {k: (f"machine-{rank}" if k == "boot_id" else _own_machine(v, rank)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_own_machine(v, rank) for v in value]
+    return value
+
+
+def write_docs(docs, out_dir):
+    """Write each document of {rank: doc} to ``out_dir/rank{R}.json.gz``; their paths, by rank."""
+    paths = []
+    for rank, doc in sorted(docs.items()):
+        path = os.path.join(str(out_dir), f"rank{rank}.json.gz")
+        _write(path, orjson.dumps(doc))
+        paths.append(path)
+    return paths
+
+
+def _write(path, data):
+    codec = codec_for(path)
+    with open(path, "wb") as f:
+        f.write(codec.compress(data) if codec else data)
+
+
 def _skew_events(doc, clock):
     """A copy of ``doc`` with every event's ``ts`` (and ``dur``) read on ``clock``."""
     base = doc.get("baseTimeNanoseconds") or 0
@@ -225,8 +266,5 @@ def skew_file(src, dst, offset_ns, drift_ppm=0.0, anchor_ns=None):
     .gz or .zst)."""
     from tracemerge.inputs.chrome import read_bytes
     doc = orjson.loads(read_bytes(src))
-    data = orjson.dumps(skew(doc, offset_ns, drift_ppm, anchor_ns))
-    codec = codec_for(dst)
-    with open(dst, "wb") as f:
-        f.write(codec.compress(data) if codec else data)
+    _write(dst, orjson.dumps(skew(doc, offset_ns, drift_ppm, anchor_ns)))
     return dst

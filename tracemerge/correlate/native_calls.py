@@ -661,7 +661,7 @@ def _record(call: Dict[str, Any], op: Dict[str, Any], callee: Any, same_clock: b
         # The profiler's clock and time.time_ns() differ by up to ±2 µs: on one clock the op
         # surely ran inside the call, and the record says so (the op keeps its own times).
         start = max(start, call["send_ns"])
-        end = max(start, min(end, call.get("complete_ns", end)))
+        end = max(start, min(end, call.get("complete_ns") or end))   # a null completion: none known
     rec = {k: call[k] for k in _HEADER if k in call}
     # the op ran, so it ended; an error is known to the caller (a remote()'s never is)
     rec.update(role="callee", native=True, source="paired", tid=op["tid"], start_ns=start, end_ns=end,

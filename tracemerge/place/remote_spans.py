@@ -129,7 +129,7 @@ def _trace(callee: int, recs: List[Dict[str, Any]]) -> RankTrace:
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
                        "args": {"name": f"thread {tid} (RPC server)"}})
     for r in recs:
-        events.append({"ph": "X", "cat": CATEGORY, "name": r["name"] + "#remote", "pid": PID, "tid": r.get("tid", 0),
+        events.append({"ph": "X", "cat": CATEGORY, "name": f"{r.get('name') or r.get('func') or r['rpc_id']}#remote", "pid": PID, "tid": r.get("tid", 0),
                        "ts": (r["start_ns"] - base) / 1000, "dur": max(0, r["end_ns"] - r["start_ns"]) / 1000,
                        "args": {"rpc_id": r["rpc_id"], "role": "callee", "status": r.get("status", "ok"),
                                 **({"bounded": True} if r.get("bounded") else {})}})
