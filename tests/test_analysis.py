@@ -4,8 +4,8 @@ real rank files, read and aligned by the real Session, walked by the real code."
 import glob
 
 import pytest
+from support.ranks import BASE, rank_file, write, x
 
-from tests.tracefiles import BASE, rank_file, write, x
 from tracemerge.analysis.critical_path import (
     COLLECTIVE,
     COMPUTE,
@@ -349,8 +349,9 @@ def test_real_job_path_runs_through_the_serialised_callee_spans():
 
 @pytest.mark.parametrize("name", ["merged.json", "merged.pftrace"])
 def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
+    from support.ranks import load_output
+
     from tests.support.pftrace import read_pftrace, thread_of
-    from tests.tracefiles import load_output
     from tracemerge.compose import combine
 
     job, f, g = chain(tmp_path)

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from corpus.bad_inputs import CLASSES, COMMANDS, command_args, write_case, write_good
-from tracefiles import ROOT
+from support.paths import ROOT
 
 from tracemerge.cli import main
 

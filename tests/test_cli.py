@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from tracefiles import kineto, load_output, write, x
+from support.ranks import kineto, load_output, write, x
 
 import tracemerge
 from tracemerge.cli import main

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from tracefiles import kineto, load_output, x
+from support.ranks import kineto, load_output, x
 
 from tracemerge.cli import main
 from tracemerge.errors import EXIT_CONFLICT, EXIT_INPUT, TraceError
@@ -152,7 +152,7 @@ def test_files_of_different_jobs_warn_or_are_refused_with_strict(tmp_path):
 
 
 def test_world_size_disagreement_in_kineto_distributed_info(tmp_path):
-    from tracefiles import write
+    from support.ranks import write
     a = write(tmp_path / "a.json", kineto([x("a", 1, 1)], rank=0, world_size=2))
     b = write(tmp_path / "b.json", kineto([x("a", 1, 1)], rank=1, world_size=4))
     r = invoke("info", a, b)

@@ -8,7 +8,8 @@ import sys
 import time
 
 import pytest
-from tracefiles import kineto, load_output, sigint_default, write, x
+from support.jobs import sigint_default
+from support.ranks import kineto, load_output, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]
 

@@ -13,7 +13,8 @@ import sys
 import time
 
 import pytest
-from tracefiles import kineto, sigint_default, write, x
+from support.jobs import sigint_default
+from support.ranks import kineto, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]
 

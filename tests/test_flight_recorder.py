@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tracefiles import end_like_timeout
+from support.jobs import end_like_timeout
 
 from tracemerge import AlignRequest, Job
 from tracemerge.report.build import job_report

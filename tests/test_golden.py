@@ -22,7 +22,7 @@ import os
 import pytest
 from click.testing import CliRunner
 from support import golden
-from tracefiles import ROOT
+from support.paths import ROOT
 
 from tracemerge.cli import main
 

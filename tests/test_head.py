@@ -6,7 +6,8 @@ import json
 import os
 
 import pytest
-from tracefiles import BASE, cli, kineto, rank_file, write, x
+from support import cli
+from support.ranks import BASE, kineto, rank_file, write, x
 
 from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
@@ -116,20 +117,20 @@ def test_bad_event_found_by_a_worker_fails_cleanly_in_turn(rank_files, tmp_path)
     others = [p for p in rank_files if not os.path.basename(p).startswith("rank0")]
     out = tmp_path / "out.json"
     for jobs in (1, 2):
-        r = cli("combine", bad_path, *others, "-o", out, "-j", jobs)
-        assert r.returncode == 3, r.stderr
-        err = r.stderr.decode().strip().splitlines()
+        r = cli.run("combine", bad_path, *others, "-o", out, "-j", jobs)
+        assert r.exit_code == 3, r.stderr
+        err = r.stderr.strip().splitlines()
         assert err[-1].startswith(f"tracemerge: error: {bad_path}: event 1: negative 'dur' "), err
         assert sorted(os.listdir(tmp_path)) == ["rank0.json"]
 
 
 def test_gzip_and_stdout_outputs_match_the_file(rank_files, tmp_path):
     plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
-    assert cli("combine", *rank_files, "-o", plain, "-j", 2).returncode == 0
-    assert cli("combine", *rank_files, "-o", packed, "-j", 2).returncode == 0
-    piped = cli("combine", *rank_files, "-o", "-", "-j", 2)
-    assert piped.returncode == 0
-    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes() == piped.stdout
+    assert cli.run("combine", *rank_files, "-o", plain, "-j", 2).exit_code == 0
+    assert cli.run("combine", *rank_files, "-o", packed, "-j", 2).exit_code == 0
+    piped = cli.run("combine", *rank_files, "-o", "-", "-j", 2)
+    assert piped.exit_code == 0
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes() == piped.stdout_bytes
 
 
 def test_zstd_rank_file_is_described_from_its_head(rank_files, tmp_path):
@@ -146,5 +147,5 @@ def test_a_head_that_is_not_utf8_is_left_to_the_full_reader(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_bytes(b'{"k\xffey": 1, "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
     assert read_head(str(path)) is None
-    r = cli("info", path)
-    assert r.returncode == 3 and r.stderr.decode().startswith(f"tracemerge: error: {path}: byte 3: not valid UTF-8")
+    r = cli.run("info", path)
+    assert r.exit_code == 3 and r.stderr.startswith(f"tracemerge: error: {path}: byte 3: not valid UTF-8")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from tracefiles import SAMPLES
+from support.paths import SAMPLES
 
 from tracemerge.cli import main
 

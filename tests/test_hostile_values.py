@@ -15,8 +15,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.paths import SAMPLES
 from test_bad_inputs import invoke
-from tracefiles import SAMPLES
 
 import tracemerge
 

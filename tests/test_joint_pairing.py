@@ -6,7 +6,7 @@ clock reading, drift (and, in test_align.py, one exchange that contradicts its l
 
 import numpy as np
 import pytest
-from tracefiles import BASE, rank_file, write, x
+from support.ranks import BASE, rank_file, write, x
 
 from tracemerge import Job
 

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from tracefiles import BASE, rank_file, write
+from support.ranks import BASE, rank_file, write
 
 from tracemerge.cli import main
 

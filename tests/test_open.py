@@ -6,7 +6,7 @@ import sys
 import urllib.parse
 import urllib.request
 
-from tracefiles import sigint_default
+from support.jobs import sigint_default
 
 from tracemerge.serve import UI_ORIGIN
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-import tracefiles as tf
+from support import ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,9 +30,9 @@ def job(tmp_path_factory):
     d = tmp_path_factory.mktemp("job")
     paths = []
     for r in (0, 1):
-        events = [tf.x("ProfilerStep#1", 0, 5000, cat="user_annotation"), tf.x("aten::add", 100, 1000),
-                  tf.x("aten::mul", 1200, 2000)]
-        paths.append(tf.write(d / f"rank{r}.json.gz", tf.rank_file(events, r)))
+        events = [ranks.x("ProfilerStep#1", 0, 5000, cat="user_annotation"), ranks.x("aten::add", 100, 1000),
+                  ranks.x("aten::mul", 1200, 2000)]
+        paths.append(ranks.write(d / f"rank{r}.json.gz", ranks.rank_file(events, r)))
     return paths
 
 

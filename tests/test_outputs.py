@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from tracefiles import BASE, rank_file, write, x
+from support.ranks import BASE, rank_file, write, x
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "samples")

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tracefiles import end_like_timeout
+from support.jobs import end_like_timeout
 
 from tracemerge import AlignRequest, Job, combine
 from tracemerge.capture.journal import PERIOD_S

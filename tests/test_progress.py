@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from tracefiles import kineto, write, x
+from support.ranks import kineto, write, x
 
 CMD = [sys.executable, "-m", "tracemerge"]
 

@@ -11,7 +11,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli, free_port, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import free_port, run_job  # noqa: E402
+
 from tracemerge import Job  # noqa: E402
 
 JOB_TIMEOUT_S = 120
@@ -149,13 +151,13 @@ def test_callee_not_recording_still_gives_every_side(snippet_job):
 
 def test_combine_joins_the_fetched_sides_and_aligns_one_machine_exactly(snippet_job, tmp_path):
     files = [str(snippet_job / "rank0.json.gz"), str(snippet_job / "rank1.json.gz")]
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert clocks[1]["method"] == "shared-clock"
     assert (clocks[1]["offset_ns"], clocks[1]["drift_ppm"], clocks[1]["error_bound_ns"]) == (0, 0, 0)
-    res = cli("report", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("report", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     rpc = json.loads(res.stdout)["rpc"]
     assert (rpc["caller_only"], rpc["callee_only"]) == (0, 0)
     # every call now has both sides, so its callee time is known
@@ -178,17 +180,17 @@ def test_two_runs_on_one_port_have_different_job_ids(snippet_job, second_run, sn
     assert first[0].startswith(f"127.0.0.1:{snippet_port}@")
     mixed = [str(snippet_job / "rank0.json.gz"), str(second_run / "rank1.json.gz")]
     out = second_run.parent / "mixed.json"
-    res = cli("combine", *mixed, "-o", out)
-    assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
-    res = cli("combine", *mixed, "-o", out, "--force", "--strict")
-    assert res.returncode == 4 and b"refused by --strict" in res.stderr
-    res = cli("offsets", *mixed)
-    assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
+    res = cli.run("combine", *mixed, "-o", out)
+    assert res.exit_code == 0 and "different jobs: job_id differs" in res.stderr
+    res = cli.run("combine", *mixed, "-o", out, "--force", "--strict")
+    assert res.exit_code == 4 and "refused by --strict" in res.stderr
+    res = cli.run("offsets", *mixed)
+    assert res.exit_code == 0 and "different jobs: job_id differs" in res.stderr
 
 
 def _merged(files, out):
-    res = cli("combine", *files, "-o", out)
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *files, "-o", out)
+    assert res.exit_code == 0, res.stderr
     with open(out) as f:
         return json.load(f), res.stderr
 

@@ -6,7 +6,8 @@ one pooled model that holds the true skew within its error bound; causality hold
 import json
 import random
 
-from tracefiles import BASE, cli, rank_file, write, x
+from support import cli
+from support.ranks import BASE, rank_file, write, x
 
 OFFSET_NS = 3_000_000      # machine B's clock reads 3 ms ahead of machine A's
 DRIFT_PPM = 40.0           # and gains 40 µs per second
@@ -55,8 +56,8 @@ def _job(tmp_path):
 
 def test_other_machine_recovers_its_skew_and_one_machine_stays_exact(tmp_path):
     files, end = _job(tmp_path)
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert (clocks[1]["method"], clocks[1]["offset_ns"], clocks[1]["drift_ppm"], clocks[1]["error_bound_ns"]) == \
         ("shared-clock", 0, 0, 0)
@@ -68,7 +69,7 @@ def test_other_machine_recovers_its_skew_and_one_machine_stays_exact(tmp_path):
         estimate = b2["offset_ns"] + b2["drift_ppm"] * 1e-6 * (t - b2["anchor_ns"])
         true = _skew(2, t) - t
         assert abs(estimate - true) <= b2["error_bound_ns"], (t, estimate, true, b2)
-    assert b"causality: 0 violations" in res.stderr
+    assert "causality: 0 violations" in res.stderr
 
 
 def test_without_boot_ids_each_rank_is_its_own_machine(tmp_path):
@@ -78,8 +79,8 @@ def test_without_boot_ids_each_rank_is_its_own_machine(tmp_path):
             doc = json.load(f)
         del doc["tracemerge"]["boot_id"]
         write(path, doc)
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert all(c["method"] != "shared-clock" for c in clocks.values())
     assert clocks[1]["error_bound_ns"] > 0  # estimated, not known
@@ -94,8 +95,8 @@ def test_a_rank_whose_records_contradict_its_machine_clock_is_estimated(tmp_path
             doc = json.load(f)
         doc["tracemerge"].update(boot_id="boot-A", hostname="hostA")
         write(path, doc)
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert (clocks[1]["method"], clocks[1]["offset_ns"], clocks[1]["error_bound_ns"]) == ("shared-clock", 0, 0)
     for r in (2, 3):
@@ -105,5 +106,5 @@ def test_a_rank_whose_records_contradict_its_machine_clock_is_estimated(tmp_path
             estimate = c["offset_ns"] + c["drift_ppm"] * 1e-6 * (t - c["anchor_ns"])
             assert abs(estimate - (_skew(r, t) - t)) <= c["error_bound_ns"]
         assert f"rank {r}: shares a boot_id with rank 0, but".encode() in res.stderr
-    assert b"contradict one clock" in res.stderr and b"rank 1: shares" not in res.stderr
-    assert b"causality: 0 violations" in res.stderr
+    assert "contradict one clock" in res.stderr and "rank 1: shares" not in res.stderr
+    assert "causality: 0 violations" in res.stderr

@@ -16,7 +16,7 @@ import time
 import urllib.request
 
 import pytest
-import tracefiles as tf
+from support import jobs, ranks
 from test_open import start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,15 +28,15 @@ def big(tmp_path_factory):
     d = tmp_path_factory.mktemp("big")
     paths = []
     for r in (0, 1):
-        events = [tf.x("ProfilerStep#1", 0, 10_000_000, cat="user_annotation")]
-        events += [tf.x(f"aten::op{i % 50}", 10 + i * 20, 15, tid=1 + i % 4) for i in range(150_000)]
-        paths.append(tf.write(d / f"rank{r}.json.gz", tf.rank_file(events, r)))
+        events = [ranks.x("ProfilerStep#1", 0, 10_000_000, cat="user_annotation")]
+        events += [ranks.x(f"aten::op{i % 50}", 10 + i * 20, 15, tid=1 + i % 4) for i in range(150_000)]
+        paths.append(ranks.write(d / f"rank{r}.json.gz", ranks.rank_file(events, r)))
     return paths
 
 
 def launch(*args, group=False):
     return subprocess.Popen([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=None if group else tf.sigint_default, start_new_session=group)
+                            preexec_fn=None if group else jobs.sigint_default, start_new_session=group)
 
 
 def wait_for(test, proc, limit=120):

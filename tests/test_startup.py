@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from tracefiles import ROOT
+from support.paths import ROOT
 
 HEAVY = ("numpy", "msgspec", "orjson", "http.server", "perfetto", "torch", "tracemerge.inputs", "tracemerge.native",
          "tracemerge.correlate", "tracemerge.clocks", "tracemerge.job", "tracemerge.place.selection", "tracemerge.formats",

@@ -21,8 +21,8 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.tracefiles import rank_file, run_job, write, x
+from support.jobs import run_job
+from support.ranks import rank_file, write, x
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "whatif_job.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
