@@ -5,18 +5,13 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
+from support.cli import invoke
 from support.ranks import kineto, load_output, write, x
 
 import tracemerge
-from tracemerge.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "kineto_rpc", "worker*.json.gz")))
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_version_and_help():

@@ -9,10 +9,9 @@ import os
 import shutil
 
 import pytest
-from click.testing import CliRunner
+from support.cli import invoke
 from support.ranks import kineto, load_output, x
 
-from tracemerge.cli import main
 from tracemerge.errors import EXIT_CONFLICT, EXIT_INPUT, TraceError
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.salvage import salvage
@@ -22,10 +21,6 @@ CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 
 def corpus(name):
     return os.path.join(CORPUS, name)
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def one_error_line(result, code):

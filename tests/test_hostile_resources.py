@@ -12,13 +12,11 @@ import zlib
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.cli import invoke
 from support.gen_shapes import write_shape
 from support.pftrace import read_pftrace
-
-from tracemerge.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -40,7 +38,7 @@ def test_item7_negative_times_encode_shifted_and_whole(tmp_path_factory, monkeyp
               {"ph": "X", "name": "b", "cat": "cpu_op", "ts": first + gap + 10, "dur": 5, "pid": 1, "tid": 1}]
     with open(src, "w") as f:
         json.dump({"traceEvents": events}, f)
-    r = CliRunner().invoke(main, ["combine", src, "-o", out, "-j", "1"])
+    r = invoke("combine", src, "-o", out, "-j", "1")
     assert r.exit_code == 0, r.output
     slices = {s["name"]: s for s in read_pftrace(out)["slices"]}
     assert set(slices) == {"a", "b"}

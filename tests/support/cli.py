@@ -5,6 +5,7 @@ itself (Popen: signals, pipes, a server)."""
 
 import dataclasses
 import inspect
+import os
 import subprocess
 import sys
 
@@ -24,6 +25,11 @@ class Result:
     stderr: str
     output: str
     stdout_bytes: bytes = b""
+
+    def ok(self):
+        """This result, checked: the run ended with exit 0 (else the test fails with its output)."""
+        assert self.exit_code == 0, f"exit {self.exit_code}\n{self.output}"
+        return self
 
     def error_line(self, code, *named):
         """The run's one ``tracemerge: error:`` line, checked: the run ended with ``code``,
@@ -45,20 +51,25 @@ def argv(*args, code=None):
     return [sys.executable, *head, *map(str, args)]
 
 
-def invoke(*args, env=None, input=None):
-    """The command in this process, under Python's default recursion limit as in a real run
+def invoke(*args, env=None, input=None, cwd=None, **extra):
+    """The command in this process (from ``cwd`` when given), under Python's default recursion limit as in a real run
     (hypothesis raises the limit while a test runs; with it raised, deep args overflow the C
-    stack of a forked worker before any RecursionError). An exception the command lets out
+    stack of a forked worker before any RecursionError); ``extra`` goes to the command's
+    ``main()`` (``terminal_width``). An exception the command lets out
     (not its exit) is raised here, traceback and all: no test expects one."""
+    # imported here: a test module that only runs processes leaves tracemerge unimported
     from click.testing import CliRunner
 
     from tracemerge.cli import main
 
-    limit = sys.getrecursionlimit()
+    limit, before = sys.getrecursionlimit(), os.getcwd()
     sys.setrecursionlimit(max(1000, len(inspect.stack(0)) + 900))
     try:
-        r = CliRunner().invoke(main, [str(a) for a in args], env=env, input=input)
+        if cwd is not None:
+            os.chdir(cwd)
+        r = CliRunner().invoke(main, [str(a) for a in args], env=env, input=input, **extra)
     finally:
+        os.chdir(before)
         sys.setrecursionlimit(limit)
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         raise r.exception
@@ -69,7 +80,12 @@ def run(*args, timeout=120, cwd=ROOT, env=None, input=None, code=None, **popen):
     """The command as its own process, run from ``cwd`` (the checkout's root) and waited for
     at most ``timeout`` s; ``code`` runs instead of ``python -m tracemerge`` (a command
     started some other way: its entry point, a module loaded first)."""
-    done = subprocess.run(argv(*args, code=code), capture_output=True, timeout=timeout, cwd=cwd, env=env,
-                          input=input.encode() if isinstance(input, str) else input, **popen)
+    return finished(subprocess.run(argv(*args, code=code), capture_output=True, timeout=timeout, cwd=cwd, env=env,
+                                   input=input.encode() if isinstance(input, str) else input, **popen))
+
+
+def finished(done):
+    """A process the test started its own way (through a shell, with capabilities dropped),
+    run with ``capture_output``, read as a :class:`Result`."""
     out, err = (s.decode(errors="replace") for s in (done.stdout, done.stderr))
     return Result(done.returncode, out, err, out + err, done.stdout)
