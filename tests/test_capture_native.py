@@ -250,12 +250,12 @@ def test_combine_joins_both_sides_of_every_call(job, tmp_path):
     # and the two calls that take turns
     calls = IN_FLIGHT + 5 + TOGETHER + LAZY if mode in ("one", "onethread") else 2 * (IN_FLIGHT + 5 + TOGETHER) + 2
     if mode != "light":
-        assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only".encode() in res.stderr
+        assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only" in res.stderr
     else:
         # trace=False: builtins keep their C++ path to every callee, so with no callee
         # tracing they have the caller's side only; the Python functions (wrapped) both
         natively = 2 * (IN_FLIGHT + 4 + TOGETHER)
-        assert f"{calls} RPCs: {calls - natively} with both sides, {natively} caller only".encode() in res.stderr
+        assert f"{calls} RPCs: {calls - natively} with both sides, {natively} caller only" in res.stderr
 
 
 def test_light_mode_writes_records_and_no_events(job):

@@ -105,6 +105,6 @@ def test_a_rank_whose_records_contradict_its_machine_clock_is_estimated(tmp_path
         for t in (BASE + 10_000_000, end):
             estimate = c["offset_ns"] + c["drift_ppm"] * 1e-6 * (t - c["anchor_ns"])
             assert abs(estimate - (_skew(r, t) - t)) <= c["error_bound_ns"]
-        assert f"rank {r}: shares a boot_id with rank 0, but".encode() in res.stderr
+        assert f"rank {r}: shares a boot_id with rank 0, but" in res.stderr
     assert "contradict one clock" in res.stderr and "rank 1: shares" not in res.stderr
     assert "causality: 0 violations" in res.stderr
