@@ -7,7 +7,7 @@ import os
 
 import pytest
 from support import cli
-from support.ranks import BASE, kineto, rank_file, write, x
+from support.ranks import BASE, calling_ranks, kineto, rank_file, write, x
 
 from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
@@ -16,22 +16,6 @@ from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
 from tracemerge.job import Session
 from tracemerge.job.describe_files import scan_head
 from tracemerge.merge.combine import combine
-
-
-def rpc_pair(rpc_id, caller, callee, t1, t2, t3, t4):
-    common = {"rpc_id": rpc_id, "kind": "rpc_async", "func": "f", "name": f"rpc_async#f(w{caller} -> w{callee})",
-              "caller": caller, "callee": callee, "status": "ok"}
-    return ({**common, "role": "caller", "send_ns": t1, "complete_ns": t4},
-            {**common, "role": "callee", "start_ns": t2, "end_ns": t3})
-
-
-def two_ranks(tmp_path, events0, events1, start_ns=BASE + 5 * 10**8):
-    """Two rank files exchanging RPCs, profiled from ``start_ns``; events are µs after BASE."""
-    calls = [rpc_pair(f"0:{k}", 0, 1, *(start_ns + k * 10**6 + d for d in (0, 100_000, 200_000, 300_000)))
-             for k in range(3)]
-    docs = [rank_file(events0, 0, rpcs=[c for c, _ in calls], start_ns=start_ns),
-            rank_file(events1, 1, rpcs=[r for _, r in calls], start_ns=start_ns)]
-    return [write(tmp_path / f"rank{r}.json.gz", d) for r, d in enumerate(docs)]
 
 
 def merged(paths, out, jobs=2):
@@ -90,7 +74,7 @@ def test_every_rank_is_described_whole_before_anything_is_written(rank_files, tm
 def test_events_before_the_profilers_second_move_the_origin(tmp_path):
     # the profiler starts 0.5 s into a second, but rank 1 has an event 1.4 s earlier: ts 0
     # is the second before that event, not the profiler's (its head alone would say)
-    paths = two_ranks(tmp_path, [x("a", 600_000.0, 5.0)], [x("early", -900_000.0, 5.0), x("b", 600_100.0, 5.0)])
+    paths = calling_ranks(tmp_path, [x("a", 600_000.0, 5.0)], [x("early", -900_000.0, 5.0), x("b", 600_100.0, 5.0)])
     quick, _ = merged(paths, tmp_path / "workers.json")
     full, _ = merged(paths, tmp_path / "memory.json", jobs=None)
     assert quick == full
@@ -101,7 +85,7 @@ def test_events_before_the_profilers_second_move_the_origin(tmp_path):
 
 def test_a_thousand_pids_widen_every_rank_block(tmp_path):
     many = [x("p", 600_000.0 + k, 0.5, pid=10_000 + k) for k in range(1001)]
-    paths = two_ranks(tmp_path, [x("a", 600_000.0, 5.0)], many)
+    paths = calling_ranks(tmp_path, [x("a", 600_000.0, 5.0)], many)
     quick, _ = merged(paths, tmp_path / "workers.json")
     full, _ = merged(paths, tmp_path / "memory.json", jobs=None)
     assert quick == full

@@ -6,22 +6,17 @@ process per case, inputs made here."""
 
 import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
-from support import ranks
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import cli, ranks
 
 
 def run(args, env=None, timeout=60):
     """(exit code, stderr, seconds) of ``python -m tracemerge ARGS``."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-    return done.returncode, done.stderr, time.monotonic() - start
+    done = cli.run(*args, timeout=timeout, env={**os.environ, **(env or {})})
+    return done.exit_code, done.stderr, time.monotonic() - start
 
 
 @pytest.fixture(scope="module")

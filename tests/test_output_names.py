@@ -6,20 +6,16 @@ every path an output will take is checked before the work starts, its name's len
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from support import ranks
+from support import cli, ranks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}
 
 
 def run(*args):
-    done = subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, capture_output=True, timeout=120,
-                          env=ENV)
-    return done.returncode, done.stdout, done.stderr.decode("utf-8", "replace")
+    done = cli.run(*args, env=ENV)
+    return done.exit_code, done.stdout_bytes, done.stderr
 
 
 @pytest.fixture()

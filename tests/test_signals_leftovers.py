@@ -11,15 +11,13 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
-from support import jobs, ranks
+from support import cli, jobs, ranks
+from support.paths import ROOT
 from test_open import start
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +33,7 @@ def big(tmp_path_factory):
 
 
 def launch(*args, group=False):
-    return subprocess.Popen([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen(cli.argv(*args), cwd=ROOT, stderr=subprocess.PIPE, text=True,
                             preexec_fn=None if group else jobs.sigint_default, start_new_session=group)
 
 

@@ -46,9 +46,10 @@ class Result:
 
 
 def argv(*args, code=None):
-    """``python -m tracemerge ARGS`` (``python -c CODE ARGS`` with ``code``) as a list."""
+    """``python -m tracemerge ARGS`` (``python -c CODE ARGS`` with ``code``) as a list; an
+    argument in bytes stays bytes (a file name that is not UTF-8), any other becomes text."""
     head = ["-c", code] if code else ["-m", "tracemerge"]
-    return [sys.executable, *head, *map(str, args)]
+    return [sys.executable, *head, *(a if isinstance(a, bytes) else str(a) for a in args)]
 
 
 def invoke(*args, env=None, input=None, cwd=None, **extra):

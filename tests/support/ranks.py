@@ -7,6 +7,7 @@ test plants a clock shift by moving one rank's records or its ``base``."""
 
 import gzip
 import json
+import os
 
 BASE = 1_790_000_000_000_000_000  # a Kineto-style baseTimeNanoseconds
 
@@ -52,6 +53,17 @@ def rpc_records(rpc_id, caller, callee, t1, t2, t3, t4):
               "caller": caller, "callee": callee, "status": "ok"}
     return ({**common, "role": "caller", "send_ns": t1, "complete_ns": t4},
             {**common, "role": "callee", "start_ns": t2, "end_ns": t3})
+
+
+def calling_ranks(where, events0, events1, start_ns=BASE + 5 * 10**8, calls=3):
+    """Two rank files written in ``where`` (rank{R}.json.gz), profiled from ``start_ns``, rank 0
+    calling rank 1 ``calls`` times, one a ms, on one clock (sent, run, ended and answered
+    100 µs apart); ``events0``/``events1`` are each rank's events (µs after BASE)."""
+    pairs = [rpc_records(f"0:{k}", 0, 1, *(start_ns + k * 10**6 + d for d in (0, 100_000, 200_000, 300_000)))
+             for k in range(calls)]
+    docs = [rank_file(events0, 0, rpcs=[c for c, _ in pairs], start_ns=start_ns),
+            rank_file(events1, 1, rpcs=[r for _, r in pairs], start_ns=start_ns)]
+    return [write(os.path.join(where, f"rank{r}.json.gz"), d) for r, d in enumerate(docs)]
 
 
 def write(path, doc, gz=None):
