@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from support import cli  # noqa: E402
-from support.jobs import free_port, run_job  # noqa: E402
+from support.jobs import run_script  # noqa: E402
 from support.ranks import load_output  # noqa: E402
 
 JOB_TIMEOUT_S = 120
@@ -73,11 +73,7 @@ pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass l
 
 
 def _run(tmp_path, mode):
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    out = tmp_path / "traces"
-    run_job([script, free_port(), out, mode], JOB_TIMEOUT_S)
-    return out
+    return run_script(JOB, tmp_path, JOB_TIMEOUT_S, mode)
 
 
 @pytest.fixture(scope="module")

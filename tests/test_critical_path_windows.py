@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 from support import cli
-from support.jobs import free_port, run_job
+from support.jobs import run_script
 from support.ranks import load_output
 
 from tests.test_analysis import BASE, US, Ranks, assert_tiles
@@ -203,10 +203,7 @@ def stepped(tmp_path_factory):
     """(rank files, the report's JSON, the merged trace) of the job."""
     pytest.importorskip("torch")
     where = tmp_path_factory.mktemp("stepping")
-    script = where / "job.py"
-    script.write_text(JOB)
-    out = where / "traces"
-    run_job([script, free_port(), out], JOB_TIMEOUT_S)
+    out = run_script(JOB, where, JOB_TIMEOUT_S)
     files = sorted(str(p) for p in out.iterdir())
     assert len(files) == 4, files   # rank{0,1}.cycle{0,1}.json.gz
     merged = where / "merged.json"

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from support import cli  # noqa: E402
-from support.jobs import free_port, run_job  # noqa: E402
+from support.jobs import run_script  # noqa: E402
 from support.ranks import load_output  # noqa: E402
 
 JOB_TIMEOUT_S = 120
@@ -53,10 +53,7 @@ pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass l
 @pytest.fixture(scope="module")
 def cycle_files(tmp_path_factory):
     where = tmp_path_factory.mktemp("cycles")
-    script = where / "job.py"
-    script.write_text(JOB)
-    out = where / "traces"
-    run_job([script, free_port(), out], JOB_TIMEOUT_S)
+    out = run_script(JOB, where, JOB_TIMEOUT_S)
     files = sorted(str(p) for p in out.iterdir())
     assert [os.path.basename(f) for f in files] == [f"rank{r}.cycle{c}.json.gz" for r in (0, 1) for c in range(CYCLES)]
     return files

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 from support import cli  # noqa: E402
-from support.jobs import free_port, run_job  # noqa: E402
+from support.jobs import free_port, run_script  # noqa: E402
 
 from tracemerge import Job  # noqa: E402
 
@@ -89,11 +89,7 @@ pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass l
 
 
 def _run(tmp_path, mode, port=None):
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    out = tmp_path / "traces"
-    run_job([script, port or free_port(), out, mode], JOB_TIMEOUT_S)
-    return out
+    return run_script(JOB, tmp_path, JOB_TIMEOUT_S, mode, port=port)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ ended as `timeout` would end it, and a worker's gloo group and RPC on loopback."
 import gzip
 import json
 import os
+import pathlib
 import random
 import signal
 import socket
@@ -102,6 +103,17 @@ def run_job(args, timeout, cwd=None):
     finally:
         shutil.rmtree(exports, ignore_errors=True)
     return log
+
+
+def run_script(source, where, timeout, *args, port=None):
+    """Write the job script ``source`` to ``where``/job.py and run it (:func:`run_job`) as
+    ``job.py PORT TRACES ARGS``: PORT a free loopback port (or ``port``), TRACES the folder
+    ``where``/traces the job writes its files in, which is returned."""
+    script = pathlib.Path(where) / "job.py"
+    script.write_text(source)
+    traces = pathlib.Path(where) / "traces"
+    run_job([script, port or free_port(), traces, *args], timeout)
+    return traces
 
 
 # Set by run_job for its job: every rank file capture writes there is compared with the
