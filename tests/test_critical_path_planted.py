@@ -16,8 +16,9 @@ import statistics
 
 import pytest
 from support.jobs import run_job
+from support.ranks import BASE, US, Ranks
 
-from tests.test_analysis import BASE, US, Ranks, assert_tiles, path_of
+from tests.test_analysis import assert_tiles, path_of
 from tracemerge.analysis.critical_path import (
     COMPUTE,
     EDGES,

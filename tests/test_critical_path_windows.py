@@ -18,9 +18,9 @@ import textwrap
 import pytest
 from support import cli
 from support.jobs import run_script
-from support.ranks import load_output
+from support.ranks import BASE, US, Ranks, load_output
 
-from tests.test_analysis import BASE, US, Ranks, assert_tiles
+from tests.test_analysis import assert_tiles
 from tracemerge.analysis.critical_path import COMPUTE, critical_path, totals
 from tracemerge.analysis.whatif import whatif
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from support import cli
+from support.ranks import US, Ranks
 
-from tests.test_analysis import US, Ranks
 from tracemerge.analysis.critical_path import critical_path
 from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.analysis.whatif import Replay, Speedup, check, span_names, whatif
