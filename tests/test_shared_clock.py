@@ -7,7 +7,7 @@ import json
 import random
 
 from support import cli
-from support.ranks import BASE, rank_file, write, x
+from support.ranks import BASE, rank_file, rpc_records, write, x
 
 OFFSET_NS = 3_000_000      # machine B's clock reads 3 ms ahead of machine A's
 DRIFT_PPM = 40.0           # and gains 40 µs per second
@@ -35,12 +35,11 @@ def _job(tmp_path):
         t3 = t2 + 150_000
         t4 = t3 + 80_000 + rng.randrange(0, 400_000)
         rid = f"{caller}:{n}"
-        name = f"rpc_sync#f(worker{caller} -> worker{callee})"
-        common = {"rpc_id": rid, "kind": "rpc_sync", "func": "f", "name": name, "caller": caller,
-                  "callee": callee, "caller_name": f"worker{caller}", "callee_name": f"worker{callee}",
-                  "status": "ok"}
-        rpcs[caller].append(dict(common, role="caller", send_ns=_skew(caller, t1), complete_ns=_skew(caller, t4)))
-        rpcs[callee].append(dict(common, role="callee", start_ns=_skew(callee, t2), end_ns=_skew(callee, t3)))
+        sent, served = rpc_records(rid, caller, callee, _skew(caller, t1), _skew(callee, t2), _skew(callee, t3),
+                                   _skew(caller, t4), kind="rpc_sync", worker="worker", names=True)
+        name = sent["name"]
+        rpcs[caller].append(sent)
+        rpcs[callee].append(served)
         for rank, a, b, role, label in ((caller, t1, t4, "caller", name), (callee, t2, t3, "callee", name + "#remote")):
             start = _skew(rank, a)
             events[rank].append(x(label, (start - BASE) / 1000, (_skew(rank, b) - start) / 1000, tid=7,

@@ -46,11 +46,16 @@ def rank_file(events, rank, worker_name=None, base=BASE, rpcs=(), collectives=()
     return doc
 
 
-def rpc_records(rpc_id, caller, callee, t1, t2, t3, t4):
-    """One rpc_async call's two records, (caller's, callee's): sent at ``t1`` and completed at
-    ``t4`` on the caller's clock, run from ``t2`` to ``t3`` on the callee's (ns)."""
-    common = {"rpc_id": rpc_id, "kind": "rpc_async", "func": "f", "name": f"rpc_async#f(w{caller} -> w{callee})",
-              "caller": caller, "callee": callee, "status": "ok"}
+def rpc_records(rpc_id, caller, callee, t1, t2, t3, t4, kind="rpc_async", func="f", worker="w", names=False):
+    """One call's two records, (caller's, callee's): sent by rank ``caller`` at ``t1`` and
+    completed at ``t4`` on its clock, run by ``callee`` from ``t2`` to ``t3`` on its own (ns).
+    The call is named ``KIND#FUNC(WORKER<caller> -> WORKER<callee>)``; ``names`` adds the
+    workers' names (``caller_name``, ``callee_name``) as capture writes them."""
+    common = {"rpc_id": rpc_id, "kind": kind, "func": func, "name": f"{kind}#{func}({worker}{caller} -> {worker}{callee})",
+              "caller": caller, "callee": callee}
+    if names:
+        common.update(caller_name=f"worker{caller}", callee_name=f"worker{callee}")
+    common["status"] = "ok"
     return ({**common, "role": "caller", "send_ns": t1, "complete_ns": t4},
             {**common, "role": "callee", "start_ns": t2, "end_ns": t3})
 
@@ -85,17 +90,24 @@ class Ranks:
         self.seq = {r: 0 for r in range(world)}
         self.served = {r: [] for r in range(world)}
 
+    def _next_id(self, caller):
+        self.seq[caller] += 1
+        return f"{caller}:{self.seq[caller] - 1}"
+
+    @staticmethod
+    def _records(rpc_id, caller, callee, func, kind, t1, t2, t3, t4):
+        return rpc_records(rpc_id, caller, callee, ns(t1), ns(t2), ns(t3), ns(t4), kind=kind, func=func,
+                           worker="worker", names=True)
+
     def op(self, rank, name, start, end, tid=1, cat="cpu_op"):
         self.events[rank].append(x(name, start, end - start, pid=100 + rank, tid=tid, cat=cat))
 
     def rpc(self, caller, callee, func, t1, t2, t3, t4, caller_tid=1, callee_tid=7, kind="rpc_sync"):
-        rpc_id = f"{caller}:{self.seq[caller]}"
-        self.seq[caller] += 1
-        name = f"{kind}#{func}(worker{caller} -> worker{callee})"
-        common = {"rpc_id": rpc_id, "kind": kind, "func": func, "name": name, "caller": caller, "callee": callee,
-                  "caller_name": f"worker{caller}", "callee_name": f"worker{callee}", "status": "ok"}
-        self.rpcs[caller].append({**common, "role": "caller", "send_ns": ns(t1), "complete_ns": ns(t4)})
-        self.rpcs[callee].append({**common, "role": "callee", "start_ns": ns(t2), "end_ns": ns(t3)})
+        rpc_id = self._next_id(caller)
+        sent, served = self._records(rpc_id, caller, callee, func, kind, t1, t2, t3, t4)
+        name = sent["name"]
+        self.rpcs[caller].append(sent)
+        self.rpcs[callee].append(served)
         self.events[caller].append(x(name, t1, t4 - t1, pid=100 + caller, tid=caller_tid, cat="user_annotation",
                                      rpc_id=rpc_id, role="caller"))
         self.events[callee].append(x(name + "#remote", t2, t3 - t2, pid=100 + callee, tid=callee_tid,
@@ -105,13 +117,10 @@ class Ranks:
     def builtin(self, caller, callee, func, t1, t2, t3, t4, caller_tid=1, callee_tid=7, kind="rpc_async"):
         """A builtin sent as itself: the caller's record and span; on the callee only the op
         that served it (its event and its ``served_ops`` entry), which the job pairs."""
-        rpc_id = f"{caller}:{self.seq[caller]}"
-        self.seq[caller] += 1
-        name = f"{kind}#{func}(worker{caller} -> worker{callee})"
-        self.rpcs[caller].append({"rpc_id": rpc_id, "kind": kind, "func": func, "name": name, "caller": caller,
-                                  "callee": callee, "caller_name": f"worker{caller}", "callee_name": f"worker{callee}",
-                                  "status": "ok", "native": True, "role": "caller", "send_ns": ns(t1),
-                                  "complete_ns": ns(t4)})
+        rpc_id = self._next_id(caller)
+        sent, _ = self._records(rpc_id, caller, callee, func, kind, t1, t2, t3, t4)
+        name = sent["name"]
+        self.rpcs[caller].append({**sent, "native": True})
         self.events[caller].append(x(name, t1, t4 - t1, pid=100 + caller, tid=caller_tid, cat="user_annotation",
                                      rpc_id=rpc_id, role="caller"))
         self.op(callee, func, t2, t3, tid=callee_tid)
