@@ -46,13 +46,6 @@ def _journal_of(doc, path, change=None):
     return str(path)
 
 
-def _one_error(r):
-    err = r.stderr
-    assert r.exit_code == 3, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "internal error" not in err
-    return err
-
-
 @pytest.mark.parametrize("change, named", [
     (lambda lines: lines[1]["rpc"].update(rpc_id=[1, 2]), "journal line 2: rpc: missing or bad 'rpc_id' ([1, 2])"),
     (lambda lines: lines[2]["rpc"].update(role={}), "journal line 3: rpc: missing or bad 'role' ({})"),
@@ -70,7 +63,7 @@ def test_a_journal_record_that_cannot_make_its_key_is_named(tmp_path, change, na
     journal = _journal_of(_sample(1), tmp_path / "rank1.journal", change)
     # every command reads the journal through the same check: each is run on the first case
     for command in sorted(COMMANDS) if "rpc_id" in named else ["info"]:
-        err = _one_error(cli.run(*COMMANDS[command]([caller, journal], tmp_path)))
+        err = cli.run(*COMMANDS[command]([caller, journal], tmp_path)).error_line(3, only=True)
         assert f"{journal}: " in err and named in err
         assert sorted(os.listdir(tmp_path)) == ["rank0.json", "rank1.journal"]
 
@@ -86,7 +79,7 @@ def test_a_rank_files_own_journal_key_is_named(tmp_path, value):
         with open(paths[-1], "w") as f:
             json.dump(doc, f)
     for command in sorted(COMMANDS) if value is True else ["report"]:
-        err = _one_error(cli.run(*COMMANDS[command](paths, tmp_path)))
+        err = cli.run(*COMMANDS[command](paths, tmp_path)).error_line(3, only=True)
         assert f"{paths[1]}: 'tracemerge.journal' is not a journal's ending" in err
 
 
@@ -104,7 +97,7 @@ def test_a_record_whose_times_run_backwards_is_named(tmp_path, where, change, na
         with open(paths[-1], "w") as f:
             json.dump(doc, f)
     for command in ("report", "combine"):
-        err = _one_error(cli.run(*COMMANDS[command](paths, tmp_path)))
+        err = cli.run(*COMMANDS[command](paths, tmp_path)).error_line(3, only=True)
         assert f"{paths[rank]}: tracemerge.rpcs[0]: {named}" in err and "its times run backwards" in err
 
 
@@ -115,7 +108,7 @@ def test_a_served_op_that_ends_before_it_starts_is_named(tmp_path):
     op = callee["tracemerge"]["served_ops"][1]
     op["end_ns"] = op["start_ns"] - 30_000  # the record runs backwards, its event does not
     write(paths[1], callee)
-    err = _one_error(cli.run("report", *paths))
+    err = cli.run("report", *paths).error_line(3, only=True)
     assert "tracemerge.served_ops[1]: 'end_ns'" in err and "its times run backwards" in err
 
 
@@ -199,5 +192,5 @@ def test_a_bad_merged_summary_is_one_line_on_every_reader(merged, tmp_path):
     target = tmp_path / "m.json"
     target.write_text(json.dumps(doc))
     for command in (["info", target], ["report", target], ["diff", merged, target]):
-        err = _one_error(cli.run(*command))
+        err = cli.run(*command).error_line(3, only=True)
         assert f"{target}: tracemerge.records[0].rpcs[0]: 'send_ns' is not integer ns ('x')" in err

@@ -31,15 +31,17 @@ class Result:
         assert self.exit_code == 0, f"exit {self.exit_code}\n{self.output}"
         return self
 
-    def error_line(self, code, *named):
+    def error_line(self, code, *named, only=False):
         """The run's one ``tracemerge: error:`` line, checked: the run ended with ``code``,
-        wrote exactly one such line and no traceback, and the line holds each of ``named``
-        (a file's name, the problem)."""
+        wrote exactly one such line, no traceback and no internal error, and the line holds
+        each of ``named`` (a file's name, the problem); with ``only``, stderr holds nothing
+        else (no warning before it)."""
         where = f"exit {self.exit_code}\n{self.output}"
         assert self.exit_code == code, where
-        assert "Traceback" not in self.output, where
+        assert "Traceback" not in self.output and "internal error" not in self.output, where
         errors = [line for line in self.output.splitlines() if line.startswith(ERROR)]
         assert len(errors) == 1, where
+        assert not only or self.stderr.strip() == errors[0], where
         for part in named:
             assert str(part) in errors[0], (part, errors[0])
         return errors[0]
