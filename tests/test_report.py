@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 import orjson
 import pytest
 from support.cli import invoke
+from support.ranks import rpc_records
 
 SAMPLES = "samples"
 MS = 1_000_000
@@ -36,13 +37,13 @@ def two_ranks(tmp_path):
     rpcs0, rpcs1, ev0, ev1 = [], [], [], []
     t = 0
     for i in range(10):
-        name = "rpc_sync#sleepy(worker0 -> worker1)"
-        head = {"rpc_id": f"0:{i}", "kind": "rpc_sync", "func": "sleepy", "name": name, "caller": 0, "callee": 1,
-                "caller_name": "worker0", "callee_name": "worker1", "status": "ok"}
         t1, t2, t3 = t, t + 300_000, t + 300_000 + 20 * MS
         t4 = t3 + 300_000
-        rpcs0.append({**head, "role": "caller", "send_ns": base0 + t1, "complete_ns": base0 + t4})
-        rpcs1.append({**head, "role": "callee", "start_ns": base1 + t2, "end_ns": base1 + t3})
+        sent, served = rpc_records(f"0:{i}", 0, 1, base0 + t1, base1 + t2, base1 + t3, base0 + t4, kind="rpc_sync",
+                                   func="sleepy", worker="worker", names=True)
+        name = sent["name"]
+        rpcs0.append(sent)
+        rpcs1.append(served)
         ev0.append(op(name, 1, t1 / 1000, (t4 - t1) / 1000, "user_annotation"))
         ev1.append(op(name + "#remote", 9, t2 / 1000, (t3 - t2) / 1000, "user_annotation"))
         ev1.append(op("aten::mul", 9, t2 / 1000 + 5, 100))
