@@ -55,11 +55,11 @@ def argv(*args, code=None):
 
 
 def invoke(*args, env=None, input=None, cwd=None, **extra):
-    """The command in this process (from ``cwd`` when given), under Python's default recursion limit as in a real run
-    (hypothesis raises the limit while a test runs; with it raised, deep args overflow the C
-    stack of a forked worker before any RecursionError); ``extra`` goes to the command's
-    ``main()`` (``terminal_width``). An exception the command lets out
-    (not its exit) is raised here, traceback and all: no test expects one."""
+    """The command in this process (from ``cwd`` when given), under Python's default recursion
+    limit as in a real run (hypothesis raises the limit while a test runs; with it raised, deep
+    args overflow the C stack of a forked worker before any RecursionError); ``extra`` goes to
+    the command's ``main()`` (``terminal_width``). An exception the command lets out (not its
+    exit) is raised here, traceback and all: no test expects one."""
     # imported here: a test module that only runs processes leaves tracemerge unimported
     from click.testing import CliRunner
 
