@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from support import cli
+from support.cli import invoke
 from support.paths import ROOT
 
 HEAVY = ("numpy", "msgspec", "orjson", "http.server", "perfetto", "torch", "tracemerge.inputs", "tracemerge.native",
@@ -30,9 +32,8 @@ print(json.dumps({"modules": sorted(sys.modules), "out": out.getvalue(), "code":
 
 
 def probe(*args, env=None):
-    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                       env={**os.environ, **(env or {})})
-    assert r.returncode == 0, r.stderr
+    r = cli.run(*args, code=PROBE, timeout=60, env={**os.environ, **(env or {})})
+    assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout.splitlines()[-1])
 
 
@@ -80,7 +81,6 @@ def test_the_main_job_leaves_numpy_ma_unimported(tmp_path, out):
 def test_the_registries_name_what_they_import():
     """Each lazily imported registry entry is what its name says: a format's ``FORMAT.name``
     is its key, a method's function runs, and every entry shows in the help."""
-    from support.cli import invoke
 
     from tracemerge.clocks import METHODS
     from tracemerge.formats import DEFAULT, FORMATS
@@ -107,9 +107,8 @@ def test_version_names_the_core_the_import_would_run(env):
     # (CI runs the suite a second time with TRACEMERGE_CORE=python)
     environment = {k: v for k, v in {**os.environ, **env}.items()
                    if k not in ("TRACEMERGE_CORE", "TRACEMERGE_KERNEL") or k in env}
-    r = subprocess.run([sys.executable, "-c", PROBE, "--version"], capture_output=True, text=True, cwd=ROOT,
-                       timeout=60, env=environment)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("--version", code=PROBE, timeout=60, env=environment)
+    assert r.exit_code == 0, r.stderr
     said = json.loads(r.stdout.splitlines()[-1])["out"].splitlines()[1]
     code = "from tracemerge import native; print(native.describe())"
     imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
@@ -119,7 +118,6 @@ def test_version_names_the_core_the_import_would_run(env):
 
 def test_a_command_still_finds_what_it_defers(tmp_path):
     """The deferred names resolve: a merge, its registry-backed choices and a refused choice."""
-    from support.cli import invoke
 
     files = [os.path.join(ROOT, "samples", "kineto_rpc", f) for f in ("worker0.json.gz", "worker1.json.gz")]
     r = invoke("combine", *files, "-o", str(tmp_path / "t.pftrace"), "--align", "wall", "-j", "1")
