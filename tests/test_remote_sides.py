@@ -210,7 +210,7 @@ def _group(doc, pid):
 def test_each_callee_span_is_drawn_on_rank_1_inside_its_caller_span(snippet_job, tmp_path):
     files = [str(snippet_job / "rank0.json.gz"), str(snippet_job / "rank1.json.gz")]
     doc, err = _merged(files, tmp_path / "merged.json")
-    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    assert "8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
     spans = _spans_by_role(doc)
     assert len(spans["caller"]) == 8 and set(spans["callee"]) == set(spans["caller"])
     for rpc_id, caller in spans["caller"].items():
@@ -260,7 +260,7 @@ def test_shutdown_inside_the_block_keeps_every_side(inside_job, tmp_path):
     own = {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"}
     assert own <= calls
     doc, err = _merged(files, tmp_path / "merged.json")
-    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    assert "8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
     callee_spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"
                     and (e.get("args") or {}).get("role") == "callee"]
     assert sorted(e["args"]["rpc_id"] for e in callee_spans) == sorted(calls)  # each once: own or drawn
@@ -296,4 +296,4 @@ def test_init_and_shutdown_inside_the_block_record_every_side_and_every_callee_o
     assert len(adds) == 7  # 5 torch.add calls and 2 slow_add, each on the callee
     doc, err = _merged([str(everything_job / "rank0.json.gz"), str(everything_job / "rank1.json.gz")],
                        tmp_path / "merged.json")
-    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    assert "8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
