@@ -68,7 +68,7 @@ def row(shape: str, got: dict) -> tuple:
 
 
 def nested(n: int, root: str) -> None:
-    from tests.tracefiles import rank_file, write, x
+    from tests.support.ranks import rank_file, write, x
 
     path = os.path.join(root, f"nested{n}.json")
     write(path, rank_file([x(f"op{i % 7}", i, 2 * (n - i) + 1, pid=100, tid=1) for i in range(n)], 0, world_size=1))

@@ -1,6 +1,7 @@
-"""Fixtures shared by the test modules; helpers that build traces are in tracefiles.py and
-support/ (synth: jobs with known clocks, gen_kineto: Kineto-like ranks, pftrace: a reader,
-golden: the golden files' layout, corebuild: the compiled core of the checkout)."""
+"""Fixtures shared by the test modules; the helpers are in support/ (README.md there: cli runs
+the command, ranks builds rank files, jobs runs real torch jobs, synth: jobs with known clocks,
+gen_kineto: Kineto-like ranks, pftrace: a reader, golden: the golden files' layout, corebuild:
+the compiled core of the checkout)."""
 
 import importlib.util
 import os

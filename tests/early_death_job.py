@@ -60,7 +60,7 @@ if __name__ == "__main__":
     if launcher == "spawn":
         import torch.multiprocessing as mp
 
-        from tests.tracefiles import free_port
+        from tests.support.jobs import free_port
 
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         mp.spawn(worker, args=(job_pattern, out, plant), nprocs=2, join=True)

@@ -92,7 +92,7 @@ if __name__ == "__main__":
     if launcher == "spawn":
         import torch.multiprocessing as mp
 
-        from tests.tracefiles import free_port
+        from tests.support.jobs import free_port
 
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                           FAILING_JOB_PG=f"tcp://127.0.0.1:{free_port()}")

@@ -107,7 +107,7 @@ def worker(rank: int, mode: str, out_dir: str, port: int) -> None:
 if __name__ == "__main__":
     import torch.multiprocessing as mp
 
-    from tests.tracefiles import free_port
+    from tests.support.jobs import free_port
 
     job_mode, out = sys.argv[1:3]
     mp.spawn(worker, args=(job_mode, out, free_port()), nprocs=2, join=True)

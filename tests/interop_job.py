@@ -18,7 +18,7 @@ from torch.autograd.profiler import record_function
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.tracefiles import free_port, init_job  # noqa: E402
+from tests.support.jobs import free_port, init_job  # noqa: E402
 from tracemerge.capture import profile  # noqa: E402
 
 WORLD = 3

@@ -4,8 +4,8 @@ real rank files, read and aligned by the real Session, walked by the real code."
 import glob
 
 import pytest
+from support.ranks import BASE, US, Ranks, ns
 
-from tests.tracefiles import BASE, rank_file, write, x
 from tracemerge.analysis.critical_path import (
     COLLECTIVE,
     COMPUTE,
@@ -23,73 +23,6 @@ from tracemerge.analysis.stragglers import stragglers
 from tracemerge.analysis.waits import wait_states
 from tracemerge.engine import LocalEngine
 from tracemerge.job import Session
-
-US = 1000
-
-
-def ns(us):
-    return BASE + int(us * US)
-
-
-class Ranks:
-    """Events and records per rank, written as rank files; times in µs after BASE."""
-
-    def __init__(self, world):
-        self.world = world
-        self.events = {r: [] for r in range(world)}
-        self.rpcs = {r: [] for r in range(world)}
-        self.colls = {r: [] for r in range(world)}
-        self.seq = {r: 0 for r in range(world)}
-        self.served = {r: [] for r in range(world)}
-
-    def op(self, rank, name, start, end, tid=1, cat="cpu_op"):
-        self.events[rank].append(x(name, start, end - start, pid=100 + rank, tid=tid, cat=cat))
-
-    def rpc(self, caller, callee, func, t1, t2, t3, t4, caller_tid=1, callee_tid=7, kind="rpc_sync"):
-        rpc_id = f"{caller}:{self.seq[caller]}"
-        self.seq[caller] += 1
-        name = f"{kind}#{func}(worker{caller} -> worker{callee})"
-        common = {"rpc_id": rpc_id, "kind": kind, "func": func, "name": name, "caller": caller, "callee": callee,
-                  "caller_name": f"worker{caller}", "callee_name": f"worker{callee}", "status": "ok"}
-        self.rpcs[caller].append({**common, "role": "caller", "send_ns": ns(t1), "complete_ns": ns(t4)})
-        self.rpcs[callee].append({**common, "role": "callee", "start_ns": ns(t2), "end_ns": ns(t3)})
-        self.events[caller].append(x(name, t1, t4 - t1, pid=100 + caller, tid=caller_tid, cat="user_annotation",
-                                     rpc_id=rpc_id, role="caller"))
-        self.events[callee].append(x(name + "#remote", t2, t3 - t2, pid=100 + callee, tid=callee_tid,
-                                     cat="user_annotation", rpc_id=rpc_id, role="callee"))
-        return name
-
-    def builtin(self, caller, callee, func, t1, t2, t3, t4, caller_tid=1, callee_tid=7, kind="rpc_async"):
-        """A builtin sent as itself: the caller's record and span; on the callee only the op
-        that served it (its event and its ``served_ops`` entry), which the job pairs."""
-        rpc_id = f"{caller}:{self.seq[caller]}"
-        self.seq[caller] += 1
-        name = f"{kind}#{func}(worker{caller} -> worker{callee})"
-        self.rpcs[caller].append({"rpc_id": rpc_id, "kind": kind, "func": func, "name": name, "caller": caller,
-                                  "callee": callee, "caller_name": f"worker{caller}", "callee_name": f"worker{callee}",
-                                  "status": "ok", "native": True, "role": "caller", "send_ns": ns(t1),
-                                  "complete_ns": ns(t4)})
-        self.events[caller].append(x(name, t1, t4 - t1, pid=100 + caller, tid=caller_tid, cat="user_annotation",
-                                     rpc_id=rpc_id, role="caller"))
-        self.op(callee, func, t2, t3, tid=callee_tid)
-        self.served[callee].append({"name": func, "tid": callee_tid, "start_ns": ns(t2), "end_ns": ns(t3)})
-        return name
-
-    def collective(self, seq, arrive, end, op="all_reduce"):
-        for rank, (a, e) in enumerate(zip(arrive, end)):
-            self.colls[rank].append({"op": op, "group": "0", "group_ranks": list(range(self.world)), "seq": seq,
-                                     "bytes": 4096, "start_ns": ns(a), "end_ns": ns(e)})
-
-    def job(self, tmp_path):
-        # builtins sent as themselves are paired on one machine's clock
-        extra = {r: {"served_ops": self.served[r], "boot_id": "one-machine"} if any(self.served.values()) else {}
-                 for r in range(self.world)}
-        paths = [write(tmp_path / f"rank{r}.json", rank_file(self.events[r], r, rpcs=self.rpcs[r],
-                                                              collectives=self.colls[r], world_size=self.world,
-                                                              **extra[r]))
-                 for r in range(self.world)]
-        session = Session.open(paths)
-        return job_timeline(session, session.align("wall"), LocalEngine(1))
 
 
 def path_of(window):
@@ -349,8 +282,9 @@ def test_real_job_path_runs_through_the_serialised_callee_spans():
 
 @pytest.mark.parametrize("name", ["merged.json", "merged.pftrace"])
 def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
+    from support.ranks import load_output
+
     from tests.support.pftrace import read_pftrace, thread_of
-    from tests.tracefiles import load_output
     from tracemerge.compose import combine
 
     job, f, g = chain(tmp_path)

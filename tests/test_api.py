@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from tracefiles import load_output
+from support.ranks import load_output
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "rpc_profiling", "rank*.json.gz")))

@@ -12,7 +12,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli, free_port, load_output, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import run_script  # noqa: E402
+from support.ranks import load_output  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 DELAY_S = 0.03
@@ -71,11 +73,7 @@ pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass l
 
 
 def _run(tmp_path, mode):
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    out = tmp_path / "traces"
-    run_job([script, free_port(), out, mode], JOB_TIMEOUT_S)
-    return out
+    return run_script(JOB, tmp_path, JOB_TIMEOUT_S, mode)
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +121,8 @@ def test_a_profiling_callee_has_its_end_from_the_span(profiles):
 
 def test_a_profiling_callees_end_reaches_the_report(profiles):
     files = [str(profiles / "rank0.json.gz"), str(profiles / "rank1.json.gz")]
-    res = cli("report", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("report", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     [key] = json.loads(res.stdout)["rpc"]["keys"]
     assert key["complete"] == CALLS
     assert key["exec_us"]["p50"] >= DELAY_S * 1e6
@@ -143,8 +141,8 @@ def test_a_silent_callee_bounds_its_end_when_seen_done(silent):
         assert s["end_by_ns"] - s["start_ns"] >= DELAY_S * 1e9
         assert c["send_ns"] < s["start_ns"]
     # combine takes such a side: both sides joined, the callee's end unknown (not made up)
-    res = cli("report", str(silent / "rank0.json.gz"), "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("report", str(silent / "rank0.json.gz"), "--format", "json")
+    assert res.exit_code == 0, res.stderr
     rpc = json.loads(res.stdout)["rpc"]
     assert (rpc["caller_only"], rpc["callee_only"]) == (0, 0)
     assert sum(k["complete"] for k in rpc["keys"]) == 0

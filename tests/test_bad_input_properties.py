@@ -13,7 +13,8 @@ import pytest
 from corpus.bad_inputs import CLASSES, COMMANDS, command_args, write_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bad_inputs import check_run, invoke, load
+from support.cli import invoke
+from test_bad_inputs import check_run, load
 
 SETTINGS = settings(max_examples=int(os.environ.get("TRACEMERGE_FUZZ_EXAMPLES", 6)), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -72,7 +73,7 @@ def test_random_edits_never_end_in_an_internal_error(data, command, target, code
         with open(paths[target], "wb") as f:
             f.write(data)
         before = sorted(os.listdir(tmp))
-        r = invoke(command_args(command, paths, tmp))
+        r = invoke(*command_args(command, paths, tmp))
         where = f"{command}: exit {r.exit_code}\n{r.stderr}"
         assert r.exit_code in (0, 2, 3, 4), where
         assert "Traceback" not in r.stderr and "internal error" not in r.stderr, where

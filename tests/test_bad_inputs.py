@@ -3,34 +3,18 @@
 1, no output left after an error, no event lost after a merge."""
 
 import gzip
-import inspect
 import json
 import os
 import shutil
 import subprocess
-import sys
 
 import orjson
 import pytest
-from click.testing import CliRunner
 from corpus.bad_inputs import CLASSES, COMMANDS, command_args, write_case, write_good
-from tracefiles import ROOT
-
-from tracemerge.cli import main
+from support import cli
+from support.paths import ROOT
 
 PAIRS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "pairs")
-
-
-def invoke(args):
-    """The command in this process, under Python's default recursion limit as in a real run
-    (hypothesis raises the limit while a test runs; with it raised, deep args overflow the C
-    stack of a forked worker before any RecursionError)."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(1000, len(inspect.stack(0)) + 900))
-    try:
-        return CliRunner().invoke(main, [str(a) for a in args])
-    finally:
-        sys.setrecursionlimit(limit)
 
 
 def load(path):
@@ -40,25 +24,16 @@ def load(path):
     return orjson.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
 
 
-class Ran:
-    """A finished ``tracemerge`` process, read as CliRunner's result is."""
-
-    def __init__(self, proc):
-        self.exit_code, self.stderr = proc.returncode, proc.stderr
-        self.output = proc.stdout + proc.stderr
-
-
-def run_process(args):
+def run_process(*args):
     """The command as its own process: what a deep-nesting input does depends on the C stack
     the command starts with, and in-process runs start deep inside pytest and hypothesis."""
-    return Ran(subprocess.run([sys.executable, "-m", "tracemerge", *map(str, args)], capture_output=True, text=True,
-                              timeout=300))
+    return cli.run(*args, timeout=300)
 
 
 def check_run(bad, command, paths, tmp):
     """Run ``command`` on ``paths`` and check it ends as ``bad`` says; returns the result."""
     before = sorted(os.listdir(tmp))
-    r = (run_process if bad.name == "args_deep" else invoke)(command_args(command, paths, tmp, bad))
+    r = (run_process if bad.name == "args_deep" else cli.invoke)(*command_args(command, paths, tmp, bad))
     want = bad.outcome(command)
     where = f"{bad.name} {command}: exit {r.exit_code}\n{r.stderr}"
     assert r.exit_code != 1 and "Traceback" not in r.stderr and "internal error" not in r.stderr, where
@@ -108,14 +83,14 @@ def test_corpus_pair_is_what_the_class_makes(name, tmp_path):
 def test_offset_beyond_int64_is_a_usage_error(tmp_path):
     paths = write_good(str(tmp_path))
     for args in (["combine", *paths, "-o", tmp_path / "o.json"], ["offsets", *paths], ["report", *paths]):
-        r = invoke([*args, "--offset", f"1={10**30}"])
+        r = cli.invoke(*args, "--offset", f"1={10**30}")
         assert r.exit_code == 2 and "--offset" in r.stderr and "out of range" in r.stderr, r.stderr
         assert not (tmp_path / "o.json").exists()
 
 
 def test_report_warns_of_a_truncated_input(tmp_path):
     paths = write_case(str(tmp_path), CLASSES["truncated"], target=1, value=50)
-    r = invoke(["report", *paths])
+    r = cli.invoke("report", *paths)
     assert r.exit_code == 0
     assert any(line.startswith("tracemerge: warning: ") and paths[1] in line and "truncated file" in line
                for line in r.stderr.splitlines()), r.stderr
@@ -123,7 +98,7 @@ def test_report_warns_of_a_truncated_input(tmp_path):
 
 def test_offsets_says_it_read_heads_only(tmp_path):
     paths = write_case(str(tmp_path), CLASSES["string_ts"], target=1)
-    r = invoke(["offsets", *paths])
+    r = cli.invoke("offsets", *paths)
     assert r.exit_code == 0 and "events were not read" in r.stderr, r.stderr
 
 
@@ -142,7 +117,7 @@ def test_output_directory_is_refused_before_reading_inputs(where, tmp_path):
                      ["combine", *paths, "-o", tmp_path / "t.json", f"--report={target / 'r.txt'}"],
                      ["report", *paths, "-o", target / "r.txt"],
                      ["report", *paths, "--html", target / "r.html"]):
-            r = invoke(args)
+            r = cli.invoke(*args)
             assert r.exit_code == 5, (args, r.stderr)
             assert str(target) in r.stderr and "is not a number" not in r.stderr, r.stderr
     finally:
@@ -169,9 +144,8 @@ def test_malformed_event_in_a_later_rank_is_named_not_abandoned(tmp_path):
     with open(paths[0], "w") as f:
         json.dump(docs, f)
     for out in ("o.json", "o.pftrace", "o.json.gz"):
-        r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", str(tmp_path / out), "-j", "2"],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 3 and f"{paths[1]}: event " in r.stderr and "is not a number" in r.stderr, r.stderr
+        r = cli.run("combine", *paths, "-o", tmp_path / out, "-j", "2", timeout=300)
+        assert r.exit_code == 3 and f"{paths[1]}: event " in r.stderr and "is not a number" in r.stderr, r.stderr
         assert sorted(os.listdir(tmp_path)) == ["rank0.json", "rank1.json"]
 
 
@@ -189,11 +163,11 @@ def test_default_inflation_bound_names_the_file(tmp_path):
     bomb = tmp_path / "rank1.json.gz"
     bomb.write_bytes(b"".join(parts))
     os.unlink(paths[1])
-    r = invoke(["info", paths[0], str(bomb)])
+    r = cli.invoke("info", paths[0], str(bomb))
     assert r.exit_code == 3 and f"{bomb}: the gzip stream inflates to more than 256 MiB" in r.stderr, r.stderr
     os.environ["TRACEMERGE_MAX_INFLATE"] = "0"  # lifted: read, the trailing blanks ignored
     try:
-        r = invoke(["info", paths[0], str(bomb)])
+        r = cli.invoke("info", paths[0], str(bomb))
     finally:
         del os.environ["TRACEMERGE_MAX_INFLATE"]
     assert r.exit_code == 0, r.stderr
@@ -224,7 +198,7 @@ def test_a_remote_side_time_out_of_range_is_named(tmp_path):
     bad.write_text(json.dumps(doc))
     other = os.path.join(ROOT, "samples", "rpc_profiling", "rank1.json.gz")
     for args in (["combine", bad, other, "-o", tmp_path / "o.json"], ["offsets", bad, other], ["report", bad, other]):
-        r = invoke(args)
+        r = cli.invoke(*args)
         assert r.exit_code == 3, (args[0], r.stderr)
         assert r.stderr.strip() == (f"tracemerge: error: {bad}: tracemerge.remote_sides[0].calls[{last}]: 'start_ns' "
                                     "10795485981415172285 is out of range (beyond year 2116: 2**62 ns)")

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from tracefiles import free_port, run_job  # noqa: E402
+from support.jobs import free_port, run_job  # noqa: E402
 
 from tracemerge import Job  # noqa: E402
 from tracemerge.capture import profile  # noqa: E402

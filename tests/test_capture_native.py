@@ -25,7 +25,9 @@ torch = pytest.importorskip("torch")
 
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from tracefiles import cli, free_port, load_output, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import free_port, run_job  # noqa: E402
+from support.ranks import load_output  # noqa: E402
 
 from tracemerge import Job  # noqa: E402
 from tracemerge.capture import profile  # noqa: E402
@@ -240,20 +242,20 @@ def test_builtins_went_natively_and_each_got_its_own_op(job):
 def test_combine_joins_both_sides_of_every_call(job, tmp_path):
     mode, out, _, _ = job
     files = [str(out / f"rank{r}.json.gz") for r in range(WORLD)]
-    res = cli("combine", *files, "-o", tmp_path / "trace.json", "--report")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *files, "-o", tmp_path / "trace.json", "--report")
+    assert res.exit_code == 0, res.stderr
     # the files hold what torch recorded: no span appended out of time order
-    info = cli("info", *files)
-    assert info.returncode == 0 and b"clock jump" not in res.stderr + info.stderr + info.stdout
+    info = cli.run("info", *files)
+    assert info.exit_code == 0 and "clock jump" not in res.stderr + info.stderr + info.stdout
     # and the two calls that take turns
     calls = IN_FLIGHT + 5 + TOGETHER + LAZY if mode in ("one", "onethread") else 2 * (IN_FLIGHT + 5 + TOGETHER) + 2
     if mode != "light":
-        assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only".encode() in res.stderr
+        assert f"{calls} RPCs: {calls} with both sides, 0 caller only, 0 callee only" in res.stderr
     else:
         # trace=False: builtins keep their C++ path to every callee, so with no callee
         # tracing they have the caller's side only; the Python functions (wrapped) both
         natively = 2 * (IN_FLIGHT + 4 + TOGETHER)
-        assert f"{calls} RPCs: {calls - natively} with both sides, {natively} caller only".encode() in res.stderr
+        assert f"{calls} RPCs: {calls - natively} with both sides, {natively} caller only" in res.stderr
 
 
 def test_light_mode_writes_records_and_no_events(job):

@@ -22,7 +22,9 @@ torch = pytest.importorskip("torch")
 
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from tracefiles import cli, free_port, load_output, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import free_port, run_job  # noqa: E402
+from support.ranks import load_output  # noqa: E402
 
 from tracemerge.capture import profile  # noqa: E402
 
@@ -83,9 +85,9 @@ def test_a_native_call_in_flight_when_its_callee_stops_keeps_both_sides(tmp_path
     # the whole product: a profiler stopped while an op runs writes the op as ending when
     # it stopped, after the time taken just before (profile_stop_ns), or drops it
     assert end_ns <= stopped
-    res = cli("combine", *files, "-o", tmp_path / "trace.json", "--report")
-    assert res.returncode == 0, res.stderr
-    assert b"5 RPCs: 5 with both sides, 0 caller only, 0 callee only" in res.stderr, res.stderr
+    res = cli.run("combine", *files, "-o", tmp_path / "trace.json", "--report")
+    assert res.exit_code == 0, res.stderr
+    assert "5 RPCs: 5 with both sides, 0 caller only, 0 callee only" in res.stderr, res.stderr
 
 
 if __name__ == "__main__":

@@ -4,12 +4,11 @@ ranks (every duration kept), and checked in the merged trace's events."""
 import json
 
 import numpy as np
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import synth
+from support.cli import invoke
 
-from tracemerge.cli import main
 from tracemerge.clocks.causality import _shifted, count, review
 from tracemerge.clocks.methods import align
 from tracemerge.job import Session
@@ -34,7 +33,7 @@ def _spans(output):
 def test_default_combine_has_no_violations_in_records_or_events(tmp_path):
     _, paths = _job(tmp_path)
     out = str(tmp_path / "out.json")
-    res = CliRunner().invoke(main, ["combine", *paths, "-o", out])
+    res = invoke("combine", *paths, "-o", out)
     assert res.exit_code == 0, res.output
     assert "causality: 0 violations (0 of 120 rpcs, 0 of 120 drawn span pairs, 0 of 10 collectives)" in res.output
     summary = json.load(open(out))["tracemerge"]
@@ -70,8 +69,8 @@ def test_enforce_causality_under_wall_keeps_durations_and_says_what_is_left(tmp_
     duration changes; the count it prints is the count left, as the output's spans say."""
     _, paths = _job(tmp_path)
     plain, fixed = str(tmp_path / "plain.json"), str(tmp_path / "fixed.json")
-    assert CliRunner().invoke(main, ["combine", *paths, "-o", plain, "--align", "wall"]).exit_code == 0
-    res = CliRunner().invoke(main, ["combine", *paths, "-o", fixed, "--align", "wall", "--enforce-causality"])
+    assert invoke("combine", *paths, "-o", plain, "--align", "wall").exit_code == 0
+    res = invoke("combine", *paths, "-o", fixed, "--align", "wall", "--enforce-causality")
     assert res.exit_code == 0, res.output
     c = json.load(open(fixed))["tracemerge"]["causality"]
     assert c["violations_before"]["total"] > c["violations_after"]["total"] > 0

@@ -1,22 +1,16 @@
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from click.testing import CliRunner
-from tracefiles import kineto, load_output, write, x
+from support import cli
+from support.cli import invoke
+from support.paths import SAMPLES as SAMPLE_SETS
+from support.ranks import kineto, load_output, write, x
 
 import tracemerge
-from tracemerge.cli import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "kineto_rpc", "worker*.json.gz")))
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+SAMPLES = sorted(glob.glob(os.path.join(SAMPLE_SETS, "kineto_rpc", "worker*.json.gz")))
 
 
 def test_version_and_help():
@@ -47,9 +41,8 @@ def test_combine_gzip_and_stdout(tmp_path):
     out = tmp_path / "trace.json.gz"
     assert invoke("combine", *SAMPLES, "-o", out).exit_code == 0
     gz = load_output(out)
-    r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *SAMPLES, "-o", "-"],
-                       capture_output=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("combine", *SAMPLES, "-o", "-", timeout=60)
+    assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["traceEvents"] == gz["traceEvents"]
 
 
@@ -103,6 +96,6 @@ def test_info(tmp_path):
 
 def test_usage_errors_are_one_line_at_every_level():
     for args in (["--bogus"], ["nosuch"], ["combine", "--bogus"]):
-        r = subprocess.run([sys.executable, "-m", "tracemerge", *args], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2
+        r = cli.run(*args, timeout=60)
+        assert r.exit_code == 2
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("tracemerge: error: ")

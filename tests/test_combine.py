@@ -1,7 +1,7 @@
 from collections import Counter
 
 import pytest
-from tracefiles import BASE, kineto, load_output, rank_file, write, x
+from support.ranks import BASE, kineto, load_output, rank_file, write, x
 
 from tracemerge.errors import RankConflict
 from tracemerge.inputs.rankinfo import rank_from_name

@@ -7,10 +7,8 @@ import json
 
 import nccl_corpus as corpus
 import pytest
-from click.testing import CliRunner
+from support.cli import invoke
 from test_nccl_align import RENAMED, union_ns
-
-from tracemerge.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +30,11 @@ def test_combine_report_takes_comm_kernel(renamed, tmp_path):
     path, known_us, told_us = renamed
     for extra, want in (((), known_us), (("--comm-kernel", "ring_allgather"), told_us)):
         report = tmp_path / f"r{len(extra)}.json"
-        result = CliRunner().invoke(main, ["combine", path, "-o", str(tmp_path / f"m{len(extra)}.json"), "-q",
-                                           f"--report={report}", *extra])
+        result = invoke("combine", path, "-o", str(tmp_path / f"m{len(extra)}.json"), "-q",
+                                           f"--report={report}", *extra)
         assert result.exit_code == 0, result.output
         assert json.loads(report.read_text())["gpu"][0]["communication_us"] == pytest.approx(want, abs=1e-3)
-    alone = CliRunner().invoke(main, ["combine", path, "-o", str(tmp_path / "x.json"), "--comm-kernel", "a"])
+    alone = invoke("combine", path, "-o", str(tmp_path / "x.json"), "--comm-kernel", "a")
     assert alone.exit_code == 2 and "--report" in alone.output
     assert not (tmp_path / "x.json").exists()
 
@@ -47,10 +45,10 @@ def test_export_gpu_takes_comm_kernel(renamed, tmp_path):
     path, known_us, told_us = renamed
     for extra, want in (((), known_us), (("--comm-kernel", "ring_allgather"), told_us)):
         out = tmp_path / f"t{len(extra)}"
-        result = CliRunner().invoke(main, ["export", path, "-o", str(out), "-q", "--gpu", "--jobs", "1", *extra])
+        result = invoke("export", path, "-o", str(out), "-q", "--gpu", "--jobs", "1", *extra)
         assert result.exit_code == 0, result.output
         assert pq.read_table(out / "gpu.parquet").column("communication_us").to_pylist() == [pytest.approx(want, abs=1e-3)]
-    alone = CliRunner().invoke(main, ["export", path, "-o", str(tmp_path / "y"), "--comm-kernel", "a"])
+    alone = invoke("export", path, "-o", str(tmp_path / "y"), "--comm-kernel", "a")
     assert alone.exit_code == 2 and "--gpu" in alone.output
-    bad = CliRunner().invoke(main, ["export", path, "-o", str(tmp_path / "z"), "--gpu", "--comm-kernel", "("])
+    bad = invoke("export", path, "-o", str(tmp_path / "z"), "--gpu", "--comm-kernel", "(")
     assert bad.exit_code == 2 and "--comm-kernel" in bad.output

@@ -12,7 +12,8 @@ import sys
 
 import orjson
 import pytest
-from tracefiles import cli, kineto, write, x
+from support import cli
+from support.ranks import kineto, write, x
 
 from tracemerge.codecs import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
 from tracemerge.errors import OutputError, TraceError
@@ -28,15 +29,9 @@ NO_ZSTANDARD = "import sys; sys.modules['zstandard'] = None; from tracemerge.cli
 
 def combined(files, out, *args):
     """The bytes ``combine FILES -o OUT ARGS`` writes, which must succeed."""
-    r = cli("combine", *files, "-o", out, *args)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("combine", *files, "-o", out, *args)
+    assert r.exit_code == 0, r.stderr
     return out.read_bytes()
-
-
-def error_lines(r):
-    err = r.stderr.decode()
-    assert "Traceback" not in err, err
-    return [line for line in err.splitlines() if line.startswith("tracemerge: error: ")]
 
 
 def frames(data):
@@ -113,8 +108,8 @@ def test_combine_zstd_output_is_the_plain_output_for_any_jobs(rank_files, tmp_pa
     assert len(outs[0]) < len(plain) / 5
     trace = read_trace(tmp_path / "j1.json.zst")
     assert len(trace) == len(read_trace(tmp_path / "t.json")) and not trace.truncated
-    r = cli("info", "--rank-from", "order", tmp_path / "j1.json.zst")
-    assert r.returncode == 0 and f"{len(trace)} events" in r.stdout.decode()
+    r = cli.run("info", "--rank-from", "order", tmp_path / "j1.json.zst")
+    assert r.exit_code == 0 and f"{len(trace)} events" in r.stdout
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
 
 
@@ -126,7 +121,7 @@ def test_perfetto_zstd_output(rank_files, tmp_path):
 def test_report_beside_a_zstd_trace_and_a_zstd_report(rank_files, tmp_path):
     combined(rank_files, tmp_path / "t.json.zst", "--report")
     assert (tmp_path / "t.report.txt").read_text().strip()
-    assert cli("report", *rank_files, "--format", "json", "-o", tmp_path / "r.json.zst").returncode == 0
+    assert cli.run("report", *rank_files, "--format", "json", "-o", tmp_path / "r.json.zst").exit_code == 0
     data, cut = decompress("r", (tmp_path / "r.json.zst").read_bytes())
     assert not cut and json.loads(data)
 
@@ -142,8 +137,8 @@ def test_cut_zstd_input_is_salvaged_with_the_warning(tmp_path):
     assert [t.names[c] for c in t.name] == [e["name"] for e in full[:len(t)]]
     warning = f"truncated file (the zstd stream ends early): recovered {len(t)} complete events"
     assert t.warnings[0].startswith(warning)
-    r = cli("combine", path, "-o", tmp_path / "o.json")
-    assert r.returncode == 0 and f"tracemerge: warning: {path}: {warning}" in r.stderr.decode()
+    r = cli.run("combine", path, "-o", tmp_path / "o.json")
+    assert r.exit_code == 0 and f"tracemerge: warning: {path}: {warning}" in r.stderr
     path.write_bytes(packed[:8])
     with pytest.raises(TraceError, match="truncated zstd with no data before the cut"):
         read_trace(path)
@@ -162,27 +157,23 @@ def test_corrupt_zstd_input_is_one_line_exit_3(tmp_path):
     bad = tmp_path / "rank1.json.zst"
     bad.write_bytes(bytes(packed))
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)], rank=0))
-    r = cli("combine", good, bad, "-o", tmp_path / "o.json")
-    lines = error_lines(r)
-    assert r.returncode == 3 and len(lines) == 1
-    assert lines[0].startswith(f"tracemerge: error: {bad}: corrupt zstd: ")
+    r = cli.run("combine", good, bad, "-o", tmp_path / "o.json")
+    assert r.error_line(3).startswith(f"tracemerge: error: {bad}: corrupt zstd: ")
     assert not (tmp_path / "o.json").exists()
 
 
 def test_without_zstandard_zstd_is_refused_in_one_line(tmp_path):
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)], rank=0))
     out = tmp_path / "o.json.zst"
-    r = cli("combine", good, "-o", out, code=NO_ZSTANDARD)
-    assert r.returncode == 5 and error_lines(r) == [
-        f"tracemerge: error: {out}: zstd needs the zstandard module: pip install 'tracemerge[zstd]'"]
+    r = cli.run("combine", good, "-o", out, code=NO_ZSTANDARD)
+    assert r.error_line(5) == f"tracemerge: error: {out}: zstd needs the zstandard module: pip install 'tracemerge[zstd]'"
     packed = tmp_path / "rank1.json.zst"
     packed.write_bytes(CODECS[".zst"].compress(doc_bytes(10)))
-    r = cli("info", packed, code=NO_ZSTANDARD)
-    assert r.returncode == 3 and error_lines(r) == [
-        f"tracemerge: error: {packed}: zstd needs the zstandard module: pip install 'tracemerge[zstd]'"]
+    r = cli.run("info", packed, code=NO_ZSTANDARD)
+    assert r.error_line(3) == f"tracemerge: error: {packed}: zstd needs the zstandard module: pip install 'tracemerge[zstd]'"
     assert sorted(os.listdir(tmp_path)) == ["rank0.json", "rank1.json.zst"]
     # gzip and plain outputs do not need it
-    assert cli("combine", good, "-o", tmp_path / "o.json.gz", code=NO_ZSTANDARD).returncode == 0
+    assert cli.run("combine", good, "-o", tmp_path / "o.json.gz", code=NO_ZSTANDARD).exit_code == 0
 
 
 def test_without_zstandard_in_process(monkeypatch, tmp_path):

@@ -121,7 +121,7 @@ def test_calls_made_before_the_callers_window_are_named_for_what_they_are(tmp_pa
     callee's side, and the warning says they were made outside the caller's window (not
     'give every rank's file': every file was given); a call from a rank with no file is
     told apart."""
-    from tracefiles import BASE, rank_file, write, x
+    from support.ranks import BASE, rank_file, write, x
 
     from tracemerge.job import Job
 

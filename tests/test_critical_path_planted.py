@@ -15,9 +15,10 @@ import os
 import statistics
 
 import pytest
+from support.jobs import run_job
+from support.ranks import BASE, US, Ranks
 
-from tests.test_analysis import BASE, US, Ranks, assert_tiles, path_of
-from tests.tracefiles import run_job
+from tests.test_analysis import assert_tiles, path_of
 from tracemerge.analysis.critical_path import (
     COMPUTE,
     EDGES,
@@ -324,12 +325,12 @@ def test_whatif_predicts_each_halved_delay(planted, predictions):
 
 
 def test_whatif_command(planted, tmp_path):
-    from tests.tracefiles import cli
+    from support import cli
     _, _, windows, paths = planted
     out = tmp_path / "w.json"
-    r = cli("whatif", *paths, "--speedup", "planted:udf@1=2", "--speedup", "planted:local=inf",
+    r = cli.run("whatif", *paths, "--speedup", "planted:udf@1=2", "--speedup", "planted:local=inf",
             "--format", "json", "-o", out)
-    assert r.returncode == 0, r.stderr
+    assert r.exit_code == 0, r.stderr
     doc = json.loads(out.read_text())
     assert doc["speedups"] == ["planted:udf@1=2", "planted:local=inf"]
     assert [w["window"] for w in doc["windows"]] == [w.window for w in windows]
@@ -338,10 +339,10 @@ def test_whatif_command(planted, tmp_path):
         assert w["predicted_ns"] < w["measured_ns"] - 60_000_000
         assert w["top"] and {"rank", "name", "kind", "ns"} <= set(w["top"][0])
         assert all(t["name"] != "planted:local" for t in w["top"])
-    table = cli("whatif", *paths, "--speedup", "planted:udf@1=2")
-    assert table.returncode == 0 and "predicted ms" in table.stdout.decode()
-    bad = cli("whatif", *paths, "--speedup", "planted:udf@1")
-    assert bad.returncode == 2 and b"--speedup" in bad.stderr
+    table = cli.run("whatif", *paths, "--speedup", "planted:udf@1=2")
+    assert table.exit_code == 0 and "predicted ms" in table.stdout
+    bad = cli.run("whatif", *paths, "--speedup", "planted:udf@1")
+    assert bad.exit_code == 2 and "--speedup" in bad.stderr
 
 
 @pytest.mark.parametrize("text, name, rank, factor", [

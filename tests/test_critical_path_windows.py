@@ -16,9 +16,11 @@ overlap are cut where the one that ended first ended.
 import textwrap
 
 import pytest
+from support import cli
+from support.jobs import run_script
+from support.ranks import BASE, US, Ranks, load_output
 
-from tests.test_analysis import BASE, US, Ranks, assert_tiles
-from tests.tracefiles import cli, free_port, load_output, run_job
+from tests.test_analysis import assert_tiles
 from tracemerge.analysis.critical_path import COMPUTE, critical_path, totals
 from tracemerge.analysis.whatif import whatif
 
@@ -201,18 +203,15 @@ def stepped(tmp_path_factory):
     """(rank files, the report's JSON, the merged trace) of the job."""
     pytest.importorskip("torch")
     where = tmp_path_factory.mktemp("stepping")
-    script = where / "job.py"
-    script.write_text(JOB)
-    out = where / "traces"
-    run_job([script, free_port(), out], JOB_TIMEOUT_S)
+    out = run_script(JOB, where, JOB_TIMEOUT_S)
     files = sorted(str(p) for p in out.iterdir())
     assert len(files) == 4, files   # rank{0,1}.cycle{0,1}.json.gz
     merged = where / "merged.json"
     report = where / "report.json"
-    res = cli("combine", *files, "-o", merged, "--critical-path", timeout=300)
-    assert res.returncode == 0, res.stderr
-    res = cli("report", *files, "--analysis", "--format", "json", "-o", report, timeout=300)
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *files, "-o", merged, "--critical-path", timeout=300)
+    assert res.exit_code == 0, res.stderr
+    res = cli.run("report", *files, "--analysis", "--format", "json", "-o", report, timeout=300)
+    assert res.exit_code == 0, res.stderr
     return files, load_output(report), load_output(merged)
 
 

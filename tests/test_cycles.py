@@ -12,7 +12,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli, free_port, load_output, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import run_script  # noqa: E402
+from support.ranks import load_output  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 CYCLES = 3
@@ -51,10 +53,7 @@ pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass l
 @pytest.fixture(scope="module")
 def cycle_files(tmp_path_factory):
     where = tmp_path_factory.mktemp("cycles")
-    script = where / "job.py"
-    script.write_text(JOB)
-    out = where / "traces"
-    run_job([script, free_port(), out], JOB_TIMEOUT_S)
+    out = run_script(JOB, where, JOB_TIMEOUT_S)
     files = sorted(str(p) for p in out.iterdir())
     assert [os.path.basename(f) for f in files] == [f"rank{r}.cycle{c}.json.gz" for r in (0, 1) for c in range(CYCLES)]
     return files
@@ -83,8 +82,8 @@ def _ops(doc):
 
 def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_path):
     out = tmp_path / "merged.json"
-    res = cli("combine", *cycle_files, "-o", out)
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *cycle_files, "-o", out)
+    assert res.exit_code == 0, res.stderr
     doc = load_output(out)
     summary = doc["tracemerge"]
     assert [i["rank"] for i in summary["inputs"]] == [0, 1]
@@ -124,8 +123,8 @@ def test_combine_takes_every_cycle_of_a_rank_as_one_process(cycle_files, tmp_pat
 
 def test_cycle_option_keeps_one_cycle(cycle_files, tmp_path):
     out = tmp_path / "one.json"
-    res = cli("combine", *cycle_files, "--cycle", "1", "-o", out)
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *cycle_files, "--cycle", "1", "-o", out)
+    assert res.exit_code == 0, res.stderr
     summary = load_output(out)["tracemerge"]
     assert [i["path"] for i in summary["inputs"]] == [f for f in cycle_files if ".cycle1." in f]
     assert all("cycles" not in i for i in summary["inputs"])
@@ -136,27 +135,27 @@ def test_cycle_option_keeps_one_cycle(cycle_files, tmp_path):
     calls = {r["rpc_id"] for rec in summary["records"] for r in rec["rpcs"] if r["role"] == "caller"}
     assert {i.split(":")[1] for i in calls} == {"6", "7"}
 
-    res = cli("combine", *cycle_files, "--cycle", "5", "-o", tmp_path / "none.json")
-    assert res.returncode == 2 and b"--cycle 5: no input holds cycle 5" in res.stderr
-    assert b"Traceback" not in res.stderr
+    res = cli.run("combine", *cycle_files, "--cycle", "5", "-o", tmp_path / "none.json")
+    assert res.exit_code == 2 and "--cycle 5: no input holds cycle 5" in res.stderr
+    assert "Traceback" not in res.stderr
     assert not (tmp_path / "none.json").exists()
 
 
 def test_info_report_and_offsets_take_the_cycles_together(cycle_files):
-    res = cli("info", *cycle_files)
-    assert res.returncode == 0, res.stderr
-    out = res.stdout.decode()
+    res = cli.run("info", *cycle_files)
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
     assert out.count("\n  rank ") == 2
     assert out.count("3 schedule cycles, one process") == 2
 
-    res = cli("offsets", *cycle_files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *cycle_files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert set(clocks) == {0, 1}
     assert clocks[1]["method"] == "shared-clock"
 
-    res = cli("report", *cycle_files, "--format", "json", "--group-by", "name,rank")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("report", *cycle_files, "--format", "json", "--group-by", "name,rank")
+    assert res.exit_code == 0, res.stderr
     rep = json.loads(res.stdout)
     # aten::add of each rank's cycles, counted from the input files
     adds = {r: sum(1 for f in _by_rank(cycle_files)[r] for e in _ops(load_output(f)) if e["name"] == "aten::add")
@@ -170,8 +169,8 @@ def test_info_report_and_offsets_take_the_cycles_together(cycle_files):
 
 
 def test_order_numbering_keeps_cycle_files_apart(cycle_files, tmp_path):
-    res = cli("combine", *cycle_files, "--rank-from", "order", "-o", tmp_path / "o.json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *cycle_files, "--rank-from", "order", "-o", tmp_path / "o.json")
+    assert res.exit_code == 0, res.stderr
     assert len(load_output(tmp_path / "o.json")["tracemerge"]["inputs"]) == 2 * CYCLES
 
 
@@ -196,10 +195,10 @@ def test_a_cycle_whose_pids_come_in_another_order_stays_on_its_process(cycle_fil
         pytest.skip("the compiled core is not built")
     # the core asked for, whatever the test run itself selected
     env = f"import os; os.environ['TRACEMERGE_CORE'] = {'' if kernel == 'native' else 'python'!r}; "
-    res = cli("combine", *files, "-o", out, code=env + "from tracemerge.cli import main; main()")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *files, "-o", out, code=env + "from tracemerge.cli import main; main()")
+    assert res.exit_code == 0, res.stderr
     if kernel == "native" and suffix == ".json":  # a .pftrace encodes a rank's cycles joined, in one piece
-        assert b"read by the Python path: a cycle whose pids are not in the order" in res.stderr
+        assert "read by the Python path: a cycle whose pids are not in the order" in res.stderr
     if suffix == ".json":
         doc = load_output(out)
         pids = doc["tracemerge"]["pids"]["0"]
@@ -228,18 +227,18 @@ def test_cycles_of_two_processes_are_refused(cycle_files, tmp_path):
         dst = tmp_path / os.path.basename(f)
         _rewrite(f, dst, lambda d: d["tracemerge"].update(job_id="another run") if ".cycle2." in f else None)
         files.append(str(dst))
-    res = cli("combine", *files, "-o", tmp_path / "o.json")
-    assert res.returncode == 4
-    assert b"cycle 2 of rank 0 is not from the process of" in res.stderr and b"job_id" in res.stderr
+    res = cli.run("combine", *files, "-o", tmp_path / "o.json")
+    assert res.exit_code == 4
+    assert "cycle 2 of rank 0 is not from the process of" in res.stderr and "job_id" in res.stderr
     assert not (tmp_path / "o.json").exists()
 
 
 def test_info_of_a_merged_trace_names_every_cycle_file(cycle_files, tmp_path):
     out = tmp_path / "merged.json"
-    assert cli("combine", *cycle_files, "-o", out).returncode == 0
-    res = cli("info", out)
-    assert res.returncode == 0, res.stderr
-    text = res.stdout.decode()
+    assert cli.run("combine", *cycle_files, "-o", out).exit_code == 0
+    res = cli.run("info", out)
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
     for f in cycle_files:  # each rank's line names all its cycle files, not the first alone
         assert f in text, f
     assert text.count(f"{CYCLES} cycle files: ") == 2
@@ -299,8 +298,8 @@ def test_ranks_of_different_numbers_of_files_are_reported(cycle_files, tmp_path,
         files = by_rank[0] + [_whole_run(by_rank[1], tmp_path / "rank1.json.gz")]
     for args in (["report", *files, "--analysis", "--format", "json", "-o", tmp_path / "r.json"],
                  ["combine", *files, "-o", tmp_path / "t.json", "--force", "--report", "--critical-path"]):
-        res = cli(*args)
-        assert res.returncode == 0, res.stderr.decode()
+        res = cli.run(*args)
+        assert res.exit_code == 0, res.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
     names = {e["args"]["name"] for e in load_output(tmp_path / "t.json")["traceEvents"]
@@ -314,14 +313,14 @@ def test_a_cycle_file_given_twice_is_refused(cycle_files, tmp_path):
     by_rank = _by_rank(cycle_files)
     copy = tmp_path / f"rank0.cycle{CYCLES}.json.gz"
     copy.write_bytes(open(by_rank[0][0], "rb").read())
-    res = cli("combine", *cycle_files, copy, "-o", tmp_path / "t.json")
-    assert res.returncode == 4
-    assert f"{copy}: holds cycle 0 of rank 0, as {by_rank[0][0]} does" in res.stderr.decode()
+    res = cli.run("combine", *cycle_files, copy, "-o", tmp_path / "t.json")
+    assert res.exit_code == 4
+    assert f"{copy}: holds cycle 0 of rank 0, as {by_rank[0][0]} does" in res.stderr
     # the same with the cycle told by the name alone (a block without its cycle)
     doc = load_output(by_rank[0][0])
     doc["tracemerge"]["cycle"] = None
     copy.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    res = cli("combine", *cycle_files, copy, "-o", tmp_path / "t.json")
-    assert res.returncode == 4
-    assert f"{copy}: cycle {CYCLES} of rank 0 is a copy of {by_rank[0][0]}" in res.stderr.decode()
+    res = cli.run("combine", *cycle_files, copy, "-o", tmp_path / "t.json")
+    assert res.exit_code == 4
+    assert f"{copy}: cycle {CYCLES} of rank 0 is a copy of {by_rank[0][0]}" in res.stderr
     assert not (tmp_path / "t.json").exists()

@@ -21,14 +21,13 @@ backward in step 2 until the test ends the job as ``timeout -s TERM`` would, or 
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.jobs import end_like_timeout
 
 from tracemerge import AlignRequest, Job
 from tracemerge.analysis.critical_path import critical_path
@@ -57,18 +56,9 @@ def _run(profiler: str, sleep_ms: float, out: Path, *options: str) -> Path:
            "--nproc-per-node", "3", "--monitor-interval", "0.1", JOB, profiler, str(out), str(sleep_ms), *options]
     with open(out / "job.log", "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
-        try:
-            if "hang" in options:
-                deadline = time.monotonic() + JOB_TIMEOUT_S
-                while not (out / "planted.json").exists() and proc.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                time.sleep(2)
-                os.kill(proc.pid, signal.SIGTERM)   # `timeout` firing: TERM to torchrun, which TERMs the workers
-            proc.wait(timeout=JOB_TIMEOUT_S + 30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        # a hung job: ended as `timeout` would (TERM to torchrun, which TERMs the workers), 2 s
+        # after the hanging rank wrote what it planted
+        end_like_timeout(proc, (out / "planted.json").exists, JOB_TIMEOUT_S + 30, 2 if "hang" in options else None)
     if not {"hang", "raise"} & set(options):
         assert proc.returncode == 0, (out / "job.log").read_text()[-3000:]
     return out

@@ -73,49 +73,49 @@ def _run_dir(tmp_path, name, sample):
     wrote beside them, and a JSON that is no trace."""
     import shutil
 
-    from tracefiles import cli
+    from support import cli
     where = tmp_path / name
     where.mkdir()
     for f in sorted(glob.glob(f"samples/{sample}/rank*.json.gz")):
         shutil.copy(f, where)
     ranks = sorted(str(p) for p in where.iterdir())
-    assert cli("combine", *ranks, "-o", where / "trace.json").returncode == 0
+    assert cli.run("combine", *ranks, "-o", where / "trace.json").exit_code == 0
     (where / "config.json").write_text('{"lr": 0.1, "num_worker_threads": 1}')
     return where, ranks
 
 
 def test_diff_of_run_directories_takes_their_rank_files_and_says_what_it_left_out(tmp_path):
-    from tracefiles import cli
+    from support import cli
     before, _ = _run_dir(tmp_path, "before", "threads_1")
     after, _ = _run_dir(tmp_path, "after", "threads_8")
-    r = cli("diff", before, after, "--format", "json")
-    assert r.returncode == 0, r.stderr
-    err = r.stderr.decode()
+    r = cli.run("diff", before, after, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    err = r.stderr
     for d in (before, after):
         assert f"left out {d / 'trace.json'}: a merged trace" in err
         assert f"left out {d / 'config.json'}: not a trace" in err
     # the same rows as the rank files alone give
-    alone = cli("diff", "samples/threads_1", "samples/threads_8", "--format", "json")
-    assert alone.returncode == 0
+    alone = cli.run("diff", "samples/threads_1", "samples/threads_8", "--format", "json")
+    assert alone.exit_code == 0
     assert json.loads(alone.stdout)["rows"] == json.loads(r.stdout)["rows"]
 
 
 def test_a_directory_holding_only_a_merged_trace_is_that_run(tmp_path):
-    from tracefiles import cli
+    from support import cli
     before, ranks = _run_dir(tmp_path, "before", "threads_1")
     for f in ranks:
         os.unlink(f)
-    r = cli("diff", before, "samples/threads_8", "--format", "json")
-    assert r.returncode == 0, r.stderr
+    r = cli.run("diff", before, "samples/threads_8", "--format", "json")
+    assert r.exit_code == 0, r.stderr
     (before / "second.json").write_bytes((before / "trace.json").read_bytes())
-    r = cli("diff", before, "samples/threads_8")
-    assert r.returncode == 2 and "2 merged traces and no rank files" in r.stderr.decode()
+    r = cli.run("diff", before, "samples/threads_8")
+    assert r.exit_code == 2 and "2 merged traces and no rank files" in r.stderr
 
 
 def test_report_of_a_merged_trace_says_analysis_needs_the_rank_files(tmp_path):
-    from tracefiles import cli
+    from support import cli
     before, _ = _run_dir(tmp_path, "run", "threads_1")
-    r = cli("report", before / "trace.json", "--analysis", "--format", "json")
-    assert r.returncode == 0, r.stderr
-    assert "--analysis: not done on a merged trace" in r.stderr.decode()
+    r = cli.run("report", before / "trace.json", "--analysis", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert "--analysis: not done on a merged trace" in r.stderr
     assert any(n.startswith("--analysis: not done") for n in json.loads(r.stdout)["notes"])

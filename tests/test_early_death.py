@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support import cli
 
 from tracemerge import AlignRequest, Job
 from tracemerge.report.build import job_report
@@ -71,12 +72,6 @@ def _traces(run: Path) -> list:
     return sorted(str(p) for p in (run / "traces").iterdir() if not p.name.startswith("planted"))
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_callee_dead_in_its_first_second_is_named_by_its_rank(jobs, case):
     run = jobs[case]
@@ -100,12 +95,12 @@ def test_callee_dead_in_its_first_second_is_named_by_its_rank(jobs, case):
     calls = [c for c in pm.in_flight if c.callee == 1]
     assert calls and calls[0].status in ("pending", "error") and calls[0].name.startswith("rpc_sync#serve")
     assert pm.waited_for == 1
-    text = _cli("report", *_traces(run))
-    assert text.returncode == 0, text.stderr
+    text = cli.run("report", *_traces(run))
+    assert text.exit_code == 0, text.stderr
     assert "post-mortem: rank 1 died" in text.stdout
     assert "capture again" not in text.stdout + text.stderr and "clock jump" not in text.stdout + text.stderr
-    whole = _cli("report", str(run / "traces"))
-    assert whole.returncode == 0 and "post-mortem: rank 1 died" in whole.stdout, whole.stderr
+    whole = cli.run("report", str(run / "traces"))
+    assert whole.exit_code == 0 and "post-mortem: rank 1 died" in whole.stdout, whole.stderr
 
 
 def test_rank_that_raises_in_step_one_is_named_with_its_exception(jobs):
@@ -124,5 +119,5 @@ def test_rank_that_raises_in_step_one_is_named_with_its_exception(jobs):
     assert ends[1].blocked_in == f"all_reduce (group 0, seq {planted['seq']})", ends[1]
     if ends[1].how == "raised":
         assert "Connection closed by peer" in ends[1].detail
-    text = _cli("report", str(run / "traces"))
+    text = cli.run("report", str(run / "traces"))
     assert "rank 0 raised RuntimeError: planted in step 1" in text.stdout, text.stdout[:3000] + text.stderr

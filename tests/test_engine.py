@@ -5,13 +5,11 @@ import gzip
 import json
 import os
 import re
-import subprocess
-import sys
 
 import orjson
 import pytest
-from support import gen_kineto  # (by name, so its functions pickle into worker processes)
-from tracefiles import cli, kineto, write, x
+from support import cli, gen_kineto  # gen_kineto by name, so its functions pickle into worker processes
+from support.ranks import kineto, write, x
 
 from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
@@ -59,8 +57,8 @@ def test_jobs_give_the_same_bytes(which, request, tmp_path):
     outs = []
     for jobs in (1, 2, 3):
         out = tmp_path / f"j{jobs}.json"
-        r = cli("combine", *files, "-o", out, "--jobs", jobs)
-        assert r.returncode == 0, r.stderr
+        r = cli.run("combine", *files, "-o", out, "--jobs", jobs)
+        assert r.exit_code == 0, r.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] == outs[2]
     # the library: events kept in memory and run inline, or scanned and run by 2 workers
@@ -76,8 +74,8 @@ def test_jobs_give_the_same_bytes(which, request, tmp_path):
 
 def test_gzip_output_is_one_stream_of_members(rank_files, tmp_path):
     plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
-    assert cli("combine", *rank_files, "-o", plain, "-j", 2).returncode == 0
-    assert cli("combine", *rank_files, "-o", packed, "-j", 2).returncode == 0
+    assert cli.run("combine", *rank_files, "-o", plain, "-j", 2).exit_code == 0
+    assert cli.run("combine", *rank_files, "-o", packed, "-j", 2).exit_code == 0
     assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
     assert packed.stat().st_size < plain.stat().st_size / 5
 
@@ -87,9 +85,9 @@ def test_worker_error_is_one_line_and_leaves_nothing(rank_files, tmp_path):
     doc = kineto([x("a", 1.0, 2.0)] * 3 + [{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5.0, "dur": -1.0}])
     write(bad, doc)
     out = tmp_path / "out.json"
-    r = cli("combine", *rank_files, bad, "-o", out, "-j", 2)
-    assert r.returncode == 3
-    err = r.stderr.decode()
+    r = cli.run("combine", *rank_files, bad, "-o", out, "-j", 2)
+    assert r.exit_code == 3
+    err = r.stderr
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith(f"tracemerge: error: {bad}: event 3: negative 'dur' ")
     assert os.listdir(tmp_path) == ["rank9.json"]
@@ -110,22 +108,21 @@ needs_dask = pytest.mark.skipif(distributed is None, reason="dask.distributed is
 @needs_dask
 def test_dask_engine_equals_local(rank_files, tmp_path):
     local, dask_auto, dask_addr = tmp_path / "local.json", tmp_path / "dask.json", tmp_path / "dask_addr.json"
-    assert cli("combine", *rank_files, "-o", local, "-j", 2).returncode == 0
-    r = cli("combine", *rank_files, "-o", dask_auto, "--engine", "dask", "-j", 2, timeout=180)
-    assert r.returncode == 0, r.stderr
+    assert cli.run("combine", *rank_files, "-o", local, "-j", 2).exit_code == 0
+    r = cli.run("combine", *rank_files, "-o", dask_auto, "--engine", "dask", "-j", 2, timeout=180)
+    assert r.exit_code == 0, r.stderr
     assert dask_auto.read_bytes() == local.read_bytes()
     # a cluster started apart, reached by its tcp:// address on loopback
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                                   scheduler_port=0, dashboard_address=None) as cluster:
-        r = cli("combine", *rank_files, "-o", dask_addr, "--engine", "dask", "--scheduler",
+        r = cli.run("combine", *rank_files, "-o", dask_addr, "--engine", "dask", "--scheduler",
                 cluster.scheduler_address, timeout=180)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         # relative names, given in another directory than the workers': made absolute for them
         where = os.path.dirname(rank_files[0])
-        r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *map(os.path.basename, rank_files),
-                            "-o", str(tmp_path / "rel.json"), "--engine", "dask", "--scheduler",
-                            cluster.scheduler_address], capture_output=True, timeout=180, cwd=where)
-        assert r.returncode == 0, r.stderr
+        r = cli.run("combine", *map(os.path.basename, rank_files), "-o", tmp_path / "rel.json", "--engine", "dask",
+                    "--scheduler", cluster.scheduler_address, timeout=180, cwd=where)
+        assert r.exit_code == 0, r.stderr
     assert dask_addr.read_bytes() == local.read_bytes()
     assert orjson.loads((tmp_path / "rel.json").read_bytes())["traceEvents"] == orjson.loads(local.read_bytes())["traceEvents"]
 
@@ -133,22 +130,22 @@ def test_dask_engine_equals_local(rank_files, tmp_path):
 @needs_dask
 def test_dask_worker_error_is_one_line(tmp_path, rank_files):
     bad = write(tmp_path / "rank5.json", kineto([{"ph": "X", "name": "b", "pid": 1, "tid": 1, "dur": 1.0}]))
-    r = cli("combine", *rank_files, bad, "-o", tmp_path / "o.json", "--engine", "dask", "-j", 1, timeout=180)
-    assert r.returncode == 3
-    assert r.stderr.decode().strip().splitlines()[-1] == f"tracemerge: error: {bad}: event 0: missing 'ts'"
+    r = cli.run("combine", *rank_files, bad, "-o", tmp_path / "o.json", "--engine", "dask", "-j", 1, timeout=180)
+    assert r.exit_code == 3
+    assert r.stderr.strip().splitlines()[-1] == f"tracemerge: error: {bad}: event 0: missing 'ts'"
     assert not (tmp_path / "o.json").exists()
 
 
 def test_scheduler_needs_dask_engine(rank_files, tmp_path):
-    r = cli("combine", *rank_files, "-o", tmp_path / "o.json", "--scheduler", "tcp://127.0.0.1:1")
-    assert r.returncode != 0 and b"--scheduler needs --engine dask" in r.stderr
+    r = cli.run("combine", *rank_files, "-o", tmp_path / "o.json", "--scheduler", "tcp://127.0.0.1:1")
+    assert r.exit_code != 0 and "--scheduler needs --engine dask" in r.stderr
 
 
 def test_stdout_gets_the_same_bytes(rank_files, tmp_path):
     out = tmp_path / "t.json"
-    assert cli("combine", *rank_files, "-o", out, "-j", 2).returncode == 0
-    piped = cli("combine", *rank_files, "-o", "-", "-j", 2)
-    assert piped.returncode == 0 and piped.stdout == out.read_bytes()
+    assert cli.run("combine", *rank_files, "-o", out, "-j", 2).exit_code == 0
+    piped = cli.run("combine", *rank_files, "-o", "-", "-j", 2)
+    assert piped.exit_code == 0 and piped.stdout_bytes == out.read_bytes()
 
 
 def _die(code):
@@ -165,8 +162,8 @@ def test_perfetto_shards_are_the_same_bytes(rank_files, tmp_path):
     outs = []
     for jobs in (1, 2):
         out = tmp_path / f"j{jobs}.pftrace"
-        r = cli("combine", *rank_files, "-o", out, "-j", jobs)
-        assert r.returncode == 0, r.stderr
+        r = cli.run("combine", *rank_files, "-o", out, "-j", jobs)
+        assert r.exit_code == 0, r.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] and len(outs[0]) > 100_000
 
@@ -174,7 +171,7 @@ def test_perfetto_shards_are_the_same_bytes(rank_files, tmp_path):
 def test_kineto_collectives_align_through_the_engine(tmp_path):
     """Plain Kineto traces whose only exchange is NCCL collectives (record_param_comms args):
     the CLI's engine scan must see their cat and args, or --align collective has nothing."""
-    from tracefiles import kineto, load_output, write, x
+    from support.ranks import kineto, load_output, write, x
     skew_us = 5_000.0  # rank 1's clock runs 5 ms ahead
     paths = []
     for rank in (0, 1):
@@ -188,8 +185,8 @@ def test_kineto_collectives_align_through_the_engine(tmp_path):
                                "In msg nelems": 1024, "dtype": "Float", "Process Group Ranks": "[0, 1]"}))
         paths.append(write(tmp_path / f"rank{rank}.json", kineto(events, rank=rank)))
     out = tmp_path / "out.json"
-    r = cli("combine", *paths, "-o", out, "--align", "collective", "--jobs", "2")
-    assert r.returncode == 0, r.stderr.decode()
+    r = cli.run("combine", *paths, "-o", out, "--align", "collective", "--jobs", "2")
+    assert r.exit_code == 0, r.stderr
     doc = load_output(out)
     offsets = {a["rank"]: a["offset_ns"] for a in doc["tracemerge"]["alignment"]}
     # the ranks arrive 300 µs apart, which bounds the collective estimate; wall would say 0
@@ -217,8 +214,8 @@ def test_events_unchanged_since_round2(tmp_path, kind):
     paths = gen_kineto.generate(str(tmp_path / kind), 2, 0.5, seed=11, jobs=1, rank_files=kind == "rank",
                                 overlapping_kernels=True)  # round 2's inputs
     out = tmp_path / "out.json"
-    r = cli("combine", *paths, "-o", out, "--jobs", 1)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("combine", *paths, "-o", out, "--jobs", 1)
+    assert r.exit_code == 0, r.stderr
     data = out.read_bytes()
     moved = json.loads(data)["tracemerge"]["lanes"]
     assert moved == {"spans": 51 if kind == "rank" else 53, "lanes": 3}

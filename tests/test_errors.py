@@ -9,10 +9,9 @@ import os
 import shutil
 
 import pytest
-from click.testing import CliRunner
-from tracefiles import kineto, load_output, x
+from support.cli import invoke
+from support.ranks import kineto, load_output, x
 
-from tracemerge.cli import main
 from tracemerge.errors import EXIT_CONFLICT, EXIT_INPUT, TraceError
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.salvage import salvage
@@ -22,17 +21,6 @@ CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 
 def corpus(name):
     return os.path.join(CORPUS, name)
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_error_line(result, code):
-    assert result.exit_code == code, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("tracemerge: error: ")]
-    assert len(errors) == 1 and "Traceback" not in result.output
-    return errors[0]
 
 
 BAD = [
@@ -69,7 +57,7 @@ def test_bad_file_is_named_with_its_problem(name, problem, index):
 @pytest.mark.parametrize("name,problem,index", BAD)
 def test_bad_file_cli_one_line_exit_3_no_output(tmp_path, name, problem, index):
     out = tmp_path / "out.json"
-    line = one_error_line(invoke("combine", corpus("truncated.json"), corpus(name), "-o", out), EXIT_INPUT)
+    line = invoke("combine", corpus("truncated.json"), corpus(name), "-o", out).error_line(EXIT_INPUT)
     assert corpus(name) in line and problem in line
     assert os.listdir(tmp_path) == []
 
@@ -136,7 +124,7 @@ def test_trailing_zero_padding_is_ignored_with_a_warning():
 
 
 def test_duplicate_ranks_conflict():
-    line = one_error_line(invoke("info", corpus("dup_rank_a.json"), corpus("dup_rank_b.json")), EXIT_CONFLICT)
+    line = invoke("info", corpus("dup_rank_a.json"), corpus("dup_rank_b.json")).error_line(EXIT_CONFLICT)
     assert "rank 0 (from distributedInfo) is also claimed by" in line and corpus("dup_rank_a.json") in line
 
 
@@ -146,18 +134,18 @@ def test_files_of_different_jobs_warn_or_are_refused_with_strict(tmp_path):
     assert r.exit_code == 0
     assert "warning: the files come from different jobs: job_id differs ('job-A' in " in r.output
     assert load_output(tmp_path / "o.json")["tracemerge"]["warnings"][0].startswith("the files come from different jobs")
-    line = one_error_line(invoke("combine", *files, "--strict", "-o", tmp_path / "p.json"), EXIT_CONFLICT)
+    line = invoke("combine", *files, "--strict", "-o", tmp_path / "p.json").error_line(EXIT_CONFLICT)
     assert "job_id differs" in line and "refused by --strict" in line
     assert not (tmp_path / "p.json").exists()
 
 
 def test_world_size_disagreement_in_kineto_distributed_info(tmp_path):
-    from tracefiles import write
+    from support.ranks import write
     a = write(tmp_path / "a.json", kineto([x("a", 1, 1)], rank=0, world_size=2))
     b = write(tmp_path / "b.json", kineto([x("a", 1, 1)], rank=1, world_size=4))
     r = invoke("info", a, b)
     assert r.exit_code == 0 and f"world_size differs (2 in {a}; 4 in {b})" in r.output
-    assert "refused by --strict" in one_error_line(invoke("info", a, b, "--strict"), EXIT_CONFLICT)
+    assert "refused by --strict" in invoke("info", a, b, "--strict").error_line(EXIT_CONFLICT)
 
 
 def test_rpc_records_with_absent_peer_warn_with_counts():
@@ -224,7 +212,7 @@ def test_skip_bad_goes_on_and_says_what_was_skipped(tmp_path):
 
 
 def test_skip_bad_with_nothing_readable_fails():
-    line = one_error_line(invoke("info", corpus("empty.json"), corpus("not_json.json"), "--skip-bad"), EXIT_INPUT)
+    line = invoke("info", corpus("empty.json"), corpus("not_json.json"), "--skip-bad").error_line(EXIT_INPUT)
     assert "no readable input: all 2 files were skipped" in line
 
 

@@ -4,17 +4,12 @@ broken pipes, Ctrl-C. Each ends in one line, a documented exit code, and no outp
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from tracefiles import kineto, load_output, sigint_default, write, x
-
-CMD = [sys.executable, "-m", "tracemerge"]
-
-
-def run(*args, **kw):
-    return subprocess.run(CMD + [str(a) for a in args], capture_output=True, timeout=120, **kw)
+from support import cli
+from support.jobs import sigint_default
+from support.ranks import kineto, load_output, write, x
 
 
 def big_trace(tmp_path, n=60_000):
@@ -30,22 +25,22 @@ def error_lines(stderr):
 def test_output_rules(tmp_path):
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
     out = tmp_path / "o.json"
-    r = run("combine", good, "-o", good, "--force")
-    assert r.returncode == 5 and error_lines(r.stderr) == [f"tracemerge: error: {good}: the output is also an input; choose another -o"]
+    r = cli.run("combine", good, "-o", good, "--force")
+    assert r.error_line(5) == f"tracemerge: error: {good}: the output is also an input; choose another -o"
     out.write_text("keep me")
-    r = run("combine", good, "-o", out)
-    assert r.returncode == 5 and "exists; pass --force" in error_lines(r.stderr)[0] and out.read_text() == "keep me"
-    assert run("combine", good, "-o", out, "--force").returncode == 0
+    r = cli.run("combine", good, "-o", out)
+    assert "exists; pass --force" in r.error_line(5) and out.read_text() == "keep me"
+    assert cli.run("combine", good, "-o", out, "--force").exit_code == 0
     assert load_output(out)["tracemerge"]["events"]["in"] == 1
-    r = run("combine", good, "-o", tmp_path / "no" / "such" / "dir.json")
-    assert r.returncode == 5 and "does not exist" in error_lines(r.stderr)[0]
+    r = cli.run("combine", good, "-o", tmp_path / "no" / "such" / "dir.json")
+    assert "does not exist" in r.error_line(5)
 
 
 def test_directory_output_says_so_without_asking_for_force(tmp_path):
     good = write(tmp_path / "rank0.json", kineto([x("a", 1, 1)]))
     (tmp_path / "d").mkdir()
-    r = run("combine", good, "-o", tmp_path / "d")
-    assert r.returncode == 5 and error_lines(r.stderr) == [f"tracemerge: error: {tmp_path / 'd'}: is a directory"]
+    r = cli.run("combine", good, "-o", tmp_path / "d")
+    assert r.error_line(5) == f"tracemerge: error: {tmp_path / 'd'}: is a directory"
 
 
 def test_failed_run_leaves_no_output_or_temporary_file(tmp_path):
@@ -53,22 +48,22 @@ def test_failed_run_leaves_no_output_or_temporary_file(tmp_path):
     bad = tmp_path / "rank1.json"
     bad.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": "late"}]}')
     before = sorted(os.listdir(tmp_path))
-    r = run("combine", good, bad, "-o", tmp_path / "o.json")
-    assert r.returncode == 3 and error_lines(r.stderr) == [f"tracemerge: error: {bad}: event 0: 'ts' is not a number: 'late'"]
+    r = cli.run("combine", good, bad, "-o", tmp_path / "o.json")
+    assert r.error_line(3) == f"tracemerge: error: {bad}: event 0: 'ts' is not a number: 'late'"
     assert sorted(os.listdir(tmp_path)) == before
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_disk_full_on_stdout(tmp_path):
     with open("/dev/full", "wb") as full:
-        r = subprocess.run(CMD + ["combine", big_trace(tmp_path, 2000), "-o", "-"], stdout=full,
+        r = subprocess.run(cli.argv("combine", big_trace(tmp_path, 2000), "-o", "-"), stdout=full,
                            stderr=subprocess.PIPE, timeout=120)
     assert r.returncode == 5 and "No space left on device" in error_lines(r.stderr)[0]
 
 
 def test_broken_pipe_is_one_line(tmp_path):
     trace = big_trace(tmp_path, 20_000)
-    proc = subprocess.Popen(CMD + ["combine", trace, "-o", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cli.argv("combine", trace, "-o", "-"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=sigint_default)
     proc.stdout.read(100)
     proc.stdout.close()  # the reader goes away, as `| head -c 100` does
@@ -100,7 +95,7 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path):
     out = tmp_path / "out" / "o.json"
     out.parent.mkdir()
     # the reference core: the compiled one may finish before the interrupt lands
-    proc = subprocess.Popen(CMD + ["combine", trace, "-o", out, "-j", "1"], stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cli.argv("combine", trace, "-o", out, "-j", "1"), stderr=subprocess.PIPE,
                             preexec_fn=sigint_default, env=dict(os.environ, TRACEMERGE_CORE="python"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not writing(proc.pid, out.parent) and proc.poll() is None:
@@ -121,7 +116,6 @@ def test_missing_output_directory_is_refused_before_any_work(tmp_path):
     missing = tmp_path / "nope"
     for args, target in ((["-o", missing / "t.json"], missing / "t.json"),
                          (["-o", tmp_path / "t.json", f"--report={missing / 'r.txt'}"], missing / "r.txt")):
-        r = run("combine", good, *args)
-        assert r.returncode == 5, r.stderr
-        assert error_lines(r.stderr) == [f"tracemerge: error: {target}: the directory {missing} does not exist"]
+        r = cli.run("combine", good, *args)
+        assert r.error_line(5) == f"tracemerge: error: {target}: the directory {missing} does not exist"
     assert sorted(os.listdir(tmp_path)) == ["rank0.json"]  # the trace was not written before the report failed

@@ -13,9 +13,9 @@ import sys
 import time
 
 import pytest
-from tracefiles import kineto, sigint_default, write, x
-
-CMD = [sys.executable, "-m", "tracemerge"]
+from support import cli
+from support.jobs import sigint_default
+from support.ranks import kineto, write, x
 
 
 def ranks(tmp_path, n_ranks=2, events=250_000):
@@ -62,7 +62,7 @@ def wait_for(cond, timeout=60.0, step=0.02):
 def start_combine(paths, out, *extra):
     # the reference core: the compiled one merges these ranks before a signal can land
     env = dict(os.environ, TRACEMERGE_CORE="python")
-    return subprocess.Popen(preexec_fn=sigint_default, args=CMD + ["combine", *paths, "-o", str(out), "-j", "2", *extra],
+    return subprocess.Popen(preexec_fn=sigint_default, args=cli.argv("combine", *paths, "-o", out, "-j", "2", *extra),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
 
 
@@ -143,7 +143,7 @@ def test_two_writers_with_force_both_succeed_and_the_output_is_whole(tmp_path):
 # ---- tracemerge open ---------------------------------------------------------------------
 
 def start_open(path):
-    proc = subprocess.Popen(preexec_fn=sigint_default, args=CMD + ["open", str(path), "--port", "0"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(preexec_fn=sigint_default, args=cli.argv("open", path, "--port", "0"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     ready = []
 

@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tracefiles import end_like_timeout
+from support import cli
+from support.jobs import end_like_timeout
 
 from tracemerge import AlignRequest, Job
 from tracemerge.report.build import job_report
@@ -79,12 +80,6 @@ def _pm(paths: list):
     return job, job_report(job).postmortem
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
-
-
 FORMS = ("pickle", "json")
 
 
@@ -110,8 +105,8 @@ def test_hung_job_dumps_alone_name_who_never_joined_and_how_long_the_others_wait
     if form == "pickle":  # the JSON form holds no frames
         assert re.fullmatch(r"fr_job\.py:\d+ worker", u.where[0]), u.where
         assert u.missing_last[1].startswith(f"all_reduce (seq {planted['seq'] - 1}) at fr_job.py:")
-    text = _cli("report", *_dumps(out, form))
-    assert text.returncode == 0, text.stderr
+    text = cli.run("report", *_dumps(out, form))
+    assert text.exit_code == 0, text.stderr
     assert f"all_reduce (group 0, seq {planted['seq']}): rank 1 never joined; rank 0 waited" in text.stdout
     assert "the rank everyone waited for: rank 1" in text.stdout
 
@@ -158,15 +153,15 @@ def test_mismatched_sizes_and_dtypes_are_named(jobs, form):
     assert pm is not None and not pm.unjoined
     found = [(m.seq, m.rank, m.expected_rank, m.kind, m.culprit) for m in pm.mismatches]
     assert found == [(seq + n, 1, 0, kind, culprit) for n, (kind, culprit) in enumerate(EXPECTED_MISMATCHES)]
-    text = _cli("report", *_dumps(out, form))
+    text = cli.run("report", *_dumps(out, form))
     assert f"all_reduce (group 0, seq {seq}): rank 1 does not match rank 0: SIZE_OR_SYNTAX_MISMATCH" in text.stdout
 
 
 def test_combine_draws_each_ranks_entries_as_a_process(jobs, tmp_path):
     out = jobs["hang"]
     merged = tmp_path / "merged.json"
-    done = _cli("combine", *_dumps(out, "pickle"), "-o", str(merged))
-    assert done.returncode == 0, done.stderr
+    done = cli.run("combine", *_dumps(out, "pickle"), "-o", str(merged))
+    assert done.exit_code == 0, done.stderr
     trace = json.loads(merged.read_text())
     entries = {r: pickle.loads((out / "pickle" / f"nccl_trace_rank_{r}").read_bytes())["entries"] for r in (0, 1)}
     pids = {int(r): next(p for name, p in m.items() if name == "Flight Recorder")
@@ -187,8 +182,8 @@ def test_combine_draws_each_ranks_entries_as_a_process(jobs, tmp_path):
 
 def test_info_describes_a_dump(jobs):
     out = jobs["mismatch"]
-    done = _cli("info", *_dumps(out, "json"))
-    assert done.returncode == 0, done.stderr
+    done = cli.run("info", *_dumps(out, "json"))
+    assert done.exit_code == 0, done.stderr
     assert "rank 0 (from filename)" in done.stdout and "rank 1 (from filename)" in done.stdout
     assert "Flight Recorder dump (json, version" in done.stdout
 
@@ -204,8 +199,8 @@ def test_a_pickle_that_names_a_global_is_refused_unrun(tmp_path):
     bad.write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": [Evil()]}))
     for command in ("report", "info", "combine"):
         args = [command, str(bad)] + (["-o", str(tmp_path / "m.json")] if command == "combine" else [])
-        done = _cli(*args)
-        assert done.returncode == 3, done
+        done = cli.run(*args)
+        assert done.exit_code == 3, done
         assert done.stderr.count("\n") == 1 and str(bad) in done.stderr and "refused" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     assert not marker.exists() and not (tmp_path / "m.json").exists()
@@ -265,11 +260,11 @@ def test_report_and_combine_of_the_jobs_directory(jobs, tmp_path):
     (out / "config.json").write_text('{"lr": 0.1}')
     given = sorted(str(p) for p in out.glob("rank*.json.gz")) + _dumps(out, "pickle") + _dumps(out, "json")
     merged = out / "merged.json"
-    done = _cli("combine", *given, "-o", str(merged))
-    assert done.returncode == 0, done.stderr
-    one_by_one = _cli("report", *given, "--format", "json")
-    whole = _cli("report", str(out), "--format", "json")
-    assert whole.returncode == 0, whole.stderr
+    done = cli.run("combine", *given, "-o", str(merged))
+    assert done.exit_code == 0, done.stderr
+    one_by_one = cli.run("report", *given, "--format", "json")
+    whole = cli.run("report", str(out), "--format", "json")
+    assert whole.exit_code == 0, whole.stderr
     assert json.loads(whole.stdout)["postmortem"] == json.loads(one_by_one.stdout)["postmortem"]
     notes = [line for line in whole.stderr.splitlines() if "left out" in line]
     assert len(notes) == 1, whole.stderr
@@ -277,6 +272,6 @@ def test_report_and_combine_of_the_jobs_directory(jobs, tmp_path):
                  "merged.json (a merged trace"):
         assert name in notes[0]
     again = tmp_path / "again.json"
-    done = _cli("combine", str(out), "-o", str(again))
-    assert done.returncode == 0, done.stderr
+    done = cli.run("combine", str(out), "-o", str(again))
+    assert done.exit_code == 0, done.stderr
     assert len(json.loads(again.read_text())["tracemerge"]["inputs"]) == 2  # two ranks, each of its files

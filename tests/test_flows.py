@@ -5,8 +5,9 @@ import os
 from collections import Counter
 
 import pytest
+from support.paths import SAMPLES
 from support.pftrace import read_pftrace, thread_of
-from tracefiles import BASE, SAMPLES, load_output, rank_file, write, x
+from support.ranks import BASE, load_output, rank_file, write, x
 
 from tracemerge.correlate.match import match_rpcs
 from tracemerge.job import Session

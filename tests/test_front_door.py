@@ -12,48 +12,15 @@ import stat
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 
 import pytest
-from click.testing import CliRunner
+from support import cli
+from support.paths import ROOT
 
-from tracemerge.cli import main
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS = os.path.join(ROOT, "samples", "parameter_server")
 RANKS = [os.path.join(PS, f"rank{r}.json.gz") for r in range(3)]
 with gzip.open(RANKS[0]) as _f:
     EVENTS0 = len(json.load(_f)["traceEvents"])   # rank 0's events, as info counts them
-
-
-@dataclass
-class Ran:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
-def cli(*args, cwd=None, env=None, timeout=None):
-    """The command run in this process (click's runner: no interpreter start per run); what
-    needs a process of its own (a signal, a pipe, dropped capabilities) runs one below."""
-    before = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        r = CliRunner().invoke(main, [str(a) for a in args], env=env)
-    finally:
-        os.chdir(before)
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return Ran(r.exit_code, r.stdout_bytes, r.stderr_bytes)
-
-
-def one_line_error(r, code):
-    err = r.stderr.decode()
-    assert r.returncode == code, err
-    errors = [line for line in err.splitlines() if line.startswith("tracemerge: error:")]
-    assert len(errors) == 1 and "Traceback" not in err, err
-    return errors[0]
 
 
 @pytest.fixture
@@ -72,9 +39,9 @@ def project(tmp_path):
 
 def test_export_force_never_deletes_a_directory_holding_its_inputs(project):
     before = sorted(os.listdir(project / "traces"))
-    r = cli("export", "proj/traces/rank0.json.gz", "proj/traces/rank1.json.gz", "-o", "proj", "--force",
+    r = cli.invoke("export", "proj/traces/rank0.json.gz", "proj/traces/rank1.json.gz", "-o", "proj", "--force",
             cwd=project.parent)
-    line = one_line_error(r, 5)
+    line = r.error_line(5)
     assert "holds the input" in line
     assert sorted(os.listdir(project / "traces")) == before
     assert (project / "notes.txt").read_text() == "mine\n"
@@ -82,23 +49,23 @@ def test_export_force_never_deletes_a_directory_holding_its_inputs(project):
 
 
 def test_export_force_never_replaces_a_directory_it_did_not_write(project, tmp_path):
-    r = cli("export", *RANKS[:2], "-o", project, "--force")  # inputs elsewhere: still the user's directory
-    assert "not written by tracemerge export" in one_line_error(r, 5)
+    r = cli.invoke("export", *RANKS[:2], "-o", project, "--force")  # inputs elsewhere: still the user's directory
+    assert "not written by tracemerge export" in r.error_line(5)
     assert (project / "notes.txt").read_text() == "mine\n"
 
 
 def test_export_force_replaces_its_own_directory_with_a_plain_mode(tmp_path):
     out = tmp_path / "tables"
-    assert cli("export", *RANKS[:2], "-o", out, "-q").returncode == 0
+    assert cli.invoke("export", *RANKS[:2], "-o", out, "-q").exit_code == 0
     old = os.listdir(out)
-    r = cli("export", *RANKS, "-o", out, "--force", "-q")
-    assert r.returncode == 0, r.stderr
+    r = cli.invoke("export", *RANKS, "-o", out, "--force", "-q")
+    assert r.exit_code == 0, r.stderr
     assert set(os.listdir(out)) >= set(old)
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~umask  # not mkdtemp's 0700
     (out / "notes.txt").write_text("added by a user\n")  # now it holds something export did not write
-    assert "not written by tracemerge export" in one_line_error(cli("export", *RANKS, "-o", out, "--force"), 5)
+    assert "not written by tracemerge export" in cli.invoke("export", *RANKS, "-o", out, "--force").error_line(5)
     assert (out / "notes.txt").exists()
 
 
@@ -126,14 +93,14 @@ def _special(tmp_path, kind):
 def test_combine_never_replaces_a_special_file(tmp_path, kind, force):
     path = _special(tmp_path, kind)
     mode = os.lstat(path).st_mode
-    r = cli("combine", *RANKS, "-o", path, *(["--force"] if force else []))
-    assert "not a regular file" in one_line_error(r, 5)
+    r = cli.invoke("combine", *RANKS, "-o", path, *(["--force"] if force else []))
+    assert "not a regular file" in r.error_line(5)
     assert stat.S_IFMT(os.lstat(path).st_mode) == stat.S_IFMT(mode)  # still the FIFO / device / socket
 
 
 def test_report_never_replaces_a_special_file(tmp_path):
     path = _special(tmp_path, "fifo")
-    assert "not a regular file" in one_line_error(cli("report", *RANKS, "-o", path), 5)
+    assert "not a regular file" in cli.invoke("report", *RANKS, "-o", path).error_line(5)
     assert stat.S_ISFIFO(os.lstat(path).st_mode)
 
 
@@ -142,7 +109,7 @@ def test_force_never_replaces_a_symbolic_link(tmp_path):
     real.write_text("{}")
     link = tmp_path / "link.json"
     link.symlink_to(real)
-    assert "symbolic link" in one_line_error(cli("combine", *RANKS, "-o", link, "--force"), 5)
+    assert "symbolic link" in cli.invoke("combine", *RANKS, "-o", link, "--force").error_line(5)
     assert os.path.islink(link) and real.read_text() == "{}"
 
 
@@ -156,8 +123,7 @@ def test_a_sigkilled_export_leaves_nothing_the_next_run_does_not_remove(tmp_path
     out = tmp_path / "pq"
     killed = False
     for _ in range(5):  # kill it while its temporary directory exists (a run takes ~1 s here)
-        p = subprocess.Popen([sys.executable, "-m", "tracemerge", "export", *RANKS, "-o", out, "--force", "-q",
-                              "-j", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(cli.argv("export", *RANKS, "-o", out, "--force", "-q", "-j", "1"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while p.poll() is None and time.monotonic() < deadline and not _leftovers(tmp_path, "pq"):
             time.sleep(0.002)
@@ -171,8 +137,8 @@ def test_a_sigkilled_export_leaves_nothing_the_next_run_does_not_remove(tmp_path
     # a live run's temporary directory beside it is not touched
     live = tmp_path / f".pq.tracemerge-{os.getpid()}-{_boot()}-live"
     live.mkdir()
-    r = cli("export", *RANKS, "-o", out, "--force", "-q")
-    assert r.returncode == 0, r.stderr
+    r = cli.invoke("export", *RANKS, "-o", out, "--force", "-q")
+    assert r.exit_code == 0, r.stderr
     assert _leftovers(tmp_path, "pq") == [live.name]
     assert (out / "tracemerge.json").exists()
 
@@ -186,10 +152,10 @@ def _boot():
 
 def test_process_substitution_is_read(tmp_path):
     """`info <(zcat rank0.json.gz)`: a pipe given on the command line is read whole."""
-    r = subprocess.run(["bash", "-c", f'"{sys.executable}" -m tracemerge info <(zcat "{RANKS[0]}")'],
-                       capture_output=True, timeout=120, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    assert f"{EVENTS0} events".encode() in r.stdout and b"empty file" not in r.stderr
+    r = cli.finished(subprocess.run(["bash", "-c", f'"{sys.executable}" -m tracemerge info <(zcat "{RANKS[0]}")'],
+                                    capture_output=True, timeout=120, cwd=ROOT))
+    assert r.exit_code == 0, r.stderr
+    assert f"{EVENTS0} events" in r.stdout and "empty file" not in r.stderr
 
 
 def test_a_fifo_with_no_writer_ends_with_exit_3(tmp_path):
@@ -201,8 +167,8 @@ def test_a_fifo_with_no_writer_ends_with_exit_3(tmp_path):
     spools = os.path.join(tempfile.gettempdir(), "tracemerge-pipes-*")
     before = set(glob.glob(spools))
     t = time.monotonic()
-    r = cli("info", RANKS[0], fifo, env={"TRACEMERGE_PIPE_WAIT": "1"})
-    assert "no writer" in one_line_error(r, 3)
+    r = cli.invoke("info", RANKS[0], fifo, env={"TRACEMERGE_PIPE_WAIT": "1"})
+    assert "no writer" in r.error_line(3)
     assert time.monotonic() - t < 30
     assert set(glob.glob(spools)) <= before  # nothing left of the temporary copies
 
@@ -211,14 +177,14 @@ def test_a_fifo_with_no_writer_ends_with_exit_3(tmp_path):
                                              ("report", "/dev/zero"), ("offsets", "/dev/urandom")])
 def test_endless_devices_are_refused(tmp_path, device, command):
     out = ["-o", tmp_path / "t.json"] if command == "combine" else []
-    r = cli(command, device, *out, timeout=60)
-    assert "character device" in one_line_error(r, 3)
+    r = cli.invoke(command, device, *out)
+    assert "character device" in r.error_line(3)
 
 
 def test_a_device_is_skipped_by_skip_bad():
-    r = cli("info", "/dev/zero", RANKS[0], "--skip-bad", timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert b"skipped /dev/zero" in r.stderr and f"{EVENTS0} events".encode() in r.stdout
+    r = cli.invoke("info", "/dev/zero", RANKS[0], "--skip-bad")
+    assert r.exit_code == 0, r.stderr
+    assert "skipped /dev/zero" in r.stderr and f"{EVENTS0} events" in r.stdout
 
 
 NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
@@ -232,13 +198,13 @@ def test_an_unreadable_input_exits_3_and_skip_bad_skips_it(tmp_path):
     shutil.copy(RANKS[0], good)
     shutil.copy(RANKS[1], bad)
     os.chmod(bad, 0o000)
-    run = [*NO_DAC, sys.executable, "-m", "tracemerge", "info", str(good), str(bad)]
-    r = subprocess.run(run, capture_output=True, timeout=60, cwd=ROOT)
-    line = one_line_error(r, 3)
+    run = [*NO_DAC, *cli.argv("info", good, bad)]
+    r = cli.finished(subprocess.run(run, capture_output=True, timeout=60, cwd=ROOT))
+    line = r.error_line(3)
     assert str(bad) in line and "ermission denied" in line
-    r = subprocess.run(run + ["--skip-bad"], capture_output=True, timeout=60, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    assert f"skipped {bad}".encode() in r.stderr and f"{EVENTS0} events".encode() in r.stdout
+    r = cli.finished(subprocess.run(run + ["--skip-bad"], capture_output=True, timeout=60, cwd=ROOT))
+    assert r.exit_code == 0, r.stderr
+    assert f"skipped {bad}" in r.stderr and f"{EVENTS0} events" in r.stdout
 
 
 # item 16 -------------------------------------------------------------------------------
@@ -264,8 +230,8 @@ def test_the_api_takes_one_str_or_path(tmp_path):
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory):
     out = tmp_path_factory.mktemp("merged") / "trace.json"
-    r = cli("combine", *RANKS, "-o", out, "-q")
-    assert r.returncode == 0, r.stderr
+    r = cli.invoke("combine", *RANKS, "-o", out, "-q")
+    assert r.exit_code == 0, r.stderr
     return out
 
 
@@ -275,16 +241,16 @@ def merged(tmp_path_factory):
                                                         ("whatif", ["--speedup", "x=2"], False)])
 def test_a_merged_trace_fed_back_is_refused_naming_its_rank_files(tmp_path, merged, command, extra, with_ranks):
     extra = [str(tmp_path / e) if e.startswith("OUT") else e for e in extra]
-    r = cli(command, *(RANKS if with_ranks else []), merged, *extra, timeout=60)
-    line = one_line_error(r, 3)
+    r = cli.invoke(command, *(RANKS if with_ranks else []), merged, *extra)
+    line = r.error_line(3)
     assert "a merged trace written by tracemerge combine" in line and "rank0.json.gz" in line
-    assert "--rank-from order" not in r.stderr.decode()
+    assert "--rank-from order" not in r.stderr
 
 
 def test_a_merged_trace_is_still_read_alone_by_report_and_info(merged):
-    assert cli("report", merged).returncode == 0
-    r = cli("info", merged)
-    assert r.returncode == 0 and b"merged trace" in r.stdout
+    assert cli.invoke("report", merged).exit_code == 0
+    r = cli.invoke("info", merged)
+    assert r.exit_code == 0 and "merged trace" in r.stdout
 
 
 # item 19 -------------------------------------------------------------------------------
@@ -294,17 +260,17 @@ def test_a_merged_trace_is_still_read_alone_by_report_and_info(merged):
                                             ("whatif", ["--speedup", "aten::addmm=2"])])
 def test_every_command_takes_a_quoted_glob(tmp_path, command, extra):
     extra = [str(tmp_path / e) if e.startswith("OUT") else e for e in extra]
-    r = cli(command, os.path.join(PS, "rank*.json.gz"), *extra, "-q", timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = cli.invoke(command, os.path.join(PS, "rank*.json.gz"), *extra, "-q")
+    assert r.exit_code == 0, r.stderr
     if command == "combine":  # one callback expands FILES for every command
-        nothing = cli(command, os.path.join(PS, "nothing*.json.gz"), *extra)
-        assert "matches no file" in one_line_error(nothing, 2)
+        nothing = cli.invoke(command, os.path.join(PS, "nothing*.json.gz"), *extra)
+        assert "matches no file" in nothing.error_line(2)
 
 
 def test_one_rank_file_of_a_current_capture_is_not_called_an_older_capture():
-    r = cli("report", RANKS[0])
-    assert r.returncode == 0, r.stderr
-    err = r.stderr.decode()
+    r = cli.invoke("report", RANKS[0])
+    assert r.exit_code == 0, r.stderr
+    err = r.stderr
     assert "older tracemerge" not in err
     # the calls with the other ranks are said to lack those ranks' files
     assert "have no input file: give every rank's file" in err

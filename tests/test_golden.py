@@ -20,11 +20,8 @@ import gzip
 import os
 
 import pytest
-from click.testing import CliRunner
-from support import golden
-from tracefiles import ROOT
-
-from tracemerge.cli import main
+from support import cli, golden
+from support.paths import ROOT
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 # kind: (command line, golden file in tests/golden/<set>/)
@@ -45,13 +42,6 @@ CASES = {
 SETS = ("rpc_profiling", "parameter_server", "kineto_rpc")
 
 
-def _runner():
-    try:
-        return CliRunner(mix_stderr=False)   # click < 8.2 mixes stderr into stdout by default
-    except TypeError:
-        return CliRunner()
-
-
 def output_of(sample, kind, tmp_path):
     """The bytes the command of ``kind`` writes for a sample set (a .gz decompressed; the
     temporary directory's path, where an output names it, as TMP)."""
@@ -59,7 +49,7 @@ def output_of(sample, kind, tmp_path):
                    if ".json" in f)
     out = str(tmp_path / f"{sample}.{kind}")
     args = [a for arg in CASES[kind][0] for a in (files if arg == "{files}" else [arg.replace("{out}", out)])]
-    result = _runner().invoke(main, args)
+    result = cli.invoke(*args)
     assert result.exit_code == 0, (kind, result.output, result.stderr)
     path = next((a for a in args if a.startswith(out)), None)   # None: the output is stdout
     data = result.stdout_bytes

@@ -11,9 +11,8 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from support.cli import invoke
 
-from tracemerge.cli import main
 from tracemerge.correlate.match import match_collectives
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.kineto_collectives import collectives
@@ -116,13 +115,13 @@ def test_table_has_torchs_device_columns_and_footer():
     pu = pytest.importorskip("torch.autograd.profiler_util")
     _, events = raw_events(NCCL)
     device_us = sum(ns(e, "dur") for e in events if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")) / 1000
-    result = CliRunner().invoke(main, ["report", NCCL, "--sort-by", "cuda_time_total", "--row-limit", "5"])
+    result = invoke("report", NCCL, "--sort-by", "cuda_time_total", "--row-limit", "5")
     assert result.exit_code == 0, result.output
     head = result.stdout.splitlines()[1].split("  ")
     names = [h.strip() for h in head if h.strip()]
     assert names[6:10] == ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
     assert f"Self CUDA time total: {pu._format_time(device_us)}" in result.stdout
-    doc = json.loads(CliRunner().invoke(main, ["report", NCCL, "--format", "json", "-q"]).stdout)
+    doc = json.loads(invoke("report", NCCL, "--format", "json", "-q").stdout)
     row = doc["key_averages"][0]
     assert {"device_time_total", "self_device_time_total", "device_time", "device_type"} <= set(row)
 
@@ -149,7 +148,7 @@ def test_device_time_by_hand_on_an_older_trace():
     assert all(ours[k] == pytest.approx(v) for k, v in own.items())
     # footer: every device event but the GPU copies of user annotations, cuda_sync included
     total = sum(ns(e, "dur") for e in events if e["cat"] in DEVICE and e["cat"] != "gpu_user_annotation") / 1000
-    out = CliRunner().invoke(main, ["report", SIMPLE_ADD, "-q"]).stdout
+    out = invoke("report", SIMPLE_ADD, "-q").stdout
     assert f"Self CUDA time total: {total / 1000:.3f}ms" in out
 
 
@@ -157,7 +156,7 @@ def test_rocm_trace_reads_as_torch_reads_it():
     """ROCm profiles through CUDA's activity kinds: torch's table calls them CUDA."""
     _, events = raw_events(ROCM)
     device_us = sum(ns(e, "dur") for e in events if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")) / 1000
-    out = CliRunner().invoke(main, ["report", ROCM, "-q"]).stdout
+    out = invoke("report", ROCM, "-q").stdout
     assert "Self CUDA %" in out and f"Self CUDA time total: {device_us:.3f}us" in out
     rows = {r.key: r for r in rows_of(ROCM) if r.device_type == "CPU"}
     # aten::copy_ launched both host-to-device copies (hipMemcpyWithStream under it)
@@ -172,7 +171,7 @@ def test_mtia_columns_and_no_linked_kernels():
     rows = rows_of(MTIA)
     assert all(r.device_time_total == 0 for r in rows if r.device_type == "CPU")
     assert sum(r.self_device_time_total for r in rows if r.device_type == "MTIA") == pytest.approx(total)
-    out = CliRunner().invoke(main, ["report", MTIA, "-q", "--row-limit", "3"]).stdout
+    out = invoke("report", MTIA, "-q", "--row-limit", "3").stdout
     assert "Self MTIA %" in out and "Self MTIA time total:" in out
 
 
@@ -223,41 +222,41 @@ def test_no_false_clock_jump_on_real_gpu_traces(path):
     runtime = [(i, e) for i, e in enumerate(events) if e["cat"] == "cuda_runtime"]
     ops = [(i, e) for i, e in enumerate(events) if e["cat"] == "cpu_op" and e["tid"] == runtime[0][1]["tid"]]
     assert any(i > j and e["ts"] + e["dur"] < o["ts"] for i, e in runtime[:50] for j, o in ops[-50:])  # the pattern is there
-    result = CliRunner().invoke(main, ["info", path, "--rank-from", "order"])
+    result = invoke("info", path, "--rank-from", "order")
     assert result.exit_code == 0 and "clock jump" not in result.output
 
 
 @pytest.mark.parametrize("name", ["clock_jump_backward.json", "clock_jump_forward.json", "clock_jump_window.json"])
 def test_real_clock_jumps_still_warn(name):
     path = os.path.join(os.path.dirname(__file__), "corpus", name)
-    result = CliRunner().invoke(main, ["info", path])
+    result = invoke("info", path)
     assert "possible clock jump" in result.output
 
 
 # ---- a single trace without a rank ------------------------------------------------------------
 
 def test_single_trace_without_rank_is_rank_0_with_a_note():
-    result = CliRunner().invoke(main, ["info", NO_RANK])
+    result = invoke("info", NO_RANK)
     assert result.exit_code == 0, result.output
     assert "rank 0 (from no rank given; the only input)" in result.stdout
     assert "note:" in result.stderr and "taken as rank 0" in result.stderr
-    result = CliRunner().invoke(main, ["report", NO_RANK, "-q", "--format", "json"])
+    result = invoke("report", NO_RANK, "-q", "--format", "json")
     assert result.exit_code == 0 and json.loads(result.stdout)["key_averages"][0]["node_id"] == 0
 
 
 def test_several_traces_without_ranks_take_their_order_with_a_warning(tmp_path):
     other = tmp_path / "other.json.gz"
     other.write_bytes(open(NO_RANK, "rb").read())
-    result = CliRunner().invoke(main, ["info", str(other), NO_RANK])
+    result = invoke("info", str(other), NO_RANK)
     assert result.exit_code == 0, result.output
     assert result.stdout.index(str(other)) < result.stdout.index(NO_RANK)
     assert "rank 0 (from order given" in result.stdout and "rank 1 (from order given" in result.stdout
     assert result.output.count("by the order of the files given (--strict refuses)") == 2
-    result = CliRunner().invoke(main, ["info", str(other), NO_RANK, "--strict"])
+    result = invoke("info", str(other), NO_RANK, "--strict")
     assert result.exit_code == 4 and "cannot tell the rank" in result.output
     named = tmp_path / "rank5.json.gz"      # a rank in its name: unnamed ones are not renumbered around it
     named.write_bytes(open(NO_RANK, "rb").read())
-    assert CliRunner().invoke(main, ["info", NO_RANK, str(named)]).exit_code == 4
+    assert invoke("info", NO_RANK, str(named)).exit_code == 4
 
 
 # ---- NCCL collectives without sequence numbers --------------------------------------------------
@@ -292,7 +291,7 @@ def shifted(tmp_path, shift_ns: int, edit=None) -> str:
 def test_nccl_collectives_align_two_ranks_within_50_us(tmp_path):
     shift = 3_217_000_123
     rank1 = shifted(tmp_path, shift)
-    result = CliRunner().invoke(main, ["offsets", NCCL, rank1, "--align", "auto", "--format", "json"])
+    result = invoke("offsets", NCCL, rank1, "--align", "auto", "--format", "json")
     assert result.exit_code == 0, result.output
     clocks = {c["rank"]: c for c in json.loads(result.stdout)["ranks"]}
     assert clocks[1]["method"] == "nccl-kernel"   # the kernels' ends, as auto prefers them
@@ -309,18 +308,18 @@ def test_disagreeing_collective_order_is_said_not_guessed_through(tmp_path):
     job = Job.open([NCCL, rank1])
     matched = [m for m in match_collectives(job.infos) if m.complete]
     assert sorted(m.seq for m in matched) == [0, 1, 2, 3, 4]
-    result = CliRunner().invoke(main, ["offsets", NCCL, rank1])
+    result = invoke("offsets", NCCL, rank1)
     assert "process group 0 carry no sequence number and their order disagrees at #5" in result.output
 
 
 def test_report_has_a_collectives_section_on_nccl_traces(tmp_path):
     rank1 = shifted(tmp_path, 1_000_000)
-    doc = json.loads(CliRunner().invoke(main, ["report", NCCL, rank1, "--format", "json", "-q"]).stdout)
+    doc = json.loads(invoke("report", NCCL, rank1, "--format", "json", "-q").stdout)
     by_op = {c["op"]: c for c in doc["collectives"]}
     assert by_op["allreduce"]["count"] == by_op["allreduce"]["complete"] == 15
     assert by_op["broadcast"]["count"] == 6
     assert not any("no RPC or collectives" in n for n in doc["notes"])
-    one = CliRunner().invoke(main, ["report", NCCL, "-q"]).stdout
+    one = invoke("report", NCCL, "-q").stdout
     assert "Collectives" in one and "allreduce" in one
 
 
@@ -350,7 +349,7 @@ def test_gpu_time_split_by_hand(path):
     window = (max(b for _, b in map(span, work)) - min(a for a, _ in map(span, work))) / 1000
     calls = {e["args"]["correlation"]: ns(e) for e in events if e["cat"] == "cuda_runtime" and "correlation" in e["args"]}
     delays = sorted((ns(e) - calls[e["args"]["correlation"]]) / 1000 for e in work if e["args"].get("correlation") in calls)
-    doc = json.loads(CliRunner().invoke(main, ["report", path, "--format", "json", "-q"]).stdout)
+    doc = json.loads(invoke("report", path, "--format", "json", "-q").stdout)
     (g,) = doc["gpu"]
     assert g["window_us"] == pytest.approx(window, abs=0.002)
     assert g["compute_us"] == pytest.approx(union_us(compute), abs=0.002)
@@ -365,12 +364,12 @@ def test_gpu_time_split_by_hand(path):
 
 
 def test_gpu_section_in_every_format_and_absent_on_cpu_traces(tmp_path):
-    assert "GPU (per rank)" in CliRunner().invoke(main, ["report", ROCM, "-q"]).stdout
+    assert "GPU (per rank)" in invoke("report", ROCM, "-q").stdout
     page = tmp_path / "r.html"
-    assert CliRunner().invoke(main, ["report", ROCM, "-q", "-o", str(tmp_path / "r.txt"), "--html", str(page)]).exit_code == 0
+    assert invoke("report", ROCM, "-q", "-o", str(tmp_path / "r.txt"), "--html", str(page)).exit_code == 0
     assert "<h2>GPU (per rank)</h2>" in page.read_text() and "Self CUDA time total" in page.read_text()
-    assert "## GPU (per rank)" in CliRunner().invoke(main, ["report", ROCM, "-q", "--format", "markdown"]).stdout
-    doc = json.loads(CliRunner().invoke(main, ["report", NO_RANK, "-q", "--format", "json"]).stdout)
+    assert "## GPU (per rank)" in invoke("report", ROCM, "-q", "--format", "markdown").stdout
+    doc = json.loads(invoke("report", NO_RANK, "-q", "--format", "json").stdout)
     assert "gpu" not in doc and "device_time_total" not in doc["key_averages"][0]
 
 

@@ -6,7 +6,8 @@ import json
 import os
 
 import pytest
-from tracefiles import BASE, cli, kineto, rank_file, write, x
+from support import cli
+from support.ranks import BASE, calling_ranks, kineto, rank_file, write, x
 
 from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
@@ -15,22 +16,6 @@ from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
 from tracemerge.job import Session, reads
 from tracemerge.job.describe_files import scan_head
 from tracemerge.merge.combine import combine
-
-
-def rpc_pair(rpc_id, caller, callee, t1, t2, t3, t4):
-    common = {"rpc_id": rpc_id, "kind": "rpc_async", "func": "f", "name": f"rpc_async#f(w{caller} -> w{callee})",
-              "caller": caller, "callee": callee, "status": "ok"}
-    return ({**common, "role": "caller", "send_ns": t1, "complete_ns": t4},
-            {**common, "role": "callee", "start_ns": t2, "end_ns": t3})
-
-
-def two_ranks(tmp_path, events0, events1, start_ns=BASE + 5 * 10**8):
-    """Two rank files exchanging RPCs, profiled from ``start_ns``; events are µs after BASE."""
-    calls = [rpc_pair(f"0:{k}", 0, 1, *(start_ns + k * 10**6 + d for d in (0, 100_000, 200_000, 300_000)))
-             for k in range(3)]
-    docs = [rank_file(events0, 0, rpcs=[c for c, _ in calls], start_ns=start_ns),
-            rank_file(events1, 1, rpcs=[r for _, r in calls], start_ns=start_ns)]
-    return [write(tmp_path / f"rank{r}.json.gz", d) for r, d in enumerate(docs)]
 
 
 def merged(paths, out, jobs=2):
@@ -89,7 +74,7 @@ def test_every_rank_is_described_whole_before_anything_is_written(rank_files, tm
 def test_events_before_the_profilers_second_move_the_origin(tmp_path):
     # the profiler starts 0.5 s into a second, but rank 1 has an event 1.4 s earlier: ts 0
     # is the second before that event, not the profiler's (its head alone would say)
-    paths = two_ranks(tmp_path, [x("a", 600_000.0, 5.0)], [x("early", -900_000.0, 5.0), x("b", 600_100.0, 5.0)])
+    paths = calling_ranks(tmp_path, [x("a", 600_000.0, 5.0)], [x("early", -900_000.0, 5.0), x("b", 600_100.0, 5.0)])
     quick, _ = merged(paths, tmp_path / "workers.json")
     full, _ = merged(paths, tmp_path / "memory.json", jobs=None)
     assert quick == full
@@ -100,7 +85,7 @@ def test_events_before_the_profilers_second_move_the_origin(tmp_path):
 
 def test_a_thousand_pids_widen_every_rank_block(tmp_path):
     many = [x("p", 600_000.0 + k, 0.5, pid=10_000 + k) for k in range(1001)]
-    paths = two_ranks(tmp_path, [x("a", 600_000.0, 5.0)], many)
+    paths = calling_ranks(tmp_path, [x("a", 600_000.0, 5.0)], many)
     quick, _ = merged(paths, tmp_path / "workers.json")
     full, _ = merged(paths, tmp_path / "memory.json", jobs=None)
     assert quick == full
@@ -116,20 +101,20 @@ def test_bad_event_found_by_a_worker_fails_cleanly_in_turn(rank_files, tmp_path)
     others = [p for p in rank_files if not os.path.basename(p).startswith("rank0")]
     out = tmp_path / "out.json"
     for jobs in (1, 2):
-        r = cli("combine", bad_path, *others, "-o", out, "-j", jobs)
-        assert r.returncode == 3, r.stderr
-        err = r.stderr.decode().strip().splitlines()
+        r = cli.run("combine", bad_path, *others, "-o", out, "-j", jobs)
+        assert r.exit_code == 3, r.stderr
+        err = r.stderr.strip().splitlines()
         assert err[-1].startswith(f"tracemerge: error: {bad_path}: event 1: negative 'dur' "), err
         assert sorted(os.listdir(tmp_path)) == ["rank0.json"]
 
 
 def test_gzip_and_stdout_outputs_match_the_file(rank_files, tmp_path):
     plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
-    assert cli("combine", *rank_files, "-o", plain, "-j", 2).returncode == 0
-    assert cli("combine", *rank_files, "-o", packed, "-j", 2).returncode == 0
-    piped = cli("combine", *rank_files, "-o", "-", "-j", 2)
-    assert piped.returncode == 0
-    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes() == piped.stdout
+    assert cli.run("combine", *rank_files, "-o", plain, "-j", 2).exit_code == 0
+    assert cli.run("combine", *rank_files, "-o", packed, "-j", 2).exit_code == 0
+    piped = cli.run("combine", *rank_files, "-o", "-", "-j", 2)
+    assert piped.exit_code == 0
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes() == piped.stdout_bytes
 
 
 def test_zstd_rank_file_is_described_from_its_head(rank_files, tmp_path):
@@ -146,5 +131,5 @@ def test_a_head_that_is_not_utf8_is_left_to_the_full_reader(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_bytes(b'{"k\xffey": 1, "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
     assert read_head(str(path)) is None
-    r = cli("info", path)
-    assert r.returncode == 3 and r.stderr.decode().startswith(f"tracemerge: error: {path}: byte 3: not valid UTF-8")
+    r = cli.run("info", path)
+    assert r.exit_code == 3 and r.stderr.startswith(f"tracemerge: error: {path}: byte 3: not valid UTF-8")

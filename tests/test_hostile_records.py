@@ -11,8 +11,10 @@ import os
 import traceback
 
 import pytest
+from support import cli
+from support.paths import ROOT
+from support.ranks import load_output, write
 from test_native_pairing import _call, _files, _op
-from tracefiles import ROOT, cli, load_output, write
 
 from tracemerge.errors import TracemergeError
 from tracemerge.report import build as reports
@@ -44,13 +46,6 @@ def _journal_of(doc, path, change=None):
     return str(path)
 
 
-def _one_error(r):
-    err = r.stderr.decode()
-    assert r.returncode == 3, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "internal error" not in err
-    return err
-
-
 @pytest.mark.parametrize("change, named", [
     (lambda lines: lines[1]["rpc"].update(rpc_id=[1, 2]), "journal line 2: rpc: missing or bad 'rpc_id' ([1, 2])"),
     (lambda lines: lines[2]["rpc"].update(role={}), "journal line 3: rpc: missing or bad 'role' ({})"),
@@ -68,7 +63,7 @@ def test_a_journal_record_that_cannot_make_its_key_is_named(tmp_path, change, na
     journal = _journal_of(_sample(1), tmp_path / "rank1.journal", change)
     # every command reads the journal through the same check: each is run on the first case
     for command in sorted(COMMANDS) if "rpc_id" in named else ["info"]:
-        err = _one_error(cli(*COMMANDS[command]([caller, journal], tmp_path)))
+        err = cli.run(*COMMANDS[command]([caller, journal], tmp_path)).error_line(3, only=True)
         assert f"{journal}: " in err and named in err
         assert sorted(os.listdir(tmp_path)) == ["rank0.json", "rank1.journal"]
 
@@ -84,7 +79,7 @@ def test_a_rank_files_own_journal_key_is_named(tmp_path, value):
         with open(paths[-1], "w") as f:
             json.dump(doc, f)
     for command in sorted(COMMANDS) if value is True else ["report"]:
-        err = _one_error(cli(*COMMANDS[command](paths, tmp_path)))
+        err = cli.run(*COMMANDS[command](paths, tmp_path)).error_line(3, only=True)
         assert f"{paths[1]}: 'tracemerge.journal' is not a journal's ending" in err
 
 
@@ -102,7 +97,7 @@ def test_a_record_whose_times_run_backwards_is_named(tmp_path, where, change, na
         with open(paths[-1], "w") as f:
             json.dump(doc, f)
     for command in ("report", "combine"):
-        err = _one_error(cli(*COMMANDS[command](paths, tmp_path)))
+        err = cli.run(*COMMANDS[command](paths, tmp_path)).error_line(3, only=True)
         assert f"{paths[rank]}: tracemerge.rpcs[0]: {named}" in err and "its times run backwards" in err
 
 
@@ -113,7 +108,7 @@ def test_a_served_op_that_ends_before_it_starts_is_named(tmp_path):
     op = callee["tracemerge"]["served_ops"][1]
     op["end_ns"] = op["start_ns"] - 30_000  # the record runs backwards, its event does not
     write(paths[1], callee)
-    err = _one_error(cli("report", *paths))
+    err = cli.run("report", *paths).error_line(3, only=True)
     assert "tracemerge.served_ops[1]: 'end_ns'" in err and "its times run backwards" in err
 
 
@@ -122,12 +117,12 @@ def test_served_ops_with_int_and_string_tids_are_drawn(tmp_path):
     ops = [_op(210, 250, "11"), _op(10, 40, 12)]
     paths = _files(tmp_path, calls, ops)
     for out in ("t.json", "t.pftrace"):
-        r = cli("combine", *paths, "-o", tmp_path / out)
-        assert r.returncode == 0, r.stderr.decode()
+        r = cli.run("combine", *paths, "-o", tmp_path / out)
+        assert r.exit_code == 0, r.stderr
     remote = [e for e in load_output(tmp_path / "t.json")["traceEvents"] if e.get("name", "").endswith("#remote")]
     assert sorted(e["args"]["rpc_id"] for e in remote) == ["0:0", "0:1"]
-    r = cli("export", *paths, "-o", tmp_path / "tables")
-    assert r.returncode == 0, r.stderr.decode()
+    r = cli.run("export", *paths, "-o", tmp_path / "tables")
+    assert r.exit_code == 0, r.stderr
 
 
 BAD_VALUES = [None, "x", -1, 2**70, 1.5, [], {}, True]
@@ -146,8 +141,8 @@ def _places(value, at=()):
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory):
     out = tmp_path_factory.mktemp("merged") / "merged.json"
-    r = cli("combine", *SAMPLES, "-o", out, "-q")
-    assert r.returncode == 0, r.stderr.decode()
+    r = cli.run("combine", *SAMPLES, "-o", out, "-q")
+    assert r.exit_code == 0, r.stderr
     return str(out)
 
 
@@ -197,5 +192,5 @@ def test_a_bad_merged_summary_is_one_line_on_every_reader(merged, tmp_path):
     target = tmp_path / "m.json"
     target.write_text(json.dumps(doc))
     for command in (["info", target], ["report", target], ["diff", merged, target]):
-        err = _one_error(cli(*command))
+        err = cli.run(*command).error_line(3, only=True)
         assert f"{target}: tracemerge.records[0].rpcs[0]: 'send_ns' is not integer ns ('x')" in err

@@ -12,15 +12,13 @@ import zlib
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import cli
 from support.gen_shapes import write_shape
+from support.paths import ROOT
 from support.pftrace import read_pftrace
 
-from tracemerge.cli import main
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
@@ -40,7 +38,7 @@ def test_item7_negative_times_encode_shifted_and_whole(tmp_path_factory, monkeyp
               {"ph": "X", "name": "b", "cat": "cpu_op", "ts": first + gap + 10, "dur": 5, "pid": 1, "tid": 1}]
     with open(src, "w") as f:
         json.dump({"traceEvents": events}, f)
-    r = CliRunner().invoke(main, ["combine", src, "-o", out, "-j", "1"])
+    r = cli.invoke("combine", src, "-o", out, "-j", "1")
     assert r.exit_code == 0, r.output
     slices = {s["name"]: s for s in read_pftrace(out)["slices"]}
     assert set(slices) == {"a", "b"}
@@ -208,6 +206,5 @@ def test_item11_hang_guard(tmp_path, kind, command):
     src = str(tmp_path / "t.json")
     write_shape(src, kind, 100_000)
     args = [a.replace("{out}", str(tmp_path / "out")) for a in command]
-    p = subprocess.run([sys.executable, "-m", "tracemerge", args[0], src] + args[1:], capture_output=True, text=True,
-                       timeout=60, env=ENV)
-    assert p.returncode == 0, p.stderr
+    p = cli.run(args[0], src, *args[1:], timeout=60, env=ENV)
+    assert p.exit_code == 0, p.stderr

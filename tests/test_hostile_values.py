@@ -15,8 +15,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bad_inputs import invoke
-from tracefiles import SAMPLES
+from support.cli import invoke
+from support.paths import SAMPLES
 
 import tracemerge
 
@@ -63,7 +63,7 @@ def run(tmp_path, docs, command, extra=()):
         args += [paths[0], paths[1]]
     else:
         args = args[:1] + paths + args[1:]
-    return invoke(args + list(extra)), paths
+    return invoke(*args, *extra), paths
 
 
 def warned(said, path, text):
@@ -311,7 +311,7 @@ def test_item8_deep_block(tmp_path):
         f.write(json.dumps(doc).replace('"@@"', "[" * 50_000 + "]" * 50_000))
     rank0 = os.path.join(SAMPLE, "rank0.json.gz")
     for args in (["info", deep], ["diff", rank0, deep], ["report", rank0, deep], ["offsets", rank0, deep]):
-        result = invoke(args)
+        result = invoke(*args)
         said = check(result, [deep], codes=(0, 3))
         if result.exit_code:
             assert "nested too deeply" in said[-1], said

@@ -9,12 +9,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
+from support import cli
+from support.paths import ROOT, SAMPLES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLES = os.path.join(ROOT, "samples")
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 
@@ -32,13 +31,6 @@ const p=document.createElement("pre");p.id="probe";
 p.textContent=JSON.stringify({errors:__errors,plots,title:document.title});document.body.appendChild(p)});</script>"""
 CHROMIUM = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
             "--no-first-run", "--allow-file-access-from-files"]
-
-
-def cli(*args):
-    r = subprocess.run([sys.executable, "-m", "tracemerge", *map(str, args)], capture_output=True, timeout=120,
-                       cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    return r
 
 
 def browse(page, tmp_path):
@@ -95,16 +87,16 @@ def check(page, tmp_path, shot_name, plots_expected=True):
 
 def test_the_report_page_renders_in_a_browser(tmp_path):
     page = tmp_path / "report.html"
-    cli("report", *sorted(os.path.join(SAMPLES, "rpc_profiling", f) for f in ("rank0.json.gz", "rank1.json.gz")),
-        "--analysis", "--html", page, "-o", tmp_path / "report.txt")
+    cli.run("report", *sorted(os.path.join(SAMPLES, "rpc_profiling", f) for f in ("rank0.json.gz", "rank1.json.gz")),
+        "--analysis", "--html", page, "-o", tmp_path / "report.txt").ok()
     probe = check(page, tmp_path, "report.png")
     assert probe["title"]
 
 
 def test_the_diff_page_renders_in_a_browser(tmp_path):
     page = tmp_path / "diff.html"
-    cli("diff", os.path.join(SAMPLES, "threads_1"), os.path.join(SAMPLES, "threads_8"), "--html", page,
-        "-o", tmp_path / "diff.txt")
+    cli.run("diff", os.path.join(SAMPLES, "threads_1"), os.path.join(SAMPLES, "threads_8"), "--html", page,
+        "-o", tmp_path / "diff.txt").ok()
     check(page, tmp_path, "diff.png", plots_expected=False)  # the diff page is tables only
 
 

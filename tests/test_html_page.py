@@ -11,17 +11,9 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from click.testing import CliRunner
-
-from tracemerge.cli import main
+from support.cli import invoke
 
 SAMPLE = sorted(glob.glob("samples/rpc_profiling/rank*.json.gz"))
-
-
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result
 
 
 class Page(HTMLParser):
@@ -82,7 +74,7 @@ def _trace_span_ms(tmp_path, files):
     """(first event ns, duration ms) of the job on the reference clock, read from the
     merged trace itself."""
     merged = tmp_path / "m.json"
-    run("combine", *files, "-o", merged, "-q")
+    invoke("combine", *files, "-o", merged, "-q").ok()
     doc = json.loads(merged.read_text())
     spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in doc["traceEvents"] if e.get("ph") in ("X", "i", "b", "e")
              and "ts" in e]
@@ -113,7 +105,7 @@ def _check_ticks(axis):
 def test_busy_timeline_and_critical_path_have_time_axes_in_ms_from_the_trace_start(tmp_path):
     page_path = tmp_path / "r.html"
     out = tmp_path / "r.json"
-    run("report", *SAMPLE, "--analysis", "--format", "json", "-o", out, "--html", page_path)
+    invoke("report", *SAMPLE, "--analysis", "--format", "json", "-o", out, "--html", page_path).ok()
     page = Page(page_path.read_text())
     report = json.loads(out.read_text())
     t0_ns, duration_ms = _trace_span_ms(tmp_path, SAMPLE)
@@ -146,8 +138,8 @@ def test_busy_timeline_and_critical_path_have_time_axes_in_ms_from_the_trace_sta
 
 def test_untraced_is_explained_where_it_appears(tmp_path):
     with_path, without = tmp_path / "a.html", tmp_path / "b.html"
-    run("report", *SAMPLE, "--analysis", "-o", tmp_path / "a.txt", "--html", with_path)
-    run("report", *SAMPLE, "-o", tmp_path / "b.txt", "--html", without)
+    invoke("report", *SAMPLE, "--analysis", "-o", tmp_path / "a.txt", "--html", with_path).ok()
+    invoke("report", *SAMPLE, "-o", tmp_path / "b.txt", "--html", without).ok()
     text = with_path.read_text()
     assert "(untraced)" in text   # the sample's path has untraced time on a caller's thread
     page = Page(text)
@@ -167,7 +159,7 @@ def _style(text):
 
 def test_name_columns_are_left_aligned_and_numbers_right_aligned(tmp_path):
     path = tmp_path / "r.html"
-    run("report", *SAMPLE, "--analysis", "-o", tmp_path / "r.txt", "--html", path)
+    invoke("report", *SAMPLE, "--analysis", "-o", tmp_path / "r.txt", "--html", path).ok()
     text = path.read_text()
     style = _style(text)
     assert style["td,th"] == "left" and style["td.num,th.num"] == "right" and style["td.name,th.name"] == "left"
@@ -205,10 +197,10 @@ def test_diff_cells_are_coloured_by_the_sign_of_the_change(tmp_path):
     reports = []
     for n, files in enumerate((before, after)):
         out = tmp_path / f"{n}.json"
-        run("report", *files, "--format", "json", "--row-limit", "0", "-o", out)
+        invoke("report", *files, "--format", "json", "--row-limit", "0", "-o", out).ok()
         reports.append(_metrics(json.loads(out.read_text())))
     path = tmp_path / "d.html"
-    run("diff", "samples/threads_1", "samples/threads_8", "--row-limit", "0", "--html", path, "-o", tmp_path / "d.txt")
+    invoke("diff", "samples/threads_1", "samples/threads_8", "--row-limit", "0", "--html", path, "-o", tmp_path / "d.txt").ok()
     text = path.read_text()
     assert "up-key" in text and "down-key" in text   # the legend
     [table] = Page(text).tables

@@ -20,8 +20,10 @@ import re
 import sys
 
 import pytest
+from support import cli
+from support.jobs import run_job
+from support.ranks import load_output
 from support.synth import skew_job
-from tracefiles import cli, load_output, run_job
 
 from tracemerge.clocks.clock import ClockModel
 
@@ -134,14 +136,14 @@ def test_align_moves_every_event_as_offsets_reports_and_keeps_the_rest(skewed, t
     src, truth, _ = skewed
     files = [src / f"rank{r}.json.gz" for r in range(WORLD)]
     before = {f: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert clocks[1]["method"].startswith(("rpc", "collective", "auto")) and clocks[1]["error_bound_ns"] > 0
     out = tmp_path / "aligned"
-    res = cli("align", *files, "-o", out)
-    assert res.returncode == 0, res.stderr
-    lines = res.stderr.decode().splitlines()
+    res = cli.run("align", *files, "-o", out)
+    assert res.exit_code == 0, res.stderr
+    lines = res.stderr.splitlines()
     assert re.match(rf"tracemerge: 3 ranks, \d+ events in, \d+ out \(\d+ moved\), aligned by auto to rank 0 -> {out} "
                     r"\(rank0\.pt\.trace\.json\.gz, rank1\.pt\.trace\.json\.gz, rank2\.pt\.trace\.json\.gz\)$", lines[0])
     assert any(line.startswith("tracemerge: causality: 0 violations") for line in lines), lines
@@ -187,8 +189,8 @@ def test_align_moves_every_event_as_offsets_reports_and_keeps_the_rest(skewed, t
         t = clocks[r]["anchor_ns"]
         assert abs(clocks[r]["offset_ns"] - (truth[r].to_local(t) - t)) <= clocks[r]["error_bound_ns"]
     # the outputs are rank files on one clock: read again, every rank is where the reference is
-    res = cli("offsets", *sorted(out.iterdir()), "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *sorted(out.iterdir()), "--format", "json")
+    assert res.exit_code == 0, res.stderr
     again = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     for r in (1, 2):
         assert abs(again[r]["offset_ns"]) <= again[r]["error_bound_ns"], again[r]
@@ -198,10 +200,10 @@ def test_hta_on_align_output_finds_the_ranks_where_the_truth_starts_them(skewed,
     TraceAnalysis = _hta()
     src, truth, originals = skewed
     files = [src / f"rank{r}.json.gz" for r in range(WORLD)]
-    offsets = json.loads(cli("offsets", *files, "--format", "json").stdout)
+    offsets = json.loads(cli.run("offsets", *files, "--format", "json").stdout)
     bound = {c["rank"]: c["error_bound_ns"] or 0 for c in offsets["ranks"]}
     out = tmp_path / "aligned"
-    assert cli("align", *files, "-o", out).returncode == 0
+    assert cli.run("align", *files, "-o", out).exit_code == 0
     trace = _hta_load(TraceAnalysis, out)
     assert sorted(trace.traces) == [0, 1, 2]
     # the capture ran on one machine: its own times are the true ones
@@ -229,9 +231,9 @@ def test_tb_profiler_names_the_workers_of_align_output_and_starts_them_at_the_tr
     pattern, RunProfileData = _tb_profiler()
     src, _, _ = skewed
     files = [src / f"rank{r}.json.gz" for r in range(WORLD)]
-    bound = {c["rank"]: c["error_bound_ns"] or 0 for c in json.loads(cli("offsets", *files, "--format", "json").stdout)["ranks"]}
+    bound = {c["rank"]: c["error_bound_ns"] or 0 for c in json.loads(cli.run("offsets", *files, "--format", "json").stdout)["ranks"]}
     out = tmp_path / "aligned"
-    assert cli("align", *files, "-o", out).returncode == 0
+    assert cli.run("align", *files, "-o", out).exit_code == 0
     cache = str(tmp_path / "cache")
     for r in range(WORLD):
         name = f"rank{r}.pt.trace.json.gz"
@@ -258,7 +260,7 @@ def test_the_readme_hta_snippet_runs_on_align_output(captured, tmp_path, monkeyp
     args = align_line.split("#")[0].split()[2:]  # rank*.json.gz -o aligned/
     assert args == ["rank*.json.gz", "-o", "aligned/"]
     monkeypatch.chdir(tmp_path)
-    assert cli("align", str(captured / "rank*.json.gz"), "-o", tmp_path / "aligned").returncode == 0
+    assert cli.run("align", str(captured / "rank*.json.gz"), "-o", tmp_path / "aligned").exit_code == 0
     scope: dict = {}
     exec(snippet, scope)
     assert scope["analysis"].t.get_ranks() == [0, 1, 2]
@@ -291,8 +293,8 @@ def test_align_plain_torch_profiler_cycle_files_one_file_per_rank(tmp_path):
     src.mkdir()
     files = _plain_cycles(src, 0) + _plain_cycles(src, 1)
     out = tmp_path / "aligned"
-    res = cli("align", *files, "-o", out, "--name", "rank{rank}_trace.json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("align", *files, "-o", out, "--name", "rank{rank}_trace.json")
+    assert res.exit_code == 0, res.stderr
     assert sorted(os.listdir(out)) == ["rank0_trace.json", "rank1_trace.json"]
     for r in (0, 1):
         cycles = [load_output(f) for f in files[2 * r:2 * r + 2]]
@@ -320,45 +322,45 @@ def test_align_a_rank_read_from_its_journal_is_said_not_invented(captured, tmp_p
     journal = tmp_path / "rank2.journal"
     journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "aligned"
-    res = cli("align", captured / "rank0.json.gz", captured / "rank1.json.gz", journal, "-o", out)
-    assert res.returncode == 0, res.stderr
+    res = cli.run("align", captured / "rank0.json.gz", captured / "rank1.json.gz", journal, "-o", out)
+    assert res.exit_code == 0, res.stderr
     assert sorted(os.listdir(out)) == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
-    assert b"tracemerge: note: rank 2 was read from its journal alone" in res.stderr
-    assert b"2 ranks, " in res.stderr.splitlines()[0]
+    assert "tracemerge: note: rank 2 was read from its journal alone" in res.stderr
+    assert "2 ranks, " in res.stderr.splitlines()[0]
 
 
 # ---- bad outputs and inputs ----------------------------------------------------------------------
 
 def test_align_bad_outputs_are_one_line_errors_and_nothing_is_half_written(captured, tmp_path):
     files = [captured / f"rank{r}.json.gz" for r in range(WORLD)]
-    res = cli("align", *files, "-o", tmp_path / "a", "--name", "trace.json.gz")
-    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1 and b"{rank}" in res.stderr
-    res = cli("align", *files, "-o", tmp_path / "a", "--name", "rank{rank}.txt")
-    assert res.returncode == 2 and b"must end in" in res.stderr
+    res = cli.run("align", *files, "-o", tmp_path / "a", "--name", "trace.json.gz")
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1 and "{rank}" in res.stderr
+    res = cli.run("align", *files, "-o", tmp_path / "a", "--name", "rank{rank}.txt")
+    assert res.exit_code == 2 and "must end in" in res.stderr
     (tmp_path / "file").write_text("x")
-    res = cli("align", *files, "-o", tmp_path / "file")
-    assert res.returncode == 5 and res.stderr.decode().count("\n") == 1 and b"not a directory" in res.stderr
-    res = cli("align", *files, "-o", tmp_path / "missing" / "dir")
-    assert res.returncode == 5 and b"does not exist" in res.stderr
+    res = cli.run("align", *files, "-o", tmp_path / "file")
+    assert res.exit_code == 5 and res.stderr.count("\n") == 1 and "not a directory" in res.stderr
+    res = cli.run("align", *files, "-o", tmp_path / "missing" / "dir")
+    assert res.exit_code == 5 and "does not exist" in res.stderr
     # one output there already: refused without --force, and no other output appears
     out = tmp_path / "out"
     out.mkdir()
     (out / "rank1.pt.trace.json.gz").write_bytes(b"mine")
-    res = cli("align", *files, "-o", out)
-    assert res.returncode == 5 and b"rank1.pt.trace.json.gz: exists; pass --force" in res.stderr
+    res = cli.run("align", *files, "-o", out)
+    assert res.exit_code == 5 and "rank1.pt.trace.json.gz: exists; pass --force" in res.stderr
     assert os.listdir(out) == ["rank1.pt.trace.json.gz"] and (out / "rank1.pt.trace.json.gz").read_bytes() == b"mine"
-    res = cli("align", *files, "-o", out, "--force", "--ranks", "1,2")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("align", *files, "-o", out, "--force", "--ranks", "1,2")
+    assert res.exit_code == 0, res.stderr
     assert sorted(os.listdir(out)) == ["rank1.pt.trace.json.gz", "rank2.pt.trace.json.gz"]
     assert load_output(out / "rank1.pt.trace.json.gz")["tracemerge"]["rank"] == 1
     # an output that would be an input: refused even with --force
-    res = cli("align", *files, "-o", captured, "--name", "rank{rank}.json.gz", "--force")
-    assert res.returncode == 5 and b"the output is also an input" in res.stderr
+    res = cli.run("align", *files, "-o", captured, "--name", "rank{rank}.json.gz", "--force")
+    assert res.exit_code == 5 and "the output is also an input" in res.stderr
     # a bad input: exit 3 naming it, the directory never made
     bad = tmp_path / "rank9.json"
     bad.write_text('{"traceEvents": [{"ph": "X"')
-    res = cli("align", files[0], bad, "-o", tmp_path / "never")
-    assert res.returncode == 3 and len(res.stderr.splitlines()) == 1
+    res = cli.run("align", files[0], bad, "-o", tmp_path / "never")
+    assert res.exit_code == 3 and len(res.stderr.splitlines()) == 1
     assert not (tmp_path / "never").exists()
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tracemerge-align-")]
 

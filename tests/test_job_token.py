@@ -3,7 +3,8 @@ only (``host:port``), the others ``host:port@token``; it is still of its job, an
 ``--strict`` takes the files. Ids of two runs, or of other addresses, still differ."""
 
 import pytest
-from tracefiles import BASE, cli, load_output, rank_file, write, x
+from support import cli
+from support.ranks import BASE, load_output, rank_file, write, x
 
 
 def _files(tmp_path, ids):
@@ -19,9 +20,9 @@ def _files(tmp_path, ids):
 def test_an_address_only_id_is_of_the_job_with_that_address(tmp_path):
     paths = _files(tmp_path, ["127.0.0.1:29500@5f1c", "127.0.0.1:29500", "127.0.0.1:29500@5f1c"])
     out = tmp_path / "merged.json"
-    res = cli("combine", *paths, "--strict", "-o", out)
-    assert res.returncode == 0, res.stderr
-    assert b"different jobs" not in res.stderr
+    res = cli.run("combine", *paths, "--strict", "-o", out)
+    assert res.exit_code == 0, res.stderr
+    assert "different jobs" not in res.stderr
     assert load_output(out)["traceEvents"]
 
 
@@ -30,6 +31,6 @@ def test_an_address_only_id_is_of_the_job_with_that_address(tmp_path):
     ["127.0.0.1:29500@5f1c", "127.0.0.1:29501"],                           # another address
 ])
 def test_other_jobs_are_still_refused(tmp_path, ids):
-    res = cli("combine", *_files(tmp_path, ids), "--strict", "-o", tmp_path / "merged.json")
-    assert res.returncode != 0 and b"different jobs: job_id differs" in res.stderr, res.stderr
+    res = cli.run("combine", *_files(tmp_path, ids), "--strict", "-o", tmp_path / "merged.json")
+    assert res.exit_code != 0 and "different jobs: job_id differs" in res.stderr, res.stderr
     assert not (tmp_path / "merged.json").exists()

@@ -7,7 +7,7 @@ order a pipe's requests are served in, which tells apart calls time leaves open.
 
 import numpy as np
 import pytest
-from tracefiles import BASE, rank_file, write, x
+from support.ranks import BASE, rank_file, write, x
 
 from tracemerge import Job
 

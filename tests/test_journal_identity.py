@@ -4,10 +4,10 @@ calls name it by, or refused with what would tell it — never taken as rank 0."
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from support import cli
 
 from tracemerge.capture import journal, recorder
 
@@ -28,23 +28,17 @@ def _journal(path: Path, served: bool) -> Path:
     return path
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60)
-
-
 def test_a_journal_with_a_served_call_is_the_rank_the_call_names(tmp_path):
     path = _journal(tmp_path / "pid4242.journal", served=True)
     first = json.loads(path.read_text().splitlines()[0])
     assert first["meta"]["rank"] is None
-    done = _cli("info", str(path))
-    assert done.returncode == 0, done.stderr
+    done = cli.run("info", str(path))
+    assert done.exit_code == 0, done.stderr
     assert "rank 1 (from its calls" in done.stdout
 
 
 def test_a_journal_with_nothing_to_tell_its_rank_is_refused_not_rank_0(tmp_path):
     path = _journal(tmp_path / "pid4242.journal", served=False)
-    done = _cli("report", str(path))
-    assert done.returncode == 4, (done.returncode, done.stderr)
+    done = cli.run("report", str(path))
+    assert done.exit_code == 4, (done.exit_code, done.stderr)
     assert done.stderr.count("\n") == 1 and "rank was never learned" in done.stderr and "pid 4242" in done.stderr

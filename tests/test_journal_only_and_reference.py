@@ -9,7 +9,8 @@ import json
 import os
 import re
 
-from tracefiles import ROOT, cli
+from support import cli
+from support.paths import ROOT
 
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "rpc_profiling", "rank*.json.gz")))
 
@@ -31,10 +32,10 @@ def test_a_job_of_journals_alone_is_timed_from_its_start(tmp_path):
         starts.append(block["profile_start_ns"])
         paths.append(tmp_path / f"rank{rank}.journal")
         paths[-1].write_text("".join(json.dumps(x) + "\n" for x in lines))
-    r = cli("report", *paths)
-    assert r.returncode == 0, r.stderr.decode()
+    r = cli.run("report", *paths)
+    assert r.exit_code == 0, r.stderr
     deaths = dict((int(rank), float(ms)) for rank, ms in re.findall(
-        r"post-mortem: rank (\d+) died without writing its rank file at ([\d.]+) ms", r.stdout.decode()))
+        r"post-mortem: rank (\d+) died without writing its rank file at ([\d.]+) ms", r.stdout))
     assert sorted(deaths) == [0, 1]
     span_ms = (max(alive.values()) - min(starts)) / 1e6
     assert all(0 <= ms <= span_ms + 0.001 for ms in deaths.values()), (deaths, span_ms)  # shown to 1 µs
@@ -47,13 +48,13 @@ def test_an_offset_for_the_reference_is_refused(tmp_path):
     for command in (["combine", "-o", tmp_path / "t.json"], ["offsets"], ["report"]):
         for reference in (["--reference", "1"], []):
             rank = 1 if reference else 0
-            r = cli(*command[:1], *files, *command[1:], *reference, "--offset", f"{rank}=-250000")
-            err = r.stderr.decode()
-            assert r.returncode == 2, err
+            r = cli.run(*command[:1], *files, *command[1:], *reference, "--offset", f"{rank}=-250000")
+            err = r.stderr
+            assert r.exit_code == 2, err
             assert f"--offset {rank}=-250000: rank {rank} is the reference" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "t.json").exists()
     # an offset for another rank is still what it says
-    r = cli("offsets", *files, "--reference", "1", "--offset", "2=-250000", "--format", "json")
-    assert r.returncode == 0, r.stderr.decode()
+    r = cli.run("offsets", *files, "--reference", "1", "--offset", "2=-250000", "--format", "json")
+    assert r.exit_code == 0, r.stderr
     [two] = [c for c in json.loads(r.stdout)["ranks"] if c["rank"] == 2]
     assert two["offset_ns"] == -250000 and two["method"] == "forced"

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
-from tracefiles import SAMPLES
+from support.paths import SAMPLES
 
 from tracemerge.inputs import read_trace
 from tracemerge.report.keyavg import group_rows, key_averages

@@ -59,11 +59,10 @@ def test_a_span_still_open_at_the_stop_is_no_row_and_its_children_are_torchs(tmp
     args.finished false and a duration to the stop (torch's own key averages take another
     end, which the trace does not hold). It is left out of the rows, said in a note, and
     every other row — its children's among them — is torch's."""
-    from click.testing import CliRunner
+    from support.cli import invoke
     from torch.autograd.profiler import record_function
     from torch.profiler import ProfilerActivity, profile
 
-    from tracemerge.cli import main
 
     x = torch.ones(64, 64)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -86,7 +85,7 @@ def test_a_span_still_open_at_the_stop_is_no_row_and_its_children_are_torchs(tmp
         assert count == expected[key][0], key
         assert total == pytest.approx(expected[key][1], rel=1e-6, abs=1e-3), key
         assert self_ == pytest.approx(expected[key][2], rel=1e-6, abs=1e-3), key
-    res = CliRunner().invoke(main, ["report", str(path), "--format", "json"])
+    res = invoke("report", str(path), "--format", "json")
     assert res.exit_code == 0, res.output
     assert any("1 span was still open when the profiler stopped" in n for n in __import__("json").loads(
         res.stdout)["notes"])

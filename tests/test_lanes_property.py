@@ -19,12 +19,10 @@ import os
 from collections import Counter, defaultdict
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from tracefiles import BASE, rank_file, write
-
-from tracemerge.cli import main
+from support.cli import invoke
+from support.ranks import BASE, rank_file, write
 
 THREADS = (1, 2, 3)
 KINDS = ("rpc_async", "remote")
@@ -113,12 +111,6 @@ def _ns(us):
     return round(us * 1000)
 
 
-def _run(*args):
-    r = CliRunner().invoke(main, [str(a) for a in args])
-    assert r.exit_code == 0, r.output
-    return r
-
-
 @pytest.mark.parametrize("core", ["native", "python"])
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(job=jobs())
@@ -127,7 +119,7 @@ def test_lanes_keep_every_span_and_nothing_partly_overlaps(tmp_path_factory, mon
     where = str(tmp_path_factory.mktemp("lanes"))
     files = _files(where, job)
     out = os.path.join(where, "merged.json")
-    _run("combine", *files, "-o", out, "--force", "-j", "1")
+    invoke("combine", *files, "-o", out, "--force", "-j", "1").ok()
     with open(out) as f:
         doc = json.load(f)
     events = doc["traceEvents"]
@@ -179,8 +171,8 @@ def test_lanes_keep_every_span_and_nothing_partly_overlaps(tmp_path_factory, mon
             assert any(s <= at <= end for s, end in by_thread[(e["pid"], e["tid"])]), e
 
     # key averages: counts and totals as the spans give them, self CPU as the rank files' report
-    merged = json.loads(_run("report", out, "--format", "json").stdout)
-    ranks = json.loads(_run("report", *files, "--format", "json").stdout)
+    merged = json.loads(invoke("report", out, "--format", "json").ok().stdout)
+    ranks = json.loads(invoke("report", *files, "--format", "json").ok().stdout)
     rows = {r["key"]: r for r in merged["key_averages"]}
     for name in {s[1] for s in spans + callee}:
         durs = [dur for _, n, _, dur, _ in spans + callee if n == name]

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import cli, gen_kineto
 
 from fuzz.differential import check_bytes
 from tracemerge import native
@@ -206,9 +207,8 @@ def test_invalid_utf8_in_a_string_is_a_one_line_error(tmp_path):
     # the reader did not catch: "internal error", exit 1
     path = tmp_path / "bad.json"
     path.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a\xff", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}')
-    run = subprocess.run([sys.executable, "-m", "tracemerge", "combine", str(path), "-o", str(tmp_path / "o.json")],
-                         capture_output=True, text=True, check=False)
-    assert run.returncode == 3, run.stderr
+    run = cli.run("combine", path, "-o", tmp_path / "o.json")
+    assert run.exit_code == 3, run.stderr
     assert "not valid UTF-8" in run.stderr and "internal error" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
 
@@ -220,9 +220,8 @@ def test_times_beyond_int64_are_a_one_line_error(tmp_path, base, ts):
     path = tmp_path / "big.json"
     path.write_text(json.dumps({"baseTimeNanoseconds": base, "traceEvents": [
         {"ph": "X", "name": "a", "ts": ts, "dur": 1, "pid": 1, "tid": 1}]}))
-    run = subprocess.run([sys.executable, "-m", "tracemerge", "combine", str(path), "-o", str(tmp_path / "o.json")],
-                         capture_output=True, text=True, check=False)
-    assert run.returncode == 3, run.stderr
+    run = cli.run("combine", path, "-o", tmp_path / "o.json")
+    assert run.exit_code == 3, run.stderr
     assert "out of range" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert check_bytes(path.read_bytes()) == "python error"
 
@@ -234,15 +233,11 @@ def _combine(files, out, env_core, *options):
     env.pop(native.ENV, None)
     if env_core == "python":
         env[native.ENV] = "python"
-    run = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *map(str, files), "-o", str(out), *options],
-                         capture_output=True, text=True, env=env, check=False)
-    return run
+    return cli.run("combine", *files, "-o", out, *options, env=env)
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from support import gen_kineto
     return gen_kineto.generate(str(tmp_path_factory.mktemp("kranks")), 3, 0.6, seed=5, rank_files=True, jobs=1)
 
 
@@ -257,7 +252,7 @@ def test_combine_is_the_same_bytes_under_both_cores(tmp_path, generated, suffix,
         native_out, python_out = tmp_path / f"n{suffix}", tmp_path / f"p{suffix}"
         a = _combine(files, native_out, "native", "--force", *options)
         b = _combine(files, python_out, "python", "--force", *options)
-        assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+        assert a.exit_code == b.exit_code == 0, a.stderr + b.stderr
         assert native_out.read_bytes() == python_out.read_bytes()
         kept = 2 if "--ranks" in options else len(files)
         # rl_agent's rank 0 has calls in flight together: the kernel writes them to lanes too
@@ -272,7 +267,7 @@ def test_spans_moved_to_lanes_are_written_by_the_kernel(tmp_path):
         files = sorted(glob.glob(os.path.join(ROOT, "samples", sample, "*.json.gz")))
         a = _combine(files, tmp_path / "n.json", "native", "--force")
         b = _combine(files, tmp_path / "p.json", "python", "--force")
-        assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+        assert a.exit_code == b.exit_code == 0, a.stderr + b.stderr
         assert f"core: native ({len(files)} of {len(files)} ranks)" in a.stderr
         doc = json.loads((tmp_path / "n.json").read_text())
         assert doc["tracemerge"]["lanes"]["spans"] > 0
@@ -292,7 +287,7 @@ def test_a_rank_the_kernel_declines_falls_back_and_is_counted(tmp_path, generate
     files = [generated[0], odd, generated[2]]
     a = _combine(files, tmp_path / "n.json", "native")
     b = _combine(files, tmp_path / "p.json", "python")
-    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+    assert a.exit_code == b.exit_code == 0, a.stderr + b.stderr
     assert (tmp_path / "n.json").read_bytes() == (tmp_path / "p.json").read_bytes()
     assert f"core: native (2 of 3 ranks); {odd} read by the Python path: an escaped name or cat" in a.stderr
 
@@ -304,8 +299,8 @@ def test_bad_inputs_give_the_same_error_or_output_under_both_cores(tmp_path, nam
     files = [os.path.join(ROOT, "tests", "corpus", name)]
     a = _combine(files, tmp_path / "n.json", "native", "--rank-from", "order")
     b = _combine(files, tmp_path / "p.json", "python", "--rank-from", "order")
-    assert a.returncode == b.returncode
-    if a.returncode == 0:
+    assert a.exit_code == b.exit_code
+    if a.exit_code == 0:
         assert (tmp_path / "n.json").read_bytes() == (tmp_path / "p.json").read_bytes()
     else:
         assert a.stderr == b.stderr
@@ -348,7 +343,7 @@ def test_a_number_beyond_a_double_in_args_is_a_one_line_error(tmp_path, suffix):
                     '"tid": 1, "args": {"n": 1e4002763}}]}')
     for core in ("native", "python"):
         run = _combine([path], tmp_path / f"o{suffix}", core, "--rank-from", "order")
-        assert run.returncode == 3, run.stderr
+        assert run.exit_code == 3, run.stderr
         assert f"{path}: an event's args cannot be decoded: Number out of range" in run.stderr
         assert "internal error" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
         assert not (tmp_path / f"o{suffix}").exists()

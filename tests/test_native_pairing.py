@@ -3,7 +3,8 @@
 plants: which op served which call, the clocks, the threads."""
 
 import pytest
-from tracefiles import BASE, cli, rank_file, write, x
+from support import cli
+from support.ranks import BASE, rank_file, write, x
 
 from tracemerge import Job
 
@@ -81,8 +82,8 @@ def test_what_neither_time_nor_shapes_tell_apart_is_said(tmp_path):
     said = [w for w in job.warnings if "sent as themselves" in w]
     assert len(said) == 1 and said[0].startswith("3 builtin calls sent as themselves to rank 1")
     assert "rather than given a guessed op" in said[0]
-    res = cli("combine", *_files(tmp_path, calls, ops), "-o", tmp_path / "out.json")
-    assert res.returncode == 0 and b"3 builtin calls sent as themselves to rank 1" in res.stderr
+    res = cli.run("combine", *_files(tmp_path, calls, ops), "-o", tmp_path / "out.json")
+    assert res.exit_code == 0 and "3 builtin calls sent as themselves to rank 1" in res.stderr
 
 
 def test_a_call_forced_by_the_others_is_paired_where_the_rest_stay_open(tmp_path):
@@ -147,9 +148,9 @@ def test_an_older_capture_with_appended_spans_is_read_and_said_to_be_older(tmp_p
     job = Job.open(files)
     assert any("older capture" in w and "rank1.json.gz" in w for w in job.warnings)
     assert _paired(job) == {}   # the callee's own record stands
-    res = cli("combine", *files, "-o", tmp_path / "out.json")
-    assert res.returncode == 0, res.stderr
-    assert b"older capture" in res.stderr and b"1 RPCs: 1 with both sides" in res.stderr
+    res = cli.run("combine", *files, "-o", tmp_path / "out.json")
+    assert res.exit_code == 0, res.stderr
+    assert "older capture" in res.stderr and "1 RPCs: 1 with both sides" in res.stderr
 
 
 @pytest.mark.parametrize("command", ["info", "combine"])
@@ -158,9 +159,9 @@ def test_the_commands_say_it(tmp_path, command):
     ops = [_op(20, 25, 11), _op(30, 35, 12)]
     files = _files(tmp_path, calls, ops)
     args = [command, *files] + (["-o", tmp_path / "out.json"] if command == "combine" else [])
-    res = cli(*args)
-    assert res.returncode == 0, res.stderr
-    assert b"2 builtin calls sent as themselves to rank 1" in res.stderr + res.stdout
+    res = cli.run(*args)
+    assert res.exit_code == 0, res.stderr
+    assert "2 builtin calls sent as themselves to rank 1" in res.stderr + res.stdout
 
 
 def test_a_paired_builtins_op_is_its_callee_span_on_the_critical_path(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.pftrace import read_pftrace
-from tracefiles import write
+from support.ranks import write
 
 from tracemerge import native
 from tracemerge.errors import TraceError

@@ -11,9 +11,8 @@ from typing import Dict, List
 
 import nccl_corpus as corpus
 import pytest
-from click.testing import CliRunner
+from support.cli import invoke
 
-from tracemerge.cli import main
 from tracemerge.job import AlignRequest, Job
 
 # µs each moved rank's clock is moved by; the others (0, 2, 4, 7) keep the true clock
@@ -48,7 +47,7 @@ def test_named_method_and_offsets_show_it(moved_job):
     _, paths, job = moved_job
     same = job.align("nccl-kernel").clocks
     assert {r: c.offset_ns for r, c in same.items()} == {r: c.offset_ns for r, c in job.alignment.clocks.items()}
-    result = CliRunner().invoke(main, ["offsets", *paths, "--align", "nccl-kernel", "--format", "json"])
+    result = invoke("offsets", *paths, "--align", "nccl-kernel", "--format", "json")
     assert result.exit_code == 0, result.output
     ranks = json.loads(result.stdout)["ranks"]
     assert [r["method"] for r in ranks] == ["reference"] + ["nccl-kernel"] * 7
@@ -65,7 +64,7 @@ def test_combined_kernel_ends_agree_as_on_the_true_clocks(moved_job, tmp_path):
     if name == "c10d":
         pytest.skip("one combine per generation is enough: the clocks are the same (test above)")
     out = tmp_path / "merged.json"
-    result = CliRunner().invoke(main, ["combine", *paths, "-o", str(out)])
+    result = invoke("combine", *paths, "-o", str(out))
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     ranks = rank_of_pids(doc)
@@ -83,7 +82,7 @@ def test_combined_kernel_ends_agree_as_on_the_true_clocks(moved_job, tmp_path):
 
 def test_a_rank_nothing_links_is_warned_and_refused_by_strict(tmp_path):
     paths = corpus.write_job(str(tmp_path), (), {7: 3_200}, without_kernels=(7,))
-    result = CliRunner().invoke(main, ["offsets", *paths, "--format", "json"])
+    result = invoke("offsets", *paths, "--format", "json")
     assert result.exit_code == 0, result.output
     said = [line for line in result.stderr.splitlines() if "linked to no other rank" in line]
     assert len(said) == 1 and said[0].startswith("tracemerge: warning: rank 7 (")
@@ -91,7 +90,7 @@ def test_a_rank_nothing_links_is_warned_and_refused_by_strict(tmp_path):
     clocks = {c["rank"]: c for c in json.loads(result.stdout)["ranks"]}
     assert clocks[7]["method"] == "wall" and clocks[7]["error_bound_ns"] is None
     assert all(clocks[r]["method"] == "nccl-kernel" for r in range(1, 7))
-    refused = CliRunner().invoke(main, ["combine", *paths, "-o", str(tmp_path / "out.json"), "--strict"])
+    refused = invoke("combine", *paths, "-o", str(tmp_path / "out.json"), "--strict")
     assert refused.exit_code == 4
     assert "rank 7" in refused.output and "refused by --strict" in refused.output
     assert not (tmp_path / "out.json").exists()
@@ -130,7 +129,7 @@ def test_gpu_section_counts_non_nccl_communication_kernels(tmp_path):
     assert known and custom and compute
 
     def gpu(*extra):
-        result = CliRunner().invoke(main, ["report", str(path), "--format", "json", "-q", *extra])
+        result = invoke("report", str(path), "--format", "json", "-q", *extra)
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)["gpu"][0]
 
@@ -145,9 +144,9 @@ def test_gpu_section_counts_non_nccl_communication_kernels(tmp_path):
     assert told["communication_us"] == pytest.approx(union_ns(known + custom) / 1000, abs=1e-3)
     assert told["compute_us"] == pytest.approx(union_ns(compute) / 1000, abs=1e-3)
     assert told["communication_by"]["--comm-kernel ring_allgather"]["count"] == len(custom) == 2
-    table = CliRunner().invoke(main, ["report", str(path), "-q", "--comm-kernel", "ring_allgather"]).stdout
+    table = invoke("report", str(path), "-q", "--comm-kernel", "ring_allgather").stdout
     assert "Communication by" in table and "--comm-kernel ring_allgather: 2" in table
-    bad = CliRunner().invoke(main, ["report", str(path), "-q", "--comm-kernel", "("])
+    bad = invoke("report", str(path), "-q", "--comm-kernel", "(")
     assert bad.exit_code == 2 and "--comm-kernel" in bad.output
 
 
@@ -182,7 +181,7 @@ def test_sampled_real_pair_mismatch_is_named_and_that_stream_not_matched():
         k = next(k for k in corpus.nccl_kernels(doc) if k["tid"] == 84)
         first.append(corpus.launching_op(doc, k)["args"]["Input type"][0])
     assert first == ["long", "unsigned char"]
-    result = CliRunner().invoke(main, ["offsets", *paths, "--format", "json"])
+    result = invoke("offsets", *paths, "--format", "json")
     assert result.exit_code == 0, result.output
     assert ("collectives of process group default/stream0 carry no sequence number and their order disagrees at #0: "
             "rank 0 has all_to_all (sendrecv kernel) of ? × long, rank 1 has all_to_all (sendrecv kernel) of ? × "

@@ -3,10 +3,8 @@
 import json
 import re
 
-from click.testing import CliRunner
 from support import synth
-
-from tracemerge.cli import main
+from support.cli import invoke
 
 FIELDS = ["rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers"]
 
@@ -18,7 +16,7 @@ def _paths(tmp_path, **kw):
 
 def test_json_has_documented_fields_and_recovers_truth(tmp_path):
     job, paths = _paths(tmp_path)
-    res = CliRunner().invoke(main, ["offsets", *paths, "--format", "json"])
+    res = invoke("offsets", *paths, "--format", "json")
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["reference"] == 0 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
@@ -37,8 +35,7 @@ def test_json_has_documented_fields_and_recovers_truth(tmp_path):
 
 def test_reference_and_forced_offset(tmp_path):
     _, paths = _paths(tmp_path)
-    res = CliRunner().invoke(
-        main, ["offsets", *paths, "--format", "json", "--reference", "1", "--offset", "2=12345"])
+    res = invoke("offsets", *paths, "--format", "json", "--reference", "1", "--offset", "2=12345")
     assert res.exit_code == 0, res.stderr
     rows = {r["rank"]: r for r in json.loads(res.stdout)["ranks"]}
     assert rows[1]["method"] == "reference" and rows[1]["offset_ns"] == 0
@@ -48,7 +45,7 @@ def test_reference_and_forced_offset(tmp_path):
 
 def test_table_and_fallback_warning(tmp_path):
     _, paths = _paths(tmp_path, pairs=[(0, 1)])
-    res = CliRunner().invoke(main, ["offsets", *paths])
+    res = invoke("offsets", *paths)
     assert res.exit_code == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].split() == FIELDS + ["machine"]
@@ -63,6 +60,6 @@ def test_table_and_fallback_warning(tmp_path):
 
 def test_bad_reference_is_one_line_error(tmp_path):
     _, paths = _paths(tmp_path)
-    res = CliRunner().invoke(main, ["offsets", *paths, "--reference", "7"])
+    res = invoke("offsets", *paths, "--reference", "7")
     assert res.exit_code == 2  # a usage error: the option names a rank no input has
     assert res.stderr.strip() == "tracemerge: error: --reference 7: no input has that rank (ranks: [0, 1, 2])"

@@ -9,8 +9,7 @@ import collections
 import os
 
 import pytest
-from support import gen_kineto
-from tracefiles import cli
+from support import cli, gen_kineto
 
 HOOK = r"""
 import builtins, mmap, os, sys
@@ -78,10 +77,10 @@ def read_per_input(tmp_path, paths, *args):
     os.environ["COUNT_INPUTS"] = os.pathsep.join(map(str, paths))
     os.environ["COUNT_LOG"] = str(log)
     try:
-        r = cli(*args, code=HOOK, timeout=300)
+        r = cli.run(*args, code=HOOK, timeout=300)
     finally:
         del os.environ["COUNT_INPUTS"], os.environ["COUNT_LOG"]
-    assert r.returncode == 0, r.stderr.decode()
+    assert r.exit_code == 0, r.stderr
     total = collections.Counter({os.path.realpath(p): 0 for p in paths})
     for line in log.read_text().splitlines() if log.exists() else []:
         path, n = line.split("\t")

@@ -2,11 +2,11 @@
 
 import concurrent.futures
 import subprocess
-import sys
 import urllib.parse
 import urllib.request
 
-from tracefiles import sigint_default
+from support import cli
+from support.jobs import sigint_default
 
 from tracemerge.serve import UI_ORIGIN
 
@@ -24,7 +24,7 @@ def readline(stream, timeout=30):
 
 
 def start(path, *extra):
-    proc = subprocess.Popen(preexec_fn=sigint_default, args=[sys.executable, "-m", "tracemerge", "open", str(path), "--port", "0", *extra],
+    proc = subprocess.Popen(preexec_fn=sigint_default, args=cli.argv("open", path, "--port", "0", *extra),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         link = readline(proc.stdout).strip()
@@ -63,6 +63,5 @@ def test_serves_the_bytes_with_cors_and_exits(tmp_path):
 
 
 def test_missing_file_is_a_one_line_error(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tracemerge", "open", str(tmp_path / "nope.pftrace"), "--port", "0"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "nope.pftrace: no such file" in r.stderr
+    r = cli.run("open", tmp_path / "nope.pftrace", "--port", "0", timeout=60)
+    assert r.exit_code == 3 and r.stderr.count("\n") == 1 and "nope.pftrace: no such file" in r.stderr

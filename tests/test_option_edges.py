@@ -6,22 +6,17 @@ process per case, inputs made here."""
 
 import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
-import tracefiles as tf
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import cli, ranks
 
 
 def run(args, env=None, timeout=60):
     """(exit code, stderr, seconds) of ``python -m tracemerge ARGS``."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-    return done.returncode, done.stderr, time.monotonic() - start
+    done = cli.run(*args, timeout=timeout, env={**os.environ, **(env or {})})
+    return done.exit_code, done.stderr, time.monotonic() - start
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +25,9 @@ def job(tmp_path_factory):
     d = tmp_path_factory.mktemp("job")
     paths = []
     for r in (0, 1):
-        events = [tf.x("ProfilerStep#1", 0, 5000, cat="user_annotation"), tf.x("aten::add", 100, 1000),
-                  tf.x("aten::mul", 1200, 2000)]
-        paths.append(tf.write(d / f"rank{r}.json.gz", tf.rank_file(events, r)))
+        events = [ranks.x("ProfilerStep#1", 0, 5000, cat="user_annotation"), ranks.x("aten::add", 100, 1000),
+                  ranks.x("aten::mul", 1200, 2000)]
+        paths.append(ranks.write(d / f"rank{r}.json.gz", ranks.rank_file(events, r)))
     return paths
 
 

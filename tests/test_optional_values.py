@@ -9,7 +9,8 @@ import os
 import shutil
 
 import pytest
-from tracefiles import ROOT, cli
+from support import cli
+from support.paths import ROOT
 
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "rpc_profiling", "rank*.json.gz")))
 
@@ -42,9 +43,9 @@ def test_a_bare_report_leaves_every_input_an_input(ranks, tmp_path, shape):
         "existing_out": ["combine", "-o", out, "--force", "--report", *ranks],
     }[shape]
     before = digests(ranks)
-    r = cli(*argv)
+    r = cli.run(*argv)
     assert digests(ranks) == before, "an input was changed"
-    assert r.returncode == 0, r.stderr.decode()
+    assert r.exit_code == 0, r.stderr
     with open(out) as f:
         summary = json.load(f)["tracemerge"]
     assert sorted(i["rank"] for i in summary["inputs"]) == [0, 1]
@@ -55,8 +56,8 @@ def test_a_bare_report_leaves_every_input_an_input(ranks, tmp_path, shape):
 def test_report_path_given_with_equals(ranks, tmp_path):
     out, md = str(tmp_path / "out.json"), str(tmp_path / "r.md")
     before = digests(ranks)
-    r = cli("combine", *ranks, "-o", out, f"--report={md}")
-    assert r.returncode == 0, r.stderr.decode()
+    r = cli.run("combine", *ranks, "-o", out, f"--report={md}")
+    assert r.exit_code == 0, r.stderr
     assert digests(ranks) == before
     with open(md) as f:
         assert f.read().lstrip().startswith(("#", "|"))  # Markdown, picked by the suffix
@@ -65,9 +66,9 @@ def test_report_path_given_with_equals(ranks, tmp_path):
 
 def test_a_word_after_bare_report_that_is_no_trace_gets_the_hint(ranks, tmp_path):
     out = str(tmp_path / "out.json")
-    r = cli("combine", *ranks, "-o", out, "--report", str(tmp_path / "r.md"))
-    err = r.stderr.decode()
-    assert r.returncode == 3
+    r = cli.run("combine", *ranks, "-o", out, "--report", str(tmp_path / "r.md"))
+    err = r.stderr
+    assert r.exit_code == 3
     assert len(err.strip().splitlines()) == 1
     assert "r.md" in err and "--report takes a value only as --report=" in err
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in ranks)  # nothing written
@@ -76,9 +77,9 @@ def test_a_word_after_bare_report_that_is_no_trace_gets_the_hint(ranks, tmp_path
 def test_report_equal_to_an_input_is_refused_and_the_input_kept(ranks, tmp_path):
     out = str(tmp_path / "out.json")
     before = digests(ranks)
-    r = cli("combine", *ranks, "-o", out, "--force", f"--report={ranks[0]}")
-    assert r.returncode == 5
-    assert "also an input" in r.stderr.decode()
+    r = cli.run("combine", *ranks, "-o", out, "--force", f"--report={ranks[0]}")
+    assert r.exit_code == 5
+    assert "also an input" in r.stderr
     assert digests(ranks) == before
     assert not os.path.exists(out)
 
@@ -87,11 +88,11 @@ def test_overview_takes_a_number_but_never_a_file(ranks, tmp_path):
     counted = {}
     for name, extra in {"number": ["--overview", "0"], "bare": ["--overview"]}.items():
         out = str(tmp_path / f"{name}.json")
-        r = cli("combine", "-o", out, *extra, *ranks)
-        assert r.returncode == 0, r.stderr.decode()
+        r = cli.run("combine", "-o", out, *extra, *ranks)
+        assert r.exit_code == 0, r.stderr
         with open(out) as f:
             counted[name] = json.load(f)["tracemerge"]["events"]
     # a threshold of 0 keeps every complete event, the default one leaves short ones out
     assert counted["number"]["filtered"] == 0 < counted["bare"]["filtered"]
-    r = cli("combine", *ranks, "-o", str(tmp_path / "nan.json"), "--overview", "nan")
-    assert r.returncode == 2 and "finite" in r.stderr.decode()
+    r = cli.run("combine", *ranks, "-o", str(tmp_path / "nan.json"), "--overview", "nan")
+    assert r.exit_code == 2 and "finite" in r.stderr

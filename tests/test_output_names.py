@@ -6,20 +6,16 @@ every path an output will take is checked before the work starts, its name's len
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-import tracefiles as tf
+from support import cli, ranks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}
 
 
 def run(*args):
-    done = subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, capture_output=True, timeout=120,
-                          env=ENV)
-    return done.returncode, done.stdout, done.stderr.decode("utf-8", "replace")
+    done = cli.run(*args, env=ENV)
+    return done.exit_code, done.stdout_bytes, done.stderr
 
 
 @pytest.fixture()
@@ -27,9 +23,9 @@ def job(tmp_path):
     """rank0.json.gz and rank1-\\xff.json.gz (a name that is not UTF-8), one step each."""
     paths = []
     for r, name in ((0, b"rank0.json.gz"), (1, b"rank1-\xff.json.gz")):
-        events = [tf.x("ProfilerStep#1", 0, 5000, cat="user_annotation"), tf.x("aten::add", 100, 1000)]
+        events = [ranks.x("ProfilerStep#1", 0, 5000, cat="user_annotation"), ranks.x("aten::add", 100, 1000)]
         path = os.path.join(os.fsencode(tmp_path), name)
-        tf.write(os.fsdecode(path), tf.rank_file(events, r), gz=True)
+        ranks.write(os.fsdecode(path), ranks.rank_file(events, r), gz=True)
         paths.append(path)
     return paths
 

@@ -7,39 +7,18 @@ import gzip
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-from tracefiles import BASE, rank_file, write, x
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLES = os.path.join(ROOT, "samples")
-
-
-def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "tracemerge", *map(str, args)], capture_output=True, timeout=120,
-                          cwd=cwd)
-
-
-def rpc_pair(rpc_id, caller, callee, t1, t2, t3, t4):
-    common = {"rpc_id": rpc_id, "kind": "rpc_async", "func": "f", "name": f"rpc_async#f(w{caller} -> w{callee})",
-              "caller": caller, "callee": callee, "status": "ok"}
-    return ({**common, "role": "caller", "send_ns": t1, "complete_ns": t4},
-            {**common, "role": "callee", "start_ns": t2, "end_ns": t3})
+from support import cli
+from support.paths import SAMPLES
+from support.ranks import BASE, calling_ranks, rank_file, write, x
 
 
 def shifted_ranks(tmp_path):
     """Two rank files whose profilers start 0.5 s into a second while rank 1's first event
     lies 1.4 s before that: the heads place ts 0 a second too late, so the ranks are placed
     again once the workers have read the events."""
-    start_ns = BASE + 5 * 10**8
-    calls = [rpc_pair(f"0:{k}", 0, 1, *(start_ns + k * 10**6 + d for d in (0, 100_000, 200_000, 300_000)))
-             for k in range(3)]
-    docs = [rank_file([x("a", 600_000.0, 5.0)], 0, rpcs=[c for c, _ in calls], start_ns=start_ns),
-            rank_file([x("early", -900_000.0, 5.0), x("b", 600_100.0, 5.0)], 1, rpcs=[r for _, r in calls],
-                      start_ns=start_ns)]
-    return [write(tmp_path / f"rank{r}.json.gz", d) for r, d in enumerate(docs)]
+    return calling_ranks(tmp_path, [x("a", 600_000.0, 5.0)], [x("early", -900_000.0, 5.0), x("b", 600_100.0, 5.0)])
 
 
 @pytest.mark.parametrize("name, extra", [("t.json", ()), ("t.pftrace", ()), ("t.json.gz", ()),
@@ -47,13 +26,13 @@ def shifted_ranks(tmp_path):
 def test_stdout_is_the_file_byte_for_byte_when_the_placement_moves(tmp_path, name, extra):
     paths = shifted_ranks(tmp_path)
     out = tmp_path / name
-    r = cli("combine", *paths, "-o", out, *extra)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("combine", *paths, "-o", out, *extra)
+    assert r.exit_code == 0, r.stderr
     fmt = ("--format", "perfetto") if ".pftrace" in name else ()
-    piped = cli("combine", *paths, "-o", "-", *fmt, *extra)
-    assert piped.returncode == 0, piped.stderr
+    piped = cli.run("combine", *paths, "-o", "-", *fmt, *extra)
+    assert piped.exit_code == 0, piped.stderr
     data = out.read_bytes()
-    assert piped.stdout == (gzip.decompress(data) if name.endswith(".gz") else data)
+    assert piped.stdout_bytes == (gzip.decompress(data) if name.endswith(".gz") else data)
     if name == "t.json":
         doc = json.loads(piped.stdout)
         assert doc["baseTimeNanoseconds"] == BASE - 10**9  # the placement did move
@@ -63,9 +42,9 @@ def test_stdout_is_the_file_for_the_samples(tmp_path):
     paths = sorted(glob.glob(os.path.join(SAMPLES, "rpc_profiling", "rank*.json.gz")))
     for name, fmt in (("t.json", ()), ("t.pftrace", ("--format", "perfetto"))):
         out = tmp_path / name
-        assert cli("combine", *paths, "-o", out).returncode == 0
-        piped = cli("combine", *paths, "-o", "-", *fmt)
-        assert piped.returncode == 0 and piped.stdout == out.read_bytes()
+        assert cli.run("combine", *paths, "-o", out).exit_code == 0
+        piped = cli.run("combine", *paths, "-o", "-", *fmt)
+        assert piped.exit_code == 0 and piped.stdout_bytes == out.read_bytes()
 
 
 # ---- merged traces and .pftrace as inputs --------------------------------------------------
@@ -75,16 +54,16 @@ def merged_ps(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("merged_ps")
     paths = sorted(glob.glob(os.path.join(SAMPLES, "parameter_server", "rank*.json.gz")))
     out, proto = tmp / "merged.json", tmp / "merged.pftrace"
-    assert cli("combine", *paths, "-o", out).returncode == 0
-    assert cli("combine", *paths, "-o", proto).returncode == 0
+    assert cli.run("combine", *paths, "-o", out).exit_code == 0
+    assert cli.run("combine", *paths, "-o", proto).exit_code == 0
     return paths, out, proto
 
 
 def test_info_describes_a_merged_trace(merged_ps):
     _, merged, _ = merged_ps
-    r = cli("info", merged)
-    assert r.returncode == 0, r.stderr
-    text = r.stdout.decode()
+    r = cli.run("info", merged)
+    assert r.exit_code == 0, r.stderr
+    text = r.stdout
     assert "merged trace" in text and "3 ranks" in text
     for rank, worker in ((0, "ps"), (1, "trainer1"), (2, "trainer2")):
         assert f"rank {rank}" in text and worker in text
@@ -92,8 +71,8 @@ def test_info_describes_a_merged_trace(merged_ps):
 
 def _report(tmp_path, name, *files):
     out = tmp_path / name
-    r = cli("report", *files, "--format", "json", "--row-limit", "0", "-o", out)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("report", *files, "--format", "json", "--row-limit", "0", "-o", out)
+    assert r.exit_code == 0, r.stderr
     return json.loads(out.read_text())
 
 
@@ -115,9 +94,9 @@ def test_report_on_a_merged_trace_equals_the_report_on_its_rank_files(merged_ps,
 @pytest.mark.parametrize("command", ["info", "report"])
 def test_pftrace_input_is_named_for_what_it_is(merged_ps, command):
     _, _, proto = merged_ps
-    r = cli(command, proto)
-    err = r.stderr.decode().strip().splitlines()
-    assert r.returncode == 3 and len(err) == 1, err
+    r = cli.run(command, proto)
+    err = r.stderr.strip().splitlines()
+    assert r.exit_code == 3 and len(err) == 1, err
     assert err[0].startswith(f"tracemerge: error: {proto}: a Perfetto protobuf trace"), err
     assert "surrogates" not in err[0] and "JSON" in err[0]
 
@@ -127,7 +106,7 @@ def test_pftrace_input_is_named_for_what_it_is(merged_ps, command):
 def test_html_rpc_labels_tell_the_trainers_apart(tmp_path):
     paths = sorted(glob.glob(os.path.join(SAMPLES, "parameter_server", "rank*.json.gz")))
     page = tmp_path / "r.html"
-    assert cli("report", *paths, "--html", page, "-o", tmp_path / "r.txt").returncode == 0
+    assert cli.run("report", *paths, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
     html = page.read_text()
     svg_labels = re.findall(r"<text x=\"4\" y=\"\d+\">([^<]*)</text>", html)
     update = [t for t in svg_labels if "update_and_fetch_model" in t]
@@ -148,7 +127,7 @@ def test_busy_timeline_leaves_out_calls_in_flight(tmp_path):
     events.append(x("aten::add", 60_000.0, 1_000.0))
     path = write(tmp_path / "rank0.json.gz", rank_file(events, 0, rpcs=rpcs, start_ns=BASE))
     out = tmp_path / "r.json"
-    assert cli("report", path, "--html", tmp_path / "r.html", "--format", "json", "-o", out).returncode == 0
+    assert cli.run("report", path, "--html", tmp_path / "r.html", "--format", "json", "-o", out).exit_code == 0
     html = (tmp_path / "r.html").read_text()
     peak = float(re.search(r"peak ([0-9.]+) on average", html).group(1))
     assert peak <= 1.0, peak
@@ -156,11 +135,11 @@ def test_busy_timeline_leaves_out_calls_in_flight(tmp_path):
 
 def test_remote_op_names_keep_the_op_in_the_table(tmp_path):
     paths = sorted(glob.glob(os.path.join(SAMPLES, "parameter_server", "rank*.json.gz")))
-    r = cli("report", *paths, "--remote-ops", "--row-limit", "0")
-    assert r.returncode == 0, r.stderr
+    r = cli.run("report", *paths, "--remote-ops", "--row-limit", "0")
+    assert r.exit_code == 0, r.stderr
     full = _report(tmp_path, "r.json", *paths, "--remote-ops")
     keys = [row["key"] for row in full["key_averages"]]
-    table = r.stdout.decode().splitlines()
+    table = r.stdout.splitlines()
     names = [re.split(r"\s{2,}", ln.strip())[0] for ln in table[3:3 + len(keys)]]
     # (a key may have two rows: user annotation or not)
     assert len(names) == len(keys) and len(set(names)) == len(set(keys))
@@ -179,15 +158,10 @@ def test_remote_op_names_keep_the_op_in_the_table(tmp_path):
 
 def test_stdout_is_the_file_when_a_thousand_pids_widen_the_blocks(tmp_path):
     # the other way the workers' facts move the placement: rank 1 has more than 999 pids
-    start_ns = BASE + 5 * 10**8
-    calls = [rpc_pair(f"0:{k}", 0, 1, *(start_ns + k * 10**6 + d for d in (0, 100_000, 200_000, 300_000)))
-             for k in range(3)]
     many = [x("p", 600_000.0 + k, 0.5, pid=10_000 + k) for k in range(1001)]
-    docs = [rank_file([x("a", 600_000.0, 5.0)], 0, rpcs=[c for c, _ in calls], start_ns=start_ns),
-            rank_file(many, 1, rpcs=[r for _, r in calls], start_ns=start_ns)]
-    paths = [write(tmp_path / f"rank{r}.json.gz", d) for r, d in enumerate(docs)]
+    paths = calling_ranks(tmp_path, [x("a", 600_000.0, 5.0)], many)
     for name, fmt in (("t.json", ()), ("t.pftrace", ("--format", "perfetto"))):
         out = tmp_path / name
-        assert cli("combine", *paths, "-o", out).returncode == 0
-        piped = cli("combine", *paths, "-o", "-", *fmt)
-        assert piped.returncode == 0 and piped.stdout == out.read_bytes()
+        assert cli.run("combine", *paths, "-o", out).exit_code == 0
+        piped = cli.run("combine", *paths, "-o", "-", *fmt)
+        assert piped.exit_code == 0 and piped.stdout_bytes == out.read_bytes()

@@ -27,8 +27,9 @@ torch = pytest.importorskip("torch")
 
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from support import synth  # noqa: E402
-from tracefiles import cli, free_port, load_output, run_job  # noqa: E402
+from support import cli, synth  # noqa: E402
+from support.jobs import free_port, run_job  # noqa: E402
+from support.ranks import load_output  # noqa: E402
 
 from tracemerge import AlignRequest, Job  # noqa: E402
 from tracemerge.clocks.clock import ClockModel  # noqa: E402
@@ -241,8 +242,8 @@ def test_combine_leaves_no_call_backwards(captured, tmp_path):
     paths, _ = _moved(_without_shapes(docs), tmp_path, SKEWS["drift"])
     for extra in ([], ["--enforce-causality"]):
         out = tmp_path / f"out{len(extra)}.json"
-        res = cli("combine", *paths, "-o", out, *extra)
-        assert res.returncode == 0, res.stderr
+        res = cli.run("combine", *paths, "-o", out, *extra)
+        assert res.exit_code == 0, res.stderr
         causality = load_output(out)["tracemerge"]["causality"]
         assert causality["violations_before"]["rpc"] == causality["violations_before"]["spans"] == 0, causality
         assert causality["violations_after"]["total"] == 0 or not extra, causality

@@ -17,11 +17,10 @@ import sys
 import textwrap
 
 import pytest
-from click.testing import CliRunner
-from tracefiles import rank_file, write, x
+from support import cli
+from support.ranks import rank_file, write, x
 
 from tracemerge import formats
-from tracemerge.cli import main
 from tracemerge.report import sections
 
 TOY_ANALYSIS = textwrap.dedent('''
@@ -147,9 +146,7 @@ def output_format(made, monkeypatch):
 
 
 def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result.output
+    return cli.invoke(*args).ok().output
 
 
 def _files(run):

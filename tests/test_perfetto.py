@@ -10,8 +10,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from support.paths import SAMPLES
 from support.pftrace import read_pftrace, thread_of
-from tracefiles import SAMPLES, kineto, load_output, write, x
+from support.ranks import kineto, load_output, write, x
 
 from tracemerge.formats.perfetto.slices import nest
 from tracemerge.job import Session

@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tracefiles import end_like_timeout
+from support import cli
+from support.jobs import end_like_timeout
 
 from tracemerge import AlignRequest, Job, combine
 from tracemerge.capture.journal import PERIOD_S
@@ -73,8 +74,8 @@ def _examine(out: Path) -> dict:
     job = Job.open(_inputs(out), align=AlignRequest("auto"))
     report = job_report(job)
     merged = out / "merged.json"
-    done = _cli("combine", *_inputs(out), "-o", str(merged))
-    assert done.returncode == 0, done.stderr
+    done = cli.run("combine", *_inputs(out), "-o", str(merged))
+    assert done.exit_code == 0, done.stderr
     return {"report": json.loads(render(report, "json")), "text": render(report, "table"),
             "markdown": render(report, "markdown"), "html": render(report, "html"),
             "csv": render(report, "csv", section="postmortem"), "warnings": list(job.warnings),
@@ -92,12 +93,6 @@ def jobs(tmp_path_factory):
 
 
 CASES = [pytest.param(launcher, mode, id=f"{launcher}-{mode}") for launcher in LAUNCHERS for mode in MODES]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
 
 
 def _inputs(out: Path) -> list:

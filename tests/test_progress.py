@@ -4,12 +4,10 @@ import os
 import pty
 import select
 import subprocess
-import sys
 import time
 
-from tracefiles import kineto, write, x
-
-CMD = [sys.executable, "-m", "tracemerge"]
+from support import cli
+from support.ranks import kineto, write, x
 
 
 def ranks(tmp_path, n=3, events=2000):
@@ -20,7 +18,7 @@ def ranks(tmp_path, n=3, events=2000):
 def run_on_terminal(args, timeout=120):
     """(exit code, what the command wrote to its terminal stderr)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(CMD + [str(a) for a in args], stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(cli.argv(*args), stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     out, deadline = b"", time.monotonic() + timeout
     try:
@@ -55,24 +53,21 @@ def test_progress_on_a_terminal(tmp_path):
 
 def test_no_progress_when_stderr_is_not_a_terminal(tmp_path):
     paths = ranks(tmp_path)
-    r = subprocess.run(CMD + ["combine", *paths, "-o", str(tmp_path / "o.json"), "-j", "2"], capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0 and "ranks written" not in r.stderr and "\r" not in r.stderr, r.stderr
+    r = cli.run("combine", *paths, "-o", tmp_path / "o.json", "-j", "2")
+    assert r.exit_code == 0 and "ranks written" not in r.stderr and "\r" not in r.stderr, r.stderr
 
 
 def test_quiet_prints_nothing_but_errors(tmp_path):
     paths = ranks(tmp_path)
     paths.append(write(tmp_path / "rank3.json", kineto([x("late", 10 * 3600 * 10**6, 1.0), x("a", 1, 1)],
                                                        rank=3, world_size=3)))  # warnings: rank >= world_size, jump
-    loud = subprocess.run(CMD + ["combine", *paths, "-o", str(tmp_path / "a.json")], capture_output=True, text=True,
-                          timeout=120)
-    assert loud.returncode == 0 and "warning" in loud.stderr
+    loud = cli.run("combine", *paths, "-o", tmp_path / "a.json")
+    assert loud.exit_code == 0 and "warning" in loud.stderr
     for args in (["combine", *paths, "-o", tmp_path / "b.json", "-q"], ["info", *paths, "--quiet"],
                  ["report", *paths, "-q"], ["offsets", *paths, "-q"]):
-        r = subprocess.run(CMD + [str(a) for a in args], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0 and r.stderr == "", (args, r.stderr)
+        r = cli.run(*args)
+        assert r.exit_code == 0 and r.stderr == "", (args, r.stderr)
     code, err = run_on_terminal(["combine", *paths, "-o", tmp_path / "c.json", "-q"])
     assert code == 0 and err == "", err
-    r = subprocess.run(CMD + ["combine", *paths, "-o", str(tmp_path / "c.json"), "-q"], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 5 and r.stderr.startswith("tracemerge: error: ")  # errors still show
+    r = cli.run("combine", *paths, "-o", tmp_path / "c.json", "-q")
+    assert r.exit_code == 5 and r.stderr.startswith("tracemerge: error: ")  # errors still show

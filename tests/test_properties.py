@@ -9,7 +9,7 @@ import tempfile
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tracefiles import BASE, kineto
+from support.ranks import BASE, kineto
 
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import TraceError, TracemergeError

@@ -7,14 +7,16 @@ import glob
 import json
 import os
 
-from tracefiles import ROOT, cli, load_output
+from support import cli
+from support.paths import ROOT
+from support.ranks import load_output
 
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "rpc_profiling", "rank*.json.gz")))
 
 
 def _report(*args):
-    r = cli("report", *args, "--format", "json")
-    assert r.returncode == 0, r.stderr.decode()
+    r = cli.run("report", *args, "--format", "json")
+    assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
 
 
@@ -35,10 +37,10 @@ def test_order_renumbers_the_records_with_their_files():
 
 def test_order_draws_every_arrow(tmp_path):
     own, swapped = tmp_path / "own.json", tmp_path / "swapped.json"
-    assert cli("combine", *SAMPLES, "-o", own).returncode == 0
-    r = cli("combine", *SAMPLES[::-1], "--rank-from", "order", "-o", swapped)
-    assert r.returncode == 0, r.stderr.decode()
-    assert "cut file" not in r.stderr.decode()
+    assert cli.run("combine", *SAMPLES, "-o", own).exit_code == 0
+    r = cli.run("combine", *SAMPLES[::-1], "--rank-from", "order", "-o", swapped)
+    assert r.exit_code == 0, r.stderr
+    assert "cut file" not in r.stderr
     sides = load_output(own)["tracemerge"]["rpc_sides"]
     assert sides["drawn"] == sides["calls"] > 0
     assert load_output(swapped)["tracemerge"]["rpc_sides"] == sides

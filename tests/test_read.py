@@ -1,6 +1,6 @@
 
 import pytest
-from tracefiles import BASE, kineto, rank_file, write, x
+from support.ranks import BASE, kineto, rank_file, write, x
 
 from tracemerge.errors import TraceError
 from tracemerge.inputs import read_trace

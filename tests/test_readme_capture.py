@@ -13,7 +13,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import ROOT, cli, free_port, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import free_port, run_job  # noqa: E402
+from support.paths import ROOT  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 
@@ -78,9 +80,9 @@ def test_the_readme_block_pasted_into_each_worker(tmp_path, which):
     files = _run(tmp_path, _blocks()[which])
     assert [os.path.basename(f) for f in files] == ["rank0.json.gz", "rank1.json.gz"]
     out = tmp_path / "trace.json"
-    res = cli("combine", *files, "-o", out, "--force", "--report")
-    assert res.returncode == 0, res.stderr
-    assert b"1 RPCs: 1 with both sides, 0 caller only, 0 callee only" in res.stderr
+    res = cli.run("combine", *files, "-o", out, "--force", "--report")
+    assert res.exit_code == 0, res.stderr
+    assert "1 RPCs: 1 with both sides, 0 caller only, 0 callee only" in res.stderr
     with open(out) as f:
         doc = json.load(f)
     spans = {e["args"]["role"]: e for e in doc["traceEvents"] if e.get("ph") == "X" and "rpc_id" in e.get("args", {})}

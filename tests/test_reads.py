@@ -3,7 +3,8 @@ it: what each keeps of the events, whether it reads them at all, and that the co
 theirs (a rank file whose events are bad after a good head shows who read the events)."""
 
 import pytest
-from tracefiles import BASE, cli, rank_file, write, x
+from support import cli
+from support.ranks import BASE, rank_file, write, x
 
 from tracemerge.engine import Held, LocalEngine
 from tracemerge.job import AlignRequest, Job, reads
@@ -88,9 +89,9 @@ def test_heads_describe_rank_files_from_their_heads(ranks, bad_events):
 
 
 def test_each_command_reads_the_events_only_where_it_needs_them(bad_events, tmp_path):
-    offsets = cli("offsets", *bad_events)  # heads: the bad event is never read
-    assert offsets.returncode == 0 and b"events were not read" in offsets.stderr, offsets.stderr
+    offsets = cli.run("offsets", *bad_events)  # heads: the bad event is never read
+    assert offsets.exit_code == 0 and "events were not read" in offsets.stderr, offsets.stderr
     for args in (["info"], ["align", "-o", tmp_path / "aligned"], ["report"], ["combine", "-o", tmp_path / "t.json"]):
-        r = cli(*args[:1], *bad_events, *args[1:])
-        assert r.returncode == 3 and b"rank1.json" in r.stderr and b"event 2" in r.stderr, (args, r.stderr)
+        r = cli.run(*args[:1], *bad_events, *args[1:])
+        assert r.exit_code == 3 and "rank1.json" in r.stderr and "event 2" in r.stderr, (args, r.stderr)
     assert not (tmp_path / "t.json").exists() and not (tmp_path / "aligned").exists()

@@ -11,7 +11,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli, free_port, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import free_port, run_script  # noqa: E402
+
 from tracemerge import Job  # noqa: E402
 
 JOB_TIMEOUT_S = 120
@@ -87,11 +89,7 @@ pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass l
 
 
 def _run(tmp_path, mode, port=None):
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    out = tmp_path / "traces"
-    run_job([script, port or free_port(), out, mode], JOB_TIMEOUT_S)
-    return out
+    return run_script(JOB, tmp_path, JOB_TIMEOUT_S, mode, port=port)
 
 
 @pytest.fixture(scope="module")
@@ -149,13 +147,13 @@ def test_callee_not_recording_still_gives_every_side(snippet_job):
 
 def test_combine_joins_the_fetched_sides_and_aligns_one_machine_exactly(snippet_job, tmp_path):
     files = [str(snippet_job / "rank0.json.gz"), str(snippet_job / "rank1.json.gz")]
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert clocks[1]["method"] == "shared-clock"
     assert (clocks[1]["offset_ns"], clocks[1]["drift_ppm"], clocks[1]["error_bound_ns"]) == (0, 0, 0)
-    res = cli("report", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("report", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     rpc = json.loads(res.stdout)["rpc"]
     assert (rpc["caller_only"], rpc["callee_only"]) == (0, 0)
     # every call now has both sides, so its callee time is known
@@ -178,17 +176,17 @@ def test_two_runs_on_one_port_have_different_job_ids(snippet_job, second_run, sn
     assert first[0].startswith(f"127.0.0.1:{snippet_port}@")
     mixed = [str(snippet_job / "rank0.json.gz"), str(second_run / "rank1.json.gz")]
     out = second_run.parent / "mixed.json"
-    res = cli("combine", *mixed, "-o", out)
-    assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
-    res = cli("combine", *mixed, "-o", out, "--force", "--strict")
-    assert res.returncode == 4 and b"refused by --strict" in res.stderr
-    res = cli("offsets", *mixed)
-    assert res.returncode == 0 and b"different jobs: job_id differs" in res.stderr
+    res = cli.run("combine", *mixed, "-o", out)
+    assert res.exit_code == 0 and "different jobs: job_id differs" in res.stderr
+    res = cli.run("combine", *mixed, "-o", out, "--force", "--strict")
+    assert res.exit_code == 4 and "refused by --strict" in res.stderr
+    res = cli.run("offsets", *mixed)
+    assert res.exit_code == 0 and "different jobs: job_id differs" in res.stderr
 
 
 def _merged(files, out):
-    res = cli("combine", *files, "-o", out)
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *files, "-o", out)
+    assert res.exit_code == 0, res.stderr
     with open(out) as f:
         return json.load(f), res.stderr
 
@@ -212,7 +210,7 @@ def _group(doc, pid):
 def test_each_callee_span_is_drawn_on_rank_1_inside_its_caller_span(snippet_job, tmp_path):
     files = [str(snippet_job / "rank0.json.gz"), str(snippet_job / "rank1.json.gz")]
     doc, err = _merged(files, tmp_path / "merged.json")
-    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    assert "8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
     spans = _spans_by_role(doc)
     assert len(spans["caller"]) == 8 and set(spans["callee"]) == set(spans["caller"])
     for rpc_id, caller in spans["caller"].items():
@@ -262,7 +260,7 @@ def test_shutdown_inside_the_block_keeps_every_side(inside_job, tmp_path):
     own = {r["rpc_id"] for r in callee["rpcs"] if r["role"] == "callee"}
     assert own <= calls
     doc, err = _merged(files, tmp_path / "merged.json")
-    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    assert "8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
     callee_spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"
                     and (e.get("args") or {}).get("role") == "callee"]
     assert sorted(e["args"]["rpc_id"] for e in callee_spans) == sorted(calls)  # each once: own or drawn
@@ -298,4 +296,4 @@ def test_init_and_shutdown_inside_the_block_record_every_side_and_every_callee_o
     assert len(adds) == 7  # 5 torch.add calls and 2 slow_add, each on the callee
     doc, err = _merged([str(everything_job / "rank0.json.gz"), str(everything_job / "rank1.json.gz")],
                        tmp_path / "merged.json")
-    assert b"8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err
+    assert "8 RPCs: 8 with both sides, 0 caller only, 0 callee only" in err

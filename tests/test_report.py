@@ -10,18 +10,12 @@ from html.parser import HTMLParser
 
 import orjson
 import pytest
-from click.testing import CliRunner
 from support import synth
-
-from tracemerge.cli import main
+from support.cli import invoke
+from support.ranks import rpc_records
 
 SAMPLES = "samples"
 MS = 1_000_000
-
-
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result
 
 
 def rank_file(path, rank, events, rpcs=(), collectives=(), base=1_700_000_000_000_000_000):
@@ -44,13 +38,13 @@ def two_ranks(tmp_path):
     rpcs0, rpcs1, ev0, ev1 = [], [], [], []
     t = 0
     for i in range(10):
-        name = "rpc_sync#sleepy(worker0 -> worker1)"
-        head = {"rpc_id": f"0:{i}", "kind": "rpc_sync", "func": "sleepy", "name": name, "caller": 0, "callee": 1,
-                "caller_name": "worker0", "callee_name": "worker1", "status": "ok"}
         t1, t2, t3 = t, t + 300_000, t + 300_000 + 20 * MS
         t4 = t3 + 300_000
-        rpcs0.append({**head, "role": "caller", "send_ns": base0 + t1, "complete_ns": base0 + t4})
-        rpcs1.append({**head, "role": "callee", "start_ns": base1 + t2, "end_ns": base1 + t3})
+        sent, served = rpc_records(f"0:{i}", 0, 1, base0 + t1, base1 + t2, base1 + t3, base0 + t4, kind="rpc_sync",
+                                   func="sleepy", worker="worker", names=True)
+        name = sent["name"]
+        rpcs0.append(sent)
+        rpcs1.append(served)
         ev0.append(op(name, 1, t1 / 1000, (t4 - t1) / 1000, "user_annotation"))
         ev1.append(op(name + "#remote", 9, t2 / 1000, (t3 - t2) / 1000, "user_annotation"))
         ev1.append(op("aten::mul", 9, t2 / 1000 + 5, 100))
@@ -66,7 +60,7 @@ def two_ranks(tmp_path):
 
 
 def as_json(*args):
-    r = run("report", *args, "--format", "json")
+    r = invoke("report", *args, "--format", "json")
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -130,7 +124,7 @@ def test_thread_limited_hint_1_vs_8_threads():
     eight = sorted(glob.glob(f"{SAMPLES}/threads_8/rank*.json.gz"))
     if not (one and eight):
         pytest.skip("samples/threads_1, threads_8 not captured")
-    r1, r8 = run("report", *one), run("report", *eight)
+    r1, r8 = invoke("report", *one), invoke("report", *eight)
     assert r1.exit_code == r8.exit_code == 0
     assert "thread-limited" in r1.stderr and "thread-limited" in r1.stdout
     assert "thread-limited" not in r8.stderr + r8.stdout
@@ -167,25 +161,25 @@ def test_synthetic_thread_limit(tmp_path):
 
 def test_formats_agree(two_ranks, tmp_path):
     rows = as_json(*two_ranks, "--group-by", "name,rank")["key_averages"]
-    r = run("report", *two_ranks, "--group-by", "name,rank", "--format", "csv")
+    r = invoke("report", *two_ranks, "--group-by", "name,rank", "--format", "csv")
     parsed = list(csv.DictReader(io.StringIO(r.stdout)))
     assert [(p["key"], int(p["count"]), int(p["node_id"])) for p in parsed] == \
         [(x["key"], x["count"], x["node_id"]) for x in rows]
-    table = run("report", *two_ranks, "--group-by", "name,rank").stdout
+    table = invoke("report", *two_ranks, "--group-by", "name,rank").stdout
     for header in ("Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"):
         assert header in table
     assert re.search(r"aten::mul\s+\S+%\s+1\.000ms\s+\S+%\s+1\.000ms\s+100\.000us\s+10\s+1\s*$", table, re.M)
     assert "Self CPU time total:" in table and "RPC latency" in table and "Collectives" in table
-    md = run("report", *two_ranks, "--format", "markdown").stdout
+    md = invoke("report", *two_ranks, "--format", "markdown").stdout
     assert "| Name | Self CPU % |" in md and "## RPC latency" in md and "| `aten::mul` |" in md
     out = tmp_path / "r.json"
-    assert run("report", *two_ranks, "--format", "json", "-o", out).exit_code == 0
+    assert invoke("report", *two_ranks, "--format", "json", "-o", out).exit_code == 0
     assert json.loads(out.read_text())["key_averages"][0]["key"] == rows[0]["key"]
 
 
 def test_merged_trace_recovers_node_ids(two_ranks, tmp_path):
     merged = tmp_path / "merged.json"
-    r = run("combine", *two_ranks, "-o", merged, "--report")
+    r = invoke("combine", *two_ranks, "-o", merged, "--report")
     assert r.exit_code == 0, r.stderr
     assert "RPC latency" in (tmp_path / "merged.report.txt").read_text()
     direct = as_json(*two_ranks, "--group-by", "name,rank", "--row-limit", "0")["key_averages"]
@@ -200,15 +194,15 @@ def test_merged_trace_recovers_node_ids(two_ranks, tmp_path):
 
 def test_combine_report_never_replaces_the_trace_or_an_existing_file(two_ranks, tmp_path):
     merged = tmp_path / "merged.json"
-    r = run("combine", *two_ranks, "-o", merged, f"--report={merged}")
+    r = invoke("combine", *two_ranks, "-o", merged, f"--report={merged}")
     assert r.exit_code == 5 and "the report would replace the merged trace" in r.stderr
     assert not merged.exists()
     report = tmp_path / "r.txt"
     report.write_text("keep")
-    r = run("combine", *two_ranks, "-o", merged, f"--report={report}")
+    r = invoke("combine", *two_ranks, "-o", merged, f"--report={report}")
     assert r.exit_code == 5 and f"{report}: exists; pass --force" in r.stderr
     assert report.read_text() == "keep" and not merged.exists()
-    assert run("combine", *two_ranks, "-o", merged, f"--report={report}", "--force").exit_code == 0
+    assert invoke("combine", *two_ranks, "-o", merged, f"--report={report}", "--force").exit_code == 0
     assert "RPC latency" in report.read_text() and orjson.loads(merged.read_bytes())["traceEvents"]
 
 
@@ -236,7 +230,7 @@ class _Checker(HTMLParser):
 
 def test_html_is_self_contained_and_well_formed(two_ranks, tmp_path):
     page = tmp_path / "r.html"
-    assert run("report", *two_ranks, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
+    assert invoke("report", *two_ranks, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
     text = page.read_text()
     checker = _Checker()
     checker.feed(text)
@@ -250,7 +244,7 @@ def test_html_latency_bar_adds_up_to_the_mean_and_labels_clear_the_error_bars(tm
     """Queueing is part of the overhead δ: the stacked mean must not count it twice."""
     files = sorted(glob.glob(f"{SAMPLES}/threads_1/rank*.json.gz"))
     page = tmp_path / "r.html"
-    assert run("report", *files, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
+    assert invoke("report", *files, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
     key = next(k for k in as_json(*files)["rpc"]["keys"] if k["func"] == "heavy_udf")
     assert key["queue_us"]["mean"] > 0.2 * key["overhead_us"]["mean"]  # enough queueing to matter
     svg = page.read_text()
@@ -270,7 +264,7 @@ def test_html_offset_labels_clear_the_error_bars(tmp_path):
                                  docs[0]["tracemerge"]["profile_start_ns"])
     files = synth.write_docs(moved, tmp_path)
     page = tmp_path / "r.html"
-    assert run("report", *files, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
+    assert invoke("report", *files, "--html", page, "-o", tmp_path / "r.txt").exit_code == 0
     num = r'"([-\d.]+)"'
     # rank 1's offset value is written right of its error bar, not across it
     line_end, label_x = re.search(rf'<line x1={num} y1="33" x2={num}[^>]*/><text x={num} y="37"',
@@ -279,13 +273,13 @@ def test_html_offset_labels_clear_the_error_bars(tmp_path):
 
 
 def test_negative_row_limit_is_a_usage_error(two_ranks):
-    r = run("report", *two_ranks, "--row-limit", "-1")
+    r = invoke("report", *two_ranks, "--row-limit", "-1")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--row-limit" in r.stderr
 
 
 def test_bad_input_is_one_line_error(tmp_path):
     bad = tmp_path / "rank0.json"
     bad.write_text("{not json")
-    r = run("report", bad, "-o", tmp_path / "out.txt")
+    r = invoke("report", bad, "-o", tmp_path / "out.txt")
     assert r.exit_code == 3 and "rank0.json" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out.txt").exists()

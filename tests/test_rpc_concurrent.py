@@ -22,7 +22,9 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from tracefiles import cli, free_port, load_output, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import free_port, run_job  # noqa: E402
+from support.ranks import load_output  # noqa: E402
 
 from tracemerge.capture import profile  # noqa: E402
 
@@ -161,8 +163,8 @@ def _is_rpc_key(key):
 def merged_path(job, tmp_path_factory):
     _, paths, _ = job
     path = tmp_path_factory.mktemp("merged") / "trace.json"
-    r = cli("combine", *paths, "-o", path)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("combine", *paths, "-o", path)
+    assert r.exit_code == 0, r.stderr
     return path
 
 
@@ -248,8 +250,8 @@ def test_every_caller_span_is_there_with_its_flows(job, merged):
 
 def test_report_rows_equal_torch_key_averages(job, tmp_path):
     _, paths, torch_rows = job
-    r = cli("report", *paths, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
-    assert r.returncode == 0, r.stderr
+    r = cli.run("report", *paths, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
+    assert r.exit_code == 0, r.stderr
     got = {(row["key"], row["node_id"]): row for row in json.loads((tmp_path / "r.json").read_text())["key_averages"]}
     checked = 0
     still_open = _open_at_stop(paths)
@@ -274,8 +276,8 @@ def test_every_report_row_equals_torch(job, merged_path, tmp_path, source):
     trace, whose concurrent spans went to lanes, reports the same."""
     _, paths, torch_rows = job
     files = paths if source == "ranks" else [merged_path]
-    r = cli("report", *files, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
-    assert r.returncode == 0, r.stderr
+    r = cli.run("report", *files, "--format", "json", "--group-by", "name,rank", "-o", tmp_path / "r.json")
+    assert r.exit_code == 0, r.stderr
     got = {(row["key"], row["node_id"]): row for row in json.loads((tmp_path / "r.json").read_text())["key_averages"]}
     still_open = _open_at_stop(paths)
     for rank, found in torch_rows.items():
@@ -293,9 +295,9 @@ def test_cpu_total_share_of_asynchronous_rows_is_torchs_0(job, tmp_path):
     """torch's table prints 0 as the CPU total % of an asynchronous row (an rpc_async in
     flight, gloo work): its CPU total is wall time on no thread. The report's table does too."""
     _, paths, torch_rows = job
-    r = cli("report", *paths, "--format", "markdown", "--group-by", "name,rank", "--row-limit", "0",
+    r = cli.run("report", *paths, "--format", "markdown", "--group-by", "name,rank", "--row-limit", "0",
             "-o", tmp_path / "r.md")
-    assert r.returncode == 0, r.stderr
+    assert r.exit_code == 0, r.stderr
     share = {}
     for line in (tmp_path / "r.md").read_text().split("## ")[1].splitlines()[4:]:
         cells = [c.strip() for c in line.strip("|").split(" | ")]

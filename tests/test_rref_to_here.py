@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.tracefiles import cli, free_port, run_job  # noqa: E402
+from support import cli  # noqa: E402
+from support.jobs import run_script  # noqa: E402
 
 JOB_TIMEOUT_S = 120
 
@@ -60,11 +61,10 @@ pytestmark = pytest.mark.job  # runs real torch jobs: CI's reference-path pass l
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("to_here")
-    (tmp / "job.py").write_text(JOB)
-    run_job([tmp / "job.py", free_port(), tmp / "traces"], JOB_TIMEOUT_S)
+    run_script(JOB, tmp, JOB_TIMEOUT_S)
     out = tmp / "merged.json"
-    res = cli("combine", tmp / "traces" / "rank0.json.gz", tmp / "traces" / "rank1.json.gz", "-o", out, "-q")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", tmp / "traces" / "rank0.json.gz", tmp / "traces" / "rank1.json.gz", "-o", out, "-q")
+    assert res.exit_code == 0, res.stderr
     return json.loads(out.read_text())
 
 

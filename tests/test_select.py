@@ -1,12 +1,10 @@
 """Size controls keep and drop what they say, and count what they drop."""
 
-import os
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
-from tracefiles import kineto, load_output, write, x
+from support import cli, gen_kineto
+from support.ranks import kineto, load_output, write, x
 
 from tracemerge.errors import TracemergeError
 from tracemerge.job import Session
@@ -78,20 +76,17 @@ def test_selection_applies_to_protobuf(tmp_path):
 def test_cli_options_and_errors(tmp_path):
     paths = ranks(tmp_path)
     out = str(tmp_path / "c.json")
-    r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", out, "--ranks", "1",
-                        "--drop-category", "python_function", "--min-duration", "10"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("combine", *paths, "-o", out, "--ranks", "1", "--drop-category", "python_function",
+                "--min-duration", "10")
+    assert r.exit_code == 0, r.stderr
     assert "14 filtered (ranks: 12, category: 1, min_duration: 1)" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", out, "--window", "5:1"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("tracemerge: error: ")
+    r = cli.run("combine", *paths, "-o", out, "--window", "5:1")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("tracemerge: error: ")
     assert "--window '5:1'" in r.stderr and "combine --help" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "tracemerge", "combine", *paths, "-o", out, "--force", "--ranks", "9"],
-                       capture_output=True, text=True, timeout=120)
+    r = cli.run("combine", *paths, "-o", out, "--force", "--ranks", "9")
     # one error line, last (warnings about the inputs, e.g. ranks nothing links, may come first)
     errors = [line for line in r.stderr.splitlines() if line.startswith("tracemerge: error: ")]
-    assert r.returncode == 2 and len(errors) == 1 and r.stderr.splitlines()[-1] == errors[0]
+    assert r.exit_code == 2 and len(errors) == 1 and r.stderr.splitlines()[-1] == errors[0]
     assert "no input has any of the ranks [9]" in errors[0]
 
 
@@ -99,17 +94,13 @@ def test_overview_keeps_the_structure_and_long_ops_and_counts_the_rest(tmp_path)
     """--overview: steps, RPC spans and collectives whatever their length, other complete
     events from US up; everything left out is counted, and no RPC arrow loses an end."""
     import json
-    import sys
 
-    from tracefiles import ROOT, cli
-    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-    import gen_kineto
     gen_kineto.generate(str(tmp_path / "ranks"), 4, 0.3, seed=3, rank_files=True)
     files = sorted(str(p) for p in (tmp_path / "ranks").iterdir())
     full, over = tmp_path / "full.json", tmp_path / "over.json"
-    assert cli("combine", *files, "-o", full, "-j", "1").returncode == 0
-    r = cli("combine", *files, "-o", over, "-j", "1", "--overview", "200")
-    assert r.returncode == 0, r.stderr
+    assert cli.run("combine", *files, "-o", full, "-j", "1").exit_code == 0
+    r = cli.run("combine", *files, "-o", over, "-j", "1", "--overview", "200")
+    assert r.exit_code == 0, r.stderr
     a, b = json.loads(full.read_text()), json.loads(over.read_text())
     kept = {(e["pid"], e["tid"], e["ts"], e["name"]) for e in b["traceEvents"] if e["ph"] == "X"}
     structural = 0

@@ -6,7 +6,8 @@ one pooled model that holds the true skew within its error bound; causality hold
 import json
 import random
 
-from tracefiles import BASE, cli, rank_file, write, x
+from support import cli
+from support.ranks import BASE, rank_file, rpc_records, write, x
 
 OFFSET_NS = 3_000_000      # machine B's clock reads 3 ms ahead of machine A's
 DRIFT_PPM = 40.0           # and gains 40 µs per second
@@ -34,12 +35,11 @@ def _job(tmp_path):
         t3 = t2 + 150_000
         t4 = t3 + 80_000 + rng.randrange(0, 400_000)
         rid = f"{caller}:{n}"
-        name = f"rpc_sync#f(worker{caller} -> worker{callee})"
-        common = {"rpc_id": rid, "kind": "rpc_sync", "func": "f", "name": name, "caller": caller,
-                  "callee": callee, "caller_name": f"worker{caller}", "callee_name": f"worker{callee}",
-                  "status": "ok"}
-        rpcs[caller].append(dict(common, role="caller", send_ns=_skew(caller, t1), complete_ns=_skew(caller, t4)))
-        rpcs[callee].append(dict(common, role="callee", start_ns=_skew(callee, t2), end_ns=_skew(callee, t3)))
+        sent, served = rpc_records(rid, caller, callee, _skew(caller, t1), _skew(callee, t2), _skew(callee, t3),
+                                   _skew(caller, t4), kind="rpc_sync", worker="worker", names=True)
+        name = sent["name"]
+        rpcs[caller].append(sent)
+        rpcs[callee].append(served)
         for rank, a, b, role, label in ((caller, t1, t4, "caller", name), (callee, t2, t3, "callee", name + "#remote")):
             start = _skew(rank, a)
             events[rank].append(x(label, (start - BASE) / 1000, (_skew(rank, b) - start) / 1000, tid=7,
@@ -55,8 +55,8 @@ def _job(tmp_path):
 
 def test_other_machine_recovers_its_skew_and_one_machine_stays_exact(tmp_path):
     files, end = _job(tmp_path)
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert (clocks[1]["method"], clocks[1]["offset_ns"], clocks[1]["drift_ppm"], clocks[1]["error_bound_ns"]) == \
         ("shared-clock", 0, 0, 0)
@@ -68,7 +68,7 @@ def test_other_machine_recovers_its_skew_and_one_machine_stays_exact(tmp_path):
         estimate = b2["offset_ns"] + b2["drift_ppm"] * 1e-6 * (t - b2["anchor_ns"])
         true = _skew(2, t) - t
         assert abs(estimate - true) <= b2["error_bound_ns"], (t, estimate, true, b2)
-    assert b"causality: 0 violations" in res.stderr
+    assert "causality: 0 violations" in res.stderr
 
 
 def test_without_boot_ids_each_rank_is_its_own_machine(tmp_path):
@@ -78,8 +78,8 @@ def test_without_boot_ids_each_rank_is_its_own_machine(tmp_path):
             doc = json.load(f)
         del doc["tracemerge"]["boot_id"]
         write(path, doc)
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert all(c["method"] != "shared-clock" for c in clocks.values())
     assert clocks[1]["error_bound_ns"] > 0  # estimated, not known
@@ -94,8 +94,8 @@ def test_a_rank_whose_records_contradict_its_machine_clock_is_estimated(tmp_path
             doc = json.load(f)
         doc["tracemerge"].update(boot_id="boot-A", hostname="hostA")
         write(path, doc)
-    res = cli("offsets", *files, "--format", "json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("offsets", *files, "--format", "json")
+    assert res.exit_code == 0, res.stderr
     clocks = {c["rank"]: c for c in json.loads(res.stdout)["ranks"]}
     assert (clocks[1]["method"], clocks[1]["offset_ns"], clocks[1]["error_bound_ns"]) == ("shared-clock", 0, 0)
     for r in (2, 3):
@@ -104,6 +104,6 @@ def test_a_rank_whose_records_contradict_its_machine_clock_is_estimated(tmp_path
         for t in (BASE + 10_000_000, end):
             estimate = c["offset_ns"] + c["drift_ppm"] * 1e-6 * (t - c["anchor_ns"])
             assert abs(estimate - (_skew(r, t) - t)) <= c["error_bound_ns"]
-        assert f"rank {r}: shares a boot_id with rank 0, but".encode() in res.stderr
-    assert b"contradict one clock" in res.stderr and b"rank 1: shares" not in res.stderr
-    assert b"causality: 0 violations" in res.stderr
+        assert f"rank {r}: shares a boot_id with rank 0, but" in res.stderr
+    assert "contradict one clock" in res.stderr and "rank 1: shares" not in res.stderr
+    assert "causality: 0 violations" in res.stderr

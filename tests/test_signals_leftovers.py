@@ -11,15 +11,13 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
-import tracefiles as tf
+from support import cli, jobs, ranks
+from support.paths import ROOT
 from test_open import start
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +26,15 @@ def big(tmp_path_factory):
     d = tmp_path_factory.mktemp("big")
     paths = []
     for r in (0, 1):
-        events = [tf.x("ProfilerStep#1", 0, 10_000_000, cat="user_annotation")]
-        events += [tf.x(f"aten::op{i % 50}", 10 + i * 20, 15, tid=1 + i % 4) for i in range(150_000)]
-        paths.append(tf.write(d / f"rank{r}.json.gz", tf.rank_file(events, r)))
+        events = [ranks.x("ProfilerStep#1", 0, 10_000_000, cat="user_annotation")]
+        events += [ranks.x(f"aten::op{i % 50}", 10 + i * 20, 15, tid=1 + i % 4) for i in range(150_000)]
+        paths.append(ranks.write(d / f"rank{r}.json.gz", ranks.rank_file(events, r)))
     return paths
 
 
 def launch(*args, group=False):
-    return subprocess.Popen([sys.executable, "-m", "tracemerge", *args], cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=None if group else tf.sigint_default, start_new_session=group)
+    return subprocess.Popen(cli.argv(*args), cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=None if group else jobs.sigint_default, start_new_session=group)
 
 
 def wait_for(test, proc, limit=120):

@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from tracefiles import ROOT
+from support import cli
+from support.cli import invoke
+from support.paths import ROOT
 
 HEAVY = ("numpy", "msgspec", "orjson", "http.server", "perfetto", "torch", "tracemerge.inputs", "tracemerge.native",
          "tracemerge.correlate", "tracemerge.clocks", "tracemerge.job", "tracemerge.place.selection", "tracemerge.formats",
@@ -30,9 +32,8 @@ print(json.dumps({"modules": sorted(sys.modules), "out": out.getvalue(), "code":
 
 
 def probe(*args, env=None):
-    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                       env={**os.environ, **(env or {})})
-    assert r.returncode == 0, r.stderr
+    r = cli.run(*args, code=PROBE, timeout=60, env={**os.environ, **(env or {})})
+    assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout.splitlines()[-1])
 
 
@@ -80,14 +81,12 @@ def test_the_main_job_leaves_numpy_ma_unimported(tmp_path, out):
 def test_the_registries_name_what_they_import():
     """Each lazily imported registry entry is what its name says: a format's ``FORMAT.name``
     is its key, a method's function runs, and every entry shows in the help."""
-    from click.testing import CliRunner
 
-    from tracemerge.cli import main
     from tracemerge.clocks import METHODS
     from tracemerge.formats import DEFAULT, FORMATS
     assert [f.name for f in FORMATS.values()] == list(FORMATS) and DEFAULT in FORMATS
     assert all(callable(m.align.resolve()) and m.align.resolve().__name__.startswith("align_") for m in METHODS.values())
-    shown = " ".join(CliRunner().invoke(main, ["combine", "--help"], terminal_width=1000).output.split())
+    shown = " ".join(invoke("combine", "--help", terminal_width=1000).output.split())
     assert "--format [" + "|".join(FORMATS) + "]" in shown
     assert all(f"{m.name} = {m.summary}" in shown for m in METHODS.values())
     # the report formats: each module's FORMAT is its name's, and the ones --format offers are
@@ -96,7 +95,7 @@ def test_the_registries_name_what_they_import():
     assert [f.name for f in render.RENDERERS.values()] == list(render.RENDERERS)
     assert render.FORMATS == tuple(n for n, f in render.RENDERERS.items() if f.option is None)
     assert render.DEFAULT in render.FORMATS
-    shown = " ".join(CliRunner().invoke(main, ["report", "--help"], terminal_width=1000).output.split())
+    shown = " ".join(invoke("report", "--help", terminal_width=1000).output.split())
     assert "--format [" + "|".join(render.FORMATS) + "]" in shown
     assert all(name in shown for name in render.csv_sections())   # --section's help names every CSV table
 
@@ -108,9 +107,8 @@ def test_version_names_the_core_the_import_would_run(env):
     # (CI runs the suite a second time with TRACEMERGE_CORE=python)
     environment = {k: v for k, v in {**os.environ, **env}.items()
                    if k not in ("TRACEMERGE_CORE", "TRACEMERGE_KERNEL") or k in env}
-    r = subprocess.run([sys.executable, "-c", PROBE, "--version"], capture_output=True, text=True, cwd=ROOT,
-                       timeout=60, env=environment)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("--version", code=PROBE, timeout=60, env=environment)
+    assert r.exit_code == 0, r.stderr
     said = json.loads(r.stdout.splitlines()[-1])["out"].splitlines()[1]
     code = "from tracemerge import native; print(native.describe())"
     imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
@@ -120,15 +118,13 @@ def test_version_names_the_core_the_import_would_run(env):
 
 def test_a_command_still_finds_what_it_defers(tmp_path):
     """The deferred names resolve: a merge, its registry-backed choices and a refused choice."""
-    from click.testing import CliRunner
 
-    from tracemerge.cli import main
     files = [os.path.join(ROOT, "samples", "kineto_rpc", f) for f in ("worker0.json.gz", "worker1.json.gz")]
-    r = CliRunner().invoke(main, ["combine", *files, "-o", str(tmp_path / "t.pftrace"), "--align", "wall", "-j", "1"])
+    r = invoke("combine", *files, "-o", str(tmp_path / "t.pftrace"), "--align", "wall", "-j", "1")
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(main, ["report", *files, "--section", "nope"])
+    r = invoke("report", *files, "--section", "nope")
     assert r.exit_code == 2 and "'key_averages', 'critical_path'" in r.output
-    assert "[default: 9001" in CliRunner().invoke(main, ["open", "--help"]).output
+    assert "[default: 9001" in invoke("open", "--help").output
 
 
 def test_deferred_names_are_the_type_checked_imports():

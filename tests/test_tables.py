@@ -9,14 +9,12 @@ calls); ``report``'s key averages and the summary's RPC sides must come out of t
 import collections
 import glob
 import os
-import subprocess
-import sys
 
 import orjson
 import pytest
-from click.testing import CliRunner
+from support import cli
+from support.cli import invoke
 
-from tracemerge.cli import main
 from tracemerge.place.arrows import FLOW_ID_BASE
 from tracemerge.tables import TABLES, load
 
@@ -31,7 +29,7 @@ SAMPLES = {name: sorted(glob.glob(os.path.join(ROOT, "samples", name, "*.json.gz
 
 
 def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    result = invoke(*args)
     return result.exit_code, result.output
 
 
@@ -163,9 +161,8 @@ def test_rank_events_are_written_without_pandas(rank_files, tmp_path):
     """pa.array() imports pandas (~50 MB in a process) to check for its types: export's
     parent before the workers fork and the workers making the events never call it (issue
     28's memory target); only the job's tables, made after the workers end, may."""
-    r = subprocess.run([sys.executable, "-c", NO_PANDAS_PROBE, "export", *rank_files, "-o", str(tmp_path / "t"),
-                        "-j", "1", "-q"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = cli.run("export", *rank_files, "-o", tmp_path / "t", "-j", "1", "-q", code=NO_PANDAS_PROBE)
+    assert r.exit_code == 0, r.stderr
     assert r.stdout.split()[-1] == "[False]"
 
 

@@ -15,9 +15,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from support import cli
+from support.ranks import US, Ranks
 
-from tests.test_analysis import US, Ranks
-from tests.tracefiles import cli
 from tracemerge.analysis.critical_path import critical_path
 from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.analysis.whatif import Replay, Speedup, check, span_names, whatif
@@ -260,9 +260,9 @@ def test_whatif_command_rejects_a_speedup_that_names_nothing(tmp_path, speedup, 
     job_dir.mkdir()
     j.job(job_dir)
     out = tmp_path / "out.txt"
-    r = cli("whatif", *sorted(str(p) for p in job_dir.glob("rank*.json")), "--speedup", speedup, "-o", str(out))
-    err = r.stderr.decode()
-    assert r.returncode == 2 and message in err and err.count("\n") == 1, err
+    r = cli.run("whatif", *sorted(str(p) for p in job_dir.glob("rank*.json")), "--speedup", speedup, "-o", str(out))
+    err = r.stderr
+    assert r.exit_code == 2 and message in err and err.count("\n") == 1, err
     assert not out.exists()
 
 
@@ -271,6 +271,6 @@ def test_whatif_command_warns_of_a_speedup_off_the_path(tmp_path):
     j.op(0, "main", 0, 100)
     j.op(0, "aside", 10, 30, tid=99)
     j.job(tmp_path)
-    r = cli("whatif", *sorted(str(p) for p in tmp_path.glob("rank*.json")), "--speedup", "aside=2")
-    assert r.returncode == 0
-    assert "warning: --speedup 'aside=2': no span it names lies on a window's critical path" in r.stderr.decode()
+    r = cli.run("whatif", *sorted(str(p) for p in tmp_path.glob("rank*.json")), "--speedup", "aside=2")
+    assert r.exit_code == 0
+    assert "warning: --speedup 'aside=2': no span it names lies on a window's critical path" in r.stderr

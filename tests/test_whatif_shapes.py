@@ -17,15 +17,14 @@ the nesting depth).
 
 import os
 import statistics
-import subprocess
-import sys
 
 import pytest
-
-from tests.tracefiles import rank_file, run_job, write, x
+from support import cli
+from support.jobs import run_job
+from support.paths import ROOT
+from support.ranks import rank_file, write, x
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "whatif_job.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MS = 40.0
 PAIRS = 3
 
@@ -60,6 +59,5 @@ def test_deep_nesting_is_not_quadratic(tmp_path):
                           world_size=1))
     env = dict(os.environ, PYTHONPATH=ROOT)
     for args in (["whatif", path, "--speedup", "op3=2"], ["report", "--analysis", path]):
-        r = subprocess.run([sys.executable, "-m", "tracemerge", *args], capture_output=True, timeout=60, env=env,
-                           cwd=ROOT)
-        assert r.returncode == 0, r.stderr.decode()[-2000:]
+        r = cli.run(*args, timeout=60, env=env)
+        assert r.exit_code == 0, r.stderr[-2000:]

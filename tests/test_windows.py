@@ -4,7 +4,8 @@ RPC joins, or whose windows overlap, are not."""
 
 import json
 
-from tests.tracefiles import BASE, cli, kineto, rank_file, write, x
+from support import cli
+from support.ranks import BASE, kineto, rank_file, write, x
 
 HOUR_NS = 3600 * 10**9
 
@@ -16,29 +17,29 @@ def _plain(tmp_path, name, rank, base):
 
 def test_windows_that_never_meet_warn_and_strict_refuses(tmp_path):
     files = [_plain(tmp_path, "a.json", 0, BASE), _plain(tmp_path, "b.json", 1, BASE + HOUR_NS)]
-    res = cli("combine", *files, "-o", tmp_path / "out.json")
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", *files, "-o", tmp_path / "out.json")
+    assert res.exit_code == 0, res.stderr
     line = "the profiling windows of rank 0 / rank 1 do not overlap"
-    assert line.encode() in res.stderr
+    assert line in res.stderr
     summary = json.loads((tmp_path / "out.json").read_text())["tracemerge"]
     assert any(w.startswith(line) for w in summary["warnings"])
 
-    res = cli("combine", *files, "--strict", "-o", tmp_path / "strict.json")
-    assert res.returncode == 4 and b"refused by --strict" in res.stderr and b"Traceback" not in res.stderr
+    res = cli.run("combine", *files, "--strict", "-o", tmp_path / "strict.json")
+    assert res.exit_code == 4 and "refused by --strict" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "strict.json").exists()
-    res = cli("info", *files, "--strict")
-    assert res.returncode == 4
+    res = cli.run("info", *files, "--strict")
+    assert res.exit_code == 4
 
 
 def test_overlapping_windows_or_a_joining_rpc_say_nothing(tmp_path):
     files = [_plain(tmp_path, "a.json", 0, BASE), _plain(tmp_path, "b.json", 1, BASE + 200_000)]
-    res = cli("combine", *files, "-o", tmp_path / "out.json")
-    assert res.returncode == 0, res.stderr
-    assert b"do not overlap" not in res.stderr
+    res = cli.run("combine", *files, "-o", tmp_path / "out.json")
+    assert res.exit_code == 0, res.stderr
+    assert "do not overlap" not in res.stderr
     # nothing links them, though: each is said to be placed by its clock alone (issue 33)
-    assert res.stderr.count(b"is linked to no other rank") == 2
-    res = cli("combine", *files, "--strict", "-o", tmp_path / "strict.json")
-    assert res.returncode == 4 and b"rank 0 (" in res.stderr and b"refused by --strict" in res.stderr
+    assert res.stderr.count("is linked to no other rank") == 2
+    res = cli.run("combine", *files, "--strict", "-o", tmp_path / "strict.json")
+    assert res.exit_code == 4 and "rank 0 (" in res.stderr and "refused by --strict" in res.stderr
 
     # an hour apart on their clocks, but one RPC with both sides joins them (clocks that disagree)
     call = {"rpc_id": "0:0", "kind": "rpc_sync", "func": "f", "caller": 0, "callee": 1}
@@ -49,6 +50,6 @@ def test_overlapping_windows_or_a_joining_rpc_say_nothing(tmp_path):
                   rpcs=[{**call, "role": "callee", "start_ns": BASE + HOUR_NS + 200_000,
                          "end_ns": BASE + HOUR_NS + 300_000}])
     files = [write(tmp_path / "rank0.json", a), write(tmp_path / "rank1.json", b)]
-    res = cli("combine", *files, "--strict", "-o", tmp_path / "joined.json")
-    assert res.returncode == 0, res.stderr
-    assert b"do not overlap" not in res.stderr
+    res = cli.run("combine", *files, "--strict", "-o", tmp_path / "joined.json")
+    assert res.exit_code == 0, res.stderr
+    assert "do not overlap" not in res.stderr

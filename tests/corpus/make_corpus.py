@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tracefiles import BASE, kineto, rank_file, x  # noqa: E402
+from support.ranks import BASE, kineto, rank_file, x  # noqa: E402
 from corpus.bad_inputs import CLASSES, write_case  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -17,6 +17,8 @@ import orjson
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.codecs import codec_for
 
+from .ranks import rpc_records
+
 T0_NS = 1_700_000_000_000_000_000  # true time at the job's start (Unix epoch ns)
 BASE_FLOOR_NS = 7_889_238_000_000_000  # Kineto floors baseTimeNanoseconds to this
 
@@ -105,12 +107,11 @@ def generate(ranks=4, pairs="star", duration_s=60.0, calls=200, max_offset_ns=10
         for i in range(calls):
             rpc_id = f"{caller}:{seq[caller]}"
             seq[caller] += 1
-            name = f"rpc_async#udf(worker{caller} -> worker{callee})"
-            common = {"rpc_id": rpc_id, "kind": "rpc_async", "func": "udf", "name": name, "caller": caller,
-                      "callee": callee, "caller_name": f"worker{caller}", "callee_name": f"worker{callee}",
-                      "status": "ok"}
-            rpcs[caller].append({**common, "role": "caller", "send_ns": int(l1[i]), "complete_ns": int(l4[i])})
-            rpcs[callee].append({**common, "role": "callee", "start_ns": int(l2[i]), "end_ns": int(l3[i])})
+            sent, served = rpc_records(rpc_id, caller, callee, int(l1[i]), int(l2[i]), int(l3[i]), int(l4[i]),
+                                       func="udf", worker="worker", names=True)
+            name = sent["name"]
+            rpcs[caller].append(sent)
+            rpcs[callee].append(served)
             spans[caller].append((name, int(l1[i]), int(l4[i]), {"rpc_id": rpc_id, "role": "caller"}, "python_function", 1))
             spans[callee].append((name + "#remote", int(l2[i]), int(l3[i]), {"rpc_id": rpc_id, "role": "callee"}, "user_annotation", 2))
     colls = {r: [] for r in range(ranks)}

@@ -1,4 +1,4 @@
-"""Put on PYTHONPATH by ``tests/tracefiles.run_job`` for the jobs it runs: every process of
+"""Put on PYTHONPATH by ``tests/support/jobs.run_job`` for the jobs it runs: every process of
 the job keeps torch's own export of each profile capture writes (``keep_torch_exports``),
 so the test can compare the rank file with it."""
 
@@ -7,8 +7,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 try:
-    import tracefiles
+    from support import jobs
 
-    tracefiles.keep_torch_exports()
+    jobs.keep_torch_exports()
 finally:
     sys.path.pop(0)
