@@ -27,7 +27,7 @@ ANALYSE = r'''
 import sys, time
 from tracemerge.analysis.critical_path import critical_path
 from tracemerge.analysis.job_timeline import job_timeline
-from tracemerge.engine import LocalEngine
+from tracemerge.runtime.engine import LocalEngine
 from tracemerge.job import Session
 jobs = int(sys.argv[1]) or None
 start = time.perf_counter()

@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from tracemerge import native
+from tracemerge.algorithms.nesting import lanes
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import TracemergeError
 from tracemerge.formats import chrome
@@ -23,7 +24,6 @@ from tracemerge.formats.chrome import native_body
 from tracemerge.formats.perfetto.encoder import _Annotations, encode_rank
 from tracemerge.inputs.chrome import read_trace
 from tracemerge.model import ARG_ID_KEYS, NO_TS
-from tracemerge.nesting import lanes
 from tracemerge.place.placement import Placement, aligned_ns, transform_chunks
 
 SCALAR_FIELDS = ("meta", "tracemerge", "base_ns", "names", "pids", "tids", "warnings", "truncated")

@@ -21,8 +21,8 @@ from tracemerge.analysis.critical_path import (
 from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.analysis.stragglers import stragglers
 from tracemerge.analysis.waits import wait_states
-from tracemerge.engine import LocalEngine
 from tracemerge.job import Session
+from tracemerge.runtime.engine import LocalEngine
 
 
 def path_of(window):
@@ -285,7 +285,7 @@ def test_combine_draws_the_path_in_its_own_process(tmp_path, name):
     from support.ranks import load_output
 
     from tests.support.pftrace import read_pftrace, thread_of
-    from tracemerge.compose import combine
+    from tracemerge.commands.compose import combine
 
     job, f, g = chain(tmp_path)
     session = Session.open([str(tmp_path / f"rank{r}.json") for r in range(3)])

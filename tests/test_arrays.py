@@ -1,10 +1,10 @@
-"""tracemerge.arrays gives what numpy's own set operations give (the oracle here), on the
+"""tracemerge.algorithms.arrays gives what numpy's own set operations give (the oracle here), on the
 integer codes, indices and ranks it is used for: empty, one value, repeats, negatives."""
 
 import numpy as np
 import pytest
 
-from tracemerge.arrays import distinct, distinct_rows, percentiles, union
+from tracemerge.algorithms.arrays import distinct, distinct_rows, percentiles, union
 
 CASES = [np.zeros(0, np.int64), np.array([7]), np.array([3, 3, 3]), np.array([-1, 5, -1, 2, 5, 0]),
          np.random.default_rng(1).integers(-50, 50, 10_000), np.arange(1000)[::-1].copy()]

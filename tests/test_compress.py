@@ -1,4 +1,4 @@
-"""Compressed outputs and inputs (tracemerge/codecs.py): gzip and zstd pieces that join into
+"""Compressed outputs and inputs (tracemerge/files/codecs.py): gzip and zstd pieces that join into
 one stream, `combine -o x.json.zst` through the shard path, cut and corrupt zstd inputs, and
 the error when the optional zstandard module is missing."""
 
@@ -15,8 +15,8 @@ import pytest
 from support import cli
 from support.ranks import kineto, write, x
 
-from tracemerge.codecs import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
 from tracemerge.errors import OutputError, TraceError
+from tracemerge.files.codecs import CODECS, ZSTD_MAGIC, codec_for, decompress, plain_name
 from tracemerge.inputs import read_trace
 
 zstandard = pytest.importorskip("zstandard")  # the test extra installs it

@@ -75,7 +75,7 @@ def test_a_command_joins_the_records_once(monkeypatch, tmp_path):
     """combine (with --critical-path and --report), report --analysis: the RPC and the
     collective joins are each made once per job, and every stage reads that one."""
     from tracemerge import AlignRequest, Job
-    from tracemerge.compose import combine
+    from tracemerge.commands.compose import combine
     from tracemerge.report.build import job_report
     from tracemerge.report.write import write_combine_report
 

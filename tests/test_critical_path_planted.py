@@ -138,8 +138,8 @@ def test_whatif_on_a_known_chain(tmp_path, speedup, predicted_us, top):
 def planted(tmp_path_factory):
     pytest.importorskip("torch")
     from tracemerge.analysis.job_timeline import job_timeline
-    from tracemerge.engine import LocalEngine
     from tracemerge.job import Session
+    from tracemerge.runtime.engine import LocalEngine
 
     out = tmp_path_factory.mktemp("planted")
     run_job([JOB, out], JOB_TIMEOUT_S)

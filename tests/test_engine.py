@@ -11,12 +11,12 @@ import pytest
 from support import cli, gen_kineto  # gen_kineto by name, so its functions pickle into worker processes
 from support.ranks import kineto, write, x
 
-from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.rankinfo import describe
 from tracemerge.job import Session
 from tracemerge.job.describe_files import scan
 from tracemerge.merge.combine import combine
+from tracemerge.runtime.engine import LocalEngine
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def _die(code):
 
 
 def test_a_dead_worker_is_an_error_not_a_traceback():
-    from tracemerge.engine import WorkerDied
+    from tracemerge.runtime.engine import WorkerDied
     with pytest.raises(WorkerDied, match="worker process died"):
         LocalEngine(2).map(_die, [1, 2])
 

@@ -255,7 +255,7 @@ class SignalOnImport:
         return None
 sys.meta_path.insert(0, SignalOnImport())
 sys.argv = ["tracemerge"] + sys.argv[4:]
-from tracemerge.entry import console
+from tracemerge.commands.entry import console
 console()
 """
 

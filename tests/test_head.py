@@ -9,13 +9,13 @@ import pytest
 from support import cli
 from support.ranks import BASE, calling_ranks, kineto, rank_file, write, x
 
-from tracemerge.engine import LocalEngine
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import EVENT_FACTS, describe
 from tracemerge.job import Session, reads
 from tracemerge.job.describe_files import scan_head
 from tracemerge.merge.combine import combine
+from tracemerge.runtime.engine import LocalEngine
 
 
 def merged(paths, out, jobs=2):

@@ -16,11 +16,11 @@ from support.paths import ROOT
 from support.ranks import load_output, write
 from test_native_pairing import _call, _files, _op
 
+from tracemerge.commands.summary_lines import merged_lines
 from tracemerge.errors import TracemergeError
 from tracemerge.report import build as reports
 from tracemerge.report.diff import diff_reports
 from tracemerge.report.render import FORMATS, render, render_diff
-from tracemerge.summary_lines import merged_lines
 
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "rpc_profiling", "rank*.json.gz")))
 COMMANDS = {"info": lambda files, out: ["info", *files],

@@ -169,7 +169,7 @@ def test_item11_nest_is_the_lane_scan(spans):
 @settings(max_examples=150, deadline=None)
 @given(spans=SPANS)
 def test_item11_first_fit_is_the_lane_scan(spans):
-    from tracemerge.nesting import first_fit
+    from tracemerge.algorithms.nesting import first_fit
 
     spans = sorted((s, s + d) for s, d in spans)
     ends, want = [], []

@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracemerge import native
+from tracemerge.algorithms.nesting import parents_nested as _parents_nested
+from tracemerge.algorithms.nesting import parents_stack_walk as _parents_stack_walk
+from tracemerge.algorithms.nesting import walk
 from tracemerge.inputs.chrome import build
-from tracemerge.nesting import parents_nested as _parents_nested
-from tracemerge.nesting import parents_stack_walk as _parents_stack_walk
-from tracemerge.nesting import walk
 from tracemerge.report.keyavg import group_rows, key_averages, op_tree
 
 profiler_util = pytest.importorskip("torch.autograd.profiler_util")

@@ -8,7 +8,7 @@ import urllib.request
 from support import cli
 from support.jobs import sigint_default
 
-from tracemerge.serve import UI_ORIGIN
+from tracemerge.commands.serve import UI_ORIGIN
 
 
 def readline(stream, timeout=30):

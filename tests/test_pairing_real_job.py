@@ -33,7 +33,7 @@ from support.ranks import load_output  # noqa: E402
 
 from tracemerge import AlignRequest, Job  # noqa: E402
 from tracemerge.clocks.clock import ClockModel  # noqa: E402
-from tracemerge.codecs import codec_for  # noqa: E402
+from tracemerge.files.codecs import codec_for  # noqa: E402
 from tracemerge.inputs.chrome import read_bytes  # noqa: E402
 
 WORLD = 3

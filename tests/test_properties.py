@@ -230,7 +230,7 @@ def _partly_overlapping(spans):
 @SETTINGS
 @given(crossing_spans())
 def test_json_output_has_no_partly_overlapping_spans_and_loses_none(events):
-    from tracemerge.nesting import asynchronous
+    from tracemerge.algorithms.nesting import asynchronous
     from tracemerge.report.keyavg import key_averages
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_all(tmp, [kineto(events, rank=0, world_size=1)])

@@ -6,8 +6,8 @@ import pytest
 from support import cli
 from support.ranks import BASE, rank_file, write, x
 
-from tracemerge.engine import Held, LocalEngine
 from tracemerge.job import AlignRequest, Job, reads
+from tracemerge.runtime.engine import Held, LocalEngine
 
 EVENTS = 7  # planted per rank
 

@@ -15,7 +15,7 @@ from support.paths import ROOT
 
 HEAVY = ("numpy", "msgspec", "orjson", "http.server", "perfetto", "torch", "tracemerge.inputs", "tracemerge.native",
          "tracemerge.correlate", "tracemerge.clocks", "tracemerge.job", "tracemerge.place.selection", "tracemerge.formats",
-         "tracemerge.analysis", "tracemerge.merge", "tracemerge.report", "tracemerge.serve", "tracemerge.engine")
+         "tracemerge.analysis", "tracemerge.merge", "tracemerge.report", "tracemerge.commands.serve", "tracemerge.runtime.engine")
 
 # runs the command as the console script does, then prints what it imported and what it printed
 PROBE = """
@@ -60,7 +60,7 @@ def test_a_merge_imports_only_what_it_writes(tmp_path):
     ranks = [os.path.join(ROOT, "samples", "rpc_profiling", f"rank{r}.json.gz") for r in (0, 1)]
     result = probe("combine", *ranks, "-o", str(tmp_path / "t.json"), "-j", "1", "-q")
     assert result["code"] in (0, None) and (tmp_path / "t.json").stat().st_size > 0
-    unused = ("tracemerge.analysis", "tracemerge.report", "tracemerge.tables", "tracemerge.serve",
+    unused = ("tracemerge.analysis", "tracemerge.report", "tracemerge.tables", "tracemerge.commands.serve",
               "tracemerge.formats.perfetto.encoder", "perfetto", "pandas", "pyarrow", "dask", "http.server", "torch")
     assert [m for m in result["modules"] if any(m == u or m.startswith(u + ".") for u in unused)] == []
     assert "tracemerge.formats.chrome" in result["modules"] and "numpy" in result["modules"]
@@ -70,7 +70,7 @@ def test_a_merge_imports_only_what_it_writes(tmp_path):
 def test_the_main_job_leaves_numpy_ma_unimported(tmp_path, out):
     """The README's main job (combine with --report, -j 1: every import in this process)
     never takes numpy's masked-array module, which numpy 2's np.unique imports on first use
-    (~12 ms of each process's start: tracemerge.arrays)."""
+    (~12 ms of each process's start: tracemerge.algorithms.arrays)."""
     ranks = [os.path.join(ROOT, "samples", "rpc_profiling", f"rank{r}.json.gz") for r in (0, 1)]
     result = probe("combine", *ranks, "-o", str(tmp_path / out), "--report", "-j", "1", "-q")
     assert result["code"] in (0, None) and (tmp_path / out).stat().st_size > 0

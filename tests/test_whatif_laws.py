@@ -22,9 +22,9 @@ from tracemerge.analysis.critical_path import critical_path
 from tracemerge.analysis.job_timeline import job_timeline
 from tracemerge.analysis.whatif import Replay, Speedup, check, span_names, whatif
 from tracemerge.analysis.whatif import _meets_path as meets_path
-from tracemerge.engine import LocalEngine
 from tracemerge.errors import UsageError
 from tracemerge.job import Session
+from tracemerge.runtime.engine import LocalEngine
 
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples")
 FACTORS = (1.0, 1.5, 2.0, 4.0, math.inf)

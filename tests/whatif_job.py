@@ -228,8 +228,8 @@ def compare(runs: list, planted_ms: float) -> dict:
     {"predicted": [ns], "measured": [ns], "baseline": [ns]} of those steps."""
     from tracemerge.analysis.job_timeline import job_timeline
     from tracemerge.analysis.whatif import Speedup, whatif
-    from tracemerge.engine import LocalEngine
     from tracemerge.job import Session
+    from tracemerge.runtime.engine import LocalEngine
 
     out: dict = {"predicted": [], "measured": [], "baseline": []}
     for run in runs:

@@ -28,7 +28,7 @@ _EXPORTS = {
     "ClockModel": "tracemerge.clocks.clock",
     "Session": "tracemerge.job",
     "Job": "tracemerge.job",
-    "combine": "tracemerge.compose",
+    "combine": "tracemerge.commands.compose",
     "align": "tracemerge.merge.per_rank",
     "read_trace": "tracemerge.inputs",
     "load": "tracemerge.tables",

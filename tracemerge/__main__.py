@@ -1,3 +1,3 @@
-from tracemerge.entry import console
+from tracemerge.commands.entry import console
 
 console()

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING
 import click
 
 import tracemerge
-from tracemerge import corestatus, names
-from tracemerge.deferred import Deferred, RegistryChoice, RegistryOption
 from tracemerge.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -24,26 +22,28 @@ from tracemerge.errors import (
     Terminated,
     TracemergeError,
 )
+from tracemerge.files import names
 
-# What the commands use is imported when a command first uses it (tracemerge.deferred):
+# What the commands use is imported when a command first uses it (tracemerge.runtime.deferred):
 # `tracemerge --version` and `--help` load click and these few modules, not numpy, msgspec,
 # orjson, the readers, the writers, the analyses or the HTTP server (docs/performance.md).
 from tracemerge.place import ALIGN_NAME, OVERVIEW_US  # constants of the package's light __init__
+from tracemerge.runtime import corestatus
+from tracemerge.runtime.deferred import Deferred, RegistryChoice, RegistryOption
 
 if TYPE_CHECKING:
-    from tracemerge import serve as serving
-    from tracemerge import summary_lines as lines
     from tracemerge.clocks import METHODS
     from tracemerge.clocks.text import offsets_json, offsets_table
-    from tracemerge.compose import write as write_trace
-    from tracemerge.engine import LocalEngine, make_engine
+    from tracemerge.commands import serve as serving
+    from tracemerge.commands import summary_lines as lines
+    from tracemerge.commands.compose import write as write_trace
+    from tracemerge.commands.serve import serve
+    from tracemerge.files.output import check_output
     from tracemerge.formats import FORMATS as OUTPUT_FORMATS
     from tracemerge.job import AlignRequest, Job, reads
     from tracemerge.merge.per_rank import align as align_ranks
     from tracemerge.merge.per_rank import check_request as check_align_output
-    from tracemerge.output import check_output
     from tracemerge.place.selection import Selection, parse_ranks, parse_window
-    from tracemerge.progress import Progress
     from tracemerge.report import GROUP_BY, SORT_KEYS
     from tracemerge.report import build as reports
     from tracemerge.report.diff import diff_reports
@@ -51,27 +51,28 @@ if TYPE_CHECKING:
     from tracemerge.report.render import csv_needs_analysis, csv_sections, render_diff
     from tracemerge.report.render import render as render_report
     from tracemerge.report.write import combine_report_path, write_combine_report, write_text
-    from tracemerge.serve import serve
+    from tracemerge.runtime.engine import LocalEngine, make_engine
+    from tracemerge.runtime.progress import Progress
 else:
-    serving = Deferred("tracemerge.serve")
-    lines = Deferred("tracemerge.summary_lines")
+    serving = Deferred("tracemerge.commands.serve")
+    lines = Deferred("tracemerge.commands.summary_lines")
     METHODS = Deferred("tracemerge.clocks", "METHODS")
     offsets_json = Deferred("tracemerge.clocks.text", "offsets_json")
     offsets_table = Deferred("tracemerge.clocks.text", "offsets_table")
-    LocalEngine = Deferred("tracemerge.engine", "LocalEngine")
-    make_engine = Deferred("tracemerge.engine", "make_engine")
+    LocalEngine = Deferred("tracemerge.runtime.engine", "LocalEngine")
+    make_engine = Deferred("tracemerge.runtime.engine", "make_engine")
     OUTPUT_FORMATS = Deferred("tracemerge.formats", "FORMATS")
     AlignRequest = Deferred("tracemerge.job", "AlignRequest")
     Job = Deferred("tracemerge.job", "Job")
     reads = Deferred("tracemerge.job.reads")  # the read strategies each command picks for Job.open
     align_ranks = Deferred("tracemerge.merge.per_rank", "align")
     check_align_output = Deferred("tracemerge.merge.per_rank", "check_request")
-    write_trace = Deferred("tracemerge.compose", "write")
-    check_output = Deferred("tracemerge.output", "check_output")
+    write_trace = Deferred("tracemerge.commands.compose", "write")
+    check_output = Deferred("tracemerge.files.output", "check_output")
     Selection = Deferred("tracemerge.place.selection", "Selection")
     parse_ranks = Deferred("tracemerge.place.selection", "parse_ranks")
     parse_window = Deferred("tracemerge.place.selection", "parse_window")
-    Progress = Deferred("tracemerge.progress", "Progress")
+    Progress = Deferred("tracemerge.runtime.progress", "Progress")
     GROUP_BY = Deferred("tracemerge.report", "GROUP_BY")
     SORT_KEYS = Deferred("tracemerge.report", "SORT_KEYS")
     reports = Deferred("tracemerge.report.build")
@@ -84,7 +85,7 @@ else:
     combine_report_path = Deferred("tracemerge.report.write", "combine_report_path")
     write_combine_report = Deferred("tracemerge.report.write", "write_combine_report")
     write_text = Deferred("tracemerge.report.write", "write_text")
-    serve = Deferred("tracemerge.serve", "serve")
+    serve = Deferred("tracemerge.commands.serve", "serve")
 
 
 def _orjson_whole() -> None:
@@ -308,7 +309,7 @@ def _one_blas_thread() -> None:
 def _signals_raise() -> "typing.Iterator[None]":
     """Ctrl-C and SIGTERM (kill, a batch system's time limit) unwind the command: temporary
     outputs are removed, the workers are stopped, exit 130 or 143. Until the command ran,
-    the console script ends the process on them (tracemerge.entry); a signal the process
+    the console script ends the process on them (tracemerge.commands.entry); a signal the process
     was started ignoring (nohup) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -351,7 +352,7 @@ def say(line: str, err: bool = True) -> None:
 
 
 def say_all(lines: "typing.Iterable[str]") -> None:
-    """Each line on stderr (tracemerge.summary_lines made them), as :func:`say`."""
+    """Each line on stderr (tracemerge.commands.summary_lines made them), as :func:`say`."""
     for line in lines:
         say(line)
 
@@ -401,14 +402,14 @@ def _set_max_inflate(ctx: click.Context, param: click.Parameter, value: "str | N
     """The bound travels in the environment: forked and Dask workers read it where they inflate.
     A TRACEMERGE_MAX_INFLATE that is not a size is refused here (exit 2), not ignored."""
     if value is None and os.environ.get("TRACEMERGE_MAX_INFLATE"):
-        from tracemerge.codecs import inflate_limit
+        from tracemerge.files.codecs import inflate_limit
 
         try:
             inflate_limit(0)
         except TracemergeError as e:
             raise click.UsageError(str(e)) from None
     if value is not None:
-        from tracemerge.codecs import MAX_INFLATE_ENV, parse_size  # here: gzip is not needed before
+        from tracemerge.files.codecs import MAX_INFLATE_ENV, parse_size  # here: gzip is not needed before
 
         try:
             parse_size(value)
@@ -590,9 +591,9 @@ output_format_option = click.option(
 
 
 def _scheduler(ctx: click.Context, param: click.Parameter, value: "str | None") -> "str | None":
-    """``--scheduler`` parsed before any work (tracemerge.engine.parse_scheduler)."""
+    """``--scheduler`` parsed before any work (tracemerge.runtime.engine.parse_scheduler)."""
     if value is not None:
-        from tracemerge.engine import parse_scheduler
+        from tracemerge.runtime.engine import parse_scheduler
 
         try:
             parse_scheduler(value)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional, SupportsIndex, Union, cast
 import msgspec
 import numpy as np
 
-from tracemerge.arrays import distinct
+from tracemerge.algorithms.arrays import distinct
 
 NO_TS = np.iinfo(np.int64).min  # an event without "ts" (legal for "M" metadata)
 NO_DUR = -1                     # an event without "dur"

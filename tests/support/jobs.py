@@ -165,9 +165,9 @@ def check_exports(where):
     for row, and describing it gives no clock-jump warning."""
     import numpy as np
 
+    from tracemerge.algorithms.nesting import unfinished
     from tracemerge.inputs import read_trace
     from tracemerge.inputs.rankinfo import describe
-    from tracemerge.nesting import unfinished
     from tracemerge.report.keyavg import group_rows, key_averages
 
     for meta_path in sorted(p for p in os.listdir(where) if p.endswith(".meta")):

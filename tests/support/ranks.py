@@ -143,8 +143,8 @@ class Ranks:
                                                               **extra[r]))
                  for r in range(self.world)]
         from tracemerge.analysis.job_timeline import job_timeline
-        from tracemerge.engine import LocalEngine
         from tracemerge.job import Session
+        from tracemerge.runtime.engine import LocalEngine
 
         session = Session.open(paths)
         return job_timeline(session, session.align("wall"), LocalEngine(1))

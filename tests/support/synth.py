@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.codecs import codec_for
+from tracemerge.files.codecs import codec_for
 
 from .ranks import rpc_records
 

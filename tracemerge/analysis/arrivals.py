@@ -28,8 +28,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.arrays import median as median_of  # np.median imports numpy.ma
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, JobTimeline
-from tracemerge.arrays import median as median_of  # np.median imports numpy.ma
 
 LATE_SHARE = 0.5          # arrived last in at least this share of the collectives it was in
 MIN_WAIT_SHARE = 0.05     # the waits it caused per step: at least this share of the median step

@@ -85,9 +85,9 @@ from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.arrays import distinct_rows
+from tracemerge.algorithms.groups import components
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread, runloops
-from tracemerge.arrays import distinct_rows
-from tracemerge.groups import components
 
 COMPUTE = "compute"
 TRANSFER = "RPC transfer"

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.arrays import distinct
 from tracemerge.analysis.timeline import RankTimeline
-from tracemerge.arrays import distinct
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.correlate.match import TIMES, Collectives, RpcCalls
-from tracemerge.engine import Engine
 from tracemerge.inputs.event_collectives import SOURCE as EVENTS
 from tracemerge.place.plan import make_plan
 from tracemerge.place.rank_pass import Options, Product, gather
+from tracemerge.runtime.engine import Engine
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job

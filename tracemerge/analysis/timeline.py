@@ -1,6 +1,6 @@
 """What each thread of one rank was doing at every moment, on the reference clock.
 
-A rank's host spans (the events torch's key averages count, :func:`tracemerge.nesting.host_ops`)
+A rank's host spans (the events torch's key averages count, :func:`tracemerge.algorithms.nesting.host_ops`)
 are nested per thread by torch's rule and cut into *pieces*: the times where the
 innermost open span stays the same. A piece's owner is that span, or -1 where the thread
 ran no span (untraced or idle). Caller spans of RPCs are not work — the thread is waiting
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
 import numpy as np
 
 from tracemerge import native
+from tracemerge.algorithms.nesting import host_ops
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs import chrome, reader_for
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.model import RankTrace
-from tracemerge.nesting import host_ops
 
 if TYPE_CHECKING:
     from tracemerge.place.rank_pass import RankView

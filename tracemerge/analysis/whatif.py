@@ -55,6 +55,7 @@ from typing import Optional
 
 import numpy as np
 
+from tracemerge.algorithms.arrays import distinct
 from tracemerge.analysis.critical_path import (
     COLLECTIVE,
     COMPUTE,
@@ -71,7 +72,6 @@ from tracemerge.analysis.critical_path import (
     wraps_wait,
 )
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
-from tracemerge.arrays import distinct
 from tracemerge.errors import UsageError
 
 TOP = 5   # segments of each window's new path shown

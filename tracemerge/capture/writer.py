@@ -12,9 +12,9 @@ from collections import defaultdict
 
 import orjson
 
-from tracemerge import kineto_text
 from tracemerge.capture import native_sides
-from tracemerge.codecs import Gzip
+from tracemerge.files import kineto_text
+from tracemerge.files.codecs import Gzip
 
 FORMAT_VERSION = 1
 

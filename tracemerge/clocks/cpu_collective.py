@@ -27,8 +27,8 @@ from typing import Any, Dict, Mapping
 
 import numpy as np
 
-from tracemerge.arrays import distinct
-from tracemerge.arrays import median as median_of  # np.median imports numpy.ma
+from tracemerge.algorithms.arrays import distinct
+from tracemerge.algorithms.arrays import median as median_of  # np.median imports numpy.ma
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.nccl_kernel import align_from_ends, auto_with_kernels, kernel_ends, kernel_linked
 from tracemerge.inputs.event_collectives import SOURCE

@@ -23,9 +23,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.groups import components
 from tracemerge.clocks.bands import DRIFT_LIMIT_PPM, Constraints, PairFit, fit_pairs, stack, without_outliers
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.groups import components
 
 ROUNDS = 3  # re-fit with the time axes the previous round found (offsets up to seconds move them)
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Set, Tuple
 
 import numpy as np
 
-from tracemerge.arrays import median as median_of  # np.median imports numpy.ma
+from tracemerge.algorithms.arrays import median as median_of  # np.median imports numpy.ma
 from tracemerge.clocks.bands import synchronising
 from tracemerge.clocks.clock import ClockModel
 

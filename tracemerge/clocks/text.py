@@ -4,8 +4,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import orjson
 
-from tracemerge import names
 from tracemerge.clocks.methods import machine_of
+from tracemerge.files import names
 
 FIELDS = ("rank", "method", "offset_ns", "drift_ppm", "anchor_ns", "error_bound_ns", "samples", "peers")
 

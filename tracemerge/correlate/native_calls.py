@@ -49,7 +49,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from tracemerge.groups import components
+from tracemerge.algorithms.groups import components
 
 # The profiler's op times and time.time_ns() agree to ±2 µs; a window this much wider
 # keeps an op that starts right at the caller's send (same clock) inside it.

@@ -23,7 +23,7 @@ def output_format(output: str, fmt: Optional[str] = None) -> str:
     (a compression suffix aside), else :data:`DEFAULT`."""
     if fmt:
         return fmt
-    from tracemerge.codecs import plain_name  # here: the registry's names need no codec
+    from tracemerge.files.codecs import plain_name  # here: the registry's names need no codec
 
     name = plain_name(output)
     return next((f.name for f in FORMATS.values() if f.suffixes and name.endswith(f.suffixes)), DEFAULT)

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional,
 import msgspec
 import numpy as np
 
-from tracemerge import names, native
-from tracemerge.codecs import codec_for
+from tracemerge import native
+from tracemerge.algorithms.nesting import lanes
+from tracemerge.files import names
+from tracemerge.files.codecs import codec_for
 from tracemerge.formats.base import Counts, Format
 from tracemerge.model import Args, RankTrace, Replaced
-from tracemerge.nesting import lanes
 from tracemerge.place.ids import namespaced_args
 from tracemerge.place.placement import OutputEvent, Placement, aligned_ns, lane_tid, transform_chunks
 from tracemerge.place.placement import _rewrite_process_metadata as rewrite_process_metadata

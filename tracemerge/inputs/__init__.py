@@ -12,8 +12,8 @@ import io
 import os
 from typing import Tuple, Union
 
-from tracemerge.codecs import decompressor
 from tracemerge.errors import TraceError
+from tracemerge.files.codecs import decompressor
 from tracemerge.inputs import chrome, flight_recorder, journal
 from tracemerge.inputs.base import InputFormat
 from tracemerge.model import RankTrace

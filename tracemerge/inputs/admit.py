@@ -22,10 +22,10 @@ import stat
 import time
 from typing import Any, Iterable, List, Optional, Tuple
 
-from tracemerge.codecs import MAX_INFLATE_ENV, decompressor, parse_size
 from tracemerge.errors import TraceError, UsageError
+from tracemerge.files.codecs import MAX_INFLATE_ENV, decompressor, parse_size
+from tracemerge.files.output import special_kind
 from tracemerge.inputs.head import read_head
-from tracemerge.output import special_kind
 
 PIPE_WAIT_ENV = "TRACEMERGE_PIPE_WAIT"
 PIPE_WAIT_S = 10.0

@@ -19,8 +19,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge.codecs import decompress
 from tracemerge.errors import TraceError, reading
+from tracemerge.files.codecs import decompress
 from tracemerge.inputs.base import InputFormat
 from tracemerge.inputs.head import read_head
 from tracemerge.inputs.rankinfo import NS_LIMIT, check_base, describe, describe_head
@@ -51,7 +51,7 @@ def read_bytes(path: str) -> bytes:
 
 def read_file_bytes(path: str) -> tuple[bytes, str]:
     """(decompressed bytes, cut) of any file ``path``; ``cut`` names the codec ("gzip",
-    "zstd") when its stream ends early, else it is "" (:func:`tracemerge.codecs.decompress`)."""
+    "zstd") when its stream ends early, else it is "" (:func:`tracemerge.files.codecs.decompress`)."""
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -12,8 +12,8 @@ from typing import Any, Iterator, Optional
 
 import msgspec
 
-from tracemerge.codecs import decompressor, inflate_limit
 from tracemerge.errors import TraceError
+from tracemerge.files.codecs import decompressor, inflate_limit
 
 _KEY = b'"traceEvents"'
 _READ = 1 << 20

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.nesting import DEVICE_CATS
 from tracemerge.model import RankTrace
-from tracemerge.nesting import DEVICE_CATS
 
 # A clock jump must be larger than this to be reported: smaller steps are within what
 # NTP slews and what a writer's own ordering can look like.
@@ -118,7 +118,7 @@ def _thread_cat_key(trace: RankTrace, idx: np.ndarray, cat: np.ndarray, limit: i
     if (len(trace.pids) + 1) * trace.thread_stride * cats < limit:
         return thread * cats + (cat.astype(np.int64) + 1)
     # each event's row among the sorted distinct (thread, cat) rows (asking for the inverse
-    # keeps np.unique off its numpy.ma path: tracemerge.arrays)
+    # keeps np.unique off its numpy.ma path: tracemerge.algorithms.arrays)
     rows = np.column_stack((thread, cat.astype(np.int64)))
     return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 

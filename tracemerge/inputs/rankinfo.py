@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 import numpy as np
 
-from tracemerge.arrays import distinct
+from tracemerge.algorithms.arrays import distinct
 from tracemerge.errors import RankConflict, TraceError
 from tracemerge.inputs import event_collectives
 from tracemerge.inputs.kineto_collectives import communication

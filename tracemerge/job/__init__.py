@@ -30,7 +30,6 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.clocks.joint import pair_jointly
 from tracemerge.clocks.methods import align as align_clocks
 from tracemerge.correlate.match import Correlation, correlate
-from tracemerge.engine import Engine, Held, gc_paused
 from tracemerge.errors import TracemergeError
 from tracemerge.inputs.admit import admit
 from tracemerge.inputs.cycles import join_cycles, joined_trace, keep_cycle
@@ -43,6 +42,7 @@ from tracemerge.job.job_ids import agreed_job_ids
 from tracemerge.job.reads import ReadStrategy
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
+from tracemerge.runtime.engine import Engine, Held, gc_paused
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Job:
     skipped: Tuple[Tuple[str, str], ...] = ()   # (path, problem) of files left out by skip_bad
     warnings: Tuple[str, ...] = ()       # job-wide warnings (tracemerge.job.checks)
     alignment: Optional[Alignment] = None        # the clock model, when the job was opened with align=
-    engine: Optional[Engine] = None      # runs per-rank work (tracemerge.engine); None: inline
+    engine: Optional[Engine] = None      # runs per-rank work (tracemerge.runtime.engine); None: inline
     # {path: events} kept in memory, or by the engine's worker that read them (Held)
     traces: Mapping[str, Union[RankTrace, Held]] = field(default_factory=dict, repr=False)
 

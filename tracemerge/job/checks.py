@@ -10,9 +10,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.groups import components
 from tracemerge.correlate.match import Correlation, RpcMatch
 from tracemerge.errors import RankConflict
-from tracemerge.groups import components
 from tracemerge.inputs.rankchecks import JOB_KEYS
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 

@@ -8,10 +8,10 @@ import os
 from typing import Optional, Union
 
 from tracemerge import native
-from tracemerge.engine import gc_paused
 from tracemerge.errors import reading
 from tracemerge.inputs import READERS, reader_for
 from tracemerge.inputs.rankinfo import RankInfo, describe
+from tracemerge.runtime.engine import gc_paused
 
 
 def scan_head(path: Union[str, "os.PathLike[str]"]) -> Optional[RankInfo]:

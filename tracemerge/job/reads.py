@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from tracemerge import native
-from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC
-from tracemerge.engine import Engine, Held, LocalEngine, available_memory, gc_paused
 from tracemerge.errors import TraceError, reading
+from tracemerge.files.codecs import GZIP_MAGIC, ZSTD_MAGIC
 from tracemerge.inputs.rankinfo import RankInfo, describe
 from tracemerge.job.describe_files import scan, scan_head
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
+from tracemerge.runtime.engine import Engine, Held, LocalEngine, available_memory, gc_paused
 
 T = TypeVar("T")
 Found = Tuple[Optional[RankInfo], Optional[str]]  # (its description, None) or (None, why it was left out)

@@ -11,7 +11,7 @@ placement: the output is written once.
 Local workers write each rank's body straight into the output file at its offset, taking
 turns in rank order (:class:`OutputSlot`); Dask workers and stdout outputs go through
 shard files that the parent concatenates (:class:`Shard`). The engines that run the
-workers are in :mod:`tracemerge.engine`.
+workers are in :mod:`tracemerge.runtime.engine`.
 """
 
 import contextlib
@@ -31,15 +31,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import msgspec
 
 from tracemerge import formats, native
-from tracemerge.codecs import Codec, Stream, codec_for
-from tracemerge.engine import Abandoned, Engine, Held, LocalEngine, gc_paused, turns
 from tracemerge.errors import OutputError, TraceError, reading
+from tracemerge.files.codecs import Codec, Stream, codec_for
+from tracemerge.files.output import atomic_output
 from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.inputs import read_trace
 from tracemerge.inputs.cycles import joined_trace
 from tracemerge.model import RankTrace
-from tracemerge.output import atomic_output
 from tracemerge.place.placement import Placement
+from tracemerge.runtime.engine import Abandoned, Engine, Held, LocalEngine, gc_paused, turns
 
 # what a worker reads a rank from: a path, a trace in memory, or (a rank of several cycle
 # files, for a format that encodes a rank whole) a tuple of those
@@ -57,7 +57,7 @@ def encode_rank(rank_fn: RankOutput, fmt: str, source: Source, place: Placement,
 
     ``source`` is a path or an already read RankTrace; ``rank_fn(trace, place, consume)``
     returns (an iterable of event lists or encoded bytes, counts), and may use up a trace
-    read here (``consume``). With a ``codec`` (:mod:`tracemerge.codecs`) the rank is one
+    read here (``consume``). With a ``codec`` (:mod:`tracemerge.files.codecs`) the rank is one
     gzip member or zstd frame, so the ranks concatenate into one stream.
     """
     try:

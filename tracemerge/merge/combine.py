@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Set, Tupl
 
 import tracemerge
 from tracemerge import formats, native
-from tracemerge.engine import LocalEngine
+from tracemerge.files.output import check_output
 from tracemerge.formats import output_format
 from tracemerge.formats.base import Body, Counts, Format
 from tracemerge.formats.perfetto import time_shift
@@ -16,13 +16,13 @@ from tracemerge.inputs.journal import is_journal
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.merge.assembly import Source, write_merged
 from tracemerge.model import RankTrace
-from tracemerge.output import check_output
 from tracemerge.place import selection as select
 from tracemerge.place.arrows import RpcFlows
 from tracemerge.place.in_flight import in_flight_calls, in_flight_jobs, marked, never_completed
 from tracemerge.place.placement import Placement
 from tracemerge.place.plan import make_plan
 from tracemerge.place.remote_spans import remote_spans
+from tracemerge.runtime.engine import LocalEngine
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job
@@ -33,7 +33,7 @@ from tracemerge.job.checks import rpc_sides
 
 class Drawn(Protocol):
     """One more process drawn after the ranks' (``combine --critical-path``'s path, made by
-    :mod:`tracemerge.compose`, which may import the analyses: this package does not)."""
+    :mod:`tracemerge.commands.compose`, which may import the analyses: this package does not)."""
 
     @property
     def process(self) -> str:
@@ -73,7 +73,7 @@ def combine(job: "Job", alignment: Optional["Alignment"], output: Union[str, "os
     some ranks, a window, longer events.
 
     ``drawn``: one more process after the ranks' (:class:`Drawn`: the critical path of
-    ``combine --critical-path``, :func:`tracemerge.compose.combine`); the summary says where.
+    ``combine --critical-path``, :func:`tracemerge.commands.compose.combine`); the summary says where.
     """
     return write(job, alignment, os.fspath(output), force, fmt, selection, drawn).summary
 

@@ -38,20 +38,20 @@ import msgspec
 import numpy as np
 
 import tracemerge
-from tracemerge import kineto_text
 from tracemerge.clocks.clock import ClockModel
-from tracemerge.codecs import codec_for
-from tracemerge.engine import gc_paused
 from tracemerge.errors import OutputError, UsageError
+from tracemerge.files import kineto_text
+from tracemerge.files.codecs import codec_for
+from tracemerge.files.output import atomic_output, check_kind, current_umask
 from tracemerge.inputs.chrome import event_times_ns, parse_json, read_data, split_document
 from tracemerge.inputs.journal import is_journal
 from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.job.checks import rpc_sides
 from tracemerge.model import NO_DUR, NO_TS
-from tracemerge.output import atomic_output, check_kind, current_umask
 from tracemerge.place import ALIGN_NAME
 from tracemerge.place import selection as select
 from tracemerge.place.placement import aligned_times
+from tracemerge.runtime.engine import gc_paused
 
 if TYPE_CHECKING:
     from tracemerge.job import Alignment, Job

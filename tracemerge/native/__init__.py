@@ -23,15 +23,15 @@ from typing import Any, BinaryIO, Iterator, Protocol, cast
 import msgspec
 import numpy as np
 
-from tracemerge import nesting
-from tracemerge.codecs import GZIP_MAGIC, ZSTD_MAGIC, decompress
-from tracemerge.corestatus import ENV as ENV  # the environment's choice: corestatus, read without this package
-from tracemerge.corestatus import OLD_ENV as OLD_ENV
-from tracemerge.corestatus import chosen
-from tracemerge.corestatus import describe as describe_core
+from tracemerge.algorithms import nesting
 from tracemerge.errors import TraceError
+from tracemerge.files.codecs import GZIP_MAGIC, ZSTD_MAGIC, decompress
 from tracemerge.inputs.chrome import EXTRA_KEYS, checked_data, float_times_ns
 from tracemerge.model import ARG_ID_KEYS, DICTS_CHUNK, FLOW_ID_KEYS, Args, Extra, Indices, RankTrace
+from tracemerge.runtime.corestatus import ENV as ENV  # the environment's choice: corestatus, read without this package
+from tracemerge.runtime.corestatus import OLD_ENV as OLD_ENV
+from tracemerge.runtime.corestatus import chosen
+from tracemerge.runtime.corestatus import describe as describe_core
 
 # the compiled extensions, imported by name so that type checkers read their stubs
 # (_core.pyi, _proto.pyi); None where one is not built, which every use checks for
@@ -228,7 +228,7 @@ def debug_annotations(items: list, start: int, rank: int, iids: dict[str, bytes]
 
 
 def walk(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, bool]:
-    """:func:`tracemerge.nesting.walk` (one thread's parents, and whether its events nest), by
+    """:func:`tracemerge.algorithms.nesting.walk` (one thread's parents, and whether its events nest), by
     the compiled core where it is active: one pass over the events."""
     if active() != "native":
         return nesting.walk(s, e)

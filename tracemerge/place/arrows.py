@@ -22,9 +22,9 @@ from typing import Any, Collection, Dict, FrozenSet, Iterable, List, NamedTuple,
 
 import numpy as np
 
+from tracemerge.algorithms.nesting import nest_order, thread_runs
 from tracemerge.inputs.rpc_spans import span_args
 from tracemerge.model import RankTrace
-from tracemerge.nesting import nest_order, thread_runs
 from tracemerge.place.placement import Placement, lane_tid
 
 FLOW_CAT = "rpc"
@@ -172,7 +172,7 @@ def _thread_spans(trace: RankTrace, start: np.ndarray, ends: np.ndarray, dur: np
                   wanted: Iterable[Tuple[int, int]], moved: Collection[int] = (),
                   ) -> Dict[Tuple[int, int], Tuple[List[int], List[int]]]:
     """{(pid code, tid code): (starts, ends)} of the X spans of each wanted thread in nesting
-    order (:func:`~tracemerge.nesting.nest_order`), as lists of ints, leaving out the spans
+    order (:func:`~tracemerge.algorithms.nesting.nest_order`), as lists of ints, leaving out the spans
     ``moved`` to lanes: one sort, then a binary search per call (in Python: thousands of
     calls on small slices cost less than as many numpy calls). The order of spans that
     start together does not change the gaps."""

@@ -16,9 +16,9 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import msgspec
 import numpy as np
 
+from tracemerge.algorithms.nesting import LANE_OF
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.model import FLOW_ID_KEYS, NO_DUR, NO_TS, Args, RankTrace
-from tracemerge.nesting import LANE_OF
 from tracemerge.place.ids import CHUNK, namespace_extra, namespaced_args, namespaced_ids
 
 
@@ -127,7 +127,7 @@ def transform_chunks(trace: RankTrace, place: Placement, times: Optional[Tuple[n
     """(chunks, added): the events of :func:`transform` as a lazy iterator of lists of up
     to CHUNK input events, and the process metadata events the tool adds after them.
 
-    ``lanes`` ({event index: lane k}, :func:`tracemerge.nesting.lanes`) moves those spans
+    ``lanes`` ({event index: lane k}, :func:`tracemerge.algorithms.nesting.lanes`) moves those spans
     to the thread :func:`lane_tid` of their process, named by a ``thread_name`` event the
     tool adds (its args' ``lane_of`` is the thread they left).
 

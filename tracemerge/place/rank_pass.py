@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from tracemerge import native
-from tracemerge.engine import Engine, Held, LocalEngine, gc_paused, map_where_held
 from tracemerge.errors import reading
 from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
 from tracemerge.model import RankTrace
 from tracemerge.place import selection as select
 from tracemerge.place.placement import Placement
 from tracemerge.registry import Deferred
+from tracemerge.runtime.engine import Engine, Held, LocalEngine, gc_paused, map_where_held
 
 if TYPE_CHECKING:
     from tracemerge.clocks.clock import ClockModel

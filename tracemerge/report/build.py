@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.nesting import unfinished
 from tracemerge.analysis.job_timeline import build_timeline
 from tracemerge.analysis.postmortem import PostMortem, postmortem
 from tracemerge.analysis.postmortem import sections as postmortem_tables
@@ -25,7 +26,6 @@ from tracemerge.inputs.merged_summary import check_summary
 from tracemerge.job import Alignment, AlignRequest, Job
 from tracemerge.model import RankTrace
 from tracemerge.native import read_file
-from tracemerge.nesting import unfinished
 from tracemerge.place.plan import make_plan, reference_extent
 from tracemerge.place.rank_pass import Options, gather
 from tracemerge.report import GROUP_BY, SORT_KEYS  # the CLI's choices, read without this module

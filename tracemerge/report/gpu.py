@@ -29,9 +29,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from msgspec import UNSET
 
-from tracemerge.arrays import distinct, percentiles
+from tracemerge.algorithms.arrays import distinct, percentiles
+from tracemerge.algorithms.nesting import category_codes
 from tracemerge.model import RankTrace
-from tracemerge.nesting import category_codes
 from tracemerge.report.keyavg import Correlations, correlations, device_events
 
 # the known families of communication kernels, by name (case-insensitive search): (rule, regex)

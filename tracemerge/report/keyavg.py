@@ -14,7 +14,7 @@ and a search per depth, checked against the nesting rules; a thread with partial
 overlapping events falls back to torch's stack walk itself, so the result is torch's
 either way. Asynchronous events (ending on another thread: RPC caller spans of
 ``rpc_async``/``remote``, ``async_execution`` callee spans, ``gloo:*`` work) are left out
-of the nesting with self time 0, as torch leaves them (``tracemerge.nesting``).
+of the nesting with self time 0, as torch leaves them (``tracemerge.algorithms.nesting``).
 
 Device time (:func:`device_times`, :func:`device_rows`) follows torch's
 ``_parse_kineto_results``: each kernel / memcpy / memset (any device activity linked to a
@@ -32,9 +32,8 @@ import numpy as np
 from msgspec import UNSET
 
 from tracemerge import native
-from tracemerge.arrays import distinct, union
-from tracemerge.model import NO_DUR, NO_TS, RankTrace
-from tracemerge.nesting import (
+from tracemerge.algorithms.arrays import distinct, union
+from tracemerge.algorithms.nesting import (
     DEVICE_CATS,
     asynchronous,
     category_codes,
@@ -44,6 +43,7 @@ from tracemerge.nesting import (
     thread_runs,
     unfinished,
 )
+from tracemerge.model import NO_DUR, NO_TS, RankTrace
 
 USER_ANNOTATION = "user_annotation"
 STEP_PREFIX = "ProfilerStep#"
@@ -141,9 +141,9 @@ def nearest_ancestor(parent: np.ndarray, stop: np.ndarray) -> np.ndarray:
 def op_tree(trace: RankTrace) -> OpTree:
     """The :class:`OpTree` of ``trace``.
 
-    Asynchronous events (:func:`tracemerge.nesting.asynchronous`) stay out of the nesting,
+    Asynchronous events (:func:`tracemerge.algorithms.nesting.asynchronous`) stay out of the nesting,
     as torch leaves them: never a parent or a child, self time 0. Spans a merged trace moved
-    to a lane of their thread (:func:`tracemerge.nesting.lane_origins`) count on the thread
+    to a lane of their thread (:func:`tracemerge.algorithms.nesting.lane_origins`) count on the thread
     they came from.
     """
     idx = host_ops(trace)

@@ -8,9 +8,9 @@ from typing import Callable, List, Optional, Tuple, Union
 
 import numpy as np
 
+from tracemerge.algorithms.nesting import unfinished
 from tracemerge.errors import TracemergeError
 from tracemerge.inputs.admit import is_merged_block
-from tracemerge.nesting import unfinished
 from tracemerge.place.rank_pass import RankView
 from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import Correlations, KeyAverage, OpTree, correlations, key_averages, op_tree

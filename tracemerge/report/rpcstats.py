@@ -16,11 +16,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from tracemerge.arrays import distinct, percentiles
+from tracemerge.algorithms.arrays import distinct, percentiles
+from tracemerge.algorithms.nesting import lane_origins
 from tracemerge.clocks.clock import ClockModel, to_reference_by_rank
 from tracemerge.correlate.match import RpcCall, RpcMatch
 from tracemerge.model import RankTrace
-from tracemerge.nesting import lane_origins
 
 PERCENTILES = (50, 95, 99)
 # A callee is called thread-limited when its observed server threads were all busy for at

@@ -5,11 +5,11 @@ import os
 import sys
 from typing import Iterable, Optional, Sequence
 
-from tracemerge import names
-from tracemerge.codecs import plain_name
 from tracemerge.errors import OutputError
+from tracemerge.files import names
+from tracemerge.files.codecs import plain_name
+from tracemerge.files.output import atomic_output, check_output
 from tracemerge.job import Alignment, Job
-from tracemerge.output import atomic_output, check_output
 from tracemerge.report.build import job_report
 from tracemerge.report.render import format_of, render
 

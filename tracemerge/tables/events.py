@@ -3,7 +3,7 @@
 The rows are the events the merged JSON (``tracemerge combine``) holds for the rank, made
 by the same steps the merge takes — the selection (:func:`tracemerge.place.selection.apply`),
 the per-rank transform's times (:func:`tracemerge.place.placement.aligned_ns`), the lanes
-(:func:`tracemerge.nesting.lanes`) and the process metadata the merge adds — but kept as
+(:func:`tracemerge.algorithms.nesting.lanes`) and the process metadata the merge adds — but kept as
 columns: nothing is encoded per event, and the compiled core's columns (names, pids, tids,
 times, the args' spans in the file) go into Arrow arrays in a few vectorised steps.
 
@@ -28,8 +28,8 @@ import msgspec
 import numpy as np
 
 from tracemerge import native
+from tracemerge.algorithms.nesting import LANE_OF, lanes
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
-from tracemerge.nesting import LANE_OF, lanes
 from tracemerge.place.placement import Placement, _lane_metadata, _process_metadata, aligned_ns
 
 if TYPE_CHECKING:

@@ -24,12 +24,12 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Union
 import orjson
 
 import tracemerge
-from tracemerge import names
 from tracemerge.errors import OutputError
+from tracemerge.files import names
+from tracemerge.files.output import check_name_length
 from tracemerge.inputs.rankinfo import rank_of
 from tracemerge.job import Alignment, Job
 from tracemerge.job.checks import rpc_sides
-from tracemerge.output import check_name_length
 from tracemerge.place.selection import Selection, describe
 from tracemerge.tables.events import require_arrow
 from tracemerge.tables.parts import build

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 import numpy as np
 
+from tracemerge.algorithms.arrays import distinct
 from tracemerge.analysis.critical_path import Window
 from tracemerge.analysis.critical_path import critical_path as find_critical_path
 from tracemerge.analysis.job_timeline import build_timeline
-from tracemerge.arrays import distinct
 from tracemerge.clocks.text import offsets_document
 from tracemerge.job import Alignment, Job
 from tracemerge.report.collectives import collective_report, p2p_report

@@ -19,7 +19,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from tracemerge.engine import LocalEngine, gc_paused
 from tracemerge.errors import reading
 from tracemerge.job import Alignment, Job
 from tracemerge.place import selection as select
@@ -29,6 +28,7 @@ from tracemerge.place.rank_pass import Ask, Options, Source, asks, named, placed
 from tracemerge.place.remote_spans import remote_spans
 from tracemerge.registry import Registry
 from tracemerge.report import sections
+from tracemerge.runtime.engine import LocalEngine, gc_paused
 from tracemerge.tables import job_tables
 from tracemerge.tables.events import event_schema, rank_batches, require_arrow
 

@@ -29,12 +29,12 @@ import numpy as np
 import orjson
 
 from tracemerge import native
-from tracemerge.arrays import distinct
+from tracemerge.algorithms.arrays import distinct
+from tracemerge.algorithms.nesting import nest_order, thread_runs
 from tracemerge.formats.perfetto import time_shift
 from tracemerge.formats.perfetto.flows import FlowRows, bind_input_flow_rows, bind_input_flows, event_id, merge_flows
 from tracemerge.formats.perfetto.slices import SLICE_BEGIN, SLICE_END, nest, slice_order
 from tracemerge.model import Args, RankTrace
-from tracemerge.nesting import nest_order, thread_runs
 from tracemerge.place.arrows import NO_FLOWS, SliceFlows
 from tracemerge.place.ids import namespace_args
 from tracemerge.place.placement import CHUNK, Placement, aligned_ns

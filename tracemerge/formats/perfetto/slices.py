@@ -1,6 +1,6 @@
 """Slices of one thread on Perfetto's tracks: which lane (the thread track or an overlap
 track) each goes to, and the order of a lane's begin and end packets, properly nested.
-The slices come in the shared nesting order (:func:`tracemerge.nesting.nest_order`)."""
+The slices come in the shared nesting order (:func:`tracemerge.algorithms.nesting.nest_order`)."""
 
 import heapq
 from typing import List, Sequence, Tuple

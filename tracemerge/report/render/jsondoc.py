@@ -5,7 +5,7 @@ from typing import Sequence
 
 import orjson
 
-from tracemerge import names
+from tracemerge.files import names
 from tracemerge.report.build import Report
 from tracemerge.report.diff import Diff
 from tracemerge.report.render.base import ReportFormat

@@ -13,7 +13,7 @@ import os
 
 ENV = "TRACEMERGE_CORE"
 OLD_ENV = "TRACEMERGE_KERNEL"  # its name before the package was renamed: still honoured
-NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
+NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native")
 
 
 def chosen() -> str:

@@ -24,7 +24,7 @@ from tracemerge.errors import Terminated, TracemergeError
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
-    from tracemerge.progress import Progress
+    from tracemerge.runtime.progress import Progress
 
 
 @contextlib.contextmanager
@@ -244,7 +244,7 @@ class LocalEngine:
 
     def __init__(self, jobs: Optional[int] = None, progress: Optional["Progress"] = None) -> None:
         self.jobs = max(1, jobs or os.cpu_count() or 1)
-        self.progress = progress  # called as each task ends (tracemerge.progress.Progress)
+        self.progress = progress  # called as each task ends (tracemerge.runtime.progress.Progress)
         self._pool: Optional[_Pool] = None      # started by the first hold with more than one job
         self._kept: Dict[str, Any] = {}         # what hold made in this process (one job)
 

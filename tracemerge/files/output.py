@@ -15,8 +15,8 @@ import sys
 import tempfile
 from typing import Iterable, Iterator, Optional
 
-from tracemerge.codecs import Stream, codec_for, writer
 from tracemerge.errors import OutputError
+from tracemerge.files.codecs import Stream, codec_for, writer
 
 
 def check_output(path: str, inputs: Iterable[str], force: bool) -> None:

@@ -5,9 +5,9 @@ and hands the merge one more process to draw). A plain merge does not import the
 import os
 from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
+from tracemerge.files.output import check_output
 from tracemerge.merge.combine import Written
 from tracemerge.merge.combine import write as write_merged
-from tracemerge.output import check_output
 from tracemerge.place import selection as select
 
 if TYPE_CHECKING:
