@@ -154,8 +154,8 @@ def test_a_silent_callees_side_is_drawn_bounded(silent, tmp_path):
     [side] = caller["tracemerge"]["remote_sides"]
     seen = {c["rpc_id"]: c for c in side["calls"]}
     out = tmp_path / "merged.json"
-    res = cli("combine", str(silent / "rank0.json.gz"), "-o", out)
-    assert res.returncode == 0, res.stderr
+    res = cli.run("combine", str(silent / "rank0.json.gz"), "-o", out)
+    assert res.exit_code == 0, res.stderr
     merged = load_output(out)
     base = merged["baseTimeNanoseconds"]
     drawn = {e["args"]["rpc_id"]: e for e in merged["traceEvents"]

@@ -22,12 +22,12 @@ from test_open import start
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory):
-    """Two ranks of 150,000 events each: long enough to be interrupted mid-work."""
+    """Two ranks of 450,000 events each: long enough to be interrupted mid-work."""
     d = tmp_path_factory.mktemp("big")
     paths = []
     for r in (0, 1):
         events = [ranks.x("ProfilerStep#1", 0, 10_000_000, cat="user_annotation")]
-        events += [ranks.x(f"aten::op{i % 50}", 10 + i * 20, 15, tid=1 + i % 4) for i in range(150_000)]
+        events += [ranks.x(f"aten::op{i % 50}", 10 + i * 20, 15, tid=1 + i % 4) for i in range(450_000)]
         paths.append(ranks.write(d / f"rank{r}.json.gz", ranks.rank_file(events, r)))
     return paths
 
