@@ -119,3 +119,7 @@ def test_missing_output_directory_is_refused_before_any_work(tmp_path):
         r = cli.run("combine", good, *args)
         assert r.error_line(5) == f"tracemerge: error: {target}: the directory {missing} does not exist"
     assert sorted(os.listdir(tmp_path)) == ["rank0.json"]  # the trace was not written before the report failed
+
+
+# processes, signals and limits, not what a core reads: CI runs these once (the compiled core)
+pytestmark = pytest.mark.processes

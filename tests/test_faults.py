@@ -292,3 +292,7 @@ def test_sigint_ignored_at_start_stays_ignored(tmp_path):
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["traceEvents"]
+
+
+# processes, signals and limits, not what a core reads: CI runs these once (the compiled core)
+pytestmark = pytest.mark.processes

@@ -208,3 +208,7 @@ def test_item11_hang_guard(tmp_path, kind, command):
     args = [a.replace("{out}", str(tmp_path / "out")) for a in command]
     p = cli.run(args[0], src, *args[1:], timeout=60, env=ENV)
     assert p.exit_code == 0, p.stderr
+
+
+# processes, signals and limits, not what a core reads: CI runs these once (the compiled core)
+pytestmark = pytest.mark.processes

@@ -180,3 +180,7 @@ def test_lanes_keep_every_span_and_nothing_partly_overlaps(tmp_path_factory, mon
         assert rows[name]["cpu_time_total"] == pytest.approx(sum(durs))
     assert {r["key"]: (r["count"], round(r["self_cpu_time_total"], 3)) for r in ranks["key_averages"]} == \
         {k: (r["count"], round(r["self_cpu_time_total"], 3)) for k, r in rows.items()}
+
+
+# both cores are parametrized here already: CI runs this module once
+pytestmark = pytest.mark.processes

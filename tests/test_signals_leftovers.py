@@ -154,3 +154,7 @@ def test_open_serves_the_file_as_opened(tmp_path, change):
     finally:
         proc.kill()
         proc.wait()
+
+
+# processes, signals and limits, not what a core reads: CI runs these once (the compiled core)
+pytestmark = pytest.mark.processes
