@@ -262,35 +262,30 @@ def point_to_point(trace: RankTrace) -> List[Dict[str, Any]]:
     data could leave), ``end_ns`` the work's completion (a receive's data had arrived by
     then: what the one-way link, ``correlate.match.match_p2p``, reads). An op whose peer is
     not known, or whose work did not complete in the window, is left out."""
-    issue_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(ISSUE_PREFIX)
-                   and n[len(ISSUE_PREFIX):] in P2P_OPS]
+    issue_codes = _issue_codes(trace, P2P_OPS)
     run_codes = [i for i, n in enumerate(trace.names) if n in ("gloo:send", "gloo:recv")]
     if not issue_codes or not run_codes:
         return []
-    ok = trace.timed & (trace.dur >= 0)
-    issues = _in_order(trace, np.flatnonzero(np.isin(trace.name, issue_codes) & ok))
-    runs = _in_order(trace, np.flatnonzero(np.isin(trace.name, run_codes) & ok))
-    issue_ops = [P2P_OPS[trace.names[int(trace.name[i])][len(ISSUE_PREFIX):]] for i in issues.tolist()]
-    run_ops = [_run_op(trace.names[int(trace.name[i])]) for i in runs.tolist()]
-    issue_args = trace.args.dicts(issues.tolist())
-    run_args = trace.args.dicts(runs.tolist())
+    spans = _spans(trace, issue_codes, run_codes, P2P_OPS)
     _, ranks = _group(trace.meta)
     me = (trace.meta.get("distributedInfo") or {}).get("rank") if isinstance(trace.meta, dict) else None
-    out: List[Dict[str, Any]] = []
-    for i, r in _paired(trace.ts[issues].tolist(), issue_ops, trace.ts[runs].tolist(), run_ops):
-        done = run_args[r] if r is not None else None
-        if i is None or r is None or (isinstance(done, dict) and done.get("finished") is False):
-            continue
-        peer, tag = _peer(issue_args[i], ranks, me)
-        if peer is None:
-            continue
-        nelems, dtype = _size(run_args[r])
-        if nelems is None:
-            nelems, dtype = _size(issue_args[i])
-        out.append({"op": issue_ops[i], "peer": peer, "tag": tag, "start_ns": int(trace.ts[issues[i]]),
-                    "end_ns": int(trace.ts[runs[r]] + trace.dur[runs[r]]),
-                    "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0)})
-    return out
+    pairs = _paired(trace.ts[spans.issues].tolist(), spans.issue_ops, trace.ts[spans.runs].tolist(), spans.run_ops)
+    return [op for op in (_p2p_op(trace, spans, i, r, ranks, me) for i, r in pairs
+                          if i is not None and r is not None) if op is not None]
+
+
+def _p2p_op(trace: RankTrace, spans: _Spans, i: int, r: int, ranks: List[int], me: Any) -> Optional[Dict[str, Any]]:
+    """One send or receive of :func:`point_to_point` from its issue op ``i`` and execution
+    span ``r``; None where the work did not complete in the window or the peer is not known."""
+    done = spans.run_args[r]
+    if isinstance(done, dict) and done.get("finished") is False:
+        return None
+    peer, tag = _peer(spans.issue_args[i], ranks, me)
+    if peer is None:
+        return None
+    nelems, dtype = _either_size(spans.run_args[r], spans.issue_args[i])
+    return {"op": spans.issue_ops[i], "peer": peer, "tag": tag, "start_ns": int(trace.ts[spans.issues[i]]),
+            "end_ns": int(trace.ts[spans.runs[r]] + trace.dur[spans.runs[r]]), "bytes": _bytes(nelems, dtype)}
 
 
 def _peer(args: Optional[dict], ranks: List[int], me: Any) -> Tuple[Optional[int], Optional[int]]:
