@@ -382,19 +382,30 @@ def _size(args: Optional[dict]) -> Tuple[Optional[int], str]:
     dims, types = args.get("Input Dims"), args.get("Input type")
     if not isinstance(dims, list) or not isinstance(types, list):
         return None, ""
-    total, dtype, seen = 0, "", False
-    for d, t in zip(dims, types):
-        shapes = d if d and all(isinstance(x, list) for x in d) else [d] if isinstance(d, list) and d else []
-        if not shapes or not isinstance(t, str) or t in ("Scalar", "ScalarList", ""):
-            continue
-        for s in shapes:
-            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
-                return None, ""
-            total += int(np.prod(s)) if s else 1
-        dtype = "" if t == "TensorList" else t   # a list's element type is not recorded
-        seen = True
-        break   # the first tensor argument: the rank's input
-    return (total, dtype) if seen else (None, "")
+    # the first tensor argument: the rank's input
+    first = next(((shapes, t) for shapes, t in ((_shapes(d), t) for d, t in zip(dims, types))
+                  if shapes and isinstance(t, str) and t not in ("Scalar", "ScalarList", "")), None)
+    total = _elements(first[0]) if first is not None else None
+    if first is None or total is None:
+        return None, ""
+    return total, "" if first[1] == "TensorList" else first[1]   # a list's element type is not recorded
+
+
+def _shapes(dims: Any) -> List[Any]:
+    """The shapes one ``Input Dims`` entry records: a tensor's one, a tensor list's each; []
+    where it records none (a scalar, a missing argument)."""
+    return dims if dims and all(isinstance(x, list) for x in dims) else [dims] if isinstance(dims, list) and dims else []
+
+
+def _elements(shapes: List[Any]) -> Optional[int]:
+    """The elements of the tensors of ``shapes`` (a shape of no dimension is one element);
+    None where a shape is not all non-negative ints (not a recorded size to trust)."""
+    total = 0
+    for shape in shapes:
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape):
+            return None
+        total += int(np.prod(shape)) if shape else 1
+    return total
 
 
 def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]], path: str = "",
