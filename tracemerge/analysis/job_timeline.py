@@ -190,17 +190,29 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
                                         List[Optional[Tuple[int, int]]], Dict[Tuple[int, int], int]]:
     """Per collective: op, group, arrivals and the last arriver on the reference clock, and
     the thread of each rank it ran on; its waits are added to ``waits``."""
-    ops: List[str] = []
-    groups: List[str] = []
-    ranks: List[List[int]] = []
-    arrive: Dict[Tuple[int, int], int] = {}
-    last: List[Optional[Tuple[int, int]]] = []
-    thread_of: Dict[Tuple[int, int], int] = {}
     if not len(colls):
-        return ops, groups, ranks, arrive, last, thread_of
+        return [], [], [], {}, [], {}
     firsts = [colls.records[i] for i in colls.first.tolist()]
-    ops = [r.get("op", "") for r in firsts]
-    groups = [str(r.get("group", "")) for r in firsts]
+    start_ref, end_ref, seen = _collectives_on_reference(colls, clocks)
+    ranks, arrive, last = _arrivals(colls, firsts, start_ref, seen)
+    thread_of: Dict[Tuple[int, int], int] = {}
+    for col, rank in enumerate(colls.ranks):
+        tl = timelines.get(rank)
+        ks = np.flatnonzero(seen[:, col])
+        if tl is None or not len(ks) or not tl.threads:
+            continue
+        for k, th, wait in _rank_waits(colls, tl, col, ks, start_ref[ks, col], end_ref[ks, col]):
+            thread_of[(k, rank)] = th
+            if wait is not None:
+                waits.setdefault((rank, th), []).append(wait)
+    return ([r.get("op", "") for r in firsts], [str(r.get("group", "")) for r in firsts], ranks, arrive, last,
+            thread_of)
+
+
+def _collectives_on_reference(colls: Collectives,
+                              clocks: Mapping[int, ClockModel]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, seen) of the collectives' (collective, rank column) cells on the
+    reference clock; a rank without a clock model sees none (nothing to place it by)."""
     start_ref = np.zeros(colls.start.shape, dtype=np.int64)
     end_ref = np.zeros(colls.end.shape, dtype=np.int64)
     seen = colls.last >= 0
@@ -210,6 +222,17 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
             end_ref[:, col] = clocks[rank].to_reference(colls.end[:, col])
         else:
             seen[:, col] = False
+    return start_ref, end_ref, seen
+
+
+def _arrivals(colls: Collectives, firsts: List[Dict[str, Any]], start_ref: np.ndarray, seen: np.ndarray
+              ) -> Tuple[List[List[int]], Dict[Tuple[int, int], int], List[Optional[Tuple[int, int]]]]:
+    """Per collective: the ranks that recorded it, each one's arrival, and the last arriver
+    (rank, arrival) where every member of its group recorded it (else None: the last may be
+    one unseen)."""
+    ranks: List[List[int]] = []
+    arrive: Dict[Tuple[int, int], int] = {}
+    last: List[Optional[Tuple[int, int]]] = []
     col_of = {rank: c for c, rank in enumerate(colls.ranks)}
     for k, rec in enumerate(firsts):
         members = [int(r) for r in (rec.get("group_ranks") or [])]
@@ -223,49 +246,54 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
             last.append((colls.ranks[c], int(start_ref[k, c])))
         else:
             last.append(None)
-    for col, rank in enumerate(colls.ranks):
-        tl = timelines.get(rank)
-        ks = np.flatnonzero(seen[:, col])
-        if tl is None or not len(ks) or not tl.threads:
+    return ranks, arrive, last
+
+
+def _rank_waits(colls: Collectives, tl: RankTimeline, col: int, ks: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray) -> List[Tuple[int, int, Optional[Tuple[int, int, int, int]]]]:
+    """[(collective, thread index, its wait or None)] of the collectives ``ks`` one rank (its
+    column ``col``) recorded: the thread that entered each, and the wait of each that ended."""
+    which = _entering_threads(tl, starts)
+    ended = colls.ended[ks, col]
+    # an execution span's end lags the completion (resumed_at); a capture's record's does not
+    lags = [colls.records[i].get("source") == EVENTS for i in colls.last[ks, col].tolist()]
+    out: List[Tuple[int, int, Optional[Tuple[int, int, int, int]]]] = []
+    for k, th, s, e, done, lag in zip(ks.tolist(), which.tolist(), starts.tolist(), ends.tolist(),
+                                      ended.tolist(), lags):
+        e = resumed_at(tl, th, s, e) if done and lag else e
+        out.append((k, th, (s, max(e, s), COLLECTIVE_WAIT, k) if done else None))
+    return out
+
+
+def _entering_threads(tl: RankTimeline, starts: np.ndarray) -> np.ndarray:
+    """The thread index that entered each collective arriving at ``starts`` on ``tl``: the
+    one whose span open at the arrival began last (the collective's own op, or the span
+    around it); where none is open (a record with no op of its own in the trace), the one
+    whose work ended last before the arrival: a blocking call follows the caller's work.
+    Else the busiest thread."""
+    # no collective is issued from a runloop thread (its execution span may still be open
+    # when the issuing thread, resumed, issues the next one)
+    loops = runloops(tl)
+    issuing = [i for i in range(len(tl.threads)) if i not in loops] or list(range(len(tl.threads)))
+    never = np.iinfo(np.int64).min
+    best = np.full(len(starts), never)
+    recent = np.full(len(starts), never)
+    which = np.full(len(starts), max(issuing, key=lambda i: len(tl.threads[i].bounds)))
+    after = which.copy()
+    for i in issuing:
+        th = tl.threads[i]
+        if not len(th.bounds):
             continue
-        # no collective is issued from a runloop thread (its execution span may still be open
-        # when the issuing thread, resumed, issues the next one)
-        loops = runloops(tl)
-        issuing = [i for i in range(len(tl.threads)) if i not in loops] or list(range(len(tl.threads)))
-        starts = start_ref[ks, col]
-        # the thread that entered it: the one whose span open at the arrival began last (the
-        # collective's own op, or the span around it); where none is open (a record with no
-        # op of its own in the trace), the one whose work ended last before the arrival: a
-        # blocking call follows the caller's work. Else the busiest thread.
-        never = np.iinfo(np.int64).min
-        best = np.full(len(ks), never)
-        recent = np.full(len(ks), never)
-        which = np.full(len(ks), max(issuing, key=lambda i: len(tl.threads[i].bounds)))
-        after = which.copy()
-        for i in issuing:
-            th = tl.threads[i]
-            if not len(th.bounds):
-                continue
-            at = np.searchsorted(th.bounds, starts, side="right") - 1
-            owner = np.where(at >= 0, th.owner[np.maximum(at, 0)], -1)
-            score = np.where(owner >= 0, tl.span_start[np.maximum(owner, 0)], never)
-            better = (owner >= 0) & (score > best)
-            best[better], which[better] = score[better], i
-            # in a gap: it began when the thread's previous span ended
-            gap_from = np.where((at > 0) & (owner < 0), th.bounds[np.maximum(at, 0)], never)
-            later = gap_from > recent
-            recent[later], after[later] = gap_from[later], i
-        which = np.where(best > never, which, np.where(recent > never, after, which))
-        ended = colls.ended[ks, col]
-        # an execution span's end lags the completion (resumed_at); a capture's record's does not
-        lags = [colls.records[i].get("source") == EVENTS for i in colls.last[ks, col].tolist()]
-        for k, th, s, e, done, lag in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
-                                          ended.tolist(), lags):
-            thread_of[(k, rank)] = th
-            if done:
-                e = resumed_at(tl, th, s, e) if lag else e
-                waits.setdefault((rank, th), []).append((s, max(e, s), COLLECTIVE_WAIT, k))
-    return ops, groups, ranks, arrive, last, thread_of
+        at = np.searchsorted(th.bounds, starts, side="right") - 1
+        owner = np.where(at >= 0, th.owner[np.maximum(at, 0)], -1)
+        score = np.where(owner >= 0, tl.span_start[np.maximum(owner, 0)], never)
+        better = (owner >= 0) & (score > best)
+        best[better], which[better] = score[better], i
+        # in a gap: it began when the thread's previous span ended
+        gap_from = np.where((at > 0) & (owner < 0), th.bounds[np.maximum(at, 0)], never)
+        later = gap_from > recent
+        recent[later], after[later] = gap_from[later], i
+    return np.where(best > never, which, np.where(recent > never, after, which))
 
 
 # the spans a collective's runloop thread runs (gloo's pt_gloo_runloop): work handed to it
