@@ -119,43 +119,11 @@ def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collecti
                    clocks: Mapping[int, ClockModel]) -> "JobTimeline":
     """The :class:`JobTimeline` of rank timelines and the joined records (correlate's RpcCalls and
     Collectives) under ``clocks`` ({rank: ClockModel})."""
-    threads: Dict[Tuple[int, int], Thread] = {}
-    for rank, tl in timelines.items():
-        for i, th in enumerate(tl.threads):
-            threads[(rank, i)] = Thread(rank=rank, index=i, tid=th.tid, bounds=_ints(th.bounds),
-                                        owner=_ints(th.owner), first_ns=th.first_ns, last_ns=th.last_ns)
+    threads = _threads(timelines)
     n = len(calls)
-    t_ref = np.zeros((4, n), dtype=np.int64)
-    has = calls.has.copy() if n else np.zeros((4, 0), bool)
     caller, callee = (calls.caller.tolist(), calls.callee.tolist()) if n else ([], [])
-    for k, key in enumerate(TIMES):
-        side = calls.caller if key in ("send_ns", "complete_ns") else calls.callee
-        for rank in distinct(side).tolist() if n else []:
-            sel = (side == rank) & has[k]
-            if rank in clocks:
-                t_ref[k, sel] = clocks[rank].to_reference(calls.times[k, sel])
-            else:
-                has[k, side == rank] = False
-    quad = has.all(axis=0)  # as the RPC report: every call with both sides, failed ones too
-    transit = t_ref[1] - t_ref[0]
-    floor = np.zeros(n, dtype=np.int64)
-    pair = np.asarray(caller, dtype=np.int64) * (1 << 20) + np.asarray(callee, dtype=np.int64)
-    for p in distinct(pair[quad]).tolist():
-        floor[pair == p] = transit[quad & (pair == p)].min()
-    index = {rec["rpc_id"]: i for i, rec in enumerate(calls.first)} if n else {}
-    caller_span: Dict[int, Tuple[int, int]] = {}
-    callee_span: Dict[int, Tuple[int, int]] = {}
-    span_call: Dict[Tuple[int, int], int] = {}
-    for rank, tl in timelines.items():
-        for rpc_id, role, span in tl.rpc_spans:
-            c = index.get(rpc_id)
-            if c is None:
-                continue
-            if role == "caller" and caller[c] == rank:
-                caller_span[c] = (rank, span)
-            elif role == "callee" and callee[c] == rank:
-                callee_span[c] = (rank, span)
-                span_call[(rank, span)] = c
+    t_ref, has = _calls_on_reference(calls, clocks)
+    caller_span, callee_span, span_call = _rpc_spans(timelines, calls, caller, callee)
     waits: Waits = {}
     for c, (rank, span) in caller_span.items():
         if has[0, c] and has[3, c]:
@@ -172,9 +140,69 @@ def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collecti
                span_end={r: _ints(tl.span_end) for r, tl in timelines.items()},
                callee_of={r: _ints(tl.callee_of) for r, tl in timelines.items()}, names={},
                call_name=[rec.get("name", "") for rec in calls.first] if n else [], call_caller=caller,
-               call_callee=callee, t_ref=t_ref, has=has, floor=floor, caller_span=caller_span,
-               callee_span=callee_span, span_call=span_call, coll_op=coll_op, coll_group=coll_group,
-               coll_ranks=coll_ranks, coll_arrive=coll_arrive, coll_last=coll_last, coll_thread=coll_thread)
+               call_callee=callee, t_ref=t_ref, has=has, floor=_floors(caller, callee, t_ref, has),
+               caller_span=caller_span, callee_span=callee_span, span_call=span_call, coll_op=coll_op,
+               coll_group=coll_group, coll_ranks=coll_ranks, coll_arrive=coll_arrive, coll_last=coll_last,
+               coll_thread=coll_thread)
+
+
+def _threads(timelines: Dict[int, RankTimeline]) -> Dict[Tuple[int, int], Thread]:
+    """{(rank, thread index): Thread} of every rank's threads, waits still empty (the walk's
+    list-backed copy of each RankTimeline thread)."""
+    return {(rank, i): Thread(rank=rank, index=i, tid=th.tid, bounds=_ints(th.bounds), owner=_ints(th.owner),
+                              first_ns=th.first_ns, last_ns=th.last_ns)
+            for rank, tl in timelines.items() for i, th in enumerate(tl.threads)}
+
+
+def _calls_on_reference(calls: RpcCalls, clocks: Mapping[int, ClockModel]) -> Tuple[np.ndarray, np.ndarray]:
+    """(t_ref, has): each call's t1..t4 on the reference clock (t1 and t4 on the caller's,
+    t2 and t3 on the callee's), a time of a rank without a clock model not had."""
+    n = len(calls)
+    t_ref = np.zeros((4, n), dtype=np.int64)
+    has = calls.has.copy() if n else np.zeros((4, 0), bool)
+    for k, key in enumerate(TIMES):
+        side = calls.caller if key in ("send_ns", "complete_ns") else calls.callee
+        for rank in distinct(side).tolist() if n else []:
+            sel = (side == rank) & has[k]
+            if rank in clocks:
+                t_ref[k, sel] = clocks[rank].to_reference(calls.times[k, sel])
+            else:
+                has[k, side == rank] = False
+    return t_ref, has
+
+
+def _floors(caller: List[int], callee: List[int], t_ref: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """Per call: the fastest delivery (t2 - t1) seen between its caller and callee, over the
+    calls with all four times (as the RPC report: failed ones too); 0 where none has."""
+    n = len(caller)
+    quad = has.all(axis=0)
+    transit = t_ref[1] - t_ref[0]
+    floor = np.zeros(n, dtype=np.int64)
+    pair = np.asarray(caller, dtype=np.int64) * (1 << 20) + np.asarray(callee, dtype=np.int64)
+    for p in distinct(pair[quad]).tolist():
+        floor[pair == p] = transit[quad & (pair == p)].min()
+    return floor
+
+
+def _rpc_spans(timelines: Dict[int, RankTimeline], calls: RpcCalls, caller: List[int], callee: List[int]
+               ) -> Tuple[Dict[int, Tuple[int, int]], Dict[int, Tuple[int, int]], Dict[Tuple[int, int], int]]:
+    """({call: (rank, caller span)}, {call: (rank, callee span)}, {(rank, callee span): call}):
+    the RPC spans of the timelines tied to the calls they belong to, each on its own side's rank."""
+    index = {rec["rpc_id"]: i for i, rec in enumerate(calls.first)} if len(calls) else {}
+    caller_span: Dict[int, Tuple[int, int]] = {}
+    callee_span: Dict[int, Tuple[int, int]] = {}
+    span_call: Dict[Tuple[int, int], int] = {}
+    for rank, tl in timelines.items():
+        for rpc_id, role, span in tl.rpc_spans:
+            c = index.get(rpc_id)
+            if c is None:
+                continue
+            if role == "caller" and caller[c] == rank:
+                caller_span[c] = (rank, span)
+            elif role == "callee" and callee[c] == rank:
+                callee_span[c] = (rank, span)
+                span_call[(rank, span)] = c
+    return caller_span, callee_span, span_call
 
 
 def _ints(column: Any) -> "array[int]":
