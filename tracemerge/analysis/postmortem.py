@@ -423,32 +423,37 @@ def _seq(value: Optional[int]) -> str:
 
 def summary(pm: PostMortem, t0: int) -> List[str]:
     """The findings in a few lines (times in ms from ``t0``), said before the tables."""
-    lines = []
-    for e in pm.ended:
-        seen = e.known_from.startswith("rank ")  # its peers saw it go: it left no file
-        what = ("died, leaving no file (its peers saw it go)" if seen and e.how == "died"
-                else "died without writing its rank file" if e.how == "died"
-                else f"was ended by {e.how}" if e.how.startswith("SIG")
-                else f"raised {e.detail}" if e.how == "raised" else f"ended ({e.how})")
-        line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from {'' if seen else 'its '}{e.known_from})"
-        if e.blocked_in:
-            line += f", blocked in {e.blocked_in}"
-        lines.append(line)
-    for c in pm.in_flight:
-        lines.append(f"{c.name or c.rpc_id} ({c.rpc_id}, rank {c.caller} -> rank {c.callee}) was sent at "
-                     f"{_ms(c.send_ns - t0)} ms and never completed (waited {_ms(c.waited_ns)} ms)")
-    for u in pm.unjoined:
-        lines.append(f"{u.op} (group {u.group}, seq {u.seq}): rank{'s' if len(u.missing) > 1 else ''} "
-                     f"{', '.join(map(str, u.missing))} never joined; "
-                     + ", ".join(f"rank {r} waited {_ms(w)} ms" + (f" in it at {u.where[r]}" if r in u.where else "")
-                                 for r, w in u.waiting.items())
-                     + "".join(f"; rank {r} last entered {w}" for r, w in u.missing_last.items()))
-    for m in pm.mismatches:
-        lines.append(f"{m.op} (group {m.group}, seq {m.seq}): rank {m.rank} does not match rank {m.expected_rank}: "
-                     f"{m.kind}" + (f" ({m.culprit})" if m.culprit else ""))
+    lines = [_ended_line(e, t0) for e in pm.ended]
+    lines.extend(f"{c.name or c.rpc_id} ({c.rpc_id}, rank {c.caller} -> rank {c.callee}) was sent at "
+                 f"{_ms(c.send_ns - t0)} ms and never completed (waited {_ms(c.waited_ns)} ms)" for c in pm.in_flight)
+    lines.extend(_unjoined_line(u) for u in pm.unjoined)
+    lines.extend(f"{m.op} (group {m.group}, seq {m.seq}): rank {m.rank} does not match rank {m.expected_rank}: "
+                 f"{m.kind}" + (f" ({m.culprit})" if m.culprit else "") for m in pm.mismatches)
     if pm.waited_for is not None and (pm.unjoined or pm.died):
         lines.append(f"the rank everyone waited for: rank {pm.waited_for}")
     return lines
+
+
+def _ended_line(e: RankEnd, t0: int) -> str:
+    """The summary's line of a rank that ended early: how (its own file's word, or its
+    peers' where it left none), when, and what it was blocked in."""
+    seen = e.known_from.startswith("rank ")  # its peers saw it go: it left no file
+    what = ("died, leaving no file (its peers saw it go)" if seen and e.how == "died"
+            else "died without writing its rank file" if e.how == "died"
+            else f"was ended by {e.how}" if e.how.startswith("SIG")
+            else f"raised {e.detail}" if e.how == "raised" else f"ended ({e.how})")
+    line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from {'' if seen else 'its '}{e.known_from})"
+    return line + (f", blocked in {e.blocked_in}" if e.blocked_in else "")
+
+
+def _unjoined_line(u: Unjoined) -> str:
+    """The summary's line of a collective some rank never joined: who did not, who waited
+    how long and where, and what the absent ranks last entered."""
+    return (f"{u.op} (group {u.group}, seq {u.seq}): rank{'s' if len(u.missing) > 1 else ''} "
+            f"{', '.join(map(str, u.missing))} never joined; "
+            + ", ".join(f"rank {r} waited {_ms(w)} ms" + (f" in it at {u.where[r]}" if r in u.where else "")
+                        for r, w in u.waiting.items())
+            + "".join(f"; rank {r} last entered {w}" for r, w in u.missing_last.items()))
 
 
 def as_dict(pm: PostMortem) -> Dict[str, Any]:
