@@ -119,43 +119,11 @@ def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collecti
                    clocks: Mapping[int, ClockModel]) -> "JobTimeline":
     """The :class:`JobTimeline` of rank timelines and the joined records (correlate's RpcCalls and
     Collectives) under ``clocks`` ({rank: ClockModel})."""
-    threads: Dict[Tuple[int, int], Thread] = {}
-    for rank, tl in timelines.items():
-        for i, th in enumerate(tl.threads):
-            threads[(rank, i)] = Thread(rank=rank, index=i, tid=th.tid, bounds=_ints(th.bounds),
-                                        owner=_ints(th.owner), first_ns=th.first_ns, last_ns=th.last_ns)
+    threads = _threads(timelines)
     n = len(calls)
-    t_ref = np.zeros((4, n), dtype=np.int64)
-    has = calls.has.copy() if n else np.zeros((4, 0), bool)
     caller, callee = (calls.caller.tolist(), calls.callee.tolist()) if n else ([], [])
-    for k, key in enumerate(TIMES):
-        side = calls.caller if key in ("send_ns", "complete_ns") else calls.callee
-        for rank in distinct(side).tolist() if n else []:
-            sel = (side == rank) & has[k]
-            if rank in clocks:
-                t_ref[k, sel] = clocks[rank].to_reference(calls.times[k, sel])
-            else:
-                has[k, side == rank] = False
-    quad = has.all(axis=0)  # as the RPC report: every call with both sides, failed ones too
-    transit = t_ref[1] - t_ref[0]
-    floor = np.zeros(n, dtype=np.int64)
-    pair = np.asarray(caller, dtype=np.int64) * (1 << 20) + np.asarray(callee, dtype=np.int64)
-    for p in distinct(pair[quad]).tolist():
-        floor[pair == p] = transit[quad & (pair == p)].min()
-    index = {rec["rpc_id"]: i for i, rec in enumerate(calls.first)} if n else {}
-    caller_span: Dict[int, Tuple[int, int]] = {}
-    callee_span: Dict[int, Tuple[int, int]] = {}
-    span_call: Dict[Tuple[int, int], int] = {}
-    for rank, tl in timelines.items():
-        for rpc_id, role, span in tl.rpc_spans:
-            c = index.get(rpc_id)
-            if c is None:
-                continue
-            if role == "caller" and caller[c] == rank:
-                caller_span[c] = (rank, span)
-            elif role == "callee" and callee[c] == rank:
-                callee_span[c] = (rank, span)
-                span_call[(rank, span)] = c
+    t_ref, has = _calls_on_reference(calls, clocks)
+    caller_span, callee_span, span_call = _rpc_spans(timelines, calls, caller, callee)
     waits: Waits = {}
     for c, (rank, span) in caller_span.items():
         if has[0, c] and has[3, c]:
@@ -172,9 +140,69 @@ def build_timeline(timelines: Dict[int, RankTimeline], calls: RpcCalls, collecti
                span_end={r: _ints(tl.span_end) for r, tl in timelines.items()},
                callee_of={r: _ints(tl.callee_of) for r, tl in timelines.items()}, names={},
                call_name=[rec.get("name", "") for rec in calls.first] if n else [], call_caller=caller,
-               call_callee=callee, t_ref=t_ref, has=has, floor=floor, caller_span=caller_span,
-               callee_span=callee_span, span_call=span_call, coll_op=coll_op, coll_group=coll_group,
-               coll_ranks=coll_ranks, coll_arrive=coll_arrive, coll_last=coll_last, coll_thread=coll_thread)
+               call_callee=callee, t_ref=t_ref, has=has, floor=_floors(caller, callee, t_ref, has),
+               caller_span=caller_span, callee_span=callee_span, span_call=span_call, coll_op=coll_op,
+               coll_group=coll_group, coll_ranks=coll_ranks, coll_arrive=coll_arrive, coll_last=coll_last,
+               coll_thread=coll_thread)
+
+
+def _threads(timelines: Dict[int, RankTimeline]) -> Dict[Tuple[int, int], Thread]:
+    """{(rank, thread index): Thread} of every rank's threads, waits still empty (the walk's
+    list-backed copy of each RankTimeline thread)."""
+    return {(rank, i): Thread(rank=rank, index=i, tid=th.tid, bounds=_ints(th.bounds), owner=_ints(th.owner),
+                              first_ns=th.first_ns, last_ns=th.last_ns)
+            for rank, tl in timelines.items() for i, th in enumerate(tl.threads)}
+
+
+def _calls_on_reference(calls: RpcCalls, clocks: Mapping[int, ClockModel]) -> Tuple[np.ndarray, np.ndarray]:
+    """(t_ref, has): each call's t1..t4 on the reference clock (t1 and t4 on the caller's,
+    t2 and t3 on the callee's), a time of a rank without a clock model not had."""
+    n = len(calls)
+    t_ref = np.zeros((4, n), dtype=np.int64)
+    has = calls.has.copy() if n else np.zeros((4, 0), bool)
+    for k, key in enumerate(TIMES):
+        side = calls.caller if key in ("send_ns", "complete_ns") else calls.callee
+        for rank in distinct(side).tolist() if n else []:
+            sel = (side == rank) & has[k]
+            if rank in clocks:
+                t_ref[k, sel] = clocks[rank].to_reference(calls.times[k, sel])
+            else:
+                has[k, side == rank] = False
+    return t_ref, has
+
+
+def _floors(caller: List[int], callee: List[int], t_ref: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """Per call: the fastest delivery (t2 - t1) seen between its caller and callee, over the
+    calls with all four times (as the RPC report: failed ones too); 0 where none has."""
+    n = len(caller)
+    quad = has.all(axis=0)
+    transit = t_ref[1] - t_ref[0]
+    floor = np.zeros(n, dtype=np.int64)
+    pair = np.asarray(caller, dtype=np.int64) * (1 << 20) + np.asarray(callee, dtype=np.int64)
+    for p in distinct(pair[quad]).tolist():
+        floor[pair == p] = transit[quad & (pair == p)].min()
+    return floor
+
+
+def _rpc_spans(timelines: Dict[int, RankTimeline], calls: RpcCalls, caller: List[int], callee: List[int]
+               ) -> Tuple[Dict[int, Tuple[int, int]], Dict[int, Tuple[int, int]], Dict[Tuple[int, int], int]]:
+    """({call: (rank, caller span)}, {call: (rank, callee span)}, {(rank, callee span): call}):
+    the RPC spans of the timelines tied to the calls they belong to, each on its own side's rank."""
+    index = {rec["rpc_id"]: i for i, rec in enumerate(calls.first)} if len(calls) else {}
+    caller_span: Dict[int, Tuple[int, int]] = {}
+    callee_span: Dict[int, Tuple[int, int]] = {}
+    span_call: Dict[Tuple[int, int], int] = {}
+    for rank, tl in timelines.items():
+        for rpc_id, role, span in tl.rpc_spans:
+            c = index.get(rpc_id)
+            if c is None:
+                continue
+            if role == "caller" and caller[c] == rank:
+                caller_span[c] = (rank, span)
+            elif role == "callee" and callee[c] == rank:
+                callee_span[c] = (rank, span)
+                span_call[(rank, span)] = c
+    return caller_span, callee_span, span_call
 
 
 def _ints(column: Any) -> "array[int]":
@@ -190,17 +218,29 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
                                         List[Optional[Tuple[int, int]]], Dict[Tuple[int, int], int]]:
     """Per collective: op, group, arrivals and the last arriver on the reference clock, and
     the thread of each rank it ran on; its waits are added to ``waits``."""
-    ops: List[str] = []
-    groups: List[str] = []
-    ranks: List[List[int]] = []
-    arrive: Dict[Tuple[int, int], int] = {}
-    last: List[Optional[Tuple[int, int]]] = []
-    thread_of: Dict[Tuple[int, int], int] = {}
     if not len(colls):
-        return ops, groups, ranks, arrive, last, thread_of
+        return [], [], [], {}, [], {}
     firsts = [colls.records[i] for i in colls.first.tolist()]
-    ops = [r.get("op", "") for r in firsts]
-    groups = [str(r.get("group", "")) for r in firsts]
+    start_ref, end_ref, seen = _collectives_on_reference(colls, clocks)
+    ranks, arrive, last = _arrivals(colls, firsts, start_ref, seen)
+    thread_of: Dict[Tuple[int, int], int] = {}
+    for col, rank in enumerate(colls.ranks):
+        tl = timelines.get(rank)
+        ks = np.flatnonzero(seen[:, col])
+        if tl is None or not len(ks) or not tl.threads:
+            continue
+        for k, th, wait in _rank_waits(colls, tl, col, ks, start_ref[ks, col], end_ref[ks, col]):
+            thread_of[(k, rank)] = th
+            if wait is not None:
+                waits.setdefault((rank, th), []).append(wait)
+    return ([r.get("op", "") for r in firsts], [str(r.get("group", "")) for r in firsts], ranks, arrive, last,
+            thread_of)
+
+
+def _collectives_on_reference(colls: Collectives,
+                              clocks: Mapping[int, ClockModel]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, seen) of the collectives' (collective, rank column) cells on the
+    reference clock; a rank without a clock model sees none (nothing to place it by)."""
     start_ref = np.zeros(colls.start.shape, dtype=np.int64)
     end_ref = np.zeros(colls.end.shape, dtype=np.int64)
     seen = colls.last >= 0
@@ -210,6 +250,17 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
             end_ref[:, col] = clocks[rank].to_reference(colls.end[:, col])
         else:
             seen[:, col] = False
+    return start_ref, end_ref, seen
+
+
+def _arrivals(colls: Collectives, firsts: List[Dict[str, Any]], start_ref: np.ndarray, seen: np.ndarray
+              ) -> Tuple[List[List[int]], Dict[Tuple[int, int], int], List[Optional[Tuple[int, int]]]]:
+    """Per collective: the ranks that recorded it, each one's arrival, and the last arriver
+    (rank, arrival) where every member of its group recorded it (else None: the last may be
+    one unseen)."""
+    ranks: List[List[int]] = []
+    arrive: Dict[Tuple[int, int], int] = {}
+    last: List[Optional[Tuple[int, int]]] = []
     col_of = {rank: c for c, rank in enumerate(colls.ranks)}
     for k, rec in enumerate(firsts):
         members = [int(r) for r in (rec.get("group_ranks") or [])]
@@ -223,49 +274,54 @@ def _collectives(colls: Collectives, clocks: Mapping[int, ClockModel], timelines
             last.append((colls.ranks[c], int(start_ref[k, c])))
         else:
             last.append(None)
-    for col, rank in enumerate(colls.ranks):
-        tl = timelines.get(rank)
-        ks = np.flatnonzero(seen[:, col])
-        if tl is None or not len(ks) or not tl.threads:
+    return ranks, arrive, last
+
+
+def _rank_waits(colls: Collectives, tl: RankTimeline, col: int, ks: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray) -> List[Tuple[int, int, Optional[Tuple[int, int, int, int]]]]:
+    """[(collective, thread index, its wait or None)] of the collectives ``ks`` one rank (its
+    column ``col``) recorded: the thread that entered each, and the wait of each that ended."""
+    which = _entering_threads(tl, starts)
+    ended = colls.ended[ks, col]
+    # an execution span's end lags the completion (resumed_at); a capture's record's does not
+    lags = [colls.records[i].get("source") == EVENTS for i in colls.last[ks, col].tolist()]
+    out: List[Tuple[int, int, Optional[Tuple[int, int, int, int]]]] = []
+    for k, th, s, e, done, lag in zip(ks.tolist(), which.tolist(), starts.tolist(), ends.tolist(),
+                                      ended.tolist(), lags):
+        e = resumed_at(tl, th, s, e) if done and lag else e
+        out.append((k, th, (s, max(e, s), COLLECTIVE_WAIT, k) if done else None))
+    return out
+
+
+def _entering_threads(tl: RankTimeline, starts: np.ndarray) -> np.ndarray:
+    """The thread index that entered each collective arriving at ``starts`` on ``tl``: the
+    one whose span open at the arrival began last (the collective's own op, or the span
+    around it); where none is open (a record with no op of its own in the trace), the one
+    whose work ended last before the arrival: a blocking call follows the caller's work.
+    Else the busiest thread."""
+    # no collective is issued from a runloop thread (its execution span may still be open
+    # when the issuing thread, resumed, issues the next one)
+    loops = runloops(tl)
+    issuing = [i for i in range(len(tl.threads)) if i not in loops] or list(range(len(tl.threads)))
+    never = np.iinfo(np.int64).min
+    best = np.full(len(starts), never)
+    recent = np.full(len(starts), never)
+    which = np.full(len(starts), max(issuing, key=lambda i: len(tl.threads[i].bounds)))
+    after = which.copy()
+    for i in issuing:
+        th = tl.threads[i]
+        if not len(th.bounds):
             continue
-        # no collective is issued from a runloop thread (its execution span may still be open
-        # when the issuing thread, resumed, issues the next one)
-        loops = runloops(tl)
-        issuing = [i for i in range(len(tl.threads)) if i not in loops] or list(range(len(tl.threads)))
-        starts = start_ref[ks, col]
-        # the thread that entered it: the one whose span open at the arrival began last (the
-        # collective's own op, or the span around it); where none is open (a record with no
-        # op of its own in the trace), the one whose work ended last before the arrival: a
-        # blocking call follows the caller's work. Else the busiest thread.
-        never = np.iinfo(np.int64).min
-        best = np.full(len(ks), never)
-        recent = np.full(len(ks), never)
-        which = np.full(len(ks), max(issuing, key=lambda i: len(tl.threads[i].bounds)))
-        after = which.copy()
-        for i in issuing:
-            th = tl.threads[i]
-            if not len(th.bounds):
-                continue
-            at = np.searchsorted(th.bounds, starts, side="right") - 1
-            owner = np.where(at >= 0, th.owner[np.maximum(at, 0)], -1)
-            score = np.where(owner >= 0, tl.span_start[np.maximum(owner, 0)], never)
-            better = (owner >= 0) & (score > best)
-            best[better], which[better] = score[better], i
-            # in a gap: it began when the thread's previous span ended
-            gap_from = np.where((at > 0) & (owner < 0), th.bounds[np.maximum(at, 0)], never)
-            later = gap_from > recent
-            recent[later], after[later] = gap_from[later], i
-        which = np.where(best > never, which, np.where(recent > never, after, which))
-        ended = colls.ended[ks, col]
-        # an execution span's end lags the completion (resumed_at); a capture's record's does not
-        lags = [colls.records[i].get("source") == EVENTS for i in colls.last[ks, col].tolist()]
-        for k, th, s, e, done, lag in zip(ks.tolist(), which.tolist(), starts.tolist(), end_ref[ks, col].tolist(),
-                                          ended.tolist(), lags):
-            thread_of[(k, rank)] = th
-            if done:
-                e = resumed_at(tl, th, s, e) if lag else e
-                waits.setdefault((rank, th), []).append((s, max(e, s), COLLECTIVE_WAIT, k))
-    return ops, groups, ranks, arrive, last, thread_of
+        at = np.searchsorted(th.bounds, starts, side="right") - 1
+        owner = np.where(at >= 0, th.owner[np.maximum(at, 0)], -1)
+        score = np.where(owner >= 0, tl.span_start[np.maximum(owner, 0)], never)
+        better = (owner >= 0) & (score > best)
+        best[better], which[better] = score[better], i
+        # in a gap: it began when the thread's previous span ended
+        gap_from = np.where((at > 0) & (owner < 0), th.bounds[np.maximum(at, 0)], never)
+        later = gap_from > recent
+        recent[later], after[later] = gap_from[later], i
+    return np.where(best > never, which, np.where(recent > never, after, which))
 
 
 # the spans a collective's runloop thread runs (gloo's pt_gloo_runloop): work handed to it

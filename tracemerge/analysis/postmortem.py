@@ -364,40 +364,57 @@ def _ms(ns: Optional[int]) -> str:
     return "" if ns is None else f"{ns / 1e6:.3f}"
 
 
-def sections(pm: PostMortem, t0: int) -> List[Tuple[str, Table]]:
-    """The post-mortem as titled tables (times in ms from ``t0``, the report's start)."""
-    out: List[Tuple[str, Table]] = []
-    if pm.ended:
-        out.append(("Post-mortem: ranks that ended early", (
-            ["Rank", "How", "At ms", "Known from", "Last completed", "Last completed at ms", "Blocked in", "Detail"],
+def _ended_table(ended: List[RankEnd], t0: int) -> Table:
+    """The table of the ranks that ended early (times in ms from ``t0``)."""
+    return (["Rank", "How", "At ms", "Known from", "Last completed", "Last completed at ms", "Blocked in", "Detail"],
             [[e.rank, e.how, _ms(e.at_ns - t0), e.known_from, e.last_done,
               _ms(None if e.last_done_ns is None else e.last_done_ns - t0), e.blocked_in or "-", e.detail or "-"]
-             for e in pm.ended])))
-    if pm.in_flight:
-        out.append(("Post-mortem: RPCs in flight, never completed", (
-            ["RPC id", "Caller", "Callee", "Sent ms", "Waited ms", "Status", "Name"],
+             for e in ended])
+
+
+def _in_flight_table(in_flight: List[InFlight], t0: int) -> Table:
+    """The table of the RPCs in flight that never completed."""
+    return (["RPC id", "Caller", "Callee", "Sent ms", "Waited ms", "Status", "Name"],
             [[c.rpc_id, c.caller, c.callee, _ms(c.send_ns - t0), _ms(c.waited_ns), c.status, c.name]
-             for c in pm.in_flight])))
-    if pm.unjoined:
-        out.append(("Post-mortem: collectives never joined", (
-            ["Group", "Seq", "Op", "Entered ms", "Never joined", "Waiting (ms)", "Waiting in", "Never joined: last in"],
+             for c in in_flight])
+
+
+def _unjoined_table(unjoined: List[Unjoined], t0: int) -> Table:
+    """The table of the collectives some rank never joined."""
+    return (["Group", "Seq", "Op", "Entered ms", "Never joined", "Waiting (ms)", "Waiting in", "Never joined: last in"],
             [[u.group, u.seq, u.op, _ms(u.start_ns - t0), " ".join(map(str, u.missing)),
               " ".join(f"{r}:{_ms(w)}" for r, w in u.waiting.items()),
               "; ".join(f"{r}: {w}" for r, w in u.where.items()) or "-",
-              "; ".join(f"{r}: {w}" for r, w in u.missing_last.items()) or "-"] for u in pm.unjoined])))
-    if pm.mismatches:
-        out.append(("Post-mortem: collectives whose ranks disagree (Flight Recorder)", (
-            ["Group", "Seq", "Op", "Rank", "Expected as rank", "Mismatch", "Detail"],
-            [[m.group, m.seq, m.op, m.rank, m.expected_rank, m.kind, m.culprit or "-"] for m in pm.mismatches])))
-    if pm.groups:
-        out.append(("Post-mortem: each rank's groups at its Flight Recorder dump", (
-            ["Rank", "Group", "Last enqueued", "Last started", "Last completed", "Last completed op", "In",
+              "; ".join(f"{r}: {w}" for r, w in u.missing_last.items()) or "-"] for u in unjoined])
+
+
+def _mismatches_table(mismatches: List[Mismatch], t0: int) -> Table:
+    """The table of the Flight Recorder's collectives whose ranks disagree (no times: ``t0`` unused)."""
+    return (["Group", "Seq", "Op", "Rank", "Expected as rank", "Mismatch", "Detail"],
+            [[m.group, m.seq, m.op, m.rank, m.expected_rank, m.kind, m.culprit or "-"] for m in mismatches])
+
+
+def _groups_table(groups: List[GroupStatus], t0: int) -> Table:
+    """The table of each rank's groups at its Flight Recorder dump."""
+    return (["Rank", "Group", "Last enqueued", "Last started", "Last completed", "Last completed op", "In",
              "Since ms", "Issued at"],
             [[g.rank, g.group, _seq(g.last_enqueued), _seq(g.last_started), _seq(g.last_completed),
               g.last_completed_op or "-", g.pending or "-",
               _ms(None if g.pending_since_ns is None else g.pending_since_ns - t0) or "-", g.where or "-"]
-             for g in pm.groups])))
-    return out
+             for g in groups])
+
+
+def sections(pm: PostMortem, t0: int) -> List[Tuple[str, Table]]:
+    """The post-mortem as titled tables (times in ms from ``t0``, the report's start): one
+    table per kind of finding, in the report's order, said only where there is one."""
+    found: List[Tuple[str, Sequence[Any], Callable[[Any, int], Table]]] = [
+        ("Post-mortem: ranks that ended early", pm.ended, _ended_table),
+        ("Post-mortem: RPCs in flight, never completed", pm.in_flight, _in_flight_table),
+        ("Post-mortem: collectives never joined", pm.unjoined, _unjoined_table),
+        ("Post-mortem: collectives whose ranks disagree (Flight Recorder)", pm.mismatches, _mismatches_table),
+        ("Post-mortem: each rank's groups at its Flight Recorder dump", pm.groups, _groups_table),
+    ]
+    return [(title, table(items, t0)) for title, items, table in found if items]
 
 
 def _seq(value: Optional[int]) -> str:
@@ -406,32 +423,37 @@ def _seq(value: Optional[int]) -> str:
 
 def summary(pm: PostMortem, t0: int) -> List[str]:
     """The findings in a few lines (times in ms from ``t0``), said before the tables."""
-    lines = []
-    for e in pm.ended:
-        seen = e.known_from.startswith("rank ")  # its peers saw it go: it left no file
-        what = ("died, leaving no file (its peers saw it go)" if seen and e.how == "died"
-                else "died without writing its rank file" if e.how == "died"
-                else f"was ended by {e.how}" if e.how.startswith("SIG")
-                else f"raised {e.detail}" if e.how == "raised" else f"ended ({e.how})")
-        line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from {'' if seen else 'its '}{e.known_from})"
-        if e.blocked_in:
-            line += f", blocked in {e.blocked_in}"
-        lines.append(line)
-    for c in pm.in_flight:
-        lines.append(f"{c.name or c.rpc_id} ({c.rpc_id}, rank {c.caller} -> rank {c.callee}) was sent at "
-                     f"{_ms(c.send_ns - t0)} ms and never completed (waited {_ms(c.waited_ns)} ms)")
-    for u in pm.unjoined:
-        lines.append(f"{u.op} (group {u.group}, seq {u.seq}): rank{'s' if len(u.missing) > 1 else ''} "
-                     f"{', '.join(map(str, u.missing))} never joined; "
-                     + ", ".join(f"rank {r} waited {_ms(w)} ms" + (f" in it at {u.where[r]}" if r in u.where else "")
-                                 for r, w in u.waiting.items())
-                     + "".join(f"; rank {r} last entered {w}" for r, w in u.missing_last.items()))
-    for m in pm.mismatches:
-        lines.append(f"{m.op} (group {m.group}, seq {m.seq}): rank {m.rank} does not match rank {m.expected_rank}: "
-                     f"{m.kind}" + (f" ({m.culprit})" if m.culprit else ""))
+    lines = [_ended_line(e, t0) for e in pm.ended]
+    lines.extend(f"{c.name or c.rpc_id} ({c.rpc_id}, rank {c.caller} -> rank {c.callee}) was sent at "
+                 f"{_ms(c.send_ns - t0)} ms and never completed (waited {_ms(c.waited_ns)} ms)" for c in pm.in_flight)
+    lines.extend(_unjoined_line(u) for u in pm.unjoined)
+    lines.extend(f"{m.op} (group {m.group}, seq {m.seq}): rank {m.rank} does not match rank {m.expected_rank}: "
+                 f"{m.kind}" + (f" ({m.culprit})" if m.culprit else "") for m in pm.mismatches)
     if pm.waited_for is not None and (pm.unjoined or pm.died):
         lines.append(f"the rank everyone waited for: rank {pm.waited_for}")
     return lines
+
+
+def _ended_line(e: RankEnd, t0: int) -> str:
+    """The summary's line of a rank that ended early: how (its own file's word, or its
+    peers' where it left none), when, and what it was blocked in."""
+    seen = e.known_from.startswith("rank ")  # its peers saw it go: it left no file
+    what = ("died, leaving no file (its peers saw it go)" if seen and e.how == "died"
+            else "died without writing its rank file" if e.how == "died"
+            else f"was ended by {e.how}" if e.how.startswith("SIG")
+            else f"raised {e.detail}" if e.how == "raised" else f"ended ({e.how})")
+    line = f"rank {e.rank} {what} at {_ms(e.at_ns - t0)} ms (known from {'' if seen else 'its '}{e.known_from})"
+    return line + (f", blocked in {e.blocked_in}" if e.blocked_in else "")
+
+
+def _unjoined_line(u: Unjoined) -> str:
+    """The summary's line of a collective some rank never joined: who did not, who waited
+    how long and where, and what the absent ranks last entered."""
+    return (f"{u.op} (group {u.group}, seq {u.seq}): rank{'s' if len(u.missing) > 1 else ''} "
+            f"{', '.join(map(str, u.missing))} never joined; "
+            + ", ".join(f"rank {r} waited {_ms(w)} ms" + (f" in it at {u.where[r]}" if r in u.where else "")
+                        for r, w in u.waiting.items())
+            + "".join(f"; rank {r} last entered {w}" for r, w in u.missing_last.items()))
 
 
 def as_dict(pm: PostMortem) -> Dict[str, Any]:

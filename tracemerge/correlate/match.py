@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
 from operator import itemgetter
-from typing import Any, Collection, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Collection, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -380,14 +380,7 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
     record would shift every later pair."""
     several = _several_jobs(infos)
     by_rank = {(info.job_id if several else None, info.rank): list(getattr(info, "p2p", None) or []) for info in infos}
-    sent: Dict[tuple, List[Dict[str, Any]]] = {}
-    received: Dict[tuple, List[Dict[str, Any]]] = {}
-    for (job, rank), recs in by_rank.items():
-        for rec in sorted(recs, key=itemgetter("start_ns")):
-            if rec["op"] == "send":
-                sent.setdefault((job, rank, rec["peer"], rec.get("tag")), []).append(rec)
-            else:
-                received.setdefault((job, rec["peer"], rank, rec.get("tag")), []).append(rec)
+    sent, received = _directions(by_rank)
     rows: List[Tuple[int, int, int, int, int]] = []
     said: List[str] = []
     for key in sorted(set(sent) | set(received), key=str):
@@ -395,15 +388,7 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
         if (job, s) not in by_rank or (job, r) not in by_rank or s == r:
             continue   # the peer has no input: nothing to link
         sends, recvs = sent.get(key, []), received.get(key, [])
-        why = ""
-        if len(sends) != len(recvs):
-            why = f"rank {s} records {len(sends)} sends to rank {r}, rank {r} {len(recvs)} receives from rank {s}"
-        else:
-            bad = next((k for k, (a, b) in enumerate(zip(sends, recvs)) if a["bytes"] and b["bytes"]
-                        and a["bytes"] != b["bytes"]), None)
-            if bad is not None:
-                why = (f"send #{bad} of rank {s} to rank {r} is {sends[bad]['bytes']} bytes, its receive on rank {r} "
-                       f"{recvs[bad]['bytes']}")
+        why = _unmatched_because(s, r, sends, recvs)
         if why:
             said.append(f"point-to-point: {why}; that direction's sends and receives are not matched")
             continue
@@ -413,6 +398,33 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
     for c in cols:
         c.setflags(write=False)  # shared by every reader of the job
     return PointToPoint(*cols), said
+
+
+def _directions(by_rank: Mapping[Tuple[Any, Any], List[Any]]
+                ) -> Tuple[Dict[tuple, List[Dict[str, Any]]], Dict[tuple, List[Dict[str, Any]]]]:
+    """({(job, sender, receiver, tag): sends}, {(job, sender, receiver, tag): receives}), each
+    in issue order: one key per direction and tag, the order the k-th pairs are read in."""
+    sent: Dict[tuple, List[Dict[str, Any]]] = {}
+    received: Dict[tuple, List[Dict[str, Any]]] = {}
+    for (job, rank), recs in by_rank.items():
+        for rec in sorted(recs, key=itemgetter("start_ns")):
+            if rec["op"] == "send":
+                sent.setdefault((job, rank, rec["peer"], rec.get("tag")), []).append(rec)
+            else:
+                received.setdefault((job, rec["peer"], rank, rec.get("tag")), []).append(rec)
+    return sent, received
+
+
+def _unmatched_because(s: int, r: int, sends: List[Dict[str, Any]], recvs: List[Dict[str, Any]]) -> str:
+    """Why the direction s -> r cannot be matched k-th to k-th (its counts differ, or a pair's
+    sizes where both give one), else "": one missing record would shift every later pair."""
+    if len(sends) != len(recvs):
+        return f"rank {s} records {len(sends)} sends to rank {r}, rank {r} {len(recvs)} receives from rank {s}"
+    bad = next((k for k, (a, b) in enumerate(zip(sends, recvs)) if a["bytes"] and b["bytes"]
+                and a["bytes"] != b["bytes"]), None)
+    if bad is None:
+        return ""
+    return f"send #{bad} of rank {s} to rank {r} is {sends[bad]['bytes']} bytes, its receive on rank {r} {recvs[bad]['bytes']}"
 
 
 @dataclass(frozen=True)

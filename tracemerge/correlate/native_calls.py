@@ -472,25 +472,39 @@ def _forced(component: List[_Call], contested: List[bool]) -> None:
     ops = sorted({i for c in component for i in c.cands})
     at = {op: k for k, op in enumerate(ops)}
     adj = [[at[i] for i in c.cands] for c in component]        # call -> local ops
-    holders: List[List[int]] = [[] for _ in ops]                # op -> calls that may take it
+    mate_call, mate_op = _matching(component, adj)
+    forward = _reached_from_free(adj, mate_call, mate_op, [contested[op] for op in ops])
+    backward = _reaching_free(_holders(adj, len(ops)), mate_call, mate_op)
+    cycle = _on_cycles(adj, mate_call, mate_op)
+    for n, c in enumerate(component):
+        if mate_call[n] >= 0 and not forward[n] and not backward[n] and not cycle[n]:
+            c.op = ops[mate_call[n]]
+
+
+def _holders(adj: List[List[int]], n_ops: int) -> List[List[int]]:
+    """op -> the calls that may take it: ``adj`` inverted, for the backward walk."""
+    holders: List[List[int]] = [[] for _ in range(n_ops)]
     for n, nbrs in enumerate(adj):
         for o in nbrs:
             holders[o].append(n)
-    mate_call, mate_op = _matching(component, adj)
-    nc = len(component)
-    # ops reached from a free call (or a wide call) by alternating paths
-    swap = [False] * nc
-    seen_op = [contested[op] for op in ops]
-    queue = [o for o in range(len(ops)) if seen_op[o]]
-    for n in range(nc):
+    return holders
+
+
+def _reached_from_free(adj: List[List[int]], mate_call: List[int], mate_op: List[int],
+                       contested: List[bool]) -> List[bool]:
+    """Per call: its matched op is reached by an alternating path from a free call or from
+    an op a wide call may take (``contested``, by local op), so another call could take it."""
+    swap = [False] * len(adj)
+    seen_op = list(contested)
+    queue = [o for o in range(len(seen_op)) if seen_op[o]]
+    for n in range(len(adj)):
         if mate_call[n] < 0:
             for o in adj[n]:
                 if not seen_op[o]:
                     seen_op[o] = True
                     queue.append(o)
     while queue:
-        o = queue.pop()
-        n = mate_op[o]
+        n = mate_op[queue.pop()]
         if n < 0 or swap[n]:
             continue
         swap[n] = True
@@ -498,22 +512,23 @@ def _forced(component: List[_Call], contested: List[bool]) -> None:
             if not seen_op[o2]:
                 seen_op[o2] = True
                 queue.append(o2)
-    # calls reaching a free op (backwards: free op <- call, call's op <- calls that may take it)
-    seen_call = [False] * nc
-    stack = [n for o in range(len(ops)) if mate_op[o] < 0 for n in holders[o]]
+    return swap
+
+
+def _reaching_free(holders: List[List[int]], mate_call: List[int], mate_op: List[int]) -> List[bool]:
+    """Per call: an alternating path from it reaches a free op (walked backwards: free op <-
+    call, call's op <- the calls that may take it), so it could give its op up."""
+    seen_call = [False] * len(mate_call)
+    stack = [n for o in range(len(holders)) if mate_op[o] < 0 for n in holders[o]]
     while stack:
         n = stack.pop()
         if seen_call[n]:
             continue
         seen_call[n] = True
-        swap[n] = True
         o = mate_call[n]
         if o >= 0:
             stack.extend(m for m in holders[o] if not seen_call[m])
-    cycle = _on_cycles(adj, mate_call, mate_op)
-    for n, c in enumerate(component):
-        if mate_call[n] >= 0 and not swap[n] and not cycle[n]:
-            c.op = ops[mate_call[n]]
+    return seen_call
 
 
 def _matching(component: List[_Call], adj: List[List[int]]) -> Tuple[List[int], List[int]]:

@@ -58,7 +58,7 @@ whenever the caller waited). The peer and tag are the issue op's arguments (with
 group of two, the other member.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, TypedDict
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
 import numpy as np
 
@@ -122,53 +122,114 @@ def collected(trace: RankTrace) -> Tuple[List[Dict[str, Any]], List[Optional[int
     run_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(RUN_PREFIXES)]
     if not run_codes:
         return [], []
-    issue_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(ISSUE_PREFIX)
-                   and n[len(ISSUE_PREFIX):] in ISSUE_OPS]
+    spans = _spans(trace, _issue_codes(trace, ISSUE_OPS), run_codes, ISSUE_OPS)
+    pairs = _paired(trace.ts[spans.issues].tolist(), spans.issue_ops, trace.ts[spans.runs].tolist(), spans.run_ops)
+    run_threads = trace.thread_keys(spans.runs).tolist() if len(spans.runs) else []
+    groups = _groups_of(trace, pairs, run_threads, bool(len(spans.issues)))
+    steps = _ended_steps(trace)
+    kept = [n for n, (_, r) in enumerate(pairs) if r is None or spans.run_ops[r] not in ("send", "recv")]  # p2p's apart
+    out = [_record(trace, spans, pairs[n], groups[n], steps) for n in kept]
+    for made, seq in zip(out, _group_places([made["group"] for made in out])):
+        made["seq"] = seq
+    return out, [int(run_threads[r]) if r is not None else None for _, r in (pairs[n] for n in kept)]
+
+
+class _Spans(NamedTuple):
+    """A rank's issue ops and execution spans of one kind (collectives or point-to-point),
+    each in start order with its op and args: what pairing and the records read."""
+
+    issues: np.ndarray
+    runs: np.ndarray
+    issue_ops: List[str]
+    run_ops: List[str]
+    issue_args: List[Any]
+    run_args: List[Any]
+
+
+def _issue_codes(trace: RankTrace, ops: Dict[str, str]) -> List[int]:
+    """The name codes of the trace's ``c10d::`` dispatcher ops that ``ops`` names: one table
+    per kind (collectives, point-to-point) over one selection."""
+    return [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(ISSUE_PREFIX)
+            and n[len(ISSUE_PREFIX):] in ops]
+
+
+def _spans(trace: RankTrace, issue_codes: List[int], run_codes: List[int], ops: Dict[str, str]) -> _Spans:
+    """The timed spans of ``issue_codes`` and ``run_codes`` in start order, with their ops (an
+    issue op's through ``ops``) and args: collectives and point-to-point read them alike."""
     ok = trace.timed & (trace.dur >= 0)
     runs = _in_order(trace, np.flatnonzero(np.isin(trace.name, run_codes) & ok))
     issues = _in_order(trace, np.flatnonzero(np.isin(trace.name, issue_codes) & ok)) if issue_codes else runs[:0]
-    run_ops = [_run_op(trace.names[int(trace.name[i])]) for i in runs.tolist()]
-    issue_ops = [ISSUE_OPS[trace.names[int(trace.name[i])][len(ISSUE_PREFIX):]] for i in issues.tolist()]
-    pairs = _paired(trace.ts[issues].tolist(), issue_ops, trace.ts[runs].tolist(), run_ops)
-    group, ranks = _group(trace.meta)
-    run_threads = trace.thread_keys(runs).tolist() if len(runs) else []
+    return _Spans(issues, runs,
+                  [ops[trace.names[int(trace.name[i])][len(ISSUE_PREFIX):]] for i in issues.tolist()],
+                  [_run_op(trace.names[int(trace.name[i])]) for i in runs.tolist()],
+                  trace.args.dicts(issues.tolist()), trace.args.dicts(runs.tolist()))
+
+
+def _groups_of(trace: RankTrace, pairs: List[Tuple[Optional[int], Optional[int]]], run_threads: List[Any],
+               issues_seen: bool) -> List[Tuple[str, List[int]]]:
+    """(group name, ranks) of each pair (step 2 of the module docstring): its runloop thread's
+    group where the rank is in several, the one listed group else; UNISSUED for an execution
+    no dispatcher op issued while others were (a group of torch's own, RPC's)."""
+    group = _group(trace.meta)
+    # every paired thread deals, a point-to-point op's too: the groups' threads run both
     dealt = _dealt(trace, sorted({run_threads[r] for i, r in pairs if i is not None and r is not None}))
-    run_args = trace.args.dicts(runs.tolist())
-    issue_args = trace.args.dicts(issues.tolist())
-    steps = _ended_steps(trace)
-    issues_seen = bool(len(issues))
-    out: List[Dict[str, Any]] = []
-    threads: List[Optional[int]] = []
-    for i, r in pairs:
-        if r is not None and run_ops[r] in ("send", "recv"):
-            continue   # point_to_point's
-        threads.append(int(run_threads[r]) if r is not None else None)
-        # the issue op names it more precisely (every pair has one side or both)
-        op = issue_ops[i] if i is not None else run_ops[r or 0]
-        at = int(issues[i]) if i is not None else int(runs[r or 0])
-        nelems, dtype = _size(run_args[r] if r is not None else None)
-        if nelems is None and i is not None:
-            nelems, dtype = _size(issue_args[i])
-        # issued by no dispatcher op while others were: a group of torch's own (RPC's), apart
-        own = issues_seen and i is None
-        g, g_ranks = dealt.get(run_threads[r], (group, ranks)) if r is not None else (group, ranks)
-        rec: EventCollective = {"op": op, "group": UNISSUED if own else g, "group_ranks": [] if own else list(g_ranks),
-                                "seq": 0, "seq_inferred": True,
-                                "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0), "nelems": nelems,
-                                "dtype": dtype, "start_ns": int(trace.ts[at]), "source": SOURCE}
-        if r is not None:
-            end = int(trace.ts[runs[r]] + trace.dur[runs[r]])
-            args = run_args[r]
-            if not (isinstance(args, dict) and args.get("finished") is False):
-                rec["end_ns"] = end
-            elif i is not None and _step_ended(steps, trace, int(issues[i])):
-                rec["end_ns"], rec["end_at_stop"] = end, True
-        out.append(dict(rec))
+    return [(UNISSUED, []) if issues_seen and i is None else dealt.get(run_threads[r], group) if r is not None
+            else group for i, r in pairs]
+
+
+def _record(trace: RankTrace, spans: _Spans, pair: Tuple[Optional[int], Optional[int]],
+            where: Tuple[str, List[int]], steps: List[Tuple[Any, int, int]]) -> Dict[str, Any]:
+    """The :class:`EventCollective` of one issue/execution pair (step 1 of the module
+    docstring) in group ``where``, ``seq`` still 0 (step 3 numbers it)."""
+    i, r = pair
+    # the issue op names it more precisely (every pair has one side or both)
+    op = spans.issue_ops[i] if i is not None else spans.run_ops[r or 0]
+    at = int(spans.issues[i]) if i is not None else int(spans.runs[r or 0])
+    nelems, dtype = _either_size(spans.run_args[r] if r is not None else None,
+                                 spans.issue_args[i] if i is not None else None)
+    rec: EventCollective = {"op": op, "group": where[0], "group_ranks": list(where[1]), "seq": 0, "seq_inferred": True,
+                            "bytes": _bytes(nelems, dtype), "nelems": nelems, "dtype": dtype,
+                            "start_ns": int(trace.ts[at]), "source": SOURCE}
+    out: Dict[str, Any] = dict(rec)
+    if r is not None:
+        out.update(_end(trace, spans, i, r, steps))
+    return out
+
+
+def _end(trace: RankTrace, spans: _Spans, i: Optional[int], r: int,
+         steps: List[Tuple[Any, int, int]]) -> Dict[str, Any]:
+    """``end_ns`` (and ``end_at_stop``) of a pair with an execution span: its end where it
+    finished; the profiler's stop where it was open but the step around its issue had ended
+    (the module docstring); none where it was never left."""
+    end = int(trace.ts[spans.runs[r]] + trace.dur[spans.runs[r]])
+    args = spans.run_args[r]
+    if not (isinstance(args, dict) and args.get("finished") is False):
+        return {"end_ns": end}
+    if i is not None and _step_ended(steps, trace, int(spans.issues[i])):
+        return {"end_ns": end, "end_at_stop": True}
+    return {}
+
+
+def _group_places(groups: List[str]) -> List[int]:
+    """Each record's place in its own group's order (step 3 of the module docstring)."""
     count: Dict[str, int] = {}
-    for made in out:   # each group's own order
-        made["seq"] = count.get(made["group"], 0)
-        count[made["group"]] = made["seq"] + 1
-    return out, threads
+    out = []
+    for g in groups:
+        out.append(count.get(g, 0))
+        count[g] = out[-1] + 1
+    return out
+
+
+def _either_size(run_args: Optional[dict], issue_args: Optional[dict]) -> Tuple[Optional[int], str]:
+    """(elements, dtype) from the execution span's shapes, else the issue op's (the module
+    docstring: a coalesced op's execution holds all its tensors)."""
+    nelems, dtype = _size(run_args)
+    return _size(issue_args) if nelems is None else (nelems, dtype)
+
+
+def _bytes(nelems: Optional[int], dtype: str) -> int:
+    """The bytes of ``nelems`` of ``dtype``; 0 where either is unknown."""
+    return (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0)
 
 
 STEP_PREFIX = "ProfilerStep#"
@@ -201,35 +262,30 @@ def point_to_point(trace: RankTrace) -> List[Dict[str, Any]]:
     data could leave), ``end_ns`` the work's completion (a receive's data had arrived by
     then: what the one-way link, ``correlate.match.match_p2p``, reads). An op whose peer is
     not known, or whose work did not complete in the window, is left out."""
-    issue_codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.startswith(ISSUE_PREFIX)
-                   and n[len(ISSUE_PREFIX):] in P2P_OPS]
+    issue_codes = _issue_codes(trace, P2P_OPS)
     run_codes = [i for i, n in enumerate(trace.names) if n in ("gloo:send", "gloo:recv")]
     if not issue_codes or not run_codes:
         return []
-    ok = trace.timed & (trace.dur >= 0)
-    issues = _in_order(trace, np.flatnonzero(np.isin(trace.name, issue_codes) & ok))
-    runs = _in_order(trace, np.flatnonzero(np.isin(trace.name, run_codes) & ok))
-    issue_ops = [P2P_OPS[trace.names[int(trace.name[i])][len(ISSUE_PREFIX):]] for i in issues.tolist()]
-    run_ops = [_run_op(trace.names[int(trace.name[i])]) for i in runs.tolist()]
-    issue_args = trace.args.dicts(issues.tolist())
-    run_args = trace.args.dicts(runs.tolist())
+    spans = _spans(trace, issue_codes, run_codes, P2P_OPS)
     _, ranks = _group(trace.meta)
     me = (trace.meta.get("distributedInfo") or {}).get("rank") if isinstance(trace.meta, dict) else None
-    out: List[Dict[str, Any]] = []
-    for i, r in _paired(trace.ts[issues].tolist(), issue_ops, trace.ts[runs].tolist(), run_ops):
-        done = run_args[r] if r is not None else None
-        if i is None or r is None or (isinstance(done, dict) and done.get("finished") is False):
-            continue
-        peer, tag = _peer(issue_args[i], ranks, me)
-        if peer is None:
-            continue
-        nelems, dtype = _size(run_args[r])
-        if nelems is None:
-            nelems, dtype = _size(issue_args[i])
-        out.append({"op": issue_ops[i], "peer": peer, "tag": tag, "start_ns": int(trace.ts[issues[i]]),
-                    "end_ns": int(trace.ts[runs[r]] + trace.dur[runs[r]]),
-                    "bytes": (nelems or 0) * DTYPE_BYTES.get(dtype.lower(), 0)})
-    return out
+    pairs = _paired(trace.ts[spans.issues].tolist(), spans.issue_ops, trace.ts[spans.runs].tolist(), spans.run_ops)
+    return [op for op in (_p2p_op(trace, spans, i, r, ranks, me) for i, r in pairs
+                          if i is not None and r is not None) if op is not None]
+
+
+def _p2p_op(trace: RankTrace, spans: _Spans, i: int, r: int, ranks: List[int], me: Any) -> Optional[Dict[str, Any]]:
+    """One send or receive of :func:`point_to_point` from its issue op ``i`` and execution
+    span ``r``; None where the work did not complete in the window or the peer is not known."""
+    done = spans.run_args[r]
+    if isinstance(done, dict) and done.get("finished") is False:
+        return None
+    peer, tag = _peer(spans.issue_args[i], ranks, me)
+    if peer is None:
+        return None
+    nelems, dtype = _either_size(spans.run_args[r], spans.issue_args[i])
+    return {"op": spans.issue_ops[i], "peer": peer, "tag": tag, "start_ns": int(trace.ts[spans.issues[i]]),
+            "end_ns": int(trace.ts[spans.runs[r]] + trace.dur[spans.runs[r]]), "bytes": _bytes(nelems, dtype)}
 
 
 def _peer(args: Optional[dict], ranks: List[int], me: Any) -> Tuple[Optional[int], Optional[int]]:
@@ -326,19 +382,30 @@ def _size(args: Optional[dict]) -> Tuple[Optional[int], str]:
     dims, types = args.get("Input Dims"), args.get("Input type")
     if not isinstance(dims, list) or not isinstance(types, list):
         return None, ""
-    total, dtype, seen = 0, "", False
-    for d, t in zip(dims, types):
-        shapes = d if d and all(isinstance(x, list) for x in d) else [d] if isinstance(d, list) and d else []
-        if not shapes or not isinstance(t, str) or t in ("Scalar", "ScalarList", ""):
-            continue
-        for s in shapes:
-            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
-                return None, ""
-            total += int(np.prod(s)) if s else 1
-        dtype = "" if t == "TensorList" else t   # a list's element type is not recorded
-        seen = True
-        break   # the first tensor argument: the rank's input
-    return (total, dtype) if seen else (None, "")
+    # the first tensor argument: the rank's input
+    first = next(((shapes, t) for shapes, t in ((_shapes(d), t) for d, t in zip(dims, types))
+                  if shapes and isinstance(t, str) and t not in ("Scalar", "ScalarList", "")), None)
+    total = _elements(first[0]) if first is not None else None
+    if first is None or total is None:
+        return None, ""
+    return total, "" if first[1] == "TensorList" else first[1]   # a list's element type is not recorded
+
+
+def _shapes(dims: Any) -> List[Any]:
+    """The shapes one ``Input Dims`` entry records: a tensor's one, a tensor list's each; []
+    where it records none (a scalar, a missing argument)."""
+    return dims if dims and all(isinstance(x, list) for x in dims) else [dims] if isinstance(dims, list) and dims else []
+
+
+def _elements(shapes: List[Any]) -> Optional[int]:
+    """The elements of the tensors of ``shapes`` (a shape of no dimension is one element);
+    None where a shape is not all non-negative ints (not a recorded size to trust)."""
+    total = 0
+    for shape in shapes:
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape):
+            return None
+        total += int(np.prod(shape)) if shape else 1
+    return total
 
 
 def merged(captured: List[Dict[str, Any]], events: List[Dict[str, Any]], path: str = "",
