@@ -18,6 +18,7 @@ import textwrap
 
 import pytest
 from support import cli
+from support.modules import written_module
 from support.ranks import rank_file, write, x
 
 from tracemerge import formats
@@ -112,20 +113,13 @@ def _run(tmp, name, planted):
     return run
 
 
-def _module(tmp, name, text):
-    (tmp / f"{name}.py").write_text(text)
-    spec = importlib.util.spec_from_file_location(name, tmp / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("per_rank")
     after = {**PLANTED, 0: {**PLANTED[0], 2: PLANTED[0][2] + [100]}}  # one more event on rank 0's thread 2
     return {"before": _run(tmp, "before", PLANTED), "after": _run(tmp, "after", after),
-            "analysis": _module(tmp, "toy_threads", TOY_ANALYSIS), "format": _module(tmp, "toy_format", TOY_FORMAT)}
+            "analysis": written_module(tmp, "toy_threads", TOY_ANALYSIS),
+            "format": written_module(tmp, "toy_format", TOY_FORMAT)}
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import textwrap
 
 import orjson
 import pytest
+from support.modules import written_module
 
 from tracemerge.errors import TracemergeError
 from tracemerge.job import AlignRequest, Job
@@ -80,19 +81,10 @@ def _rank_file(path, rank, durations_ms):
     return str(path)
 
 
-def _module(tmp, name, text):
-    """The module of ``text``, written as ``tmp/NAME.py`` (a module of its own, as an installed one)."""
-    (tmp / f"{name}.py").write_text(text)
-    spec = importlib.util.spec_from_file_location(name, tmp / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def toy_report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("toy")
-    module = _module(tmp, "toy_analysis", TOY)
+    module = written_module(tmp, "toy_analysis", TOY)
     paths = [_rank_file(tmp / "rank0.json.gz", 0, [4.0, 3.0]), _rank_file(tmp / "rank1.json.gz", 1, [1.0, 2.0])]
     report = build_report(paths, Job.open, group_by="name,rank")
     return report, module, paths
@@ -199,7 +191,7 @@ def primitives_toy(tmp_path_factory, toy_report):
     """The toy's module, a registry of the test's own (the package's and its line), and a
     second run whose rank 1 runs 6 ms more."""
     tmp = tmp_path_factory.mktemp("primitives_toy")
-    module = _module(tmp, "op_time", PRIMITIVES_TOY)
+    module = written_module(tmp, "op_time", PRIMITIVES_TOY)
     registry = sections.SECTIONS + (module.SECTION,)
     paths = [_rank_file(tmp / "rank0.json.gz", 0, [4.0, 3.0]), _rank_file(tmp / "rank1.json.gz", 1, [1.0, 8.0])]
     return toy_report[0], build_report(paths, Job.open, group_by="name,rank"), registry
