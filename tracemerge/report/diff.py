@@ -80,8 +80,8 @@ def diff_reports(before: "Report", after: "Report", before_inputs: Sequence[str]
                  after_inputs: Sequence[str] = (), sections: "Optional[Sequence[Section]]" = None) -> Diff:
     """The :class:`Diff` of two reports, over the tables the sections compare (``sections``:
     the registry, :data:`~tracemerge.report.sections.SECTIONS`, unless given another)."""
-    from tracemerge.report.sections import SECTIONS, compared
-    tables = compared(SECTIONS if sections is None else sections)
+    from tracemerge.report.sections import compared
+    tables = compared(sections)
     out = Diff(before=list(before_inputs), after=list(after_inputs))
     for table in tables:
         out.rows += _rows(table, before, after)

@@ -461,7 +461,7 @@ SECTIONS: Tuple[Section, ...] = (
 )
 
 
-def _registry(given: Optional[Sequence[Section]]) -> Sequence[Section]:
+def registered(given: Optional[Sequence[Section]]) -> Sequence[Section]:
     """``given``, else the registry as it is when called (not when this module was imported:
     a caller, a test among them, may extend :data:`SECTIONS`)."""
     return SECTIONS if given is None else given
@@ -469,7 +469,7 @@ def _registry(given: Optional[Sequence[Section]]) -> Sequence[Section]:
 
 def shown(report: Report, sections: Optional[Sequence[Section]] = None) -> List[Section]:
     """The report's sections in the order the formats show them: the ``lead`` ones first."""
-    sections = _registry(sections)
+    sections = registered(sections)
     present = [s for s in sections if s.present(report)]
     return [s for s in present if s.lead] + [s for s in present if not s.lead]
 
@@ -477,26 +477,26 @@ def shown(report: Report, sections: Optional[Sequence[Section]] = None) -> List[
 def views(report: Report, sort_by: str, row_limit: int,
           sections: Optional[Sequence[Section]] = None) -> List[Tuple[Section, View]]:
     """Each section the report has, in the order the formats show them, with what it shows."""
-    sections = _registry(sections)
+    sections = registered(sections)
     return [(s, s.view(report, sort_by, row_limit)) for s in shown(report, sections)]
 
 
 def per_rank_products(exported: bool = False, sections: Optional[Sequence[Section]] = None) -> Tuple[Product, ...]:
     """What the sections ask of each rank (their ``per_rank``), in registry order;
     ``exported``: of the sections with ``export`` tables only (what ``export`` reads)."""
-    sections = _registry(sections)
+    sections = registered(sections)
     return tuple(p for s in sections if s.export or not exported for p in s.per_rank)
 
 
 def csv_tables(sections: Optional[Sequence[Section]] = None) -> Dict[str, CsvRows]:
     """``report --section``'s tables by name, the default first."""
-    sections = _registry(sections)
+    sections = registered(sections)
     return {name: rows for s in sections for name, rows in s.csv}
 
 
 def compared(sections: Optional[Sequence[Section]] = None) -> List[Compared]:
     """The tables ``tracemerge diff`` compares, in registry order."""
-    sections = _registry(sections)
+    sections = registered(sections)
     return [c for s in sections for c in s.diff]
 
 
@@ -504,7 +504,7 @@ def report_dict(report: Report, sort_by: str = "cpu_time_total", row_limit: int 
                 sections: Optional[Sequence[Section]] = None) -> Dict[str, Any]:
     """The JSON report: every section's keys in registry order, the notes (their words)
     after those of the section with ``notes_after``, else last."""
-    sections = _registry(sections)
+    sections = registered(sections)
     doc: Dict[str, Any] = {}
     notes = [n.text for n in report.notes]
     for s in sections:

@@ -51,8 +51,8 @@ def render(report: "Report", fmt: str = DEFAULT, sort_by: str = "cpu_time_total"
     unless given another)."""
     if fmt not in RENDERERS:
         raise TracemergeError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
-    from tracemerge.report.sections import SECTIONS, csv_tables
-    walked = SECTIONS if sections is None else tuple(sections)
+    from tracemerge.report.sections import csv_tables, registered
+    walked = tuple(registered(sections))
     form = RENDERERS[fmt]
     if section is None or section == next(iter(csv_tables(walked)), None):
         return form.render(report, sort_by, row_limit, walked)
