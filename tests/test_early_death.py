@@ -77,7 +77,9 @@ def test_callee_dead_in_its_first_second_is_named_by_its_rank(jobs, case):
     run = jobs[case]
     log = (run / "job.log").read_text(errors="replace")[-3000:]
     planted = json.loads((run / "plant" / "planted.json").read_text())
-    assert planted["planted_ns"] - planted["up_ns"] < 300 * MS, log  # the planted death: within 0.3 s of RPC up
+    # the planted death in the job's first second: on a loaded machine (CI) the profiler's start
+    # alone took 0.42 s between RPC up and the first call, so the bound is the second itself
+    assert planted["planted_ns"] - planted["up_ns"] < 1000 * MS, log
     names = [os.path.basename(p) for p in _traces(run)]
     assert "rank1.journal" in names, (names, log)  # named by its rank, learned when init_rpc returned
     lines = [json.loads(line) for line in (run / "traces" / "rank1.journal").read_bytes().splitlines() if line]
