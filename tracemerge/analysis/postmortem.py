@@ -12,7 +12,7 @@ segfault); a rank file written on a signal says which. docs/reports.md, "Post-mo
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from tracemerge.analysis.flight_recorder import GroupStatus, Mismatch, findings
 from tracemerge.inputs.flight_recorder import frame_text
@@ -171,12 +171,14 @@ def _seen_dead(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[RankEn
     failed: Dict[int, List[Tuple[int, str]]] = {}
     last_ok: Dict[int, int] = {}
     for info in infos:
-        _calls_seen(info, to_ref[info.rank], failed, last_ok)
-        _collectives_seen(info, to_ref[info.rank], failed, last_ok)
+        # only what the peers saw of a rank without a file counts (a rank's own file says how
+        # it ended): the records about the others are passed over, most of a healthy job's
+        _calls_seen(info, to_ref[info.rank], given, failed, last_ok)
+        _collectives_seen(info, to_ref[info.rank], given, failed, last_ok)
     out = []
     for peer, seen in sorted(failed.items()):
-        if peer in given or not isinstance(peer, int):
-            continue  # its own file says how it ended
+        if not isinstance(peer, int):
+            continue
         at, why = min(seen)
         ok = last_ok.get(peer)
         out.append(RankEnd(peer, "died", at, why, last_done="" if ok is None else "its last exchange that succeeded",
@@ -184,13 +186,14 @@ def _seen_dead(infos: Sequence[Any], to_ref: Mapping[int, Clock]) -> List[RankEn
     return out
 
 
-def _calls_seen(info: Any, ref: Clock, failed: Dict[int, List[Tuple[int, str]]], last_ok: Dict[int, int]) -> None:
-    """What ``info``'s calls saw of their callees: a call that failed (into ``failed``), the
-    last one that completed (``last_ok``), on the reference clock."""
+def _calls_seen(info: Any, ref: Clock, given: Set[int], failed: Dict[int, List[Tuple[int, str]]],
+                last_ok: Dict[int, int]) -> None:
+    """What ``info``'s calls saw of their callees not in ``given``: a call that failed (into
+    ``failed``), the last one that completed (``last_ok``), on the reference clock."""
     for r in info.rpcs:
-        if r.get("role") != "caller":
-            continue
         peer = r.get("callee")
+        if r.get("role") != "caller" or peer in given:
+            continue
         if r.get("status") == "ok" and isinstance(r.get("complete_ns"), int):
             last_ok[peer] = max(last_ok.get(peer, 0), ref(r["complete_ns"]))
         elif r.get("status") == "error":
@@ -199,12 +202,14 @@ def _calls_seen(info: Any, ref: Clock, failed: Dict[int, List[Tuple[int, str]]],
                                                          "failed"))
 
 
-def _collectives_seen(info: Any, ref: Clock, failed: Dict[int, List[Tuple[int, str]]],
+def _collectives_seen(info: Any, ref: Clock, given: Set[int], failed: Dict[int, List[Tuple[int, str]]],
                       last_ok: Dict[int, int]) -> None:
-    """What ``info``'s collectives saw of their peers: a lost peer's error (into ``failed``),
-    the last one that ended (``last_ok``), on the reference clock."""
+    """What ``info``'s collectives saw of their peers not in ``given``: a lost peer's error
+    (into ``failed``), the last one that ended (``last_ok``), on the reference clock."""
     for c in info.collectives:
-        peers = set(c.get("group_ranks") or []) - {info.rank}
+        peers = set(c.get("group_ranks") or []).difference(given)
+        if not peers:
+            continue
         error = str(c.get("error", ""))
         if error and any(s in error for s in PEER_LOST):
             at = c["error_at_ns"] if isinstance(c.get("error_at_ns"), int) else c["start_ns"]
