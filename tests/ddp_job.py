@@ -11,6 +11,13 @@ Rank 2 sleeps ``SLEEP_MS`` in every forward, inside ``record_function("planted_s
 the others wait for it in backward's all_reduce; with ``alternate``, only in odd steps, over
 ``ALTERNATE_STEPS`` steps: the even steps are the job run without the sleep, on cores as busy
 as the odd ones' at that moment (what ``whatif`` of the sleep removed is compared with).
+With ``alternate`` every rank's forward also waits ``ALTERNATE_WORK_MS`` in
+``record_function("device_work")`` (``DDP_WORK_MS`` in the environment overrides it): the
+step's work as a GPU job's CPU sees it, a wait, so that a step is mostly its work and not
+gloo's loopback latency (~3 ms a step, longer after a rank sat idle in a sleep), and so that
+3 ranks on a machine's 2 cores do not slow each other's work more in the steps where they
+work together than in those where rank 2 works alone after its sleep: both made the steps
+without the sleep differ from a slept step less its sleep by -49 % to +38 % from run to run.
 PROFILER:
 
 - ``capture``: ``tracemerge.capture.profile`` around STEPS steps (``p.step()`` each), with
@@ -43,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEPS = 8
 ALTERNATE_STEPS = 61
+ALTERNATE_WORK_MS = 40
 ACTIVE = 3
 SLOW_RANK = 2
 FAIL_RANK = 1
@@ -55,13 +63,16 @@ class Slowed(torch.nn.Module):
 
     def __init__(self, rank: int, sleep_s: float) -> None:
         super().__init__()
-        self.rank, self.sleep_s = rank, sleep_s
+        self.rank, self.sleep_s, self.work_s = rank, sleep_s, 0.0
         self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.rank == SLOW_RANK and self.sleep_s:
             with torch.profiler.record_function("planted_sleep"):
                 time.sleep(self.sleep_s)
+        if self.work_s:
+            with torch.profiler.record_function("device_work"):
+                time.sleep(self.work_s)
         return self.net(x)
 
 
@@ -89,6 +100,7 @@ def main(profiler: str, out_dir: str, sleep_ms: float, *options: str) -> None:
         model = DistributedDataParallel(slowed)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(32, 64)
+    slowed.work_s = float(os.environ.get("DDP_WORK_MS", ALTERNATE_WORK_MS if alternate else 0)) / 1000
     took = []
 
     def step(n: int) -> None:
