@@ -145,3 +145,97 @@ def test_gloo_send_without_shapes_in_a_pair_takes_the_other_rank(tmp_path):
     job = Job.open([r0, r1])
     assert sorted(zip(job.links.p2p.sender.tolist(), job.links.p2p.receiver.tolist())) == [(0, 1), (1, 0)]
     assert all(r["tag"] is None for i in job.infos for r in i.p2p)
+
+
+def _sends_and_receives(tmp_path: Path) -> list:
+    """Rank 0 sends with tag 5 at 1000 µs and tag 6 at 2000 µs; rank 1 receives tag 6 first
+    (1500–2300 µs), then tag 5 (2400–2500 µs): the send at 1000 is the receive ending at
+    2500, the send at 2000 the one ending at 2300."""
+    return [_trace(tmp_path, 0, [], extra=_p2p(0, "send", 1000, 1100, 1, 5) + _p2p(0, "send", 2000, 2100, 1, 6)),
+            _trace(tmp_path, 1, [], extra=_p2p(1, "recv", 1500, 2300, 0, 6) + _p2p(1, "recv", 2400, 2500, 0, 5))]
+
+
+# the arrows planted: (the send's c10d::send start µs on rank 0, the receive's gloo:recv end µs on rank 1)
+PLANTED_ARROWS = [(1000, 2500), (2000, 2300)]
+
+
+def _combined(paths: list, out: Path, core: str, monkeypatch, **kw) -> tuple:
+    """(the bytes, the summary) of ``paths`` combined to ``out`` by ``core``."""
+    from tracemerge import native
+    from tracemerge.merge.combine import combine
+
+    monkeypatch.setenv(native.ENV, core)
+    summary = combine(Job.open(paths, align=AlignRequest("wall")), None, str(out), force=True, **kw)
+    return out.read_bytes(), summary
+
+
+def _json_enclosing(events: list, flow: dict) -> dict:
+    """The innermost X event on the flow event's thread whose span holds its ts."""
+    hits = [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (flow["pid"], flow["tid"])
+            and e["ts"] <= flow["ts"] <= e["ts"] + e["dur"]]
+    assert hits, flow
+    return max(hits, key=lambda e: (e["ts"], -e["dur"]))
+
+
+def test_sends_get_one_arrow_each_to_their_receive_in_json(tmp_path, monkeypatch):
+    """Each matched send/recv pair is one p2p arrow in the merged JSON: ``s`` just inside the
+    send's ``c10d::send`` on rank 0, ``f`` (``bp: "e"``) just inside the end of its receive's
+    ``gloo:recv`` on rank 1 (paired by tag, not by order), ``s`` before ``f``; its id out of
+    the RPC arrows' range. Both cores write the same bytes."""
+    paths = _sends_and_receives(tmp_path)
+    data, summary = _combined(paths, tmp_path / "n.json", "native", monkeypatch)
+    assert _combined(paths, tmp_path / "p.json", "python", monkeypatch) == (data, summary)
+    events = json.loads(data)["traceEvents"]
+    flows = [e for e in events if e["ph"] in "sf"]
+    assert {e["cat"] for e in flows} == {"p2p"} and len(flows) == 2 * len(PLANTED_ARROWS)
+    by_id: dict = {}
+    for e in flows:
+        by_id.setdefault(e["id"], {})[e["ph"]] = e
+    got = []
+    for fid, ends in by_id.items():
+        assert sorted(ends) == ["f", "s"] and ends["f"]["bp"] == "e"
+        assert 2 ** 52 + 2 ** 51 <= fid < 2 ** 53
+        send, recv = _json_enclosing(events, ends["s"]), _json_enclosing(events, ends["f"])
+        assert (send["name"], send["pid"]) == ("c10d::send", summary["pids"]["0"]["10"])
+        assert (recv["name"], recv["pid"]) == ("gloo:recv", summary["pids"]["1"]["11"])
+        assert ends["s"]["ts"] < ends["f"]["ts"]
+        assert ends["s"]["args"] == {"sender": 0, "receiver": 1, "bytes": 400}
+        got.append((round(send["ts"]), round(recv["ts"] + recv["dur"])))
+    assert sorted(got) == PLANTED_ARROWS   # the output's µs after its base, the files' own (one clock)
+    assert json.loads(data)["baseTimeNanoseconds"] == BASE
+    assert summary["p2p_flows"] == {"send_spans": 2, "recv_spans": 2, "flow_events": 4}
+
+
+def test_sends_get_one_arrow_each_to_their_receive_in_pftrace(tmp_path, monkeypatch):
+    """The same arrows in a .pftrace, read back with Perfetto's protos: the send's slice
+    begins with the flow id, its receive's slice ends with it as a terminating id; one arc
+    per pair from rank 0's ``c10d::send`` to rank 1's ``gloo:recv``, in time order. Both
+    cores write the same bytes."""
+    from support.pftrace import read_pftrace, thread_of
+
+    paths = _sends_and_receives(tmp_path)
+    data, summary = _combined(paths, tmp_path / "n.pftrace", "native", monkeypatch)
+    assert _combined(paths, tmp_path / "p.pftrace", "python", monkeypatch) == (data, summary)
+    got = read_pftrace(str(tmp_path / "n.pftrace"))
+    assert not got["unmatched_flow_ends"]
+    arcs = []
+    for fid, send, recv in got["arcs"]:
+        assert 2 ** 52 + 2 ** 51 <= fid < 2 ** 53
+        assert send["flows"] == [fid] and recv["end_terminating"] == [fid]
+        assert (send["name"], thread_of(got["tracks"], send["track"])[0]) == ("c10d::send", summary["pids"]["0"]["10"])
+        assert (recv["name"], thread_of(got["tracks"], recv["track"])[0]) == ("gloo:recv", summary["pids"]["1"]["11"])
+        assert send["ts"] < recv["end"]
+        arcs.append(((send["ts"] - BASE) // US, (recv["end"] - BASE) // US))
+    assert sorted(arcs) == PLANTED_ARROWS
+
+
+def test_no_send_arrow_with_one_end_in_the_air(tmp_path, monkeypatch):
+    """A pair one of whose spans the output leaves out gets no arrow, on either rank: rank 1
+    left out (``--ranks 0``), or every ``c10d::send`` (5 µs) under ``--min-duration 10``."""
+    from tracemerge.place.selection import Selection
+
+    paths = _sends_and_receives(tmp_path)
+    for selection in (Selection(ranks=frozenset({0})), Selection(min_duration_us=10)):
+        data, summary = _combined(paths, tmp_path / "t.json", "python", monkeypatch, selection=selection)
+        assert not [e for e in json.loads(data)["traceEvents"] if e["ph"] in "sf"], selection
+        assert "p2p_flows" not in summary

@@ -145,3 +145,77 @@ def test_sends_bound_the_clocks_one_way(job, tmp_path):
     # the ranks share this machine's clock: rank 2's offset is the planted shift
     assert abs(clock.offset_ns - shift) <= clock.error_bound_ns, clock
     assert clock.error_bound_ns < 20_000_000, clock
+
+
+def _json_enclosing(events, flow):
+    """The innermost X event on the flow event's thread (a lane's, where its span moved to
+    one) whose span holds its ts."""
+    hits = [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (flow["pid"], flow["tid"])
+            and e["ts"] <= flow["ts"] <= e["ts"] + e["dur"]]
+    assert hits, flow
+    return max(hits, key=lambda e: (e["ts"], -e["dur"]))
+
+
+def test_sends_drawn_as_arrows_in_the_merged_trace(job, tmp_path):
+    """``combine`` draws one p2p arrow per matched send/recv (4 directions, a pair each per
+    step): in JSON an ``s`` inside the sender's ``c10d::send`` and an ``f`` inside the end of
+    the receiver's ``gloo:recv``, ``s`` before ``f`` on the aligned timeline (beyond the
+    clocks' error bounds); in the .pftrace one arc per pair between the same slices."""
+    import json
+
+    from support.pftrace import read_pftrace, thread_of
+
+    from tracemerge.merge.combine import combine
+
+    p2p = job.links.p2p
+    want = sorted(zip(p2p.sender.tolist(), p2p.receiver.tolist()))
+    assert len(want) == 4 * planted.STEPS
+    summary = combine(job, None, str(tmp_path / "t.json"))
+    pids = {int(r): set(m.values()) for r, m in summary["pids"].items()}
+    rank_of_pid = {pid: r for r, ps in pids.items() for pid in ps}
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    ends: dict = {}
+    for e in events:
+        if e["ph"] in "sf" and e.get("cat") == "p2p":
+            ends.setdefault(e["id"], {})[e["ph"]] = e
+    bound = max(c.error_bound_ns for c in job.alignment.clocks.values()) * 2 / 1000
+    got = []
+    for fid, pair in ends.items():
+        assert sorted(pair) == ["f", "s"] and pair["f"]["bp"] == "e", fid
+        send, recv = _json_enclosing(events, pair["s"]), _json_enclosing(events, pair["f"])
+        assert send["name"] == "c10d::send" and recv["name"] == "gloo:recv", (send, recv)
+        s, r = rank_of_pid[send["pid"]], rank_of_pid[recv["pid"]]
+        assert (pair["s"]["args"]["sender"], pair["s"]["args"]["receiver"]) == (s, r)
+        assert pair["f"]["ts"] - pair["s"]["ts"] >= -bound, (s, r)
+        got.append((s, r))
+    assert sorted(got) == want
+    assert summary["p2p_flows"] == {"send_spans": len(want), "recv_spans": len(want), "flow_events": 2 * len(want)}
+
+    combine(job, None, str(tmp_path / "t.pftrace"))
+    trace = read_pftrace(str(tmp_path / "t.pftrace"))
+    arcs = [(fid, a, b) for fid, a, b in trace["arcs"] if fid >= 2 ** 52 + 2 ** 51]
+    assert sorted(ends) == sorted(fid for fid, _, _ in arcs)
+    arced = []
+    for fid, send, recv in arcs:
+        assert send["name"] == "c10d::send" and recv["name"] == "gloo:recv"
+        assert send["flows"] == [fid] and recv["end_terminating"] == [fid]
+        arced.append((rank_of_pid[thread_of(trace["tracks"], send["track"])[0]],
+                      rank_of_pid[thread_of(trace["tracks"], recv["track"])[0]]))
+    assert sorted(arced) == want
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.pftrace"])
+def test_both_cores_draw_the_same_arrows(job, tmp_path, monkeypatch, name):
+    """The compiled core and the Python reference path write the same bytes for the real
+    job's merged trace, its send arrows among them."""
+    from tracemerge import native
+    from tracemerge.merge.combine import combine
+
+    out = {}
+    for core in ("native", "python"):
+        monkeypatch.setenv(native.ENV, core)
+        again = Job.open([info.path for info in job.infos], align=AlignRequest("auto"))
+        combine(again, None, str(tmp_path / f"{core}.{name}"))
+        out[core] = (tmp_path / f"{core}.{name}").read_bytes()
+    assert out["native"] == out["python"]
+    assert b'"cat":"p2p"' in out["native"] or name.endswith(".pftrace")

@@ -116,3 +116,25 @@ def test_a_direction_whose_counts_differ_is_said_and_not_matched(tmp_path):
     # sends one way bound rank 1's clock on one side only: nothing places it, and that is said
     assert sum("linked to no other rank" in w for w in job.warnings) == 2
     assert job.alignment.clocks[1].method == "wall"
+
+
+def test_each_transfer_drawn_from_its_send_kernel_to_its_receive_kernel(tmp_path):
+    """``combine`` draws every matched transfer as one p2p arrow, in the .pftrace from the
+    sender's send kernel to the receiver's receive kernel (its end), each at the planted
+    times (the ranks on one clock: no shift, ``wall``)."""
+    from support.pftrace import read_pftrace, thread_of
+
+    from tracemerge.merge.combine import combine
+
+    job = Job.open(write_pair(tmp_path, 0.0), align=AlignRequest("wall"))
+    summary = combine(job, None, str(tmp_path / "t.pftrace"))
+    rank_of_pid = {pid: int(r) for r, m in summary["pids"].items() for pid in m.values()}
+    got = read_pftrace(str(tmp_path / "t.pftrace"))
+    arcs = []   # the files name no base time: the .pftrace's ns are their µs * 1000
+    for fid, send, recv in got["arcs"]:
+        assert fid >= 2 ** 52 + 2 ** 51 and send["name"] == recv["name"] == KERNEL
+        assert send["flows"] == [fid] and recv["end_terminating"] == [fid]
+        arcs.append((rank_of_pid[thread_of(got["tracks"], send["track"])[0]],
+                     rank_of_pid[thread_of(got["tracks"], recv["track"])[0]],
+                     send["ts"] / 1000, recv["end"] / 1000))
+    assert sorted(arcs) == sorted(transfers())

@@ -734,7 +734,8 @@ def combine(files: "tuple[str, ...] | list[str]", output: str, method: str, refe
     Every rank becomes its own process group, named "rank N · worker · host", with pids,
     flow and correlation ids made unique per rank. Every input event is kept exactly once
     unless --ranks/--window/--min-duration/--drop-category leave it out (counted in the
-    summary); RPC spans get flow arrows caller -> callee -> caller.
+    summary); RPC spans get flow arrows caller -> callee -> caller, and each matched
+    send/recv pair one from the send to the receive (category p2p).
 
     \b
     Examples:

@@ -363,6 +363,10 @@ class PointToPoint:
     send_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     recv_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # the send's, else the receive's; 0: unknown
+    # each pair's records: their places in the sender's and the receiver's ``p2p`` lists
+    # (which spans its flow arrow joins: place.arrows.P2pFlows)
+    send_record: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    recv_record: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.sender)
@@ -381,37 +385,41 @@ def match_p2p(infos: Sequence[Records]) -> Tuple[PointToPoint, List[str]]:
     several = _several_jobs(infos)
     by_rank = {(info.job_id if several else None, info.rank): list(getattr(info, "p2p", None) or []) for info in infos}
     sent, received = _directions(by_rank)
-    rows: List[Tuple[int, int, int, int, int]] = []
+    rows: List[Tuple[int, int, int, int, int, int, int]] = []
     said: List[str] = []
     for key in sorted(set(sent) | set(received), key=str):
         job, s, r, _ = key
         if (job, s) not in by_rank or (job, r) not in by_rank or s == r:
             continue   # the peer has no input: nothing to link
         sends, recvs = sent.get(key, []), received.get(key, [])
-        why = _unmatched_because(s, r, sends, recvs)
+        why = _unmatched_because(s, r, [a for _, a in sends], [b for _, b in recvs])
         if why:
             said.append(f"point-to-point: {why}; that direction's sends and receives are not matched")
             continue
-        rows.extend((s, r, a["start_ns"], b["end_ns"], int(a.get("bytes") or b.get("bytes") or 0))
-                    for a, b in zip(sends, recvs))
-    cols = [np.array(c, np.int64) for c in zip(*rows)] if rows else [np.zeros(0, np.int64) for _ in range(5)]
+        rows.extend((s, r, a["start_ns"], b["end_ns"], int(a.get("bytes") or b.get("bytes") or 0), k, m)
+                    for (k, a), (m, b) in zip(sends, recvs))
+    cols = [np.array(c, np.int64) for c in zip(*rows)] if rows else [np.zeros(0, np.int64) for _ in range(7)]
     for c in cols:
         c.setflags(write=False)  # shared by every reader of the job
     return PointToPoint(*cols), said
 
 
+Placed = Tuple[int, Dict[str, Any]]   # (a record's place in its rank's list, the record)
+
+
 def _directions(by_rank: Mapping[Tuple[Any, Any], List[Any]]
-                ) -> Tuple[Dict[tuple, List[Dict[str, Any]]], Dict[tuple, List[Dict[str, Any]]]]:
+                ) -> Tuple[Dict[tuple, List[Placed]], Dict[tuple, List[Placed]]]:
     """({(job, sender, receiver, tag): sends}, {(job, sender, receiver, tag): receives}), each
-    in issue order: one key per direction and tag, the order the k-th pairs are read in."""
-    sent: Dict[tuple, List[Dict[str, Any]]] = {}
-    received: Dict[tuple, List[Dict[str, Any]]] = {}
+    in issue order with its place in its rank's records: one key per direction and tag, the
+    order the k-th pairs are read in."""
+    sent: Dict[tuple, List[Placed]] = {}
+    received: Dict[tuple, List[Placed]] = {}
     for (job, rank), recs in by_rank.items():
-        for rec in sorted(recs, key=itemgetter("start_ns")):
+        for k, rec in sorted(enumerate(recs), key=lambda placed: placed[1]["start_ns"]):
             if rec["op"] == "send":
-                sent.setdefault((job, rank, rec["peer"], rec.get("tag")), []).append(rec)
+                sent.setdefault((job, rank, rec["peer"], rec.get("tag")), []).append((k, rec))
             else:
-                received.setdefault((job, rec["peer"], rank, rec.get("tag")), []).append(rec)
+                received.setdefault((job, rec["peer"], rank, rec.get("tag")), []).append((k, rec))
     return sent, received
 
 

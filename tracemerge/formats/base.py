@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 
 if TYPE_CHECKING:
     from tracemerge.model import RankTrace
-    from tracemerge.place.arrows import Found, RpcFlows
+    from tracemerge.place.arrows import Arrows, Found
     from tracemerge.place.placement import Placement
 
 # one rank's body: lists of events encoded one at a time (or bodies the compiled core
 # wrote), or bytes already encoded
 Body = Union[Iterable[Union[list, bytes]], bytes]
 Counts = Dict[str, Any]   # ints by name, and {reason: int} breakdowns ("dropped_by")
-# (trace, place, rpc, found, counts, consume) -> (body, counts): one rank, in a worker
-RankFn = Callable[["RankTrace", "Placement", Optional["RpcFlows"], "Found", Counts, bool], Tuple[Body, Counts]]
+# (trace, place, arrows, found, counts, consume) -> (body, counts): one rank, in a worker
+RankFn = Callable[["RankTrace", "Placement", Optional["Arrows"], "Found", Counts, bool], Tuple[Body, Counts]]
 
 
 def nothing(_: Any) -> bytes:
@@ -30,9 +30,10 @@ def no_warnings(output: str, summary: Dict[str, Any]) -> List[str]:
 class Format:
     """One output format; registered by one line in :data:`tracemerge.formats.FORMATS`.
 
-    ``rank(trace, place, rpc, found, counts, consume) -> (body, counts)`` runs in the
-    workers, once per rank, on the selected events: ``rpc`` is the RPC flow plan
-    (:class:`~tracemerge.place.arrows.RpcFlows`, or None), ``found`` its spans on this rank,
+    ``rank(trace, place, arrows, found, counts, consume) -> (body, counts)`` runs in the
+    workers, once per rank, on the selected events: ``arrows`` is the flow arrows' plan
+    (:class:`~tracemerge.place.arrows.Arrows`: RPC calls, sends and receives; or None),
+    ``found`` the arrows' ends on this rank's spans (``place.arrows.Found``),
     ``counts`` this rank's counts so far, ``consume`` whether the trace may be used up.
     ``encode(events) -> bytes`` turns each event list of a body into bytes; ``open(header)``,
     ``separator`` (between non-empty rank bodies) and ``close(footer)`` are written by the

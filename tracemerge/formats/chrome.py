@@ -8,6 +8,7 @@ The document is made of pieces that can be produced apart: :func:`open_document`
 
 import itertools
 import os
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 import msgspec
@@ -19,12 +20,13 @@ from tracemerge.files import names
 from tracemerge.files.codecs import codec_for
 from tracemerge.formats.base import Counts, Format
 from tracemerge.model import Args, RankTrace, Replaced
+from tracemerge.place.arrows import KINDS, json_events
 from tracemerge.place.ids import namespaced_args
 from tracemerge.place.placement import OutputEvent, Placement, aligned_ns, lane_tid, transform_chunks
 from tracemerge.place.placement import _rewrite_process_metadata as rewrite_process_metadata
 
 if TYPE_CHECKING:
-    from tracemerge.place.arrows import Found, RpcFlows
+    from tracemerge.place.arrows import Arrows, Found
 
 SEPARATOR = b","
 # Perfetto's UI holds about 2 GB; a JSON trace takes several times its size once loaded.
@@ -53,11 +55,12 @@ def close_document(footer: Dict[str, Any]) -> bytes:
     return b'],"tracemerge":' + names.dumps(footer) + b"}"
 
 
-def rank_body(trace: RankTrace, place: Placement, rpc: Optional["RpcFlows"], found: "Found", counts: Counts,
+def rank_body(trace: RankTrace, place: Placement, arrows: Optional["Arrows"], found: "Found", counts: Counts,
               consume: bool) -> Tuple[Iterator[Union[list, bytes]], Counts]:
     """One rank's events as lists made lazily (the worker encodes and frees one list at a
     time), or as the body the compiled core writes for a trace it read (raising
-    :class:`tracemerge.native.Declined` where it cannot), with its RPC flow events last."""
+    :class:`tracemerge.native.Declined` where it cannot), with its flow arrows' events last
+    (RPC's, then send/recv's: ``found``), written here for either core."""
     times = aligned_ns(trace, place.clock, place.out_base_ns)
     # spans Perfetto's JSON importer could not show on their thread go to lanes of it
     moved = lanes(trace, times[0], times[0] + np.maximum(times[1], 0), walk=native.walk)
@@ -73,9 +76,11 @@ def rank_body(trace: RankTrace, place: Placement, rpc: Optional["RpcFlows"], fou
     else:
         chunks, made = transform_chunks(trace, place, times, release="events" if consume else "args", lanes=moved)
     if found:
-        assert rpc is not None  # ``found`` holds the plan's spans
-        flow_events = rpc.json_events(found, trace, place, *times, lanes=moved)
-        counts["rpc_flow_events"] = len(flow_events)
+        flow_events = json_events(found, trace, place, *times, lanes=moved)
+        kinds = Counter(p.kind for points in found.values() for p in points)   # one event per point
+        for kind in KINDS:
+            if kind in kinds:
+                counts[f"{kind}_flow_events"] = kinds[kind]
         made += flow_events
     return itertools.chain(chunks, [made]), {**counts, "added": len(made), "out": len(trace) + len(made)}
 

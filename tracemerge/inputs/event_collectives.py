@@ -62,7 +62,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Typed
 
 import numpy as np
 
-from tracemerge.inputs.kineto_collectives import DEFAULT_GROUP, DTYPE_BYTES
+from tracemerge.inputs.kineto_collectives import DEFAULT_GROUP, DTYPE_BYTES, span_of
 from tracemerge.model import RankTrace
 
 ISSUE_PREFIX = "c10d::"
@@ -257,10 +257,12 @@ P2P_OPS = {"send": "send", "recv_": "recv"}   # the c10d dispatcher op of each d
 
 
 def point_to_point(trace: RankTrace) -> List[Dict[str, Any]]:
-    """[{op: "send" | "recv", peer, tag, start_ns, end_ns, bytes}] of the rank's gloo sends
+    """[{op: "send" | "recv", peer, tag, start_ns, end_ns, bytes, span}] of the rank's gloo sends
     and receives (module docstring) in issue order: ``start_ns`` the issue (the earliest the
     data could leave), ``end_ns`` the work's completion (a receive's data had arrived by
-    then: what the one-way link, ``correlate.match.match_p2p``, reads). An op whose peer is
+    then: what the one-way link, ``correlate.match.match_p2p``, reads); ``span`` the span
+    of the one that counts (kineto_collectives.span_of: a send's issue op, a receive's
+    execution span), where its flow arrow's end goes. An op whose peer is
     not known, or whose work did not complete in the window, is left out."""
     issue_codes = _issue_codes(trace, P2P_OPS)
     run_codes = [i for i, n in enumerate(trace.names) if n in ("gloo:send", "gloo:recv")]
@@ -284,8 +286,10 @@ def _p2p_op(trace: RankTrace, spans: _Spans, i: int, r: int, ranks: List[int], m
     if peer is None:
         return None
     nelems, dtype = _either_size(spans.run_args[r], spans.issue_args[i])
-    return {"op": spans.issue_ops[i], "peer": peer, "tag": tag, "start_ns": int(trace.ts[spans.issues[i]]),
-            "end_ns": int(trace.ts[spans.runs[r]] + trace.dur[spans.runs[r]]), "bytes": _bytes(nelems, dtype)}
+    op = spans.issue_ops[i]
+    return {"op": op, "peer": peer, "tag": tag, "start_ns": int(trace.ts[spans.issues[i]]),
+            "end_ns": int(trace.ts[spans.runs[r]] + trace.dur[spans.runs[r]]), "bytes": _bytes(nelems, dtype),
+            "span": span_of(trace, int(spans.issues[i] if op == "send" else spans.runs[r]))}
 
 
 def _peer(args: Optional[dict], ranks: List[int], me: Any) -> Tuple[Optional[int], Optional[int]]:

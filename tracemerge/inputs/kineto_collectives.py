@@ -70,8 +70,8 @@ def collectives(trace: RankTrace) -> List[Dict[str, Any]]:
 
 
 def point_to_point(trace: RankTrace) -> List[Dict[str, Any]]:
-    """[{op: "send" | "recv", peer, start_ns, end_ns, bytes}]: the rank's send and receive
-    kernels that name their peer, in time order. Their times are the GPU's: a receive
+    """[{op: "send" | "recv", peer, start_ns, end_ns, bytes, span}]: the rank's send and receive
+    kernels that name their peer, in time order (``span``: the kernel, :func:`span_of`). Their times are the GPU's: a receive
     kernel cannot end before its send kernel started (CPU ops of asynchronous NCCL calls
     end when enqueued, which bounds nothing, so only kernels count)."""
     return communication(trace)[1]
@@ -126,6 +126,7 @@ def _kernel_records(trace: RankTrace, kernels: np.ndarray,
             continue
         own = _p2p_record(args, ops, int(trace.ts[i]), int(trace.dur[i]))
         if own is not None:
+            own["span"] = span_of(trace, i)
             p2p.append(own)
             continue
         named = args.get("Process Group Name", args.get("Process Group ID")) is not None
@@ -156,6 +157,16 @@ def _kernel_records(trace: RankTrace, kernels: np.ndarray,
     for _, rec in unnamed:
         rec.pop("stream", None)
     return recs, p2p
+
+
+def span_of(trace: RankTrace, i: int) -> Dict[str, Any]:
+    """The span a point-to-point record was read from, as its ``span`` names it: name,
+    ts_ns, dur_ns (the rank's clock) and cat, what the size controls select by: the flow
+    arrow's end goes on it (``place.arrows.P2pFlows``)."""
+    code = int(trace.cat[i])
+    cat = trace.names[code] if code >= 0 else ""
+    return {"name": trace.names[int(trace.name[i])], "ts_ns": int(trace.ts[i]), "dur_ns": int(trace.dur[i]),
+            "cat": cat if isinstance(cat, str) else ""}
 
 
 def _p2p_record(args: Dict[str, Any], ops: List[Tuple[str, Optional[dict]]], ts: int,

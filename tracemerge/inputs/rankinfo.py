@@ -48,7 +48,9 @@ class RankInfo:
     pids: List[Any]                 # original pid values, by pid code
     rpcs: List[Dict[str, Any]] = field(default_factory=list)
     collectives: List[Dict[str, Any]] = field(default_factory=list)
-    # send/receive kernels that name their peer ({op, peer, start_ns, end_ns, bytes}: kineto_collectives.point_to_point)
+    # send/receive kernels that name their peer ({op, peer, start_ns, end_ns, bytes, span}:
+    # kineto_collectives.point_to_point; gloo's sends and receives, event_collectives.point_to_point;
+    # span: the span read, where its flow arrow's end goes)
     p2p: List[Dict[str, Any]] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     truncated: bool = False

@@ -17,7 +17,7 @@ from tracemerge.inputs.rankinfo import RankInfo, rank_of
 from tracemerge.merge.assembly import Source, write_merged
 from tracemerge.model import RankTrace
 from tracemerge.place import selection as select
-from tracemerge.place.arrows import RpcFlows
+from tracemerge.place.arrows import Arrows, P2pFlows, RpcFlows
 from tracemerge.place.in_flight import in_flight_calls, in_flight_jobs, marked, never_completed
 from tracemerge.place.placement import Placement
 from tracemerge.place.plan import make_plan
@@ -97,6 +97,10 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     shown = {rank_of(i) for i in kept} | set(sides)  # the ranks whose spans the output holds
     between = job.links.rpcs.calls.between(shown)  # the calls an arrow may join, found once
     rpc = RpcFlows.plan(between, spans, drawn_ids)
+    # sends and receives: the output's own ranks' spans (no side of them is drawn from another's file)
+    records = {rank_of(info): info.p2p for info in kept}
+    p2p = P2pFlows.plan(job.links.p2p, records,
+                        {rank: _kept_p2p(recs, places[rank], selection, window) for rank, recs in records.items()})
     never = never_completed(job.infos)
     in_flight = in_flight_calls(never)  # the calls never completed: marked, and said of a dead rank
     arrows = _arrows(job, rpc, between, spans, drawn_ids, shown, in_flight)
@@ -107,7 +111,7 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             counts["filtered"] += info.events
             by = counts.setdefault("filtered_by", {})
             by["ranks"] = by.get("ranks", 0) + info.events
-    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, rpc=rpc,
+    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, arrows=Arrows(rpc, p2p),
                                 in_flight=in_flight)
 
     jobs, owners = rank_jobs(job, kept, places, formats.FORMATS[fmt])
@@ -139,6 +143,18 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
         jobs.append(job_)
     summary = write_merged(job.engine or LocalEngine(1), rank_fn, fmt, jobs, output, header, footer, force=force)
     return Written(summary, cores)
+
+
+def _kept_p2p(records: List[Dict[str, Any]], place: Placement, selection: Optional[select.Selection],
+              window: Tuple[Optional[int], Optional[int]]) -> List[bool]:
+    """Which of a rank's point-to-point records' spans the size controls keep, by record
+    (False for a record that names no span: it gets no arrow)."""
+    named = [k for k, r in enumerate(records) if isinstance(r.get("span"), dict)]
+    out = [False] * len(records)
+    for k, keep in zip(named, select.kept_spans([records[k]["span"] for k in named], place, selection,
+                                                window).tolist()):
+        out[k] = keep
+    return out
 
 
 def _arrows(job: "Job", rpc: RpcFlows, between: List[Tuple[int, str, int, int, bool]],
@@ -204,11 +220,12 @@ def _drawn_job(drawn: Drawn, places: Dict[int, Placement], taken: List[Placement
 
 
 def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection: Optional[select.Selection] = None,
-                window: Tuple[Optional[int], Optional[int]] = (None, None), rpc: Optional[RpcFlows] = None,
+                window: Tuple[Optional[int], Optional[int]] = (None, None), arrows: Optional[Arrows] = None,
                 consume: bool = False, in_flight: Optional[Dict[int, Dict[str, int]]] = None,
                 ) -> Tuple[Body, Counts]:
     """(an iterable of event lists, or protobuf bytes; counts) of one rank; runs in the
-    engine's workers. ``consume``: the caller will not use ``trace`` again, so the events
+    engine's workers. ``arrows``: the flow arrows' plan (RPC calls, sends and receives), whose
+    ends on this rank's spans it writes. ``consume``: the caller will not use ``trace`` again, so the events
     are freed as they are encoded. ``in_flight``: {caller rank: {rpc_id: callee rank}} of
     the calls that never completed, whose caller spans get the mark (place.in_flight)."""
     n_in = len(trace)
@@ -220,10 +237,10 @@ def rank_output(trace: RankTrace, place: Placement, fmt: str = "json", selection
     if form.columns_only and consume:
         trace.drop_events()  # the encoder reads the columns
     trace, counts = select.apply(trace, place, selection, window)
-    found, flow_counts = rpc.find(trace, place.rank) if rpc else ({}, {})
+    found, flow_counts = arrows.find(trace, place.rank) if arrows else ({}, {})
     counts.update(flow_counts, **{"in": n_in})
     trace = marked(trace, (in_flight or {}).get(place.rank, {}))
-    return form.rank(trace, place, rpc, found, counts, consume)
+    return form.rank(trace, place, arrows, found, counts, consume)
 
 
 def build_summary(job: "Job", alignment: "Alignment", places: Dict[int, Placement], counts: Dict[str, Any]) -> Dict[str, Any]:
@@ -258,7 +275,7 @@ def build_summary(job: "Job", alignment: "Alignment", places: Dict[int, Placemen
 
 
 # per-rank counts beyond in/out/added/filtered/dropped, reported in their own summary groups
-DETAIL_GROUPS = {"rpc_flows": "rpc_", "perfetto": "perfetto_", "lanes": "lanes_"}
+DETAIL_GROUPS = {"rpc_flows": "rpc_", "p2p_flows": "p2p_", "perfetto": "perfetto_", "lanes": "lanes_"}
 DETAIL = tuple(DETAIL_GROUPS.values())
 
 

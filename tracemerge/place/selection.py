@@ -192,8 +192,10 @@ def _structural(name: str) -> bool:
 def kept_spans(spans: List[Dict[str, Any]], place: Placement, selection: Optional[Selection],
                window: Tuple[Optional[int], Optional[int]]) -> np.ndarray:
     """Which of a rank's RPC spans (:mod:`tracemerge.inputs.rpc_spans` records: ts_ns,
-    dur_ns, cat on the file's clock) the selection keeps: the rules of :func:`event_mask`,
-    so the flow plan knows before any rank is written which spans the output will hold."""
+    dur_ns, cat on the file's clock), or the spans its sends and receives were read from
+    (a p2p record's ``span``), the selection keeps: the rules of :func:`event_mask`, so the
+    flow plan knows before any rank is written which spans the output will hold. Both are
+    spans an overview keeps whatever their length (an RPC's; ``c10d::``, ``gloo:``, NCCL's)."""
     if selection is None or not selection.active():
         return np.ones(len(spans), dtype=bool)
     ts = np.array([s["ts_ns"] for s in spans], dtype=np.int64)

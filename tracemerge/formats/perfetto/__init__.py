@@ -8,7 +8,7 @@ from tracemerge.formats.base import Counts, Format
 
 if TYPE_CHECKING:
     from tracemerge.model import RankTrace
-    from tracemerge.place.arrows import Found, RpcFlows, SliceFlows
+    from tracemerge.place.arrows import Arrows, Found, SliceFlows
     from tracemerge.place.placement import Placement
 
 PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
@@ -28,10 +28,12 @@ def rank_packets(trace: "RankTrace", place: "Placement",
     return data, counts
 
 
-def rank_body(trace: "RankTrace", place: "Placement", rpc: Optional["RpcFlows"], found: "Found", counts: Counts,
+def rank_body(trace: "RankTrace", place: "Placement", arrows: Optional["Arrows"], found: "Found", counts: Counts,
               consume: bool) -> Tuple[bytes, Counts]:
-    """One rank's packets, its RPC arrows bound to their spans."""
-    data, proto = rank_packets(trace, place, rpc.proto_flows(found) if rpc else None)
+    """One rank's packets, its flow arrows (RPC's, send/recv's) bound to their spans."""
+    from tracemerge.place.arrows import proto_flows
+
+    data, proto = rank_packets(trace, place, proto_flows(found) if arrows else None)
     return data, {**counts, **proto}
 
 
