@@ -37,6 +37,25 @@ def launch(*args, group=False):
                             preexec_fn=None if group else jobs.sigint_default, start_new_session=group)
 
 
+def _reading(pid, paths):
+    """Whether the process ``pid`` or one of its children has one of ``paths`` open."""
+    import psutil
+
+    wanted = {os.path.realpath(p) for p in paths}
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return False
+    for p in procs:
+        try:
+            if any(f.path in wanted for f in p.open_files()):
+                return True
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return False
+
+
 def wait_for(test, proc, limit=120):
     """Poll ``test()`` until true (True) or the process ended (False)."""
     deadline = time.monotonic() + limit
@@ -74,7 +93,9 @@ def test_a_signal_before_the_output_leaves_nothing(big, tmp_path):
     out.write_bytes(b"the old trace")
     proc = launch("combine", *big, "-o", str(out), "--force", "-q")
     try:
-        time.sleep(1.0)   # reading the inputs: the output is far from done
+        # reading the inputs (a process of the job has one open), the output far from done; a
+        # fixed wait was once enough, until the read grew fast enough to finish within it
+        assert wait_for(lambda: _reading(proc.pid, big), proc), "the combine ended before it read"
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=60)[1]
     finally:

@@ -132,8 +132,9 @@ def native_links(infos: Sequence[Any]) -> Dict[Link, List[Dict[str, Any]]]:
     out: Dict[Link, List[Dict[str, Any]]] = {}
     for info in infos:
         for rec in info.rpcs:
-            if rec["role"] == "caller" and rec.get("native") and rec["rpc_id"] not in own and "send_ns" in rec \
-                    and rec["callee"] in served:
+            # a null send_ns is an absent one (the schema check lets *_ns fields be null)
+            if rec["role"] == "caller" and rec.get("native") and rec["rpc_id"] not in own \
+                    and isinstance(rec.get("send_ns"), int) and rec["callee"] in served:
                 out.setdefault((info.rank, rec["callee"]), []).append(rec)
     return out
 

@@ -504,7 +504,9 @@ def _pairs(captured: List[Dict[str, Any]], events: List[Dict[str, Any]]) -> Dict
     starts = [r["start_ns"] for r in events]
     out: Dict[int, Dict[str, Any]] = {}
     for c in sorted(captured, key=lambda c: c["start_ns"]):
-        end = c.get("end_ns", c["start_ns"] + OPEN_CALL_NS)
+        end = c.get("end_ns")
+        if not isinstance(end, int):  # absent or null (the schema lets *_ns fields be null): still open
+            end = c["start_ns"] + OPEN_CALL_NS
         k = int(np.searchsorted(starts, c["start_ns"], side="left"))
         while k < len(events) and starts[k] <= end and (k in out or events[k]["op"] != c.get("op", events[k]["op"])):
             k += 1
