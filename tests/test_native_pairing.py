@@ -74,6 +74,27 @@ def test_one_thread_serves_one_callers_calls_in_order(tmp_path):
     assert not [w for w in job.warnings if "sent as themselves" in w]
 
 
+@pytest.mark.parametrize("callers", [1, 2])
+def test_one_thread_serves_more_calls_in_flight_than_a_window_enumerates(tmp_path, callers):
+    """Eighty calls in flight together from one caller, served one after another by one
+    thread of a loaded callee (each window holds more ops than MAX_CANDIDATES): each call
+    gets the op of its place in the order sent. Where a second caller's calls are in flight
+    among them, nothing tells whose op is whose: none is guessed."""
+    n = 80
+    calls = [_call(k, k, 10 * n + 100) for k in range(n)]
+    ops = [_op(100 + 10 * k, 105 + 10 * k, 11) for k in range(n)]
+    if callers == 2:
+        calls += [_call(k, k, 10 * n + 100, caller=2) for k in range(2)]
+        ops += [_op(101 + 10 * n + k, 102 + 10 * n + k, 11) for k in range(2)]
+    job = Job.open(_files(tmp_path, calls, ops))
+    if callers == 1:
+        assert _paired(job) == {f"0:{k}": (BASE + (100 + 10 * k) * US, BASE + (105 + 10 * k) * US, 11) for k in range(n)}
+        assert not [w for w in job.warnings if "sent as themselves" in w]
+    else:
+        assert _paired(job) == {}
+        assert any(w.startswith(f"{n + 2} builtin calls sent as themselves to rank 1") for w in job.warnings)
+
+
 def test_what_neither_time_nor_shapes_tell_apart_is_said(tmp_path):
     calls = [_call(n, n, 100) for n in range(3)]
     ops = [_op(20 + 10 * n, 25 + 10 * n, 11 + n) for n in range(3)]   # three threads

@@ -21,7 +21,10 @@ algorithm, per callee and function:
    function, lies inside the call's window and its input shapes agree (where both sides
    recorded them). Ops are sorted by start once; a call's candidates are a bisection, and a
    call with more than :data:`MAX_CANDIDATES` is not enumerated (it is *wide*: it may
-   take any op of its window), so time and memory grow as ``n log n`` in the calls.
+   take any op of its window), so time and memory grow as ``n log n`` in the calls. First,
+   a run of overlapping windows that are all one caller's, holding as many ops as calls,
+   all of one thread, is given its ops in the order sent (:func:`_served_in_order`): one
+   thread serves one caller's requests in that order, however many ops each window holds.
 3. **A matching, and only what it forces.** Calls sharing candidates, transitively, form a
    component, matched as a bipartite graph (greedy by window end, then augmenting paths:
    a maximum matching). A call is paired only when its edge is in *every* maximum
@@ -397,7 +400,11 @@ def _candidates(calls: List[_Call], ops: List[Dict[str, Any]]) -> List[bool]:
     starts = [op["start_ns"] for op in ops]
     wide: List[Tuple[int, int]] = []  # op index ranges a wide call may take
     shaped = _by_shapes(calls, ops)
-    for call in calls:
+    in_order = _served_in_order(calls, ops, starts)
+    for n, call in enumerate(calls):
+        if n in in_order:
+            call.cands = [in_order[n]]
+            continue
         i, stop = bisect.bisect_left(starts, call.low), bisect.bisect_right(starts, call.high)
         shapes = call.rec.get("shapes")
         # the ops its shapes agree with, by start (ops of unknown shapes among them): fifty
@@ -411,6 +418,38 @@ def _candidates(calls: List[_Call], ops: List[Dict[str, Any]]) -> List[bool]:
             continue
         call.cands = [j for j in found if ops[j]["end_ns"] <= call.high]
     return _covered(wide, len(ops))
+
+
+def _served_in_order(calls: List[_Call], ops: List[Dict[str, Any]], starts: List[int]) -> Dict[int, int]:
+    """{call index: op index} of the calls whose op their order alone decides, however many
+    ops their windows hold: calls whose windows overlap, transitively (a run), all of one
+    caller, where the ops starting within the run's span are as many as its calls and all
+    of one thread. One thread serves one caller's requests in the order sent, so the k-th
+    call sent took the k-th op started, the only order-keeping way to give every call an op
+    (each op must lie in its call's window, shapes agreeing, or the run is left to the
+    matching). It is :func:`_in_order` before the candidates are enumerated: a loaded
+    callee serving fifty calls in flight together puts more than MAX_CANDIDATES ops in the
+    last ones' windows, which the enumeration would leave wide and so undecided."""
+    out: Dict[int, int] = {}
+    by_low = sorted(range(len(calls)), key=lambda n: calls[n].low)
+    k = 0
+    while k < len(by_low):
+        run, high = [by_low[k]], calls[by_low[k]].high
+        k += 1
+        while k < len(by_low) and calls[by_low[k]].low <= high:
+            run.append(by_low[k])
+            high = max(high, calls[by_low[k]].high)
+            k += 1
+        low = calls[run[0]].low
+        pool = range(bisect.bisect_left(starts, low), bisect.bisect_right(starts, high))
+        if len(pool) != len(run) or len({calls[n].rec["caller"] for n in run}) != 1 \
+                or len({ops[j]["tid"] for j in pool}) != 1:
+            continue
+        ordered = sorted(run, key=lambda n: (calls[n].rec["send_ns"], calls[n].high))  # one caller: one clock
+        if all(calls[n].low <= ops[j]["start_ns"] and ops[j]["end_ns"] <= calls[n].high
+               and _shapes_agree(calls[n].rec.get("shapes"), ops[j].get("shapes")) for n, j in zip(ordered, pool)):
+            out.update(zip(ordered, pool))
+    return out
 
 
 def _pair(calls: List[_Call], ops: List[Dict[str, Any]], contested: List[bool]) -> int:
