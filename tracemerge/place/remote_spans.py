@@ -28,6 +28,7 @@ from tracemerge.inputs.chrome import build
 from tracemerge.inputs.rankinfo import RankInfo
 from tracemerge.model import RankTrace
 from tracemerge.place.placement import Placement, rank_label
+from tracemerge.place.served import callee_span_name
 
 PID = "rpc callee sides (from the caller's file)"
 CATEGORY = "user_annotation"   # what record_function spans are, as the callee's own would be
@@ -129,7 +130,7 @@ def _trace(callee: int, recs: List[Dict[str, Any]]) -> RankTrace:
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
                        "args": {"name": f"thread {tid} (RPC server)"}})
     for r in recs:
-        events.append({"ph": "X", "cat": CATEGORY, "name": f"{r.get('name') or r.get('func') or r['rpc_id']}#remote", "pid": PID, "tid": r.get("tid", 0),
+        events.append({"ph": "X", "cat": CATEGORY, "name": callee_span_name(r), "pid": PID, "tid": r.get("tid", 0),
                        "ts": (r["start_ns"] - base) / 1000, "dur": max(0, r["end_ns"] - r["start_ns"]) / 1000,
                        "args": {"rpc_id": r["rpc_id"], "role": "callee", "status": r.get("status", "ok"),
                                 **({"bounded": True} if r.get("bounded") else {})}})

@@ -12,6 +12,7 @@ from tracemerge.algorithms.nesting import unfinished
 from tracemerge.errors import TracemergeError
 from tracemerge.inputs.admit import is_merged_block
 from tracemerge.place.rank_pass import RankView
+from tracemerge.place.served import served_events
 from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import Correlations, KeyAverage, OpTree, correlations, key_averages, op_tree
 from tracemerge.report.rpcstats import server_threads
@@ -30,8 +31,11 @@ def key_average_rows(view: RankView) -> List[KeyAverage]:
     if is_merged_block(view.trace.tracemerge):  # the rows would count every rank of it again
         raise TracemergeError(f"{view.trace.path}: a merged trace; report on it alone, or on the rank files")
     trace = view.trace
+    tree = _tree(view)
+    # the ops that served paired builtins count as their calls' callee spans, as a wrapped call's do
+    served = {i: call.span for i, call in served_events(trace, tree.index, view.ask.served or {}).items()}
     return key_averages(trace, np.full(len(trace.pids), view.rank, dtype=np.int64), view.options.remote_ops,
-                        _tree(view), _links(view))
+                        tree, _links(view), served)
 
 
 def open_at_stop(view: RankView) -> int:
