@@ -62,6 +62,9 @@ class RankTimeline:
     # callee spans whose args say they ended on another thread than they began on: an
     # async_execution function's span, open until the future it returned completed
     async_spans: frozenset = frozenset()
+    # {span index: ``<call>#remote``} of the ops that served paired builtins: each op keeps
+    # its own name in ``span_name`` and is also its call's callee span, named so (whatif)
+    callee_names: dict = field(default_factory=dict)
 
 
 def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = (),
@@ -75,7 +78,8 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     idx = host_ops(trace)
     names = trace.names
     role, ended_elsewhere = _rpc_roles(trace, idx, set(rpc_names))
-    for i, call in served_events(trace, idx, served or {}).items():
+    paired = served_events(trace, idx, served or {})
+    for i, call in paired.items():
         role.setdefault(i, (call.rpc_id, "callee"))
     ntids = max(len(trace.tids), 1)
     thread_key = trace.pid[idx].astype(np.int64) * ntids + trace.tid[idx]
@@ -103,7 +107,9 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
                         span_name=span_name, span_thread=thread,
                         callee_of=_nearest(np.where(is_callee, np.arange(len(idx)), -1), parent), rpc_spans=rpc_spans,
-                        steps=steps, async_spans=frozenset(position[i] for i in ended_elsewhere))
+                        steps=steps, async_spans=frozenset(position[i] for i in ended_elsewhere),
+                        callee_names={position[i]: call.span for i, call in paired.items()
+                                      if role[i] == (call.rpc_id, "callee")})
 
 
 def _rpc_roles(trace: RankTrace, idx: np.ndarray, rpc_names: Set[str]) -> Tuple[Dict[int, Tuple[str, str]], Set[int]]:
