@@ -283,3 +283,23 @@ def test_bad_input_is_one_line_error(tmp_path):
     r = invoke("report", bad, "-o", tmp_path / "out.txt")
     assert r.exit_code == 3 and "rank0.json" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.parametrize("builtin", [False, True])
+def test_a_builtins_server_thread_is_counted_as_a_wrapped_calls(tmp_path, builtin):
+    """Three rpc_sync calls one after another, served by three threads of rank 1 (7, 8, 9):
+    the RPC report's callee has 3 server threads, whether the calls were wrapped (their
+    #remote spans) or builtins sent as themselves, whose ops the job pairs (issue 45)
+    — not the 1 their peak concurrency would say."""
+    from support.ranks import Ranks
+
+    j = Ranks(2)
+    call = j.builtin if builtin else j.rpc
+    for k, tid in enumerate((7, 8, 9)):
+        call(0, 1, "aten::add", 1000 * k, 1000 * k + 100, 1000 * k + 400, 1000 * k + 500, callee_tid=tid,
+             kind="rpc_sync")
+    j.job(tmp_path)   # writes the rank files
+    doc = as_json(tmp_path / "rank0.json", tmp_path / "rank1.json")
+    [callee] = doc["rpc"]["callees"]
+    assert (callee["callee"], callee["calls"], callee["max_concurrent"]) == (1, 3, 1)
+    assert callee["threads"] == 3
