@@ -209,3 +209,17 @@ def test_causality_counts_the_drawn_callee_spans(tmp_path):
     assert wall["spans"] == 2 and wall["rpc"] == 2
     fitted = Job.open(files, align=AlignRequest("auto")).alignment.causality["violations_before"]
     assert fitted["total"] == 0
+
+
+def test_the_rpcs_table_names_the_thread_that_served_a_builtin(tmp_path):
+    """export's rpcs table: a paired builtin's callee side is its op's, on the thread the
+    callee's own file names (``thread 12 (pt_thread_pool)``), not the name of the
+    process combine draws its span in."""
+    from tracemerge.tables import load
+
+    calls = [_call(0, 0, 100), _call(1, 200, 300)]
+    ops = [_op(210, 250, 11), _op(10, 40, 12)]
+    rpcs = load(_files(tmp_path, calls, ops), critical_path=False, gpu=False).arrow["rpcs"].to_pylist()
+    got = {r["rpc_id"]: (r["callee_rank"], r["callee_tid"], r["callee_thread"], r["sides"]) for r in rpcs}
+    assert got == {"0:0": (1, "12", "thread 12 (pt_thread_pool)", "both"),
+                   "0:1": (1, "11", "thread 11 (pt_thread_pool)", "both")}
