@@ -95,6 +95,18 @@ def remote_spans(infos: Sequence[RankInfo], sides: Dict[int, List[Dict[str, Any]
     return RemoteSpans(jobs, ids, {callee: len(recs) for callee, recs in sides.items()})
 
 
+def drawn_pids(own: Mapping[int, Collection[int]]) -> Dict[int, int]:
+    """{output pid: rank} of the process each rank's drawn callee spans go in, from the
+    output pids of every rank's own processes (``own``: {rank: pids}, a merged trace's
+    summary ``pids``): the last slot of the rank's pid block, as :func:`remote_spans` puts
+    them. The first rank's block starts at the stride (plan.py: base = (n + 1) × stride)."""
+    bases = {rank: min(pids) for rank, pids in own.items() if pids}
+    if not bases:
+        return {}
+    stride = min(bases.values())
+    return {base + stride - 1: rank for rank, base in bases.items()}
+
+
 def _clock_of(callee: int, rec: Dict[str, Any], by_rank: Mapping[Any, RankInfo],
               clocks: Mapping[int, ClockModel]) -> ClockModel:
     """The clock of a callee rank with no file: a rank of its machine's (same boot id), else
