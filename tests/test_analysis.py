@@ -415,3 +415,21 @@ def test_callee_idle_is_the_wait_for_a_late_request(tmp_path):
     rows = {w.name: w for w in waits.rpc}
     assert rows[c].callee_idle_ns == 200 * US and rows[a].callee_idle_ns == 0
     assert rows[c].queueing_ns == 0 and waits.by_rank[1]["callee_idle_ns"] == 200 * US
+
+
+@pytest.mark.parametrize("builtin", [False, True])
+def test_waits_of_a_builtin_are_those_of_the_same_call_wrapped(tmp_path, builtin):
+    """The same two calls as above, builtins sent as themselves (issue 45): the callee
+    recorded only the ops that served them, which the job pairs; those ops are the calls'
+    callee spans, so queueing (call a delivered in 90 µs, the pair's fastest 50) and the
+    callee's wait for the late call c (200 µs) are the wrapped calls' own."""
+    j = Ranks(2)
+    call = j.builtin if builtin else j.rpc
+    a = call(0, 1, "aten::add", 0, 90, 450, 500, kind="rpc_sync")
+    c = call(0, 1, "aten::mul", 600, 650, 900, 950, kind="rpc_sync")
+    waits = wait_states(j.job(tmp_path))
+    rows = {w.name: w for w in waits.rpc}
+    assert (rows[a].calls, rows[c].calls) == (1, 1)
+    assert rows[a].queueing_ns == 40 * US and rows[c].queueing_ns == 0
+    assert rows[c].callee_idle_ns == 200 * US and rows[a].callee_idle_ns == 0
+    assert waits.by_rank[1]["callee_idle_ns"] == 200 * US and waits.by_rank[0]["queueing_ns"] == 40 * US

@@ -230,3 +230,62 @@ def test_causality_counts_the_drawn_callee_spans(tmp_path):
     assert wall["spans"] == 2 and wall["rpc"] == 2
     fitted = Job.open(files, align=AlignRequest("auto")).alignment.causality["violations_before"]
     assert fitted["total"] == 0
+
+
+def test_the_rpcs_table_names_the_thread_that_served_a_builtin(tmp_path):
+    """export's rpcs table: a paired builtin's callee side is its op's, on the thread the
+    callee's own file names (``thread 12 (pt_thread_pool)``), not the name of the
+    process combine draws its span in."""
+    from tracemerge.tables import load
+
+    calls = [_call(0, 0, 100), _call(1, 200, 300)]
+    ops = [_op(210, 250, 11), _op(10, 40, 12)]
+    rpcs = load(_files(tmp_path, calls, ops), critical_path=False, gpu=False).arrow["rpcs"].to_pylist()
+    got = {r["rpc_id"]: (r["callee_rank"], r["callee_tid"], r["callee_thread"], r["sides"]) for r in rpcs}
+    assert got == {"0:0": (1, "12", "thread 12 (pt_thread_pool)", "both"),
+                   "0:1": (1, "11", "thread 11 (pt_thread_pool)", "both")}
+
+
+def _served_with_children(tmp_path):
+    """rank 0 sends torch.add as itself (rpc_sync, 0 to 100 µs); rank 1's pool thread 11 ran
+    the op from 10 to 40, an aten::empty under it (12 to 15) and a launch (20 to 22) of a
+    7 µs kernel; rank 1 also ran an aten::add of its own on its main thread."""
+    call = _call(0, 0, 100, kind="rpc_sync")
+    events = [{"ph": "M", "name": "thread_name", "pid": PID1, "tid": 11, "args": {"name": "thread 11 (pt_thread_pool)"}},
+              x("aten::add", 10, 30, pid=PID1, tid=11), x("aten::empty", 12, 3, pid=PID1, tid=11),
+              x("cudaLaunchKernel", 20, 2, pid=PID1, tid=11, cat="cuda_runtime", correlation=5),
+              x("add_kernel", 30, 7, pid=0, tid=7, cat="kernel", correlation=5),
+              x("aten::add", 60, 4, pid=PID1, tid=PID1)]
+    caller = rank_file([x(call["name"], 0, 100, pid=PID0, tid=PID0, cat="user_annotation", rpc_id="0:0",
+                          role="caller")], 0, rpcs=[call], boot_id="boot-a")
+    return [write(tmp_path / "rank0.json.gz", caller),
+            write(tmp_path / "rank1.json.gz", rank_file(events, 1, boot_id="boot-a", served_ops=[_op(10, 40, 11)]))]
+
+
+def test_a_paired_builtins_op_is_its_calls_remote_row(tmp_path):
+    """The key averages count the op as a wrapped call's callee side: a #remote row of rank 1
+    with the op's time (30 µs), self 0 and the op's device time (7 µs); the op keeps its
+    row, and with --remote-ops it and its child are named by the call (issue 45)."""
+    import json
+
+    files = _served_with_children(tmp_path)
+    name = "rpc_sync#aten::add(worker0 -> worker1)"
+
+    def rows(*extra):
+        res = cli.invoke("report", *files, "--format", "json", "--group-by", "name,rank", *extra)
+        assert res.exit_code == 0, res.stderr
+        return {(r["key"], r["node_id"]): (r["count"], r["cpu_time_total"], r["self_cpu_time_total"],
+                                           r["self_device_time_total"], r["device_time_total"])
+                for r in json.loads(res.stdout)["key_averages"]}
+
+    plain, remote = rows(), rows("--remote-ops")
+    span = (1, 30.0, 0.0, 0.0, 7.0)
+    assert plain[(name + "#remote", 1)] == remote[(name + "#remote", 1)] == span
+    # the served op (30 µs less its children's 5) and rank 1's own (4)
+    assert plain[("aten::add", 1)] == (2, 34.0, 29.0, 7.0, 7.0)
+    assert plain[("aten::empty", 1)] == (1, 3.0, 3.0, 0.0, 0.0)
+    assert remote[(name + "#remote_op: add", 1)] == (1, 30.0, 25.0, 7.0, 7.0)
+    assert remote[(name + "#remote_op: empty", 1)] == (1, 3.0, 3.0, 0.0, 0.0)
+    assert remote[(name + "#remote_op: cudaLaunchKernel", 1)] == (1, 2.0, 2.0, 0.0, 0.0)
+    assert remote[("aten::add", 1)] == (1, 4.0, 4.0, 0.0, 0.0)
+    assert ("aten::empty", 1) not in remote

@@ -283,3 +283,50 @@ def test_bad_input_is_one_line_error(tmp_path):
     r = invoke("report", bad, "-o", tmp_path / "out.txt")
     assert r.exit_code == 3 and "rank0.json" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.parametrize("builtin", [False, True])
+def test_a_builtins_server_thread_is_counted_as_a_wrapped_calls(tmp_path, builtin):
+    """Three rpc_sync calls one after another, served by three threads of rank 1 (7, 8, 9):
+    the RPC report's callee has 3 server threads, whether the calls were wrapped (their
+    #remote spans) or builtins sent as themselves, whose ops the job pairs (issue 45)
+    — not the 1 their peak concurrency would say."""
+    from support.ranks import Ranks
+
+    j = Ranks(2)
+    call = j.builtin if builtin else j.rpc
+    for k, tid in enumerate((7, 8, 9)):
+        call(0, 1, "aten::add", 1000 * k, 1000 * k + 100, 1000 * k + 400, 1000 * k + 500, callee_tid=tid,
+             kind="rpc_sync")
+    j.job(tmp_path)   # writes the rank files
+    doc = as_json(tmp_path / "rank0.json", tmp_path / "rank1.json")
+    [callee] = doc["rpc"]["callees"]
+    assert (callee["callee"], callee["calls"], callee["max_concurrent"]) == (1, 3, 1)
+    assert callee["threads"] == 3
+
+
+def test_a_merged_trace_counts_a_drawn_callee_span_on_its_callee(tmp_path):
+    """The recipe's builtins (torch.add, torch.mul, sent as themselves): in the merged trace
+    their callee spans are the ones combine drew, on a process of their own in rank 1's pid
+    block. Its report gives each the callee's Node ID (1), one call and the time of the op
+    that served it (the callee file's served_ops), and counts the op's thread among the
+    callee's server threads, as the report of the rank files does (issue 45)."""
+    files = sorted(glob.glob("samples/rpc_profiling/rank*.json.gz"))
+    with gzip.open(files[1]) as f:
+        callee = json.load(f)
+    ops = {op["name"]: op for op in callee["tracemerge"]["served_ops"]}
+    # the threads that served calls: the builtins' ops' and the wrapped calls' #remote spans'
+    threads = {op["tid"] for op in ops.values()} | {e["tid"] for e in callee["traceEvents"]
+                                                    if str(e.get("name", "")).endswith("#remote")}
+    merged = tmp_path / "merged.json"
+    assert invoke("combine", *files, "-o", merged).exit_code == 0
+    from_merged, direct = as_json(merged, "--group-by", "name,rank"), as_json(*files, "--group-by", "name,rank")
+    for doc in (from_merged, direct):
+        rows = {(r["key"], r["node_id"]): r for r in doc["key_averages"]}
+        for func in ("aten::add", "aten::mul"):
+            row = rows[(f"rpc_async#{func}(worker0 -> worker1)#remote", 1)]
+            op = ops[func]
+            assert row["count"] == 1
+            assert row["cpu_time_total"] == pytest.approx((op["end_ns"] - op["start_ns"]) / 1000)
+    assert [c["threads"] for c in from_merged["rpc"]["callees"]] == [c["threads"] for c in direct["rpc"]["callees"]] \
+        == [len(threads)]

@@ -274,3 +274,26 @@ def test_whatif_command_warns_of_a_speedup_off_the_path(tmp_path):
     r = cli.run("whatif", *sorted(str(p) for p in tmp_path.glob("rank*.json")), "--speedup", "aside=2")
     assert r.exit_code == 0
     assert "warning: --speedup 'aside=2': no span it names lies on a window's critical path" in r.stderr
+
+
+@pytest.mark.parametrize("builtin", [False, True])
+def test_a_served_call_is_sped_up_by_its_remote_name(tmp_path, builtin):
+    """An rpc_sync served from 40 to 120 µs (reply at 130): halving the call's callee span,
+    named ``<call>#remote`` as README says, moves the step to 91 µs — whether the call was
+    wrapped (its own #remote span) or a builtin sent as itself, whose callee recorded only
+    the op that served it (issue 45: the op is that span wherever the job is analysed)."""
+    j = Ranks(2)
+    if builtin:
+        name = j.builtin(0, 1, "aten::add", 0, 40, 120, 130, kind="rpc_sync")
+    else:
+        name = j.rpc(0, 1, "aten::add", 0, 40, 120, 130)
+        j.op(1, "aten::add", 40, 120, tid=7)
+    j.op(0, "ProfilerStep#0", 0, 131)
+    job = j.job(tmp_path)
+    assert name + "#remote" in span_names(job)[1]
+    sped = Speedup(name + "#remote", 1, 2.0)
+    assert check(job, [sped], critical_path(job)) == []
+    [p] = whatif(job, [sped])
+    assert p.predicted_ns == 91 * US
+    [q] = whatif(job, [Speedup("aten::add", 1, 2.0)])   # the op's own name still names it
+    assert q.predicted_ns == 91 * US

@@ -15,7 +15,7 @@ result (a few arrays per thread) is all the analyses need of the events.
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from tracemerge.clocks.clock import ClockModel
 from tracemerge.inputs import chrome, reader_for
 from tracemerge.inputs.chrome import read_data, read_trace, read_typed
 from tracemerge.model import RankTrace
+from tracemerge.place.served import ServedOps, served_events
 
 if TYPE_CHECKING:
     from tracemerge.place.rank_pass import RankView
@@ -61,21 +62,25 @@ class RankTimeline:
     # callee spans whose args say they ended on another thread than they began on: an
     # async_execution function's span, open until the future it returned completed
     async_spans: frozenset = frozenset()
+    # {span index: ``<call>#remote``} of the ops that served paired builtins: each op keeps
+    # its own name in ``span_name`` and is also its call's callee span, named so (whatif)
+    callee_names: dict = field(default_factory=dict)
 
 
 def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_names: Iterable[str] = (),
-                  served: Optional[Mapping[Tuple[Any, int], str]] = None) -> RankTimeline:
+                  served: Optional[ServedOps] = None) -> RankTimeline:
     """The :class:`RankTimeline` of ``source`` (a path or a RankTrace) under ``clock``
     (its :class:`~tracemerge.clock.ClockModel`); ``rpc_names`` are the caller span names
     of the RPC records of the rank (callee spans are those plus ``#remote``); ``served``
-    ({(tid, start ns): rpc_id}, :func:`~tracemerge.place.rank_pass.served_spans`): ops that are the callee spans of
+    ({(tid, start ns): Served}, :func:`~tracemerge.place.served.served_spans`): ops that are the callee spans of
     paired builtins."""
     trace = _read(source) if isinstance(source, str) else source
     idx = host_ops(trace)
     names = trace.names
     role, ended_elsewhere = _rpc_roles(trace, idx, set(rpc_names))
-    if served:
-        _served_roles(trace, idx, served, role)
+    paired = served_events(trace, idx, served or {})
+    for i, call in paired.items():
+        role.setdefault(i, (call.rpc_id, "callee"))
     ntids = max(len(trace.tids), 1)
     thread_key = trace.pid[idx].astype(np.int64) * ntids + trace.tid[idx]
     start_local = trace.ts[idx]
@@ -102,7 +107,9 @@ def rank_timeline(source: "str | RankTrace", rank: int, clock: ClockModel, rpc_n
     return RankTimeline(rank=rank, threads=threads, names=list(names), span_start=start, span_end=end,
                         span_name=span_name, span_thread=thread,
                         callee_of=_nearest(np.where(is_callee, np.arange(len(idx)), -1), parent), rpc_spans=rpc_spans,
-                        steps=steps, async_spans=frozenset(position[i] for i in ended_elsewhere))
+                        steps=steps, async_spans=frozenset(position[i] for i in ended_elsewhere),
+                        callee_names={position[i]: call.span for i, call in paired.items()
+                                      if role[i] == (call.rpc_id, "callee")})
 
 
 def _rpc_roles(trace: RankTrace, idx: np.ndarray, rpc_names: Set[str]) -> Tuple[Dict[int, Tuple[str, str]], Set[int]]:
@@ -145,22 +152,6 @@ def _threads(trace: RankTrace, keys: np.ndarray, thread: np.ndarray, start: np.n
         threads.append(ThreadTimeline(tid=tid, bounds=bounds, owner=owner, first_ns=int(start[lo]),
                                       last_ns=int(end[lo:hi].max()), main=tid == trace.pids[key // ntids]))
     return parent, threads
-
-
-def _served_roles(trace: RankTrace, idx: np.ndarray, served: Mapping[Tuple[Any, int], str],
-                  role: Dict[int, Tuple[str, str]]) -> None:
-    """Add to ``role`` the host ops of ``idx`` that ``served`` names (by thread and start)
-    as callee spans: one bisection per paired call."""
-    order = idx[np.argsort(trace.ts[idx], kind="stable")]
-    starts = trace.ts[order]
-    for (tid, start), rpc_id in served.items():
-        at = int(np.searchsorted(starts, start))
-        while at < len(order) and starts[at] == start:
-            i = int(order[at])
-            if i not in role and trace.tids[int(trace.tid[i])] == tid:
-                role[i] = (rpc_id, "callee")
-                break
-            at += 1
 
 
 def _nearest(value: np.ndarray, parent: np.ndarray) -> np.ndarray:

@@ -72,6 +72,7 @@ from tracemerge.analysis.critical_path import (
     wraps_wait,
 )
 from tracemerge.analysis.job_timeline import COLLECTIVE_WAIT, RPC_WAIT, JobTimeline, Thread
+from tracemerge.analysis.timeline import RankTimeline
 from tracemerge.errors import UsageError
 
 TOP = 5   # segments of each window's new path shown
@@ -195,8 +196,7 @@ class Replay:
             for rank, tl in job.ranks.items():
                 if s.rank is not None and s.rank != rank:
                     continue
-                codes = [i for i, name in enumerate(tl.names) if name == s.name]
-                for span in np.flatnonzero(np.isin(tl.span_name, codes)).tolist():
+                for span in named_spans(tl, s.name):
                     key = (rank, int(tl.span_thread[span]))
                     found.setdefault(key, []).append((job.span_start[rank][span], job.span_end[rank][span], s.factor))
         return found
@@ -486,9 +486,19 @@ def whatif(job: JobTimeline, speedups: list) -> list:
     return out
 
 
+def named_spans(tl: RankTimeline, name: str) -> list:
+    """The spans of a rank's timeline that ``name`` names: by their own name, or as the
+    ``<call>#remote`` callee span a paired builtin's op is (named as a wrapped call's is)."""
+    codes = [i for i, n in enumerate(tl.names) if n == name]
+    own = np.flatnonzero(np.isin(tl.span_name, codes)).tolist()
+    return sorted(set(own).union(span for span, n in tl.callee_names.items() if n == name))
+
+
 def span_names(job: JobTimeline) -> dict:
-    """{rank: set of the names of its host spans} (what a speed-up can name)."""
-    return {rank: {tl.names[c] for c in distinct(tl.span_name).tolist()} for rank, tl in job.ranks.items()}
+    """{rank: set of the names of its host spans} (what a speed-up can name), the callee
+    span names of paired builtins' ops among them."""
+    return {rank: {tl.names[c] for c in distinct(tl.span_name).tolist()} | set(tl.callee_names.values())
+            for rank, tl in job.ranks.items()}
 
 
 def check(job: JobTimeline, speedups: list, path: Optional[list] = None) -> list:

@@ -23,7 +23,7 @@ The parent gathers them as ``{NAME: {rank: value}}`` (:func:`gather`).
 """
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar, Union
 
 from tracemerge import native
 from tracemerge.errors import reading
@@ -31,6 +31,7 @@ from tracemerge.inputs.cycles import joined_trace, pids_agree, recoded
 from tracemerge.model import RankTrace
 from tracemerge.place import selection as select
 from tracemerge.place.placement import Placement
+from tracemerge.place.served import ServedOps, served_spans
 from tracemerge.registry import Deferred
 from tracemerge.runtime.engine import Engine, Held, LocalEngine, gc_paused, map_where_held
 
@@ -68,7 +69,7 @@ class Ask:
     selection: Optional[select.Selection] = None
     window: Tuple[Optional[int], Optional[int]] = (None, None)   # output ns (Plan.window)
     rpc_names: Tuple[str, ...] = ()            # the caller span names of its RPC records (timelines)
-    served: Optional[Mapping[Tuple[Any, int], str]] = None   # paired builtins' ops: their callee spans
+    served: Optional[ServedOps] = None   # the ops of paired builtins it served: their calls' callee spans
 
 
 @dataclass
@@ -153,7 +154,8 @@ def rank_products(source: Source, ask: Ask) -> Dict[str, Any]:
 def asks(job: "Job", plan: "Plan", products: Iterable[Product], options: Options = Options()) -> List[Ask]:
     """One :class:`Ask` per rank the plan keeps, in job order."""
     wanted = tuple(products)
-    paired = served_spans(job.infos) if options.timelines else {}
+    # the key averages and the timelines alike count them (place/served.py)
+    paired = served_spans(job.infos)
     return [Ask(rank=rank, place=plan.places[rank], products=wanted, options=options,
                 selection=plan.selection, window=plan.window,
                 rpc_names=tuple(sorted({r.get("name", "") for r in info.rpcs})) if options.timelines else (),
@@ -172,14 +174,3 @@ def gather(job: "Job", plan: "Plan", products: Iterable[Product], options: Optio
     made = map_where_held(runner, rank_products, [source_of(job, a.rank) for a in tasks], tasks)
     return {name: {a.rank: m[name] for a, m in zip(tasks, made)} for name, _ in wanted}
 
-
-def served_spans(infos: Iterable[Any]) -> Dict[int, Dict[Tuple[Any, int], str]]:
-    """{callee rank: {(tid, op start ns): rpc_id}} of every builtin the job paired with the
-    op that served it (``remote_rpcs`` of ``source: "paired"``): those ops are the calls'
-    callee spans wherever the job is analysed, as a wrapped call's ``#remote`` span is."""
-    out: Dict[int, Dict[Tuple[Any, int], str]] = {}
-    for info in infos:
-        for r in info.remote_rpcs:
-            if r.get("source") == "paired":
-                out.setdefault(r["callee"], {})[(r["tid"], r.get("op_start_ns", r["start_ns"]))] = r["rpc_id"]
-    return out

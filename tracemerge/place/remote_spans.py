@@ -28,6 +28,7 @@ from tracemerge.inputs.chrome import build
 from tracemerge.inputs.rankinfo import RankInfo
 from tracemerge.model import RankTrace
 from tracemerge.place.placement import Placement, rank_label
+from tracemerge.place.served import callee_span_name
 
 PID = "rpc callee sides (from the caller's file)"
 CATEGORY = "user_annotation"   # what record_function spans are, as the callee's own would be
@@ -94,6 +95,18 @@ def remote_spans(infos: Sequence[RankInfo], sides: Dict[int, List[Dict[str, Any]
     return RemoteSpans(jobs, ids, {callee: len(recs) for callee, recs in sides.items()})
 
 
+def drawn_pids(own: Mapping[int, Collection[int]]) -> Dict[int, int]:
+    """{output pid: rank} of the process each rank's drawn callee spans go in, from the
+    output pids of every rank's own processes (``own``: {rank: pids}, a merged trace's
+    summary ``pids``): the last slot of the rank's pid block, as :func:`remote_spans` puts
+    them. The first rank's block starts at the stride (plan.py: base = (n + 1) × stride)."""
+    bases = {rank: min(pids) for rank, pids in own.items() if pids}
+    if not bases:
+        return {}
+    stride = min(bases.values())
+    return {base + stride - 1: rank for rank, base in bases.items()}
+
+
 def _clock_of(callee: int, rec: Dict[str, Any], by_rank: Mapping[Any, RankInfo],
               clocks: Mapping[int, ClockModel]) -> ClockModel:
     """The clock of a callee rank with no file: a rank of its machine's (same boot id), else
@@ -129,7 +142,7 @@ def _trace(callee: int, recs: List[Dict[str, Any]]) -> RankTrace:
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
                        "args": {"name": f"thread {tid} (RPC server)"}})
     for r in recs:
-        events.append({"ph": "X", "cat": CATEGORY, "name": f"{r.get('name') or r.get('func') or r['rpc_id']}#remote", "pid": PID, "tid": r.get("tid", 0),
+        events.append({"ph": "X", "cat": CATEGORY, "name": callee_span_name(r), "pid": PID, "tid": r.get("tid", 0),
                        "ts": (r["start_ns"] - base) / 1000, "dur": max(0, r["end_ns"] - r["start_ns"]) / 1000,
                        "args": {"rpc_id": r["rpc_id"], "role": "callee", "status": r.get("status", "ok"),
                                 **({"bounded": True} if r.get("bounded") else {})}})

@@ -28,6 +28,7 @@ from tracemerge.model import RankTrace
 from tracemerge.native import read_file
 from tracemerge.place.plan import make_plan, reference_extent
 from tracemerge.place.rank_pass import Options, gather
+from tracemerge.place.remote_spans import drawn_pids
 from tracemerge.report import GROUP_BY, SORT_KEYS  # the CLI's choices, read without this module
 from tracemerge.report.collectives import CollectiveStats, collective_report, p2p_report
 from tracemerge.report.gpu import GpuRank, gpu_rank
@@ -212,7 +213,12 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
     block = trace.tracemerge or {}
     rank_of_pid = {out: int(rank) for rank, m in block["pids"].items() for out in m.values()}
     node = np.array([rank_of_pid.get(p, -1) for p in trace.pids], dtype=np.int64)
-    rows = key_averages(trace, node, remote_ops)
+    # the callee spans combine drew of a rank (a paired builtin's, a silent callee's) are its
+    # node's in the key averages and its server threads, as in the report of the rank files;
+    # the busy timeline keeps to the rank's own processes (a paired op is busy there already)
+    drawn = drawn_pids({int(rank): list(m.values()) for rank, m in block["pids"].items()})
+    callee_node = np.array([rank_of_pid.get(p, drawn.get(p, -1)) for p in trace.pids], dtype=np.int64)
+    rows = key_averages(trace, callee_node, remote_ops)
     inputs = block.get("inputs") or []
     clocks = {int(c["rank"]): ClockModel(**c) for c in block.get("alignment") or []}
     report = Report(
@@ -238,7 +244,7 @@ def merged_report(trace: RankTrace, group_by: str = "name", remote_ops: bool = F
     records = [Recorded(int(r["rank"]), r.get("rpcs") or [], r.get("collectives") or [], bool(r.get("has_block")),
                         r.get("remote_rpcs") or [], r.get("job_id"))
                for r in block["records"]]
-    threads = {r.rank: server_threads(trace, np.flatnonzero(node == r.rank)) for r in records}
+    threads = {r.rank: server_threads(trace, np.flatnonzero(callee_node == r.rank)) for r in records}
     _add_records(report, records, correlate(records), clocks, threads)
     return report
 

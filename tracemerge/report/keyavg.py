@@ -26,7 +26,7 @@ a stack of their own) — and every device event is also a row of its own with
 """
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 from msgspec import UNSET
@@ -182,18 +182,44 @@ def op_tree(trace: RankTrace) -> OpTree:
                   name=name, keys=keys, is_async=is_async, thread=thread)
 
 
-def remote_op_names(tree: OpTree) -> Tuple[np.ndarray, List[Any]]:
+def served_positions(tree: OpTree, keys: List[Any], callee_spans: Mapping[int, str]) -> Tuple[np.ndarray, np.ndarray]:
+    """(tree positions, span key codes) of the ops ``callee_spans`` names ({event index: the
+    ``<rpc>#remote`` name of the call it served}); a name not in ``keys`` yet is appended."""
+    if not callee_spans or not len(tree.index):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    events = np.fromiter(callee_spans, dtype=np.int64, count=len(callee_spans))
+    sorter = np.argsort(tree.index, kind="stable")
+    at = np.minimum(np.searchsorted(tree.index, events, sorter=sorter), len(sorter) - 1)
+    found = tree.index[sorter[at]] == events
+    code_of = {k: c for c, k in enumerate(keys)}
+    codes = []
+    for e in events[found].tolist():
+        name = callee_spans[e]
+        if name not in code_of:
+            code_of[name] = len(keys)
+            keys.append(name)
+        codes.append(code_of[name])
+    return sorter[at[found]].astype(np.int64), np.array(codes, dtype=np.int64)
+
+
+def remote_op_names(tree: OpTree, keys: Optional[List[Any]] = None,
+                    served: Tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64)),
+                    ) -> Tuple[np.ndarray, List[Any]]:
     """Key codes with ops under a callee span ``<rpc>#remote`` renamed ``<rpc>#remote_op: <op>``.
 
     As the legacy RPC profiler named them: the RPC key, then the op without ``aten::``.
-    Returns (codes, keys); the span itself keeps its name.
+    Returns (codes, keys); the span itself keeps its name. ``keys``: the key strings
+    (default the tree's); ``served``: (positions, span key codes) of the ops that served
+    paired builtins (:func:`served_positions`): each is its call's callee span and also an
+    op under it, so it and the ops under it are renamed as a wrapped call's ops are.
     """
-    keys = list(tree.keys)
+    keys = list(tree.keys if keys is None else keys)
     is_span = np.array([isinstance(k, str) and k.endswith(REMOTE_SPAN_SUFFIX) for k in keys], dtype=bool)
+    at, span_code = served
     if not is_span.any():
         return tree.name, keys
-    n = len(tree.name)
-    owner = np.where(is_span[tree.name], np.arange(n), -1)
+    # the key code of the callee span each op runs in (-1: none), first where the span is
+    owner = np.where(is_span[tree.name], tree.name.astype(np.int64), -1)
     parent = tree.parent
     # an asynchronous callee span (async_execution) is no parent: the top-level ops of its
     # thread that run inside it, and not in a span of their own, are its ops
@@ -203,7 +229,8 @@ def remote_op_names(tree: OpTree) -> Tuple[np.ndarray, List[Any]]:
         lo = t_lo + np.searchsorted(tree.start[t_lo:t_hi], tree.start[span], side="left")
         hi = t_lo + np.searchsorted(tree.start[t_lo:t_hi], tree.end[span], side="left")
         inside = lo + np.flatnonzero((parent[lo:hi] < 0) & ~tree.is_async[lo:hi] & (tree.end[lo:hi] <= tree.end[span]))
-        owner[inside[owner[inside] < 0]] = span
+        owner[inside[owner[inside] < 0]] = tree.name[span]
+    owner[at] = span_code   # a served op runs in its own call's span, innermost
     # an op without a span of its own takes its nearest owned ancestor's
     up = nearest_ancestor(parent, owner >= 0)
     owner = np.where(owner >= 0, owner, np.where(up >= 0, owner[np.maximum(up, 0)], -1))
@@ -211,7 +238,7 @@ def remote_op_names(tree: OpTree) -> Tuple[np.ndarray, List[Any]]:
     codes = tree.name.copy()
     made: Dict[Tuple[int, int], int] = {}
     for i in np.flatnonzero(renamed):
-        pair = (int(tree.name[owner[i]]), int(tree.name[i]))
+        pair = (int(owner[i]), int(tree.name[i]))
         code = made.get(pair)
         if code is None:
             rpc = keys[pair[0]][:-len(REMOTE_SPAN_SUFFIX)]
@@ -223,7 +250,8 @@ def remote_op_names(tree: OpTree) -> Tuple[np.ndarray, List[Any]]:
 
 
 def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = False,
-                 tree: Optional[OpTree] = None, links: Optional["Correlations"] = None) -> List[KeyAverage]:
+                 tree: Optional[OpTree] = None, links: Optional["Correlations"] = None,
+                 callee_spans: Optional[Mapping[int, str]] = None) -> List[KeyAverage]:
     """[KeyAverage] of one trace, one row per (key, node, user annotation), in first-seen
     order, then the device rows (:func:`device_rows`).
 
@@ -232,28 +260,45 @@ def key_averages(trace: RankTrace, node_of_pid: np.ndarray, remote_ops: bool = F
     :func:`op_tree` when the caller has built it already (the report needs it for the busy
     timeline too, and building it is a quarter of a report's time); ``links``: its
     :func:`correlations`, likewise (the GPU section reads them too).
+
+    ``callee_spans``: {event index: ``<rpc>#remote``} of the ops that served paired builtins
+    (:mod:`tracemerge.place.served`). Each counts as a wrapped call's callee side does: its
+    span is a row of the callee's node (a user annotation, as the capture's spans are) with
+    the op's time, its self time 0 (the op fills it) and the op's device time; the op keeps
+    its own row, or with ``remote_ops`` is renamed ``<rpc>#remote_op: <op>`` as the ops
+    under a wrapped call's span are.
     """
     tree = op_tree(trace) if tree is None else tree
-    codes, keys = remote_op_names(tree) if remote_ops else (tree.name, tree.keys)
+    keys = list(tree.keys)
+    at, span_code = served_positions(tree, keys, callee_spans or {})
+    codes, keys = remote_op_names(tree, keys, (at, span_code)) if remote_ops else (tree.name, keys)
     # a span still open at the stop nests as written (its children are its children), but
     # its duration runs to the stop: it is no row (report says how many, nesting.unfinished)
     keep = tree.kept & ~unfinished(trace)[tree.index]
-    idx = tree.index[keep]
+    spans = keep[at]
+    at, span_code = at[spans], span_code[spans]
+    dur_all = tree.end - tree.start
+    own_dev, total_dev = device_times(trace, tree, links)
+    # the served ops' callee spans first, then every kept op: a span's row is seen before its op's
+    pos = np.concatenate((at, np.flatnonzero(keep)))
+    n_spans = len(at)
+    is_span = np.arange(len(pos)) < n_spans
+    idx = tree.index[pos]
     order = np.argsort(idx, kind="stable")   # rows appear in the order of their first event
-    idx = idx[order]
+    idx, pos, is_span = idx[order], pos[order], is_span[order]
+    code = np.concatenate((span_code, codes[keep].astype(np.int64)))[order]
     node = np.asarray(node_of_pid, dtype=np.int64)[trace.pid[idx]]
     ua_code = trace.code_of(USER_ANNOTATION)
-    ua = trace.cat[idx] == (ua_code if ua_code is not None else -2)
-    group = (codes[keep][order].astype(np.int64) << 32) | ((node + 1) << 1) | ua
+    ua = (trace.cat[idx] == (ua_code if ua_code is not None else -2)) | is_span
+    group = (code << 32) | ((node + 1) << 1) | ua
     uniq, first, inv = np.unique(group, return_index=True, return_inverse=True)
-    dur = (tree.end - tree.start)[keep][order]
+    dur = dur_all[pos]
     count = np.bincount(inv, minlength=len(uniq))
     total = np.bincount(inv, weights=dur, minlength=len(uniq))
-    self_ = np.bincount(inv, weights=tree.self_ns[keep][order], minlength=len(uniq))
-    own_dev, total_dev = device_times(trace, tree, links)
-    dev_total = np.bincount(inv, weights=total_dev[keep][order], minlength=len(uniq))
-    dev_self = np.bincount(inv, weights=own_dev[keep][order], minlength=len(uniq))
-    asynchronous = np.bincount(inv, weights=tree.is_async[keep][order], minlength=len(uniq)) == count
+    self_ = np.bincount(inv, weights=np.where(is_span, 0, tree.self_ns[pos]), minlength=len(uniq))
+    dev_total = np.bincount(inv, weights=total_dev[pos], minlength=len(uniq))
+    dev_self = np.bincount(inv, weights=np.where(is_span, 0, own_dev[pos]), minlength=len(uniq))
+    asynchronous = np.bincount(inv, weights=tree.is_async[pos], minlength=len(uniq)) == count
     rows = []
     for g in np.argsort(first, kind="stable"):
         key = int(uniq[g])

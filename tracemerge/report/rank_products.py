@@ -4,7 +4,7 @@
 the rank. The op tree and the correlations are built once per rank, for every product that
 reads them (``RankView.shared``)."""
 
-from typing import Callable, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from tracemerge.algorithms.nesting import unfinished
 from tracemerge.errors import TracemergeError
 from tracemerge.inputs.admit import is_merged_block
 from tracemerge.place.rank_pass import RankView
+from tracemerge.place.served import Served, served_events
 from tracemerge.report.gpu import GpuRank, gpu_rank
 from tracemerge.report.keyavg import Correlations, KeyAverage, OpTree, correlations, key_averages, op_tree
 from tracemerge.report.rpcstats import server_threads
@@ -25,13 +26,21 @@ def _links(view: RankView) -> Correlations:
     return view.shared("correlations", correlations)
 
 
+def _served(view: RankView) -> Dict[int, Served]:
+    """{event index: Served} of the rank's ops that served paired builtins (place/served.py)."""
+    return view.shared("served", lambda trace: served_events(trace, _tree(view).index, view.ask.served or {}))
+
+
 def key_average_rows(view: RankView) -> List[KeyAverage]:
     """The rank's key-average partials (``node_id`` its rank), grouped by (name, rank) later."""
     if is_merged_block(view.trace.tracemerge):  # the rows would count every rank of it again
         raise TracemergeError(f"{view.trace.path}: a merged trace; report on it alone, or on the rank files")
     trace = view.trace
+    tree = _tree(view)
+    # the ops that served paired builtins count as their calls' callee spans, as a wrapped call's do
+    served = {i: call.span for i, call in _served(view).items()}
     return key_averages(trace, np.full(len(trace.pids), view.rank, dtype=np.int64), view.options.remote_ops,
-                        _tree(view), _links(view))
+                        tree, _links(view), served)
 
 
 def open_at_stop(view: RankView) -> int:
@@ -47,8 +56,9 @@ def gpu_time(view: RankView) -> Optional[GpuRank]:
 
 
 def rpc_server_threads(view: RankView) -> int:
-    """How many RPC server threads the rank's events show (the callee load)."""
-    return server_threads(view.trace)
+    """How many RPC server threads the rank's events show (the callee load): those of its
+    callee spans, the ops that served paired builtins among them."""
+    return server_threads(view.trace, served=list(_served(view)))
 
 
 def top_spans(tree: OpTree, to_ref: Callable[[np.ndarray], np.ndarray],

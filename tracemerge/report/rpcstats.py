@@ -83,12 +83,14 @@ def _callee_name(call: RpcCall) -> str:
     return inner.partition(" -> ")[2] or f"rank {call.callee}"
 
 
-def server_threads(trace: RankTrace, pid_codes: Optional[np.ndarray] = None) -> int:
+def server_threads(trace: RankTrace, pid_codes: Optional[np.ndarray] = None, served: Sequence[int] = ()) -> int:
     """Number of distinct threads that ran callee spans (``...#remote``) in one rank's trace
     (of the processes ``pid_codes`` only, when given: one rank of a merged trace, whose
-    spans moved to a lane of their thread count on that thread)."""
+    spans moved to a lane of their thread count on that thread); ``served``: the events
+    that are callee spans under another name, the ops that served paired builtins."""
     codes = [i for i, n in enumerate(trace.names) if isinstance(n, str) and n.endswith("#remote")]
     hits = np.isin(trace.name, codes) & (trace.ph == ord("X"))
+    hits[np.asarray(served, dtype=np.int64)] = True
     if pid_codes is not None:
         hits &= np.isin(trace.pid, pid_codes)
     return len(distinct(lane_origins(trace)[trace.tid[hits]]))

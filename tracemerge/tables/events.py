@@ -31,6 +31,7 @@ from tracemerge import native
 from tracemerge.algorithms.nesting import LANE_OF, lanes
 from tracemerge.model import NO_DUR, NO_TS, RankTrace
 from tracemerge.place.placement import Placement, _lane_metadata, _process_metadata, aligned_ns
+from tracemerge.place.served import ServedOps, served_events
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,10 +85,11 @@ def rank_events(trace: RankTrace, place: Placement) -> Tuple["pa.Table", List[Tu
     return require_arrow().Table.from_batches(list(batches), schema=event_schema()), spans
 
 
-def rank_batches(trace: RankTrace, place: Placement
+def rank_batches(trace: RankTrace, place: Placement, served: Optional[ServedOps] = None,
                  ) -> Tuple[Iterator["pa.RecordBatch"], List[Tuple[str, str, str, Optional[str]]]]:
     """(the rows of :func:`rank_events` as record batches of up to :data:`CHUNK` rows, made
-    as they are asked for, so a writer holds one batch's strings at a time; the RPC spans)."""
+    as they are asked for, so a writer holds one batch's strings at a time; the RPC spans,
+    the ops that served paired builtins among them: ``served``, place/served.py)."""
     pa = require_arrow()
     n = len(trace)
     start, dur = aligned_ns(trace, place.clock, 0)  # absolute ns on the reference clock
@@ -102,6 +104,10 @@ def rank_batches(trace: RankTrace, place: Placement
     thread_names = _thread_names(trace)
     thread_codes, thread_table = _thread_name_codes(trace, thread_names)
     (rpc_codes, rpc_table), (role_codes, role_table), spans = _rpc_columns(trace, tids, thread_names)
+    # a paired builtin's callee side is the op that served it, on the thread this rank names
+    for i, call in served_events(trace, np.flatnonzero(trace.ph == ord("X")), served or {}).items():
+        p, t = int(trace.pid[i]), int(trace.tid[i])
+        spans.append((call.rpc_id, "callee", tids[t], thread_names.get((p, t))))
     flow_ids = _flow_ids(trace)
     args = _args_source(trace)
     tables = {"input_pid": _strings(pa, [_text(p) for p in trace.pids]), "tid": _strings(pa, tids),

@@ -54,7 +54,10 @@ class Products:
 
 def products(job: Job, alignment: Alignment, parts: Sequence["RankPart"], group_by: str = "name",
              critical_path: bool = False) -> Products:
-    sides = {(rpc_id, role): (p.rank, tid, thread) for p in parts for rpc_id, role, tid, thread in p.rpc_spans}
+    # a rank's own part last: where it holds a call's side (a paired builtin's op) and the
+    # drawn callee spans do too, the thread is the one the rank's file names
+    sides = {(rpc_id, role): (p.rank, tid, thread) for p in sorted(parts, key=lambda p: -p.part)
+             for rpc_id, role, tid, thread in p.rpc_spans}
     threads = {p.rank: p.products["server_threads"] for p in parts if "server_threads" in p.products}
     rpc = rpc_report(job.links.rpcs, alignment.clocks, threads) if len(job.links.rpcs.calls) else None
     windows = None

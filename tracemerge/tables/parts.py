@@ -75,7 +75,7 @@ def rank_part(source: Source, task: PartTask) -> RankPart:
         if ask.products:
             part.products = products_of(trace, ask)
             _trim()  # the op tree's and the decoded args' pages, before the batches need more
-        batches, part.rpc_spans = rank_batches(trace, ask.place)
+        batches, part.rpc_spans = rank_batches(trace, ask.place, ask.served)
         del trace  # the batches hold what they need of it
         _trim()  # the trace's pages (the core's scan: ~45 MB of a 60 MB rank), before any batch is made
         if task.path is not None:
