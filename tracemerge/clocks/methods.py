@@ -46,7 +46,7 @@ def exchange_clocks(infos: Mapping[int, Any], reference: int, kinds: Iterable[st
     """Clocks from the causal constraints of the exchanges in ``kinds`` (see bands, graph);
     ``p2p``: sends matched with their receives, one-way bounds.
 
-    ``drift``: None fits it when the data pin it down, True/False force it on/off. ``links``:
+    ``drift``: None fits it where no constant offset fits the exchanges, True/False force it on/off. ``links``:
     the job's :class:`~tracemerge.correlate.match.Correlation` (joined here when not given).
     """
     links = links or correlate(list(infos.values()))
