@@ -1,11 +1,14 @@
 """Issue 45: drift fitted only where the exchanges need it, and no exchange out of order
 after alignment (ranks on different machines aligned again)."""
 
+from dataclasses import replace
+
 import numpy as np
 from support import synth
 
 from tracemerge.clocks import causality
 from tracemerge.clocks.bands import Constraints, fit_pairs, stack
+from tracemerge.clocks.consistent import within_exchanges
 from tracemerge.clocks.methods import align
 from tracemerge.job import Session
 
@@ -77,3 +80,23 @@ def test_a_rank_linked_by_collectives_alone_leaves_none_out_of_order(tmp_path):
             bound = clocks[r].error_bound_ns
             assert bound is not None and error[r] <= bound, (seed, r, error[r], clocks[r])
             assert clocks[r].drift_ppm == 0.0, (seed, clocks[r])
+
+
+def test_a_clock_off_its_exchanges_moves_by_the_least_shift_that_orders_them(tmp_path):
+    # a clock estimated elsewhere (collective ends, kernel ends) 300 µs from where its calls
+    # put it, within its own bound: it moves just into them, its bound grows by the move
+    job, infos = _job(tmp_path, ranks=2, pairs="star", duration_s=2.0, calls=30, seed=5, max_drift_ppm=0.0)
+    truth = job.truth[1]
+    true_offset = truth.offset_ns - job.truth[0].offset_ns
+    off = replace(truth, method="cpu-collective", offset_ns=true_offset + 300 * US, anchor_ns=0, error_bound_ns=400 * US)
+    clocks = {0: replace(job.truth[0], method="reference", offset_ns=0, error_bound_ns=0), 1: off}
+    assert causality.count(infos, clocks)["total"] > 0
+    moved = within_exchanges(infos, clocks, {0: 0, 1: 1})
+    assert causality.count(infos, moved)["total"] == 0
+    shift = moved[1].offset_ns - off.offset_ns
+    assert shift < 0 and moved[1].error_bound_ns == off.error_bound_ns - shift
+    assert abs(moved[1].offset_ns - true_offset) <= moved[1].error_bound_ns
+    assert f"moved by {shift / 1e3:+.1f} µs" in moved[1].note
+    # the least shift: 10 ns less leaves an exchange out of order again
+    back = replace(moved[1], offset_ns=moved[1].offset_ns + 10)
+    assert causality.count(infos, {0: clocks[0], 1: back})["total"] > 0
