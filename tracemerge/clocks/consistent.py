@@ -84,7 +84,7 @@ class _Exchanges:
         cat = np.concatenate
         self.rank = (cat(early_rank), cat(late_rank))
         self.local = (cat(early), cat(late))
-        top = max(max(clock_of), int(max((a.max() for a in self.rank if len(a)), default=0))) + 1
+        top = max([max(clock_of)] + [int(a.max()) for a in (*self.rank, p.coll[:, 0]) if len(a)]) + 1
         self.group = np.arange(top, dtype=np.int64)
         self.group[np.array(list(clock_of), np.int64)] = np.array(list(clock_of.values()), np.int64)
         self.sides = tuple(_by(self.group[ranks]) for ranks in self.rank)
