@@ -121,7 +121,8 @@ def _solve_graph(ranks: Sequence[int], reference: int, fits: Mapping[Pair, PairF
     near = _neighbours(ranks, edges)
     found, roots = _along_paths(groups, reference, near, np.maximum(err.max(axis=1), 1.0).tolist(), edges, y, err)
     index = {r: i for i, r in enumerate(found)}
-    est, bound = _tightened(found, index, roots, edges, y, err)
+    path = np.array([v[1] for v in found.values()]).reshape(-1, 2)
+    est, bound = _flat_kept(path, *_tightened(found, index, roots, edges, y, err))
     out: Dict[int, ClockModel] = {}
     out_bounds: Bounds = {}
     for r, (root, _, _, kinds, samples) in found.items():
@@ -207,6 +208,24 @@ def _tightened(found: Dict[int, Found], index: Dict[int, int], roots: Dict[int, 
             est[:, end], bound[:, end] = _tightest(a_at, b_at, y[:, end], err[:, end], est[:, end], bound[:, end],
                                                    fixed)
     return est, bound
+
+
+def _flat_kept(path: np.ndarray, est: np.ndarray, bound: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(estimate, bound) per rank at both ends: constant where its path's links fitted no
+    drift (a constant offset satisfied each link's exchanges: ``path`` the same at both
+    ends) and one offset lies within both ends' ``est ± bound``. Each end is tightened on
+    its own, by whichever links bound it best, so the two tightened centres differ by
+    those links' noise too: read as drift, it reached hundreds of ppm on clocks that had
+    none. The constant is the middle of the overlap, where a clock without drift is known
+    to be; the true offset at each end, drifting or not, is still within the bound, taken
+    from it to the far side of that end's interval. A path with drift keeps the tightened
+    ends: other paths' links pin its slope better than its own alone."""
+    low, high = est - bound, est + bound
+    lo, hi = low.max(axis=1), high.min(axis=1)
+    flat = (path[:, 0] == path[:, 1]) & (lo <= hi)
+    centre = np.repeat(((lo + hi) / 2).reshape(-1, 1), 2, axis=1)
+    return (np.where(flat[:, None], centre, est),
+            np.where(flat[:, None], np.maximum(centre - low, high - centre), bound))
 
 
 def _model(r: int, found: Found, reference: int, est: List[float], bound: List[float], span: Tuple[int, int],

@@ -15,6 +15,7 @@ import numpy as np
 from tracemerge.clocks import METHODS  # the registry, read without this module (clocks/__init__.py)
 from tracemerge.clocks.bands import collective_constraints, merge, merge_one_way, p2p_constraints, rpc_constraints
 from tracemerge.clocks.clock import ClockModel
+from tracemerge.clocks.consistent import within_exchanges
 from tracemerge.clocks.cpu_collective import auto_with_ends, ends_linked
 from tracemerge.clocks.graph import solve
 from tracemerge.clocks.nccl_kernel import auto_with_kernels, kernel_linked
@@ -45,7 +46,7 @@ def exchange_clocks(infos: Mapping[int, Any], reference: int, kinds: Iterable[st
     """Clocks from the causal constraints of the exchanges in ``kinds`` (see bands, graph);
     ``p2p``: sends matched with their receives, one-way bounds.
 
-    ``drift``: None fits it when the data pin it down, True/False force it on/off. ``links``:
+    ``drift``: None fits it where no constant offset fits the exchanges, True/False force it on/off. ``links``:
     the job's :class:`~tracemerge.correlate.match.Correlation` (joined here when not given).
     """
     links = links or correlate(list(infos.values()))
@@ -77,18 +78,25 @@ def align_auto(infos: Mapping[int, Any], reference: int, links: Optional[Correla
     one model, fitted from all exchanges between its ranks and the others'. Where NCCL
     kernels of matched collectives join ranks, their ends win (``nccl-kernel``,
     :func:`~tracemerge.clocks.nccl_kernel.auto_with_kernels`); before them, the ends of gloo
-    collectives' execution spans where they bound a clock tighter (``cpu-collective``)."""
+    collectives' execution spans where they bound a clock tighter (``cpu-collective``).
+    Each estimate is made rank by rank; last, every clock is moved where needed into what
+    its exchanges allow (:func:`~tracemerge.clocks.consistent.within_exchanges`), so no
+    call, drawn span or collective is out of order."""
     links = links or correlate(list(infos.values()))
-    models = _auto_exchanges(infos, reference, links)
+    rep, contradicted = split_contradicted(machines(infos, reference), links.rpcs.calls)
+    models = _auto_exchanges(infos, reference, links, rep, contradicted)
     if ends_linked(links):   # CPU completions: gloo collectives' ends, where they are tighter
         models = auto_with_ends(infos, reference, links, models)
-    return auto_with_kernels(infos, reference, links, models) if kernel_linked(links) else models
+    if kernel_linked(links):
+        models = auto_with_kernels(infos, reference, links, models)
+    return within_exchanges(list(infos.values()), models, rep, links)
 
 
-def _auto_exchanges(infos: Mapping[int, Any], reference: int, links: Correlation) -> Dict[int, ClockModel]:
-    """:func:`align_auto` from the RPCs and collective records."""
+def _auto_exchanges(infos: Mapping[int, Any], reference: int, links: Correlation, rep: Dict[int, int],
+                    contradicted: Dict[int, str]) -> Dict[int, ClockModel]:
+    """:func:`align_auto` from the RPCs and collective records; ``rep``: {rank: the rank
+    that speaks for its clock}, ``contradicted``: {rank: why it is not its machine's}."""
     calls = links.rpcs.calls
-    rep, contradicted = split_contradicted(machines(infos, reference), calls)
     if all(r == m for r, m in rep.items()):
         return _noted(exchange_clocks(infos, reference, links=links), contradicted)
     pooled = replace(calls, caller=_remapped(calls.caller, rep), callee=_remapped(calls.callee, rep))
