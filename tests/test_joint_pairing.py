@@ -135,20 +135,9 @@ def test_drift_keeps_every_op_in_its_window(tmp_path, drift):
     check(Job.open(paths), truth, 0.95)
 
 
-def test_a_pipes_serve_order_tells_apart_what_time_does_not(tmp_path):
-    # caller 0 sends torch.div, then torch.mul 130 µs later; caller 2's torch.mul is in
-    # flight across both. Rank 1 started caller 0's div late (400 µs after it was sent),
-    # so the mul op that ended before that cannot be caller 0's (its pipe's requests are
-    # queued in the order sent): it is caller 2's, and the later one caller 0's. Time
-    # alone leaves both muls open (both ops lie inside both calls).
-    t = T0 + 10**7
-    us = 1_000
-    sends = {"0:1": (0, "aten::div", t, t + 2_000 * us), "0:2": (0, "aten::mul", t + 130 * us, t + 2_000 * us),
-             "2:1": (2, "aten::mul", t - 500 * us, t + 2_100 * us)}
-    ops = [{"name": "aten::mul", "tid": 21, "start_ns": t + 150 * us, "end_ns": t + 200 * us},
-           {"name": "aten::div", "tid": 22, "start_ns": t + 400 * us, "end_ns": t + 450 * us},
-           {"name": "aten::mul", "tid": 23, "start_ns": t + 600 * us, "end_ns": t + 650 * us}]
-    truth = {"0:1": (22, t + 400 * us), "2:1": (21, t + 150 * us), "0:2": (23, t + 600 * us)}
+def _two_callers(tmp_path, sends, ops, stop_ns):
+    """The job of callers 0 and 2 sending ``sends`` ({rpc_id: (caller, function, send,
+    complete)}) natively to rank 1, which served them by ``ops`` (one machine's clock)."""
     paths = []
     for c in (0, 2):
         recs = [{"rpc_id": k, "role": "caller", "kind": "rpc_async", "func": f, "name": f"rpc_async#{f}(worker{c} -> worker1)",
@@ -157,9 +146,57 @@ def test_a_pipes_serve_order_tells_apart_what_time_does_not(tmp_path):
         events = [x(r["name"], (r["send_ns"] - BASE) / 1000, (r["complete_ns"] - r["send_ns"]) / 1000, pid=4000 + c,
                     tid=7 + n, cat="user_annotation", rpc_id=r["rpc_id"], role="caller") for n, r in enumerate(recs)]
         paths.append(write(tmp_path / f"rank{c}.json.gz", rank_file(events, c, rpcs=recs, boot_id="one-machine", world_size=3,
-                                                                  start_ns=T0, profile_stop_ns=t + 10**7)))
+                                                                  start_ns=T0, profile_stop_ns=stop_ns)))
     events = [x(op["name"], (op["start_ns"] - BASE) / 1000, (op["end_ns"] - op["start_ns"]) / 1000, pid=4001, tid=op["tid"])
               for op in ops]
     paths.append(write(tmp_path / "rank1.json.gz", rank_file(events, 1, boot_id="one-machine", world_size=3, served_ops=ops,
-                                                             start_ns=T0, profile_stop_ns=t + 10**7)))
-    assert paired(Job.open(sorted(paths))) == truth
+                                                             start_ns=T0, profile_stop_ns=stop_ns)))
+    return Job.open(sorted(paths))
+
+
+@pytest.mark.parametrize("threads", ["one", "three"])
+def test_a_pipes_serve_order_tells_apart_what_time_does_not(tmp_path, threads):
+    # caller 0 sends torch.div, then torch.mul 130 µs later; caller 2's torch.mul is in
+    # flight across both. Rank 1 started caller 0's div late (400 µs after it was sent).
+    # Served by one thread, the mul op that ended before that cannot be caller 0's (its
+    # pipe's requests are queued in the order sent, and a thread takes one at a time): it
+    # is caller 2's, and the later one caller 0's. Served by three threads, the thread that
+    # took the div may have been preempted before starting it, while another served the
+    # mul sent after it (measured under load): nothing is inferred, the muls stay open.
+    # Time alone leaves both muls open (both ops lie inside both calls).
+    t = T0 + 10**7
+    us = 1_000
+    sends = {"0:1": (0, "aten::div", t, t + 2_000 * us), "0:2": (0, "aten::mul", t + 130 * us, t + 2_000 * us),
+             "2:1": (2, "aten::mul", t - 500 * us, t + 2_100 * us)}
+    tids = (21, 22, 23) if threads == "three" else (22, 22, 22)
+    ops = [{"name": "aten::mul", "tid": tids[0], "start_ns": t + 150 * us, "end_ns": t + 200 * us},
+           {"name": "aten::div", "tid": tids[1], "start_ns": t + 400 * us, "end_ns": t + 450 * us},
+           {"name": "aten::mul", "tid": tids[2], "start_ns": t + 600 * us, "end_ns": t + 650 * us}]
+    truth = {"0:1": (tids[1], t + 400 * us), "2:1": (tids[0], t + 150 * us), "0:2": (tids[2], t + 600 * us)}
+    job = _two_callers(tmp_path, sends, ops, t + 10**7)
+    if threads == "one":
+        assert paired(job) == truth
+    else:
+        assert paired(job) == {"0:1": truth["0:1"]}
+        assert any(w.startswith("2 builtin calls sent as themselves to rank 1") for w in job.warnings), job.warnings
+
+
+def test_a_thread_preempted_before_its_op_gives_no_wrong_pair(tmp_path):
+    """Measured in a real job under load (tests/test_pairing_real_job.py, µs from caller 2's
+    add): caller 2 sent torch.sub at -156 and torch.add at 0; its sub's thread started the
+    op at 862, after its add's op (on another thread) had ended at 826. Caller 0's sub and
+    add were in flight across them. The subs are told apart by time alone; the adds, both
+    on one thread 20 µs apart inside both calls, by nothing torch recorded: reading caller
+    2's sub as a bound on its later add (the serve order across threads) gave the adds
+    the wrong way round. Both stay open."""
+    t = T0 + 10**7
+    us = 1_000
+    sends = {"2:49": (2, "aten::sub", t - 156 * us, t + 1251 * us), "2:51": (2, "aten::add", t, t + 1119 * us),
+             "0:53": (0, "aten::sub", t + 152 * us, t + 841 * us), "0:55": (0, "aten::add", t + 256 * us, t + 918 * us)}
+    ops = [{"name": "aten::sub", "tid": 72, "start_ns": t + 679 * us, "end_ns": t + 693 * us},
+           {"name": "aten::add", "tid": 72, "start_ns": t + 820 * us, "end_ns": t + 826 * us},
+           {"name": "aten::add", "tid": 72, "start_ns": t + 840 * us, "end_ns": t + 843 * us},
+           {"name": "aten::sub", "tid": 66, "start_ns": t + 862 * us, "end_ns": t + 867 * us}]
+    job = _two_callers(tmp_path, sends, ops, t + 10**7)
+    assert paired(job) == {"0:53": (72, t + 679 * us), "2:49": (66, t + 862 * us)}
+    assert any(w.startswith("2 builtin calls sent as themselves to rank 1") for w in job.warnings), job.warnings

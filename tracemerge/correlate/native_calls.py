@@ -36,10 +36,12 @@ algorithm, per callee and function:
    (the RPC server takes one pipe's requests in order), which decides what the matching
    leaves open.
 4. **A pipe's serve order, across functions.** The callee queues one caller's requests for
-   its server threads in the order sent, so a call's op starts no later than the op of a
-   call sent after it ends: each caller's calls to a callee, in the order sent, let every
-   paired call drop the candidates of the others that contradict it, and the groups are
-   matched again until nothing is dropped (:func:`_pair_in_serve_order`).
+   its server threads in the order sent, and a thread takes one at a time, so of two calls
+   one thread served the one sent first started first: each caller's calls to a callee, in
+   the order sent, let every paired call drop the candidates on its op's thread of the
+   others that contradict it, and the groups are matched again until nothing is dropped
+   (:func:`_pair_in_serve_order`). Nothing is inferred across threads: a thread may be
+   preempted between taking a request and starting its op.
    What stays open is *ambiguous*: counted and said, never guessed.
 
 Each paired call gives a callee-side record like those a caller fetches from a callee that
@@ -366,31 +368,35 @@ def _pair_in_serve_order(groups: Mapping[Tuple[int, str], List[_Call]],
 def _prune_by_serve_order(chain: Sequence[Tuple[_Call, List[Dict[str, Any]]]]) -> int:
     """Drop the candidates the paired calls of one pipe rule out; ``chain``: one caller's
     calls to one callee by send, each with its function's ops. The callee reads a pipe's
-    requests in order and queues each for its server threads in that order, so a call's
-    op starts no later than the op of a call sent after it ends: a paired call bounds the
-    ops of the calls sent before it (none starting after its op's end) and of those sent
-    after it (none ending before its op's start). Measured on the must-show job: the
-    starts of one caller's paired ops never run against the order sent (0 of 78); this
-    weaker bound holds unless a server thread stalls for a whole later call. The number
-    of candidates dropped."""
+    requests in order and queues each for its server threads in that order, and a thread
+    takes one request at a time: of two calls one thread served, the one sent first
+    started first. So a paired call bounds the ops *on its op's thread* of the calls sent
+    before it (none starting after its op's end) and of those sent after it (none ending
+    before its op's start). Across threads there is no such bound: a thread that took a
+    request may be preempted before its op starts, for longer than another thread takes to
+    serve a later one (measured under load: a call's op started 37 µs after the op of a
+    call sent 156 µs later ended, on another thread; the bound across threads paired two
+    calls of two callers the wrong way round). The number of candidates dropped."""
     dropped = 0
-    # the latest op start among the paired calls sent before each call (one clock: the callee's)
-    floor = -float("inf")
+    # per thread, the latest op start among the paired calls sent before each call
+    floor: Dict[Any, float] = {}
     for call, ops in chain:
-        if call.op is None and call.cands and floor > -float("inf"):
-            kept = [j for j in call.cands if ops[j]["end_ns"] + SLACK_NS >= floor]
+        if call.op is None and call.cands and floor:
+            kept = [j for j in call.cands if ops[j]["end_ns"] + SLACK_NS >= floor.get(ops[j]["tid"], -float("inf"))]
             dropped += len(call.cands) - len(kept)
             call.cands = kept
         if call.op is not None:
-            floor = max(floor, ops[call.op]["start_ns"])
-    ceiling = float("inf")
+            tid = ops[call.op]["tid"]
+            floor[tid] = max(floor.get(tid, -float("inf")), ops[call.op]["start_ns"])
+    ceiling: Dict[Any, float] = {}
     for call, ops in reversed(chain):
-        if call.op is None and call.cands and ceiling < float("inf"):
-            kept = [j for j in call.cands if ops[j]["start_ns"] - SLACK_NS <= ceiling]
+        if call.op is None and call.cands and ceiling:
+            kept = [j for j in call.cands if ops[j]["start_ns"] - SLACK_NS <= ceiling.get(ops[j]["tid"], float("inf"))]
             dropped += len(call.cands) - len(kept)
             call.cands = kept
         if call.op is not None:
-            ceiling = min(ceiling, ops[call.op]["end_ns"])
+            tid = ops[call.op]["tid"]
+            ceiling[tid] = min(ceiling.get(tid, float("inf")), ops[call.op]["end_ns"])
     return dropped
 
 
