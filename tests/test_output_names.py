@@ -56,6 +56,13 @@ def test_a_name_that_is_not_utf8(job, tmp_path):
     assert shown in json.loads(open(os.path.join(d, b"t", b"tracemerge.json"), "rb").read())["inputs"][1]["path"]
     code, out, err = run("whatif", *job, "--speedup", "aten::add=2", "--format", "json")
     assert code == 0, err
+    # align: a rank file per input, each block naming the files it came from
+    code, _, err = run("align", *job, "-o", os.path.join(d, b"aligned-\xfe"))
+    assert code == 0, err
+    written = sorted(os.listdir(os.path.join(d, b"aligned-\xfe")))
+    assert len(written) == 2, written
+    blocks = [ranks.load_output(os.fsdecode(os.path.join(d, b"aligned-\xfe", w)))["tracemerge"] for w in written]
+    assert [b["aligned"]["from"] for b in blocks] == [["rank0.json.gz"], ["rank1-\\xff.json.gz"]]
     code, _, err = run("info", os.path.join(d, b"rank9-\xff.json.gz"))
     assert code == 3 and "rank9-\\xff.json.gz: cannot read" in err, err
 

@@ -40,7 +40,7 @@ import numpy as np
 import tracemerge
 from tracemerge.clocks.clock import ClockModel
 from tracemerge.errors import OutputError, UsageError
-from tracemerge.files import kineto_text
+from tracemerge.files import kineto_text, names
 from tracemerge.files.codecs import codec_for
 from tracemerge.files.output import atomic_output, check_kind, current_umask
 from tracemerge.inputs.chrome import event_times_ns, parse_json, read_data, split_document
@@ -189,7 +189,8 @@ def _record(alignment: "Alignment", info: RankInfo) -> Dict[str, Any]:
             "method": clock.method, "reference": alignment.reference, "offset": clock.offset_ns,
             "drift_ppm": clock.drift_ppm, "anchor": clock.anchor_ns, "error_bound": clock.error_bound_ns,
             "samples": clock.samples, "peers": list(clock.peers), "unit": "ns",
-            "from": [os.path.basename(p.path) for p in _event_files(info)]}
+            # a name's bytes that are not UTF-8 written \xNN: the block is JSON
+            "from": [names.shown(os.path.basename(p.path)) for p in _event_files(info)]}
 
 
 @gc_paused()  # a rank's document is a tree of fresh dicts: the collector would only rescan it
