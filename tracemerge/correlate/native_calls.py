@@ -406,10 +406,9 @@ def _candidates(calls: List[_Call], ops: List[Dict[str, Any]]) -> List[bool]:
     starts = [op["start_ns"] for op in ops]
     wide: List[Tuple[int, int]] = []  # op index ranges a wide call may take
     shaped = _by_shapes(calls, ops)
-    in_order = _served_in_order(calls, ops, starts)
-    for n, call in enumerate(calls):
-        if n in in_order:
-            call.cands = [in_order[n]]
+    _served_in_order(calls, ops, starts)
+    for call in calls:
+        if call.cands:  # decided by its order
             continue
         i, stop = bisect.bisect_left(starts, call.low), bisect.bisect_right(starts, call.high)
         shapes = call.rec.get("shapes")
@@ -426,36 +425,39 @@ def _candidates(calls: List[_Call], ops: List[Dict[str, Any]]) -> List[bool]:
     return _covered(wide, len(ops))
 
 
-def _served_in_order(calls: List[_Call], ops: List[Dict[str, Any]], starts: List[int]) -> Dict[int, int]:
-    """{call index: op index} of the calls whose op their order alone decides, however many
-    ops their windows hold: calls whose windows overlap, transitively (a run), all of one
-    caller, where the ops starting within the run's span are as many as its calls and all
-    of one thread. One thread serves one caller's requests in the order sent, so the k-th
-    call sent took the k-th op started, the only order-keeping way to give every call an op
-    (each op must lie in its call's window, shapes agreeing, or the run is left to the
-    matching). It is :func:`_in_order` before the candidates are enumerated: a loaded
-    callee serving fifty calls in flight together puts more than MAX_CANDIDATES ops in the
-    last ones' windows, which the enumeration would leave wide and so undecided."""
-    out: Dict[int, int] = {}
-    by_low = sorted(range(len(calls)), key=lambda n: calls[n].low)
+def _served_in_order(calls: List[_Call], ops: List[Dict[str, Any]], starts: List[int]) -> None:
+    """Set the one candidate of each call whose op its order alone decides, however many
+    ops its window holds: calls whose windows overlap, transitively (a run), where the ops
+    starting within the run's span are :func:`_sent_order`'s (one caller, one thread, as
+    many ops as calls), each inside its call's window, shapes agreeing (else the run is
+    left to the matching). It is :func:`_in_order` before the candidates are enumerated: a
+    loaded callee serving fifty calls in flight together puts more than MAX_CANDIDATES ops
+    in the last ones' windows, which the enumeration would leave wide and so undecided."""
+    by_low = sorted(calls, key=lambda c: c.low)
     k = 0
     while k < len(by_low):
-        run, high = [by_low[k]], calls[by_low[k]].high
+        run, high = [by_low[k]], by_low[k].high
         k += 1
-        while k < len(by_low) and calls[by_low[k]].low <= high:
+        while k < len(by_low) and by_low[k].low <= high:
             run.append(by_low[k])
-            high = max(high, calls[by_low[k]].high)
+            high = max(high, by_low[k].high)
             k += 1
-        low = calls[run[0]].low
-        pool = range(bisect.bisect_left(starts, low), bisect.bisect_right(starts, high))
-        if len(pool) != len(run) or len({calls[n].rec["caller"] for n in run}) != 1 \
-                or len({ops[j]["tid"] for j in pool}) != 1:
-            continue
-        ordered = sorted(run, key=lambda n: (calls[n].rec["send_ns"], calls[n].high))  # one caller: one clock
-        if all(calls[n].low <= ops[j]["start_ns"] and ops[j]["end_ns"] <= calls[n].high
-               and _shapes_agree(calls[n].rec.get("shapes"), ops[j].get("shapes")) for n, j in zip(ordered, pool)):
-            out.update(zip(ordered, pool))
-    return out
+        pool = range(bisect.bisect_left(starts, run[0].low), bisect.bisect_right(starts, high))
+        pairs = _sent_order(run, list(pool), ops)
+        if pairs and all(c.low <= ops[j]["start_ns"] and ops[j]["end_ns"] <= c.high
+                         and _shapes_agree(c.rec.get("shapes"), ops[j].get("shapes")) for c, j in pairs):
+            for c, j in pairs:
+                c.cands = [j]
+
+
+def _sent_order(calls: List[_Call], pool: List[int], ops: List[Dict[str, Any]]) -> Optional[List[Tuple[_Call, int]]]:
+    """The k-th of ``calls`` sent with the k-th op of ``pool`` (indices into ``ops``, by
+    start), where that is the only order-keeping way to give every call an op: one caller's
+    calls, as many as the ops, all of which one thread served (it serves one caller's
+    requests in the order sent). None where that does not hold."""
+    if len(pool) != len(calls) or len({c.rec["caller"] for c in calls}) != 1 or len({ops[i]["tid"] for i in pool}) != 1:
+        return None
+    return list(zip(sorted(calls, key=lambda c: (c.rec["send_ns"], c.high)), pool))  # one caller: one clock
 
 
 def _pair(calls: List[_Call], ops: List[Dict[str, Any]], contested: List[bool]) -> int:
@@ -490,17 +492,14 @@ def _covered(ranges: Iterable[Tuple[int, int]], n: int) -> List[bool]:
 
 
 def _in_order(component: List[_Call], ops: List[Dict[str, Any]], contested: List[bool]) -> bool:
-    """Pair one caller's calls that one thread served in the order they were sent (the k-th
-    call sent takes the k-th op started), where that is the only order the windows allow
-    for exactly as many ops: True when done."""
+    """Pair one caller's calls that one thread served in the order they were sent
+    (:func:`_sent_order`), where that is the only order the windows allow for exactly as
+    many ops, none contested: True when done."""
     pool = sorted({i for c in component for i in c.cands})
-    if len({c.rec["caller"] for c in component}) != 1 or len({ops[i]["tid"] for i in pool}) != 1 \
-            or len(pool) != len(component) or any(contested[i] for i in pool):
+    pairs = None if any(contested[i] for i in pool) else _sent_order(component, pool, ops)
+    if pairs is None or any(op not in c.cands for c, op in pairs):
         return False
-    ordered = sorted(component, key=lambda c: (c.rec["send_ns"], c.high))  # one caller: one clock
-    if any(op not in c.cands for c, op in zip(ordered, pool)):
-        return False
-    for c, op in zip(ordered, pool):
+    for c, op in pairs:
         c.op = op
     return True
 
