@@ -36,9 +36,10 @@ def identify(rank: Optional[int] = None, worker_name: Optional[str] = None) -> T
     return rank, worker_name, world_size
 
 
-def job_id() -> str:
+def job_id(ask: bool = True) -> str:
     """``$TRACEMERGE_JOB_ID``, else the rendezvous address every rank was given plus a token
-    agreed with rank 0 (two runs on one MASTER_ADDR:MASTER_PORT get different ids), else "".
+    agreed with rank 0 (two runs on one MASTER_ADDR:MASTER_PORT get different ids; ``ask``
+    False: the address alone, at once), else "".
     """
     explicit = os.environ.get("TRACEMERGE_JOB_ID")
     if explicit:
@@ -46,7 +47,7 @@ def job_id() -> str:
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     run = os.environ.get("TORCHELASTIC_RUN_ID")
     where = f"{addr}:{port}" + (f"/{run}" if run else "") if addr and port else ""
-    token = _agreed_token()
+    token = _agreed_token() if ask else ""
     return f"{where}@{token}" if token else where
 
 

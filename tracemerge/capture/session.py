@@ -75,8 +75,10 @@ class profile:
 
     def __enter__(self) -> "profile":
         self._meta: dict = {}
-        self._known = self._in_job = False
-        self._identify()
+        self._known = self._in_job = self._asked = False
+        # who it is without asking rank 0 (which takes a while): the journal is named by its
+        # rank before a call can come in and end the process; the job's token just after it
+        self._identify(ask=False)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._recorder = recorder.Recorder(on_rpc_end=self._learned, wrap_builtins=self._wrap_builtins,
                                            traced=self._trace,
@@ -97,10 +99,11 @@ class profile:
             self._journal = journal.Journal(self.out_dir / journal.name_of(self.rank if self._known else None,
                                                                            os.getpid()),
                                             self._journal_meta, self._recorder).start()
+            self._identify()
             # once the block's file is written the journal holds nothing more: removed then
             # (a journal left behind is a rank that died, or whose file could not be written)
             stack.callback(lambda: self._journal.close(remove=self._written))
-            self._recorder.on_first = self._journal.flush  # once per kind, on its thread: before it can die
+            self._recorder.on_first = self._first_record
             # init_rpc / init_process_group inside the block: who it is, known at once
             stack.enter_context(on_init(self._learned))
             if self.profiler is not None:
@@ -156,21 +159,36 @@ class profile:
         unknown = {} if self._known else {"rank": None, "world_size": None, "worker_name": None}
         return dict(self._meta, profile_start_ns=self._window_start_ns, **unknown)
 
+    def _first_record(self) -> None:
+        """The first call sent or served, the first collective (once per kind, on its thread):
+        flushed before it can die, the journal named by its rank if it is known by now (a call
+        served while ``init_rpc`` has not yet returned here: its peers' returned first)."""
+        self._identify(ask=False)
+        if self._known:
+            self._journal.rename(self.out_dir / journal.name_of(self.rank, os.getpid()))
+        self._journal.flush()
+
     def _learned(self) -> None:
         """RPC or torch.distributed started inside the block (or RPC is ending): who this
-        worker is, written to the journal at once, which becomes ``rank{R}.journal``."""
-        self._identify()
+        worker is, written to the journal at once, which becomes ``rank{R}.journal``; then the
+        job's token, asked of rank 0: calls served meanwhile can end the process (a death in
+        the first second), which leaves the journal named by its rank, its job id the address's."""
+        self._identify(ask=False)
         if self._known:
             self._journal.rename(self.out_dir / journal.name_of(self.rank, os.getpid()))
             self._journal.flush()
+            self._identify()
+            self._journal.flush()
 
-    def _identify(self) -> None:
+    def _identify(self, ask: bool = True) -> None:
         """Who this worker is (rank, name, world size, job id): told when the block starts
         if RPC or torch.distributed is up, else as soon as it is — ``rpc.init_rpc`` inside
         the block (every worker then records before any call, since init_rpc waits for all),
-        told at ``rpc.shutdown()`` in the block or when the file is written."""
+        told at ``rpc.shutdown()`` in the block or when the file is written. ``ask``: the job's
+        token from rank 0 too (else the job id is the rendezvous address's, which the reader
+        takes for its job's agreed one: ``job.job_ids``)."""
         joined = in_job()
-        if self._known and (self._in_job or not joined):
+        if self._known and (self._in_job or not joined) and (self._asked or not ask):
             return
         # a rank given to profile() is known at once, but the world size and the job's id
         # only once RPC or torch.distributed is up: told again then
@@ -178,11 +196,12 @@ class profile:
         rank, worker_name, world_size = identify(self._rank, self._worker_name)
         # the journal's flusher reads these from its thread: the identity first, "known" last
         # (job_id may ask rank 0, which takes a while: never half an identity in the journal)
-        self._meta = {"job_id": job_id(), "rank": rank, "world_size": world_size,
+        self._meta = {"job_id": job_id(ask=ask), "rank": rank, "world_size": world_size,
                       "worker_name": worker_name, "hostname": socket.gethostname(),
                       "boot_id": boot_id(), "pid": os.getpid()}
         self.rank = rank
         self._in_job = joined
+        self._asked = ask
         self._known = known
 
     def step(self) -> None:
