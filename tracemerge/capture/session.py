@@ -173,10 +173,8 @@ class profile:
         worker is, written to the journal at once, which becomes ``rank{R}.journal``; then the
         job's token, asked of rank 0: calls served meanwhile can end the process (a death in
         the first second), which leaves the journal named by its rank, its job id the address's."""
-        self._identify(ask=False)
+        self._first_record()
         if self._known:
-            self._journal.rename(self.out_dir / journal.name_of(self.rank, os.getpid()))
-            self._journal.flush()
             self._identify()
             self._journal.flush()
 
