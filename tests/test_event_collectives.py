@@ -8,15 +8,17 @@ CPU: ``c10d::<op>`` on the issuing thread, ``gloo:<op>`` on a ``pt_gloo_runloop`
 import json
 from pathlib import Path
 
+from support.cli import invoke
+
 from tracemerge import AlignRequest, Job
 
 US = 1_000
 BASE = 1_790_000_000_000_000_000
 
 
-def _trace(path: Path, rank: int, ops: list, block: dict = None, extra: list = ()) -> str:
-    """A rank's file: ``ops`` [(c10d name or None, gloo name or None, issue µs, run start µs,
-    run end µs, finished)] plus ``extra`` events."""
+def _trace(path: Path, rank: int, ops: list, block: dict = None, extra: list = (), world: int = 2) -> str:
+    """A rank's file of a job of ``world`` ranks: ``ops`` [(c10d name or None, gloo name or
+    None, issue µs, run start µs, run end µs, finished)] plus ``extra`` events."""
     events = [{"ph": "M", "name": "thread_name", "pid": 10 + rank, "tid": 99, "args": {"name": "thread 99 (pt_gloo_runloop)"}}]
     for issue, run, t_issue, t_start, t_end, finished in ops:
         if issue:
@@ -28,8 +30,9 @@ def _trace(path: Path, rank: int, ops: list, block: dict = None, extra: list = (
                            "ts": t_start, "dur": t_end - t_start, "args": args})
     events += list(extra)
     doc = {"schemaVersion": 1, "baseTimeNanoseconds": BASE,
-           "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2, "pg_count": 1,
-                               "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]},
+           "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world, "pg_count": 1,
+                               "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world,
+                                              "ranks": list(range(world))}]},
            "traceEvents": events}
     if block is not None:
         doc["tracemerge"] = block
@@ -54,6 +57,38 @@ def test_kth_of_the_group_matched_and_a_mismatch_named(tmp_path):
     assert [c.seq for c in matched] == [0, 1, 2] and {c.op for c in matched} == {"all_reduce"}
     (said,) = [w for w in job.warnings if "disagrees" in w]
     assert "#3" in said and "rank 0 has all_reduce" in said and "rank 1 has broadcast" in said
+
+
+def test_a_large_jobs_traces_are_traces_not_flight_recorder_dumps(tmp_path):
+    """Ranks 0 and 1000 of a 1,024-rank job: Kineto writes distributedInfo, whose pg_config
+    lists the group's 1,024 ranks, before traceEvents, so the file's first 4 KB hold a
+    "pg_config" and no "traceEvents" (as a Flight Recorder dump's do). Each is still read
+    as the trace it is: its rank, its events, its all_reduces matched with the other's."""
+    files = [_trace(tmp_path, rank, [_reduce(1000 * k + rank // 100, 1000 * k + 500) for k in range(3)], world=1024)
+             for rank in (0, 1000)]
+    assert all(b'"traceEvents"' not in Path(f).read_bytes()[:4096] for f in files)
+    job = Job.open(files)
+    assert job.ranks == [0, 1000] and not any("Flight Recorder" in w for w in job.warnings)
+    assert [c.seq for c in job.links.collectives if sorted(c.end_ns) == [0, 1000]] == [0, 1, 2]
+
+
+def test_many_ranks_report_one_note_and_their_longest_waits(tmp_path):
+    """20 ranks, each with an all_reduce still open at its stop and rank k arriving 10·k µs
+    late to three finished ones: the report says once for all the spans open at the stops
+    (naming a few inputs and how many more), and the collectives row lists the 16 longest
+    waits, longest first, and the other 4 ranks' mean, not a cell of every rank."""
+    files = [_trace(tmp_path, rank, [_reduce(1000 * k + 10 * rank, 1000 * k + 500) for k in range(3)]
+                    + [_reduce(3000 + rank, 9000, finished=False)], world=20) for rank in range(20)]
+    out = tmp_path / "report.txt"
+    invoke("report", *files, "-o", str(out)).ok()
+    text = out.read_text()
+    notes = [line for line in text.splitlines() if "still open when the profiler stopped" in line]
+    assert len(notes) == 1 and notes[0].count(".json (1)") == 3 and "20 inputs" in notes[0] \
+        and "and 17 more" in notes[0], notes
+    (row,) = [line for line in text.splitlines() if " all_reduce " in line]
+    # rank 19 arrived last, 10 µs after rank 18: rank 0 waited longest (190 µs), rank 15 40 µs
+    assert " 0:0.190 1:0.180 " in row and " 15:0.040 " in row and "(the other 4 ranks: mean 0.015)" in row, row
+    assert " 16:" not in row and " 19:" not in row
 
 
 def test_issue_without_execution_and_execution_open_at_the_stop(tmp_path):

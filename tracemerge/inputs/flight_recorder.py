@@ -63,6 +63,9 @@ from tracemerge.model import RankTrace
 PICKLE_PROTOCOLS = b"\x02\x03\x04\x05"
 # keys only a Flight Recorder dump holds (the first bytes hold one: a dump starts with them)
 DUMP_KEYS = (b"pg_config", b"pg_status", b"collective_seq_id", b"profiling_name")
+# a dump's top-level keys, one of which comes first (torch's JSON is sorted: "comm_lib_version")
+DUMP_TOP_KEYS = (b"version", b"pg_config", b"pg_status", b"entries", b"comm_lib_version", b"nccl_comm_state")
+_FIRST_KEY = re.compile(rb'\{\s*"([a-z_]+)"\s*:')
 PROCESS = "Flight Recorder"
 CATEGORY = "flight_recorder"
 SOURCE = "flight_recorder"
@@ -77,7 +80,10 @@ def sniff(first: bytes) -> bool:
     if first[:1] == b"\x80" and first[1:2] and first[1:2] in PICKLE_PROTOCOLS:
         return any(k in first for k in DUMP_KEYS)
     head = first.lstrip()
-    return head.startswith(b"{") and b'"traceEvents"' not in head and \
+    # the object's first key decides: a Kineto trace holds "pg_config" too (distributedInfo's),
+    # and on a large job its group's ranks push "traceEvents" past the bytes sniffed
+    opening = _FIRST_KEY.match(head)
+    return opening is not None and opening.group(1) in DUMP_TOP_KEYS and b'"traceEvents"' not in head and \
         any(b'"' + k + b'"' in head for k in DUMP_KEYS)
 
 

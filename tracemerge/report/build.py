@@ -167,12 +167,23 @@ def job_report(job: Job, alignment: Optional[Alignment] = None, group_by: str = 
     return report
 
 
+# inputs named one by one in a note about several; past that, one note says how many
+NAMED_INPUTS = 3
+_OPEN_AT_STOP = ("still open when the profiler stopped (args.finished false; the duration written runs to the stop, "
+                 "not to the span's end): left out of the key averages, their children still counted under them")
+
+
 def unfinished_notes(open_at_stop: Dict[str, int]) -> List[Note]:
     """A note per input with spans still open when its profiler stopped (``args.finished``
-    false): they are in the trace as Kineto wrote them, and no row of the key averages."""
-    return [Note(f"{path}: {n} span{'s were' if n != 1 else ' was'} still open when the profiler stopped (args.finished "
-            "false; the duration written runs to the stop, not to the span's end): left out of the key averages, "
-            "their children still counted under them") for path, n in open_at_stop.items() if n]
+    false): they are in the trace as Kineto wrote them, and no row of the key averages.
+    More than NAMED_INPUTS such inputs (a large job, where every rank's stop cut one span)
+    are one note, naming the first few: a line per rank would bury the report."""
+    found = [(path, n) for path, n in open_at_stop.items() if n]
+    if len(found) > NAMED_INPUTS:
+        named = ", ".join(f"{path} ({n})" for path, n in found[:NAMED_INPUTS])
+        return [Note(f"{len(found)} inputs had spans {_OPEN_AT_STOP} ({sum(n for _, n in found)} spans: {named} "
+                     f"and {len(found) - NAMED_INPUTS} more)")]
+    return [Note(f"{path}: {n} span{'s were' if n != 1 else ' was'} {_OPEN_AT_STOP}") for path, n in found]
 
 
 def _add_records(report: Report, infos: Sequence[Any], links: Correlation, clocks: Mapping[int, ClockModel],

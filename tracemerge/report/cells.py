@@ -49,8 +49,24 @@ def collective_rows(colls: Sequence[CollectiveStats]) -> Table:
     head = ["Group", "Op", "Count", "Bytes", "Skew mean ms", "Skew max ms", "Slowest rank", "Mean wait per rank ms"]
     body = [[c.group, c.op, c.count, c.bytes, _ms(c.skew_us, "mean"), _ms(c.skew_us, "max"),
              c.slowest_rank if c.slowest_rank >= 0 else "-",
-             " ".join(f"{r}:{w / 1000:.3f}" for r, w in c.wait_us.items()) or "-"] for c in colls]
+             _waits(c.wait_us)] for c in colls]
     return head, body
+
+
+# ranks whose waits a collectives row lists; a larger group lists its longest waits and the rest's mean
+LISTED_WAITS = 16
+
+
+def _waits(wait_us: Dict[int, float]) -> str:
+    """``rank:ms`` of each rank's mean wait, in rank order; in a group of more than
+    LISTED_WAITS ranks, the LISTED_WAITS longest (longest first) and the others' mean (a
+    cell of a thousand ranks is no table; the JSON report keeps them all)."""
+    if len(wait_us) <= LISTED_WAITS:
+        return " ".join(f"{r}:{w / 1000:.3f}" for r, w in wait_us.items()) or "-"
+    ranked = sorted(wait_us.items(), key=lambda rw: (-rw[1], rw[0]))
+    rest = [w for _, w in ranked[LISTED_WAITS:]]
+    return " ".join(f"{r}:{w / 1000:.3f}" for r, w in ranked[:LISTED_WAITS]) + \
+        f" (the other {len(rest)} ranks: mean {sum(rest) / len(rest) / 1000:.3f})"
 
 
 KEY_HEAD = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
