@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from support.ranks import BASE, rank_file, write, x
 
-from tracemerge import Job
+from tracemerge import AlignRequest, Job
 
 T0 = BASE + 10**9            # true time of the job's start
 THREADS = 8                  # the callee's RPC server threads
@@ -200,3 +200,20 @@ def test_a_thread_preempted_before_its_op_gives_no_wrong_pair(tmp_path):
     job = _two_callers(tmp_path, sends, ops, t + 10**7)
     assert paired(job) == {"0:53": (72, t + 679 * us), "2:49": (66, t + 862 * us)}
     assert any(w.startswith("2 builtin calls sent as themselves to rank 1") for w in job.warnings), job.warnings
+
+
+def test_a_ring_of_machines_joined_by_builtins_alone(tmp_path):
+    """Twelve ranks, each its own machine with a clock up to 5 s off, each sending 60
+    builtins to the next and nothing else relating them (tests/support/native_ring.py):
+    every call gets the op that served it, every rank's offset lies within its bound (the
+    bounds grow along the ring, the path from rank 0), and no rank is left on its wall clock."""
+    from support.native_ring import write_ring
+
+    paths, offsets, truth = write_ring(str(tmp_path), 12, 60)
+    job = Job.open(paths, align=AlignRequest("auto"))
+    got = {r["rpc_id"]: r["start_ns"] for rank in job.ranks for r in job.info(rank).remote_rpcs
+           if r.get("source") == "paired"}
+    assert got == truth
+    for rank in job.ranks:
+        clock = job.alignment.clocks[rank]
+        assert clock.error_bound_ns is not None and abs(clock.offset_ns - offsets[rank]) <= clock.error_bound_ns, clock
