@@ -198,16 +198,17 @@ def _pwrite_all(fd: int, pieces: Sequence[bytes], offset: int) -> None:
             views[0] = views[0][done:]
 
 
-def write_merged(engine: Engine, rank_fn: RankOutput, fmt: str, jobs: Sequence[Tuple[Source, Placement]], output: str,
-                 header: Dict[str, Any], footer: Callable[[List[Dict[str, Any]]], Dict[str, Any]],
+def write_merged(engine: Engine, rank_fns: Sequence[RankOutput], fmt: str, jobs: Sequence[Tuple[Source, Placement]],
+                 output: str, header: Dict[str, Any], footer: Callable[[List[Dict[str, Any]]], Dict[str, Any]],
                  force: bool = True) -> Dict[str, Any]:
-    """Run ``encode_rank`` for every (source, placement) of ``jobs`` on ``engine`` and write
+    """Run ``encode_rank`` for every (source, placement) of ``jobs`` with its ``rank_fns``
+    (one each, in order: each carries what its rank needs) on ``engine`` and write
     the assembled document to the atomic ``output``; ``footer(results)`` makes the closing
     summary from the per-rank results. Returns the summary. Without ``force`` an output that another run wrote meanwhile is not replaced."""
     form = formats.FORMATS[fmt]
     codec = codec_for(output)
     n = len(jobs)
-    common: List[List[Any]] = [[rank_fn] * n, [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
+    common: List[List[Any]] = [list(rank_fns), [fmt] * n, [s for s, _ in jobs], [p for _, p in jobs]]
     with atomic_output_pieces(output, codec, force) as out:
         # the output's temporary file, written at offsets (stdout may be a pipe, or append-only)
         if isinstance(engine, LocalEngine) and output != "-":

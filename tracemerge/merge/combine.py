@@ -111,8 +111,8 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
             counts["filtered"] += info.events
             by = counts.setdefault("filtered_by", {})
             by["ranks"] = by.get("ranks", 0) + info.events
-    rank_fn = functools.partial(rank_output, fmt=fmt, selection=selection, window=window, arrows=Arrows(rpc, p2p),
-                                in_flight=in_flight)
+    by_rank = Arrows(rpc, p2p).by_rank()
+    none = Arrows(RpcFlows({}), P2pFlows({}))
 
     jobs, owners = rank_jobs(job, kept, places, formats.FORMATS[fmt])
     cores: List[Tuple[str, str]] = []
@@ -141,7 +141,9 @@ def write(job: "Job", alignment: Optional["Alignment"], output: str, force: bool
     if drawn is not None:
         job_, extra = _drawn_job(drawn, places, [p for _, p in jobs])
         jobs.append(job_)
-    summary = write_merged(job.engine or LocalEngine(1), rank_fn, fmt, jobs, output, header, footer, force=force)
+    rank_fns = [functools.partial(rank_output, fmt=fmt, selection=selection, window=window,
+                                  arrows=by_rank.get(place.rank, none), in_flight=in_flight) for _, place in jobs]
+    summary = write_merged(job.engine or LocalEngine(1), rank_fns, fmt, jobs, output, header, footer, force=force)
     return Written(summary, cores)
 
 
