@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tracemerge.algorithms.groups import components
 from tracemerge.clocks.bands import (
     DRIFT_LIMIT_PPM,
     Constraints,
@@ -98,11 +99,11 @@ def fitted_windows(infos: Sequence[Any], joined: Sequence[Any],
         sends = np.sort(np.array([r["send_ns"] for r in recs], np.int64))
         out[link] = _direct(constraints[pair], sends, a < b, by_rank[pair[0]])
     heads = {r: by_rank[r] for r in sorted(set(rep.values()))}
-    component = _components(constraints)
+    component = {m: k for k, group in enumerate(components(heads, constraints)) for m in group}
     for callee, waiting in sorted(through_graph.items()):
         # a solve is of the whole graph: a callee no caller of its links reaches through it
         # (before any pair, every builtin-only link) would get unbounded models only
-        waiting = [link for link in waiting if component.get(rep[link[0]], -1) == component.get(callee, -2)]
+        waiting = [link for link in waiting if component[rep[link[0]]] == component[callee]]
         if not waiting:
             continue
         models, _ = solve(heads, callee, constraints)
@@ -115,24 +116,6 @@ def fitted_windows(infos: Sequence[Any], joined: Sequence[Any],
             out[link] = [_from_callee_line(float(model.offset_ns), model.drift_ppm * 1e-6, model.anchor_ns,
                                            float(model.error_bound_ns), span)]
     return out
-
-
-def _components(constraints: Mapping[Tuple[int, int], Any]) -> Dict[int, int]:
-    """{machine: its connected component's smallest machine} of the graph the constraints'
-    pairs make (machines in no pair are left out)."""
-    parent: Dict[int, int] = {}
-
-    def root(m: int) -> int:
-        while parent.setdefault(m, m) != m:
-            parent[m] = parent[parent[m]]
-            m = parent[m]
-        return m
-
-    for a, b in constraints:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return {m: root(m) for m in list(parent)}
 
 
 def _direct(c: Constraints, sends: np.ndarray, caller_is_a: bool, a: Any) -> List[Window]:

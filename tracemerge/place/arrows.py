@@ -248,10 +248,12 @@ class Arrows:
         for rpc_id, call in self.rpc.calls.items():
             for rank in {call[1], call[2]}:
                 calls.setdefault(rank, {})[rpc_id] = call
-        ranks = set(calls) | set(self.p2p.points)
-        return {rank: Arrows(RpcFlows(calls.get(rank, {}), frozenset(self.rpc.unreturned & calls.get(rank, {}).keys())),
-                             P2pFlows({rank: self.p2p.points[rank]} if rank in self.p2p.points else {}))
-                for rank in ranks}
+        out: Dict[int, Arrows] = {}
+        for rank in set(calls) | set(self.p2p.points):
+            mine = calls.get(rank, {})
+            out[rank] = Arrows(RpcFlows(mine, self.rpc.unreturned & frozenset(mine)),
+                               P2pFlows({rank: self.p2p.points[rank]} if rank in self.p2p.points else {}))
+        return out
 
     def find(self, trace: RankTrace, rank: int) -> Tuple[Found, Dict[str, int]]:
         """({event index: its points, every kind's}, counts of every kind)."""

@@ -61,12 +61,13 @@ def _waits(wait_us: Dict[int, float]) -> str:
     """``rank:ms`` of each rank's mean wait, in rank order; in a group of more than
     LISTED_WAITS ranks, the LISTED_WAITS longest (longest first) and the others' mean (a
     cell of a thousand ranks is no table; the JSON report keeps them all)."""
-    if len(wait_us) <= LISTED_WAITS:
-        return " ".join(f"{r}:{w / 1000:.3f}" for r, w in wait_us.items()) or "-"
-    ranked = sorted(wait_us.items(), key=lambda rw: (-rw[1], rw[0]))
-    rest = [w for _, w in ranked[LISTED_WAITS:]]
-    return " ".join(f"{r}:{w / 1000:.3f}" for r, w in ranked[:LISTED_WAITS]) + \
-        f" (the other {len(rest)} ranks: mean {sum(rest) / len(rest) / 1000:.3f})"
+    shown = list(wait_us.items())
+    rest: List[float] = []
+    if len(shown) > LISTED_WAITS:
+        shown.sort(key=lambda rw: (-rw[1], rw[0]))
+        shown, rest = shown[:LISTED_WAITS], [w for _, w in shown[LISTED_WAITS:]]
+    cell = " ".join(f"{r}:{w / 1000:.3f}" for r, w in shown) or "-"
+    return cell + (f" (the other {len(rest)} ranks: mean {sum(rest) / len(rest) / 1000:.3f})" if rest else "")
 
 
 KEY_HEAD = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls", "Node ID"]
