@@ -11,9 +11,7 @@ an earlier release (its core built) on the same files in the same rounds, rows b
 The figures of docs/performance.md, "Pairing at scale"."""
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from typing import Dict, List, Tuple
@@ -22,31 +20,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-from scale import WRAPPER, exponent  # noqa: E402
+from scale import check_offsets, exponent, run  # noqa: E402
 
 from tests.support.native_ring import write_ring  # noqa: E402
-
-
-def timed(root: str, cmd: List[str]) -> Tuple[float, float]:
-    """(wall s, peak MB) of ``python -m tracemerge CMD`` run from checkout ``root``."""
-    env = dict(os.environ, PYTHONPATH=root)
-    out = subprocess.run([sys.executable, "-c", WRAPPER, sys.executable, "-m", "tracemerge", *cmd], cwd=root,
-                         capture_output=True, text=True, env=env, check=True)
-    rc, wall, kb = out.stdout.split()
-    if rc != "0":
-        sys.exit(f"failed (exit {rc}): tracemerge {' '.join(cmd)[:300]}")
-    return float(wall), int(kb) / 1024
-
-
-def checked(files: List[str], offsets: Dict[int, int]) -> str:
-    """Every rank's ``offsets`` estimate against the planted offset and its bound."""
-    out = subprocess.run([sys.executable, "-m", "tracemerge", "offsets", *files, "--format", "json", "-q"], cwd=ROOT,
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
-    ranks = json.loads(out.stdout)["ranks"]
-    err = [abs(r["offset_ns"] - offsets[r["rank"]]) for r in ranks]
-    over = sum(r["error_bound_ns"] is None or e > r["error_bound_ns"] for e, r in zip(err, ranks))
-    return (f"worst error {max(err) / 1e3:.0f} µs, worst bound {max(r['error_bound_ns'] or 0 for r in ranks) / 1e3:.0f} µs, "
-            f"{over} outside")
 
 
 def main() -> None:
@@ -56,6 +32,7 @@ def main() -> None:
     p.add_argument("--previous", help="a checkout of the release before (its core built)")
     p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "tracemerge-pairing-scale"))
     args = p.parse_args()
+    args.dir = os.path.abspath(args.dir)  # the commands run from each checkout
     roots = {"this": ROOT, **({"before": os.path.abspath(args.previous)} if args.previous else {})}
     growth: Dict[str, List[Tuple[int, float]]] = {}
     print("| ranks | command | " + " | ".join(f"{name} wall s / peak MB" for name in roots) + " |\n"
@@ -71,11 +48,12 @@ def main() -> None:
         for label, cmd in cmds.items():
             cells = []
             for name, root in roots.items():
-                wall, mem = timed(root, cmd)
+                wall, mem = run([sys.executable, "-m", "tracemerge", *cmd], root)
                 growth.setdefault(f"{label} ({name})", []).append((ranks, wall))
                 cells.append(f"{wall:.2f} / {mem:.0f}")
             print(f"| {ranks} | `{label}` | " + " | ".join(cells) + " |", flush=True)
-        print(f"|  | offsets vs planted clocks: {checked(files, offsets)} |" + " |" * len(roots), flush=True)
+        print(f"|  | offsets vs planted clocks: {check_offsets(files, offsets.__getitem__)} |" + " |" * len(roots),
+              flush=True)
     print("\ngrowth exponent k (time ∝ ranks^k, ranks ≥ 32): " + ", ".join(
         f"{c} {exponent(v):.2f}" for c, v in growth.items()))
 

@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -51,10 +51,10 @@ def commands(files: List[str], out: str, dask: bool) -> Dict[str, List[str]]:
         "info": tm + ["info", *files, "-q"],
         "combine auto .json": tm + ["combine", *files, "-o", out + ".json", "--force", "-q"],
         "combine auto .pftrace": tm + ["combine", *files, "-o", out + ".pftrace", "--force", "-q"],
-        "report": tm + ["report", *files, "-q", "-o", out + ".txt"],
-        "report --analysis": tm + ["report", *files, "--analysis", "-q", "-o", out + ".txt"],
+        "report": tm + ["report", *files, "-q", "-o", out + ".txt", "--force"],
+        "report --analysis": tm + ["report", *files, "--analysis", "-q", "-o", out + ".txt", "--force"],
         # two runs of every rank each: the rank files' directory against itself
-        "diff": tm + ["diff", os.path.dirname(files[0]), os.path.dirname(files[0]), "-q", "-o", out + ".diff.txt"],
+        "diff": tm + ["diff", os.path.dirname(files[0]), os.path.dirname(files[0]), "-q", "-o", out + ".diff.txt", "--force"],
     }
     if dask:
         found["combine auto --engine dask"] = tm + ["combine", *files, "-o", out + ".dask.json", "--force", "-q",
@@ -62,10 +62,12 @@ def commands(files: List[str], out: str, dask: bool) -> Dict[str, List[str]]:
     return found
 
 
-def run(cmd: Sequence[str]) -> Tuple[float, float]:
-    """(wall s, peak MB) of ``cmd``; exits when it fails."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, env=env, check=True)
+def run(cmd: Sequence[str], root: str = ROOT) -> Tuple[float, float]:
+    """(wall s, peak MB) of ``cmd`` run from checkout ``root`` (its directory and import
+    path: ``-m tracemerge`` is that checkout's); exits when it fails."""
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, env=env, check=True,
+                         cwd=root)
     rc, wall, kb = out.stdout.split()
     if rc != "0":
         sys.exit(f"failed (exit {rc}): {' '.join(cmd)[:300]}")
@@ -81,13 +83,13 @@ def rank_files(base: str, ranks: int, mb: float) -> List[str]:
     return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".json.gz"))
 
 
-def check_offsets(files: List[str]) -> str:
-    """Every rank's offset against the planted one: worst error, worst bound, ranks over it."""
+def check_offsets(files: List[str], planted: Callable[[int], int] = gen_kineto.clock_offset_ns) -> str:
+    """Every rank's offset against the ``planted`` one: worst error, worst bound, ranks over it."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-m", "tracemerge", "offsets", *files, "--format", "json", "-q"],
                          capture_output=True, text=True, env=env, check=True)
     ranks = json.loads(out.stdout)["ranks"]
-    err = [abs(r["offset_ns"] - gen_kineto.clock_offset_ns(r["rank"])) for r in ranks]
+    err = [abs(r["offset_ns"] - planted(r["rank"])) for r in ranks]
     bound = [r["error_bound_ns"] for r in ranks]
     over = sum(b is None or e > b for e, b in zip(err, bound))
     return f"worst error {max(err) / 1e3:.1f} µs, worst bound {max(b or 0 for b in bound) / 1e3:.1f} µs, {over} over"
@@ -110,6 +112,7 @@ def main(argv: Sequence[str] = ()) -> None:
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "tracemerge-scale"))
     args = p.parse_args(argv or None)
+    args.dir = os.path.abspath(args.dir)  # the commands run from the checkout
     series = [(float(mb), [int(r) for r in ranks.split(",")]) for mb, ranks in
               (s.split(":") for s in (args.series or ["0.05:8,32,128,512,1024", "2:8,32,128,256"]))]
     only = [int(r) for r in args.offsets_only.split(",") if r]
